@@ -1,0 +1,1 @@
+"""Placement advisor: models, scoring, the HTTP API for the scheduler, and the trace-driven simulator."""

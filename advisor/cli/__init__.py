@@ -1,0 +1,1 @@
+"""The `gpuadvisor` command line (Typer): one module per command group, assembled in `main`."""

@@ -1,0 +1,46 @@
+"""`gpuadvisor advisor serve`: the advisor HTTP service."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from advisor.api import create_app
+from advisor.cli.common import fail
+from advisor.settings import AdvisorSettings
+from profiler.store import db
+
+app = typer.Typer(help="The advisor service.", no_args_is_help=True)
+
+
+def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
+    settings = AdvisorSettings()
+    updates = {k: v for k, v in overrides.items() if v is not None}
+    if db_url:
+        updates["db_url"] = db_url
+    return settings.model_copy(update=updates)
+
+
+def run_server(settings: AdvisorSettings, host: str, port: int, log_level: str = "info") -> None:
+    """Migrate the store, build the app and serve it until interrupted."""
+    try:
+        engine = db.make_engine(settings.db_url)
+        db.upgrade(engine)
+        engine.dispose()
+        api = create_app(settings)
+    except db.StoreError as e:
+        fail(str(e))
+    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8080,
+    db_url: Annotated[str | None, typer.Option("--db", help="Database URL.")] = None,
+    no_kube: Annotated[bool, typer.Option("--no-kube", help="Run without a Kubernetes API.")] = False,
+) -> None:
+    """Serve the scoring API, the scheduler extender and telemetry ingest."""
+    run_server(build_settings(db_url, no_kube=no_kube or None), host, port)

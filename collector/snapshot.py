@@ -1,0 +1,75 @@
+"""The NodeSnapshot wire format (DESIGN §3): what one collector cycle saw on one node.
+
+Shared by the collector (producer) and the advisor (consumer) so both sides validate the same schema.
+Every quantity carries its unit in the field name; ratios are 0..1.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LinkLevel(StrEnum):
+    """How two GPUs of one node are connected, best first (the order matters: see `LINK_RANK`)."""
+
+    NVLINK = "NVLINK"
+    PCIE_SWITCH = "PCIE_SWITCH"
+    PCIE_HOSTBRIDGE = "PCIE_HOSTBRIDGE"
+    NUMA = "NUMA"
+    SYSTEM = "SYSTEM"
+
+
+LINK_RANK: dict[LinkLevel, int] = {level: rank for rank, level in enumerate(LinkLevel)}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class PodRef(_Frozen):
+    """The pod a GPU process belongs to; only `uid` is known when the pod index is unavailable."""
+
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    container: str = ""
+    workload: str | None = None
+    owner_kind: str = ""
+    owner_name: str = ""
+
+
+class ProcessSnapshot(_Frozen):
+    pid: int = Field(ge=0)
+    memory_used_bytes: int | None = Field(default=None, ge=0)
+    sm_utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    pod: PodRef | None = None
+
+
+class GpuSnapshot(_Frozen):
+    index: int = Field(ge=0)
+    uuid: str
+    model: str = ""
+    healthy: bool = True
+    memory_total_bytes: int | None = Field(default=None, ge=0)
+    memory_used_bytes: int | None = Field(default=None, ge=0)
+    utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    memory_bandwidth_utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    power_watts: float | None = Field(default=None, ge=0.0)
+    temperature_celsius: float | None = None
+    processes: tuple[ProcessSnapshot, ...] = ()
+
+
+class Link(_Frozen):
+    a: int = Field(ge=0)
+    b: int = Field(ge=0)
+    level: LinkLevel
+
+
+class NodeSnapshot(_Frozen):
+    node: str = Field(min_length=1)
+    timestamp: datetime
+    gpus: tuple[GpuSnapshot, ...] = ()
+    links: tuple[Link, ...] = ()

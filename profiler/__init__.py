@@ -1,0 +1,1 @@
+"""Trial-run profiling and job history; owns the SQL store that the advisor trains from."""

@@ -1,0 +1,110 @@
+"""Engine, sessions and schema migration for the store.
+
+URLs are validated up front so a typo in `GPUADVISOR_DB_URL` becomes one clear error, not a driver traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SUPPORTED_DRIVERS = ("sqlite", "postgresql+psycopg", "postgresql")
+
+
+class StoreError(Exception):
+    """A store problem a user can act on (bad URL, unreachable database, failed migration)."""
+
+
+def parse_db_url(url: str) -> URL:
+    """Return the parsed URL or raise `StoreError` naming the bad URL and what is accepted."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise StoreError(f"invalid database URL {url!r}: expected sqlite:///PATH or postgresql+psycopg://…") from e
+    if parsed.drivername not in SUPPORTED_DRIVERS:
+        raise StoreError(
+            f"unsupported database URL {url!r}: driver {parsed.drivername!r} is not one of "
+            f"{', '.join(SUPPORTED_DRIVERS)}"
+        )
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _enable_sqlite_foreign_keys(dbapi_connection: object, _record: object) -> None:
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    parsed = parse_db_url(url)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+            event.listen(engine, "connect", _enable_sqlite_foreign_keys)
+        else:
+            engine = create_engine(parsed, pool_pre_ping=True)
+    except (ArgumentError, NoSuchModuleError) as e:
+        raise StoreError(f"cannot use database URL {url!r}: {e}") from e
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """One unit of work: committed when the block ends, rolled back on any error."""
+    with factory() as session, session.begin():
+        yield session
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision`; a no-op when it is already there."""
+    try:
+        command.upgrade(alembic_config(engine), revision)
+    except SQLAlchemyError as e:
+        raise StoreError(f"database migration failed on {engine.url.render_as_string(hide_password=True)}: {e}") from e
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def table_names(engine: Engine) -> list[str]:
+    return sorted(inspect(engine).get_table_names())
+
+
+def check_connection(engine: Engine) -> None:
+    """Raise `StoreError` unless the database answers a trivial query."""
+    from sqlalchemy import text
+
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as e:
+        raise StoreError(f"database unreachable: {e.__class__.__name__}: {str(e).splitlines()[0]}") from e

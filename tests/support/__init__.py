@@ -1,0 +1,1 @@
+"""Helpers shared by the test packages: real external binaries, servers and free ports."""
