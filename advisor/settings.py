@@ -23,3 +23,4 @@ class AdvisorSettings(BaseSettings):
     weight_affinity: float = Field(default=1.0, ge=0)
     weight_interference: float = Field(default=1.0, ge=0)
     weight_jct: float = Field(default=1.0, ge=0)
+    unknown_node_score: float = Field(default=50.0, ge=0, le=100)

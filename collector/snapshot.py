@@ -48,10 +48,22 @@ class ProcessSnapshot(_Frozen):
     pod: PodRef | None = None
 
 
+class MigDeviceSnapshot(_Frozen):
+    """A MIG slice of its parent GPU (the `GpuSnapshot` holding it)."""
+
+    index: int = Field(ge=0)
+    uuid: str
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_total_bytes: int | None = Field(default=None, ge=0)
+    memory_used_bytes: int | None = Field(default=None, ge=0)
+
+
 class GpuSnapshot(_Frozen):
     index: int = Field(ge=0)
     uuid: str
     model: str = ""
+    pci_bus_id: str = ""
     healthy: bool = True
     memory_total_bytes: int | None = Field(default=None, ge=0)
     memory_used_bytes: int | None = Field(default=None, ge=0)
@@ -59,7 +71,9 @@ class GpuSnapshot(_Frozen):
     memory_bandwidth_utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
     power_watts: float | None = Field(default=None, ge=0.0)
     temperature_celsius: float | None = None
+    energy_joules_total: float | None = Field(default=None, ge=0.0)
     processes: tuple[ProcessSnapshot, ...] = ()
+    mig_devices: tuple[MigDeviceSnapshot, ...] = ()
 
 
 class Link(_Frozen):
@@ -71,5 +85,6 @@ class Link(_Frozen):
 class NodeSnapshot(_Frozen):
     node: str = Field(min_length=1)
     timestamp: datetime
+    driver_version: str = ""
     gpus: tuple[GpuSnapshot, ...] = ()
     links: tuple[Link, ...] = ()

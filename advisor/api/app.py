@@ -1,26 +1,71 @@
-"""App factory: wires settings, the store and the routers; nothing is built at import time."""
+"""App factory: wires settings, the store, the cluster state, the predictors and the routers.
+
+Nothing is built at import time. With `no_kube` unset the lifespan starts the Kubernetes watch of GPU pods and nodes
+(`advisor.kube`); otherwise allocations are inferred from telemetry alone.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from advisor.api.context import AppContext
-from advisor.api.routes import health
+from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
+from advisor.api.routes import extender, health, nodes, predict, score, telemetry, trialruns, volcano
+from advisor.pods import PodSpecError
+from advisor.scoring import ScoringConfig
 from advisor.settings import AdvisorSettings
+from advisor.state import ClusterState
 from profiler.store import db
 
+log = logging.getLogger(__name__)
 
-def create_app(settings: AdvisorSettings | None = None) -> FastAPI:
+
+def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
+    """The scorer's weights and policy from the service settings."""
+    return ScoringConfig(
+        weight_packing=settings.weight_packing,
+        weight_affinity=settings.weight_affinity,
+        weight_interference=settings.weight_interference,
+        weight_jct=settings.weight_jct,
+        staleness_seconds=settings.staleness_seconds,
+        strict_staleness=settings.strict_staleness,
+        unknown_node_score=settings.unknown_node_score,
+    )
+
+
+def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState | None = None) -> FastAPI:
+    """Build the advisor app; `state` may be injected (tests use one with a fake clock)."""
     settings = settings or AdvisorSettings()
     engine = db.make_engine(settings.db_url)
+    metrics = AdvisorMetrics()
+    ctx = AppContext(
+        settings=settings,
+        engine=engine,
+        sessions=db.session_factory(engine),
+        state=state or ClusterState(),
+        scoring=scoring_config(settings),
+        metrics=metrics,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        engine.dispose()
+        watcher = None
+        if not settings.no_kube:
+            from advisor.kube import start_watch
+
+            watcher = start_watch(ctx.state, metrics)
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.stop()
+            engine.dispose()
 
     app = FastAPI(
         title="gpuadvisor",
@@ -28,6 +73,17 @@ def create_app(settings: AdvisorSettings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.ctx = AppContext(settings=settings, engine=engine, sessions=db.session_factory(engine))
-    app.include_router(health.router)
+    app.state.ctx = ctx
+    app.add_middleware(TimingMiddleware, metrics=metrics)
+
+    @app.exception_handler(PodSpecError)
+    async def bad_pod(request: Request, exc: PodSpecError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    for module in (health, extender, volcano, score, telemetry, nodes, predict, trialruns):
+        app.include_router(module.router)
     return app

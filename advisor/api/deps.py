@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, HTTPException, Request, status
 from sqlalchemy.orm import Session
 
 from advisor.api.context import AppContext
 
 
-def get_ctx(request: Request) -> AppContext:
+async def get_ctx(request: Request) -> AppContext:
+    """The app's context. `async` (though trivial) so FastAPI does not hop to the thread pool to call it."""
     ctx: AppContext = request.app.state.ctx
     return ctx
 
@@ -21,5 +23,23 @@ def get_session(ctx: Annotated[AppContext, Depends(get_ctx)]) -> Iterator[Sessio
         yield session
 
 
+async def require_token(
+    ctx: Annotated[AppContext, Depends(get_ctx)],
+    authorization: Annotated[str | None, Header(description="`Bearer <GPUADVISOR_API_TOKEN>`")] = None,
+) -> None:
+    """Reject the request (401) unless it carries the configured bearer token; open when no token is configured."""
+    expected = ctx.settings.api_token
+    if not expected:
+        return
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected.encode()):
+        raise HTTPException(
+            status_code=status.HTTP_401_UNAUTHORIZED,
+            detail="Authorization: a valid `Bearer` token (GPUADVISOR_API_TOKEN) is required",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
 Ctx = Annotated[AppContext, Depends(get_ctx)]
 DbSession = Annotated[Session, Depends(get_session)]
+Authorized = Depends(require_token)

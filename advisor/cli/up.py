@@ -1,20 +1,292 @@
-"""`gpuadvisor up`: the local all-in-one (SQLite store, advisor API), no cluster needed."""
+"""`gpuadvisor up`: the local all-in-one, no cluster needed (DESIGN §2, issue 8).
+
+A SQLite store, models trained on the first start from the bundled Gavel data, the advisor API on one port, and
+simulated GPU nodes (plus this machine's own GPUs when NVML finds any), each with a collector agent pushing
+NodeSnapshots to the advisor over HTTP exactly as in a cluster. Starting shows each step with its duration, then
+prints the URLs and ready-to-paste curl commands; Ctrl-C (or SIGTERM) stops everything cleanly.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+import secrets
+import shlex
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Annotated, Any
 
+import httpx
 import typer
+import uvicorn
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from sqlalchemy.orm import Session, sessionmaker
 
-from advisor.cli.serve import build_settings, run_server
+from advisor.api import create_app
+from advisor.cli.common import EXIT_UNAVAILABLE, fail
+from advisor.cli.serve import build_settings
+from advisor.datasets import DatasetError
+from advisor.models.artifact import ArtifactError
+from advisor.models.reference import train_reference_models
+from advisor.models.registry import load_promoted
+from advisor.settings import AdvisorSettings
+from collector.agent import CollectorAgent
+from collector.backend import BackendUnavailableError, GpuBackend
+from collector.push import SnapshotPusher
+from collector.sim import SimulatedBackend
+from collector.stats import CollectorStats
+from profiler.store import db
+
+EXAMPLE_WORKLOAD = "resnet50-bs64"
+READY_TIMEOUT_SECONDS = 60.0
 
 
-def up(
+@dataclass(frozen=True)
+class Example:
+    title: str
+    command: str
+
+
+def node_names(count: int) -> list[str]:
+    """Names of the simulated nodes: sim-node-1 … sim-node-N."""
+    return [f"sim-node-{i}" for i in range(1, count + 1)]
+
+
+def curl_post(url: str, body: dict[str, Any]) -> str:
+    """A curl command line POSTing `body` as JSON to `url`, quoted for a POSIX shell."""
+    return f"curl -s -X POST {url} -H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}"
+
+
+def examples(base_url: str, nodes: list[str]) -> list[Example]:
+    """What to try once the stack is up: native scoring and the kube-scheduler extender call for a 1-GPU pod."""
+    pod = {
+        "metadata": {"name": "train-0", "namespace": "ml", "labels": {"gpuadvisor.io/workload": EXAMPLE_WORKLOAD}},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    return [
+        Example(
+            "Score every node for a 1-GPU pod (native API)",
+            curl_post(f"{base_url}/v1/score", {"pod": {"gpus": 1, "workload": EXAMPLE_WORKLOAD}}),
+        ),
+        Example(
+            "What kube-scheduler's extender call gets back",
+            curl_post(f"{base_url}/extender/prioritize", {"Pod": pod, "NodeNames": nodes}),
+        ),
+        Example("The cluster as the advisor sees it", f"curl -s {base_url}/v1/nodes"),
+    ]
+
+
+@dataclass
+class LocalStack:
+    """The running parts; `stop()` is idempotent and stops them in reverse order of starting."""
+
+    server: uvicorn.Server | None = None
+    server_thread: threading.Thread | None = None
+    agents: list[CollectorAgent] = field(default_factory=list)
+    backends: list[GpuBackend] = field(default_factory=list)
+    pushers: list[SnapshotPusher] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.stop()
+        for pusher in self.pushers:
+            pusher.stop()
+        for backend in self.backends:
+            backend.close()
+        self.agents, self.pushers, self.backends = [], [], []
+        if self.server is not None and self.server_thread is not None:
+            self.server.should_exit = True
+            self.server_thread.join(15)
+            self.server = self.server_thread = None
+
+
+@contextmanager
+def step(console: Console, label: str) -> Iterator[None]:
+    """Show `label` with a spinner and the time elapsed while the block runs, then a check mark and the total."""
+    started = time.monotonic()
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+    ) as progress:
+        progress.add_task(f"{label}…", total=None)
+        yield
+    console.print(f"[green]✓[/] {label} [dim]({time.monotonic() - started:.1f} s)[/]")
+
+
+def ensure_models(settings: AdvisorSettings, sessions: sessionmaker[Session]) -> str:
+    """Train and promote the reference models of every kind that has none yet; what is served, in one line."""
+    trained = train_reference_models(settings.model_dir, sessions)
+    loaded = load_promoted(sessions)
+    served = ", ".join(f"{kind} v{version}" for kind, version in sorted(loaded.versions.items())) or "none"
+    origin = "trained now from the bundled Gavel data (MIT)" if trained else "from the store"
+    return f"{served} ({origin})"
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            fail(f"--port: cannot listen on {host}:{port}: {e.strerror}", EXIT_UNAVAILABLE)
+
+
+def wait_for(check: Callable[[], bool], timeout_seconds: float, alive: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline and alive():
+        try:
+            if check():
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port: int) -> str:
+    """Serve the advisor on a background thread (uvicorn leaves signals to the main thread); its base URL."""
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", access_log=False)
+    stack.server = uvicorn.Server(config)
+    stack.server_thread = threading.Thread(target=stack.server.run, name="advisor", daemon=True)
+    stack.server_thread.start()
+    base_url = f"http://{'127.0.0.1' if host in {'0.0.0.0', '::'} else host}:{port}"
+    thread = stack.server_thread
+    if not wait_for(lambda: httpx.get(f"{base_url}/readyz").is_success, READY_TIMEOUT_SECONDS, thread.is_alive):
+        stack.stop()
+        fail(f"the advisor did not become ready on {base_url} (see the log above)", EXIT_UNAVAILABLE)
+    return base_url
+
+
+def local_gpu_backend() -> GpuBackend | None:
+    """This machine's GPUs through NVML, or None when there is no NVML library or no GPU."""
+    try:
+        from collector.nvml import NvmlBackend
+
+        backend: GpuBackend = NvmlBackend(None)
+    except BackendUnavailableError:
+        return None
+    if not backend.read().gpus:
+        backend.close()
+        return None
+    return backend
+
+
+def start_nodes(
+    stack: LocalStack, base_url: str, token: str, names: list[str], *, gpus: int, interval_seconds: float
+) -> list[str]:
+    """One collector agent per simulated node (and one for local GPUs), each pushing to the advisor; node names."""
+    agents: list[tuple[str, CollectorAgent]] = []
+    for seed, name in enumerate(names):
+        simulated = SimulatedBackend(gpus, seed=seed, node=name)
+        stack.backends.append(simulated)
+        agents.append(
+            (
+                name,
+                CollectorAgent(
+                    backend=simulated,
+                    node=name,
+                    resolver=simulated,
+                    pods=simulated.pods,
+                    interval_seconds=interval_seconds,
+                    stats=CollectorStats(),
+                ),
+            )
+        )
+    local = local_gpu_backend()
+    if local is not None:
+        stack.backends.append(local)
+        name = socket.gethostname()
+        agents.append((name, CollectorAgent(backend=local, node=name, interval_seconds=interval_seconds)))
+    for _, agent in agents:
+        pusher = SnapshotPusher(base_url, stats=agent.stats, token=token)
+        pusher.start()
+        agent.sinks.append(pusher)
+        stack.pushers.append(pusher)
+        stack.agents.append(agent)
+        agent.start()
+    return [name for name, _ in agents]
+
+
+def nodes_known(base_url: str, names: list[str]) -> bool:
+    reply = httpx.get(f"{base_url}/v1/nodes")
+    return reply.is_success and set(names) <= {node["name"] for node in reply.json()["nodes"]}
+
+
+def print_summary(  # noqa: PLR0917 - everything the summary shows
+    console: Console, base_url: str, nodes: list[str], gpus: int, settings: AdvisorSettings, models: str
+) -> None:
+    """The URLs, the token and the example commands, once everything answers."""
+    console.print()
+    console.print(f"[bold]gpuadvisor is up[/] — {len(nodes)} nodes, store {settings.db_url}")
+    console.print(f"  models          {models}")
+    console.print(f"  API and docs    {base_url}/docs")
+    console.print(f"  cluster state   {base_url}/v1/nodes")
+    console.print(f"  metrics         {base_url}/metrics")
+    console.print(f"  nodes           {', '.join(nodes)} ({gpus} simulated GPUs each)")
+    console.print(f"  API token       {settings.api_token} (for POST /v1/telemetry and /v1/models/train)")
+    for example in examples(base_url, nodes):
+        console.print()
+        console.print(f"[bold]{example.title}[/]")
+        console.print(example.command, markup=False, highlight=False, soft_wrap=True)
+    console.print()
+    console.print("Press Ctrl-C to stop.")
+
+
+def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port of the advisor API.", min=1, max=65535)] = 8080,
+    nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.", min=1, max=256)] = 4,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs of each simulated node.", min=1, max=64)] = 8,
+    interval_s: Annotated[
+        float, typer.Option("--interval-s", help="Seconds between two snapshots of a node.", min=0.2, max=60)
+    ] = 2.0,
     db_url: Annotated[str | None, typer.Option("--db", help="Database URL.")] = None,
 ) -> None:
-    """Run everything locally: migrate the store and serve the advisor."""
+    """Run everything locally: store, advisor, simulated GPU nodes with collectors; Ctrl-C stops it."""
+    console = Console(highlight=False)
     settings = build_settings(db_url, no_kube=True)
-    typer.echo(f"gpuadvisor: advisor on http://{host}:{port} (API docs at /docs), store {settings.db_url}")
-    run_server(settings, host, port)
+    token = settings.api_token or secrets.token_hex(16)
+    settings = settings.model_copy(update={"api_token": token})
+    check_port_free(host, port)
+    stopping = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    stack = LocalStack()
+    try:
+        with step(console, f"store ready ({settings.db_url})"):
+            try:
+                engine = db.make_engine(settings.db_url)
+                db.upgrade(engine)
+            except db.StoreError as e:
+                fail(str(e))
+        with step(console, "models ready"):
+            try:
+                models = ensure_models(settings, db.session_factory(engine))
+            except (DatasetError, ArtifactError, OSError) as e:
+                models = f"none: training from the bundled data failed ({e}); scores use the heuristics"
+            finally:
+                engine.dispose()
+        with step(console, f"advisor serving on port {port}"):
+            base_url = start_advisor(stack, settings, host, port)
+        names = node_names(nodes)
+        with step(console, f"{nodes} simulated nodes × {gpus_per_node} GPUs pushing telemetry"):
+            names = start_nodes(stack, base_url, token, names, gpus=gpus_per_node, interval_seconds=interval_s)
+            if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
+                fail("the advisor received no telemetry from the simulated nodes", EXIT_UNAVAILABLE)
+        print_summary(console, base_url, names, gpus_per_node, settings, models)
+        while not stopping.wait(0.5):
+            if stack.server_thread is not None and not stack.server_thread.is_alive():
+                fail("the advisor stopped unexpectedly", EXIT_UNAVAILABLE)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        with step(console, "stopped"):
+            stack.stop()

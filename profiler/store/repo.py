@@ -355,3 +355,9 @@ def list_model_versions(*, session: Session, kind: str | None = None) -> list[Mo
     if kind is not None:
         stmt = stmt.where(ModelVersion.kind == kind)
     return list(session.execute(stmt).scalars())
+
+
+def execution_exists(*, session: Session, source: str, job_id: str) -> bool:
+    """Whether a job is already recorded (lets the recorder keep a measured utilisation it cannot re-measure)."""
+    stmt = select(Execution.id).where(Execution.source == source, Execution.job_id == job_id)
+    return session.execute(stmt).first() is not None

@@ -1,0 +1,55 @@
+"""kube-scheduler extender: `prioritizeVerb` and `filterVerb` (k8s.io/kube-scheduler/extender/v1).
+
+Every candidate node is answered: nodes the advisor has no fresh telemetry for get the neutral score (and pass the
+filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot.
+"""
+
+from __future__ import annotations
+
+import pydantic_core
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from advisor.api.deps import Ctx
+from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
+from advisor.scoring import extender_scores, filter_nodes, score_candidates
+
+router = APIRouter(prefix="/extender", tags=["scheduler extender"])
+
+
+@router.post("/prioritize", response_model=list[HostPriority])
+async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
+    """HostPriorityList: `[{"Host": name, "Score": 0..10}]` for every candidate node, in the order given.
+
+    The best feasible node scores 10, the others 1 less per 2 points behind it; infeasible 0; unknown (no fresh
+    telemetry) 5, neutral.
+
+    `async` on purpose although CPU-bound: scoring takes about a millisecond and never waits on I/O, so a hop to the
+    thread pool would cost as much as the work itself (and the GIL serialises the threads anyway).
+    """
+    pod = args.Pod.to_request()
+    names = args.candidates()
+    predictors = ctx.predictors
+    scores = score_candidates(
+        pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
+    )
+    hosts = [{"Host": s.node, "Score": v} for s, v in zip(scores, extender_scores(scores), strict=True)]
+    unknown = sum(1 for s in scores if not s.known)
+    scored = sum(1 for s in scores if s.known and s.feasible)
+    ctx.metrics.count_scores("extender", scored, len(scores) - scored - unknown, unknown)
+    ctx.metrics.count_fallbacks(predictors.names())
+    # Serialised here (not by FastAPI): 500 entries per call, 4x cheaper than re-validating them through a model.
+    return Response(pydantic_core.to_json(hosts), media_type="application/json")
+
+
+@router.post("/filter", response_model=ExtenderFilterResult, response_model_exclude_none=True)
+def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
+    """ExtenderFilterResult: the nodes that can run the pod and, for the others, why not."""
+    pod = args.Pod.to_request()
+    names = args.candidates()
+    passed, failed = filter_nodes(pod, names, ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
+    if args.NodeNames is None and args.Nodes is not None:
+        keep = set(passed)
+        items = [n.model_dump(mode="json") for n in args.Nodes.items or [] if n.metadata.name in keep]
+        return ExtenderFilterResult(Nodes={"items": items}, NodeNames=passed, FailedNodes=failed)
+    return ExtenderFilterResult(NodeNames=passed, FailedNodes=failed)

@@ -1,0 +1,65 @@
+"""Direct model queries: predicted JCT of a workload on a GPU model, and the interference of two workloads."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from advisor.api.deps import Ctx
+from advisor.api.schemas import InterferenceAnswer, InterferenceQuery, JctAnswer, JctQuery, UsageIn
+from advisor.predictors import UsageProfile, default_usage
+from advisor.scoring import WHOLE_GPU_MILLI, Resident
+
+router = APIRouter(prefix="/v1/predict", tags=["predictions"])
+
+
+@router.post("/jct", response_model=JctAnswer)
+def predict_jct(query: JctQuery, ctx: Ctx) -> JctAnswer:
+    """Predicted completion time; null with the reason when no model or history covers the workload."""
+    predictors = ctx.predictors
+    jct = predictors.jct.jct_seconds(query.workload, query.gpu_model, query.gpu_count)
+    speed = predictors.speed.relative_speed(query.gpu_model)
+    if jct is None:
+        ctx.metrics.fallbacks.labels("jct").inc()
+        reason = f"no JCT estimate ({predictors.jct.name}); relative GPU speed {speed:.2f} x V100 is all that is known"
+    else:
+        reason = f"JCT from {predictors.jct.name}"
+    return JctAnswer(
+        workload=query.workload,
+        gpu_model=query.gpu_model,
+        gpu_count=query.gpu_count,
+        jct_seconds=jct,
+        relative_speed=round(speed, 4),
+        model=predictors.jct.name,
+        reason=reason,
+    )
+
+
+def _usage(given: UsageIn | None, workload: str, gpu_model: str, ctx: Ctx) -> UsageProfile:
+    if given is not None:
+        return UsageProfile(given.sm_utilization_ratio, given.memory_bandwidth_utilization_ratio)
+    return ctx.predictors.usage.usage(workload, gpu_model) or default_usage(WHOLE_GPU_MILLI)
+
+
+@router.post("/interference", response_model=InterferenceAnswer)
+def predict_interference(query: InterferenceQuery, ctx: Ctx) -> InterferenceAnswer:
+    """Each workload's slowdown (and normalised throughput) when the two share one GPU of `gpu_model`."""
+    predictors = ctx.predictors
+    usage_a = _usage(query.usage_a, query.workload_a, query.gpu_model, ctx)
+    usage_b = _usage(query.usage_b, query.workload_b, query.gpu_model, ctx)
+    resident = Resident(
+        pod="",
+        workload=query.workload_b,
+        sm_utilization_ratio=usage_b.sm_utilization_ratio,
+        memory_bandwidth_utilization_ratio=usage_b.memory_bandwidth_utilization_ratio,
+    )
+    slow_a, slow_b = predictors.interference.slowdowns(query.gpu_model, query.workload_a, usage_a, [resident])
+    if predictors.interference.name == "heuristic":
+        ctx.metrics.fallbacks.labels("interference").inc()
+    return InterferenceAnswer(
+        gpu_model=query.gpu_model,
+        slowdown_a=round(slow_a, 4),
+        slowdown_b=round(slow_b, 4),
+        normalized_throughput_a=round(1.0 / slow_a, 4),
+        normalized_throughput_b=round(1.0 / slow_b, 4),
+        model=predictors.interference.name,
+    )

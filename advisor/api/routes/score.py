@@ -1,0 +1,84 @@
+"""Native scoring (`/v1/score`) and GPU choice on one node (`/v1/allocate`), with every score explained."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+
+from advisor.api.deps import Ctx
+from advisor.api.schemas import (
+    AllocateRequest,
+    AllocateResponse,
+    Components,
+    NodeScoreOut,
+    ScoreRequest,
+    ScoreResponse,
+)
+from advisor.scoring import NodeScore, allocate, score_candidates
+
+router = APIRouter(prefix="/v1", tags=["scoring"])
+
+
+def _out(s: NodeScore) -> NodeScoreOut:
+    return NodeScoreOut(
+        node=s.node,
+        score=round(s.score, 3),
+        feasible=s.feasible,
+        known=s.known,
+        components=Components(
+            packing=round(s.packing, 4),
+            affinity=round(s.affinity, 4),
+            interference=round(s.interference, 4),
+            jct=round(s.jct, 4),
+        ),
+        predicted_jct_seconds=s.predicted_jct_seconds,
+        predicted_slowdown=round(s.predicted_slowdown, 4),
+        gpus=list(s.gpus),
+        reason=s.reason,
+    )
+
+
+@router.post("/score", response_model=ScoreResponse)
+def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
+    """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first.
+
+    Without `nodes`, every node with telemetry is scored. Naming a node the advisor has never heard of is an error
+    (404): this API is for callers that ask about nodes they know the advisor watches.
+    """
+    pod = body.pod.to_request()
+    state_nodes = ctx.state.nodes
+    names = body.nodes if body.nodes is not None else sorted(state_nodes)
+    missing = [n for n in names if n not in state_nodes]
+    if missing:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, f"nodes: no telemetry has been received from {', '.join(missing[:10])}"
+        )
+    predictors = ctx.predictors
+    scores = score_candidates(
+        pod, names, state_nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
+    )
+    unknown = sum(1 for s in scores if not s.known)
+    infeasible = sum(1 for s in scores if s.known and not s.feasible)
+    ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
+    models = predictors.names()
+    ctx.metrics.count_fallbacks(models)
+    ranked = sorted(scores, key=lambda s: -s.score)
+    return ScoreResponse(scores=[_out(s) for s in ranked], models=models)
+
+
+@router.post("/allocate", response_model=AllocateResponse)
+def allocate_(body: AllocateRequest, ctx: Ctx) -> AllocateResponse:
+    """The best GPU indices on one node for the pod (topology and sharing), e.g. for GetPreferredAllocation."""
+    pod = body.pod.to_request()
+    node = ctx.state.nodes.get(body.node)
+    if node is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"node: no telemetry has been received from {body.node!r}")
+    verdict = allocate(pod, node, config=ctx.scoring, predictors=ctx.predictors, now_seconds=ctx.state.now())
+    ctx.metrics.count_scores("allocate", int(verdict.feasible and verdict.known), int(not verdict.feasible), 0)
+    return AllocateResponse(
+        node=verdict.node,
+        feasible=verdict.feasible,
+        gpus=list(verdict.gpus),
+        score=round(verdict.score, 3),
+        predicted_slowdown=round(verdict.predicted_slowdown, 4),
+        reason=verdict.reason,
+    )

@@ -1,0 +1,312 @@
+"""Request and response bodies of the advisor API (pydantic), kept apart from the pure scoring types.
+
+The kube-scheduler extender shapes follow `k8s.io/kube-scheduler/extender/v1` exactly as the scheduler encodes
+and decodes them (Go field names, `Score` an integer 0..10); the Volcano shapes follow its extender plugin
+(`task` / `nodes` in, `nodeScore` / `errorMessage` out). Only the parts of a v1.Pod / v1.Node that the advisor reads
+are modelled; every other field is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.pods import ContainerResources, PodSpecError, pod_request
+from advisor.scoring import PodRequest, ScoringInputError
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Kubernetes objects (the subset the advisor reads)
+
+Quantity = int | float | str
+
+
+class ObjectMeta(_In):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class ResourceRequirements(_In):
+    limits: dict[str, Quantity] | None = None
+    requests: dict[str, Quantity] | None = None
+
+
+class Container(_In):
+    name: str = ""
+    resources: ResourceRequirements | None = None
+
+
+class PodSpec(_In):
+    containers: list[Container] | None = None
+    initContainers: list[Container] | None = None  # noqa: N815 — Kubernetes' JSON name
+    nodeName: str | None = None  # noqa: N815
+
+
+class V1Pod(_In):
+    """A v1.Pod as the scheduler sends it; only metadata and container resources are read."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec | None = None
+
+    def to_request(self) -> PodRequest:
+        """The scoring request of this pod; `PodSpecError` names the field that is wrong."""
+        if self.spec is None:
+            raise PodSpecError("spec: a pod needs a spec with at least one container")
+        meta = self.metadata
+        return pod_request(
+            namespace=meta.namespace,
+            name=meta.name,
+            labels=meta.labels or {},
+            annotations=meta.annotations or {},
+            containers=[_resources(c) for c in self.spec.containers or []],
+            init_containers=[_resources(c) for c in self.spec.initContainers or []],
+        )
+
+
+def _resources(container: Container) -> ContainerResources:
+    r = container.resources
+    return ContainerResources(limits=(r.limits or {}) if r else {}, requests=(r.requests or {}) if r else {})
+
+
+class V1Node(BaseModel):
+    """A v1.Node; every field is kept so that a non-cache-capable filter can hand the object back."""
+
+    model_config = ConfigDict(extra="allow")
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+class V1NodeList(_In):
+    items: list[V1Node] | None = None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# kube-scheduler extender (k8s.io/kube-scheduler/extender/v1)
+
+
+class ExtenderArgs(_In):
+    """What kube-scheduler POSTs to `prioritizeVerb` / `filterVerb`.
+
+    With `nodeCacheCapable: true` it sends `NodeNames` and `Nodes` is null; otherwise the full `Nodes` list.
+    """
+
+    Pod: V1Pod
+    Nodes: V1NodeList | None = None
+    NodeNames: list[str] | None = None
+
+    def candidates(self) -> list[str]:
+        """Candidate node names, from `NodeNames` or else `Nodes.items[].metadata.name`."""
+        if self.NodeNames is not None:
+            return self.NodeNames
+        if self.Nodes is not None:
+            return [n.metadata.name for n in self.Nodes.items or []]
+        raise PodSpecError("NodeNames: either Nodes or NodeNames must be given")
+
+
+class HostPriority(_Out):
+    Host: str
+    Score: int = Field(ge=0, le=10)
+
+
+class ExtenderFilterResult(_Out):
+    """What `filterVerb` answers: `NodeNames` (cache-capable) or `Nodes` (full objects), failures with reasons."""
+
+    Nodes: dict[str, Any] | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = Field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
+    Error: str = ""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Volcano extender plugin
+
+
+class VolcanoTask(_In):
+    Pod: V1Pod
+
+
+class VolcanoNode(_In):
+    Name: str
+
+
+class VolcanoPriorityRequest(_In):
+    task: VolcanoTask
+    nodes: list[VolcanoNode] = Field(default_factory=list)
+
+
+class VolcanoPriorityResponse(_Out):
+    nodeScore: dict[str, float]  # noqa: N815 — Volcano's JSON name
+    errorMessage: str = ""  # noqa: N815
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Native API
+
+
+class PodQuery(_In):
+    """A pod for `/v1/score` and `/v1/allocate`: either the plain fields, or a v1.Pod's `metadata` + `spec`."""
+
+    name: str = ""
+    gpus: int = Field(default=0, ge=0, le=1024)
+    gpu_milli: int = Field(default=0, ge=0, le=1000)
+    gpu_memory_bytes: int | None = Field(default=None, ge=0)
+    workload: str | None = None
+    gang: str | None = None
+    metadata: ObjectMeta | None = None
+    spec: PodSpec | None = None
+
+    def to_request(self) -> PodRequest:
+        if self.spec is not None or self.metadata is not None:
+            return V1Pod(metadata=self.metadata or ObjectMeta(), spec=self.spec).to_request()
+        if self.gpus == 0 and self.gpu_milli == 0 and self.gpu_memory_bytes is None:
+            raise PodSpecError("pod: give gpus, gpu_milli or gpu_memory_bytes (or a v1.Pod's metadata and spec)")
+        try:
+            return PodRequest(
+                name=self.name,
+                gpus=self.gpus,
+                gpu_milli=0 if self.gpus else self.gpu_milli,
+                gpu_memory_bytes=self.gpu_memory_bytes,
+                workload=self.workload,
+                gang=self.gang,
+            )
+        except ScoringInputError as e:
+            raise PodSpecError(f"pod: {e}") from e
+
+
+class ScoreRequest(_In):
+    pod: PodQuery
+    nodes: list[str] | None = Field(default=None, description="Node names; all nodes with telemetry when omitted.")
+
+
+class Components(_Out):
+    packing: float
+    affinity: float
+    interference: float
+    jct: float
+
+
+class NodeScoreOut(_Out):
+    node: str
+    score: float = Field(ge=0, le=100)
+    feasible: bool
+    known: bool
+    components: Components
+    predicted_jct_seconds: float | None
+    predicted_slowdown: float
+    gpus: list[int]
+    reason: str
+
+
+class ScoreResponse(_Out):
+    scores: list[NodeScoreOut]
+    models: dict[str, str]
+
+
+class AllocateRequest(_In):
+    pod: PodQuery
+    node: str = Field(min_length=1)
+
+
+class AllocateResponse(_Out):
+    node: str
+    feasible: bool
+    gpus: list[int]
+    score: float
+    predicted_slowdown: float
+    reason: str
+
+
+class ResidentOut(_Out):
+    pod: str
+    workload: str | None
+    gpu_milli: int
+    sm_utilization_ratio: float
+    memory_bandwidth_utilization_ratio: float
+    memory_used_bytes: int
+
+
+class GpuOut(_Out):
+    index: int
+    model: str
+    healthy: bool
+    memory_total_bytes: int
+    memory_used_bytes: int
+    utilization_ratio: float
+    memory_bandwidth_utilization_ratio: float
+    allocated_milli: int
+    residents: list[ResidentOut]
+
+
+class NodeOut(_Out):
+    name: str
+    stale: bool
+    age_seconds: float
+    snapshot_timestamp: str
+    gpu_model: str
+    gpu_count: int
+    free_gpus: int
+    topology_known: bool
+    gangs: list[str]
+    gpus: list[GpuOut] | None = None
+
+
+class NodeListOut(_Out):
+    nodes: list[NodeOut]
+    staleness_seconds: float
+
+
+class TelemetryAccepted(_Out):
+    node: str
+    accepted: bool
+    reason: str = ""
+
+
+class JctQuery(_In):
+    workload: str = Field(min_length=1)
+    gpu_model: str = Field(min_length=1)
+    gpu_count: int = Field(default=1, ge=1, le=1024)
+
+
+class JctAnswer(_Out):
+    workload: str
+    gpu_model: str
+    gpu_count: int
+    jct_seconds: float | None
+    relative_speed: float
+    model: str
+    reason: str
+
+
+class UsageIn(_In):
+    sm_utilization_ratio: float = Field(ge=0, le=1)
+    memory_bandwidth_utilization_ratio: float = Field(ge=0, le=1)
+
+
+class InterferenceQuery(_In):
+    gpu_model: str = Field(min_length=1)
+    workload_a: str = Field(min_length=1)
+    workload_b: str = Field(min_length=1)
+    usage_a: UsageIn | None = None
+    usage_b: UsageIn | None = None
+
+
+class InterferenceAnswer(_Out):
+    gpu_model: str
+    slowdown_a: float
+    slowdown_b: float
+    normalized_throughput_a: float
+    normalized_throughput_b: float
+    model: str

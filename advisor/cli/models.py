@@ -1,0 +1,302 @@
+"""`gpuadvisor models ...`: train, predict, evaluate, list, roll back and import (DESIGN §6, docs/models.md).
+
+The command lines are fixed (evaluation scripts rely on them). Bad input — a CSV with missing or misspelled
+columns, too few rows, a directory that is not a model — ends with exit code 2 and one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from advisor.cli.common import fail
+from advisor.cli.db import open_store
+from advisor.datasets import (
+    FORMAT_OF_KIND,
+    DatasetError,
+    Kind,
+    colocations_frame,
+    executions_frame,
+    gavel_trace_executions,
+    load_gavel,
+    load_philly,
+    load_sia,
+    read_csv,
+    throughputs_frame,
+)
+from advisor.models.artifact import ArtifactError
+from advisor.models.interference import InterferenceModel
+from advisor.models.jct import JctModel
+from advisor.models.registry import load_model, register, rollback, save_trained, version_path
+from advisor.models.training import evaluate, train
+from advisor.settings import AdvisorSettings
+from profiler.store import repo
+from profiler.store.db import session_factory
+
+app = typer.Typer(help="Train, evaluate and serve the throughput, interference and JCT models.", no_args_is_help=True)
+out_console = Console(highlight=False, soft_wrap=True)
+
+
+class KindArg(StrEnum):
+    throughput = "throughput"
+    interference = "interference"
+    jct = "jct"
+
+
+class ImportSource(StrEnum):
+    gavel_colocations = "gavel-colocations"
+    gavel_throughputs = "gavel-throughputs"
+    gavel_trace = "gavel-trace"
+    sia = "sia"
+    philly = "philly"
+
+
+DbOption = Annotated[
+    str | None, typer.Option("--db", help="Database URL (default: $GPUADVISOR_DB_URL or sqlite:///./gpuadvisor.db).")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _kind(kind: KindArg) -> Kind:
+    value: Kind = kind.value
+    return value
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _read(kind: Kind, path: Path, *, with_labels: bool) -> pd.DataFrame:
+    try:
+        return read_csv(path, FORMAT_OF_KIND[kind], with_labels=with_labels)
+    except DatasetError as e:
+        fail(str(e))
+
+
+def _store_frame(kind: Kind, db_url: str | None) -> pd.DataFrame:
+    sessions = session_factory(open_store(db_url))
+    with sessions() as session:
+        if kind == "interference":
+            return colocations_frame(repo.list_colocations(session=session))
+        if kind == "throughput":
+            return throughputs_frame(repo.list_profiles(session=session))
+        return executions_frame(repo.list_executions(session=session))
+
+
+@app.command("train")
+def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
+    kind: Annotated[KindArg, typer.Argument(help="Which model to train.")],
+    from_csv: Annotated[Path | None, typer.Option("--from-csv", help="Training data in the kind's CSV format.")] = None,
+    from_store: Annotated[bool, typer.Option("--from-store", help="Train on the store's profiles/executions.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Artifact directory to write.")] = None,
+    db_url: DbOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Promote even if it validates worse.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Train a model, write its artifact; with --db or --from-store also register it (and promote it if no worse)."""
+    k = _kind(kind)
+    if (from_csv is None) == (not from_store):
+        fail("give exactly one of --from-csv FILE or --from-store")
+    if from_csv is not None:
+        frame = _read(k, from_csv, with_labels=True)
+        source = str(from_csv)
+    else:
+        frame = _store_frame(k, db_url)
+        source = "store"
+    if out is None:
+        if from_csv is not None:
+            fail("--out DIR is required with --from-csv")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        out = version_path(AdvisorSettings().model_dir, k, stamp)
+    try:
+        trained = train(k, frame, source=source)
+    except DatasetError as e:
+        fail(str(e))
+    save_trained(trained, out)
+    result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
+    if db_url is not None or from_store:
+        registration = register(session_factory(open_store(db_url)), k, out, force=force)
+        result.update(version=registration.version, promoted=registration.promoted, reason=registration.reason)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    metric = trained.metrics["metric"]
+    typer.echo(f"trained {k} model on {trained.training_summary['rows']} rows → {out}")
+    typer.echo(f"validation {metric}: {trained.metrics[metric]:.4g}")
+    if "version" in result:
+        state = "promoted" if result["promoted"] else "registered"
+        typer.echo(f"{state} as {k} v{result['version']}: {result['reason']}")
+
+
+def _predictions(k: Kind, model: Any, frame: pd.DataFrame) -> list[dict[str, float | None]]:
+    if k == "interference":
+        assert isinstance(model, InterferenceModel)
+        pairs = model.predict_frame(frame)
+        return [{"norm_a": _finite(a), "norm_b": _finite(b)} for a, b in pairs.tolist()]
+    if k == "jct":
+        assert isinstance(model, JctModel)
+        q = model.predict_frame(frame)
+        return [
+            {"p10": _finite(a), "p50": _finite(b), "p90": _finite(c)}
+            for a, b, c in zip(q.p10.tolist(), q.p50.tolist(), q.p90.tolist(), strict=True)
+        ]
+    return [{"throughput": _finite(v)} for v in np.asarray(model.predict_frame(frame)).tolist()]
+
+
+@app.command("predict")
+def predict_command(
+    kind: Annotated[KindArg, typer.Argument(help="Which model.")],
+    model_dir: Annotated[Path, typer.Option("--model", help="Artifact directory written by `models train`.")],
+    from_csv: Annotated[Path, typer.Option("--from-csv", help="Rows to predict, in the kind's CSV format.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Predict every row of a CSV; --json prints an array with one object per row, in input order."""
+    k = _kind(kind)
+    try:
+        model = load_model(model_dir, kind=k)
+    except ArtifactError as e:
+        fail(str(e))
+    frame = _read(k, from_csv, with_labels=False)
+    rows = _predictions(k, model, frame)
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table(*(["row", *rows[0].keys()] if rows else ["row"]))
+    for i, row in enumerate(rows):
+        table.add_row(str(i), *("-" if v is None else f"{v:.4g}" for v in row.values()))
+    out_console.print(table)
+
+
+@app.command("evaluate")
+def evaluate_command(
+    kind: Annotated[KindArg, typer.Argument(help="Which model.")],
+    from_csv: Annotated[Path, typer.Option("--from-csv", help="Labelled data in the kind's CSV format.")],
+    holdout_by: Annotated[
+        str,
+        typer.Option(
+            "--holdout-by",
+            help="Grouping of the cross-validation: pair, row, a time column (chronological 80/20), "
+            "a side name like workload or family (leave one out), or any column.",
+        ),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Grouped cross-validation of the model and its baselines on the same folds."""
+    k = _kind(kind)
+    frame = _read(k, from_csv, with_labels=True)
+    try:
+        result = evaluate(k, frame, holdout_by).to_json()
+    except DatasetError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    metrics = list(result["model"])
+    table = Table("predictor", *metrics, title=f"{k}, holdout by {holdout_by}, {result['rows']} rows")
+    for name, values in [("model", result["model"]), *result["baselines"].items()]:
+        table.add_row(name, *(f"{values[m]:.4g}" for m in metrics))
+    out_console.print(table)
+    typer.echo(f"model beats every baseline on {result['metric']}: {result['model_beats_every_baseline']}")
+
+
+@app.command("list")
+def list_command(
+    kind: Annotated[KindArg | None, typer.Option("--kind", help="Only this kind.")] = None,
+    db_url: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The registered model versions, with their validation metric and which one is promoted."""
+    sessions = session_factory(open_store(db_url))
+    with sessions() as session:
+        rows = repo.list_model_versions(session=session, kind=_kind(kind) if kind is not None else None)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "kind": r.kind,
+                        "version": r.version,
+                        "promoted": r.promoted,
+                        "metrics": r.metrics,
+                        "training_summary": r.training_summary,
+                        "artifact_path": r.artifact_path,
+                        "created_at": r.created_at.isoformat(),
+                    }
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table("kind", "version", "promoted", "metric", "rows", "created", "artifact")
+    for r in rows:
+        name = str(r.metrics.get("metric", ""))
+        value = r.metrics.get(name)
+        table.add_row(
+            r.kind,
+            str(r.version),
+            "yes" if r.promoted else "",
+            f"{name} {value:.4g}" if isinstance(value, int | float) else "-",
+            str(r.training_summary.get("rows", "-")),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.artifact_path,
+        )
+    out_console.print(table)
+
+
+@app.command("rollback")
+def rollback_command(
+    kind: Annotated[KindArg, typer.Argument(help="Which model.")],
+    to: Annotated[int | None, typer.Option("--to", help="Version to promote (default: the previous one).")] = None,
+    db_url: DbOption = None,
+) -> None:
+    """Promote an earlier version again."""
+    k = _kind(kind)
+    try:
+        version = rollback(session_factory(open_store(db_url)), k, to_version=to)
+    except LookupError as e:
+        fail(str(e))
+    typer.echo(f"{k} v{version} is now promoted")
+
+
+@app.command("import")
+def import_command(
+    source: Annotated[ImportSource, typer.Argument(help="Which public data set SRC is.")],
+    src: Annotated[Path, typer.Argument(help="The public data file.")],
+    out: Annotated[Path, typer.Option("--out", help="CSV to write (docs/formats.md).")],
+    gavel_json: Annotated[
+        Path | None, typer.Option("--gavel-json", help="gavel-trace only: Gavel's simulation_throughputs.json.")
+    ] = None,
+) -> None:
+    """Convert a public data set (Gavel JSON or trace, Sia CSV, Philly CSV) to one of our CSV formats."""
+    if not src.is_file():
+        fail(f"{src}: no such file")
+    try:
+        if source in (ImportSource.gavel_colocations, ImportSource.gavel_throughputs):
+            data = load_gavel(src)
+            frame = data.colocations if source is ImportSource.gavel_colocations else data.throughputs
+            fmt = FORMAT_OF_KIND["interference" if source is ImportSource.gavel_colocations else "throughput"]
+        elif source is ImportSource.gavel_trace:
+            if gavel_json is None:
+                fail("gavel-trace needs --gavel-json FILE (the throughputs that turn steps into run times)")
+            frame = gavel_trace_executions(src, load_gavel(gavel_json).throughputs)
+            fmt = FORMAT_OF_KIND["jct"]
+        elif source is ImportSource.sia:
+            frame, fmt = load_sia(src), FORMAT_OF_KIND["throughput"]
+        else:
+            frame, fmt = load_philly(src), FORMAT_OF_KIND["jct"]
+    except DatasetError as e:
+        fail(str(e))
+    columns = [c for c in fmt.known if c in frame.columns]
+    frame[columns].to_csv(out, index=False)
+    typer.echo(f"wrote {len(frame)} {fmt.name} rows to {out}")

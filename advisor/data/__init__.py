@@ -1,0 +1,1 @@
+"""Reference data bundled with the package (see each folder's LICENSE)."""

@@ -1,0 +1,535 @@
+"""Training data: the CSV interchange formats of DESIGN §6, importers for the public sets, and store records.
+
+Every path into a model goes through one of three frames — colocations, throughputs, executions — whose columns are
+documented in docs/formats.md. `read_csv` checks a file against its format before anything is trained: a missing
+required column, or an unknown one that looks like a misspelling of a known column, is a `DatasetError` naming it.
+
+Importers turn the public data sets into the same frames:
+- Gavel's ``simulation_throughputs.json`` (isolated and pairwise co-located steps/s on K80, P100, V100),
+- Sia's ``sia_placements_all.csv`` (samples/s per GPU type, GPU count, nodes and batch size),
+- Philly's ``philly.csv`` as prepared by Pollux (submit time, duration, GPU count, virtual cluster),
+- Gavel's job traces (``traces_seed0_top3.csv``), turned into executions with the Gavel throughputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from advisor.features import FloatArray, JobQuery, SideColumns, ThroughputQuery
+from advisor.gpus import normalize_gpu_model
+from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
+
+Kind = Literal["throughput", "interference", "jct"]
+KINDS: tuple[Kind, ...] = ("throughput", "interference", "jct")
+
+
+class DatasetError(ValueError):
+    """A data file that cannot be used as it is; the message names the file, the column or the row."""
+
+
+@dataclass(frozen=True, slots=True)
+class CsvFormat:
+    """Columns of one interchange format: needed for prediction, needed only as labels, optional."""
+
+    name: str
+    features: tuple[str, ...]
+    labels: tuple[str, ...]
+    optional: tuple[str, ...]
+    min_train_rows: int
+
+    @property
+    def known(self) -> tuple[str, ...]:
+        return (*self.features, *self.labels, *self.optional)
+
+
+COLOCATIONS = CsvFormat(
+    name="colocations",
+    features=("gpu_model", "workload_a", "workload_b", "solo_throughput_a", "solo_throughput_b"),
+    labels=("coloc_throughput_a", "coloc_throughput_b"),
+    optional=(
+        "sm_util_a",
+        "mem_bw_util_a",
+        "mem_bytes_a",
+        "sm_util_b",
+        "mem_bw_util_b",
+        "mem_bytes_b",
+        "batch_size_a",
+        "batch_size_b",
+        "amp_a",
+        "amp_b",
+        "family_a",
+        "family_b",
+    ),
+    min_train_rows=20,
+)
+THROUGHPUTS = CsvFormat(
+    name="throughputs",
+    features=("workload", "gpu_model", "gpu_count", "nodes", "batch_size"),
+    labels=("throughput",),
+    optional=("sm_util", "mem_bw_util", "mem_bytes"),
+    min_train_rows=20,
+)
+EXECUTIONS = CsvFormat(
+    name="executions",
+    features=("job_id", "workload", "user", "gpu_model", "gpu_count", "submit_time"),
+    labels=("start_time", "end_time"),
+    optional=("queue", "node", "mean_utilization"),
+    min_train_rows=30,
+)
+FORMAT_OF_KIND: dict[Kind, CsvFormat] = {"interference": COLOCATIONS, "throughput": THROUGHPUTS, "jct": EXECUTIONS}
+
+_NUMERIC = {
+    "solo_throughput_a",
+    "solo_throughput_b",
+    "coloc_throughput_a",
+    "coloc_throughput_b",
+    "sm_util_a",
+    "mem_bw_util_a",
+    "mem_bytes_a",
+    "sm_util_b",
+    "mem_bw_util_b",
+    "mem_bytes_b",
+    "batch_size_a",
+    "batch_size_b",
+    "gpu_count",
+    "nodes",
+    "batch_size",
+    "throughput",
+    "sm_util",
+    "mem_bw_util",
+    "mem_bytes",
+    "mean_utilization",
+}
+_RATIOS = {"sm_util_a", "mem_bw_util_a", "sm_util_b", "mem_bw_util_b", "sm_util", "mem_bw_util", "mean_utilization"}
+_BOOLS = {"amp_a", "amp_b"}
+_TIMES = {"submit_time", "start_time", "end_time"}
+
+
+def check_columns(columns: Iterable[str], fmt: CsvFormat, *, with_labels: bool, source: str) -> None:
+    """Raise `DatasetError` listing every missing required column and every likely misspelling."""
+    present = list(columns)
+    required = (*fmt.features, *fmt.labels) if with_labels else fmt.features
+    missing = [c for c in required if c not in present]
+    problems = []
+    if missing:
+        problems.append(f"missing column(s) {', '.join(missing)}")
+    for column in present:
+        if column in fmt.known:
+            continue
+        close = [c for c in difflib.get_close_matches(column, fmt.known, n=1, cutoff=0.8) if c not in present]
+        if close:
+            problems.append(f"unknown column {column!r} (did you mean {close[0]!r}?)")
+    if problems:
+        raise DatasetError(f"{source}: not a {fmt.name} CSV: {'; '.join(problems)}")
+
+
+def _parse_times(values: pd.Series, column: str, source: str, *, allow_empty: bool) -> FloatArray:
+    """Unix seconds from ISO 8601 strings or plain numbers (already unix seconds); NaN where allowed to be empty."""
+    text = values.astype("string").str.strip()
+    empty = (text.isna() | (text == "")).to_numpy(dtype=bool)
+    if empty.any() and not allow_empty:
+        raise DatasetError(f"{source}: column {column}, row {int(np.flatnonzero(empty)[0]) + 2}: empty time")
+    given = text.where(~empty)
+    numeric = pd.to_numeric(given, errors="coerce")
+    if (numeric.notna().to_numpy(dtype=bool) | empty).all():
+        return numeric.to_numpy(dtype=np.float64, na_value=np.nan)
+    parsed = pd.to_datetime(given, utc=True, format="ISO8601", errors="coerce")
+    bad = parsed.isna().to_numpy(dtype=bool) & ~empty
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetError(
+            f"{source}: column {column}, row {row + 2}: "
+            f"expected an ISO 8601 time or unix seconds, got {values.iloc[row]!r}"
+        )
+    return np.asarray((parsed - pd.Timestamp(0, tz="UTC")).dt.total_seconds(), dtype=np.float64)
+
+
+def normalize_frame(frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, source: str) -> pd.DataFrame:
+    """Check `frame` against `fmt` and return a copy with typed columns; absent optional columns become NaN/empty.
+
+    Times become float unix seconds in `<name>_s` columns (`submit_time_s`, ...).
+    """
+    check_columns(frame.columns, fmt, with_labels=with_labels, source=source)
+    out = frame.copy()
+    for column in fmt.known:
+        if column not in out.columns:
+            if column in _TIMES:
+                continue
+            out[column] = np.nan if column in _NUMERIC or column in _BOOLS else ""
+        if column in _NUMERIC:
+            converted = pd.to_numeric(out[column], errors="coerce")
+            bad = converted.isna() & out[column].notna() & (out[column].astype(str).str.strip() != "")
+            if bad.any():
+                row = int(np.flatnonzero(bad.to_numpy())[0])
+                raise DatasetError(
+                    f"{source}: column {column}, row {row + 2}: expected a number, got {out[column].iloc[row]!r}"
+                )
+            out[column] = converted.astype(np.float64)
+            if column in _RATIOS and (out[column] > 1.0).any():
+                raise DatasetError(f"{source}: column {column}: utilisations are ratios 0..1, found values above 1")
+        elif column in _BOOLS:
+            text = out[column].astype(str).str.strip().str.lower()
+            out[column] = np.select(
+                [text.isin(["1", "true", "yes", "1.0"]), text.isin(["0", "false", "no", "0.0"])], [1.0, 0.0], np.nan
+            )
+        elif column in _TIMES:
+            out[f"{column}_s"] = _parse_times(out[column], column, source, allow_empty=column == "start_time")
+        else:
+            out[column] = out[column].fillna("").astype(str)
+    return out
+
+
+def read_csv(path: Path, fmt: CsvFormat, *, with_labels: bool) -> pd.DataFrame:
+    """Read and check a CSV of format `fmt` (see `normalize_frame`)."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except FileNotFoundError as e:
+        raise DatasetError(f"{path}: no such file") from e
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: not a readable CSV ({e})") from e
+    frame.columns = [str(c).strip() for c in frame.columns]
+    return normalize_frame(frame, fmt, with_labels=with_labels, source=str(path))
+
+
+# ------------------------------------------------------------------------------- frames → model inputs
+
+
+def side_columns_from_frame(frame: pd.DataFrame, side: Literal["a", "b"]) -> SideColumns:
+    """One side of a colocations frame as the interference features want it."""
+
+    def col(name: str) -> FloatArray:
+        return frame[f"{name}_{side}"].to_numpy(dtype=np.float64)
+
+    return SideColumns(
+        solo_throughput=col("solo_throughput"),
+        batch_size=np.nan_to_num(col("batch_size"), nan=0.0),
+        sm_util=col("sm_util"),
+        mem_bw_util=col("mem_bw_util"),
+        mem_bytes=col("mem_bytes"),
+        amp=col("amp"),
+    )
+
+
+def throughput_query_from_frame(frame: pd.DataFrame) -> ThroughputQuery:
+    return ThroughputQuery(
+        workloads=frame["workload"].tolist(),
+        gpu_models=[normalize_gpu_model(g) for g in frame["gpu_model"]],
+        gpu_count=frame["gpu_count"].fillna(1.0).to_numpy(dtype=np.float64),
+        nodes=frame["nodes"].fillna(1.0).to_numpy(dtype=np.float64),
+        batch_size=frame["batch_size"].fillna(0.0).to_numpy(dtype=np.float64),
+    )
+
+
+def job_query_from_frame(frame: pd.DataFrame) -> JobQuery:
+    queues = frame["queue"].tolist() if "queue" in frame.columns else [""] * len(frame)
+    return JobQuery(
+        workloads=frame["workload"].tolist(),
+        users=frame["user"].tolist(),
+        queues=queues,
+        gpu_models=[normalize_gpu_model(g) if g else "" for g in frame["gpu_model"]],
+        gpu_count=frame["gpu_count"].fillna(1.0).to_numpy(dtype=np.float64),
+        submit_time_s=frame["submit_time_s"].to_numpy(dtype=np.float64),
+    )
+
+
+def run_seconds(frame: pd.DataFrame) -> FloatArray:
+    """Each job's run time: end - start (end - submit where the start is unknown)."""
+    start = frame["start_time_s"].to_numpy(dtype=np.float64)
+    submit = frame["submit_time_s"].to_numpy(dtype=np.float64)
+    end = frame["end_time_s"].to_numpy(dtype=np.float64)
+    result: FloatArray = end - np.where(np.isnan(start), submit, start)
+    return result
+
+
+# ------------------------------------------------------------------------------- public data sets
+
+_BATCH = re.compile(r"\s*\(batch size (\d+)\)\s*$")
+
+
+def gavel_job(name: str) -> tuple[str, int]:
+    """(family, batch size) of a Gavel job type: ``ResNet-18 (batch size 16)`` → (``ResNet-18``, 16); 0 = unknown."""
+    match = _BATCH.search(name)
+    if match is None:
+        return name.strip(), 0
+    return name[: match.start()].strip(), int(match.group(1))
+
+
+def _gavel_key(key: str) -> tuple[str, int]:
+    try:
+        parsed = ast.literal_eval(key)
+    except (ValueError, SyntaxError) as e:
+        raise DatasetError(f"Gavel job key {key!r} is not a (job type, scale factor) tuple") from e
+    if not (isinstance(parsed, tuple) and len(parsed) == 2 and isinstance(parsed[0], str)):
+        raise DatasetError(f"Gavel job key {key!r} is not a (job type, scale factor) tuple")
+    return parsed[0], int(parsed[1])
+
+
+def _samples(steps_per_s: float, batch_size: int) -> float:
+    return steps_per_s * batch_size if batch_size > 0 else steps_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class GavelData:
+    throughputs: pd.DataFrame
+    colocations: pd.DataFrame
+    infeasible_pairs: int
+
+
+def load_gavel(path: Path) -> GavelData:
+    """Throughputs and 1-GPU co-locations from Gavel's ``simulation_throughputs.json``.
+
+    Throughputs are samples/s = steps/s × batch size (steps/s for A3C and CycleGAN, whose batch size Gavel does not
+    name). A multi-GPU job's batch size is taken per GPU, so its global batch is batch × GPUs. ``<gpu>_unconsolidated``
+    entries are the same job spread over one server per GPU (``nodes`` = GPU count). Pairs measured as ``[0, 0]``
+    could not share a GPU; they are counted in `infeasible_pairs` and left out.
+    """
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise DatasetError(f"{path}: not a readable Gavel throughputs JSON ({e})") from e
+    thr_rows: list[dict[str, object]] = []
+    pair_rows: list[dict[str, object]] = []
+    infeasible = 0
+    for worker_type, jobs in raw.items():
+        consolidated = not worker_type.endswith("_unconsolidated")
+        gpu = normalize_gpu_model(worker_type.removesuffix("_unconsolidated"))
+        solo: dict[str, float] = {}
+        for key, entry in jobs.items():
+            job, scale = _gavel_key(key)
+            if scale > 1 or consolidated:
+                _, batch = gavel_job(job)
+                thr_rows.append(
+                    {
+                        "workload": job,
+                        "gpu_model": gpu,
+                        "gpu_count": scale,
+                        "nodes": 1 if consolidated else scale,
+                        "batch_size": batch * scale,
+                        "throughput": _samples(float(entry["null"]), batch) * scale,
+                    }
+                )
+            if scale == 1:
+                solo[job] = float(entry["null"])
+        if not consolidated:
+            continue
+        for key, entry in jobs.items():
+            job_a, scale_a = _gavel_key(key)
+            if scale_a != 1:
+                continue
+            for other, value in entry.items():
+                if other == "null":
+                    continue
+                job_b, scale_b = _gavel_key(other)
+                if scale_b != 1:
+                    continue
+                coloc_a, coloc_b = float(value[0]), float(value[1])
+                if coloc_a <= 0.0 or coloc_b <= 0.0:
+                    infeasible += 1
+                    continue
+                fam_a, bs_a = gavel_job(job_a)
+                fam_b, bs_b = gavel_job(job_b)
+                pair_rows.append(
+                    {
+                        "gpu_model": gpu,
+                        "workload_a": job_a,
+                        "workload_b": job_b,
+                        "solo_throughput_a": _samples(solo[job_a], bs_a),
+                        "solo_throughput_b": _samples(solo[job_b], bs_b),
+                        "coloc_throughput_a": _samples(coloc_a, bs_a),
+                        "coloc_throughput_b": _samples(coloc_b, bs_b),
+                        "batch_size_a": bs_a,
+                        "batch_size_b": bs_b,
+                        "family_a": fam_a,
+                        "family_b": fam_b,
+                    }
+                )
+    throughputs = normalize_frame(pd.DataFrame(thr_rows), THROUGHPUTS, with_labels=True, source=str(path))
+    colocations = normalize_frame(pd.DataFrame(pair_rows), COLOCATIONS, with_labels=True, source=str(path))
+    return GavelData(throughputs, colocations, infeasible)
+
+
+_SIA_COLUMNS = ("app", "gpu_desc", "num_nodes", "num_gpus", "global_bsz", "samples_per_s")
+
+
+def load_sia(path: Path) -> pd.DataFrame:
+    """Sia's placements CSV as a throughputs frame (workload = app, batch size = global batch, GPU from gpu_desc)."""
+    raw = pd.read_csv(path)
+    missing = [c for c in _SIA_COLUMNS if c not in raw.columns]
+    if missing:
+        raise DatasetError(f"{path}: not a Sia placements CSV: missing column(s) {', '.join(missing)}")
+    frame = pd.DataFrame(
+        {
+            "workload": raw["app"].astype(str),
+            "gpu_model": [normalize_gpu_model(d.split("(")[0]) for d in raw["gpu_desc"].astype(str)],
+            "gpu_count": raw["num_gpus"],
+            "nodes": raw["num_nodes"],
+            "batch_size": raw["global_bsz"],
+            "throughput": raw["samples_per_s"],
+        }
+    )
+    return normalize_frame(frame, THROUGHPUTS, with_labels=True, source=str(path))
+
+
+_PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+
+
+def load_philly(path: Path) -> pd.DataFrame:
+    """Philly jobs as an executions frame.
+
+    The trace has no user, workload or GPU model: the virtual cluster is both the user and the queue, the workload is
+    empty and the GPU model unknown. Start = submit time (the trace's ``duration`` is the run time).
+    """
+    raw = pd.read_csv(path)
+    missing = [c for c in _PHILLY_COLUMNS if c not in raw.columns]
+    if missing:
+        raise DatasetError(f"{path}: not a Philly CSV: missing column(s) {', '.join(missing)}")
+    submit = pd.to_datetime(raw["timestamp"], utc=True)
+    end = submit + pd.to_timedelta(raw["duration"], unit="s")
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    frame = pd.DataFrame(
+        {
+            "job_id": [f"philly-{i}" for i in range(len(raw))],
+            "workload": "",
+            "user": raw["cluster"].astype(str),
+            "queue": raw["cluster"].astype(str),
+            "gpu_model": "",
+            "gpu_count": raw["num_gpus"],
+            "submit_time": submit.dt.strftime(iso),
+            "start_time": submit.dt.strftime(iso),
+            "end_time": end.dt.strftime(iso),
+        }
+    )
+    return normalize_frame(frame, EXECUTIONS, with_labels=True, source=str(path))
+
+
+_TRACE_COLUMNS = ("trace", "job_idx", "job_type", "total_steps", "scale_factor", "arrival_time_s")
+
+
+def gavel_trace_executions(trace_path: Path, throughputs: pd.DataFrame, *, start_unix_s: float = 1.7e9) -> pd.DataFrame:
+    """Executions derived from Gavel's job traces: run time = total steps / the job's steps/s on its GPU type.
+
+    Gavel's traces say which job arrives when and how many steps it runs, not where it ran; each job is assigned a
+    GPU type round-robin over the types with a measurement for it, and runs alone (start = arrival). The trace name
+    (a Philly virtual cluster) is the user and the queue. These are labels derived from real measurements, not
+    observed completion times.
+    """
+    raw = pd.read_csv(trace_path)
+    missing = [c for c in _TRACE_COLUMNS if c not in raw.columns]
+    if missing:
+        raise DatasetError(f"{trace_path}: not a Gavel trace CSV: missing column(s) {', '.join(missing)}")
+    steps_per_s: dict[tuple[str, int], dict[str, float]] = {}
+    single_node = throughputs[throughputs["nodes"] == 1]
+    for workload, gpu_model, gpu_count, throughput in zip(
+        single_node["workload"].tolist(),
+        single_node["gpu_model"].tolist(),
+        single_node["gpu_count"].tolist(),
+        single_node["throughput"].tolist(),
+        strict=True,
+    ):
+        _, batch = gavel_job(str(workload))
+        steps = float(throughput) / (max(batch, 1) * float(gpu_count))
+        if steps > 0:
+            steps_per_s.setdefault((str(workload), int(gpu_count)), {})[str(gpu_model)] = steps
+    rows: list[dict[str, object]] = []
+    columns = [raw[c].tolist() for c in _TRACE_COLUMNS]
+    for i, (trace, job_idx, job_type, total_steps, scale, arrival) in enumerate(zip(*columns, strict=True)):
+        options = steps_per_s.get((str(job_type), int(scale)))
+        if not options:
+            continue
+        gpu = sorted(options)[i % len(options)]
+        submit = start_unix_s + float(arrival)
+        rows.append(
+            {
+                "job_id": f"{trace}-{job_idx}",
+                "workload": str(job_type),
+                "user": str(trace),
+                "queue": str(trace),
+                "gpu_model": gpu,
+                "gpu_count": int(scale),
+                "submit_time": submit,
+                "start_time": submit,
+                "end_time": submit + float(total_steps) / options[gpu],
+            }
+        )
+    return normalize_frame(pd.DataFrame(rows), EXECUTIONS, with_labels=True, source=str(trace_path))
+
+
+# ------------------------------------------------------------------------------- store records → frames
+
+
+def colocations_frame(records: Sequence[ColocationRecord]) -> pd.DataFrame:
+    rows = [
+        {
+            "gpu_model": r.gpu_model,
+            "workload_a": r.workload_a,
+            "workload_b": r.workload_b,
+            "solo_throughput_a": r.solo_throughput_a,
+            "solo_throughput_b": r.solo_throughput_b,
+            "coloc_throughput_a": r.coloc_throughput_a,
+            "coloc_throughput_b": r.coloc_throughput_b,
+            "sm_util_a": r.sm_util_a,
+            "mem_bw_util_a": r.mem_bw_util_a,
+            "mem_bytes_a": r.mem_bytes_a,
+            "sm_util_b": r.sm_util_b,
+            "mem_bw_util_b": r.mem_bw_util_b,
+            "mem_bytes_b": r.mem_bytes_b,
+            "batch_size_a": r.batch_size_a,
+            "batch_size_b": r.batch_size_b,
+            "amp_a": int(r.amp_a),
+            "amp_b": int(r.amp_b),
+        }
+        for r in records
+    ]
+    frame = pd.DataFrame(rows, columns=[*COLOCATIONS.features, *COLOCATIONS.labels])
+    return normalize_frame(frame, COLOCATIONS, with_labels=True, source="store colocations")
+
+
+def throughputs_frame(records: Sequence[ProfileRecord]) -> pd.DataFrame:
+    rows = [
+        {
+            "workload": r.workload,
+            "gpu_model": r.gpu_model,
+            "gpu_count": r.gpu_count,
+            "nodes": r.node_count,
+            "batch_size": r.batch_size,
+            "throughput": r.throughput_samples_per_s,
+            "sm_util": r.sm_util_mean_ratio,
+            "mem_bw_util": r.mem_bw_util_ratio,
+            "mem_bytes": r.peak_memory_bytes,
+        }
+        for r in records
+    ]
+    frame = pd.DataFrame(rows, columns=[*THROUGHPUTS.features, *THROUGHPUTS.labels])
+    return normalize_frame(frame, THROUGHPUTS, with_labels=True, source="store profiles")
+
+
+def executions_frame(records: Sequence[ExecutionRecord]) -> pd.DataFrame:
+    rows = [
+        {
+            "job_id": r.job_id,
+            "workload": r.workload or "",
+            "user": r.user or r.namespace,
+            "queue": r.queue,
+            "node": r.node or "",
+            "gpu_model": r.gpu_model or "",
+            "gpu_count": r.gpu_count,
+            "submit_time": r.submit_time.timestamp(),
+            "start_time": r.start_time.timestamp() if r.start_time is not None else math.nan,
+            "end_time": r.end_time.timestamp(),
+            "mean_utilization": r.mean_utilization_ratio,
+        }
+        for r in records
+    ]
+    frame = pd.DataFrame(rows, columns=[*EXECUTIONS.features, *EXECUTIONS.labels])
+    return normalize_frame(frame, EXECUTIONS, with_labels=True, source="store executions")

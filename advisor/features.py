@@ -1,0 +1,310 @@
+"""The feature functions shared by training and serving: one place turns raw columns into model inputs.
+
+Training (`advisor.models.*.fit`) and serving (the scorer, the simulator, `models predict`) both call exactly these
+functions, so a model can never see features at serving time that were computed differently when it was trained.
+Inputs are columnar (`numpy` arrays, one entry per row) so the scorer's hot path stays free of pandas.
+
+Missing values are NaN: utilisation columns that a data set does not have (Gavel has none), a batch size of 0
+(unknown), a GPU model that is not in `advisor.gpus.GPU_SPECS`. LightGBM routes NaN down a learned default branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from advisor.gpus import gpu_spec
+
+FloatArray = npt.NDArray[np.float64]
+
+GPU_FEATURES = ("gpu_log2_fp16_tflops", "gpu_log2_fp32_tflops", "gpu_log2_bandwidth_gb_s", "gpu_memory_gib", "gpu_cc")
+
+
+def _spec_row(name: str) -> tuple[float, float, float, float, float]:
+    s = gpu_spec(name)
+    return (
+        float(np.log2(s.fp16_tflops)),
+        float(np.log2(s.fp32_tflops)),
+        float(np.log2(s.memory_bandwidth_bytes_per_s / 1e9)),
+        s.memory_bytes / (1 << 30),
+        s.compute_capability,
+    )
+
+
+def gpu_features(gpu_models: Sequence[str]) -> FloatArray:
+    """One row of `GPU_FEATURES` per GPU model name (NaN for an unknown model)."""
+    cache: dict[str, tuple[float, float, float, float, float]] = {}
+    out = np.empty((len(gpu_models), len(GPU_FEATURES)), dtype=np.float64)
+    for i, name in enumerate(gpu_models):
+        row = cache.get(name)
+        if row is None:
+            row = cache[name] = _spec_row(name)
+        out[i] = row
+    return out
+
+
+def _log2_positive(values: FloatArray) -> FloatArray:
+    """log2 of values > 0; NaN for 0, negative or missing (0 means "unknown" in the CSV formats)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(values > 0, np.log2(np.where(values > 0, values, 1.0)), np.nan)
+
+
+# ---------------------------------------------------------------------------------------------- interference
+
+
+@dataclass(frozen=True, slots=True)
+class SoloProfile:
+    """What is known about one workload running alone on a GPU: the input of the interference model.
+
+    `solo_throughput` is samples/s (or steps/s when the batch size is unknown); `None` means "not measured".
+    """
+
+    workload: str
+    solo_throughput: float
+    batch_size: int = 0
+    sm_util_ratio: float | None = None
+    mem_bw_util_ratio: float | None = None
+    mem_bytes: float | None = None
+    amp: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SideColumns:
+    """One side (a or b) of a batch of co-locations, column by column; NaN marks a missing value."""
+
+    solo_throughput: FloatArray
+    batch_size: FloatArray
+    sm_util: FloatArray
+    mem_bw_util: FloatArray
+    mem_bytes: FloatArray
+    amp: FloatArray
+
+    def __len__(self) -> int:
+        return len(self.solo_throughput)
+
+
+def _opt(value: float | bool | None) -> float:
+    return np.nan if value is None else float(value)
+
+
+def side_columns(profiles: Sequence[SoloProfile]) -> SideColumns:
+    """Columns of `profiles`, in order."""
+    return SideColumns(
+        solo_throughput=np.array([p.solo_throughput for p in profiles], dtype=np.float64),
+        batch_size=np.array([p.batch_size for p in profiles], dtype=np.float64),
+        sm_util=np.array([_opt(p.sm_util_ratio) for p in profiles], dtype=np.float64),
+        mem_bw_util=np.array([_opt(p.mem_bw_util_ratio) for p in profiles], dtype=np.float64),
+        mem_bytes=np.array([_opt(p.mem_bytes) for p in profiles], dtype=np.float64),
+        amp=np.array([_opt(p.amp) for p in profiles], dtype=np.float64),
+    )
+
+
+INTERFERENCE_SIDE_FEATURES = (
+    "log2_samples_per_s",
+    "log2_batch_size",
+    "log2_steps_per_s",
+    "sm_util",
+    "mem_bw_util",
+    "mem_fraction",
+    "amp",
+)
+INTERFERENCE_FEATURES = (
+    *(f"self_{n}" for n in INTERFERENCE_SIDE_FEATURES),
+    *(f"other_{n}" for n in INTERFERENCE_SIDE_FEATURES),
+    "sum_sm_util",
+    "sum_mem_bw_util",
+    "sum_mem_fraction",
+    "log2_throughput_ratio",
+    "log2_batch_ratio",
+    *GPU_FEATURES,
+)
+
+
+def _side_block(side: SideColumns, gpu_memory_bytes: FloatArray) -> FloatArray:
+    log_thr = _log2_positive(side.solo_throughput)
+    log_batch = _log2_positive(side.batch_size)
+    log_steps = np.where(np.isnan(log_batch), log_thr, log_thr - log_batch)
+    mem_fraction = side.mem_bytes / gpu_memory_bytes
+    return np.column_stack([log_thr, log_batch, log_steps, side.sm_util, side.mem_bw_util, mem_fraction, side.amp])
+
+
+def interference_features(this: SideColumns, other: SideColumns, gpu_models: Sequence[str]) -> FloatArray:
+    """Features for predicting `this` side's normalised throughput while it shares a GPU with `other`.
+
+    The same function is used for both sides (swap the arguments for the other one), which is what makes the
+    model's (A, B) and (B, A) predictions consistent.
+    """
+    gpu = gpu_features(gpu_models)
+    gpu_memory_bytes = gpu[:, 3] * (1 << 30)
+    a = _side_block(this, gpu_memory_bytes)
+    b = _side_block(other, gpu_memory_bytes)
+    pair = np.column_stack(
+        [a[:, 3] + b[:, 3], a[:, 4] + b[:, 4], a[:, 5] + b[:, 5], a[:, 0] - b[:, 0], a[:, 1] - b[:, 1]]
+    )
+    return np.hstack([a, b, pair, gpu])
+
+
+# ---------------------------------------------------------------------------------------------- throughput
+
+THROUGHPUT_FEATURES = (
+    "log2_gpu_count",
+    "nodes",
+    "log2_batch_size",
+    "log2_batch_per_gpu",
+    *GPU_FEATURES,
+    "anchor_log2_throughput_per_gpu",
+    "anchor_log2_fp16_ratio",
+    "anchor_log2_fp32_ratio",
+    "anchor_log2_bandwidth_ratio",
+    "anchor_memory_ratio",
+    "anchor_log2_count_ratio",
+    "anchor_nodes_diff",
+    "anchor_log2_batch_ratio",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputQuery:
+    """Columns of a batch of "how fast does this workload run there" questions (batch size 0 = unknown)."""
+
+    workloads: Sequence[str]
+    gpu_models: Sequence[str]
+    gpu_count: FloatArray
+    nodes: FloatArray
+    batch_size: FloatArray
+
+    def __len__(self) -> int:
+        return len(self.workloads)
+
+
+@dataclass(frozen=True, slots=True)
+class Anchors:
+    """For each query row, the measured configuration the estimate starts from (NaN where none exists)."""
+
+    throughput: FloatArray
+    gpu_models: Sequence[str]
+    gpu_count: FloatArray
+    nodes: FloatArray
+    batch_size: FloatArray
+
+
+def throughput_features(query: ThroughputQuery, anchors: Anchors) -> FloatArray:
+    """Features of the throughput model: the target configuration and how it differs from its anchor."""
+    gpu = gpu_features(query.gpu_models)
+    anchor_gpu = gpu_features(anchors.gpu_models)
+    log_count = _log2_positive(query.gpu_count)
+    log_batch = _log2_positive(query.batch_size)
+    anchor_log_count = _log2_positive(anchors.gpu_count)
+    return np.column_stack(
+        [
+            log_count,
+            query.nodes,
+            log_batch,
+            log_batch - log_count,
+            gpu,
+            _log2_positive(anchors.throughput) - anchor_log_count,
+            gpu[:, 0] - anchor_gpu[:, 0],
+            gpu[:, 1] - anchor_gpu[:, 1],
+            gpu[:, 2] - anchor_gpu[:, 2],
+            gpu[:, 3] / anchor_gpu[:, 3],
+            log_count - anchor_log_count,
+            query.nodes - anchors.nodes,
+            log_batch - _log2_positive(anchors.batch_size),
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------------- JCT
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Columns of a batch of jobs whose run time is to be predicted (what is known when a job is submitted)."""
+
+    workloads: Sequence[str]
+    users: Sequence[str]
+    queues: Sequence[str]
+    gpu_models: Sequence[str]
+    gpu_count: FloatArray
+    submit_time_s: FloatArray  # unix seconds
+
+    def __len__(self) -> int:
+        return len(self.workloads)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryColumns:
+    """Per job, the history statistics of its workload, user, queue and (queue, GPU count) keys.
+
+    `*_log_median` is the median of the natural log of past run times (NaN: no history); `*_count` how many jobs it
+    summarises; `*_log_iqr` their spread. Computed by `advisor.models.jct.History` from past jobs only.
+    """
+
+    workload_log_median: FloatArray
+    workload_count: FloatArray
+    user_log_median: FloatArray
+    user_count: FloatArray
+    user_log_iqr: FloatArray
+    queue_log_median: FloatArray
+    queue_count: FloatArray
+    queue_gpus_log_median: FloatArray
+    queue_gpus_count: FloatArray
+    queue_gpus_log_iqr: FloatArray
+
+
+JCT_FEATURES = (
+    "log2_gpu_count",
+    *GPU_FEATURES,
+    "hour_of_day",
+    "day_of_week",
+    "workload_log_median",
+    "log1p_workload_count",
+    "user_log_median",
+    "log1p_user_count",
+    "user_log_iqr",
+    "queue_log_median",
+    "log1p_queue_count",
+    "queue_gpus_log_median",
+    "log1p_queue_gpus_count",
+    "queue_gpus_log_iqr",
+)
+
+
+def _hour_and_weekday(submit_time_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+    hours = np.floor(submit_time_s / 3600.0)
+    hour_of_day = np.mod(hours, 24.0)
+    # 1970-01-01 was a Thursday (weekday 3 with Monday = 0).
+    day_of_week = np.mod(np.floor(hours / 24.0) + 3.0, 7.0)
+    return hour_of_day, day_of_week
+
+
+def jct_features(query: JobQuery, history: HistoryColumns) -> FloatArray:
+    """Features of the JCT model: the job's request, when it was submitted, and its keys' history."""
+    hour_of_day, day_of_week = _hour_and_weekday(query.submit_time_s)
+    return np.column_stack(
+        [
+            _log2_positive(query.gpu_count),
+            gpu_features(query.gpu_models),
+            hour_of_day,
+            day_of_week,
+            history.workload_log_median,
+            np.log1p(history.workload_count),
+            history.user_log_median,
+            np.log1p(history.user_count),
+            history.user_log_iqr,
+            history.queue_log_median,
+            np.log1p(history.queue_count),
+            history.queue_gpus_log_median,
+            np.log1p(history.queue_gpus_count),
+            history.queue_gpus_log_iqr,
+        ]
+    )
+
+
+def unix_seconds(moment: datetime) -> float:
+    """Seconds since the epoch; a naive datetime is taken as UTC (the store's convention)."""
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()

@@ -1,0 +1,168 @@
+"""Kubernetes adapter of the advisor: watch bound GPU pods (→ allocations) and nodes (→ deletions).
+
+The only advisor module that imports the kubernetes client. A background thread lists, then watches, pods with a
+`spec.nodeName` (bound) and feeds `ClusterState.set_allocation` / `remove_allocation`; a second one forgets deleted
+nodes. Errors are logged once per kind and retried with a capped backoff; an expired resource version re-lists.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from advisor.api.metrics import AdvisorMetrics
+from advisor.pods import ContainerResources, PodSpecError, pod_key, pod_request
+from advisor.state import ClusterState, PodAllocation
+
+log = logging.getLogger(__name__)
+
+_ACTIVE_PHASES = {"Pending", "Running"}
+_WATCH_TIMEOUT_SECONDS = 300
+_MAX_BACKOFF_SECONDS = 30.0
+_HTTP_GONE = 410
+
+
+def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
+    """The GPU allocation of a pod object (API JSON form), or None when it holds no GPU or is not active/bound."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    node = spec.get("nodeName")
+    if not node or phase not in _ACTIVE_PHASES or meta.get("deletionTimestamp"):
+        return None
+
+    def resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerResources]:
+        out = []
+        for c in containers or []:
+            r = c.get("resources") or {}
+            out.append(ContainerResources(limits=r.get("limits") or {}, requests=r.get("requests") or {}))
+        return out
+
+    try:
+        request = pod_request(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            labels=meta.get("labels") or {},
+            annotations=meta.get("annotations") or {},
+            containers=resources(spec.get("containers")),
+            init_containers=resources(spec.get("initContainers")),
+        )
+    except PodSpecError as e:
+        log.warning("pod %s/%s: GPU request unreadable: %s", meta.get("namespace"), meta.get("name"), e)
+        return None
+    if request.whole_gpus == 0 and not request.is_share:
+        return None
+    return PodAllocation(
+        pod=pod_key(meta.get("namespace", ""), meta.get("name", "")),
+        node=node,
+        gpus=request.whole_gpus,
+        gpu_milli=request.share_milli,
+        gpu_memory_bytes=request.gpu_memory_bytes,
+        workload=request.workload,
+        gang=request.gang,
+    )
+
+
+class KubeWatch:
+    """Two daemon threads (pods, nodes) keeping `state` in step with the cluster until `stop()`."""
+
+    def __init__(self, state: ClusterState, metrics: AdvisorMetrics, api: client.CoreV1Api) -> None:
+        self._state = state
+        self._metrics = metrics
+        self._api = api
+        self._serializer = client.ApiClient()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(self._watch_pods,), name="advisor-pods", daemon=True),
+            threading.Thread(target=self._loop, args=(self._watch_nodes,), name="advisor-nodes", daemon=True),
+        ]
+
+    def start(self) -> KubeWatch:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self, body: Callable[[], None]) -> None:
+        backoff = 1.0
+        logged: set[str] = set()
+        while not self._stop.is_set():
+            try:
+                body()
+                backoff = 1.0
+            except Exception as e:  # any API or network failure: log once per kind, retry
+                kind = type(e).__name__
+                if kind not in logged:
+                    log.warning("kubernetes watch failed (%s: %s); retrying", kind, e)
+                    logged.add(kind)
+                self._stop.wait(backoff)
+                backoff = min(_MAX_BACKOFF_SECONDS, backoff * 2)
+
+    def _pod_dict(self, pod: Any) -> dict[str, Any]:
+        data: dict[str, Any] = self._serializer.sanitize_for_serialization(pod)  # type: ignore[no-untyped-call]
+        return data
+
+    def _watch_pods(self) -> None:
+        listed = self._api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+        allocations = [a for p in listed.items if (a := allocation_from_pod(self._pod_dict(p))) is not None]
+        self._state.replace_allocations(allocations)
+        self._metrics.allocations.set(len(allocations))
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                self._api.list_pod_for_all_namespaces,
+                field_selector="spec.nodeName!=",
+                resource_version=listed.metadata.resource_version if listed.metadata else None,
+                timeout_seconds=_WATCH_TIMEOUT_SECONDS,
+            ):
+                if self._stop.is_set():
+                    return
+                obj = self._pod_dict(event["object"])
+                meta = obj.get("metadata") or {}
+                key = pod_key(meta.get("namespace", ""), meta.get("name", ""))
+                allocation = None if event["type"] == "DELETED" else allocation_from_pod(obj)
+                if allocation is None:
+                    self._state.remove_allocation(key)
+                else:
+                    self._state.set_allocation(allocation)
+                self._metrics.allocations.set(len(self._state.allocations()))
+        except ApiException as e:
+            if e.status != _HTTP_GONE:
+                raise
+        finally:
+            w.stop()  # type: ignore[no-untyped-call]
+
+    def _watch_nodes(self) -> None:
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in w.stream(self._api.list_node, timeout_seconds=_WATCH_TIMEOUT_SECONDS):  # type: ignore[no-untyped-call]
+                if self._stop.is_set():
+                    return
+                if event["type"] == "DELETED":
+                    self._state.remove_node(event["object"].metadata.name)
+        except ApiException as e:
+            if e.status != _HTTP_GONE:
+                raise
+        finally:
+            w.stop()  # type: ignore[no-untyped-call]
+
+
+def start_watch(state: ClusterState, metrics: AdvisorMetrics) -> KubeWatch | None:
+    """Load in-cluster (else local kubeconfig) credentials and start watching; None when neither is available."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except ConfigException:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError) as e:
+            log.warning("no Kubernetes configuration (%s): allocations are inferred from telemetry only", e)
+            return None
+    return KubeWatch(state, metrics, client.CoreV1Api()).start()

@@ -1,0 +1,64 @@
+"""The one module that talks to LightGBM: training with our fixed defaults, fast prediction, text serialisation.
+
+Artifacts are LightGBM's own text format (`Booster.model_to_string`), never pickles, so a model file can be read,
+diffed and loaded by any LightGBM version that understands the format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+
+from advisor.features import FloatArray
+
+
+def train_booster(
+    features: FloatArray,
+    target: FloatArray,
+    *,
+    feature_names: Sequence[str],
+    objective: str,
+    num_boost_round: int,
+    learning_rate: float,
+    num_leaves: int,
+    min_data_in_leaf: int,
+    num_threads: int,
+    seed: int,
+    extra: dict[str, Any] | None = None,
+) -> lgb.Booster:
+    """Fit one booster; deterministic for a given seed and thread count."""
+    params: dict[str, Any] = {
+        "objective": objective,
+        "learning_rate": learning_rate,
+        "num_leaves": num_leaves,
+        "min_data_in_leaf": min(min_data_in_leaf, max(1, len(target) // 4)),
+        "num_threads": num_threads,
+        "seed": seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "feature_fraction": 0.9,
+        "bagging_fraction": 0.9,
+        "bagging_freq": 1,
+        "verbosity": -1,
+        **(extra or {}),
+    }
+    data = lgb.Dataset(features, label=target, feature_name=list(feature_names), free_raw_data=True)
+    return lgb.train(params, data, num_boost_round=num_boost_round)
+
+
+def predict(booster: lgb.Booster, features: FloatArray) -> FloatArray:
+    """Single-threaded prediction on a float64 matrix: the scorer's hot path (no pandas, no thread start-up)."""
+    result: FloatArray = np.asarray(booster.predict(features, num_threads=1, validate_features=False), dtype=np.float64)
+    return result
+
+
+def to_text(booster: lgb.Booster) -> str:
+    text: str = booster.model_to_string()
+    return text
+
+
+def from_text(text: str) -> lgb.Booster:
+    return lgb.Booster(model_str=text)

@@ -1,0 +1,161 @@
+"""The model registry: versions in the store's ``models`` table, artifacts on disk, promotion and rollback.
+
+A version row records where its artifact directory is, its validation metrics and a summary of its training data.
+A new version is promoted only when its primary validation metric (`advisor.models.training.PRIMARY_METRIC`, lower is
+better) is no worse than the promoted version's, unless forced; promotion demotes the previous version in the same
+transaction. Serving code calls `load_promoted` and gets whichever models exist — a missing or unreadable artifact is
+logged once and left out, so the scorer falls back to its heuristics instead of failing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from advisor.datasets import KINDS, Kind
+from advisor.models.artifact import Artifact, ArtifactError, load_artifact, save_artifact
+from advisor.models.interference import InterferenceModel
+from advisor.models.jct import JctModel
+from advisor.models.throughput import ThroughputModel
+from advisor.models.training import PRIMARY_METRIC, Model, Trained
+from profiler.store import repo
+from profiler.store.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+def model_from_artifact(artifact: Artifact) -> Model:
+    if artifact.kind == "interference":
+        return InterferenceModel.from_artifact(artifact)
+    if artifact.kind == "throughput":
+        return ThroughputModel.from_artifact(artifact)
+    if artifact.kind == "jct":
+        return JctModel.from_artifact(artifact)
+    raise ArtifactError(f"unknown model kind {artifact.kind!r}")
+
+
+def load_model(directory: Path, *, kind: Kind | None = None) -> Model:
+    """The model stored in `directory` (raises `ArtifactError` when it is not a model directory of `kind`)."""
+    return model_from_artifact(load_artifact(directory, kind=kind))
+
+
+def save_trained(trained: Trained, directory: Path) -> None:
+    """Write a trained model, its metrics and training summary as an artifact directory."""
+    artifact = trained.model.to_artifact()
+    artifact.metrics = trained.metrics
+    artifact.training_summary = trained.training_summary
+    save_artifact(artifact, directory)
+
+
+@dataclass(frozen=True)
+class LoadedModels:
+    """The promoted models the scorer and the simulator use; None where a kind has no usable promoted version."""
+
+    throughput: ThroughputModel | None = None
+    interference: InterferenceModel | None = None
+    jct: JctModel | None = None
+    versions: dict[str, int] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, str]:
+        """Per kind, ``"<kind> v<N>"`` or ``"none"`` (reported with every score)."""
+        return {k: f"{k} v{self.versions[k]}" if k in self.versions else "none" for k in KINDS}
+
+
+def load_promoted(sessions: sessionmaker[Session], kinds: tuple[Kind, ...] = KINDS) -> LoadedModels:
+    """Load the promoted version of each kind; kinds without one (or with a broken artifact) are None."""
+    loaded: dict[str, Any] = {}
+    versions: dict[str, int] = {}
+    with sessions() as session:
+        rows = {k: repo.promoted_model_version(session=session, kind=k) for k in kinds}
+    for kind, row in rows.items():
+        if row is None:
+            continue
+        try:
+            loaded[kind] = load_model(Path(row.artifact_path), kind=kind)
+        except ArtifactError as e:
+            log.warning("promoted %s model v%d is unusable, serving without it: %s", kind, row.version, e)
+            continue
+        versions[kind] = row.version
+    return LoadedModels(
+        throughput=loaded.get("throughput"),
+        interference=loaded.get("interference"),
+        jct=loaded.get("jct"),
+        versions=versions,
+    )
+
+
+@dataclass(frozen=True)
+class Registration:
+    kind: Kind
+    version: int
+    promoted: bool
+    reason: str
+
+
+def _metric(metrics: dict[str, Any], kind: Kind) -> float:
+    value = metrics.get(PRIMARY_METRIC[kind])
+    return float(value) if isinstance(value, int | float) else math.inf
+
+
+def register(sessions: sessionmaker[Session], kind: Kind, directory: Path, *, force: bool = False) -> Registration:
+    """Add the artifact in `directory` as a new version of `kind`; promote it unless it validates worse."""
+    artifact = load_artifact(directory, kind=kind)
+    new_metric = _metric(artifact.metrics, kind)
+    name = PRIMARY_METRIC[kind]
+    with transaction(sessions) as session:
+        version = repo.add_model_version(
+            session=session,
+            kind=kind,
+            artifact_path=str(directory.resolve()),
+            metrics=artifact.metrics,
+            training_summary=artifact.training_summary,
+        )
+        current = repo.promoted_model_version(session=session, kind=kind)
+        if current is None:
+            reason = "first version of this kind"
+        else:
+            old_metric = _metric(current.metrics, kind)
+            if new_metric <= old_metric:
+                reason = f"{name} {new_metric:.4g} is no worse than v{current.version}'s {old_metric:.4g}"
+            elif force:
+                reason = f"forced although {name} {new_metric:.4g} is worse than v{current.version}'s {old_metric:.4g}"
+            else:
+                return Registration(
+                    kind,
+                    version,
+                    False,
+                    f"not promoted: {name} {new_metric:.4g} is worse than v{current.version}'s {old_metric:.4g} "
+                    "(use --force to promote anyway)",
+                )
+        repo.promote_model_version(session=session, kind=kind, version=version)
+    return Registration(kind, version, True, reason)
+
+
+def rollback(sessions: sessionmaker[Session], kind: Kind, *, to_version: int | None = None) -> int:
+    """Promote `to_version`, or the newest version older than the promoted one; returns the promoted version.
+
+    Raises LookupError when there is nothing to roll back to.
+    """
+    with transaction(sessions) as session:
+        if to_version is None:
+            current = repo.promoted_model_version(session=session, kind=kind)
+            if current is None:
+                raise LookupError(f"no promoted {kind} model to roll back from")
+            older = [
+                v.version for v in repo.list_model_versions(session=session, kind=kind) if v.version < current.version
+            ]
+            if not older:
+                raise LookupError(f"{kind} v{current.version} is the oldest version: nothing to roll back to")
+            to_version = max(older)
+        repo.promote_model_version(session=session, kind=kind, version=to_version)
+    return to_version
+
+
+def version_path(model_dir: Path, kind: Kind, stamp: str) -> Path:
+    """Where a newly trained artifact of `kind` goes under the service's model directory."""
+    return model_dir / kind / stamp

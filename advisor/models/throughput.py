@@ -1,0 +1,344 @@
+"""Throughput: samples/s of a workload on a GPU model × GPU count × nodes × batch size, across GPU types.
+
+A tree model cannot extrapolate to a GPU faster than any it was trained on, so the estimate starts from a
+measurement — the *anchor*: the same workload's closest measured configuration, preferring the same GPU count and
+nodes on the most similar GPU type (`find_anchors`). The nearest-GPU baseline scales the anchor by the FP32 ratio of
+the two GPUs and the GPU-count ratio; the LightGBM model learns the log2 correction to that baseline from the GPUs'
+specification ratios and the configuration differences. It is trained on each measured row twice: anchored on another
+GPU type (what an unseen GPU looks like) and anchored on another configuration of any GPU type.
+
+A query matching a measured configuration exactly returns the measurement. A workload with no measurement at all
+gets the `fallback` booster, trained on absolute throughputs from the GPU specifications and configuration only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from advisor.datasets import throughput_query_from_frame
+from advisor.features import THROUGHPUT_FEATURES, Anchors, FloatArray, ThroughputQuery, throughput_features
+from advisor.gpus import gpu_spec, normalize_gpu_model
+from advisor.models import _lgbm
+from advisor.models.artifact import Artifact
+
+_QUERY_CHUNK = 512
+# The correction booster sees how the target differs from its anchor, not which GPU the target is: absolute GPU
+# specifications let the trees memorise per-GPU offsets, which do not carry over to a GPU type they never saw.
+_CORRECTION_COLUMNS = np.array([not n.startswith("gpu_") for n in THROUGHPUT_FEATURES])
+
+
+@dataclass(frozen=True)
+class ReferenceTable:
+    """Measured throughputs the anchors are drawn from (mean over duplicate configurations)."""
+
+    workloads: list[str]
+    gpu_models: list[str]
+    gpu_count: FloatArray
+    nodes: FloatArray
+    batch_size: FloatArray
+    throughput: FloatArray
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> ReferenceTable:
+        table = frame.assign(gpu_model=[normalize_gpu_model(g) for g in frame["gpu_model"]])
+        table = table[table["throughput"] > 0]
+        grouped = (
+            table.assign(batch_size=table["batch_size"].fillna(0.0))
+            .groupby(["workload", "gpu_model", "gpu_count", "nodes", "batch_size"], as_index=False, sort=True)[
+                "throughput"
+            ]
+            .mean()
+        )
+        return cls(
+            workloads=grouped["workload"].astype(str).tolist(),
+            gpu_models=grouped["gpu_model"].astype(str).tolist(),
+            gpu_count=grouped["gpu_count"].to_numpy(np.float64),
+            nodes=grouped["nodes"].to_numpy(np.float64),
+            batch_size=grouped["batch_size"].to_numpy(np.float64),
+            throughput=grouped["throughput"].to_numpy(np.float64),
+        )
+
+    def to_json(self) -> dict[str, list[Any]]:
+        return {
+            "workloads": self.workloads,
+            "gpu_models": self.gpu_models,
+            "gpu_count": self.gpu_count.tolist(),
+            "nodes": self.nodes.tolist(),
+            "batch_size": self.batch_size.tolist(),
+            "throughput": self.throughput.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, list[Any]]) -> ReferenceTable:
+        return cls(
+            workloads=[str(w) for w in data["workloads"]],
+            gpu_models=[str(g) for g in data["gpu_models"]],
+            gpu_count=np.asarray(data["gpu_count"], dtype=np.float64),
+            nodes=np.asarray(data["nodes"], dtype=np.float64),
+            batch_size=np.asarray(data["batch_size"], dtype=np.float64),
+            throughput=np.asarray(data["throughput"], dtype=np.float64),
+        )
+
+    def rows_by_workload(self) -> dict[str, FloatArray]:
+        index: dict[str, list[int]] = defaultdict(list)
+        for i, w in enumerate(self.workloads):
+            index[w].append(i)
+        return {w: np.asarray(rows, dtype=np.int64) for w, rows in index.items()}
+
+
+def _log2_fp32(names: Sequence[str]) -> FloatArray:
+    return np.log2(np.array([gpu_spec(n).fp32_tflops for n in names], dtype=np.float64))
+
+
+def _log2_or_zero(values: FloatArray) -> FloatArray:
+    return np.where(values > 0, np.log2(np.where(values > 0, values, 1.0)), 0.0)
+
+
+def find_anchors(
+    query: ThroughputQuery,
+    table: ReferenceTable,
+    *,
+    by_workload: dict[str, FloatArray] | None = None,
+    exclude: str = "none",
+) -> tuple[Anchors, FloatArray]:
+    """For each query row the closest measured configuration of the same workload, and its distance (0 = exact).
+
+    Distance = 10·|Δlog2 GPUs| + 10·|Δnodes| + 3·|Δlog2 FP32 TFLOPS| + |Δlog2 batch|. `exclude` leaves out
+    measurements of the query's own GPU type (``"gpu"``) or its own exact configuration (``"config"``), which is how
+    training rows imitate a query about an unseen GPU or configuration. Rows without any candidate get NaN anchors.
+    """
+    n = len(query)
+    out_thr = np.full(n, np.nan)
+    out_gpu = [""] * n
+    out_count = np.full(n, np.nan)
+    out_nodes = np.full(n, np.nan)
+    out_batch = np.full(n, np.nan)
+    out_cost = np.full(n, np.inf)
+    index = by_workload if by_workload is not None else table.rows_by_workload()
+    table_fp32 = _log2_fp32(table.gpu_models)
+    table_gpu = np.asarray(table.gpu_models, dtype=object)
+    query_fp32 = _log2_fp32(query.gpu_models)
+    query_gpu = np.asarray(query.gpu_models, dtype=object)
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, w in enumerate(query.workloads):
+        groups[w].append(i)
+    for workload, rows in groups.items():
+        candidates = index.get(workload)
+        if candidates is None or len(candidates) == 0:
+            continue
+        c_count = _log2_or_zero(table.gpu_count[candidates])
+        c_nodes = table.nodes[candidates]
+        c_fp32 = table_fp32[candidates]
+        c_batch = _log2_or_zero(table.batch_size[candidates])
+        c_gpu = table_gpu[candidates]
+        for start in range(0, len(rows), _QUERY_CHUNK):
+            q = np.asarray(rows[start : start + _QUERY_CHUNK], dtype=np.int64)
+            gpu_dist = np.abs(query_fp32[q, None] - c_fp32[None, :])
+            same_gpu = query_gpu[q, None] == c_gpu[None, :]
+            gpu_dist = np.where(same_gpu, 0.0, np.nan_to_num(gpu_dist, nan=4.0))
+            cost = (
+                10.0 * np.abs(_log2_or_zero(query.gpu_count[q])[:, None] - c_count[None, :])
+                + 10.0 * np.abs(query.nodes[q, None] - c_nodes[None, :])
+                + 3.0 * gpu_dist
+                + np.abs(_log2_or_zero(query.batch_size[q])[:, None] - c_batch[None, :])
+            )
+            if exclude == "gpu":
+                cost = np.where(same_gpu, np.inf, cost)
+            elif exclude == "config":
+                cost = np.where(same_gpu & (cost == 0.0), np.inf, cost)
+            best = np.argmin(cost, axis=1)
+            best_cost = cost[np.arange(len(q)), best]
+            found = np.isfinite(best_cost)
+            picked = candidates[best[found]]
+            qf = q[found]
+            out_thr[qf] = table.throughput[picked]
+            out_count[qf] = table.gpu_count[picked]
+            out_nodes[qf] = table.nodes[picked]
+            out_batch[qf] = table.batch_size[picked]
+            out_cost[qf] = best_cost[found]
+            for i, p in zip(qf.tolist(), picked.tolist(), strict=True):
+                out_gpu[i] = table.gpu_models[p]
+    return Anchors(out_thr, out_gpu, out_count, out_nodes, out_batch), out_cost
+
+
+def nearest_gpu_estimate(query: ThroughputQuery, anchors: Anchors) -> FloatArray:
+    """The nearest-GPU scaling baseline: anchor throughput × FP32 ratio × GPU-count ratio (NaN without anchor).
+
+    An unknown GPU model on either side leaves the FP32 ratio at 1.
+    """
+    fp32_ratio = np.exp2(np.nan_to_num(_log2_fp32(query.gpu_models) - _log2_fp32(anchors.gpu_models), nan=0.0))
+    count_ratio = np.where(
+        anchors.gpu_count > 0, query.gpu_count / np.where(anchors.gpu_count > 0, anchors.gpu_count, 1.0), 1.0
+    )
+    result: FloatArray = anchors.throughput * fp32_ratio * count_ratio
+    return result
+
+
+class NearestGpuThroughput:
+    """The baseline as an estimator: remembers the training measurements, predicts `nearest_gpu_estimate`.
+
+    A workload never measured gets the training median (the baseline has nothing better).
+    """
+
+    def fit(self, frame: pd.DataFrame) -> NearestGpuThroughput:
+        self.table_ = ReferenceTable.from_frame(frame)
+        self.median_ = float(np.median(self.table_.throughput))
+        return self
+
+    def predict_frame(self, frame: pd.DataFrame) -> FloatArray:
+        query = throughput_query_from_frame(frame)
+        anchors, _ = find_anchors(query, self.table_)
+        estimate = nearest_gpu_estimate(query, anchors)
+        return np.where(np.isnan(estimate), self.median_, estimate)
+
+
+class MeanThroughput:
+    """The mean baseline: the training mean throughput of the workload (all workloads' mean if unseen)."""
+
+    def fit(self, frame: pd.DataFrame) -> MeanThroughput:
+        self.by_workload_ = frame.groupby("workload")["throughput"].mean().to_dict()
+        self.mean_ = float(frame["throughput"].mean())
+        return self
+
+    def predict_frame(self, frame: pd.DataFrame) -> FloatArray:
+        return np.array([self.by_workload_.get(w, self.mean_) for w in frame["workload"]], dtype=np.float64)
+
+
+class ThroughputModel:
+    """Anchor + LightGBM correction (see module doc); sklearn conventions (fit returns self)."""
+
+    kind = "throughput"
+
+    def __init__(
+        self,
+        *,
+        num_boost_round: int = 300,
+        learning_rate: float = 0.05,
+        num_leaves: int = 31,
+        min_data_in_leaf: int = 10,
+        num_threads: int = 2,
+        seed: int = 0,
+    ) -> None:
+        self.num_boost_round = num_boost_round
+        self.learning_rate = learning_rate
+        self.num_leaves = num_leaves
+        self.min_data_in_leaf = min_data_in_leaf
+        self.num_threads = num_threads
+        self.seed = seed
+
+    def get_params(self) -> dict[str, Any]:
+        return {
+            "num_boost_round": self.num_boost_round,
+            "learning_rate": self.learning_rate,
+            "num_leaves": self.num_leaves,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "num_threads": self.num_threads,
+            "seed": self.seed,
+        }
+
+    def _train(self, features: FloatArray, target: FloatArray, names: list[str]) -> Any:
+        return _lgbm.train_booster(
+            features,
+            target,
+            feature_names=names,
+            objective="regression_l1",
+            num_boost_round=self.num_boost_round,
+            learning_rate=self.learning_rate,
+            num_leaves=self.num_leaves,
+            min_data_in_leaf=self.min_data_in_leaf,
+            num_threads=self.num_threads,
+            seed=self.seed,
+        )
+
+    def fit(self, frame: pd.DataFrame) -> ThroughputModel:
+        """Train on a throughputs frame (`advisor.datasets.THROUGHPUTS`); rows with throughput ≤ 0 are dropped."""
+        frame = frame[frame["throughput"] > 0].reset_index(drop=True)
+        self.table_ = ReferenceTable.from_frame(frame)
+        index = self.table_.rows_by_workload()
+        query = throughput_query_from_frame(frame)
+        log_y = np.log2(frame["throughput"].to_numpy(np.float64))
+        blocks, targets = [], []
+        for exclude in ("gpu", "config"):
+            anchors, _ = find_anchors(query, self.table_, by_workload=index, exclude=exclude)
+            base = nearest_gpu_estimate(query, anchors)
+            ok = base > 0
+            blocks.append(throughput_features(query, anchors)[ok][:, _CORRECTION_COLUMNS])
+            targets.append(log_y[ok] - np.log2(base[ok]))
+        if sum(len(t) for t in targets) == 0:
+            raise ValueError("no workload is measured in two configurations: nothing to learn a correction from")
+        self.booster_ = self._train(
+            np.vstack(blocks), np.concatenate(targets), np.asarray(THROUGHPUT_FEATURES)[_CORRECTION_COLUMNS].tolist()
+        )
+        no_anchor = Anchors(np.full(len(query), np.nan), [""] * len(query), *(np.full((3, len(query)), np.nan)))
+        self.fallback_ = self._train(throughput_features(query, no_anchor), log_y, list(THROUGHPUT_FEATURES))
+        self.n_rows_ = len(frame)
+        self._index = index
+        return self
+
+    def predict_query(self, query: ThroughputQuery) -> FloatArray:
+        """samples/s for each query row (the fast path; GPU names must be normalised, batch 0 = unknown)."""
+        if len(query) == 0:
+            return np.empty(0, dtype=np.float64)
+        anchors, cost = find_anchors(query, self.table_, by_workload=self._index)
+        features = throughput_features(query, anchors)
+        base = nearest_gpu_estimate(query, anchors)
+        has_anchor = base > 0
+        result = np.empty(len(query), dtype=np.float64)
+        if has_anchor.any():
+            correction = _lgbm.predict(self.booster_, features[has_anchor][:, _CORRECTION_COLUMNS])
+            result[has_anchor] = base[has_anchor] * np.exp2(correction)
+        if (~has_anchor).any():
+            result[~has_anchor] = np.exp2(_lgbm.predict(self.fallback_, features[~has_anchor]))
+        exact = cost == 0.0
+        result[exact] = anchors.throughput[exact]
+        return result
+
+    def predict(
+        self,
+        workloads: Sequence[str],
+        gpu_models: Sequence[str],
+        gpu_count: Sequence[float],
+        batch_size: Sequence[float],
+        nodes: Sequence[float] | None = None,
+    ) -> FloatArray:
+        """samples/s for each (workload, GPU model in any spelling, GPU count, batch size[, nodes]) row."""
+        n = len(workloads)
+        query = ThroughputQuery(
+            workloads=list(workloads),
+            gpu_models=[normalize_gpu_model(g) for g in gpu_models],
+            gpu_count=np.asarray(gpu_count, dtype=np.float64),
+            nodes=np.ones(n) if nodes is None else np.asarray(nodes, dtype=np.float64),
+            batch_size=np.asarray(batch_size, dtype=np.float64),
+        )
+        return self.predict_query(query)
+
+    def predict_frame(self, frame: pd.DataFrame) -> FloatArray:
+        return self.predict_query(throughput_query_from_frame(frame))
+
+    def to_artifact(self) -> Artifact:
+        return Artifact(
+            kind=self.kind,
+            params=self.get_params(),
+            state={
+                "n_rows": self.n_rows_,
+                "reference": self.table_.to_json(),
+                "features": list(THROUGHPUT_FEATURES),
+            },
+            boosters={"correction": _lgbm.to_text(self.booster_), "fallback": _lgbm.to_text(self.fallback_)},
+        )
+
+    @classmethod
+    def from_artifact(cls, artifact: Artifact) -> ThroughputModel:
+        model = cls(**artifact.params)
+        model.booster_ = _lgbm.from_text(artifact.boosters["correction"])
+        model.fallback_ = _lgbm.from_text(artifact.boosters["fallback"])
+        model.table_ = ReferenceTable.from_json(artifact.state["reference"])
+        model.n_rows_ = int(artifact.state["n_rows"])
+        model._index = model.table_.rows_by_workload()
+        return model

@@ -1,0 +1,187 @@
+"""What the scorer asks of the learned models, and the documented heuristics it falls back to.
+
+The scorer (`advisor.scoring`) never imports a model: it takes a `Predictors` bundle whose members satisfy the
+protocols below. The service builds the bundle from the promoted models of the registry; wherever a model is missing
+(or has no answer for a workload) the heuristic members answer instead, and the scorer says so in every `reason`.
+
+Heuristics (what the advisor does without a model):
+
+* GPU speed (heterogeneity, `SpecSpeed`): the geometric mean of the GPU's dense FP16 throughput and memory
+  bandwidth relative to a V100 (`advisor.gpus.gpu_spec`), since training steps are partly compute- and partly
+  memory-bound (H100 ≈ 5.4, A100-40GB ≈ 2.1, T4 ≈ 0.43). A model not in the spec table counts as a V100 (1.0).
+  With no JCT estimate, the scorer compares nodes by `slowdown / relative_speed`.
+* Interference (`HeuristicInterference`): sharing a GPU is modelled as contention for two resources, SM time and
+  memory bandwidth. The pod's expected use is its profile when known, else its GPU share (`gpu_milli / 1000`) for
+  SM and 0.6 × that for memory bandwidth (training kernels are usually compute-bound). Both sides' slowdown is
+  `max(1, Σ SM demand, Σ memory-bandwidth demand)` (the worse of the two over-subscriptions), times a 5 %
+  context-switch cost per process already on the GPU.
+* JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from advisor.gpus import gpu_spec
+
+HEURISTIC = "heuristic"
+
+_CONTEXT_SWITCH_COST_RATIO = 0.05
+_DEFAULT_BW_PER_SM_RATIO = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class UsageProfile:
+    """Expected use of one GPU by one process/pod: SM time and memory bandwidth, ratios 0..1."""
+
+    sm_utilization_ratio: float
+    memory_bandwidth_utilization_ratio: float
+
+
+class ResidentLike(Protocol):
+    """What an interference predictor reads of a process already on the GPU (see `advisor.scoring.Resident`)."""
+
+    @property
+    def workload(self) -> str | None: ...
+    @property
+    def sm_utilization_ratio(self) -> float: ...
+    @property
+    def memory_bandwidth_utilization_ratio(self) -> float: ...
+
+
+class SpeedPredictor(Protocol):
+    """Relative training speed of a GPU model (V100 = 1.0)."""
+
+    name: str
+
+    def relative_speed(self, gpu_model: str) -> float: ...
+
+
+class InterferencePredictor(Protocol):
+    """Slowdowns (≥ 1, time multipliers) when a pod joins the residents of one GPU."""
+
+    name: str
+
+    def slowdowns(
+        self,
+        gpu_model: str,
+        workload: str | None,
+        usage: UsageProfile,
+        residents: Sequence[ResidentLike],
+    ) -> tuple[float, float]:
+        """Return (the pod's slowdown, the worst slowdown among the residents)."""
+        ...
+
+
+class JctPredictor(Protocol):
+    """Predicted completion time of a job, or None when there is no basis for one."""
+
+    name: str
+
+    def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None: ...
+
+
+class UsagePredictor(Protocol):
+    """Expected per-GPU use of a workload (from its profiles), or None when it was never profiled."""
+
+    name: str
+
+    def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None: ...
+
+
+class SpecSpeed:
+    """Relative speed from data-sheet numbers (see the module docstring); an unknown model counts as a V100."""
+
+    name = HEURISTIC
+
+    def __init__(self, reference_model: str = "v100") -> None:
+        self._reference = gpu_spec(reference_model)
+        self._cache: dict[str, float] = {}
+
+    def relative_speed(self, gpu_model: str) -> float:
+        speed = self._cache.get(gpu_model)
+        if speed is None:
+            spec = gpu_spec(gpu_model) if gpu_model else None
+            if spec is None or not spec.known:
+                speed = 1.0
+            else:
+                ref = self._reference
+                speed = math.sqrt(
+                    (spec.fp16_tflops / ref.fp16_tflops)
+                    * (spec.memory_bandwidth_bytes_per_s / ref.memory_bandwidth_bytes_per_s)
+                )
+            self._cache[gpu_model] = speed
+        return speed
+
+
+class HeuristicInterference:
+    """SM / memory-bandwidth over-subscription model (see the module docstring)."""
+
+    name = HEURISTIC
+
+    def slowdowns(
+        self,
+        gpu_model: str,
+        workload: str | None,
+        usage: UsageProfile,
+        residents: Sequence[ResidentLike],
+    ) -> tuple[float, float]:
+        if not residents:
+            return 1.0, 1.0
+        sm = usage.sm_utilization_ratio
+        bw = usage.memory_bandwidth_utilization_ratio
+        for r in residents:
+            sm += r.sm_utilization_ratio
+            bw += r.memory_bandwidth_utilization_ratio
+        contention = max(1.0, sm, bw) * (1.0 + _CONTEXT_SWITCH_COST_RATIO * len(residents))
+        return contention, contention
+
+
+class HeuristicJct:
+    """No model, no estimate: the scorer ranks by relative GPU speed instead."""
+
+    name = HEURISTIC
+
+    def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
+        return None
+
+
+class HeuristicUsage:
+    """No profile: nothing known about the workload's use; the scorer derives it from the GPU request."""
+
+    name = HEURISTIC
+
+    def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None:
+        return None
+
+
+def default_usage(gpu_milli: int) -> UsageProfile:
+    """The pod's assumed use when no profile is known: its share for SM, 0.6 × that for memory bandwidth."""
+    sm = min(1.0, gpu_milli / 1000.0) if gpu_milli > 0 else 0.9
+    return UsageProfile(sm_utilization_ratio=sm, memory_bandwidth_utilization_ratio=sm * _DEFAULT_BW_PER_SM_RATIO)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Predictors:
+    """The bundle the scorer uses; `heuristic()` is the all-fallback bundle."""
+
+    speed: SpeedPredictor
+    interference: InterferencePredictor
+    jct: JctPredictor
+    usage: UsagePredictor
+
+    @classmethod
+    def heuristic(cls) -> Predictors:
+        return cls(speed=SpecSpeed(), interference=HeuristicInterference(), jct=HeuristicJct(), usage=HeuristicUsage())
+
+    def names(self) -> dict[str, str]:
+        """Which predictor answers each question ("heuristic" or a model version) — reported with every score."""
+        return {
+            "speed": self.speed.name,
+            "interference": self.interference.name,
+            "jct": self.jct.name,
+            "usage": self.usage.name,
+        }

@@ -1,0 +1,838 @@
+"""Placement scoring: how good each candidate node is for one GPU pod, and which GPUs it should get there.
+
+Pure and batched: `score_nodes` takes the pod's request and the state of all candidate nodes and returns one
+`NodeScore` per node (0..100, with its components, the chosen GPU indices, the predicted slowdown/JCT and a one-line
+reason). No HTTP, no pydantic, no I/O — the service, `/v1/allocate`, the extender filter and the simulator all call
+these functions directly.
+
+Components (each a ratio 0..1; the score is their weighted mean × 100):
+
+* packing — fragmentation-aware (after FGD, ATC'23): the expected number of free GPUs that a typical task (sizes drawn
+  from `ScoringConfig.task_sizes`) could *not* use, before and after placing the pod. A task of k ≤ largest NVLink
+  island GPUs is only counted as fitting inside one island. `packing = 1 / (1 + exp(Δfragmentation))`: a pod that
+  fills a gap scores above 0.5, one that breaks up a whole node or island scores below; a fifth of the component is
+  best fit (fewer free GPUs left), which breaks ties between equal fragmentation changes toward the fuller node. GPU
+  shares prefer GPUs that are already shared (a free GPU stays whole).
+* affinity — for k ≥ 2 GPUs the best free k-set by link level (NVLINK > PCIE_SWITCH > PCIE_HOSTBRIDGE > NUMA >
+  SYSTEM): `1 − mean pairwise link rank / 4`. For members of a gang, half of it is gang locality: 1 on a node that
+  already runs a member, 0 on another node when members run elsewhere.
+* interference — 0.5 / pod slowdown + 0.5 / worst resident slowdown on the chosen GPUs (1 when they are unshared).
+* jct — predicted completion time on this node's GPU model, slowdown included, relative to the best candidate
+  (`best / this`). Without a JCT estimate the ratio of `slowdown / relative GPU speed` is used (heterogeneity only).
+
+Nodes whose last snapshot is older than `ScoringConfig.staleness_seconds` are scored as unknown
+(`unknown_node_score`, neutral by default) with that reason; so are nodes the advisor never heard of.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import combinations
+from typing import NamedTuple
+
+from advisor.predictors import Predictors, UsageProfile, default_usage
+from collector.snapshot import LINK_RANK, LinkLevel
+
+WHOLE_GPU_MILLI = 1000
+WORST_LINK_RANK = LINK_RANK[LinkLevel.SYSTEM]
+_EXHAUSTIVE_SET_LIMIT = 4096
+_MEMO_LIMIT = 64
+_HEURISTIC = Predictors.heuristic()
+
+
+class ScoringInputError(ValueError):
+    """A pod request or node state that cannot be scored; the message names the field."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """What one pod asks for.
+
+    `gpus` whole GPUs, or a share of one GPU: `gpu_milli` in 1..999 (thousandths of a GPU) and/or `gpu_memory_bytes`.
+    `workload` is the `gpuadvisor.io/workload` label (the key for profiles and models); `gang` the pod group.
+    """
+
+    name: str = ""
+    gpus: int = 0
+    gpu_milli: int = 0
+    gpu_memory_bytes: int | None = None
+    workload: str | None = None
+    gang: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0:
+            raise ScoringInputError(f"gpus must be >= 0, got {self.gpus}")
+        if not 0 <= self.gpu_milli <= WHOLE_GPU_MILLI:
+            raise ScoringInputError(f"gpu_milli must be within 0..1000, got {self.gpu_milli}")
+        if self.gpu_memory_bytes is not None and self.gpu_memory_bytes < 0:
+            raise ScoringInputError(f"gpu_memory_bytes must be >= 0, got {self.gpu_memory_bytes}")
+        if self.gpus > 0 and self.gpu_milli not in (0, WHOLE_GPU_MILLI):
+            raise ScoringInputError("gpu_milli (a GPU share) cannot be combined with whole gpus")
+
+    @property
+    def is_share(self) -> bool:
+        """True for a fraction of one GPU (shared with other pods)."""
+        return self.gpus == 0 and (0 < self.gpu_milli < WHOLE_GPU_MILLI or self.gpu_memory_bytes is not None)
+
+    @property
+    def whole_gpus(self) -> int:
+        """Whole GPUs needed (a share of 1000 milli is one whole GPU)."""
+        if self.gpus:
+            return self.gpus
+        return 1 if self.gpu_milli == WHOLE_GPU_MILLI else 0
+
+    @property
+    def share_milli(self) -> int:
+        """Thousandths of a GPU that a share takes (a memory-only share counts as 0: no SM reservation)."""
+        return self.gpu_milli if self.is_share else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resident:
+    """A process (usually a pod) on a GPU, as the last snapshot saw it."""
+
+    pod: str
+    workload: str | None = None
+    gpu_milli: int = WHOLE_GPU_MILLI
+    sm_utilization_ratio: float = 0.0
+    memory_bandwidth_utilization_ratio: float = 0.0
+    memory_used_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU of a node. `allocated_milli` is how much of it pods hold (1000 = a whole-GPU pod or full shares)."""
+
+    index: int
+    model: str = ""
+    healthy: bool = True
+    memory_total_bytes: int = 0
+    memory_used_bytes: int = 0
+    sm_utilization_ratio: float = 0.0
+    memory_bandwidth_utilization_ratio: float = 0.0
+    allocated_milli: int = 0
+    residents: tuple[Resident, ...] = ()
+
+    @property
+    def memory_free_bytes(self) -> int | None:
+        """Free memory, or None when the total is unknown."""
+        if self.memory_total_bytes <= 0:
+            return None
+        return max(0, self.memory_total_bytes - self.memory_used_bytes)
+
+
+class Topology:
+    """Pairwise link ranks of a node's GPUs (`LINK_RANK`, 0 = NVLINK … 4 = SYSTEM), by position in `NodeState.gpus`.
+
+    Hashed by identity so that per-topology caches stay cheap: build one per distinct topology and share it (the
+    cluster state does, per distinct link list).
+    """
+
+    __slots__ = ("gpu_count", "islands", "known", "largest_island", "ranks")
+
+    def __init__(self, ranks: Sequence[Sequence[int]], *, known: bool = True) -> None:
+        n = len(ranks)
+        for i, row in enumerate(ranks):
+            if len(row) != n:
+                raise ScoringInputError(f"topology row {i} has {len(row)} entries, expected {n}")
+        self.gpu_count = n
+        self.ranks: tuple[tuple[int, ...], ...] = tuple(tuple(int(r) for r in row) for row in ranks)
+        self.known = known
+        self.islands = _nvlink_islands(self.ranks)
+        self.largest_island = max((m.bit_count() for m in self.islands), default=0)
+
+    @classmethod
+    def from_links(cls, gpu_count: int, links: Iterable[tuple[int, int, LinkLevel]]) -> Topology:
+        """From (position a, position b, level) pairs; pairs not listed are assumed SYSTEM (the worst)."""
+        ranks = [[0 if i == j else WORST_LINK_RANK for j in range(gpu_count)] for i in range(gpu_count)]
+        seen = False
+        for a, b, level in links:
+            if a >= gpu_count or b >= gpu_count:
+                raise ScoringInputError(f"link {a}-{b} names a GPU outside 0..{gpu_count - 1}")
+            if a != b:
+                ranks[a][b] = ranks[b][a] = LINK_RANK[level]
+                seen = True
+        return cls(ranks, known=seen or gpu_count <= 1)
+
+    @classmethod
+    def uniform(cls, gpu_count: int, level: LinkLevel) -> Topology:
+        """Every pair connected at `level` (e.g. an NVSwitch node is uniform NVLINK)."""
+        return cls([[0 if i == j else LINK_RANK[level] for j in range(gpu_count)] for i in range(gpu_count)])
+
+
+def _nvlink_islands(ranks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """Connected components (as bit masks) of the NVLINK graph; a lone GPU is its own island."""
+    n = len(ranks)
+    seen = 0
+    islands: list[int] = []
+    nvlink = LINK_RANK[LinkLevel.NVLINK]
+    for start in range(n):
+        if seen >> start & 1:
+            continue
+        mask, stack = 0, [start]
+        while stack:
+            i = stack.pop()
+            if mask >> i & 1:
+                continue
+            mask |= 1 << i
+            stack.extend(j for j in range(n) if j != i and ranks[i][j] == nvlink and not mask >> j & 1)
+        seen |= mask
+        islands.append(mask)
+    return tuple(islands)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeState:
+    """One node as the advisor sees it. Derived masks are computed once here, not per scoring call.
+
+    `observed_at_seconds` is the Unix time of the node's last snapshot (None: never observed, e.g. only known from
+    the Kubernetes API). `gangs` names the pod groups with members allocated on this node.
+
+    `memo` caches this node's verdict per request shape (the node is immutable, so a verdict never goes stale; a new
+    snapshot makes a new `NodeState`). Compared and hashed by identity.
+    """
+
+    name: str
+    gpus: tuple[GpuState, ...]
+    topology: Topology
+    observed_at_seconds: float | None = None
+    gangs: frozenset[str] = frozenset()
+    gpu_model: str = field(init=False)
+    free_mask: int = field(init=False)
+    healthy_count: int = field(init=False)
+    share_positions: tuple[int, ...] = field(init=False)
+    memo: dict[tuple[object, ...], _Raw] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.topology.gpu_count != len(self.gpus):
+            raise ScoringInputError(
+                f"node {self.name}: topology covers {self.topology.gpu_count} GPUs, node has {len(self.gpus)}"
+            )
+        free = 0
+        healthy = 0
+        models: dict[str, int] = {}
+        share: list[int] = []
+        clean_free_seen = False
+        for pos, g in enumerate(self.gpus):
+            if g.healthy:
+                healthy += 1
+                if g.allocated_milli == 0:
+                    free |= 1 << pos
+                if g.allocated_milli < WHOLE_GPU_MILLI and (g.allocated_milli or g.residents or not clean_free_seen):
+                    # Shared or busy GPUs each differ; unshared free GPUs are interchangeable, the first stands in.
+                    share.append(pos)
+                    clean_free_seen = clean_free_seen or not (g.allocated_milli or g.residents)
+            models[g.model] = models.get(g.model, 0) + 1
+        object.__setattr__(self, "share_positions", tuple(share))
+        object.__setattr__(self, "memo", {})
+        object.__setattr__(self, "free_mask", free)
+        object.__setattr__(self, "healthy_count", healthy)
+        object.__setattr__(self, "gpu_model", max(models, key=lambda m: models[m]) if models else "")
+
+    @property
+    def free_gpus(self) -> int:
+        return self.free_mask.bit_count()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScoringConfig:
+    """Weights and policy. `task_sizes` is the expected mix of whole-GPU task sizes (GPUs, probability).
+
+    Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
+    """
+
+    weight_packing: float = 1.0
+    weight_affinity: float = 1.0
+    weight_interference: float = 1.0
+    weight_jct: float = 1.0
+    staleness_seconds: float = 30.0
+    strict_staleness: bool = False
+    unknown_node_score: float = 50.0
+    task_sizes: tuple[tuple[int, float], ...] = ((1, 0.4), (2, 0.2), (4, 0.2), (8, 0.2))
+
+    def __post_init__(self) -> None:
+        for name in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct"):
+            if getattr(self, name) < 0:
+                raise ScoringInputError(f"{name} must be >= 0")
+        if self.staleness_seconds <= 0:
+            raise ScoringInputError("staleness_seconds must be > 0")
+        if not 0 <= self.unknown_node_score <= 100:
+            raise ScoringInputError("unknown_node_score must be within 0..100")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Outputs
+
+
+class NodeScore(NamedTuple):
+    """The verdict on one node. `score` 0..100; components are ratios 0..1; `gpus` are GPU indices (NVML order).
+
+    A NamedTuple rather than a frozen dataclass: one is built per candidate node per call, and that is 3x cheaper.
+    """
+
+    node: str
+    score: float
+    feasible: bool
+    known: bool
+    packing: float
+    affinity: float
+    interference: float
+    jct: float
+    gpus: tuple[int, ...]
+    predicted_slowdown: float
+    predicted_jct_seconds: float | None
+    detail: str
+    gpu_model: str = ""
+    jct_basis: str = ""
+
+    @property
+    def reason(self) -> str:
+        """One line explaining the score (built on demand: the extender path never needs it)."""
+        if not self.feasible or not self.known:
+            return self.detail
+        return (
+            f"GPUs {list(self.gpus)}{self.detail}; packing {self.packing:.2f}, affinity {self.affinity:.2f}, "
+            f"slowdown x{self.predicted_slowdown:.2f}, {self.gpu_model or 'unknown model'} {self.jct_basis} "
+            f"{self.jct:.2f}"
+        )
+
+    @property
+    def extender_score(self) -> int:
+        """This score alone on the extender's integer scale 0..10 (see `extender_scores` for a whole batch)."""
+        return min(10, max(0, round(self.score / 10.0)))
+
+
+EXTENDER_SPAN_POINTS = 20.0
+
+
+def extender_scores(scores: Sequence[NodeScore]) -> list[int]:
+    """kube-scheduler's integer 0..10 for a batch, keeping the ranking that rounding `score / 10` would flatten.
+
+    The best feasible known node gets 10 and every other one loses 1 per 2 points (`EXTENDER_SPAN_POINTS` / 10) it is
+    behind, down to 1; infeasible nodes get 0 and unknown ones their own (neutral) score / 10. Components that are
+    equal on every node compress raw scores into a narrow band, and a float does not decode in the scheduler.
+    """
+    best = max((s.score for s in scores if s.known and s.feasible), default=None)
+    out: list[int] = []
+    for s in scores:
+        if not s.known:
+            out.append(min(10, max(0, round(s.score / 10.0))))
+        elif not s.feasible or best is None:
+            out.append(0)
+        else:
+            out.append(max(1, round(10.0 - 10.0 * (best - s.score) / EXTENDER_SPAN_POINTS)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Fragmentation and GPU-set search (cached per topology and free mask: many nodes share both)
+
+
+@lru_cache(maxsize=65536)
+def fragmentation(topology: Topology, free_mask: int, task_sizes: tuple[tuple[int, float], ...]) -> float:
+    """Expected free GPUs that a task drawn from `task_sizes` cannot use on this node (FGD-style, in GPUs)."""
+    free = free_mask.bit_count()
+    if free == 0:
+        return 0.0
+    total = 0.0
+    for k, p in task_sizes:
+        if k <= 0:
+            continue
+        if 1 < k <= topology.largest_island:
+            usable = sum(((free_mask & island).bit_count() // k) * k for island in topology.islands)
+        else:
+            usable = (free // k) * k
+        total += p * (free - usable)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class _GpuSet:
+    mask: int
+    positions: tuple[int, ...]
+    worst_rank: int
+    mean_rank: float
+    fragmentation_after: float
+
+
+def _set_cost(ranks: tuple[tuple[int, ...], ...], positions: Sequence[int]) -> tuple[int, float]:
+    worst, total, pairs = 0, 0, 0
+    for a_i, a in enumerate(positions):
+        row = ranks[a]
+        for b in positions[a_i + 1 :]:
+            r = row[b]
+            total += r
+            pairs += 1
+            worst = max(worst, r)
+    return worst, (total / pairs if pairs else 0.0)
+
+
+@lru_cache(maxsize=65536)
+def best_gpu_set(
+    topology: Topology, eligible_mask: int, k: int, task_sizes: tuple[tuple[int, float], ...]
+) -> _GpuSet | None:
+    """The best k GPUs among `eligible_mask`: best worst link, then best mean link, then least fragmentation.
+
+    Exhaustive while the number of k-subsets is at most 4096, greedy (grow from each GPU by cheapest link) beyond.
+    """
+    positions = [i for i in range(topology.gpu_count) if eligible_mask >> i & 1]
+    if k <= 0 or len(positions) < k:
+        return None
+    ranks = topology.ranks
+    if math.comb(len(positions), k) <= _EXHAUSTIVE_SET_LIMIT:
+        candidates: Iterable[tuple[int, ...]] = combinations(positions, k)
+    else:
+        candidates = (_greedy_set(ranks, positions, start, k) for start in positions)
+    best: tuple[int, float, float] | None = None
+    chosen: _GpuSet | None = None
+    for combo in candidates:
+        worst, mean = _set_cost(ranks, combo)
+        if best is not None and (worst, mean) > best[:2]:
+            continue
+        mask = 0
+        for p in combo:
+            mask |= 1 << p
+        frag = fragmentation(topology, eligible_mask & ~mask, task_sizes)
+        key = (worst, mean, frag)
+        if best is None or key < best:
+            best = key
+            chosen = _GpuSet(mask, tuple(combo), worst, mean, frag)
+    return chosen
+
+
+def _greedy_set(ranks: tuple[tuple[int, ...], ...], positions: list[int], start: int, k: int) -> tuple[int, ...]:
+    chosen = [start]
+    rest = [p for p in positions if p != start]
+    while len(chosen) < k:
+        nxt = min(rest, key=lambda p: (max(ranks[p][c] for c in chosen), sum(ranks[p][c] for c in chosen)))
+        chosen.append(nxt)
+        rest.remove(nxt)
+    return tuple(sorted(chosen))
+
+
+@dataclass(frozen=True, slots=True)
+class _WholePlan:
+    positions: tuple[int, ...]
+    packing: float
+    topology_affinity: float
+    link: str
+
+
+@lru_cache(maxsize=65536)
+def _whole_plan(
+    topology: Topology, free_mask: int, eligible_mask: int, k: int, config: ScoringConfig
+) -> _WholePlan | None:
+    """Chosen k-set, packing and link affinity of a whole-GPU request; depends only on the node's shape."""
+    chosen = best_gpu_set(topology, eligible_mask, k, config.task_sizes)
+    if chosen is None:
+        return None
+    before = fragmentation(topology, free_mask, config.task_sizes)
+    after = fragmentation(topology, free_mask & ~chosen.mask, config.task_sizes)
+    if k <= 1:
+        return _WholePlan(chosen.positions, _packing(after - before, free_mask, chosen.mask, topology), 1.0, "")
+    link = _LEVEL_BY_RANK[chosen.worst_rank] if topology.known else "topology unknown"
+    return _WholePlan(
+        chosen.positions,
+        _packing(after - before, free_mask, chosen.mask, topology),
+        1.0 - chosen.mean_rank / WORST_LINK_RANK,
+        link,
+    )
+
+
+def _packing(delta_fragmentation: float, free_mask: int, taken_mask: int, topology: Topology) -> float:
+    """80 % fragmentation change, 20 % best fit (fewer free GPUs left): equal fragmentation ties go to fuller nodes."""
+    left_ratio = (free_mask & ~taken_mask).bit_count() / max(1, topology.gpu_count)
+    return 0.8 * _sigmoid_of_negative(delta_fragmentation) + 0.2 * (1.0 - left_ratio)
+
+
+def _sigmoid_of_negative(x: float) -> float:
+    if x > 50:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(x))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Per-node evaluation (before the batch-relative JCT component)
+
+
+@dataclass(slots=True)
+class _Raw:
+    node: NodeState
+    feasible: bool
+    gpus: tuple[int, ...] = ()
+    packing: float = 0.0
+    affinity: float = 0.0
+    interference: float = 1.0
+    slowdown: float = 1.0
+    link: str = ""
+    note: str = ""
+    detail: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.detail = f" on {self.link}, {self.note}" if self.link else f", {self.note}"
+
+
+_LEVEL_BY_RANK = {rank: level.value for level, rank in LINK_RANK.items()}
+
+
+def _memory_ok(gpu: GpuState, need_bytes: int | None, *, whole: bool) -> bool:
+    if need_bytes is None:
+        return True
+    if whole:
+        return gpu.memory_total_bytes <= 0 or gpu.memory_total_bytes >= need_bytes
+    free = gpu.memory_free_bytes
+    return free is None or free >= need_bytes
+
+
+def _whole_eligible_mask(node: NodeState, pod: PodRequest) -> int:
+    if pod.gpu_memory_bytes is None:
+        return node.free_mask
+    mask = 0
+    for pos, g in enumerate(node.gpus):
+        if node.free_mask >> pos & 1 and _memory_ok(g, pod.gpu_memory_bytes, whole=True):
+            mask |= 1 << pos
+    return mask
+
+
+def _evaluate_whole(
+    node: NodeState,
+    pod: PodRequest,
+    *,
+    k: int,
+    config: ScoringConfig,
+    predictors: Predictors,
+    usage: UsageProfile,
+    gang_elsewhere: bool,
+) -> _Raw:
+    eligible = _whole_eligible_mask(node, pod)
+    free = eligible.bit_count()
+    if free < k:
+        what = "free GPUs" if eligible == node.free_mask else "free GPUs with enough memory"
+        return _Raw(node, False, note=f"needs {k} {what}, has {free}")
+    plan = _whole_plan(node.topology, node.free_mask, eligible, k, config)
+    if plan is None:
+        return _Raw(node, False, note=f"needs {k} free GPUs, has {free}")
+    affinity = plan.topology_affinity
+    if pod.gang:
+        affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
+    gpus = node.gpus
+    pod_slow, res_slow = 1.0, 1.0
+    for pos in plan.positions:
+        residents = gpus[pos].residents
+        if residents:
+            p, r = predictors.interference.slowdowns(gpus[pos].model, pod.workload, usage, residents)
+            pod_slow = max(pod_slow, p)
+            res_slow = max(res_slow, r)
+    return _Raw(
+        node,
+        True,
+        gpus=tuple(gpus[p].index for p in plan.positions),
+        packing=plan.packing,
+        affinity=affinity,
+        interference=0.5 / pod_slow + 0.5 / res_slow,
+        slowdown=pod_slow,
+        link=plan.link,
+        note=f"leaves {node.free_gpus - k} free",
+    )
+
+
+def _evaluate_share(
+    node: NodeState,
+    pod: PodRequest,
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    usage: UsageProfile,
+    gang_elsewhere: bool,
+) -> _Raw:
+    milli = pod.share_milli
+    topo = node.topology
+    best: tuple[float, int, float, float, float] | None = None  # (value, pos, packing, pod_slow, res_slow)
+    before = -1.0
+    gpus = node.gpus
+    for pos in node.share_positions:
+        g = gpus[pos]
+        if g.allocated_milli + milli > WHOLE_GPU_MILLI:
+            continue
+        if not _memory_ok(g, pod.gpu_memory_bytes, whole=False):
+            continue
+        if g.allocated_milli == 0:
+            if before < 0:
+                before = fragmentation(topo, node.free_mask, config.task_sizes)
+            after = fragmentation(topo, node.free_mask & ~(1 << pos), config.task_sizes)
+            packing = _packing(after - before + 0.5, node.free_mask, 1 << pos, topo)
+        else:
+            packing = _sigmoid_of_negative(-(g.allocated_milli + milli) / WHOLE_GPU_MILLI)
+        if g.residents:
+            pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
+        else:
+            pod_slow, res_slow = 1.0, 1.0
+        interference = 0.5 / pod_slow + 0.5 / res_slow
+        value = config.weight_packing * packing + config.weight_interference * interference
+        if best is None or value > best[0]:
+            best = (value, pos, packing, pod_slow, res_slow)
+    if best is None:
+        need = f"{milli} milli-GPU" + (f" and {pod.gpu_memory_bytes} bytes" if pod.gpu_memory_bytes is not None else "")
+        return _Raw(node, False, note=f"no healthy GPU has {need} free")
+    _, pos, packing, pod_slow, res_slow = best
+    affinity = 1.0
+    if pod.gang:
+        affinity = 0.5 + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
+    g = node.gpus[pos]
+    shared_with = len(g.residents)
+    return _Raw(
+        node,
+        True,
+        gpus=(g.index,),
+        packing=packing,
+        affinity=affinity,
+        interference=0.5 / pod_slow + 0.5 / res_slow,
+        slowdown=pod_slow,
+        note=f"shares GPU {g.index} with {shared_with} process(es), residents slowed x{res_slow:.2f}"
+        if shared_with
+        else f"GPU {g.index} unshared",
+    )
+
+
+def _is_stale(node: NodeState, config: ScoringConfig, now_seconds: float | None) -> bool:
+    if node.observed_at_seconds is None:
+        return True
+    return now_seconds is not None and now_seconds - node.observed_at_seconds > config.staleness_seconds
+
+
+def unknown_score(node: str, reason: str, config: ScoringConfig) -> NodeScore:
+    """The neutral verdict on a node without usable state (never observed, stale)."""
+    neutral = config.unknown_node_score / 100.0
+    return NodeScore(
+        node=node,
+        score=config.unknown_node_score,
+        feasible=True,
+        known=False,
+        packing=neutral,
+        affinity=neutral,
+        interference=neutral,
+        jct=neutral,
+        gpus=(),
+        predicted_slowdown=1.0,
+        predicted_jct_seconds=None,
+        detail=reason,
+    )
+
+
+def _stale_reason(node: NodeState, now_seconds: float | None) -> str:
+    if node.observed_at_seconds is None:
+        return "unknown: no telemetry from this node; neutral score"
+    age = (now_seconds or 0.0) - node.observed_at_seconds
+    return f"unknown: last snapshot {age:.0f}s old (stale); neutral score"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Public API
+
+
+def score_nodes(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> list[NodeScore]:
+    """Score every node for `pod`, in the order given.
+
+    `now_seconds` (Unix time) enables the staleness check; None treats every observed node as fresh (simulator).
+    Infeasible nodes score 0 with the reason; stale ones get `config.unknown_node_score`.
+    """
+    predictors = predictors or _HEURISTIC
+    k = pod.whole_gpus
+    if k == 0 and not pod.is_share:
+        return [
+            NodeScore(
+                n.name, 50.0, True, False, 0.5, 0.5, 1.0, 0.5, (), 1.0, None, "pod requests no GPU; neutral score"
+            )
+            for n in nodes
+        ]
+    gang_elsewhere = bool(pod.gang) and any(pod.gang in n.gangs for n in nodes)
+    usage_cache: dict[str, UsageProfile] = {}
+    fallback_usage = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+
+    raws: list[_Raw | NodeScore] = []
+    key_base = (k, pod.share_milli, pod.gpu_memory_bytes, pod.workload, pod.gang, gang_elsewhere, config, predictors)
+    for node in nodes:
+        if _is_stale(node, config, now_seconds):
+            raws.append(unknown_score(node.name, _stale_reason(node, now_seconds), config))
+            continue
+        memo = node.memo
+        cached = memo.get(key_base)
+        if cached is not None:
+            raws.append(cached)
+            continue
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        usage = usage_cache.get(node.gpu_model)
+        if usage is None:
+            usage = predictors.usage.usage(pod.workload, node.gpu_model) or fallback_usage
+            usage_cache[node.gpu_model] = usage
+        if node.healthy_count == 0:
+            raw = _Raw(node, False, note="no healthy GPU")
+        elif k:
+            raw = _evaluate_whole(
+                node, pod, k=k, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere
+            )
+        else:
+            raw = _evaluate_share(
+                node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere
+            )
+        memo[key_base] = raw
+        raws.append(raw)
+    return _finish(pod, raws, config, predictors)
+
+
+def _finish(
+    pod: PodRequest, raws: list[_Raw | NodeScore], config: ScoringConfig, predictors: Predictors
+) -> list[NodeScore]:
+    """Add the batch-relative JCT component and weight the components."""
+    gpu_count = max(pod.whole_gpus, 1)
+    base_jct: dict[str, float | None] = {}
+    inverse_speed: dict[str, float] = {}
+    feasible: list[_Raw] = []
+    for raw in raws:
+        if isinstance(raw, _Raw) and raw.feasible:
+            feasible.append(raw)
+            model = raw.node.gpu_model
+            if model not in base_jct:
+                base_jct[model] = predictors.jct.jct_seconds(pod.workload, model, gpu_count)
+                inverse_speed[model] = 1.0 / max(predictors.speed.relative_speed(model), 1e-6)
+    use_jct = bool(base_jct) and all(v is not None for v in base_jct.values())
+    unit_time: dict[str, float] = {m: (j or 0.0) if use_jct else inverse_speed[m] for m, j in base_jct.items()}
+    times = [raw.slowdown * unit_time[raw.node.gpu_model] for raw in feasible]
+    best_time = min(times, default=1.0)
+    w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
+    w_total = w_p + w_a + w_i + w_j
+    scale = 100.0 / w_total if w_total > 0 else 0.0
+    jct_basis = "jct model" if use_jct else f"jct {predictors.jct.name} (relative GPU speed)"
+    make = NodeScore._make
+    out: list[NodeScore] = []
+    append = out.append
+    t_iter = iter(times)
+    for raw in raws:
+        if isinstance(raw, NodeScore):
+            append(raw)
+            continue
+        node = raw.node
+        if not raw.feasible:
+            append(make((node.name, 0.0, False, True, 0.0, 0.0, 0.0, 0.0, (), 1.0, None, raw.note, node.gpu_model, "")))
+            continue
+        t = next(t_iter)
+        jct_ratio = best_time / t if t > 0 else 1.0
+        if scale:
+            total = scale * (w_p * raw.packing + w_a * raw.affinity + w_i * raw.interference + w_j * jct_ratio)
+            total = 100.0 if total > 100.0 else (0.0 if total < 0.0 else total)
+        else:
+            total = 50.0
+        jct_s = base_jct[node.gpu_model]
+        append(
+            make(
+                (
+                    node.name,
+                    total,
+                    True,
+                    True,
+                    raw.packing,
+                    raw.affinity,
+                    raw.interference,
+                    jct_ratio,
+                    raw.gpus,
+                    raw.slowdown,
+                    jct_s * raw.slowdown if jct_s is not None else None,
+                    raw.detail,
+                    node.gpu_model,
+                    jct_basis,
+                )
+            )
+        )
+    return out
+
+
+def score_candidates(
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> list[NodeScore]:
+    """Like `score_nodes` for node names; a name without state gets the neutral unknown score, in place."""
+    known = [nodes[n] for n in names if n in nodes]
+    scored = iter(score_nodes(pod, known, config=config, predictors=predictors, now_seconds=now_seconds))
+    return [
+        next(scored) if n in nodes else unknown_score(n, "unknown: the advisor has no state for this node", config)
+        for n in names
+    ]
+
+
+def allocate(
+    pod: PodRequest,
+    node: NodeState,
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> NodeScore:
+    """The best GPUs on one node for `pod` (for a device plugin's GetPreferredAllocation); `gpus` empty if none fit."""
+    return score_nodes(pod, [node], config=config, predictors=predictors, now_seconds=now_seconds)[0]
+
+
+def filter_nodes(
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    *,
+    config: ScoringConfig,
+    now_seconds: float | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
+
+    A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share). Unknown or stale nodes
+    pass unless `config.strict_staleness`.
+    """
+    k = pod.whole_gpus
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    for name in names:
+        node = nodes.get(name)
+        if node is None or _is_stale(node, config, now_seconds):
+            if config.strict_staleness:
+                failed[name] = "no fresh telemetry from this node (strict staleness)"
+            else:
+                passed.append(name)
+            continue
+        if k == 0 and not pod.is_share:
+            passed.append(name)
+            continue
+        if node.healthy_count == 0:
+            failed[name] = "no healthy GPU"
+            continue
+        if k:
+            free = _whole_eligible_mask(node, pod).bit_count()
+            if free < k:
+                failed[name] = f"needs {k} free GPUs, has {free}"
+                continue
+        elif not any(
+            g.healthy
+            and g.allocated_milli + pod.share_milli <= WHOLE_GPU_MILLI
+            and _memory_ok(g, pod.gpu_memory_bytes, whole=False)
+            for g in node.gpus
+        ):
+            failed[name] = "no healthy GPU has room for the requested share"
+            continue
+        passed.append(name)
+    return passed, failed

@@ -1,0 +1,373 @@
+"""JCT mode: jobs arrive at their trace times, wait in a FIFO queue (with backfilling), run `work / rate` where the
+rate depends on the placement (GPU model, consolidation, NVLink groups, the partner on a shared GPU), and leave.
+
+A discrete-event loop over arrivals and completions: between two events every running job progresses at its current
+rate; a completion frees its GPUs and re-rates its partner; after every event the queue is scanned in arrival order and
+each job that fits is placed by the policy. A job larger than the biggest node runs as a gang of per-node members,
+placed all-or-nothing. When the ground truth measures co-location, a 1-GPU job asks for half a GPU (two jobs may
+share a GPU, as in Gavel's space sharing), and a pair the truth marks infeasible never shares (as a GPU-memory filter
+would refuse it).
+
+Policies: `spread` / `binpack` (kube-scheduler's LeastAllocated / MostAllocated over GPU shares; least- or most-used
+GPU), `advisor` and `oracle` (kube-scheduler + the advisor extender running `advisor.scoring.score_nodes`; the advisor
+scores with predicted rates, the oracle with the true ones).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from advisor.gpus import normalize_gpu_model
+from advisor.predictors import Predictors
+from advisor.scoring import PodRequest, Resident, ScoringConfig, score_nodes
+from advisor.sim.adapter import StateInterner
+from advisor.sim.fragmentation import IntArray
+from advisor.sim.model import GPU_MILLI, Cluster, Job
+from advisor.sim.rates import Assignment, RateTable, predictors_for, true_rate, with_job
+
+SHARE_MILLI = GPU_MILLI // 2
+_DONE_EPS_SECONDS = 1e-6
+
+
+class JobState:
+    """Allocated milli-GPU and resident jobs per (node, GPU); gang members per node."""
+
+    def __init__(self, cluster: Cluster, truth: RateTable | None) -> None:
+        self.nodes = cluster.nodes
+        n, g = len(cluster.nodes), max(cluster.max_gpus_per_node, 1)
+        self.exists = np.zeros((n, g), dtype=bool)
+        for i, node in enumerate(cluster.nodes):
+            self.exists[i, : node.gpus] = True
+        self.allocated = np.where(self.exists, 0, GPU_MILLI).astype(np.int64)
+        self.capacity = self.exists.sum(axis=1) * GPU_MILLI
+        self.residents: dict[tuple[int, int], list[Job]] = {}
+        self.gangs: list[dict[str, int]] = [{} for _ in range(n)]
+        self.version = np.zeros(n, dtype=np.int64)
+        self._models = [normalize_gpu_model(x.gpu_model) for x in cluster.nodes]
+        self._truth = truth
+
+    def free_whole(self) -> IntArray:
+        counts: IntArray = (self.allocated == 0).sum(axis=1)
+        return counts
+
+    def compatible(self, job: Job, node: int, gpu: int) -> bool:
+        """Whether `job` may share this GPU with its resident (the truth has the pair measured as feasible)."""
+        if self._truth is None:
+            return False
+        model = self._models[node]
+        return all(
+            self._truth.sharing(model, job.job_type, r.job_type) is not None
+            and self._truth.sharing(model, r.job_type, job.job_type) is not None
+            for r in self.residents.get((node, gpu), [])
+        )
+
+    def share_slots(self, job: Job) -> list[tuple[int, int]]:
+        rows, cols = np.nonzero(self.allocated + SHARE_MILLI <= GPU_MILLI)
+        return [(int(n), int(g)) for n, g in zip(rows, cols, strict=True) if self.compatible(job, int(n), int(g))]
+
+    def assign(self, job: Job, node: int, gpus: Sequence[int], milli: int, gang: str | None) -> None:
+        for g in gpus:
+            if self.allocated[node, g] + milli > GPU_MILLI:
+                raise ValueError(f"job {job.job_id}: GPU {g} of node {node} is full")
+            self.allocated[node, g] += milli
+            self.residents.setdefault((node, g), []).append(job)
+        if gang is not None:
+            self.gangs[node][gang] = self.gangs[node].get(gang, 0) + 1
+        self.version[node] += 1
+
+    def release(self, job: Job, node: int, gpus: Sequence[int], milli: int, gang: str | None) -> None:
+        for g in gpus:
+            self.allocated[node, g] -= milli
+            self.residents[(node, g)].remove(job)
+        if gang is not None:
+            self.gangs[node][gang] -= 1
+            if not self.gangs[node][gang]:
+                del self.gangs[node][gang]
+        self.version[node] += 1
+
+
+class JobPolicy(Protocol):
+    name: str
+
+    def choose(
+        self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
+    ) -> tuple[int, tuple[int, ...]] | None:
+        """A node and GPU indices for `gpus` whole GPUs (or one half GPU when `share`), or None if nothing fits."""
+        ...
+
+
+def _used_ratio_after(state: JobState, nodes: IntArray, milli: int) -> np.ndarray:
+    used: np.ndarray = (state.allocated[nodes].sum(axis=1) - (~state.exists[nodes]).sum(axis=1) * GPU_MILLI + milli) / (
+        state.capacity[nodes]
+    )
+    return used
+
+
+class KubeJobPolicy:
+    """LeastAllocated (`spread`) or MostAllocated (`binpack`) over GPU shares; least- or most-used GPU in the node."""
+
+    def __init__(self, *, most: bool) -> None:
+        self._most = most
+        self.name = "binpack" if most else "spread"
+
+    def choose(
+        self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
+    ) -> tuple[int, tuple[int, ...]] | None:
+        if share:
+            slots = state.share_slots(job)
+            if not slots:
+                return None
+            nodes = np.array(sorted({n for n, _ in slots}), dtype=np.int64)
+            used = _used_ratio_after(state, nodes, SHARE_MILLI)
+            node = int(nodes[np.argmax(used) if self._most else np.argmin(used)])
+            on_node = [g for n, g in slots if n == node]
+            alloc = [int(state.allocated[node, g]) for g in on_node]
+            pick = on_node[int(np.argmax(alloc) if self._most else np.argmin(alloc))]
+            return node, (pick,)
+        nodes = np.flatnonzero(state.free_whole() >= gpus)
+        if len(nodes) == 0:
+            return None
+        used = _used_ratio_after(state, nodes, gpus * GPU_MILLI)
+        node = int(nodes[np.argmax(used) if self._most else np.argmin(used)])
+        free = np.flatnonzero(state.allocated[node] == 0)[:gpus]
+        return node, tuple(int(x) for x in free)
+
+
+class ExtenderJobPolicy:
+    """kube-scheduler's LeastAllocated + `extender_weight` × 10 × the advisor extender's 0..10 score.
+
+    `table` is what the scorer believes about speeds and sharing: predictions (`advisor`) or the truth (`oracle`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Cluster,
+        table: RateTable | None,
+        config: ScoringConfig,
+        *,
+        base: Predictors | None = None,
+        extender_weight: float = 3.0,
+    ) -> None:
+        self.name = name
+        self._table = table
+        self._config = config
+        self._bundle = predictors_for(table, base or Predictors.heuristic())
+        self._weight = extender_weight
+        self._interner = StateInterner(cluster.nodes)
+
+    def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
+        out: list[tuple[int, tuple[Resident, ...]]] = []
+        for g in range(state.nodes[node].gpus):
+            jobs = state.residents.get((node, g), [])
+            milli = int(state.allocated[node, g])
+            if share and jobs and not state.compatible(job, node, g):
+                milli = GPU_MILLI  # the memory filter rules this GPU out for this job
+            residents = tuple(
+                Resident(
+                    pod=r.job_id,
+                    workload=r.job_type,
+                    gpu_milli=SHARE_MILLI if r.num_gpus == 1 else GPU_MILLI,
+                    sm_utilization_ratio=0.9,
+                    memory_bandwidth_utilization_ratio=0.5,
+                )
+                for r in jobs
+            )
+            out.append((milli, residents))
+        return out
+
+    def choose(
+        self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
+    ) -> tuple[int, tuple[int, ...]] | None:
+        if share:
+            candidates = np.array(sorted({n for n, _ in state.share_slots(job)}), dtype=np.int64)
+        else:
+            candidates = np.flatnonzero(state.free_whole() >= gpus)
+        if len(candidates) == 0:
+            return None
+        for n in candidates:
+            gangs = frozenset([gang]) if gang is not None and gang in state.gangs[int(n)] else frozenset()
+            self._interner.update(int(n), self._node_gpus(state, int(n), job, share), gangs)
+        request = PodRequest(
+            name=job.job_id,
+            gpus=0 if share else gpus,
+            gpu_milli=SHARE_MILLI if share else 0,
+            workload=job.job_type,
+            gang=gang,
+        )
+        states, inverse = self._interner.distinct(candidates)
+        scores = score_nodes(request, states, config=self._config, predictors=with_job(self._bundle, self._table, job))
+        extender = np.array([s.extender_score if s.feasible else -1000 for s in scores], dtype=np.float64)
+        kube = np.floor(100.0 * (1.0 - _used_ratio_after(state, candidates, (1 if share else gpus) * GPU_MILLI)))
+        best = int(np.argmax(kube + self._weight * 10.0 * extender[inverse]))
+        chosen = scores[int(inverse[best])]
+        if not chosen.feasible:
+            return None
+        return int(candidates[best]), chosen.gpus
+
+
+@dataclass
+class _Running:
+    job: Job
+    parts: list[tuple[int, tuple[int, ...]]]
+    milli: int
+    gang: str | None
+    start_s: float
+    remaining: float
+    rate: float = 0.0
+    partner: _Running | None = None
+
+
+@dataclass
+class JctResult:
+    policy: str
+    avg_jct_s: float
+    p95_jct_s: float
+    makespan_s: float
+    avg_queue_s: float
+    gpu_utilization: float
+    jobs: int
+    unschedulable_jobs: int
+    seconds: float
+    jct_s: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "avg_jct_s": self.avg_jct_s,
+            "p95_jct_s": self.p95_jct_s,
+            "makespan_s": self.makespan_s,
+            "avg_queue_s": self.avg_queue_s,
+            "gpu_utilization": self.gpu_utilization,
+            "jobs": self.jobs,
+            "unschedulable_jobs": self.unschedulable_jobs,
+            "seconds": self.seconds,
+        }
+
+
+class _Engine:
+    def __init__(self, cluster: Cluster, policy: JobPolicy, truth: RateTable | None) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.truth = truth
+        self.state = JobState(cluster, truth)
+        self.sharing = truth is not None and bool(truth.norm)
+        self.per_node = cluster.max_gpus_per_node
+        self.running: dict[str, _Running] = {}
+        self.gpu_milli_seconds = 0.0
+
+    def _rate(self, run: _Running) -> float:
+        gpus = tuple((n, g) for n, gs in run.parts for g in gs)
+        partner = run.partner.job.job_type if run.partner is not None else None
+        rate = true_rate(run.job, Assignment(gpus, partner), self.cluster.nodes, self.truth)
+        if rate <= 0:
+            raise ValueError(f"no true throughput for job {run.job.job_id} ({run.job.job_type}) under its placement")
+        return rate
+
+    def try_place(self, job: Job, now: float) -> bool:
+        share = self.sharing and job.num_gpus == 1
+        sizes = [job.num_gpus] if job.num_gpus <= self.per_node else _gang_sizes(job.num_gpus, self.per_node)
+        gang = job.job_id if len(sizes) > 1 else None
+        milli = SHARE_MILLI if share else GPU_MILLI
+        parts: list[tuple[int, tuple[int, ...]]] = []
+        for size in sizes:
+            choice = self.policy.choose(job, size, share, gang, self.state)
+            if choice is None:
+                for node, gpus in parts:
+                    self.state.release(job, node, gpus, milli, gang)
+                return False
+            self.state.assign(job, choice[0], choice[1], milli, gang)
+            parts.append(choice)
+        run = _Running(job, parts, milli, gang, now, job.work)
+        if share:
+            node, (gpu,) = parts[0]
+            others = [r for r in self.state.residents[(node, gpu)] if r is not job]
+            if others:
+                run.partner = self.running[others[0].job_id]
+                run.partner.partner = run
+                run.partner.rate = self._rate(run.partner)
+        run.rate = self._rate(run)
+        self.running[job.job_id] = run
+        return True
+
+    def finish(self, run: _Running) -> None:
+        for node, gpus in run.parts:
+            self.state.release(run.job, node, gpus, run.milli, run.gang)
+        del self.running[run.job.job_id]
+        if run.partner is not None:
+            run.partner.partner = None
+            run.partner.rate = self._rate(run.partner)
+
+    def advance(self, dt: float) -> None:
+        if dt <= 0:
+            return
+        for run in self.running.values():
+            run.remaining -= run.rate * dt
+            self.gpu_milli_seconds += run.milli * sum(len(g) for _, g in run.parts) * dt
+
+
+def _gang_sizes(gpus: int, per_node: int) -> list[int]:
+    full, rest = divmod(gpus, per_node)
+    return [per_node] * full + ([rest] if rest else [])
+
+
+def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: RateTable | None) -> JctResult:
+    """Simulate `jobs` (sorted by arrival) on `cluster` under `policy`; rates come from `truth`."""
+    started = time.perf_counter()
+    engine = _Engine(cluster, policy, truth)
+    total_gpus = cluster.total_gpus
+    fits = [j for j in jobs if j.num_gpus <= total_gpus]
+    arrivals = sorted(fits, key=lambda j: j.arrival_s)
+    start_s: dict[str, float] = {}
+    end_s: dict[str, float] = {}
+    queue: list[Job] = []
+    failed_at: dict[str, int] = {}
+    releases = 0
+    now = arrivals[0].arrival_s if arrivals else 0.0
+    i = 0
+    while i < len(arrivals) or engine.running:
+        next_done = min((now + max(r.remaining, 0.0) / r.rate for r in engine.running.values()), default=math.inf)
+        next_arrival = arrivals[i].arrival_s if i < len(arrivals) else math.inf
+        t = min(next_done, next_arrival)
+        if math.isinf(t):
+            break
+        engine.advance(t - now)
+        now = t
+        done = [r for r in engine.running.values() if r.remaining / r.rate <= _DONE_EPS_SECONDS]
+        for run in done:
+            engine.finish(run)
+            end_s[run.job.job_id] = now
+            releases += 1
+        while i < len(arrivals) and arrivals[i].arrival_s <= now:
+            queue.append(arrivals[i])
+            i += 1
+        waiting: list[Job] = []
+        for job in queue:
+            if failed_at.get(job.job_id) == releases or not engine.try_place(job, now):
+                failed_at[job.job_id] = releases
+                waiting.append(job)
+            else:
+                start_s[job.job_id] = now
+        queue = waiting
+    finished = [j for j in arrivals if j.job_id in end_s]
+    jct = np.array([end_s[j.job_id] - j.arrival_s for j in finished])
+    wait = np.array([start_s[j.job_id] - j.arrival_s for j in finished])
+    first = min((j.arrival_s for j in finished), default=0.0)
+    makespan = max(end_s.values(), default=first) - first
+    return JctResult(
+        policy=policy.name,
+        avg_jct_s=float(jct.mean()) if len(jct) else 0.0,
+        p95_jct_s=float(np.percentile(jct, 95)) if len(jct) else 0.0,
+        makespan_s=makespan,
+        avg_queue_s=float(wait.mean()) if len(wait) else 0.0,
+        gpu_utilization=engine.gpu_milli_seconds / GPU_MILLI / (total_gpus * makespan) if makespan > 0 else 0.0,
+        jobs=len(finished),
+        unschedulable_jobs=len(jobs) - len(finished),
+        seconds=time.perf_counter() - started,
+        jct_s=sorted(float(x) for x in jct),
+    )

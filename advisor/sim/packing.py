@@ -1,0 +1,337 @@
+"""Fragmentation mode: pods arrive in random order (sampled with replacement, ATC'23 "workload inflation") and never
+leave; how much of the cluster's GPU capacity does each policy manage to allocate before pods start failing?
+
+The cluster is a (nodes × GPUs) array of free milli-GPU plus free CPU and memory per node. A policy sees the pod and
+the state and names a node and the GPUs to use there; the engine checks and applies it. Policies:
+
+* `random` — any node that fits, any GPU that fits;
+* `spread` — Kubernetes' default `NodeResourcesLeastAllocated`: the node with the largest mean free ratio of GPU,
+  CPU and memory after placement; a GPU share goes to the least-used GPU;
+* `binpack` — `NodeResourcesMostAllocated`: the node with the largest mean used ratio; a share goes to the fullest GPU
+  it fits (best fit);
+* `fgd` — Fragmentation Gradient Descent: the (node, GPU) that increases the expected fragmentation least;
+* `advisor` — the service's own `advisor.scoring.score_nodes` (see `advisor.sim.adapter`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from advisor.predictors import Predictors
+from advisor.scoring import PodRequest, ScoringConfig, score_nodes
+from advisor.sim.adapter import StateInterner, share_residents
+from advisor.sim.fragmentation import FloatArray, IntArray, NodeCache, Workload, workload_of
+from advisor.sim.model import GPU_MILLI, Cluster, Pod
+
+BoolArray = NDArray[np.bool_]
+CURVE_STEP_RATIO = 0.01
+MAX_ARRIVED_RATIO = 1.3
+DEFAULT_EXTENDER_WEIGHT = 3.0
+"""The extender's weight in kube-scheduler (chosen on openb with seed 1; docs/evaluation.md reports seed 0)."""
+
+
+class PackState:
+    """Free GPU share per (node, GPU), free CPU and memory per node; capacities alongside."""
+
+    def __init__(self, cluster: Cluster, workload: Workload) -> None:
+        self.cluster = cluster
+        n = len(cluster.nodes)
+        g = max(cluster.max_gpus_per_node, 1)
+        self.free = np.zeros((n, g))
+        for i, node in enumerate(cluster.nodes):
+            self.free[i, : node.gpus] = GPU_MILLI
+        self.gpu_capacity = self.free.sum(axis=1)
+        self.cpu_capacity = np.array([np.nan if x.cpu_milli is None else x.cpu_milli for x in cluster.nodes])
+        self.memory_capacity = np.array([np.nan if x.memory_mib is None else x.memory_mib for x in cluster.nodes])
+        self.cpu_free = np.where(np.isnan(self.cpu_capacity), np.inf, self.cpu_capacity)
+        self.memory_free = np.where(np.isnan(self.memory_capacity), np.inf, self.memory_capacity)
+        self.cache = NodeCache(self.free, self.cpu_free, self.memory_free, workload)
+        self.version = np.zeros(n, dtype=np.int64)
+
+    @property
+    def allocated_milli(self) -> float:
+        return float(self.gpu_capacity.sum() - self.free.sum())
+
+    def feasible(self, pod: Pod) -> BoolArray:
+        ok: BoolArray = (self.cpu_free >= pod.cpu_milli) & (self.memory_free >= pod.memory_mib)
+        if pod.num_gpu == 0:
+            return ok
+        if pod.gpu_milli < GPU_MILLI:
+            return ok & (self.cache.max1 >= pod.gpu_milli)
+        return ok & (self.cache.full >= pod.num_gpu)
+
+    def place(self, node: int, gpus: Sequence[int], pod: Pod) -> None:
+        if pod.num_gpu and len(gpus) != pod.num_gpu:
+            raise ValueError(f"pod {pod.name} needs {pod.num_gpu} GPUs, policy gave {list(gpus)}")
+        for g in gpus:
+            if self.free[node, g] < pod.gpu_milli:
+                raise ValueError(f"pod {pod.name}: GPU {g} of node {node} has only {self.free[node, g]:g} milli free")
+            self.free[node, g] -= pod.gpu_milli
+        self.cpu_free[node] -= pod.cpu_milli
+        self.memory_free[node] -= pod.memory_mib
+        self.cache.refresh(node, self.free[node], float(self.cpu_free[node]), float(self.memory_free[node]))
+        self.version[node] += 1
+
+    def whole_gpus(self, node: int, k: int) -> tuple[int, ...]:
+        """The k lowest-index fully free GPUs of `node`."""
+        free = np.flatnonzero(self.free[node] >= GPU_MILLI)
+        return tuple(int(x) for x in free[:k])
+
+    def usage_ratio_after(self, nodes: IntArray, pod: Pod) -> FloatArray:
+        """Mean used ratio over GPU, CPU and memory (those the node declares) if `pod` went to each node."""
+        gpu = (self.gpu_capacity[nodes] - self.free[nodes].sum(axis=1) + pod.num_gpu * pod.gpu_milli) / np.maximum(
+            self.gpu_capacity[nodes], 1.0
+        )
+        ratios = [gpu]
+        cpu_cap = self.cpu_capacity[nodes]
+        if not np.isnan(cpu_cap).all():
+            ratios.append(1.0 - (self.cpu_free[nodes] - pod.cpu_milli) / np.where(cpu_cap > 0, cpu_cap, np.nan))
+        mem_cap = self.memory_capacity[nodes]
+        if not np.isnan(mem_cap).all():
+            ratios.append(1.0 - (self.memory_free[nodes] - pod.memory_mib) / np.where(mem_cap > 0, mem_cap, np.nan))
+        stacked = np.vstack(ratios)
+        mean: FloatArray = np.nanmean(np.where(np.isnan(stacked), np.nan, stacked), axis=0)
+        return mean
+
+
+class PackPolicy(Protocol):
+    name: str
+
+    def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
+        """Pick one of `candidates` (nodes where the pod fits, never empty) and the GPU indices to use there."""
+        ...
+
+
+def _share_gpu(state: PackState, node: int, milli: int, *, fullest: bool) -> tuple[int, ...]:
+    free = state.free[node]
+    fits = np.flatnonzero(free >= milli)
+    pick = fits[np.argmin(free[fits])] if fullest else fits[np.argmax(free[fits])]
+    return (int(pick),)
+
+
+class RandomPolicy:
+    name = "random"
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
+        node = int(self._rng.choice(candidates))
+        if pod.num_gpu == 0:
+            return node, ()
+        if pod.gpu_milli < GPU_MILLI:
+            fits = np.flatnonzero(state.free[node] >= pod.gpu_milli)
+            return node, (int(self._rng.choice(fits)),)
+        free = np.flatnonzero(state.free[node] >= GPU_MILLI)
+        return node, tuple(sorted(int(x) for x in self._rng.choice(free, pod.num_gpu, replace=False)))
+
+
+class AllocatedPolicy:
+    """Kubernetes' LeastAllocated (`spread`) or MostAllocated (`binpack`) node scoring."""
+
+    def __init__(self, *, most: bool) -> None:
+        self._most = most
+        self.name = "binpack" if most else "spread"
+
+    def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
+        used = state.usage_ratio_after(candidates, pod)
+        node = int(candidates[np.argmax(used) if self._most else np.argmin(used)])
+        if pod.num_gpu == 0:
+            return node, ()
+        if pod.gpu_milli < GPU_MILLI:
+            return node, _share_gpu(state, node, pod.gpu_milli, fullest=self._most)
+        return node, state.whole_gpus(node, pod.num_gpu)
+
+
+class FgdPolicy:
+    """Fragmentation Gradient Descent: least increase of the expected fragmentation F_n(M)."""
+
+    name = "fgd"
+
+    def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
+        cache = state.cache
+        cpu_after = state.cpu_free[candidates] - pod.cpu_milli
+        memory_after = state.memory_free[candidates] - pod.memory_mib
+        if pod.num_gpu == 0 or pod.gpu_milli >= GPU_MILLI:
+            delta = cache.delta_whole(candidates, pod.num_gpu, cpu_after, memory_after)
+            node = int(candidates[np.argmin(delta)])
+            return node, state.whole_gpus(node, pod.num_gpu)
+        rows, cols = np.nonzero(state.free[candidates] >= pod.gpu_milli)
+        nodes = candidates[rows]
+        delta = cache.delta_share(
+            nodes, state.free[nodes, cols], float(pod.gpu_milli), cpu_after[rows], memory_after[rows]
+        )
+        best = int(np.argmin(delta))
+        return int(nodes[best]), (int(cols[best]),)
+
+
+def task_sizes_of(pods: Sequence[Pod]) -> tuple[tuple[int, float], ...]:
+    """The trace's mix of GPU counts (a share counts as one GPU), as `ScoringConfig.task_sizes`."""
+    counts: dict[int, int] = {}
+    for p in pods:
+        if p.num_gpu > 0:
+            counts[p.num_gpu] = counts.get(p.num_gpu, 0) + 1
+    total = sum(counts.values())
+    return tuple((k, n / total) for k, n in sorted(counts.items()))
+
+
+class AdvisorPackPolicy:
+    """kube-scheduler with the advisor as its extender, scoring with the service's own `score_nodes`.
+
+    A node's total is what kube-scheduler computes: its default `NodeResourcesFit` score (LeastAllocated over GPU,
+    CPU and memory, an integer 0..100) plus `extender_weight` × 10 × the extender's integer 0..10 score
+    (`NodeScore.extender_score`; kube-scheduler scales extender scores by MaxNodeScore / MaxExtenderPriority = 10).
+    The GPUs are the scorer's choice (what `/v1/allocate` tells the device plugin). Pods without a GPU get no
+    extender score (the extender manages only `nvidia.com/gpu`). The scorer is configured with the trace's GPU-count
+    mix as its `task_sizes` (what an admin sets from their own workload).
+    """
+
+    name = "advisor"
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: ScoringConfig,
+        predictors: Predictors | None = None,
+        *,
+        extender_weight: float = DEFAULT_EXTENDER_WEIGHT,
+    ) -> None:
+        self._nodes = cluster.nodes
+        self._interner = StateInterner(cluster.nodes)
+        self._version = np.full(len(cluster.nodes), -1, dtype=np.int64)
+        self._config = config
+        self._predictors = predictors or Predictors.heuristic()
+        self._weight = extender_weight
+
+    def _sync(self, state: PackState) -> None:
+        for i in np.flatnonzero(state.version != self._version):
+            node = self._nodes[int(i)]
+            allocated = [round(GPU_MILLI - float(state.free[i, g])) for g in range(node.gpus)]
+            self._interner.update(int(i), [(a, share_residents(a)) for a in allocated])
+            self._version[i] = state.version[i]
+
+    def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
+        kube = np.floor(100.0 * (1.0 - state.usage_ratio_after(candidates, pod)))
+        if pod.num_gpu == 0:
+            return int(candidates[np.argmax(kube)]), ()
+        self._sync(state)
+        request = (
+            PodRequest(name=pod.name, gpu_milli=pod.gpu_milli)
+            if pod.gpu_milli < GPU_MILLI
+            else PodRequest(name=pod.name, gpus=pod.num_gpu)
+        )
+        states, inverse = self._interner.distinct(candidates)
+        scores = score_nodes(request, states, config=self._config, predictors=self._predictors)
+        extender = np.array([s.extender_score if s.feasible else -1000 for s in scores], dtype=np.float64)
+        best = int(np.argmax(kube + self._weight * 10.0 * extender[inverse]))
+        chosen = scores[int(inverse[best])]
+        if not chosen.feasible:
+            raise RuntimeError(f"the scorer found no GPUs for {pod.name} on a node where it fits: {chosen.reason}")
+        return int(candidates[best]), chosen.gpus
+
+
+@dataclass
+class FragmentationResult:
+    """One policy's run. Curves are sampled every 1% of cluster GPU capacity of arrived demand."""
+
+    policy: str
+    gpu_allocation_ratio: float
+    failed_pods: int
+    fragmentation_ratio: float
+    arrived_pods: int
+    seconds: float
+    arrived_ratio: list[float] = field(default_factory=list)
+    allocation_ratio: list[float] = field(default_factory=list)
+    failed_curve: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "gpu_allocation_ratio": self.gpu_allocation_ratio,
+            "failed_pods": self.failed_pods,
+            "fragmentation_ratio": self.fragmentation_ratio,
+            "arrived_pods": self.arrived_pods,
+            "seconds": self.seconds,
+            "curve": {
+                "arrived_demand_ratio": self.arrived_ratio,
+                "gpu_allocation_ratio": self.allocation_ratio,
+                "failed_pods": self.failed_curve,
+            },
+        }
+
+
+def inflated_sequence(pods: Sequence[Pod], capacity_gpus: float, seed: int, max_ratio: float) -> list[Pod]:
+    """Pods drawn with replacement until their GPU demand exceeds `max_ratio` × capacity (same for every policy)."""
+    if not any(p.gpu_demand > 0 for p in pods):
+        raise ValueError("the trace has no pod that requests a GPU")
+    rng = np.random.default_rng(seed)
+    out: list[Pod] = []
+    demand = 0.0
+    target = max_ratio * capacity_gpus
+    while demand < target:
+        for i in rng.integers(0, len(pods), size=1024):
+            pod = pods[int(i)]
+            out.append(pod)
+            demand += pod.gpu_demand
+            if demand >= target:
+                break
+    return out
+
+
+def run_fragmentation(
+    cluster: Cluster,
+    pods: Sequence[Pod],
+    sequence: Sequence[Pod],
+    policy: PackPolicy,
+) -> FragmentationResult:
+    """Place `sequence` in order with `policy`; the target workload for fragmentation is the trace `pods`."""
+    started = time.perf_counter()
+    workload = workload_of(pods)
+    state = PackState(cluster, workload)
+    capacity_milli = float(state.gpu_capacity.sum())
+    arrived_milli = 0.0
+    failed = 0
+    next_mark = 0.0
+    arrived_ratio: list[float] = []
+    allocation: list[float] = []
+    failed_curve: list[int] = []
+    at_full: tuple[float, int, float] | None = None
+    for pod in sequence:
+        demand = pod.gpu_demand * GPU_MILLI
+        while arrived_milli + demand > next_mark * capacity_milli and next_mark <= MAX_ARRIVED_RATIO + 1e-9:
+            arrived_ratio.append(round(next_mark, 4))
+            allocation.append(state.allocated_milli / capacity_milli)
+            failed_curve.append(failed)
+            if at_full is None and next_mark >= 1.0 - 1e-9:
+                at_full = (state.allocated_milli / capacity_milli, failed, float(state.cache.frag.sum()))
+            next_mark += CURVE_STEP_RATIO
+        arrived_milli += demand
+        candidates = np.flatnonzero(state.feasible(pod))
+        if len(candidates) == 0:
+            failed += pod.num_gpu > 0
+            continue
+        node, gpus = policy.choose(pod, state, candidates)
+        state.place(node, gpus, pod)
+    while next_mark <= MAX_ARRIVED_RATIO + 1e-9:
+        arrived_ratio.append(round(next_mark, 4))
+        allocation.append(state.allocated_milli / capacity_milli)
+        failed_curve.append(failed)
+        next_mark += CURVE_STEP_RATIO
+    if at_full is None:
+        at_full = (state.allocated_milli / capacity_milli, failed, float(state.cache.frag.sum()))
+    return FragmentationResult(
+        policy=policy.name,
+        gpu_allocation_ratio=at_full[0],
+        failed_pods=at_full[1],
+        fragmentation_ratio=at_full[2] / capacity_milli,
+        arrived_pods=len(sequence),
+        seconds=time.perf_counter() - started,
+        arrived_ratio=arrived_ratio,
+        allocation_ratio=allocation,
+        failed_curve=failed_curve,
+    )

@@ -1,0 +1,144 @@
+"""One simulation as the CLI and the benchmarks run it: build the policies by name, run each on the same input.
+
+Kept apart from the CLI so that bench/ scripts and tests drive exactly what `gpuadvisor simulate` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from advisor.gpus import normalize_gpu_model
+from advisor.predictors import Predictors
+from advisor.scoring import ScoringConfig
+from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, run_jct
+from advisor.sim.model import Cluster, Job, Pod
+from advisor.sim.packing import (
+    DEFAULT_EXTENDER_WEIGHT,
+    MAX_ARRIVED_RATIO,
+    AdvisorPackPolicy,
+    AllocatedPolicy,
+    FgdPolicy,
+    FragmentationResult,
+    PackPolicy,
+    RandomPolicy,
+    inflated_sequence,
+    run_fragmentation,
+    task_sizes_of,
+)
+from advisor.sim.rates import RateTable
+
+FRAGMENTATION_POLICIES = ("random", "spread", "binpack", "fgd", "advisor")
+JCT_POLICIES = ("spread", "binpack", "advisor", "oracle")
+
+
+class SimConfigError(ValueError):
+    """A policy list or input combination the simulator cannot run; the message says which."""
+
+
+def parse_policies(text: str, mode: str) -> list[str]:
+    allowed = FRAGMENTATION_POLICIES if mode == "fragmentation" else JCT_POLICIES
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise SimConfigError("--policies: name at least one policy")
+    for name in names:
+        if name not in allowed:
+            raise SimConfigError(f"--policies: {name!r} is not a {mode} policy; choose from {', '.join(allowed)}")
+    if len(set(names)) != len(names):
+        raise SimConfigError("--policies: a policy is listed twice")
+    return names
+
+
+def fragmentation_policy(name: str, cluster: Cluster, pods: Sequence[Pod], seed: int) -> PackPolicy:
+    if name == "random":
+        return RandomPolicy(np.random.default_rng(seed))
+    if name in ("spread", "binpack"):
+        return AllocatedPolicy(most=name == "binpack")
+    if name == "fgd":
+        return FgdPolicy()
+    if name == "advisor":
+        return AdvisorPackPolicy(
+            cluster, ScoringConfig(task_sizes=task_sizes_of(pods)), extender_weight=DEFAULT_EXTENDER_WEIGHT
+        )
+    raise SimConfigError(f"unknown fragmentation policy {name!r}")
+
+
+def run_fragmentation_mode(
+    cluster: Cluster,
+    pods: Sequence[Pod],
+    policies: Sequence[str],
+    seed: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[FragmentationResult]:
+    """Every policy on the same inflated pod sequence (seeded)."""
+    try:
+        sequence = inflated_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
+    except ValueError as e:
+        raise SimConfigError(str(e)) from e
+    results = []
+    for name in policies:
+        if progress:
+            progress(name)
+        results.append(run_fragmentation(cluster, pods, sequence, fragmentation_policy(name, cluster, pods, seed)))
+    return results
+
+
+def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> None:
+    """Every job type needs a true 1-GPU speed on every GPU model of the cluster."""
+    models = sorted({normalize_gpu_model(n.gpu_model) for n in cluster.nodes if n.gpus})
+    for job in jobs:
+        for model in models:
+            if truth.speed(model, job.job_type, 1, True) is None:
+                raise SimConfigError(
+                    f"the throughputs file has no throughput for job type {job.job_type!r} on GPU model {model!r}"
+                )
+
+
+def jct_policy(
+    name: str, cluster: Cluster, truth: RateTable | None, believed: RateTable | None, config: ScoringConfig
+) -> JobPolicy:
+    if name in ("spread", "binpack"):
+        return KubeJobPolicy(most=name == "binpack")
+    if name == "advisor":
+        return ExtenderJobPolicy("advisor", cluster, believed, config, base=Predictors.heuristic())
+    if name == "oracle":
+        if truth is None:
+            raise SimConfigError("the oracle policy needs --throughputs (the true throughputs)")
+        return ExtenderJobPolicy("oracle", cluster, truth, config, base=Predictors.heuristic())
+    raise SimConfigError(f"unknown jct policy {name!r}")
+
+
+def run_jct_mode(
+    cluster: Cluster,
+    jobs: Sequence[Job],
+    policies: Sequence[str],
+    truth: RateTable | None,
+    believed: RateTable | None,
+    config: ScoringConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[JctResult]:
+    if truth is not None:
+        check_coverage(cluster, jobs, truth)
+    config = config or ScoringConfig()
+    built = [jct_policy(name, cluster, truth, believed, config) for name in policies]
+    results = []
+    for policy in built:
+        if progress:
+            progress(policy.name)
+        results.append(run_jct(cluster, jobs, policy, truth))
+    return results
+
+
+def advisor_table(throughputs_path: Path | None) -> tuple[RateTable | None, str]:
+    """The advisor's beliefs for a JCT run, and how they were obtained (reported with the results).
+
+    With Gavel's JSON: `advisor.models` trained on a disjoint part of it (`advisor.sim.heldout`). Otherwise the
+    scorer's own heuristics (relative GPU speed, SM/bandwidth over-subscription).
+    """
+    if throughputs_path is not None and throughputs_path.suffix.lower() == ".json":
+        from advisor.sim.heldout import heldout_table  # trains LightGBM models: imported only when needed
+
+        return heldout_table(throughputs_path), "advisor.models trained on held-out Gavel data (advisor.sim.heldout)"
+    return None, "heuristic predictors (advisor.predictors): no model can be trained disjointly from this input"

@@ -1,0 +1,314 @@
+"""The cluster as the advisor sees it: per node its GPUs, links, residents and allocations, rebuilt from telemetry.
+
+Soft state in memory (DESIGN §5): every replica rebuilds it from the collectors' NodeSnapshots within two push
+intervals, plus the GPU allocations of bound pods when a Kubernetes watch feeds `set_allocation`.
+
+Allocation (which GPU is held by which pod):
+
+* A pod known from the Kubernetes API (`PodAllocation`) holds what it requested: a whole GPU for each GPU it runs a
+  process on, its `gpu_milli` on a shared GPU (a memory-only share counts as its fraction of the GPU memory). Whole
+  GPUs it was granted but does not use yet are reserved among the free GPUs without processes (lowest index first).
+* A pod seen only in telemetry (`--no-kube`, tests, `make up`, or a watch that lags): alone on its GPU it holds the
+  whole GPU; sharing with other pods, each holds its share of the GPU memory (at least 100 milli, in steps of 50,
+  capped so the GPU is at most full).
+* Processes without a pod (host processes) hold nothing but count as residents for interference.
+
+Per-process memory-bandwidth use is not measured by NVML; the GPU's figure is split over its residents in proportion
+to their SM use (evenly when that is unknown too). Staleness is judged by when a snapshot *arrived* (this replica's
+clock), so a collector with a skewed clock is not mistaken for a dead one; older snapshots arriving after newer ones
+(by their own timestamps) are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from advisor.pods import pod_key
+from advisor.scoring import WHOLE_GPU_MILLI, GpuState, NodeState, Resident, Topology
+from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
+
+HOST_RESIDENT = "host"
+_MIN_INFERRED_SHARE_MILLI = 100
+_SHARE_STEP_MILLI = 50
+
+
+@dataclass(frozen=True, slots=True)
+class PodAllocation:
+    """A pod bound to a node that holds GPUs (from the Kubernetes API)."""
+
+    pod: str
+    node: str
+    gpus: int = 0
+    gpu_milli: int = 0
+    gpu_memory_bytes: int | None = None
+    workload: str | None = None
+    gang: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What the state keeps per node: the scoring view plus where it came from."""
+
+    state: NodeState
+    snapshot: NodeSnapshot
+    received_at_seconds: float
+
+
+def _process_pod(p: ProcessSnapshot) -> tuple[str, str | None]:
+    """(resident key, workload) of a process: `namespace/name`, the pod UID, or the host marker."""
+    ref = p.pod
+    if ref is None:
+        return HOST_RESIDENT, None
+    if ref.name:
+        return pod_key(ref.namespace, ref.name), ref.workload
+    if ref.uid:
+        return f"uid:{ref.uid}", ref.workload
+    return HOST_RESIDENT, ref.workload
+
+
+@dataclass(slots=True)
+class _Use:
+    workload: str | None
+    sm: float | None
+    memory_bytes: int
+
+
+def _residents(gpu: GpuSnapshot) -> dict[str, _Use]:
+    uses: dict[str, _Use] = {}
+    for p in gpu.processes:
+        key, workload = _process_pod(p)
+        use = uses.get(key)
+        if use is None:
+            use = uses[key] = _Use(workload, None, 0)
+        if p.sm_utilization_ratio is not None:
+            use.sm = (use.sm or 0.0) + p.sm_utilization_ratio
+        use.memory_bytes += p.memory_used_bytes or 0
+        use.workload = use.workload or workload
+    return uses
+
+
+def _inferred_share_milli(memory_bytes: int, total_bytes: int) -> int:
+    if total_bytes <= 0:
+        return _MIN_INFERRED_SHARE_MILLI
+    milli = math.ceil(memory_bytes / total_bytes * WHOLE_GPU_MILLI / _SHARE_STEP_MILLI) * _SHARE_STEP_MILLI
+    return max(_MIN_INFERRED_SHARE_MILLI, min(WHOLE_GPU_MILLI, milli))
+
+
+def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tuple[GpuState, set[str]]:
+    """One GPU's scoring view and the pods that hold it."""
+    uses = _residents(gpu)
+    total_memory = gpu.memory_total_bytes or 0
+    pods = [k for k in uses if k != HOST_RESIDENT]
+    allocated = 0
+    for key in pods:
+        alloc = allocations.get(key)
+        if alloc is not None and alloc.gpus > 0:
+            allocated += WHOLE_GPU_MILLI
+        elif alloc is not None and alloc.gpu_milli > 0:
+            allocated += alloc.gpu_milli
+        elif alloc is not None and alloc.gpu_memory_bytes is not None:
+            allocated += _inferred_share_milli(alloc.gpu_memory_bytes, total_memory)
+        elif len(pods) == 1:
+            allocated += WHOLE_GPU_MILLI
+        else:
+            allocated += _inferred_share_milli(uses[key].memory_bytes, total_memory)
+    known_sm = [u.sm for u in uses.values() if u.sm is not None]
+    sm_total = sum(known_sm)
+    gpu_sm = gpu.utilization_ratio or 0.0
+    gpu_bw = gpu.memory_bandwidth_utilization_ratio or 0.0
+    n = len(uses)
+    residents: list[Resident] = []
+    for key, use in uses.items():
+        sm = use.sm if use.sm is not None else (gpu_sm / n if not known_sm else 0.0)
+        bw_share = sm / sm_total if sm_total > 0 else 1.0 / n
+        alloc = allocations.get(key)
+        residents.append(
+            Resident(
+                pod=key,
+                workload=use.workload or (alloc.workload if alloc else None),
+                gpu_milli=0 if key == HOST_RESIDENT else (alloc.gpu_milli if alloc and alloc.gpu_milli else 0),
+                sm_utilization_ratio=min(1.0, sm),
+                memory_bandwidth_utilization_ratio=min(1.0, gpu_bw * bw_share),
+                memory_used_bytes=use.memory_bytes,
+            )
+        )
+    state = GpuState(
+        index=gpu.index,
+        model=gpu.model,
+        healthy=gpu.healthy,
+        memory_total_bytes=total_memory,
+        memory_used_bytes=gpu.memory_used_bytes or 0,
+        sm_utilization_ratio=gpu_sm,
+        memory_bandwidth_utilization_ratio=gpu_bw,
+        allocated_milli=min(WHOLE_GPU_MILLI, allocated),
+        residents=tuple(residents),
+    )
+    return state, set(pods)
+
+
+def topology_of(snapshot: NodeSnapshot, gpus: list[GpuSnapshot]) -> Topology:
+    """The link topology of a snapshot's GPUs (`gpus` in position order)."""
+    position = {g.index: pos for pos, g in enumerate(gpus)}
+    links = [
+        (position[link.a], position[link.b], link.level)
+        for link in snapshot.links
+        if link.a in position and link.b in position
+    ]
+    return Topology.from_links(len(gpus), links)
+
+
+def build_node_state(
+    snapshot: NodeSnapshot,
+    allocations: Mapping[str, PodAllocation],
+    *,
+    observed_at_seconds: float | None,
+    topology: Callable[[NodeSnapshot, list[GpuSnapshot]], Topology] = topology_of,
+) -> NodeState:
+    """The scoring view of one node from its latest snapshot and the allocations of pods bound to it."""
+    gpus = sorted(snapshot.gpus, key=lambda g: g.index)
+    node_topology = topology(snapshot, gpus)
+    states: list[GpuState] = []
+    seen: dict[str, int] = {}
+    for g in gpus:
+        state, holders = _gpu_state(g, allocations)
+        states.append(state)
+        for pod in holders:
+            seen[pod] = seen.get(pod, 0) + 1
+    for alloc in allocations.values():
+        missing = alloc.gpus - seen.get(alloc.pod, 0)
+        for pos, s in enumerate(states):
+            if missing <= 0:
+                break
+            if s.healthy and s.allocated_milli == 0 and not s.residents:
+                states[pos] = GpuState(
+                    index=s.index,
+                    model=s.model,
+                    healthy=s.healthy,
+                    memory_total_bytes=s.memory_total_bytes,
+                    memory_used_bytes=s.memory_used_bytes,
+                    sm_utilization_ratio=s.sm_utilization_ratio,
+                    memory_bandwidth_utilization_ratio=s.memory_bandwidth_utilization_ratio,
+                    allocated_milli=WHOLE_GPU_MILLI,
+                    residents=s.residents,
+                )
+                missing -= 1
+    gangs = frozenset(a.gang for a in allocations.values() if a.gang)
+    return NodeState(
+        name=snapshot.node,
+        gpus=tuple(states),
+        topology=node_topology,
+        observed_at_seconds=observed_at_seconds,
+        gangs=gangs,
+    )
+
+
+class ClusterState:
+    """Thread-safe holder of every node's `NodeRecord` and every pod's `PodAllocation`.
+
+    Writers (ingest, the Kubernetes watch) take a lock and replace whole records; readers get the current mapping
+    without locking (a record is immutable, a dict entry swap is atomic).
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: dict[str, NodeRecord] = {}
+        self._nodes: dict[str, NodeState] = {}
+        self._allocations: dict[str, PodAllocation] = {}
+        self._by_node: dict[str, dict[str, PodAllocation]] = {}
+        self._topologies: dict[tuple[object, ...], Topology] = {}
+        self.out_of_order_dropped = 0
+
+    def now(self) -> float:
+        return self._clock()
+
+    def _topology(self, snapshot: NodeSnapshot, gpus: list[GpuSnapshot]) -> Topology:
+        """One shared `Topology` per distinct (GPU indices, links): most nodes of a cluster share a handful."""
+        key = (tuple(g.index for g in gpus), tuple((link.a, link.b, link.level) for link in snapshot.links))
+        topology = self._topologies.get(key)
+        if topology is None:
+            topology = self._topologies[key] = topology_of(snapshot, gpus)
+        return topology
+
+    def ingest(self, snapshot: NodeSnapshot) -> bool:
+        """Take one snapshot; False when it is older than the one already held for that node (dropped)."""
+        received = self._clock()
+        with self._lock:
+            current = self._records.get(snapshot.node)
+            if current is not None and _ts(snapshot.timestamp) < _ts(current.snapshot.timestamp):
+                self.out_of_order_dropped += 1
+                return False
+            self._store(snapshot, received)
+        return True
+
+    def _store(self, snapshot: NodeSnapshot, received: float) -> None:
+        state = build_node_state(
+            snapshot, self._by_node.get(snapshot.node, {}), observed_at_seconds=received, topology=self._topology
+        )
+        self._records[snapshot.node] = NodeRecord(state, snapshot, received)
+        self._nodes[snapshot.node] = state
+
+    def _rebuild(self, node: str) -> None:
+        record = self._records.get(node)
+        if record is not None:
+            self._store(record.snapshot, record.received_at_seconds)
+
+    def set_allocation(self, allocation: PodAllocation) -> None:
+        """Record (or move) a bound pod's GPU allocation and refresh the affected nodes."""
+        with self._lock:
+            previous = self._allocations.get(allocation.pod)
+            if previous == allocation:
+                return
+            if previous is not None:
+                self._by_node.get(previous.node, {}).pop(previous.pod, None)
+                self._rebuild(previous.node)
+            self._allocations[allocation.pod] = allocation
+            self._by_node.setdefault(allocation.node, {})[allocation.pod] = allocation
+            self._rebuild(allocation.node)
+
+    def remove_allocation(self, pod: str) -> None:
+        """Forget a pod that finished or was deleted."""
+        with self._lock:
+            previous = self._allocations.pop(pod, None)
+            if previous is not None:
+                self._by_node.get(previous.node, {}).pop(pod, None)
+                self._rebuild(previous.node)
+
+    def replace_allocations(self, allocations: Iterable[PodAllocation]) -> None:
+        """Swap in a full list (after a watch re-list) and refresh every node."""
+        with self._lock:
+            self._allocations = {a.pod: a for a in allocations}
+            self._by_node = {}
+            for a in self._allocations.values():
+                self._by_node.setdefault(a.node, {})[a.pod] = a
+            for node in list(self._records):
+                self._rebuild(node)
+
+    def remove_node(self, node: str) -> None:
+        """Forget a node deleted from the cluster."""
+        with self._lock:
+            self._records.pop(node, None)
+            self._nodes.pop(node, None)
+
+    @property
+    def nodes(self) -> Mapping[str, NodeState]:
+        """Current scoring view of every node that has sent telemetry."""
+        return self._nodes
+
+    def record(self, node: str) -> NodeRecord | None:
+        return self._records.get(node)
+
+    def records(self) -> list[NodeRecord]:
+        return [self._records[n] for n in sorted(self._records)]
+
+    def allocations(self) -> list[PodAllocation]:
+        return list(self._allocations.values())
+
+
+def _ts(value: datetime) -> float:
+    return value.timestamp()

@@ -1,0 +1,175 @@
+"""Synthetic clusters for the advisor benchmarks: NodeSnapshots, v1.Pods and a served advisor to measure.
+
+Shared by `score_latency.py` and `ingest.py` (run from the repository root: `python bench/<name>.py`).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+GIB = 1 << 30
+MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB", "NVIDIA L4")
+WORKLOADS = ("resnet50-bs64", "bert-base-bs32", "gpt2-bs8")
+
+
+def _links(gpus: int, kind: int) -> list[dict[str, Any]]:
+    half = gpus // 2
+
+    def level(a: int, b: int) -> str:
+        if kind == 0:  # NVSwitch: all pairs NVLink
+            return "NVLINK"
+        if kind == 1:  # two NVLink islands, one per socket
+            return "NVLINK" if a // half == b // half else "NUMA"
+        if a // 2 == b // 2:  # PCIe only: pairs behind a switch, halves behind a host bridge
+            return "PCIE_SWITCH"
+        return "PCIE_HOSTBRIDGE" if a // half == b // half else "SYSTEM"
+
+    return [{"a": a, "b": b, "level": level(a, b)} for a in range(gpus) for b in range(a + 1, gpus)]
+
+
+def synthetic_snapshot(
+    node: str, rng: random.Random, *, gpus: int = 8, processes_per_gpu: int | None = None
+) -> dict[str, Any]:
+    """One node's NodeSnapshot JSON. By default ~half the GPUs are busy and some shared (≈ 4–5 residents/node)."""
+    out = []
+    model = MODELS[rng.randrange(len(MODELS))]
+    for i in range(gpus):
+        n = processes_per_gpu if processes_per_gpu is not None else rng.choice((0, 0, 0, 0, 1, 1, 1, 2))
+        procs = [
+            {
+                "pid": 1000 + i * 10 + p,
+                "memory_used_bytes": rng.randrange(1, 30) * GIB,
+                "sm_utilization_ratio": round(rng.random() * 0.9, 3),
+                "pod": {
+                    "namespace": "ml",
+                    "name": f"{node}-g{i}-p{p}",
+                    "uid": f"u-{node}-{i}-{p}",
+                    "container": "main",
+                    "workload": rng.choice(WORKLOADS),
+                },
+            }
+            for p in range(n)
+        ]
+        out.append(
+            {
+                "index": i,
+                "uuid": f"GPU-{node}-{i}",
+                "model": model,
+                "healthy": rng.random() > 0.002,
+                "memory_total_bytes": 80 * GIB,
+                "memory_used_bytes": sum(p["memory_used_bytes"] for p in procs),
+                "utilization_ratio": min(1.0, sum(p["sm_utilization_ratio"] for p in procs)),
+                "memory_bandwidth_utilization_ratio": round(rng.random() * 0.8, 3) if procs else 0.0,
+                "power_watts": 250.0,
+                "temperature_celsius": 55.0,
+                "processes": procs,
+            }
+        )
+    return {
+        "node": node,
+        "timestamp": datetime.now(UTC).isoformat(),
+        "gpus": out,
+        "links": _links(gpus, rng.randrange(3)),
+    }
+
+
+def synthetic_cluster(nodes: int, seed: int = 7) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [synthetic_snapshot(f"node-{i:04d}", rng) for i in range(nodes)]
+
+
+def v1_pod(gpus: int, *, share_milli: int | None = None) -> dict[str, Any]:
+    """A v1.Pod as kube-scheduler sends it (trimmed of nothing the scheduler would strip)."""
+    limits: dict[str, str] = {"cpu": "8", "memory": "64Gi"}
+    annotations = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    if share_milli is None:
+        limits["nvidia.com/gpu"] = str(gpus)
+    else:
+        annotations["gpuadvisor.io/gpu-milli"] = str(share_milli)
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "train-0",
+            "namespace": "ml",
+            "uid": "0b4f7a2e-52a4-4c53-9c5e-3f3d7f2b9a10",
+            "labels": {"gpuadvisor.io/workload": "resnet50-bs64", "app": "trainer"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "schedulerName": "gpuadvisor-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "command": ["python", "train.py"],
+                    "resources": {"limits": limits, "requests": {"cpu": "4", "memory": "32Gi"}},
+                }
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+POD_MIX = [v1_pod(1), v1_pod(1), v1_pod(2), v1_pod(4), v1_pod(8), v1_pod(0, share_milli=250)]
+
+
+def percentiles_ms(samples_s: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples_s)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1e3, p99 * 1e3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc), robust to other load on the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int, bytes]:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def start_advisor(port: int, db_path: Path) -> subprocess.Popen[bytes]:
+    """`gpuadvisor advisor serve --no-kube` on loopback, waiting until /healthz answers."""
+    env = {**os.environ, "GPUADVISOR_STALENESS_SECONDS": "3600"}
+    argv = ["advisor", "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port), "--db", f"sqlite:///{db_path}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit("the advisor did not start within 60 s")
+
+
+def machine_note() -> str:
+    load = os.getloadavg()
+    return f"{os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} when started"

@@ -1,0 +1,149 @@
+"""Scoring latency at the scale kube-scheduler sends: 500 candidate nodes × 8 GPUs, ~2,000 residents.
+
+One command, prints the figures recorded in docs/benchmarks.md:
+  * in-process `advisor.scoring.score_candidates` over the 500 nodes, p50/p99 per call — warm (node states and
+    request shapes seen before: the per-node memo answers) and cold (every node just refreshed by a new snapshot);
+  * `POST /extender/prioritize` over HTTP on loopback (a full v1.Pod, 500 NodeNames) against
+    `gpuadvisor advisor serve --no-kube` in a subprocess: p50/p99 with one keep-alive client, and the server's own
+    CPU time per request (unaffected by other load on the machine);
+  * sustained requests/s with several concurrent keep-alive clients (which share the cores with the server).
+
+Usage: python bench/score_latency.py [--nodes 500] [--iterations 600] [--requests 400] [--seconds 10] [--clients 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from http.client import HTTPConnection
+from pathlib import Path
+from typing import Any
+
+from cluster import (
+    POD_MIX,
+    free_port,
+    machine_note,
+    percentiles_ms,
+    post,
+    process_cpu_seconds,
+    start_advisor,
+    synthetic_cluster,
+)
+
+from advisor.api.schemas import V1Pod
+from advisor.scoring import ScoringConfig, score_candidates
+from advisor.state import ClusterState
+from collector.snapshot import NodeSnapshot
+
+
+def bench_in_process(snapshots: list[dict[str, Any]], iterations: int) -> None:
+    state = ClusterState()
+    parsed = [NodeSnapshot.model_validate(raw) for raw in snapshots]
+    for snap in parsed:
+        state.ingest(snap)
+    nodes = state.nodes
+    names = sorted(nodes)
+    gpus = sum(len(n.gpus) for n in nodes.values())
+    residents = sum(len(g.residents) for n in nodes.values() for g in n.gpus)
+    print(f"cluster: {len(names)} nodes, {gpus} GPUs, {residents} residents")
+    config = ScoringConfig()
+    pods = [V1Pod.model_validate(p).to_request() for p in POD_MIX]
+    for pod in pods:
+        score_candidates(pod, names, nodes, config=config, now_seconds=time.time())
+    warm = []
+    for i in range(iterations):
+        t0 = time.perf_counter()
+        score_candidates(pods[i % len(pods)], names, nodes, config=config, now_seconds=time.time())
+        warm.append(time.perf_counter() - t0)
+    cold = []
+    for i in range(max(1, iterations // 5)):
+        for node in nodes.values():
+            node.memo.clear()
+        t0 = time.perf_counter()
+        score_candidates(pods[i % len(pods)], names, nodes, config=config, now_seconds=time.time())
+        cold.append(time.perf_counter() - t0)
+    for label, samples in (("warm", warm), ("cold", cold)):
+        p50, p99 = percentiles_ms(samples)
+        print(
+            f"in-process score_candidates, {label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
+            f"({len(samples)} calls, pod mix 1,1,2,4,8 GPUs + a 250m share)"
+        )
+
+
+def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, clients: int) -> None:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = start_advisor(port, Path(tmp) / "bench.db")
+        try:
+            conn = HTTPConnection("127.0.0.1", port)
+            for raw in snapshots:
+                status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
+                assert status == 202, status
+            names = [s["node"] for s in snapshots]
+            bodies = [json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode() for pod in POD_MIX]
+            status, reply = post(conn, "/extender/prioritize", bodies[0])
+            hosts = json.loads(reply)
+            assert status == 200, reply[:300]
+            assert [h["Host"] for h in hosts] == names
+            assert all(type(h["Score"]) is int and 0 <= h["Score"] <= 10 for h in hosts)
+            histogram = {s: sum(1 for h in hosts if h["Score"] == s) for s in range(11)}
+            print(f"HostPriorityList for a 1-GPU v1.Pod: {len(hosts)} hosts, scores {histogram}")
+            for body in bodies:
+                post(conn, "/extender/prioritize", body)
+            times = []
+            cpu0 = process_cpu_seconds(proc.pid)
+            for i in range(requests):
+                t0 = time.perf_counter()
+                status, _ = post(conn, "/extender/prioritize", bodies[i % len(bodies)])
+                times.append(time.perf_counter() - t0)
+                assert status == 200
+            cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
+            p50, p99 = percentiles_ms(times)
+            print(
+                f"HTTP /extender/prioritize, one keep-alive client: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
+                f"({requests} requests); server CPU {cpu_ms:.2f} ms/request"
+            )
+            counts = [0] * clients
+            stop = time.perf_counter() + seconds
+
+            def worker(k: int) -> None:
+                c = HTTPConnection("127.0.0.1", port)
+                i = k
+                while time.perf_counter() < stop:
+                    s, _ = post(c, "/extender/prioritize", bodies[i % len(bodies)])
+                    assert s == 200
+                    counts[k] += 1
+                    i += 1
+
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - start
+            print(f"sustained: {sum(counts) / elapsed:.0f} requests/s, {clients} concurrent clients, {elapsed:.1f} s")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--iterations", type=int, default=600)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=4)
+    args = parser.parse_args()
+    print(f"machine: {machine_note()}")
+    snapshots = synthetic_cluster(args.nodes)
+    bench_in_process(snapshots, args.iterations)
+    bench_http(snapshots, args.requests, args.seconds, args.clients)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""The collector's Kubernetes adapter (the only collector module using the kubernetes client).
+
+- `PodIndex`: pods of this node (list + watch on `spec.nodeName`), each with its top-level owner resolved through
+  ownerReferences (ReplicaSet → Deployment, Job → its TrialRun/CronJob/…; PyTorchJob, MPIJob, Volcano Job and
+  TrialRun are top-level). An unreachable API server never empties the index: the last one is kept, errors are
+  counted (kind `kube`) and the watch is retried with exponential backoff.
+- `PodAnnotator`: applies `collector.annotations` plans as JSON merge patches, on its own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from collector.annotations import TOPOLOGY_ANNOTATION, AnnotationPlanner, topology_annotation
+from collector.pods import PodInfo, controller_of, pod_info_from_manifest
+from collector.snapshot import NodeSnapshot
+from collector.stats import CollectorStats
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+# failures after which the watch is retried or a patch re-planned (API down, timeouts, HTTP errors)
+TRANSIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+
+
+class KubeUnavailableError(RuntimeError):
+    """No way to reach the Kubernetes API (no in-cluster service account, no kubeconfig)."""
+
+
+def make_api_client(host: str | None = None) -> k8s.ApiClient:
+    """An API client: for `host` (tests, proxies), else in-cluster configuration, else the local kubeconfig."""
+    if host is not None:
+        configuration = k8s.Configuration()
+        configuration.host = host
+        return k8s.ApiClient(configuration)
+    try:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except ConfigException:
+        try:
+            # $KUBECONFIG read now: the client reads it once at import, before a test or wrapper could set it
+            k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError) as e:
+            raise KubeUnavailableError(
+                f"Kubernetes API not configured: no service account and no kubeconfig ({e})"
+            ) from e
+    return k8s.ApiClient()
+
+
+def _json(response: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(response.data)
+    return data
+
+
+class OwnerResolver:
+    """Top-level controller of a pod, following controller ownerReferences through ReplicaSets and batch Jobs."""
+
+    MAX_DEPTH = 4
+
+    def __init__(self, api: k8s.ApiClient, *, stats: CollectorStats) -> None:
+        apps = k8s.AppsV1Api(api)
+        batch = k8s.BatchV1Api(api)
+        self._readers: dict[tuple[str, str], Callable[..., Any]] = {
+            ("apps/v1", "ReplicaSet"): apps.read_namespaced_replica_set,
+            ("batch/v1", "Job"): batch.read_namespaced_job,
+        }
+        self._stats = stats
+        self._parents: dict[tuple[str, str, str, str], tuple[str, str, str] | None] = {}
+
+    def resolve(self, namespace: str, metadata: Mapping[str, Any]) -> tuple[str, str]:
+        """(kind, name) of the top-level owner; ("", "") for a pod without a controller."""
+        ref = controller_of(metadata)
+        if ref is None:
+            return "", ""
+        for _ in range(self.MAX_DEPTH):
+            parent = self._parent(namespace, ref)
+            if parent is None:
+                break
+            ref = parent
+        return ref[1], ref[2]
+
+    def _parent(self, namespace: str, ref: tuple[str, str, str]) -> tuple[str, str, str] | None:
+        api_version, kind, name = ref
+        reader = self._readers.get((api_version, kind))
+        if reader is None:
+            return None  # PyTorchJob, MPIJob, Volcano Job, TrialRun, Deployment, …: top-level
+        key = (namespace, api_version, kind, name)
+        if key in self._parents:
+            return self._parents[key]
+        try:
+            owner = _json(reader(name, namespace, _preload_content=False))
+        except ApiException as e:
+            if e.status != 404:
+                self._stats.add_error("kube")
+                log.warning("cannot read %s %s/%s: %s", kind, namespace, name, e.reason)
+            return None  # not cached: retried when the pod changes
+        parent = controller_of(owner.get("metadata") or {})
+        self._parents[key] = parent
+        return parent
+
+
+class PodIndex:
+    """Pods of `node` by UID (the collector's `PodLookup`), kept current by a watch on a background thread."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        node: str,
+        *,
+        stats: CollectorStats,
+        backoff_initial_seconds: float = 1.0,
+        backoff_max_seconds: float = 60.0,
+        watch_timeout_seconds: int = 300,
+    ) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self.node = node
+        self._stats = stats
+        self._owners = OwnerResolver(api, stats=stats)
+        self._pods: dict[str, PodInfo] = {}
+        self._backoff_initial_seconds = backoff_initial_seconds
+        self._backoff_max_seconds = backoff_max_seconds
+        self._watch_timeout_seconds = watch_timeout_seconds
+        self._stop = threading.Event()
+        self._watch: k8s_watch.Watch | None = None
+        self._thread: threading.Thread | None = None
+        self.synced = threading.Event()
+
+    def get(self, uid: str) -> PodInfo | None:
+        return self._pods.get(uid)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def _info(self, pod: Mapping[str, Any]) -> PodInfo | None:
+        metadata = pod.get("metadata") or {}
+        if (pod.get("spec") or {}).get("nodeName") != self.node or not metadata.get("uid"):
+            return None
+        kind, name = self._owners.resolve(str(metadata.get("namespace", "")), metadata)
+        return pod_info_from_manifest(pod, kind, name)
+
+    def refresh(self) -> str:
+        """List this node's pods and replace the index; returns the list's resourceVersion. Raises on API errors."""
+        listing = _json(
+            self._core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self.node}", _preload_content=False, _request_timeout=30
+            )
+        )
+        pods: dict[str, PodInfo] = {}
+        for pod in listing.get("items") or ():
+            info = self._info(pod)
+            if info is not None:
+                pods[info.uid] = info
+        self._pods = pods
+        self.synced.set()
+        return str((listing.get("metadata") or {}).get("resourceVersion", ""))
+
+    def apply_event(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED) to the index."""
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if event_type == "DELETED":
+            self._pods.pop(uid, None)
+            return
+        info = self._info(pod)
+        if info is not None:
+            self._pods[info.uid] = info
+        else:
+            self._pods.pop(uid, None)
+
+    def _watch_once(self) -> None:
+        resource_version = self.refresh()
+        self._watch = k8s_watch.Watch()  # type: ignore[no-untyped-call]
+        for event in self._watch.stream(  # type: ignore[no-untyped-call]
+            self._core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={self.node}",
+            resource_version=resource_version or None,
+            timeout_seconds=self._watch_timeout_seconds,
+            deserialize=False,
+            _request_timeout=(10, self._watch_timeout_seconds + 30),
+        ):
+            if self._stop.is_set():
+                break
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                self.apply_event(event["type"], event.get("object") or {})
+
+    def run(self) -> None:
+        """List and watch until `stop()`; on errors keep the index, count, and retry with backoff."""
+        backoff_seconds = self._backoff_initial_seconds
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self._watch_once()
+                backoff_seconds = self._backoff_initial_seconds
+                if failing:
+                    log.info("pod watch on node %s recovered", self.node)
+                    failing = False
+            except TRANSIENT_ERRORS as e:
+                if self._stop.is_set():
+                    break
+                self._stats.add_error("kube")
+                if not failing:
+                    log.warning("pod watch failed (keeping %d known pods, retrying): %s", len(self._pods), e)
+                    failing = True
+                self._stop.wait(backoff_seconds)
+                backoff_seconds = min(self._backoff_max_seconds, backoff_seconds * 2)
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run, name="collector-pod-index", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()  # type: ignore[no-untyped-call]
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+
+class PodAnnotator:
+    """Writes pod GPU-use annotations and the node topology annotation (a `SnapshotSink`; patches on its own thread)."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        node: str,
+        *,
+        stats: CollectorStats,
+        grace_seconds: float = 300.0,
+        planner: AnnotationPlanner | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self.node = node
+        self._stats = stats
+        self._planner = planner if planner is not None else AnnotationPlanner(grace_seconds=grace_seconds)
+        self._clock = clock
+        self._topology_published: str | None = None
+        self._pending: queue.Queue[NodeSnapshot | None] = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+
+    def submit(self, snapshot: NodeSnapshot) -> None:
+        """Keep only the newest snapshot: annotations describe the present, older ones are worthless."""
+        while True:
+            try:
+                self._pending.put_nowait(snapshot)
+                return
+            except queue.Full:
+                try:
+                    self._pending.get_nowait()
+                except queue.Empty:
+                    continue
+
+    def apply(self, snapshot: NodeSnapshot) -> int:
+        """Plan and send the patches for one snapshot; returns how many patches succeeded."""
+        done = 0
+        for patch in self._planner.plan(snapshot, self._clock()):
+            body = {"metadata": {"uid": patch.uid, "annotations": patch.annotations}}
+            try:
+                self._core.patch_namespaced_pod(
+                    patch.name,
+                    patch.namespace,
+                    body,
+                    _content_type=MERGE_PATCH,
+                    _request_timeout=10,
+                    _preload_content=False,
+                )
+                done += 1
+            except TRANSIENT_ERRORS as e:
+                self._planner.forget(patch.uid)
+                if isinstance(e, ApiException) and e.status in (404, 409):
+                    continue  # the pod is gone (or replaced by a namesake): nothing to annotate
+                self._stats.add_error("annotate")
+                log.warning("cannot annotate pod %s/%s: %s", patch.namespace, patch.name, e)
+        topology = topology_annotation(snapshot.links)
+        if topology != self._topology_published:
+            try:
+                self._core.patch_node(
+                    self.node,
+                    {"metadata": {"annotations": {TOPOLOGY_ANNOTATION: topology}}},
+                    _content_type=MERGE_PATCH,
+                    _request_timeout=10,
+                    _preload_content=False,
+                )
+                self._topology_published = topology
+                done += 1
+            except TRANSIENT_ERRORS as e:
+                self._stats.add_error("annotate")
+                log.warning("cannot annotate node %s: %s", self.node, e)
+        return done
+
+    def _run(self) -> None:
+        while True:
+            snapshot = self._pending.get()
+            if snapshot is None:
+                return
+            self.apply(snapshot)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="collector-annotator", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        while True:
+            try:
+                self._pending.get_nowait()
+            except queue.Empty:
+                break
+        self._pending.put(None)
+        self._thread.join(timeout=15)
+        self._thread = None

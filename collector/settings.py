@@ -1,0 +1,26 @@
+"""Settings of the collector (env prefix GPUADVISOR_, DESIGN §2); CLI flags override them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CollectorSettings(BaseSettings):
+    """`GPUADVISOR_NODE_NAME` is set from the downward API in the DaemonSet; the token is shared with the advisor."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUADVISOR_", extra="ignore")
+
+    node_name: str | None = None
+    port: int = Field(default=9400, ge=0, le=65535)
+    interval_seconds: float = Field(default=5.0, gt=0)
+    proc_root: Path = Path("/proc")
+    advisor_url: str | None = None
+    api_token: str | None = None
+    nvml_library: str | None = None
+    no_kube: bool = False
+    push_timeout_seconds: float = Field(default=2.0, gt=0)
+    annotation_grace_seconds: float = Field(default=300.0, ge=0)
+    pid_labels: bool = False

@@ -1,0 +1,323 @@
+"""The TrialRun controller's logic: one idempotent `reconcile` per TrialRun, against a small cluster port.
+
+Everything Kubernetes-specific sits behind `ClusterApi` (implemented with the kubernetes client in
+`profiler.kube`, where kopf calls `reconcile` on create, resume and a timer). State that must survive a restart
+lives in the TrialRun's status — each finished trial keeps its summaries there — so a reconcile only has to
+look at the status, the Jobs and their pods. Telemetry and progress seen while pods run are buffered in memory
+because a pod killed by its deadline may take its logs with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from profiler.manifests import (
+    GPU_PRODUCT_LABEL,
+    LABEL_SIDE,
+    LABEL_TRIAL,
+    LABEL_TRIALRUN,
+    job_manifest,
+    label_value,
+    resolve_gpu_products,
+    sharing_nodes,
+)
+from profiler.progress import ProgressSample, parse_progress
+from profiler.results import Phase, TrialOutcome, save_results
+from profiler.spec import SpecError, TrialRun, parse_trialrun
+from profiler.store import db
+from profiler.summary import DEFAULT_WARMUP_FRACTION, SummaryError, TelemetrySample, TrialSummary, summarise
+from profiler.trials import Trial, TrialKind, expand, solo_of
+
+ANNOTATION_GPUS = "gpuadvisor.io/gpus"
+ANNOTATION_UTILIZATION = "gpuadvisor.io/gpu-utilization"
+ANNOTATION_MEMORY = "gpuadvisor.io/gpu-memory-used-bytes"
+ANNOTATION_UPDATED_AT = "gpuadvisor.io/updated-at"
+
+Obj = dict[str, Any]
+
+
+class ClusterApi(Protocol):
+    """The few cluster operations the controller needs; objects are plain JSON dicts (camelCase)."""
+
+    def list_nodes(self) -> list[Obj]: ...
+
+    def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
+
+    def create_job(self, namespace: str, manifest: Obj) -> None: ...
+
+    def delete_job(self, namespace: str, name: str) -> None: ...
+
+    def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
+
+    def pod_log(self, namespace: str, name: str) -> str: ...
+
+
+def _matches(obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Label match done here too: a selector the server ignores must not widen what the controller acts on."""
+    have = obj.get("metadata", {}).get("labels", {}) or {}
+    return all(have.get(k) == v for k, v in labels.items())
+
+
+@dataclass
+class _SideState:
+    """What has been seen of one running trial side (in memory; rebuilt from logs after a restart)."""
+
+    progress: tuple[ProgressSample, ...] = ()
+    telemetry: list[TelemetrySample] = field(default_factory=list)
+    telemetry_stamps: set[str] = field(default_factory=set)
+    gpus: set[str] = field(default_factory=set)
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """One reconcile of one TrialRun: the parsed run, its trials, the nodes, and the outcomes decided so far."""
+
+    run: TrialRun
+    uid: str
+    trials: list[Trial]
+    nodes: list[Obj]
+    outcomes: list[TrialOutcome]
+
+
+def _summary_from_status(data: Mapping[str, Any]) -> TrialSummary:
+    return TrialSummary(**{k: data[k] for k in TrialSummary.__dataclass_fields__ if k in data})
+
+
+def outcome_from_status(trial: Trial, entry: Mapping[str, Any]) -> TrialOutcome:
+    """A finished trial as recorded in the TrialRun status by an earlier reconcile."""
+    return TrialOutcome(
+        trial,
+        Phase(entry["phase"]),
+        str(entry.get("message", "")),
+        entry.get("measuredGpuModel"),
+        entry.get("node"),
+        tuple(_summary_from_status(s) for s in entry.get("summaries", [])),
+        dict(entry.get("notes", {})),
+    )
+
+
+def status_entry_extras(outcome: TrialOutcome) -> dict[str, Any]:
+    """What the status keeps per finished trial beyond the shared fields, so later reconciles can rebuild it."""
+    return {"summaries": [s.as_dict() for s in outcome.summaries], "notes": outcome.notes}
+
+
+def _parse_time(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _job_finished(job: Mapping[str, Any]) -> str | None:
+    """ "Complete" or "Failed" (with the reason) once the Job is done, else None."""
+    status = job.get("status", {}) or {}
+    for condition in status.get("conditions", []) or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return "Complete"
+        if condition.get("type") == "Failed":
+            return f"Failed ({condition.get('reason') or 'unknown reason'})"
+    if status.get("succeeded"):
+        return "Complete"
+    if status.get("failed"):
+        return "Failed"
+    return None
+
+
+class Controller:
+    """Drives TrialRuns: creates trial Jobs, watches them, summarises and stores results, cleans up."""
+
+    def __init__(
+        self,
+        *,
+        cluster: ClusterApi,
+        sessions: sessionmaker[Session],
+        max_duration_seconds: int,
+        warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cluster = cluster
+        self.sessions = sessions
+        self.max_duration_seconds = max_duration_seconds
+        self.warmup_fraction = warmup_fraction
+        self.clock = clock
+        self._sides: dict[tuple[str, str, str, int], _SideState] = {}
+
+    def reconcile(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Advance one TrialRun and return its new status (the caller patches it onto the resource)."""
+        try:
+            run = parse_trialrun(
+                {k: v for k, v in obj.items() if k != "status"}, max_duration_seconds=self.max_duration_seconds
+            )
+        except SpecError as e:
+            return {"phase": str(Phase.FAILED), "message": f"invalid TrialRun: {e}", "trials": []}
+        uid = str(obj.get("metadata", {}).get("uid") or "")
+        previous = {
+            t["trial"]: t
+            for t in (obj.get("status", {}) or {}).get("trials", [])
+            if isinstance(t, dict) and "trial" in t
+        }
+        trials = expand(run.spec)
+        nodes = self.cluster.list_nodes()
+        outcomes: list[TrialOutcome] = []
+        this = _Pass(run, uid, trials, nodes, outcomes)
+        for trial in trials:
+            entry = previous.get(trial.id)
+            if entry is not None and entry.get("phase") in (Phase.SUCCEEDED, Phase.FAILED):
+                outcomes.append(outcome_from_status(trial, entry))
+                continue
+            outcomes.append(self._advance(this, trial))
+        with db.transaction(self.sessions) as session:
+            status = save_results(session=session, run=run, trials=trials, outcomes=outcomes)
+        by_id = {o.trial.id: o for o in outcomes}
+        for entry in status["trials"]:
+            outcome = by_id[entry["trial"]]
+            if outcome.done:
+                entry.update(status_entry_extras(outcome))
+        return status
+
+    def _advance(self, this: _Pass, trial: Trial) -> TrialOutcome:
+        run = this.run
+        namespace = run.metadata.namespace
+        selector = {LABEL_TRIALRUN: label_value(run.metadata.name), LABEL_TRIAL: trial.id}
+        jobs = [j for j in self.cluster.list_jobs(namespace, selector) if _matches(j, selector)]
+        if not jobs:
+            return self._start(this, trial)
+        pods = [p for p in self.cluster.list_pods(namespace, selector) if _matches(p, selector)]
+        for pod in pods:
+            self._observe(run, trial, pod)
+        finished = {
+            int("ab".index(j["metadata"]["labels"][LABEL_SIDE])): _job_finished(j)
+            for j in jobs
+            if j["metadata"].get("labels", {}).get(LABEL_SIDE) in ("a", "b")
+        }
+        if trial.kind is TrialKind.PAIR:
+            mismatch = self._sharing_problem(run, trial)
+            if mismatch is not None:
+                self._cleanup(namespace, jobs)
+                return self._fail(run, trial, mismatch)
+        if len(finished) < len(trial.sides) or any(state is None for state in finished.values()):
+            return TrialOutcome(trial, Phase.RUNNING, "running")
+        outcome = self._finish(run, trial, finished, this.nodes)
+        self._cleanup(namespace, jobs)
+        return outcome
+
+    def _start(self, this: _Pass, trial: Trial) -> TrialOutcome:
+        run, nodes = this.run, this.nodes
+        products: list[str] | None = None
+        if trial.gpu_model is not None:
+            labels = (n.get("metadata", {}).get("labels", {}) or {} for n in nodes)
+            products = resolve_gpu_products(
+                trial.gpu_model, (lb[GPU_PRODUCT_LABEL] for lb in labels if GPU_PRODUCT_LABEL in lb)
+            )
+            if not products:
+                return TrialOutcome(
+                    trial, Phase.FAILED, f"no node has a GPU matching {trial.gpu_model!r} (label {GPU_PRODUCT_LABEL})"
+                )
+        node_name: str | None = None
+        if trial.kind is TrialKind.PAIR:
+            done = {o.trial.id: o for o in this.outcomes}
+            solos = [done.get(solo_of(this.trials, side, trial.gpu_model).id) for side in trial.sides]
+            if any(s is None or not s.done for s in solos):
+                return TrialOutcome(trial, Phase.PENDING, "waiting for the solo runs of both sides")
+            candidates = sharing_nodes(nodes, products)
+            if not candidates:
+                return TrialOutcome(
+                    trial, Phase.FAILED, "no GPU-sharing node (time-slicing or MPS) with the requested GPU model"
+                )
+            node_name = candidates[0]
+        for side in range(len(trial.sides)):
+            manifest = job_manifest(run, this.uid, trial, side, gpu_products=products, node_name=node_name)
+            self.cluster.create_job(run.metadata.namespace, manifest)
+        where = f" on node {node_name}" if node_name else ""
+        return TrialOutcome(trial, Phase.RUNNING, f"created {len(trial.sides)} job(s){where}")
+
+    def _state(self, run: TrialRun, trial: Trial, side: int) -> _SideState:
+        key = (run.metadata.namespace, run.metadata.name, trial.id, side)
+        return self._sides.setdefault(key, _SideState())
+
+    def _observe(self, run: TrialRun, trial: Trial, pod: Mapping[str, Any]) -> None:
+        """Buffer the pod's progress (from its log) and the collector's telemetry (from its annotations)."""
+        meta = pod.get("metadata", {})
+        side_label = (meta.get("labels", {}) or {}).get(LABEL_SIDE)
+        if side_label not in ("a", "b"):
+            return
+        state = self._state(run, trial, "ab".index(side_label))
+        state.node = (pod.get("spec", {}) or {}).get("nodeName") or state.node
+        phase = (pod.get("status", {}) or {}).get("phase")
+        if phase in ("Running", "Succeeded", "Failed"):
+            stream = parse_progress(self.cluster.pod_log(run.metadata.namespace, meta["name"]).splitlines())
+            if len(stream.samples) >= len(state.progress):
+                state.progress = stream.samples
+        annotations = meta.get("annotations", {}) or {}
+        stamp = annotations.get(ANNOTATION_UPDATED_AT)
+        if stamp and stamp not in state.telemetry_stamps and ANNOTATION_UTILIZATION in annotations:
+            state.telemetry_stamps.add(stamp)
+            memory = annotations.get(ANNOTATION_MEMORY)
+            state.telemetry.append(
+                TelemetrySample(
+                    t_seconds=_parse_time(stamp),
+                    sm_utilization_ratio=float(annotations[ANNOTATION_UTILIZATION]),
+                    memory_used_bytes=int(memory) if memory else None,
+                )
+            )
+        gpus = annotations.get(ANNOTATION_GPUS)
+        if gpus:
+            state.gpus.update(g.strip() for g in gpus.split(",") if g.strip())
+
+    def _sharing_problem(self, run: TrialRun, trial: Trial) -> str | None:
+        """Why the two sides of a pair demonstrably did not share one GPU, or None (shared, or not known yet)."""
+        a, b = (self._state(run, trial, side) for side in (0, 1))
+        if a.gpus and b.gpus and not a.gpus & b.gpus:
+            return (
+                f"the pods did not share a GPU (a on {', '.join(sorted(a.gpus))}, b on {', '.join(sorted(b.gpus))}); "
+                "check the node's time-slicing/MPS configuration"
+            )
+        return None
+
+    def _finish(
+        self, run: TrialRun, trial: Trial, finished: Mapping[int, str | None], nodes: list[Obj]
+    ) -> TrialOutcome:
+        states = [self._state(run, trial, side) for side in range(len(trial.sides))]
+        if trial.kind is TrialKind.PAIR and not (states[0].gpus and states[1].gpus):
+            return self._fail(
+                run, trial, "could not verify that the pods shared a GPU: no per-pod telemetry from the collector"
+            )
+        node = states[0].node
+        labels = next(
+            (n["metadata"].get("labels", {}) or {} for n in nodes if n.get("metadata", {}).get("name") == node), {}
+        )
+        gpu_model = labels.get(GPU_PRODUCT_LABEL)
+        summaries = []
+        for side, state in enumerate(states):
+            try:
+                summaries.append(summarise(state.progress, state.telemetry, warmup_fraction=self.warmup_fraction))
+            except SummaryError as e:
+                return self._fail(
+                    run, trial, f"{trial.sides[side].workload} (job {finished[side]}): {e}", gpu_model, node
+                )
+        messages = [f"{trial.sides[s].workload}: job {state}" for s, state in finished.items() if state != "Complete"]
+        notes: dict[str, Any] = {"runner": "kubernetes"}
+        if trial.kind is TrialKind.PAIR:
+            notes["shared_gpus"] = sorted(states[0].gpus & states[1].gpus)
+        self._forget(run, trial)
+        return TrialOutcome(trial, Phase.SUCCEEDED, "; ".join(messages), gpu_model, node, tuple(summaries), notes)
+
+    def _fail(
+        self, run: TrialRun, trial: Trial, message: str, gpu_model: str | None = None, node: str | None = None
+    ) -> TrialOutcome:
+        self._forget(run, trial)
+        return TrialOutcome(trial, Phase.FAILED, message, gpu_model, node)
+
+    def _forget(self, run: TrialRun, trial: Trial) -> None:
+        for side in range(len(trial.sides)):
+            self._sides.pop((run.metadata.namespace, run.metadata.name, trial.id, side), None)
+
+    def _cleanup(self, namespace: str, jobs: Sequence[Mapping[str, Any]]) -> None:
+        for job in jobs:
+            self.cluster.delete_job(namespace, job["metadata"]["name"])

@@ -1,0 +1,165 @@
+"""CSV interchange of DESIGN §6: colocations and throughputs files → store records.
+
+Parsing is pure and strict: a missing required column or an unreadable value is one `CsvFormatError` that
+names the column (and row), so `profile import` can tell the user exactly what to fix.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+from typing import TypeVar
+
+from profiler.records import ColocationRecord, ProfileRecord
+
+T = TypeVar("T")
+
+COLOCATION_COLUMNS = (
+    "gpu_model",
+    "workload_a",
+    "workload_b",
+    "solo_throughput_a",
+    "solo_throughput_b",
+    "coloc_throughput_a",
+    "coloc_throughput_b",
+    "sm_util_a",
+    "mem_bw_util_a",
+    "mem_bytes_a",
+    "sm_util_b",
+    "mem_bw_util_b",
+    "mem_bytes_b",
+)
+THROUGHPUT_COLUMNS = ("workload", "gpu_model", "gpu_count", "nodes", "batch_size", "throughput")
+RATIO_COLUMNS = frozenset(
+    {"sm_util_a", "mem_bw_util_a", "sm_util_b", "mem_bw_util_b", "sm_util_mean", "sm_util_p95", "mem_bw_util"}
+)
+TRUE_VALUES = frozenset({"1", "true", "yes", "y", "t"})
+FALSE_VALUES = frozenset({"0", "false", "no", "n", "f", ""})
+
+
+class ImportKind(StrEnum):
+    COLOCATIONS = "colocations"
+    THROUGHPUTS = "throughputs"
+
+
+class CsvFormatError(ValueError):
+    """The CSV does not have the DESIGN §6 format; the message names the missing columns or the bad cell."""
+
+
+class _Row:
+    """Typed access to one CSV row; every conversion error names the row number and the column."""
+
+    def __init__(self, number: int, cells: dict[str, str]) -> None:
+        self.number = number
+        self.cells = {k.strip(): (v or "").strip() for k, v in cells.items() if k is not None}
+
+    def _convert(self, column: str, convert: Callable[[str], T], expected: str) -> T:
+        raw = self.cells.get(column, "")
+        try:
+            return convert(raw)
+        except ValueError as e:
+            raise CsvFormatError(f"row {self.number}, column {column!r}: expected {expected}, got {raw!r}") from e
+
+    def text(self, column: str) -> str:
+        value = self.cells.get(column, "")
+        if not value:
+            raise CsvFormatError(f"row {self.number}, column {column!r}: must not be empty")
+        return value
+
+    def real(self, column: str) -> float:
+        value = self._convert(column, float, "a number")
+        if value < 0:
+            raise CsvFormatError(f"row {self.number}, column {column!r}: must not be negative, got {value}")
+        if column in RATIO_COLUMNS and value > 1:
+            raise CsvFormatError(f"row {self.number}, column {column!r}: a ratio 0..1 is expected, got {value}")
+        return value
+
+    def optional_number(self, column: str) -> float | None:
+        return self.real(column) if self.cells.get(column, "") else None
+
+    def integer(self, column: str, default: int | None = None) -> int:
+        if default is not None and not self.cells.get(column, ""):
+            return default
+        value = self._convert(column, lambda s: int(float(s)), "an integer")
+        if value < 0:
+            raise CsvFormatError(f"row {self.number}, column {column!r}: must not be negative, got {value}")
+        return value
+
+    def optional_integer(self, column: str) -> int | None:
+        return self.integer(column) if self.cells.get(column, "") else None
+
+    def flag(self, column: str) -> bool:
+        raw = self.cells.get(column, "").lower()
+        if raw in TRUE_VALUES:
+            return True
+        if raw in FALSE_VALUES:
+            return False
+        raise CsvFormatError(f"row {self.number}, column {column!r}: expected true/false, got {raw!r}")
+
+
+def _rows(lines: Iterable[str], required: tuple[str, ...]) -> list[_Row]:
+    reader = csv.DictReader(lines)
+    header = {name.strip() for name in reader.fieldnames or []}
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise CsvFormatError(f"missing required column(s): {', '.join(missing)}")
+    return [_Row(number, cells) for number, cells in enumerate(reader, start=2)]
+
+
+def parse_colocations(lines: Iterable[str], *, source: str) -> list[ColocationRecord]:
+    out = []
+    for row in _rows(lines, COLOCATION_COLUMNS):
+        mem_a, mem_b = row.optional_number("mem_bytes_a"), row.optional_number("mem_bytes_b")
+        out.append(
+            ColocationRecord(
+                gpu_model=row.text("gpu_model"),
+                workload_a=row.text("workload_a"),
+                workload_b=row.text("workload_b"),
+                solo_throughput_a=row.real("solo_throughput_a"),
+                solo_throughput_b=row.real("solo_throughput_b"),
+                coloc_throughput_a=row.real("coloc_throughput_a"),
+                coloc_throughput_b=row.real("coloc_throughput_b"),
+                batch_size_a=row.integer("batch_size_a", default=0),
+                batch_size_b=row.integer("batch_size_b", default=0),
+                amp_a=row.flag("amp_a"),
+                amp_b=row.flag("amp_b"),
+                sm_util_a=row.optional_number("sm_util_a"),
+                mem_bw_util_a=row.optional_number("mem_bw_util_a"),
+                mem_bytes_a=int(mem_a) if mem_a is not None else None,
+                sm_util_b=row.optional_number("sm_util_b"),
+                mem_bw_util_b=row.optional_number("mem_bw_util_b"),
+                mem_bytes_b=int(mem_b) if mem_b is not None else None,
+                source=source,
+            )
+        )
+    return out
+
+
+def parse_throughputs(lines: Iterable[str], *, source: str) -> list[ProfileRecord]:
+    """Throughput rows; optional columns `amp, step_time_seconds, sm_util_mean, sm_util_p95, mem_bw_util,
+    mem_bytes, power_watts` fill the profile's measurements when present."""
+    out = []
+    for row in _rows(lines, THROUGHPUT_COLUMNS):
+        gpu_count = row.integer("gpu_count")
+        if gpu_count == 0:
+            raise CsvFormatError(f"row {row.number}, column 'gpu_count': must be at least 1")
+        out.append(
+            ProfileRecord(
+                workload=row.text("workload"),
+                gpu_model=row.text("gpu_model"),
+                throughput_samples_per_s=row.real("throughput"),
+                gpu_count=gpu_count,
+                node_count=max(1, row.integer("nodes")),
+                batch_size=row.integer("batch_size"),
+                amp=row.flag("amp"),
+                source=source,
+                step_time_seconds=row.optional_number("step_time_seconds"),
+                sm_util_mean_ratio=row.optional_number("sm_util_mean"),
+                sm_util_p95_ratio=row.optional_number("sm_util_p95"),
+                mem_bw_util_ratio=row.optional_number("mem_bw_util"),
+                peak_memory_bytes=row.optional_integer("mem_bytes"),
+                power_watts=row.optional_number("power_watts"),
+            )
+        )
+    return out

@@ -1,0 +1,227 @@
+"""The profiler's only contact with Kubernetes: the kubernetes client behind `ClusterApi`, and kopf's wiring.
+
+Objects cross this boundary as plain JSON dicts (the API server's own camelCase form), so the controller and
+the recorder stay free of client types. Client errors become `KubeError`, split into permanent (bad request,
+forbidden) and temporary (unreachable, server error, conflict during a race) so callers can retry the latter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from urllib3.exceptions import HTTPError
+
+from profiler.controller import Controller
+from profiler.recorder import Recorder
+from profiler.results import Phase
+from profiler.spec import API_GROUP, API_VERSION, PLURAL, TrialRun
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+TEMPORARY_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
+
+
+class KubeError(Exception):
+    """A failed Kubernetes API call; `temporary` ones may succeed when retried."""
+
+    def __init__(self, message: str, *, temporary: bool) -> None:
+        super().__init__(message)
+        self.temporary = temporary
+
+
+def _error(action: str, e: Exception) -> KubeError:
+    if isinstance(e, ApiException):
+        reason = e.reason or ""
+        with contextlib.suppress(ValueError, AttributeError):
+            reason = json.loads(e.body or "{}").get("message") or reason
+        return KubeError(
+            f"{action}: HTTP {e.status} {reason}".rstrip(), temporary=(e.status or 0) in TEMPORARY_STATUSES
+        )
+    if isinstance(e, ValidationError):
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return KubeError(f"{action}: invalid object at {where}: {first['msg']}", temporary=False)
+    return KubeError(f"{action}: cannot reach the Kubernetes API ({e.__class__.__name__})", temporary=True)
+
+
+def api_client(host: str | None = None) -> client.ApiClient:
+    """A client for `host` (tests, API stand-ins), else in-cluster credentials, else the kubeconfig."""
+    if host is not None:
+        configuration = client.Configuration()
+        configuration.host = host
+        return client.ApiClient(configuration)
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as e:
+            raise KubeError(f"no Kubernetes credentials: {e}", temporary=False) from e
+    return client.ApiClient()
+
+
+def _selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _raw(response: Any) -> Obj:
+    data: Obj = json.loads(response.data)
+    return data
+
+
+class KubeCluster:
+    """`profiler.controller.ClusterApi` (plus what the recorder and the CLI need) over the kubernetes client."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def list_nodes(self) -> list[Obj]:
+        try:
+            return list(_raw(self.core.list_node(_preload_content=False)).get("items", []))
+        except (ApiException, HTTPError) as e:
+            raise _error("list nodes", e) from e
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        try:
+            node = _raw(self.core.read_node(name, _preload_content=False))
+        except ApiException as e:
+            if e.status == 404:
+                return {}
+            raise _error(f"read node {name}", e) from e
+        except HTTPError as e:
+            raise _error(f"read node {name}", e) from e
+        return dict(node.get("metadata", {}).get("labels", {}) or {})
+
+    def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        try:
+            response = self.batch.list_namespaced_job(
+                namespace, label_selector=_selector(labels), _preload_content=False
+            )
+        except (ApiException, HTTPError) as e:
+            raise _error(f"list jobs in {namespace}", e) from e
+        return list(_raw(response).get("items", []))
+
+    def create_job(self, namespace: str, manifest: Obj) -> None:
+        try:
+            self.batch.create_namespaced_job(namespace, cast(Any, manifest))
+        except ApiException as e:
+            if e.status == 409:
+                return
+            raise _error(f"create job {manifest['metadata']['name']}", e) from e
+        except (HTTPError, ValidationError) as e:
+            raise _error(f"create job {manifest['metadata']['name']}", e) from e
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise _error(f"delete job {name}", e) from e
+        except HTTPError as e:
+            raise _error(f"delete job {name}", e) from e
+
+    def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        try:
+            response = self.core.list_namespaced_pod(
+                namespace, label_selector=_selector(labels), _preload_content=False
+            )
+        except (ApiException, HTTPError) as e:
+            raise _error(f"list pods in {namespace}", e) from e
+        return list(_raw(response).get("items", []))
+
+    def list_all_pods(self) -> list[Obj]:
+        try:
+            return list(_raw(self.core.list_pod_for_all_namespaces(_preload_content=False)).get("items", []))
+        except (ApiException, HTTPError) as e:
+            raise _error("list pods", e) from e
+
+    def pod_log(self, namespace: str, name: str) -> str:
+        """The pod's log, or "" while there is none yet (container not started, log already gone)."""
+        try:
+            response: Any = self.core.read_namespaced_pod_log(name, namespace, _preload_content=False)
+        except ApiException as e:
+            if e.status in (400, 404):
+                return ""
+            raise _error(f"read log of pod {name}", e) from e
+        except HTTPError as e:
+            raise _error(f"read log of pod {name}", e) from e
+        text: str = response.data.decode("utf-8", errors="replace")
+        return text
+
+    def submit_trialrun(self, run: TrialRun) -> Obj:
+        """Create the TrialRun resource; a run of that name already existing is a permanent error."""
+        try:
+            response = self.custom.create_namespaced_custom_object(
+                API_GROUP, API_VERSION, run.metadata.namespace, PLURAL, run.to_manifest(), _preload_content=False
+            )
+        except ApiException as e:
+            raise _error(f"create TrialRun {run.metadata.namespace}/{run.metadata.name}", e) from e
+        except (HTTPError, ValidationError) as e:
+            raise _error(f"create TrialRun {run.metadata.namespace}/{run.metadata.name}", e) from e
+        return _raw(response)
+
+
+def _plain(body: Mapping[str, Any]) -> Obj:
+    """kopf's body view as the plain dict the controller expects."""
+    data: Obj = json.loads(json.dumps({k: body[k] for k in body}, default=dict))
+    return data
+
+
+def build_registry(
+    *, controller: Controller, recorder: Recorder | None, interval_seconds: float
+) -> kopf.OperatorRegistry:
+    """kopf handlers: reconcile TrialRuns on create/resume/spec change and on a timer; record finished pods."""
+    registry = kopf.OperatorRegistry()
+    registry_kw: dict[str, Any] = {"registry": registry}
+    kopf.on.login(**registry_kw)(kopf.login_via_client)
+
+    def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        phase = (body.get("status") or {}).get("phase")
+        if phase in (Phase.SUCCEEDED, Phase.FAILED) and body.get("status", {}).get("trials") is not None:
+            return
+        status = controller.reconcile(_plain(body))
+        for key, value in status.items():
+            patch.status[key] = value
+
+    resource = (API_GROUP, API_VERSION, PLURAL)
+    kopf.on.create(*resource, **registry_kw)(reconcile)
+    kopf.on.resume(*resource, **registry_kw)(reconcile)
+    kopf.on.update(*resource, field="spec", **registry_kw)(reconcile)
+    kopf.timer(*resource, interval=interval_seconds, idle=None, **registry_kw)(reconcile)
+
+    if recorder is not None:
+
+        def record(event: kopf.RawEvent, **_: Any) -> None:
+            body = event["object"]
+            if event["type"] == "DELETED":
+                recorder.forget(body)
+                return
+            recorder.observe(body)
+
+        kopf.on.event("", "v1", "pods", **registry_kw)(record)
+    return registry
+
+
+def run_operator(
+    *, controller: Controller, recorder: Recorder | None, namespace: str | None, interval_seconds: float
+) -> None:
+    """Run the controller (and the recorder) until interrupted; `namespace=None` watches the whole cluster."""
+    registry = build_registry(controller=controller, recorder=recorder, interval_seconds=interval_seconds)
+    kopf.run(
+        registry=registry,
+        standalone=True,
+        clusterwide=namespace is None,
+        namespaces=[namespace] if namespace else [],
+    )

@@ -1,0 +1,243 @@
+"""From trial outcomes to store rows and TrialRun status: shared by the controller and the local runner.
+
+`records_for` is pure (outcomes → profile and co-location records); `save_results` writes them with the store's
+upserts, so summarising the same trials again updates the same rows instead of adding new ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from profiler.records import ColocationRecord, ProfileRecord
+from profiler.spec import TrialRun
+from profiler.store import repo
+from profiler.summary import TrialSummary
+from profiler.trials import Trial, TrialKind, solo_of
+
+UNKNOWN_GPU_MODEL = "unknown"
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """Where one trial stands; `summaries` has one entry per side once it succeeded."""
+
+    trial: Trial
+    phase: Phase
+    message: str = ""
+    gpu_model: str | None = None
+    node: str | None = None
+    summaries: tuple[TrialSummary, ...] = ()
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.phase in (Phase.SUCCEEDED, Phase.FAILED)
+
+    def measured_model(self) -> str:
+        return self.gpu_model or self.trial.gpu_model or UNKNOWN_GPU_MODEL
+
+
+def source_of(run: TrialRun) -> str:
+    return f"trialrun/{run.metadata.namespace}/{run.metadata.name}"
+
+
+def _profile(run: TrialRun, outcome: TrialOutcome, summary: TrialSummary) -> ProfileRecord:
+    trial = outcome.trial
+    return ProfileRecord(
+        workload=trial.workload,
+        gpu_model=outcome.measured_model(),
+        throughput_samples_per_s=summary.throughput_samples_per_s,
+        gpu_count=trial.gpu_count,
+        batch_size=trial.batch_size or 0,
+        source=source_of(run),
+        step_time_seconds=summary.step_time_seconds,
+        sm_util_mean_ratio=summary.sm_util_mean_ratio,
+        sm_util_p95_ratio=summary.sm_util_p95_ratio,
+        mem_bw_util_ratio=summary.mem_bw_util_ratio,
+        peak_memory_bytes=summary.peak_memory_bytes,
+        power_watts=summary.power_watts,
+        trial_run=(run.metadata.namespace, run.metadata.name),
+        extra={
+            "trial": trial.id,
+            "node": outcome.node,
+            "steady_steps": summary.steady_steps,
+            "warmup_seconds": summary.warmup_seconds,
+            "stall_seconds": summary.stall_seconds,
+            "telemetry_samples": summary.telemetry_samples,
+            **outcome.notes,
+        },
+    )
+
+
+def _colocation(run: TrialRun, pair: TrialOutcome, solo_a: TrialSummary, solo_b: TrialSummary) -> ColocationRecord:
+    a, b = pair.summaries
+    side_a, side_b = pair.trial.sides
+    return ColocationRecord(
+        gpu_model=pair.measured_model(),
+        workload_a=side_a.workload,
+        workload_b=side_b.workload,
+        solo_throughput_a=solo_a.throughput_samples_per_s,
+        solo_throughput_b=solo_b.throughput_samples_per_s,
+        coloc_throughput_a=a.throughput_samples_per_s,
+        coloc_throughput_b=b.throughput_samples_per_s,
+        batch_size_a=side_a.batch_size or 0,
+        batch_size_b=side_b.batch_size or 0,
+        sm_util_a=solo_a.sm_util_mean_ratio,
+        mem_bw_util_a=solo_a.mem_bw_util_ratio,
+        mem_bytes_a=solo_a.peak_memory_bytes,
+        sm_util_b=solo_b.sm_util_mean_ratio,
+        mem_bw_util_b=solo_b.mem_bw_util_ratio,
+        mem_bytes_b=solo_b.peak_memory_bytes,
+        source=source_of(run),
+        trial_run=(run.metadata.namespace, run.metadata.name),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    profiles: dict[str, ProfileRecord]
+    colocations: dict[str, ColocationRecord]
+    problems: dict[str, str]
+
+
+def records_for(run: TrialRun, trials: Sequence[Trial], outcomes: Sequence[TrialOutcome]) -> Records:
+    """Profile records of succeeded solo trials and co-location records of succeeded pairs, keyed by trial id.
+
+    A pair whose solo runs did not both succeed cannot be normalised; it is reported in `problems` instead.
+    """
+    by_id = {o.trial.id: o for o in outcomes}
+    profiles: dict[str, ProfileRecord] = {}
+    colocations: dict[str, ColocationRecord] = {}
+    problems: dict[str, str] = {}
+    for outcome in outcomes:
+        if outcome.phase is not Phase.SUCCEEDED:
+            continue
+        trial = outcome.trial
+        if trial.kind is TrialKind.SOLO:
+            profiles[trial.id] = _profile(run, outcome, outcome.summaries[0])
+            continue
+        solos = [by_id.get(solo_of(list(trials), side, trial.gpu_model).id) for side in trial.sides]
+        if any(s is None or s.phase is not Phase.SUCCEEDED for s in solos):
+            problems[trial.id] = "a solo run of this pair did not succeed, so it cannot be normalised"
+            continue
+        solo_a, solo_b = (s.summaries[0] for s in solos if s is not None)
+        colocations[trial.id] = _colocation(run, outcome, solo_a, solo_b)
+    _annotate_solo_profiles(trials, profiles, colocations)
+    return Records(profiles=profiles, colocations=colocations, problems=problems)
+
+
+def _annotate_solo_profiles(
+    trials: Sequence[Trial], profiles: dict[str, ProfileRecord], colocations: dict[str, ColocationRecord]
+) -> None:
+    """Give each side's solo profile the partner and both normalised throughputs of its co-location trials."""
+    by_id = {t.id: t for t in trials}
+    for pair_id, coloc in colocations.items():
+        pair = by_id[pair_id]
+        entries = (
+            (pair.sides[0], coloc.workload_b, coloc.norm_a, coloc.norm_b),
+            (pair.sides[1], coloc.workload_a, coloc.norm_b, coloc.norm_a),
+        )
+        for side, partner, mine, theirs in entries:
+            solo_id = solo_of(list(trials), side, pair.gpu_model).id
+            if solo_id not in profiles:
+                continue
+            record = profiles[solo_id]
+            shared = [
+                *record.extra.get("colocations", []),
+                {
+                    "partner": partner,
+                    "trial": pair_id,
+                    "normalized_throughput": mine,
+                    "partner_normalized_throughput": theirs,
+                },
+            ]
+            profiles[solo_id] = _with_extra(record, {"colocations": shared})
+
+
+def _with_extra(record: ProfileRecord, extra: dict[str, Any]) -> ProfileRecord:
+    fields = {name: getattr(record, name) for name in ProfileRecord.__slots__}
+    fields["extra"] = {**record.extra, **extra}
+    return ProfileRecord(**fields)
+
+
+def run_phase(outcomes: Sequence[TrialOutcome]) -> tuple[Phase, str]:
+    """The TrialRun's phase from its trials' phases, with a one-line message."""
+    if not outcomes:
+        return Phase.PENDING, "no trials"
+    if not all(o.done for o in outcomes):
+        running = sum(o.phase is Phase.RUNNING for o in outcomes)
+        finished = sum(o.done for o in outcomes)
+        phase = Phase.RUNNING if running or finished else Phase.PENDING
+        return phase, f"{finished} of {len(outcomes)} trials finished"
+    failed = [o for o in outcomes if o.phase is Phase.FAILED]
+    if failed:
+        return (
+            Phase.FAILED,
+            f"{len(failed)} of {len(outcomes)} trials failed (first: {failed[0].trial.id}: {failed[0].message})",
+        )
+    return Phase.SUCCEEDED, f"{len(outcomes)} trials succeeded"
+
+
+def status_of(outcomes: Sequence[TrialOutcome], ids: dict[str, int] | None = None) -> dict[str, Any]:
+    """The TrialRun status object (`phase`, `message`, one entry per trial) as the CRD and the store keep it."""
+    phase, message = run_phase(outcomes)
+    trials = []
+    for o in outcomes:
+        entry: dict[str, Any] = {**o.trial.config(), "phase": str(o.phase), "message": o.message}
+        if o.gpu_model:
+            entry["measuredGpuModel"] = o.gpu_model
+        if o.node:
+            entry["node"] = o.node
+        if o.summaries:
+            entry["throughputs"] = [s.throughput_samples_per_s for s in o.summaries]
+            entry["smUtilMeanRatios"] = [s.sm_util_mean_ratio for s in o.summaries]
+            entry["peakMemoryBytes"] = [s.peak_memory_bytes for s in o.summaries]
+        if ids is not None and o.trial.id in ids:
+            entry["profileId" if o.trial.kind is TrialKind.SOLO else "colocationId"] = ids[o.trial.id]
+        trials.append(entry)
+    return {"phase": str(phase), "message": message, "trials": trials}
+
+
+def save_results(
+    *, session: Session, run: TrialRun, trials: Sequence[Trial], outcomes: Sequence[TrialOutcome]
+) -> dict[str, Any]:
+    """Write the run, its profiles and co-locations (idempotently) and return the status that was stored."""
+    records = records_for(run, trials, outcomes)
+    spec = run.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    namespace, name = run.metadata.namespace, run.metadata.name
+    repo.save_trial_run(session=session, namespace=namespace, name=name, workload=run.spec.workload, spec=spec)
+    ids: dict[str, int] = {}
+    for trial_id, profile in records.profiles.items():
+        ids[trial_id] = repo.save_profile(session=session, profile=profile)
+    for trial_id, coloc in records.colocations.items():
+        ids[trial_id] = repo.save_colocation(session=session, colocation=coloc)
+    adjusted = [
+        TrialOutcome(o.trial, Phase.FAILED, records.problems[o.trial.id], o.gpu_model, o.node, o.summaries, o.notes)
+        if o.trial.id in records.problems
+        else o
+        for o in outcomes
+    ]
+    status = status_of(adjusted, ids)
+    repo.save_trial_run(
+        session=session,
+        namespace=namespace,
+        name=name,
+        workload=run.spec.workload,
+        spec=spec,
+        phase=status["phase"],
+        status=status,
+        message=status["message"],
+    )
+    return status

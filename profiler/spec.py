@@ -1,0 +1,161 @@
+"""The TrialRun resource (`gpuadvisor.io/v1alpha1`, kind `TrialRun`): a user's request for trial-run profiles.
+
+One pydantic model serves the CLI (`profile request FILE`), the HTTP API and the controller, so every entry point
+rejects the same inputs with the same field path. The CRD's OpenAPI schema (`profiler.crd`) mirrors these rules.
+The duration cap is an admin setting, so it is passed in as validation context rather than fixed here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "gpuadvisor.io"
+API_VERSION = "v1alpha1"
+KIND = "TrialRun"
+PLURAL = "trialruns"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+DEFAULT_MAX_DURATION_SECONDS = 300
+MAX_DURATION_CONTEXT_KEY = "max_duration_seconds"
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+
+
+class SpecError(ValueError):
+    """An invalid TrialRun; `field` is the path of the first bad field (e.g. `spec.matrix.gpuCounts[0]`)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class EnvVar(_Strict):
+    name: str = Field(min_length=1, pattern=ENV_NAME)
+    value: str = ""
+
+
+class Matrix(_Strict):
+    """Every combination of these lists is one trial; omitted `gpu_models` means any GPU model."""
+
+    gpu_models: list[NonEmptyStr] | None = Field(default=None, min_length=1)
+    gpu_counts: list[PositiveInt] = Field(min_length=1)
+    batch_sizes: list[PositiveInt] | None = Field(default=None, min_length=1)
+
+
+class Partner(_Strict):
+    """A workload to share one GPU with: solo runs of both sides and the paired run are measured."""
+
+    workload: str = Field(min_length=1, max_length=253)
+    command: list[NonEmptyStr] = Field(min_length=1)
+    image: str | None = Field(default=None, min_length=1)
+    env: list[EnvVar] = Field(default_factory=list)
+    batch_size: PositiveInt | None = None
+
+
+class TrialRunSpec(_Strict):
+    workload: str = Field(min_length=1, max_length=253)
+    image: str = Field(min_length=1)
+    command: list[NonEmptyStr] = Field(min_length=1)
+    env: list[EnvVar] = Field(default_factory=list)
+    matrix: Matrix
+    colocate_with: list[Partner] = Field(default_factory=list)
+    max_duration_seconds: PositiveInt = DEFAULT_MAX_DURATION_SECONDS
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_within_cap(cls, data: Any, info: ValidationInfo) -> Any:
+        """Without an explicit duration the default applies, lowered to the admin's cap when that is smaller."""
+        cap = (info.context or {}).get(MAX_DURATION_CONTEXT_KEY)
+        if (
+            isinstance(data, dict)
+            and cap is not None
+            and not {"maxDurationSeconds", "max_duration_seconds"} & set(data)
+        ):
+            return {**data, "maxDurationSeconds": min(DEFAULT_MAX_DURATION_SECONDS, cap)}
+        return data
+
+    @field_validator("max_duration_seconds")
+    @classmethod
+    def _within_admin_cap(cls, value: int, info: ValidationInfo) -> int:
+        cap = (info.context or {}).get(MAX_DURATION_CONTEXT_KEY)
+        if cap is not None and value > cap:
+            raise ValueError(f"must be at most {cap} seconds (the admin's cap), got {value}")
+        return value
+
+
+class Metadata(BaseModel):
+    """The parts of Kubernetes object metadata the profiler uses; the server's own fields pass through."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    namespace: str = Field(default="default", min_length=1, max_length=63, pattern=DNS_LABEL)
+    uid: str | None = None
+
+
+class TrialRun(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    api_version: Literal["gpuadvisor.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["TrialRun"]
+    metadata: Metadata
+    spec: TrialRunSpec
+    status: dict[str, Any] | None = None
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The resource as the API server stores it (camelCase, without status)."""
+        meta: dict[str, Any] = {"name": self.metadata.name, "namespace": self.metadata.namespace}
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": meta,
+            "spec": self.spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        }
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path
+
+
+def parse_trialrun(data: object, *, max_duration_seconds: int | None = None) -> TrialRun:
+    """Validate a TrialRun document; raise `SpecError` naming the first bad field."""
+    context = {MAX_DURATION_CONTEXT_KEY: max_duration_seconds}
+    try:
+        return TrialRun.model_validate(data, context=context)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        problem = first["msg"]
+        if first["type"] == "extra_forbidden":
+            problem = "unknown field"
+        elif first["type"] == "missing":
+            problem = "required field is missing"
+        raise SpecError(_field_path(tuple(first["loc"])), problem) from e
+
+
+def load_trialrun(path: Path, *, max_duration_seconds: int | None = None) -> TrialRun:
+    """Read a TrialRun from a YAML or JSON file (JSON is YAML); `SpecError` for unreadable or invalid files."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise SpecError("", f"cannot read {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise SpecError("", f"{path} is not valid YAML/JSON: {str(e).splitlines()[0]}") from e
+    return parse_trialrun(data, max_duration_seconds=max_duration_seconds)

@@ -1,0 +1,177 @@
+"""The summariser: a trial's progress stream and telemetry → steady-state throughput and utilisation.
+
+Pure functions over plain data, shared by the controller and the local runner. Robust to what real runs do:
+a warm-up (compilation, cache fill) that is dropped, stalls (checkpointing, a slow data loader) that are left
+out of the rate rather than averaged in, restarts of the counters, and a crash part-way (whatever was reported
+before the crash still counts, provided enough of it is steady-state).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from profiler.progress import ProgressSample
+
+DEFAULT_WARMUP_FRACTION = 0.2
+DEFAULT_STALL_FACTOR = 5.0
+MIN_STEADY_INTERVALS = 2
+WARMUP_SETTLED_INTERVALS = 3
+WARMUP_SETTLED_RATIO = 0.8
+
+
+class SummaryError(ValueError):
+    """The trial did not report enough progress to measure a throughput."""
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySample:
+    """One reading of the GPU use of a trial's processes; None where the device cannot say."""
+
+    t_seconds: float
+    sm_utilization_ratio: float | None = None
+    memory_bandwidth_utilization_ratio: float | None = None
+    memory_used_bytes: int | None = None
+    power_watts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSummary:
+    throughput_samples_per_s: float
+    step_time_seconds: float
+    steady_steps: int
+    steady_seconds: float
+    warmup_seconds: float
+    stall_seconds: float
+    sm_util_mean_ratio: float | None = None
+    sm_util_p95_ratio: float | None = None
+    mem_bw_util_ratio: float | None = None
+    peak_memory_bytes: int | None = None
+    power_watts: float | None = None
+    telemetry_samples: int = 0
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "throughput_samples_per_s": self.throughput_samples_per_s,
+            "step_time_seconds": self.step_time_seconds,
+            "steady_steps": self.steady_steps,
+            "steady_seconds": self.steady_seconds,
+            "warmup_seconds": self.warmup_seconds,
+            "stall_seconds": self.stall_seconds,
+            "sm_util_mean_ratio": self.sm_util_mean_ratio,
+            "sm_util_p95_ratio": self.sm_util_p95_ratio,
+            "mem_bw_util_ratio": self.mem_bw_util_ratio,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "power_watts": self.power_watts,
+            "telemetry_samples": self.telemetry_samples,
+        }
+
+
+def _last_run(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
+    """Samples in time order, keeping only the segment after the last counter reset (a restarted process)."""
+    ordered = sorted(samples, key=lambda s: s.t_seconds)
+    run: list[ProgressSample] = []
+    for sample in ordered:
+        if run and (sample.samples < run[-1].samples or sample.step < run[-1].step):
+            run = []
+        if run and sample.t_seconds == run[-1].t_seconds:
+            run[-1] = sample
+            continue
+        run.append(sample)
+    return run
+
+
+def _rate(a: ProgressSample, b: ProgressSample) -> float:
+    return (b.samples - a.samples) / (b.t_seconds - a.t_seconds)
+
+
+def _warmup_end(run: Sequence[ProgressSample], warmup_fraction: float) -> int:
+    """Index of the first steady report: past `warmup_fraction` of the time span, and past the point from which
+    the rate stays near the final rate (the median of the second half) for a few intervals in a row."""
+    start_t = run[0].t_seconds
+    warmup_end_t = start_t + (run[-1].t_seconds - start_t) * warmup_fraction
+    by_time = next(i for i, s in enumerate(run) if s.t_seconds >= warmup_end_t)
+    rates = [_rate(a, b) for a, b in itertools.pairwise(run)]
+    final_rate = statistics.median(rates[len(rates) // 2 :])
+    by_rate = len(rates)
+    for i in range(len(rates)):
+        window = rates[i : i + WARMUP_SETTLED_INTERVALS]
+        if all(r >= WARMUP_SETTLED_RATIO * final_rate for r in window):
+            by_rate = i
+            break
+    return min(max(by_time, by_rate), len(run) - 1 - MIN_STEADY_INTERVALS)
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile (0..1) with linear interpolation between closest ranks."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summarise(
+    progress: Sequence[ProgressSample],
+    telemetry: Sequence[TelemetrySample] = (),
+    *,
+    warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+    stall_factor: float = DEFAULT_STALL_FACTOR,
+) -> TrialSummary:
+    """Steady-state figures of one side of a trial.
+
+    Warm-up is at least the first `warmup_fraction` of the reported time span, and lasts until the rate has
+    settled near its final value (a slow start such as compilation is longer). Of the remaining intervals between
+    reports, one that took more than `stall_factor` times the median interval per step is a stall and is left
+    out of both samples and time. Telemetry is averaged over the steady window (all of it when none falls
+    there); peak memory is over the whole run.
+    """
+    if not 0.0 <= warmup_fraction < 1.0:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    run = _last_run(progress)
+    if len(run) < MIN_STEADY_INTERVALS + 1:
+        raise SummaryError(f"only {len(run)} progress reports; at least {MIN_STEADY_INTERVALS + 1} are needed")
+    first = _warmup_end(run, warmup_fraction)
+    steady = run[first:]
+    intervals = [
+        (b.t_seconds - a.t_seconds, b.step - a.step, b.samples - a.samples) for a, b in itertools.pairwise(steady)
+    ]
+    per_step = [dt / dsteps for dt, dsteps, _ in intervals if dsteps > 0]
+    typical_per_step = statistics.median(per_step) if per_step else 0.0
+    kept_seconds = kept_samples = kept_steps = 0.0
+    stall_seconds = 0.0
+    for dt, dsteps, dsamples in intervals:
+        if typical_per_step > 0 and dt > stall_factor * typical_per_step * max(dsteps, 1):
+            stall_seconds += dt
+            continue
+        kept_seconds += dt
+        kept_samples += dsamples
+        kept_steps += dsteps
+    if kept_seconds <= 0 or kept_steps <= 0:
+        raise SummaryError("no steady progress: the workload reported no steps after its warm-up")
+    start_t, steady_start_t = run[0].t_seconds, steady[0].t_seconds
+    window = [s for s in telemetry if s.t_seconds >= steady_start_t] or list(telemetry)
+    sm = [s.sm_utilization_ratio for s in window if s.sm_utilization_ratio is not None]
+    bw = [s.memory_bandwidth_utilization_ratio for s in window if s.memory_bandwidth_utilization_ratio is not None]
+    power = [s.power_watts for s in window if s.power_watts is not None]
+    memory = [s.memory_used_bytes for s in telemetry if s.memory_used_bytes is not None]
+    return TrialSummary(
+        throughput_samples_per_s=kept_samples / kept_seconds,
+        step_time_seconds=kept_seconds / kept_steps,
+        steady_steps=int(kept_steps),
+        steady_seconds=kept_seconds,
+        warmup_seconds=steady_start_t - start_t,
+        stall_seconds=stall_seconds,
+        sm_util_mean_ratio=_mean(sm),
+        sm_util_p95_ratio=_percentile(sm, 0.95) if sm else None,
+        mem_bw_util_ratio=_mean(bw),
+        peak_memory_bytes=max(memory) if memory else None,
+        power_watts=_mean(power),
+        telemetry_samples=len(telemetry),
+    )

@@ -1,0 +1,157 @@
+"""Expansion of a TrialRun into trials: every matrix combination, plus solo and paired runs for co-location.
+
+Pure and deterministic (same spec → same trials in the same order), so the controller can re-derive the trial
+list on every reconcile and match it against the Jobs it already created.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from profiler.spec import EnvVar, TrialRunSpec
+
+ENV_BATCH_SIZE = "GPUADVISOR_BATCH_SIZE"
+ENV_GPU_COUNT = "GPUADVISOR_GPU_COUNT"
+ENV_WORKLOAD = "GPUADVISOR_WORKLOAD"
+ENV_TRIAL = "GPUADVISOR_TRIAL"
+
+
+class TrialKind(StrEnum):
+    SOLO = "solo"
+    PAIR = "pair"
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One process of a trial: what to run and the configuration it runs in."""
+
+    workload: str
+    image: str
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    batch_size: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """One measured configuration. A pair trial has two sides sharing one GPU (`gpu_count` is 1)."""
+
+    index: int
+    kind: TrialKind
+    gpu_model: str | None
+    gpu_count: int
+    sides: tuple[Side, ...]
+
+    @property
+    def id(self) -> str:
+        return f"t{self.index:03d}"
+
+    @property
+    def workload(self) -> str:
+        return self.sides[0].workload
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.sides[0].batch_size
+
+    def config(self) -> dict[str, object]:
+        """The configuration as shown in status and by the CLI."""
+        out: dict[str, object] = {
+            "trial": self.id,
+            "kind": str(self.kind),
+            "workload": self.workload,
+            "gpuModel": self.gpu_model,
+            "gpuCount": self.gpu_count,
+            "batchSize": self.batch_size,
+        }
+        if self.kind is TrialKind.PAIR:
+            out["partner"] = self.sides[1].workload
+            out["partnerBatchSize"] = self.sides[1].batch_size
+        return out
+
+
+def _env(base: list[EnvVar], workload: str, batch_size: int | None, gpu_count: int) -> tuple[tuple[str, str], ...]:
+    pairs = [(e.name, e.value) for e in base]
+    pairs.append((ENV_WORKLOAD, workload))
+    pairs.append((ENV_GPU_COUNT, str(gpu_count)))
+    if batch_size is not None:
+        pairs.append((ENV_BATCH_SIZE, str(batch_size)))
+    return tuple(pairs)
+
+
+def expand(spec: TrialRunSpec) -> list[Trial]:
+    """The trials of `spec`, solo matrix combinations first, then co-location solos and pairs (deduplicated)."""
+    models: list[str | None] = list(spec.matrix.gpu_models) if spec.matrix.gpu_models else [None]
+    batch_sizes: list[int | None] = list(spec.matrix.batch_sizes) if spec.matrix.batch_sizes else [None]
+    trials: list[Trial] = []
+    seen: set[tuple[str, str | None, int, int | None]] = set()
+
+    def main_side(batch_size: int | None, gpu_count: int) -> Side:
+        return Side(
+            workload=spec.workload,
+            image=spec.image,
+            command=tuple(spec.command),
+            env=_env(spec.env, spec.workload, batch_size, gpu_count),
+            batch_size=batch_size,
+        )
+
+    def add_solo(side: Side, model: str | None, gpu_count: int) -> None:
+        key = (side.workload, model, gpu_count, side.batch_size)
+        if key in seen:
+            return
+        seen.add(key)
+        trials.append(Trial(len(trials), TrialKind.SOLO, model, gpu_count, (side,)))
+
+    for model in models:
+        for count in spec.matrix.gpu_counts:
+            for batch_size in batch_sizes:
+                add_solo(main_side(batch_size, count), model, count)
+    for partner in spec.colocate_with:
+        other = Side(
+            workload=partner.workload,
+            image=partner.image or spec.image,
+            command=tuple(partner.command),
+            env=_env(partner.env, partner.workload, partner.batch_size, 1),
+            batch_size=partner.batch_size,
+        )
+        for model in models:
+            add_solo(other, model, 1)
+            for batch_size in batch_sizes:
+                mine = main_side(batch_size, 1)
+                add_solo(mine, model, 1)
+                trials.append(Trial(len(trials), TrialKind.PAIR, model, 1, (mine, other)))
+    return trials
+
+
+def solo_of(trials: list[Trial], side: Side, gpu_model: str | None) -> Trial:
+    """The solo one-GPU trial measuring `side` on `gpu_model` (expansion always creates it for a pair)."""
+    for trial in trials:
+        if (
+            trial.kind is TrialKind.SOLO
+            and trial.gpu_count == 1
+            and trial.gpu_model == gpu_model
+            and trial.workload == side.workload
+            and trial.batch_size == side.batch_size
+        ):
+            return trial
+    raise LookupError(f"no solo trial of {side.workload} on {gpu_model or 'any GPU'}")
+
+
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def expand_command(command: tuple[str, ...], env: dict[str, str]) -> list[str]:
+    """Kubernetes' `$(VAR)` substitution in a command, so the local runner runs what the pod would run.
+
+    `$(VAR)` becomes the value of VAR when it is defined and stays as written otherwise; `$$` is a literal `$`.
+    """
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "$"
+        return env.get(name, match.group(0))
+
+    return [_VAR_REF.sub(substitute, arg) for arg in command]

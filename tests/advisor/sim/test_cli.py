@@ -1,0 +1,117 @@
+"""`gpuadvisor simulate` as a user runs it: JSON on small files, exit 2 with one line on bad input, real data."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from advisor.cli.main import app
+from tests.advisor.sim.conftest import write
+
+DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+runner = CliRunner()
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["simulate", *args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "cluster": write(tmp_path / "cluster.csv", "node,gpu_model,gpus,links\nn1,V100,8,0-3/4-7\nn2,V100,8,0-3/4-7"),
+        "pods": write(tmp_path / "pods.csv", "name,num_gpu,gpu_milli,cpu_milli\np1,1,1000,1000\np2,1,500,1000\n"
+                      "p3,2,1000,2000\np4,0,0,4000"),
+        "jobs": write(tmp_path / "executions.csv", "job_id,workload,user,gpu_model,gpu_count,submit_time,start_time,"
+                      "end_time\nj1,bert,u,V100,4,0,0,100\nj2,bert,u,V100,8,10,10,60\nj3,bert,u,V100,2,20,20,40"),
+    }
+
+
+def test_fragmentation_json_and_plot(small: dict[str, Path], tmp_path: Path) -> None:
+    code, out = _run(
+        "--cluster", str(small["cluster"]), "--trace", str(small["pods"]), "--mode", "fragmentation",
+        "--policies", "random,spread,binpack,fgd,advisor", "--json", "--plot", str(tmp_path / "plots"),
+    )
+    assert code == 0, out
+    report = json.loads(out)
+    assert set(report["policies"]) == {"random", "spread", "binpack", "fgd", "advisor"}
+    for result in report["policies"].values():
+        assert 0.0 < result["gpu_allocation_ratio"] <= 1.0
+        assert result["failed_pods"] >= 0
+        assert len(result["curve"]["arrived_demand_ratio"]) == len(result["curve"]["gpu_allocation_ratio"])
+    assert (tmp_path / "plots" / "allocation.png").stat().st_size > 1000
+
+
+def test_jct_table(small: dict[str, Path]) -> None:
+    code, out = _run(
+        "--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct",
+        "--policies", "spread,binpack,advisor",
+    )
+    assert code == 0, out
+    assert "avg_jct_s" in out
+    assert "heuristic predictors" in out
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"--policies": "spread,nope"}, "'nope' is not a fragmentation policy"),
+        ({"--policies": "oracle"}, "'oracle' is not a fragmentation policy"),
+        ({"--cluster": "missing.csv"}, "no such file"),
+        ({"--trace": "BAD"}, "row 2: column 'num_gpu'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    small: dict[str, Path], tmp_path: Path, change: dict[str, str], needle: str
+) -> None:
+    bad = write(tmp_path / "bad.csv", "name,num_gpu,gpu_milli\np1,1,1000\np2,one,1000")
+    args = {"--cluster": str(small["cluster"]), "--trace": str(small["pods"]), "--policies": "spread"}
+    for key, value in change.items():
+        args[key] = str(bad) if value == "BAD" else (str(tmp_path / value) if value.endswith(".csv") else value)
+    code, out = _run(*[x for kv in args.items() for x in kv], "--mode", "fragmentation")
+    assert code == 2
+    assert needle in out
+    assert "Traceback" not in out
+
+
+def test_oracle_without_throughputs_exits_2(small: dict[str, Path]) -> None:
+    code, out = _run(
+        "--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct", "--policies", "oracle"
+    )
+    assert code == 2
+    assert "needs --throughputs" in out
+
+
+def test_job_type_missing_from_the_throughputs_exits_2(small: dict[str, Path], gavel_json: Path) -> None:
+    code, out = _run(
+        "--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct",
+        "--policies", "spread", "--throughputs", str(gavel_json),
+    )
+    assert code == 2
+    assert "no throughput for job type 'bert'" in out
+
+
+def test_real_openb_sample(tmp_path: Path) -> None:
+    """A few hundred pods of the real openb trace on 60 of its nodes (skips outside CI when the data is absent)."""
+    nodes_csv = DATA / "openb" / "openb_node_list_gpu_node.csv"
+    pods_csv = DATA / "openb" / "openb_pod_list_default.csv"
+    if not nodes_csv.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{nodes_csv} is missing under CI")
+        pytest.skip(f"public data not found at {DATA}")
+    pd.read_csv(nodes_csv).iloc[::20].to_csv(tmp_path / "nodes.csv", index=False)
+    pd.read_csv(pods_csv).iloc[::20].to_csv(tmp_path / "pods.csv", index=False)
+    code, out = _run(
+        "--cluster", str(tmp_path / "nodes.csv"), "--trace", str(tmp_path / "pods.csv"), "--mode", "fragmentation",
+        "--policies", "random,fgd,advisor", "--json",
+    )
+    assert code == 0, out
+    policies = json.loads(out)["policies"]
+    assert policies["fgd"]["gpu_allocation_ratio"] > policies["random"]["gpu_allocation_ratio"]
+    assert policies["advisor"]["gpu_allocation_ratio"] > policies["random"]["gpu_allocation_ratio"]

@@ -1,0 +1,105 @@
+"""JCT mode: event ordering, metrics on traces small enough to compute by hand, sharing and topology effects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from advisor.scoring import ScoringConfig
+from advisor.sim.jobs import ExtenderJobPolicy, KubeJobPolicy, run_jct
+from advisor.sim.loaders import load_throughputs
+from advisor.sim.model import Cluster, Job, SimNode
+from advisor.sim.rates import CROSS_NVLINK_GROUP_RATIO, truth_table
+from tests.advisor.sim.conftest import write
+
+SPREAD = KubeJobPolicy(most=False)
+
+
+def test_a_job_waits_for_gpus_and_the_metrics_add_up() -> None:
+    cluster = Cluster((SimNode("n", "V100", 2),))
+    jobs = [Job("big", "x", 0.0, 2, 100.0), Job("small", "x", 10.0, 1, 50.0)]
+    r = run_jct(cluster, jobs, SPREAD, None)
+    # big runs 0..100; small waits until 100 and runs 100..150.
+    assert r.avg_jct_s == pytest.approx((100 + 140) / 2)
+    assert r.avg_queue_s == pytest.approx((0 + 90) / 2)
+    assert r.makespan_s == pytest.approx(150)
+    assert r.gpu_utilization == pytest.approx((2 * 100 + 1 * 50) / (2 * 150))
+    assert r.jct_s == [100.0, 140.0]
+    assert r.p95_jct_s == pytest.approx(100 + 0.95 * 40)
+
+
+def test_a_completion_frees_gpus_for_a_job_arriving_at_the_same_instant() -> None:
+    cluster = Cluster((SimNode("n", "V100", 1),))
+    jobs = [Job("first", "x", 0.0, 1, 100.0), Job("second", "x", 100.0, 1, 10.0)]
+    r = run_jct(cluster, jobs, SPREAD, None)
+    assert r.avg_queue_s == 0.0
+    assert r.makespan_s == pytest.approx(110)
+
+
+def test_backfilling_lets_a_small_job_pass_a_blocked_big_one() -> None:
+    cluster = Cluster((SimNode("n", "V100", 2),))
+    jobs = [Job("a", "x", 0.0, 1, 100.0), Job("big", "x", 1.0, 2, 10.0), Job("c", "x", 2.0, 1, 10.0)]
+    r = run_jct(cluster, jobs, SPREAD, None)
+    # c starts at 2 on the free GPU; big waits for both GPUs until 100.
+    assert sorted(r.jct_s) == pytest.approx([10.0, 100.0, 109.0])
+
+
+def test_a_job_larger_than_the_cluster_is_reported_not_run() -> None:
+    cluster = Cluster((SimNode("n", "V100", 2),))
+    r = run_jct(cluster, [Job("huge", "x", 0.0, 4, 1.0), Job("ok", "x", 0.0, 1, 5.0)], SPREAD, None)
+    assert r.jobs == 1
+    assert r.unschedulable_jobs == 1
+
+
+def test_sharing_slows_both_jobs_by_the_measured_ratios(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "c.csv",
+        "gpu_model,workload_a,workload_b,solo_throughput_a,solo_throughput_b,coloc_throughput_a,coloc_throughput_b\n"
+        "V100,a,b,10,10,5,8",
+    )
+    truth = truth_table(load_throughputs(path))
+    cluster = Cluster((SimNode("n", "V100", 1),))
+    jobs = [Job("ja", "a", 0.0, 1, 100.0), Job("jb", "b", 0.0, 1, 40.0)]
+    r = run_jct(cluster, jobs, SPREAD, truth)
+    # Shared: a at 5 steps/s, b at 8 → b done at 5 s; a has 75 steps left alone at 10/s → done at 12.5 s.
+    assert r.jct_s == pytest.approx([5.0, 12.5])
+
+
+def test_a_pair_that_cannot_share_waits(gavel_json: Path) -> None:
+    truth = truth_table(load_throughputs(gavel_json))
+    cluster = Cluster((SimNode("n", "K80", 1),))
+    jobs = [Job("ja", "A (batch size 32)", 0.0, 1, 20.0), Job("jb", "B (batch size 64)", 0.0, 1, 40.0)]
+    r = run_jct(cluster, jobs, SPREAD, truth)
+    assert r.jct_s == pytest.approx([10.0, 20.0])  # a alone at 2/s (10 s), then b alone at 4/s
+
+
+def test_heterogeneity_aware_oracle_puts_the_job_on_the_fast_gpu(gavel_json: Path) -> None:
+    truth = truth_table(load_throughputs(gavel_json))
+    cluster = Cluster((SimNode("slow", "K80", 1), SimNode("fast", "V100", 1)))
+    jobs = [Job("ja", "A (batch size 32)", 0.0, 1, 100.0)]
+    oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig())
+    assert run_jct(cluster, jobs, oracle, truth).avg_jct_s == pytest.approx(10.0)
+    assert run_jct(cluster, jobs, SPREAD, truth).avg_jct_s == pytest.approx(50.0)  # first of two equal nodes: K80
+
+
+def test_topology_aware_advisor_keeps_a_4_gpu_job_inside_one_nvlink_group() -> None:
+    cluster = Cluster((SimNode("n", "V100", 8, nvlink_groups=((0, 1, 2, 3), (4, 5, 6, 7))),))
+    jobs = [Job("pair", "x", 0.0, 2, 1000.0), Job("quad", "x", 1.0, 4, 100.0)]
+    advisor = ExtenderJobPolicy("advisor", cluster, None, ScoringConfig())
+    assert run_jct(cluster, jobs, advisor, None).jct_s[0] == pytest.approx(100.0)
+    # spread takes the lowest free GPUs 2,3,4,5: across the two groups.
+    assert run_jct(cluster, jobs, SPREAD, None).jct_s[0] == pytest.approx(100.0 / CROSS_NVLINK_GROUP_RATIO)
+
+
+def test_binpack_shares_a_gpu_where_spread_uses_a_free_one(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "c.csv",
+        "gpu_model,workload_a,workload_b,solo_throughput_a,solo_throughput_b,coloc_throughput_a,coloc_throughput_b\n"
+        "V100,a,a,10,10,5,5",
+    )
+    truth = truth_table(load_throughputs(path))
+    cluster = Cluster((SimNode("n", "V100", 2),))
+    jobs = [Job("j1", "a", 0.0, 1, 100.0), Job("j2", "a", 0.0, 1, 100.0)]
+    assert run_jct(cluster, jobs, SPREAD, truth).jct_s == pytest.approx([10.0, 10.0])
+    assert run_jct(cluster, jobs, KubeJobPolicy(most=True), truth).jct_s == pytest.approx([20.0, 20.0])

@@ -1,0 +1,118 @@
+"""Cluster state from NodeSnapshots (and Kubernetes allocations): who holds which GPU, staleness, ordering."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from advisor.state import ClusterState, PodAllocation
+from collector.snapshot import NodeSnapshot
+from tests.advisor.factories import GIB, process, snapshot, two_socket_links
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ingest(state: ClusterState, raw: dict[str, object]) -> bool:
+    return state.ingest(NodeSnapshot.model_validate(raw))
+
+
+def test_a_gpu_with_one_pods_process_is_allocated_to_that_pod() -> None:
+    state = ClusterState()
+    ingest(state, snapshot("n1", busy={2: [process("train-0", sm=0.8)]}))
+    node = state.nodes["n1"]
+    assert node.free_gpus == 7
+    assert node.gpus[2].allocated_milli == 1000
+    assert [r.pod for r in node.gpus[2].residents] == ["ml/train-0"]
+    assert node.gpus[2].residents[0].sm_utilization_ratio == 0.8
+
+
+def test_pods_sharing_a_gpu_hold_shares_by_memory() -> None:
+    state = ClusterState()
+    ingest(
+        state,
+        snapshot("n1", busy={0: [process("a", memory_bytes=8 * GIB), process("b", memory_bytes=20 * GIB)]}),
+    )
+    gpu = state.nodes["n1"].gpus[0]
+    assert gpu.allocated_milli == 100 + 250  # 8/80 → 100 milli, 20/80 → 250 milli
+    assert {r.pod for r in gpu.residents} == {"ml/a", "ml/b"}
+
+
+def test_memory_bandwidth_is_split_over_residents_by_sm_use() -> None:
+    state = ClusterState()
+    ingest(
+        state,
+        snapshot("n1", busy={0: [process("a", sm=0.6), process("b", sm=0.2)]}, bandwidth={0: 0.8}),
+    )
+    shares = {r.pod: r.memory_bandwidth_utilization_ratio for r in state.nodes["n1"].gpus[0].residents}
+    assert shares == {"ml/a": pytest.approx(0.6), "ml/b": pytest.approx(0.2)}
+
+
+def test_host_processes_hold_nothing_but_are_residents() -> None:
+    raw = snapshot("n1")
+    raw["gpus"][0]["processes"] = [{"pid": 7, "memory_used_bytes": GIB, "sm_utilization_ratio": 0.3}]  # type: ignore[index]
+    state = ClusterState()
+    ingest(state, raw)
+    gpu = state.nodes["n1"].gpus[0]
+    assert gpu.allocated_milli == 0
+    assert [r.pod for r in gpu.residents] == ["host"]
+
+
+def test_kube_allocations_reserve_granted_gpus_not_yet_in_use_and_record_gangs() -> None:
+    state = ClusterState()
+    ingest(state, snapshot("n1", busy={0: [process("w-0")]}))
+    state.set_allocation(PodAllocation(pod="ml/w-0", node="n1", gpus=4, gang="job-a"))
+    node = state.nodes["n1"]
+    assert node.free_gpus == 4
+    assert node.gangs == frozenset({"job-a"})
+    state.remove_allocation("ml/w-0")
+    assert state.nodes["n1"].free_gpus == 7
+    assert state.nodes["n1"].gangs == frozenset()
+
+
+def test_kube_share_allocation_sets_the_share() -> None:
+    state = ClusterState()
+    state.replace_allocations([PodAllocation(pod="ml/a", node="n1", gpu_milli=300)])
+    ingest(state, snapshot("n1", busy={0: [process("a")]}))
+    assert state.nodes["n1"].gpus[0].allocated_milli == 300
+
+
+def test_an_older_snapshot_arriving_late_is_dropped() -> None:
+    state = ClusterState()
+    now = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+    assert ingest(state, snapshot("n1", busy={0: [process("a")]}, timestamp=now))
+    assert not ingest(state, snapshot("n1", timestamp=now - timedelta(seconds=5)))
+    assert state.nodes["n1"].free_gpus == 7
+    assert state.out_of_order_dropped == 1
+
+
+def test_staleness_is_judged_by_arrival_on_this_replica() -> None:
+    clock = Clock(5000.0)
+    state = ClusterState(clock=clock)
+    ingest(state, snapshot("n1", timestamp=datetime(2000, 1, 1, tzinfo=UTC)))
+    assert state.nodes["n1"].observed_at_seconds == 5000.0
+
+
+def test_links_become_the_topology_and_equal_topologies_are_shared() -> None:
+    state = ClusterState()
+    ingest(state, snapshot("a", links=two_socket_links()))
+    ingest(state, snapshot("b", links=two_socket_links()))
+    ingest(state, snapshot("c", links=[]))
+    a, b, c = (state.nodes[n] for n in "abc")
+    assert a.topology is b.topology
+    assert [m.bit_count() for m in a.topology.islands] == [4, 4]
+    assert not c.topology.known
+
+
+def test_a_deleted_node_is_forgotten() -> None:
+    state = ClusterState()
+    ingest(state, snapshot("n1"))
+    state.remove_node("n1")
+    assert "n1" not in state.nodes
+    assert state.record("n1") is None

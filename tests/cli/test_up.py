@@ -1,0 +1,115 @@
+"""`gpuadvisor up` as a newcomer runs it: it starts, answers the printed curl commands, and stops on Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from advisor.cli.up import examples, node_names
+from tests.support.net import free_port
+
+START_TIMEOUT_S = 120
+
+
+def test_example_commands_are_valid_shell_with_json_bodies() -> None:
+    by_path = {}
+    for example in examples("http://127.0.0.1:8080", node_names(2)):
+        argv = shlex.split(example.command)
+        assert argv[0] == "curl"
+        url = next(a for a in argv if a.startswith("http://127.0.0.1:8080/"))
+        by_path[url.removeprefix("http://127.0.0.1:8080")] = (
+            json.loads(argv[argv.index("-d") + 1]) if "-d" in argv else None
+        )
+    assert by_path["/v1/score"] == {"pod": {"gpus": 1, "workload": "resnet50-bs64"}}
+    extender = by_path["/extender/prioritize"]
+    assert extender["NodeNames"] == ["sim-node-1", "sim-node-2"]
+    assert extender["Pod"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert by_path["/v1/nodes"] is None
+
+
+def _request(command: str) -> httpx.Response:
+    """Run a printed curl command line through httpx (its URL, method and JSON body)."""
+    argv = shlex.split(command)
+    url = next(a for a in argv if a.startswith("http://"))
+    if "-d" in argv:
+        body = argv[argv.index("-d") + 1]
+        return httpx.post(url, content=body, headers={"Content-Type": "application/json"}, timeout=10)
+    return httpx.get(url, timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(START_TIMEOUT_S + 60)
+def test_up_trains_serves_scores_for_its_simulated_nodes_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """A fresh directory: the first start trains the reference models, then serves the simulated nodes."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advisor.cli",
+            "up",
+            "--port",
+            str(port),
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--interval-s",
+            "0.5",
+            "--db",
+            f"sqlite:///{tmp_path}/up.db",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "400"},
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read_output() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("Press Ctrl-C"):
+                ready.set()
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    try:
+        started = time.monotonic()
+        assert ready.wait(START_TIMEOUT_S), "\n".join(lines)
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"pod": {"gpus": 1}}, timeout=10)
+        assert reply.status_code == 200, reply.text
+        assert time.monotonic() - started < START_TIMEOUT_S
+        assert any(line.strip().startswith("models") and "throughput v1" in line for line in lines), lines
+        scores = reply.json()["scores"]
+        assert {s["node"] for s in scores} == {"sim-node-1", "sim-node-2"}
+        assert all(s["known"] for s in scores)
+
+        commands = [line for line in lines if line.startswith("curl ")]
+        assert len(commands) == 3, lines
+        for command in commands:
+            answer = _request(command)
+            assert answer.status_code == 200, f"{command}: {answer.text}"
+        priorities = _request(next(c for c in commands if "/extender/prioritize" in c)).json()
+        assert sorted(p["Host"] for p in priorities) == ["sim-node-1", "sim-node-2"]
+        assert all(0 <= p["Score"] <= 10 for p in priorities)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        reader.join(5)
+    assert code == 0, "\n".join(lines)
+    assert any("stopped" in line for line in lines)
+    assert "Traceback" not in "\n".join(lines)

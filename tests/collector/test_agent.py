@@ -1,0 +1,171 @@
+"""The collection cycle: backend reading + /proc attribution + pod index → NodeSnapshot, sinks, error counting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.agent import CollectorAgent
+from collector.backend import GpuReading, NodeReading, ProcessReading
+from collector.nvml import NvmlBackend
+from collector.pods import PodInfo, StaticPods
+from collector.sim import SimulatedBackend
+from collector.snapshot import NodeSnapshot, PodRef
+from tests.collector.conftest import ConfigureNvml, write_proc
+from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, FakeProcess
+from tests.support.net import wait_until
+
+UID = "6e0b2d3c-1234-4abc-8def-0123456789ab"
+CID = "ab" * 32
+GIB = 1024**3
+
+
+class _FixedBackend:
+    def __init__(self, reading: NodeReading) -> None:
+        self.reading = reading
+
+    def read(self) -> NodeReading:
+        return self.reading
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class _BrokenBackend(_FixedBackend):
+    def read(self) -> NodeReading:
+        raise RuntimeError("driver crashed")
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.snapshots: list[NodeSnapshot] = []
+
+    def submit(self, snapshot: NodeSnapshot) -> None:
+        self.snapshots.append(snapshot)
+
+
+def test_processes_attributed_to_pods_through_proc_and_index(tmp_path: Path) -> None:
+    proc = write_proc(
+        tmp_path,
+        {
+            10: f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n",
+            11: "0::/user.slice/user-1000.slice/session-1.scope\n",
+        },
+    )
+    reading = NodeReading(
+        driver_version="550",
+        gpus=(
+            GpuReading(
+                index=0,
+                uuid="GPU-0",
+                model="m",
+                pci_bus_id="p",
+                processes=(ProcessReading(10, GIB, 0.5), ProcessReading(11, GIB, 0.1), ProcessReading(12, GIB, 0.2)),
+            ),
+        ),
+    )
+    pods = StaticPods(
+        {
+            UID: PodInfo(
+                uid=UID,
+                namespace="ml",
+                name="train-0",
+                labels={"gpuadvisor.io/workload": "resnet50-bs64"},
+                owner_kind="Job",
+                owner_name="train",
+                containers={CID: "main"},
+            )
+        }
+    )
+    recorder = _Recorder()
+    agent = CollectorAgent(backend=_FixedBackend(reading), node="n1", proc_root=proc, pods=pods, sinks=[recorder])
+    snapshot = agent.run_cycle()
+    assert snapshot is not None
+    assert recorder.snapshots == [snapshot]
+    assert agent.latest == snapshot
+    processes = {p.pid: p.pod for p in snapshot.gpus[0].processes}
+    assert processes == {
+        10: PodRef(
+            namespace="ml",
+            name="train-0",
+            uid=UID,
+            container="main",
+            workload="resnet50-bs64",
+            owner_kind="Job",
+            owner_name="train",
+        ),
+        11: None,
+    }  # PID 12 exited before its cgroup was read: left out and counted
+    view = agent.stats.view()
+    assert view.errors == {"process_gone": 1}
+    assert view.last_success_timestamp_seconds is not None
+
+
+def test_failed_cycle_is_counted_not_raised() -> None:
+    agent = CollectorAgent(backend=_BrokenBackend(NodeReading("", ())), node="n1")
+    assert agent.run_cycle() is None
+    assert agent.stats.view().errors == {"cycle": 1}
+    assert agent.stats.view().last_success_timestamp_seconds is None
+
+
+def test_nvml_backend_end_to_end_with_lost_gpu(configure_nvml: ConfigureNvml, tmp_path: Path) -> None:
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(uuid="GPU-0", processes=[FakeProcess(10, 2 * GIB)]),
+                FakeGpu(uuid="GPU-1", lost=True, processes=[FakeProcess(11, GIB)]),
+            ]
+        )
+    )
+    proc = write_proc(tmp_path / "proc", {10: f"0::/kubepods/besteffort/pod{UID}/{CID}\n"})
+    backend = NvmlBackend()
+    try:
+        snapshot = CollectorAgent(backend=backend, node="n1", proc_root=proc).collect_once()
+    finally:
+        backend.close()
+    ok, lost = snapshot.gpus
+    assert ok.healthy
+    assert ok.processes[0].pod == PodRef(uid=UID)
+    assert not lost.healthy
+    assert lost.processes == ()
+
+
+def test_simulated_backend_is_deterministic_and_attributes_its_pods() -> None:
+    def run(seed: int) -> NodeSnapshot:
+        backend = SimulatedBackend(4, seed=seed, node="sim-1", clock=lambda: 0.0)
+        return CollectorAgent(backend=backend, node="sim-1", resolver=backend, pods=backend.pods).collect_once()
+
+    first, again, other = run(1), run(1), run(2)
+    assert first.gpus == again.gpus
+    assert first.links == again.links
+    assert first.gpus != other.gpus
+    processes = [p for g in first.gpus for p in g.processes]
+    assert processes, "a simulated node has resident processes"
+    assert all(p.pod is not None and p.pod.namespace == "sim" and p.pod.workload for p in processes)
+    assert len(first.links) == 6
+
+
+def test_simulated_energy_accumulates_with_time() -> None:
+    now = [0.0]
+    backend = SimulatedBackend(1, seed=3, clock=lambda: now[0])
+    backend.read()
+    now[0] = 10.0
+    gpu = backend.read().gpus[0]
+    assert gpu.power_watts is not None
+    assert gpu.energy_joules_total == pytest.approx(gpu.power_watts * 10.0)
+
+
+def test_agent_loop_runs_until_stopped() -> None:
+    backend = SimulatedBackend(2, seed=0)
+    recorder = _Recorder()
+    agent = CollectorAgent(
+        backend=backend, node="sim", resolver=backend, pods=backend.pods, sinks=[recorder], interval_seconds=0.01
+    )
+    agent.start()
+    try:
+        assert wait_until(lambda: len(recorder.snapshots) >= 3, timeout_s=10, interval_s=0.01)
+    finally:
+        agent.stop()
+    count = len(recorder.snapshots)
+    assert wait_until(lambda: len(recorder.snapshots) > count, timeout_s=0.2, interval_s=0.05) is False

@@ -1,0 +1,255 @@
+"""The NVML backend through the real nvidia-ml-py bindings, loaded against the stand-in libnvidia-ml.so.1."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collector.backend import BackendUnavailableError
+from collector.nvml import NvmlBackend
+from collector.snapshot import LinkLevel
+from tests.collector.conftest import ConfigureNvml
+from tests.support.fake_nvml import (
+    DRIVER_NOT_LOADED,
+    NOT_SUPPORTED,
+    TOPOLOGY_HOSTBRIDGE,
+    TOPOLOGY_MULTIPLE,
+    TOPOLOGY_NODE,
+    TOPOLOGY_SYSTEM,
+    UNKNOWN_ERROR,
+    FakeGpu,
+    FakeMig,
+    FakeNvmlConfig,
+    FakeProcess,
+    FakeSample,
+    build_library,
+    fake_nvml_env,
+    write_config,
+)
+
+GIB = 1024**3
+
+
+@pytest.fixture
+def open_backend() -> Iterator[list[NvmlBackend]]:
+    opened: list[NvmlBackend] = []
+    yield opened
+    for backend in opened:
+        backend.close()
+
+
+def _open(opened: list[NvmlBackend]) -> NvmlBackend:
+    backend = NvmlBackend()
+    opened.append(backend)
+    return backend
+
+
+def test_reads_gpus_in_base_units(configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]) -> None:
+    configure_nvml(
+        FakeNvmlConfig(
+            driver_version="555.42.06",
+            gpus=[
+                FakeGpu(
+                    uuid="GPU-0",
+                    name="NVIDIA A100-SXM4-40GB",
+                    pci_bus_id="00000000:07:00.0",
+                    memory_total_bytes=40 * GIB,
+                    memory_used_bytes=12 * GIB,
+                    utilization_percent=87,
+                    memory_utilization_percent=43,
+                    power_milliwatts=312_500,
+                    temperature_celsius=66,
+                    energy_millijoules=9_876_543,
+                )
+            ],
+        )
+    )
+    reading = _open(open_backend).read()
+    assert reading.driver_version == "555.42.06"
+    (gpu,) = reading.gpus
+    assert (gpu.index, gpu.uuid, gpu.model, gpu.pci_bus_id, gpu.healthy) == (
+        0,
+        "GPU-0",
+        "NVIDIA A100-SXM4-40GB",
+        "00000000:07:00.0",
+        True,
+    )
+    assert gpu.memory_total_bytes == 40 * GIB
+    assert gpu.memory_used_bytes == 12 * GIB
+    assert gpu.utilization_ratio == pytest.approx(0.87)
+    assert gpu.memory_bandwidth_utilization_ratio == pytest.approx(0.43)
+    assert gpu.power_watts == pytest.approx(312.5)
+    assert gpu.temperature_celsius == 66.0
+    assert gpu.energy_joules_total == pytest.approx(9876.543)
+    assert reading.error_counts == ()
+
+
+def test_processes_from_all_lists_with_newest_utilisation_sample(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(
+                    uuid="GPU-0",
+                    processes=[
+                        FakeProcess(100, 3 * GIB),
+                        FakeProcess(200, 1 * GIB, kind="graphics"),
+                        FakeProcess(300, 2 * GIB, kind="mps"),
+                        FakeProcess(100, 3 * GIB, kind="graphics"),
+                    ],
+                    samples=[
+                        FakeSample(100, 20, timestamp_us=10),
+                        FakeSample(100, 70, timestamp_us=30),
+                        FakeSample(300, 5, 20),
+                    ],
+                )
+            ]
+        )
+    )
+    backend = _open(open_backend)
+    processes = {p.pid: p for p in backend.read().gpus[0].processes}
+    assert {pid: p.memory_used_bytes for pid, p in processes.items()} == {100: 3 * GIB, 200: GIB, 300: 2 * GIB}
+    assert processes[100].sm_utilization_ratio == pytest.approx(0.70)
+    assert processes[300].sm_utilization_ratio == pytest.approx(0.05)
+    assert processes[200].sm_utilization_ratio == 0.0
+    # no new samples since the last read: the processes were idle
+    assert [p.sm_utilization_ratio for p in backend.read().gpus[0].processes] == [0.0, 0.0, 0.0]
+
+
+def test_not_supported_is_absent_and_logged_once_other_errors_counted(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend], caplog: pytest.LogCaptureFixture
+) -> None:
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(
+                    uuid="GPU-0",
+                    power_milliwatts=100_000,
+                    errors={"power": NOT_SUPPORTED, "process_utilization": NOT_SUPPORTED, "temperature": UNKNOWN_ERROR},
+                    processes=[FakeProcess(5, GIB)],
+                )
+            ]
+        )
+    )
+    backend = _open(open_backend)
+    with caplog.at_level(logging.INFO, logger="collector.nvml"):
+        first = backend.read()
+        second = backend.read()
+    gpu = first.gpus[0]
+    assert gpu.healthy
+    assert gpu.power_watts is None
+    assert gpu.temperature_celsius is None
+    assert gpu.processes[0].sm_utilization_ratio is None
+    assert gpu.memory_total_bytes == 80 * GIB
+    assert first.error_counts == (("nvml", 1),) == second.error_counts
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("nvmlDeviceGetPowerUsage" in m for m in messages) == 1
+    assert sum("nvmlDeviceGetTemperature" in m for m in messages) == 1
+
+
+def test_lost_gpu_is_unhealthy_while_the_others_report(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
+    healthy = FakeGpu(uuid="GPU-0", memory_used_bytes=GIB, processes=[FakeProcess(1, GIB)])
+    configure_nvml(FakeNvmlConfig(gpus=[healthy, FakeGpu(uuid="GPU-1", pci_bus_id="00000000:18:00.0")]))
+    backend = _open(open_backend)
+    assert all(g.healthy for g in backend.read().gpus)
+    configure_nvml(FakeNvmlConfig(gpus=[healthy, FakeGpu(uuid="GPU-1", pci_bus_id="00000000:18:00.0", lost=True)]))
+    reading = backend.read()
+    ok, lost = reading.gpus
+    assert ok.healthy
+    assert ok.memory_used_bytes == GIB
+    assert len(ok.processes) == 1
+    assert not lost.healthy
+    assert (lost.uuid, lost.pci_bus_id) == ("GPU-1", "00000000:18:00.0")  # identity known from start-up
+    assert lost.memory_used_bytes is None
+    assert lost.processes == ()
+    assert dict(reading.error_counts)["gpu_lost"] == 1
+
+
+def test_topology_levels_for_every_pair(configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]) -> None:
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(
+                    uuid="GPU-0",
+                    nvlink_peers=[1],
+                    topology={2: TOPOLOGY_MULTIPLE, 3: TOPOLOGY_HOSTBRIDGE, 4: TOPOLOGY_NODE, 5: TOPOLOGY_SYSTEM},
+                ),
+                *(FakeGpu(uuid=f"GPU-{i}") for i in range(1, 6)),
+            ]
+        )
+    )
+    links = {(link.a, link.b): link.level for link in _open(open_backend).read().links}
+    assert len(links) == 15
+    assert links[(0, 1)] is LinkLevel.NVLINK
+    assert links[(0, 2)] is LinkLevel.PCIE_SWITCH
+    assert links[(0, 3)] is LinkLevel.PCIE_HOSTBRIDGE
+    assert links[(0, 4)] is LinkLevel.NUMA
+    assert links[(0, 5)] is LinkLevel.SYSTEM
+
+
+def test_mig_devices_memory_with_parent(configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]) -> None:
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(
+                    uuid="GPU-0",
+                    mig_devices=[FakeMig("MIG-a", 1, 0, 10 * GIB, 3 * GIB), FakeMig("MIG-b", 2, 0, 20 * GIB, 0)],
+                ),
+                FakeGpu(uuid="GPU-1"),
+            ]
+        )
+    )
+    parent, plain = _open(open_backend).read().gpus
+    assert [(m.uuid, m.gpu_instance_id, m.memory_total_bytes, m.memory_used_bytes) for m in parent.mig_devices] == [
+        ("MIG-a", 1, 10 * GIB, 3 * GIB),
+        ("MIG-b", 2, 20 * GIB, 0),
+    ]
+    assert plain.mig_devices == ()
+
+
+def test_config_rewrite_is_seen_by_an_open_backend(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
+    configure_nvml(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0")]))
+    backend = _open(open_backend)
+    assert backend.read().gpus[0].processes == ()
+    configure_nvml(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0", processes=[FakeProcess(os.getpid(), GIB)])]))
+    assert [p.pid for p in backend.read().gpus[0].processes] == [os.getpid()]
+
+
+def test_init_failure_is_backend_unavailable(configure_nvml: ConfigureNvml) -> None:
+    configure_nvml(FakeNvmlConfig(init_error=DRIVER_NOT_LOADED))
+    with pytest.raises(BackendUnavailableError, match="NVML initialisation failed"):
+        NvmlBackend()
+
+
+def test_missing_library_is_backend_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailableError, match="NVML library not found"):
+        NvmlBackend(str(tmp_path / "libnvidia-ml.so.1"))
+
+
+def test_missing_functions_become_absent_values(tmp_path: Path) -> None:
+    """A driver without energy or per-process utilisation support: the library lacks the symbols entirely."""
+    library = build_library(omit=("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetProcessUtilization"))
+    config = write_config(
+        FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0", energy_millijoules=5, processes=[FakeProcess(9, GIB)])]),
+        tmp_path / "nvml.conf",
+    )
+    script = (
+        "import json; from collector.nvml import NvmlBackend; g = NvmlBackend().read().gpus[0]; "
+        "p = g.processes[0]; "
+        "print(json.dumps([g.healthy, g.energy_joules_total, p.sm_utilization_ratio, g.memory_used_bytes]))"
+    )
+    env = {**os.environ, **fake_nvml_env(library, config)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == [True, None, None, 0]

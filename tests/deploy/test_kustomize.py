@@ -1,0 +1,253 @@
+"""`kubectl kustomize deploy` renders the whole install, every object validates against the Kubernetes schemas, and
+the pieces fit together (selectors, ports, Secrets, RBAC with least privilege, the collector's host access)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.support.binaries import require_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "gpuadvisor"
+# Oldest version the install supports (ValidatingAdmissionPolicy v1) and the newest the validator knows.
+KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
+# Kinds of CRDs from other projects that the validator has no schema for; anything else must validate.
+FOREIGN_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[Obj]:
+    kubectl = require_binary("kubectl", "`kubectl kustomize deploy` renders the manifests")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
+    return matches[0]
+
+
+def pod_spec(workload: Obj) -> Obj:
+    spec: Obj = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def containers(workload: Obj) -> list[Obj]:
+    spec = pod_spec(workload)
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_object_validates_against_the_kubernetes_schemas(objects: list[Obj], version: str) -> None:
+    skipped: Counter[str] = Counter()
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            assert obj["kind"] in FOREIGN_KINDS, f"no schema for {obj['apiVersion']} {obj['kind']}"
+            skipped[obj["kind"]] += 1
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} is invalid for Kubernetes {version}: {e.message}")
+    validated = len(objects) - sum(skipped.values())
+    assert validated >= 25
+    assert set(skipped) == FOREIGN_KINDS, f"custom kinds without a schema (not validated): {dict(skipped)}"
+
+
+def test_the_install_has_every_part(objects: list[Obj]) -> None:
+    find(objects, "Namespace", NAMESPACE)
+    find(objects, "CustomResourceDefinition", "trialruns.gpuadvisor.io")
+    find(objects, "DaemonSet", "gpuadvisor-collector")
+    for name in ("gpuadvisor-advisor", "gpuadvisor-profiler", "gpuadvisor-scheduler"):
+        find(objects, "Deployment", name)
+    find(objects, "PodDisruptionBudget", "gpuadvisor-advisor")
+    find(objects, "NetworkPolicy", "gpuadvisor-advisor")
+    find(objects, "ServiceMonitor", "gpuadvisor-collector")
+    find(objects, "ServiceMonitor", "gpuadvisor-advisor")
+    find(objects, "PrometheusRule", "gpuadvisor")
+
+
+def test_namespaced_objects_live_in_the_gpuadvisor_namespace(objects: list[Obj]) -> None:
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    for obj in objects:
+        where = obj["metadata"].get("namespace")
+        if obj["kind"] in cluster_scoped:
+            assert where is None, obj["metadata"]["name"]
+        elif obj["kind"] == "RoleBinding" and obj["roleRef"]["name"] == "extension-apiserver-authentication-reader":
+            assert where == "kube-system"
+        else:
+            assert where == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']} in {where}"
+
+
+def _rules(objects: list[Obj], name: str) -> list[Obj]:
+    rules: list[Obj] = find(objects, "ClusterRole", name)["rules"]
+    return rules
+
+
+def _verbs(rules: list[Obj], resource: str, group: str = "") -> set[str]:
+    return {v for r in rules if resource in r["resources"] and group in r["apiGroups"] for v in r["verbs"]}
+
+
+def test_rbac_is_least_privilege(objects: list[Obj]) -> None:
+    for role in (o for o in objects if o["kind"] in {"ClusterRole", "Role"}):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] + rule["resources"], role["metadata"]["name"]
+            assert "secrets" not in rule["resources"], role["metadata"]["name"]
+            assert "escalate" not in rule["verbs"]
+            assert "bind" not in rule["verbs"]
+    collector = _rules(objects, "gpuadvisor-collector")
+    assert _verbs(collector, "pods") == {"get", "list", "watch", "patch"}
+    assert _verbs(collector, "nodes") == {"get", "patch"}
+    advisor = _rules(objects, "gpuadvisor-advisor")
+    assert {v for r in advisor for v in r["verbs"]} == {"get", "list", "watch"}
+    assert _verbs(advisor, "pods") == _verbs(advisor, "nodes") == {"get", "list", "watch"}
+    profiler = _rules(objects, "gpuadvisor-profiler")
+    assert "create" in _verbs(profiler, "jobs", "batch")
+    assert _verbs(profiler, "pods/log") == {"get"}
+    assert "patch" in _verbs(profiler, "trialruns/status", "gpuadvisor.io")
+    assert not _verbs(profiler, "pods") & {"create", "delete", "patch", "update"}
+
+
+def test_collector_writes_are_scoped_to_its_own_node(objects: list[Obj]) -> None:
+    policy = find(objects, "ValidatingAdmissionPolicy", "gpuadvisor-collector-node-scope")
+    binding = find(objects, "ValidatingAdmissionPolicyBinding", "gpuadvisor-collector-node-scope")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f"system:serviceaccount:{NAMESPACE}:gpuadvisor-collector" in condition["expression"]
+    assert find(objects, "DaemonSet", "gpuadvisor-collector")["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "gpuadvisor-collector"
+    )
+
+
+def test_collector_reads_the_host_without_extra_privileges(objects: list[Obj]) -> None:
+    daemonset = find(objects, "DaemonSet", "gpuadvisor-collector")
+    spec = pod_spec(daemonset)
+    assert not spec.get("hostPID")
+    assert not spec.get("hostNetwork")
+    (container,) = spec["containers"]
+    security = container["securityContext"]
+    assert not security.get("privileged")
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in security["capabilities"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert host_paths == {"host-proc": "/proc"}
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "host-proc"]
+    assert mount["readOnly"] is True
+    assert f"--proc-root={mount['mountPath']}" in container["args"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {})), "the collector must not take a GPU"
+    assert {t["key"] for t in spec["tolerations"]} == {"nvidia.com/gpu"}
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]["memory"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_collectors_push_to_every_advisor_replica(objects: list[Obj]) -> None:
+    advisor = find(objects, "Deployment", "gpuadvisor-advisor")
+    assert advisor["spec"]["replicas"] == 2
+    push = find(objects, "Service", "gpuadvisor-advisor-push")
+    assert push["spec"]["clusterIP"] == "None"
+    (collector,) = pod_spec(find(objects, "DaemonSet", "gpuadvisor-collector"))["containers"]
+    (url,) = [a.split("=", 1)[1] for a in collector["args"] if a.startswith("--advisor-url=")]
+    assert url == f"http://gpuadvisor-advisor-push.{NAMESPACE}.svc:{push['spec']['ports'][0]['port']}"
+
+
+def test_every_selector_finds_its_pods_and_ports(objects: list[Obj]) -> None:
+    workloads = [o for o in objects if o["kind"] in {"Deployment", "DaemonSet"}]
+    for workload in workloads:
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        for c in containers(workload):
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False, c["name"]
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, c["name"]
+            assert c["resources"]["requests"], c["name"]
+        assert pod_spec(workload)["securityContext"]["runAsNonRoot"] is True
+    for service in (o for o in objects if o["kind"] == "Service"):
+        selected = [
+            w
+            for w in workloads
+            if service["spec"]["selector"].items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(selected) == 1, service["metadata"]["name"]
+        port_names = {p["name"] for c in pod_spec(selected[0])["containers"] for p in c.get("ports", [])}
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in port_names, f"{service['metadata']['name']}: {port['targetPort']}"
+    for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+        policy = find(objects, kind, "gpuadvisor-advisor")
+        selector = policy["spec"]["selector" if kind == "PodDisruptionBudget" else "podSelector"]["matchLabels"]
+        assert selector.items() <= pod_spec_labels(find(objects, "Deployment", "gpuadvisor-advisor")).items()
+
+
+def pod_spec_labels(workload: Obj) -> dict[str, str]:
+    labels: dict[str, str] = workload["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_servicemonitors_select_one_service_each_and_keep_workload_labels(objects: list[Obj]) -> None:
+    services = [o for o in objects if o["kind"] == "Service"]
+    for monitor in (o for o in objects if o["kind"] == "ServiceMonitor"):
+        wanted = monitor["spec"]["selector"]["matchLabels"]
+        (service,) = [s for s in services if wanted.items() <= s["metadata"].get("labels", {}).items()]
+        # the job label is the Service name, which the alert rules use
+        assert service["metadata"]["name"] == monitor["metadata"]["name"]
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    (endpoint,) = find(objects, "ServiceMonitor", "gpuadvisor-collector")["spec"]["endpoints"]
+    assert {"action": "labeldrop", "regex": "namespace|pod|container"} in endpoint["relabelings"]
+
+
+def test_database_and_token_come_from_documented_secrets(objects: list[Obj]) -> None:
+    install_doc = (ROOT / "docs" / "install.md").read_text()
+    refs = {
+        (env["name"], env["valueFrom"]["secretKeyRef"]["name"], env["valueFrom"]["secretKeyRef"]["key"])
+        for workload in objects
+        if workload["kind"] in {"Deployment", "DaemonSet"}
+        for c in containers(workload)
+        for env in c.get("env", [])
+        if "secretKeyRef" in env.get("valueFrom", {})
+    }
+    assert ("GPUADVISOR_DB_URL", "gpuadvisor-db", "url") in refs
+    assert ("GPUADVISOR_API_TOKEN", "gpuadvisor-api-token", "token") in refs
+    for _, secret, key in refs:
+        assert f"create secret generic {secret}" in install_doc, secret
+        assert f"--from-literal={key}=" in install_doc, secret
+    assert not [o for o in objects if o["kind"] == "Secret"], "credentials are never part of the rendered install"
+
+
+def test_dashboards_and_rules_ship_verbatim(objects: list[Obj]) -> None:
+    dashboards = find(objects, "ConfigMap", "gpuadvisor-dashboards")
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    files = sorted((ROOT / "dashboards").glob("*.json"))
+    assert sorted(dashboards["data"]) == [p.name for p in files]
+    for path in files:
+        assert dashboards["data"][path.name] == path.read_text()
+    rules_path = ROOT / "dashboards" / "rules" / "gpuadvisor.rules.yaml"
+    assert find(objects, "ConfigMap", "gpuadvisor-prometheus-rules")["data"][rules_path.name] == rules_path.read_text()
+    rule = find(objects, "PrometheusRule", "gpuadvisor")
+    assert rule["spec"]["groups"] == yaml.safe_load(rules_path.read_text())["groups"], (
+        "deploy/monitoring/prometheusrule.yaml is out of date: copy the groups of the rules file into it"
+    )

@@ -1,0 +1,216 @@
+"""The TrialRun controller against a Kubernetes API stand-in (kmock) through the real kubernetes client.
+
+The test plays the cluster: it seeds GPU nodes, lets the controller create Jobs, then marks Jobs complete, adds
+their pods (with the collector's telemetry annotations) and serves their logs, and reconciles again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from typing import Any
+
+import kmock
+import pytest
+from sqlalchemy import Engine, func, select
+
+from profiler.controller import Controller
+from profiler.kube import KubeCluster, api_client
+from profiler.store import db, repo
+from profiler.store.models import Colocation, Profile
+from tests.profiler.specs import trialrun
+
+pytestmark = pytest.mark.asyncio
+
+NS = "ml"
+NODES = kmock.resource("", "v1", "nodes")
+PODS = kmock.resource("", "v1", "pods")
+JOBS = kmock.resource("batch", "v1", "jobs")
+H100 = "NVIDIA-H100-80GB-HBM3"
+T0 = 1763717000.0
+
+
+def _run_doc(**changes: Any) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "matrix": {"gpuModels": ["H100"], "gpuCounts": [1, 2], "batchSizes": [32]},
+        "colocateWith": [{"workload": "lstm", "command": ["python", "lstm.py"], "batchSize": 20}],
+    }
+    doc = trialrun(**{**defaults, **changes})
+    doc["metadata"]["uid"] = "uid-1"
+    return doc
+
+
+def _seed_nodes(k: kmock.KubernetesEmulator) -> None:
+    """Declare the resources the controller lists and add one plain and one GPU-sharing H100 node."""
+    k.resources["batch/v1/jobs"] = {}
+    k.resources["v1/pods"] = {}
+    k.objects[NODES, None, "plain-1"] = {
+        "metadata": {"name": "plain-1", "labels": {"nvidia.com/gpu.product": H100}},
+    }
+    k.objects[NODES, None, "shared-1"] = {
+        "metadata": {
+            "name": "shared-1",
+            "labels": {"nvidia.com/gpu.product": H100, "nvidia.com/gpu.sharing-strategy": "time-slicing"},
+        },
+    }
+
+
+def _progress_log(rate: float, batch: int, steps: int = 30) -> bytes:
+    lines = ["starting"]
+    lines += [
+        json.dumps({"gpuadvisor": 1, "step": s, "samples": s * batch, "t": T0 + s * batch / rate})
+        for s in range(1, steps + 1)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _finish_job(
+    k: kmock.KubernetesEmulator, job: dict[str, Any], *, node: str, gpu: str, rate: float, batch: int
+) -> None:
+    """Mark the Job complete and add its finished pod, with telemetry annotations and a progress log."""
+    name = job["metadata"]["name"]
+    k.objects[JOBS, NS, name].patch(
+        {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
+    )
+    pod = f"{name}-x7k2p"
+    k.objects[PODS, NS, pod] = {
+        "metadata": {
+            "name": pod,
+            "namespace": NS,
+            "uid": f"uid-{pod}",
+            "labels": {**job["spec"]["template"]["metadata"]["labels"], "job-name": name},
+            "annotations": {
+                "gpuadvisor.io/gpus": gpu,
+                "gpuadvisor.io/gpu-utilization": "0.75",
+                "gpuadvisor.io/gpu-memory-used-bytes": str(6 << 30),
+                "gpuadvisor.io/updated-at": "2025-11-21T10:00:05Z",
+            },
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": "Succeeded"},
+    }
+    k[f"get /api/v1/namespaces/{NS}/pods/{pod}/log"] << _progress_log(rate, batch)
+
+
+def _jobs(k: kmock.KubernetesEmulator) -> dict[str, dict[str, Any]]:
+    return {key[2]: dict(obj.raw) for key, obj in k.objects.items() if key[0] == JOBS and not obj.deleted}
+
+
+async def _reconcile(controller: Controller, doc: dict[str, Any]) -> dict[str, Any]:
+    status = await asyncio.to_thread(controller.reconcile, doc)
+    doc["status"] = copy.deepcopy(status)
+    return status
+
+
+@pytest.fixture
+def engine(tmp_path: Any) -> Engine:
+    engine = db.make_engine(f"sqlite:///{tmp_path}/store.db")
+    db.upgrade(engine)
+    return engine
+
+
+def _controller(k: kmock.KubernetesEmulator, engine: Engine) -> Controller:
+    cluster = KubeCluster(api_client(str(k.url).rstrip("/")))
+    return Controller(cluster=cluster, sessions=db.session_factory(engine), max_duration_seconds=600)
+
+
+async def test_controller_runs_solos_then_the_pair_and_stores_profiles(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)
+    controller = _controller(kmock, engine)
+    doc = _run_doc()
+
+    status = await _reconcile(controller, doc)
+    jobs = _jobs(kmock)
+    assert sorted(jobs) == ["resnet-sweep-t000", "resnet-sweep-t001", "resnet-sweep-t002"]
+    solo = jobs["resnet-sweep-t001"]
+    assert solo["spec"]["activeDeadlineSeconds"] == 300
+    assert solo["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert solo["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    terms = solo["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0][
+        "values"
+    ] == [H100]
+    assert [t["phase"] for t in status["trials"]] == ["Running", "Running", "Running", "Pending"]
+    assert status["phase"] == "Running"
+
+    status = await _reconcile(controller, doc)  # nothing finished: no duplicate Jobs
+    assert len(_jobs(kmock)) == 3
+
+    rates = {"resnet-sweep-t000": 400.0, "resnet-sweep-t001": 760.0, "resnet-sweep-t002": 200.0}
+    for name, job in jobs.items():
+        batch = 20 if name.endswith("t002") else 32
+        _finish_job(kmock, job, node="plain-1", gpu="GPU-1", rate=rates[name], batch=batch)
+    status = await _reconcile(controller, doc)
+    assert [t["phase"] for t in status["trials"]] == ["Succeeded", "Succeeded", "Succeeded", "Running"]
+    assert status["trials"][1]["throughputs"][0] == pytest.approx(760.0)
+    assert status["trials"][1]["measuredGpuModel"] == H100
+    pair_jobs = _jobs(kmock)
+    assert sorted(pair_jobs) == ["resnet-sweep-t003-a", "resnet-sweep-t003-b"]  # solo Jobs cleaned up
+    for job in pair_jobs.values():
+        assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "shared-1"}
+
+    _finish_job(kmock, pair_jobs["resnet-sweep-t003-a"], node="shared-1", gpu="GPU-s", rate=300.0, batch=32)
+    _finish_job(kmock, pair_jobs["resnet-sweep-t003-b"], node="shared-1", gpu="GPU-s", rate=100.0, batch=20)
+    status = await _reconcile(controller, doc)
+    assert status["phase"] == "Succeeded", status["message"]
+    assert _jobs(kmock) == {}
+
+    sessions = db.session_factory(engine)
+    with sessions() as s:
+        (coloc,) = repo.list_colocations(session=s)
+        profiles = {(p.workload, p.gpu_count): p for p in repo.list_profiles(session=s)}
+    assert coloc.norm_a == pytest.approx(300 / 400, rel=0.01)
+    assert coloc.norm_b == pytest.approx(100 / 200, rel=0.01)
+    resnet = profiles[("resnet50", 1)]
+    assert resnet.sm_util_mean_ratio == 0.75
+    assert resnet.peak_memory_bytes == 6 << 30
+    assert resnet.extra["colocations"][0]["partner"] == "lstm"
+
+    again = await _reconcile(controller, doc)  # re-summarising writes the same rows
+    assert again["phase"] == "Succeeded"
+    with sessions() as s:
+        assert s.execute(select(func.count()).select_from(Profile)).scalar_one() == 3
+        assert s.execute(select(func.count()).select_from(Colocation)).scalar_one() == 1
+
+
+async def test_a_pair_that_did_not_share_a_gpu_fails_with_that_reason(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)
+    controller = _controller(kmock, engine)
+    doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]})
+    await _reconcile(controller, doc)
+    for name, job in _jobs(kmock).items():
+        _finish_job(kmock, job, node="plain-1", gpu="GPU-1", rate=300.0, batch=20 if name.endswith("t001") else 32)
+    await _reconcile(controller, doc)
+    pair = _jobs(kmock)
+    _finish_job(kmock, pair["resnet-sweep-t002-a"], node="shared-1", gpu="GPU-s0", rate=300.0, batch=32)
+    _finish_job(kmock, pair["resnet-sweep-t002-b"], node="shared-1", gpu="GPU-s1", rate=100.0, batch=20)
+    status = await _reconcile(controller, doc)
+    assert status["phase"] == "Failed"
+    (pair_status,) = [t for t in status["trials"] if t["kind"] == "pair"]
+    assert pair_status["phase"] == "Failed"
+    assert "did not share a GPU" in pair_status["message"]
+    assert _jobs(kmock) == {}
+
+
+async def test_an_invalid_trialrun_fails_naming_the_field_and_creates_nothing(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)
+    status = await _reconcile(_controller(kmock, engine), _run_doc(maxDurationSeconds=3600))
+    assert status["phase"] == "Failed"
+    assert "spec.maxDurationSeconds" in status["message"]
+    assert _jobs(kmock) == {}
+
+
+async def test_a_gpu_model_no_node_has_fails_that_trial(kmock: kmock.KubernetesEmulator, engine: Engine) -> None:
+    _seed_nodes(kmock)
+    doc = _run_doc(matrix={"gpuModels": ["B200"], "gpuCounts": [1]}, colocateWith=None)
+    status = await _reconcile(_controller(kmock, engine), doc)
+    assert status["trials"][0]["phase"] == "Failed"
+    assert "'B200'" in status["trials"][0]["message"]
+    assert _jobs(kmock) == {}

@@ -1,0 +1,84 @@
+"""CSV import (DESIGN §6): parsing, clear errors for bad files, and `profile import` as a user runs it."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from advisor.cli.main import app
+from profiler.importers import CsvFormatError, parse_colocations, parse_throughputs
+from profiler.store import db, repo
+
+COLOCATIONS = """gpu_model,workload_a,workload_b,solo_throughput_a,solo_throughput_b,coloc_throughput_a,\
+coloc_throughput_b,sm_util_a,mem_bw_util_a,mem_bytes_a,sm_util_b,mem_bw_util_b,mem_bytes_b,batch_size_a
+v100,resnet18,lstm,100,50,70,40,0.6,0.3,4294967296,0.4,,2147483648,64
+k80,resnet18,lstm,30,20,15,18,,,,,,,
+"""
+THROUGHPUTS = """workload,gpu_model,gpu_count,nodes,batch_size,throughput,sm_util_mean
+resnet50,A100,2,1,64,2400.5,0.81
+bert,A100,1,1,32,310,
+"""
+
+
+def test_colocations_parse_with_optional_columns_and_blanks() -> None:
+    rows = parse_colocations(io.StringIO(COLOCATIONS), source="import:test")
+    assert [(r.gpu_model, r.batch_size_a, r.batch_size_b) for r in rows] == [("v100", 64, 0), ("k80", 0, 0)]
+    assert rows[0].norm_a == pytest.approx(0.7)
+    assert rows[0].mem_bw_util_b is None
+    assert rows[1].sm_util_a is None
+
+
+def test_throughputs_parse() -> None:
+    rows = parse_throughputs(io.StringIO(THROUGHPUTS), source="import:test")
+    assert [(r.workload, r.gpu_count, r.throughput_samples_per_s, r.sm_util_mean_ratio) for r in rows] == [
+        ("resnet50", 2, 2400.5, 0.81),
+        ("bert", 1, 310.0, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workload,gpu_model,throughput\nx,A100,1\n", "missing required column(s): gpu_count, nodes, batch_size"),
+        ("workload,gpu_model,gpu_count,nodes,batch_size,throughput\nx,A100,two,1,8,1\n", "row 2, column 'gpu_count'"),
+        ("workload,gpu_model,gpu_count,nodes,batch_size,throughput\nx,A100,1,1,8,-5\n", "must not be negative"),
+        ("workload,gpu_model,gpu_count,nodes,batch_size,throughput\n,A100,1,1,8,5\n", "column 'workload': must not"),
+        (
+            "workload,gpu_model,gpu_count,nodes,batch_size,throughput,sm_util_mean\nx,A,1,1,8,5,81\n",
+            "a ratio 0..1 is expected",
+        ),
+    ],
+)
+def test_bad_throughput_files_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(CsvFormatError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_throughputs(io.StringIO(text), source="x")
+
+
+def _cli(*args: str) -> Result:
+    """The `gpuadvisor` command in-process (the subprocess path is covered by the local-runner tests)."""
+    return CliRunner().invoke(app, list(args))
+
+
+def test_profile_import_is_idempotent_and_a_bad_csv_exits_2(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/store.db"
+    good = tmp_path / "colocations.csv"
+    good.write_text(COLOCATIONS)
+    first = _cli("profile", "import", "--kind", "colocations", str(good), "--db", url)
+    assert first.exit_code == 0, first.stderr
+    assert "imported 2 colocations rows" in first.stdout
+    assert _cli("profile", "import", "--kind", "colocations", str(good), "--db", url).exit_code == 0
+    engine = db.make_engine(url)
+    with db.session_factory(engine)() as s:
+        assert len(repo.list_colocations(session=s)) == 2
+    engine.dispose()
+
+    bad = tmp_path / "throughputs.csv"
+    bad.write_text("workload,throughput\nx,1\n")
+    result = _cli("profile", "import", "--kind", "throughputs", str(bad), "--db", url)
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "gpu_model, gpu_count, nodes, batch_size" in line

@@ -1,0 +1,172 @@
+"""The local runner end to end: `gpuadvisor profile request FILE --local` (a subprocess, as a user runs it) with a
+CPU-only workload script of known rate, NVML sampled through the collector's backend on the stand-in
+libnvidia-ml.so.1; the same command in-process without a GPU and with a bad spec; and the runner itself for
+co-location, crashes and the duration cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from advisor.cli.main import app
+from profiler.local import CPU_MODEL, LocalRunner
+from profiler.results import Phase, save_results
+from profiler.spec import parse_trialrun
+from profiler.store import db, repo
+from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, build_library, fake_nvml_env, write_config
+
+REPO = Path(__file__).resolve().parents[2]
+WORKLOAD = Path(__file__).parent / "workloads" / "steady.py"
+RATE = 400.0
+
+
+def gpuadvisor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "advisor.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def _doc(name: str, *, steps: int = 30, extra_args: tuple[str, ...] = (), **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpuadvisor.io/v1alpha1",
+        "kind": "TrialRun",
+        "metadata": {"name": name},
+        "spec": {
+            "workload": "steady",
+            "image": "unused-locally",
+            "command": [sys.executable, str(WORKLOAD), str(RATE), str(steps), *extra_args],
+            "matrix": {"gpuCounts": [1], "batchSizes": [16]},
+            "maxDurationSeconds": 60,
+            **spec,
+        },
+    }
+
+
+def _write(doc: dict[str, Any], path: Path) -> Path:
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_profile_request_local_stores_the_workloads_rate_with_nvml_telemetry(tmp_path: Path) -> None:
+    config = write_config(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-fake-0")]), tmp_path / "nvml.conf")
+    env = {**fake_nvml_env(build_library(), config), "GPUADVISOR_DB_URL": f"sqlite:///{tmp_path}/store.db"}
+    spec = _write(
+        _doc("steady-local", steps=20, matrix={"gpuCounts": [1], "batchSizes": [16, 32]}), tmp_path / "spec.yaml"
+    )
+
+    result = gpuadvisor("profile", "request", str(spec), "--local", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "Succeeded" in result.stdout
+
+    plot = tmp_path / "steady.png"
+    shown = gpuadvisor("profile", "show", "steady-local", "--json", "--plot", str(plot), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    detail = json.loads(shown.stdout)
+    assert detail["phase"] == "Succeeded"
+    assert sorted(p["batch_size"] for p in detail["profiles"]) == [16, 32]
+    for profile in detail["profiles"]:
+        assert profile["throughput_samples_per_s"] == pytest.approx(RATE, rel=0.10)
+        assert profile["gpu_model"] == "NVIDIA H100 80GB HBM3"
+        assert profile["peak_memory_bytes"] == 3 << 30
+        assert profile["sm_util_mean_ratio"] == pytest.approx(0.65)
+        assert profile["power_watts"] == pytest.approx(250.0)
+        assert profile["mem_bw_util_ratio"] == pytest.approx(0.40)
+
+    listed = gpuadvisor("profile", "list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    (run,) = json.loads(listed.stdout)
+    assert (run["name"], run["phase"], run["trials"], run["succeeded"]) == ("steady-local", "Succeeded", 2, 2)
+
+
+def test_without_a_gpu_the_throughput_is_still_measured_with_a_warning(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/store.db"
+    env = {"GPUADVISOR_NVML_LIBRARY": str(tmp_path / "missing" / "libnvidia-ml.so.1"), "GPUADVISOR_DB_URL": url}
+    spec = _write(_doc("no-gpu"), tmp_path / "s.yaml")
+    result = CliRunner().invoke(app, ["profile", "request", str(spec), "--local"], env=env)
+    assert result.exit_code == 0, result.stderr
+    assert "warning: GPU telemetry unavailable" in result.stderr
+    engine = db.make_engine(url)
+    with db.session_factory(engine)() as s:
+        (profile,) = repo.list_profiles(session=s, trial_run=("default", "no-gpu"))
+    engine.dispose()
+    assert profile.gpu_model == CPU_MODEL
+    assert profile.throughput_samples_per_s == pytest.approx(RATE, rel=0.10)
+    assert profile.sm_util_mean_ratio is None
+
+
+def test_an_invalid_spec_exits_2_with_one_line_naming_the_field(tmp_path: Path) -> None:
+    doc = _doc("bad", matrix={"gpuCounts": [0]})
+    result = CliRunner().invoke(app, ["profile", "request", str(_write(doc, tmp_path / "bad.yaml")), "--local"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "spec.matrix.gpuCounts[0]" in lines[0]
+
+
+def _run(doc: dict[str, Any], tmp_path: Path) -> tuple[list[Any], dict[str, Any], Any]:
+    run = parse_trialrun(doc)
+    runner = LocalRunner(backend=None, sample_interval_seconds=0.05)
+    outcomes = runner.run(run)
+    engine = db.make_engine(f"sqlite:///{tmp_path}/store.db")
+    db.upgrade(engine)
+    with db.transaction(db.session_factory(engine)) as session:
+        status = save_results(session=session, run=run, trials=runner.trials(run), outcomes=outcomes)
+    return outcomes, status, engine
+
+
+def test_colocation_runs_both_sides_at_once_and_normalises_against_the_solos(tmp_path: Path) -> None:
+    partner = {"workload": "half", "command": [sys.executable, str(WORKLOAD), str(RATE / 2), "20"], "batchSize": 8}
+    outcomes, status, engine = _run(_doc("pair", colocateWith=[partner]), tmp_path)
+    assert [o.trial.kind.value for o in outcomes] == ["solo", "solo", "pair"]
+    assert status["phase"] == "Succeeded", status["message"]
+    with db.session_factory(engine)() as s:
+        (coloc,) = repo.list_colocations(session=s)
+    assert (coloc.workload_a, coloc.workload_b) == ("steady", "half")
+    assert coloc.solo_throughput_b == pytest.approx(RATE / 2, rel=0.10)
+    assert coloc.norm_a == pytest.approx(1.0, rel=0.15)  # CPU sleepers do not slow each other down
+    engine.dispose()
+
+
+def test_a_crash_mid_run_keeps_what_was_measured_and_says_so(tmp_path: Path) -> None:
+    outcomes, _, engine = _run(_doc("crash", steps=60, extra_args=("--crash-after", "30")), tmp_path)
+    (outcome,) = outcomes
+    assert outcome.phase is Phase.SUCCEEDED
+    assert "exited with code 1" in outcome.message
+    assert "simulated crash" in outcome.message
+    assert outcome.summaries[0].throughput_samples_per_s == pytest.approx(RATE, rel=0.10)
+    engine.dispose()
+
+
+def test_a_workload_that_reports_nothing_fails_its_trial(tmp_path: Path) -> None:
+    doc = _doc("silent")
+    doc["spec"]["command"] = [sys.executable, "-c", "import sys; print('no progress here'); sys.exit(3)"]
+    outcomes, status, engine = _run(doc, tmp_path)
+    assert outcomes[0].phase is Phase.FAILED
+    assert "exited with code 3" in outcomes[0].message
+    assert status["phase"] == "Failed"
+    engine.dispose()
+
+
+def test_the_duration_cap_stops_a_workload_and_its_progress_still_counts(tmp_path: Path) -> None:
+    outcomes, _, engine = _run(_doc("capped", steps=100_000, maxDurationSeconds=2), tmp_path)
+    (outcome,) = outcomes
+    assert outcome.phase is Phase.SUCCEEDED
+    assert "stopped at maxDurationSeconds" in outcome.message
+    assert outcome.summaries[0].throughput_samples_per_s == pytest.approx(RATE, rel=0.10)
+    engine.dispose()

@@ -1,0 +1,399 @@
+/*
+ * A stand-in libnvidia-ml.so.1 for the test suite: the real nvidia-ml-py bindings load it and see the GPUs,
+ * processes, utilisation samples, topology and failures written in a text file named by $FAKE_NVML_CONFIG.
+ * The file is re-read whenever it changes (inode, size or mtime), so a test can add a live PID while a
+ * collector keeps its handles. Format: see tests/support/fake_nvml.py, which writes it.
+ *
+ * Build: gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
+ * Define OMIT_<function> to leave a symbol out (NVML "function not found" in pynvml).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_GPUS 64
+#define MAX_PROCS 1024
+#define MAX_SAMPLES 1024
+#define MAX_MIGS 8
+#define STR 96
+
+enum { OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, NOT_FOUND = 6,
+       INSUFFICIENT_SIZE = 7, GPU_IS_LOST = 15 };
+
+/* Per-GPU error injection keys ("error <key> <code>"). */
+enum { E_UUID, E_NAME, E_PCI, E_MEMORY, E_UTIL, E_POWER, E_TEMP, E_ENERGY, E_PROCS, E_PROC_UTIL, E_MIG, E_TOPO,
+       E_COUNT };
+static const char *ERROR_KEYS[E_COUNT] = {"uuid", "name", "pci", "memory", "utilization", "power", "temperature",
+                                          "energy", "processes", "process_utilization", "mig", "topology"};
+
+typedef struct { unsigned pid; unsigned long long used; int kind; } proc_t;          /* kind 0 compute 1 graphics 2 mps */
+typedef struct { unsigned pid; unsigned long long ts; unsigned sm, mem; } sample_t;
+
+typedef struct device {
+    int is_mig, index;
+    struct device *parent;
+    char uuid[STR], name[STR], pci[STR];
+    unsigned long long mem_total, mem_used;
+    unsigned util_gpu, util_mem, power_mw, temperature;
+    unsigned long long energy_mj;
+    int lost;
+    int errors[E_COUNT];
+    unsigned gi, ci;
+    int nprocs, nsamples;
+    int mig_mode, nmigs;
+} device_t;
+
+typedef struct { char busIdLegacy[16]; unsigned domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
+typedef struct { unsigned long long total, free, used; } mem_t;
+typedef struct { unsigned version; unsigned long long total, reserved, free, used; } mem2_t;
+typedef struct { unsigned gpu, memory; } util_t;
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } pinfo_t;
+typedef struct { unsigned pid; unsigned long long timeStamp; unsigned smUtil, memUtil, encUtil, decUtil; } psample_t;
+
+static device_t gpus[MAX_GPUS];
+static proc_t procs[MAX_GPUS][MAX_PROCS];
+static sample_t samples[MAX_GPUS][MAX_SAMPLES];
+static device_t migs[MAX_GPUS][MAX_MIGS];
+static int ngpus;
+static int nvlink[MAX_GPUS][MAX_GPUS];
+static int topo[MAX_GPUS][MAX_GPUS];
+static char driver[STR] = "550.54.15";
+static int init_error;
+static int initialized;
+static struct stat loaded_stat;
+static char loaded_path[4096];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void copy_str(char *dst, const char *src) {
+    strncpy(dst, src, STR - 1);
+    dst[STR - 1] = 0;
+    size_t n = strlen(dst);
+    while (n && (dst[n - 1] == '\n' || dst[n - 1] == '\r')) dst[--n] = 0;
+}
+
+static void reset(void) {
+    memset(gpus, 0, sizeof gpus);
+    memset(migs, 0, sizeof migs);
+    memset(nvlink, 0, sizeof nvlink);
+    for (int a = 0; a < MAX_GPUS; a++)
+        for (int b = 0; b < MAX_GPUS; b++) topo[a][b] = -1;
+    ngpus = 0;
+    init_error = 0;
+    strcpy(driver, "550.54.15");
+}
+
+static void parse(FILE *f) {
+    char line[512], word[64], rest[STR];
+    device_t *cur = NULL;
+    reset();
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long a, b, c, d, e, g;
+        if (sscanf(line, "%63s", word) != 1 || word[0] == '#') continue;
+        const char *value = line + strlen(word);
+        while (*value == ' ') value++;
+        copy_str(rest, value);
+        if (!strcmp(word, "driver")) copy_str(driver, rest);
+        else if (!strcmp(word, "init_error")) init_error = atoi(rest);
+        else if (!strcmp(word, "gpu") && ngpus < MAX_GPUS) {
+            cur = &gpus[ngpus];
+            cur->index = ngpus++;
+        } else if (!cur) continue;
+        else if (!strcmp(word, "uuid")) copy_str(cur->uuid, rest);
+        else if (!strcmp(word, "name")) copy_str(cur->name, rest);
+        else if (!strcmp(word, "pci")) copy_str(cur->pci, rest);
+        else if (!strcmp(word, "memory") && sscanf(rest, "%llu %llu", &a, &b) == 2) { cur->mem_total = a; cur->mem_used = b; }
+        else if (!strcmp(word, "utilization") && sscanf(rest, "%llu %llu", &a, &b) == 2) { cur->util_gpu = a; cur->util_mem = b; }
+        else if (!strcmp(word, "power_mw")) cur->power_mw = strtoul(rest, NULL, 10);
+        else if (!strcmp(word, "temperature")) cur->temperature = strtoul(rest, NULL, 10);
+        else if (!strcmp(word, "energy_mj")) cur->energy_mj = strtoull(rest, NULL, 10);
+        else if (!strcmp(word, "lost")) cur->lost = atoi(rest);
+        else if (!strcmp(word, "error")) {
+            char key[64]; int code;
+            if (sscanf(rest, "%63s %d", key, &code) == 2)
+                for (int k = 0; k < E_COUNT; k++)
+                    if (!strcmp(key, ERROR_KEYS[k])) cur->errors[k] = code;
+        } else if (!strcmp(word, "process") && cur->nprocs < MAX_PROCS && sscanf(rest, "%llu %llu %llu", &a, &b, &c) == 3) {
+            proc_t *p = &procs[cur->index][cur->nprocs++];
+            p->pid = a; p->used = b; p->kind = (int)c;
+        } else if (!strcmp(word, "sample") && cur->nsamples < MAX_SAMPLES &&
+                   sscanf(rest, "%llu %llu %llu %llu", &a, &b, &c, &d) == 4) {
+            sample_t *s = &samples[cur->index][cur->nsamples++];
+            s->pid = a; s->ts = b; s->sm = c; s->mem = d;
+        } else if (!strcmp(word, "mig_mode")) cur->mig_mode = atoi(rest);
+        else if (!strcmp(word, "mig") && cur->nmigs < MAX_MIGS) {
+            char uuid[STR];
+            if (sscanf(rest, "%95s %llu %llu %llu %llu", uuid, &d, &e, &g, &a) == 5) {
+                device_t *m = &migs[cur->index][cur->nmigs];
+                m->is_mig = 1; m->index = cur->nmigs++; m->parent = cur;
+                copy_str(m->uuid, uuid);
+                m->gi = d; m->ci = e; m->mem_total = g; m->mem_used = a;
+            }
+        } else if (!strcmp(word, "nvlink") && sscanf(rest, "%llu", &a) == 1 && a < MAX_GPUS) {
+            nvlink[cur->index][a] = nvlink[a][cur->index] = 1;
+        } else if (!strcmp(word, "topology") && sscanf(rest, "%llu %llu", &a, &b) == 2 && a < MAX_GPUS) {
+            topo[cur->index][a] = topo[a][cur->index] = (int)b;
+        }
+    }
+}
+
+/* Re-read the config when $FAKE_NVML_CONFIG names another file or the file changed. */
+static void refresh(void) {
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    struct stat st;
+    pthread_mutex_lock(&lock);
+    if (!path || stat(path, &st) != 0) {
+        if (loaded_path[0]) { reset(); loaded_path[0] = 0; }
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    if (strcmp(path, loaded_path) || st.st_ino != loaded_stat.st_ino || st.st_size != loaded_stat.st_size ||
+        st.st_mtim.tv_sec != loaded_stat.st_mtim.tv_sec || st.st_mtim.tv_nsec != loaded_stat.st_mtim.tv_nsec) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            parse(f);
+            fclose(f);
+            loaded_stat = st;
+            strncpy(loaded_path, path, sizeof loaded_path - 1);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Common checks of every device query: initialised, valid handle, lost GPU, injected error. */
+static int check(device_t *dev, int key) {
+    refresh();
+    if (!initialized) return UNINITIALIZED;
+    if (!dev) return INVALID_ARGUMENT;
+    device_t *physical = dev->is_mig ? dev->parent : dev;
+    if (physical->lost) return GPU_IS_LOST;
+    if (key >= 0 && physical->errors[key]) return physical->errors[key];
+    return OK;
+}
+
+static int put_str(const char *value, char *buf, unsigned len) {
+    if (!buf || strlen(value) + 1 > len) return INSUFFICIENT_SIZE;
+    strcpy(buf, value);
+    return OK;
+}
+
+int nvmlInitWithFlags(unsigned flags) {
+    (void)flags;
+    refresh();
+    if (init_error) return init_error;
+    initialized++;
+    return OK;
+}
+int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+int nvmlInit(void) { return nvmlInitWithFlags(0); }
+int nvmlShutdown(void) {
+    if (!initialized) return UNINITIALIZED;
+    initialized--;
+    return OK;
+}
+const char *nvmlErrorString(int result) {
+    switch (result) {
+        case OK: return "Success";
+        case NOT_SUPPORTED: return "Not Supported";
+        case GPU_IS_LOST: return "GPU is lost";
+        default: return "Fake NVML error";
+    }
+}
+int nvmlSystemGetDriverVersion(char *buf, unsigned len) {
+    refresh();
+    return initialized ? put_str(driver, buf, len) : UNINITIALIZED;
+}
+int nvmlSystemGetNVMLVersion(char *buf, unsigned len) {
+    refresh();
+    return initialized ? put_str("12.550.54.15", buf, len) : UNINITIALIZED;
+}
+int nvmlDeviceGetCount_v2(unsigned *count) {
+    refresh();
+    if (!initialized) return UNINITIALIZED;
+    *count = (unsigned)ngpus;
+    return OK;
+}
+int nvmlDeviceGetHandleByIndex_v2(unsigned index, device_t **dev) {
+    refresh();
+    if (!initialized) return UNINITIALIZED;
+    if (index >= (unsigned)ngpus) return INVALID_ARGUMENT;
+    *dev = &gpus[index];
+    return OK;
+}
+int nvmlDeviceGetIndex(device_t *dev, unsigned *index) {
+    int r = check(dev, -1);
+    if (r) return r;
+    *index = (unsigned)dev->index;
+    return OK;
+}
+int nvmlDeviceGetUUID(device_t *dev, char *buf, unsigned len) {
+    int r = check(dev, E_UUID);
+    return r ? r : put_str(dev->uuid, buf, len);
+}
+int nvmlDeviceGetName(device_t *dev, char *buf, unsigned len) {
+    int r = check(dev, E_NAME);
+    return r ? r : put_str(dev->name, buf, len);
+}
+int nvmlDeviceGetPciInfo_v3(device_t *dev, pci_t *pci) {
+    int r = check(dev, E_PCI);
+    if (r) return r;
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%.31s", dev->pci);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", dev->pci);
+    return OK;
+}
+int nvmlDeviceGetMemoryInfo(device_t *dev, mem_t *mem) {
+    int r = check(dev, E_MEMORY);
+    if (r) return r;
+    mem->total = dev->mem_total;
+    mem->used = dev->mem_used;
+    mem->free = dev->mem_total > dev->mem_used ? dev->mem_total - dev->mem_used : 0;
+    return OK;
+}
+#ifndef OMIT_nvmlDeviceGetMemoryInfo_v2
+int nvmlDeviceGetMemoryInfo_v2(device_t *dev, mem2_t *mem) {
+    int r = check(dev, E_MEMORY);
+    if (r) return r;
+    mem->total = dev->mem_total;
+    mem->reserved = 0;
+    mem->used = dev->mem_used;
+    mem->free = dev->mem_total > dev->mem_used ? dev->mem_total - dev->mem_used : 0;
+    return OK;
+}
+#endif
+int nvmlDeviceGetUtilizationRates(device_t *dev, util_t *util) {
+    int r = check(dev, E_UTIL);
+    if (r) return r;
+    if (dev->is_mig) return NOT_SUPPORTED;
+    util->gpu = dev->util_gpu;
+    util->memory = dev->util_mem;
+    return OK;
+}
+int nvmlDeviceGetPowerUsage(device_t *dev, unsigned *mw) {
+    int r = check(dev, E_POWER);
+    if (r) return r;
+    *mw = dev->power_mw;
+    return OK;
+}
+int nvmlDeviceGetTemperature(device_t *dev, int sensor, unsigned *celsius) {
+    int r = check(dev, E_TEMP);
+    if (r) return r;
+    if (sensor != 0) return INVALID_ARGUMENT;
+    *celsius = dev->temperature;
+    return OK;
+}
+#ifndef OMIT_nvmlDeviceGetTotalEnergyConsumption
+int nvmlDeviceGetTotalEnergyConsumption(device_t *dev, unsigned long long *mj) {
+    int r = check(dev, E_ENERGY);
+    if (r) return r;
+    *mj = dev->energy_mj;
+    return OK;
+}
+#endif
+
+static int list_procs(device_t *dev, int kind, unsigned *count, pinfo_t *infos) {
+    int r = check(dev, E_PROCS);
+    if (r) return r;
+    if (dev->is_mig) return NOT_SUPPORTED;
+    const proc_t *all = procs[dev->index];
+    unsigned n = 0;
+    for (int i = 0; i < dev->nprocs; i++) n += all[i].kind == kind;
+    if (*count < n) {
+        *count = n;
+        return INSUFFICIENT_SIZE;
+    }
+    unsigned j = 0;
+    for (int i = 0; i < dev->nprocs; i++) {
+        if (all[i].kind != kind) continue;
+        infos[j].pid = all[i].pid;
+        infos[j].usedGpuMemory = all[i].used;
+        infos[j].gpuInstanceId = 0xFFFFFFFF;
+        infos[j].computeInstanceId = 0xFFFFFFFF;
+        j++;
+    }
+    *count = n;
+    return OK;
+}
+int nvmlDeviceGetComputeRunningProcesses_v3(device_t *d, unsigned *c, pinfo_t *i) { return list_procs(d, 0, c, i); }
+int nvmlDeviceGetGraphicsRunningProcesses_v3(device_t *d, unsigned *c, pinfo_t *i) { return list_procs(d, 1, c, i); }
+int nvmlDeviceGetMPSComputeRunningProcesses_v3(device_t *d, unsigned *c, pinfo_t *i) { return list_procs(d, 2, c, i); }
+
+#ifndef OMIT_nvmlDeviceGetProcessUtilization
+int nvmlDeviceGetProcessUtilization(device_t *dev, psample_t *out, unsigned *count, unsigned long long last_seen) {
+    int r = check(dev, E_PROC_UTIL);
+    if (r) return r;
+    if (dev->is_mig) return NOT_SUPPORTED;
+    const sample_t *all = samples[dev->index];
+    unsigned n = 0;
+    for (int i = 0; i < dev->nsamples; i++) n += all[i].ts > last_seen;
+    if (n == 0) return NOT_FOUND;
+    if (!out || *count < n) {
+        *count = n;
+        return INSUFFICIENT_SIZE;
+    }
+    unsigned j = 0;
+    for (int i = 0; i < dev->nsamples; i++) {
+        const sample_t *s = &all[i];
+        if (s->ts <= last_seen) continue;
+        out[j].pid = s->pid;
+        out[j].timeStamp = s->ts;
+        out[j].smUtil = s->sm;
+        out[j].memUtil = s->mem;
+        out[j].encUtil = out[j].decUtil = 0;
+        j++;
+    }
+    *count = n;
+    return OK;
+}
+#endif
+
+int nvmlDeviceGetP2PStatus(device_t *a, device_t *b, int index, int *status) {
+    int r = check(a, E_TOPO);
+    if (!r) r = check(b, E_TOPO);
+    if (r) return r;
+    /* 2 = NVML_P2P_CAPS_INDEX_NVLINK; 0 = NVML_P2P_STATUS_OK, 5 = NVML_P2P_STATUS_NOT_SUPPORTED */
+    *status = (index == 2 && nvlink[a->index][b->index]) ? 0 : 5;
+    return OK;
+}
+int nvmlDeviceGetTopologyCommonAncestor(device_t *a, device_t *b, int *level) {
+    int r = check(a, E_TOPO);
+    if (!r) r = check(b, E_TOPO);
+    if (r) return r;
+    *level = topo[a->index][b->index] >= 0 ? topo[a->index][b->index] : 50;
+    return OK;
+}
+int nvmlDeviceGetMigMode(device_t *dev, unsigned *current, unsigned *pending) {
+    int r = check(dev, E_MIG);
+    if (r) return r;
+    *current = *pending = (unsigned)dev->mig_mode;
+    return OK;
+}
+int nvmlDeviceGetMaxMigDeviceCount(device_t *dev, unsigned *count) {
+    int r = check(dev, E_MIG);
+    if (r) return r;
+    *count = dev->mig_mode ? MAX_MIGS : 0;
+    return OK;
+}
+int nvmlDeviceGetMigDeviceHandleByIndex(device_t *dev, unsigned index, device_t **mig) {
+    int r = check(dev, E_MIG);
+    if (r) return r;
+    if (!dev->mig_mode || index >= MAX_MIGS) return INVALID_ARGUMENT;
+    if ((int)index >= dev->nmigs) return NOT_FOUND;
+    *mig = &migs[dev->index][index];
+    return OK;
+}
+int nvmlDeviceGetGpuInstanceId(device_t *dev, unsigned *id) {
+    int r = check(dev, E_MIG);
+    if (r) return r;
+    if (!dev->is_mig) return INVALID_ARGUMENT;
+    *id = dev->gi;
+    return OK;
+}
+int nvmlDeviceGetComputeInstanceId(device_t *dev, unsigned *id) {
+    int r = check(dev, E_MIG);
+    if (r) return r;
+    if (!dev->is_mig) return INVALID_ARGUMENT;
+    *id = dev->ci;
+    return OK;
+}
