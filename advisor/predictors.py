@@ -11,10 +11,10 @@ Heuristics (what the advisor does without a model):
   memory-bound (H100 ≈ 5.4, A100-40GB ≈ 2.1, T4 ≈ 0.43). A model not in the spec table counts as a V100 (1.0).
   With no JCT estimate, the scorer compares nodes by `slowdown / relative_speed`.
 * Interference (`HeuristicInterference`): sharing a GPU is modelled as contention for two resources, SM time and
-  memory bandwidth. The pod's expected use is its profile when known, else its GPU share (`gpu_milli / 1000`) for
-  SM and 0.6 × that for memory bandwidth (training kernels are usually compute-bound). Both sides' slowdown is
-  `max(1, Σ SM demand, Σ memory-bandwidth demand)` (the worse of the two over-subscriptions), times a 5 %
-  context-switch cost per process already on the GPU.
+  memory bandwidth. The pod's expected use is its profile when known, else its GPU share (`gpu_milli / 1000`; 1 for a
+  whole GPU) for SM and 0.6 × that for memory bandwidth (training kernels are usually compute-bound). Both sides'
+  slowdown is `max(1, Σ SM demand, Σ memory-bandwidth demand)` (the worse of the two over-subscriptions), times a
+  5 % context-switch cost per process already on the GPU.
 * JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
 """
 
@@ -159,8 +159,8 @@ class HeuristicUsage:
 
 
 def default_usage(gpu_milli: int) -> UsageProfile:
-    """The pod's assumed use when no profile is known: its share for SM, 0.6 × that for memory bandwidth."""
-    sm = min(1.0, gpu_milli / 1000.0) if gpu_milli > 0 else 0.9
+    """The pod's assumed use without a profile: its share for SM (0 = a whole GPU), 0.6 × that for bandwidth."""
+    sm = min(1.0, gpu_milli / 1000.0) if gpu_milli > 0 else 1.0
     return UsageProfile(sm_utilization_ratio=sm, memory_bandwidth_utilization_ratio=sm * _DEFAULT_BW_PER_SM_RATIO)
 
 

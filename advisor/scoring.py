@@ -208,6 +208,7 @@ class NodeState:
     free_mask: int = field(init=False)
     healthy_count: int = field(init=False)
     share_positions: tuple[int, ...] = field(init=False)
+    natural_indices: bool = field(init=False)
     memo: dict[tuple[object, ...], _Raw] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -231,6 +232,7 @@ class NodeState:
                     clean_free_seen = clean_free_seen or not (g.allocated_milli or g.residents)
             models[g.model] = models.get(g.model, 0) + 1
         object.__setattr__(self, "share_positions", tuple(share))
+        object.__setattr__(self, "natural_indices", all(g.index == pos for pos, g in enumerate(self.gpus)))
         object.__setattr__(self, "memo", {})
         object.__setattr__(self, "free_mask", free)
         object.__setattr__(self, "healthy_count", healthy)
@@ -309,13 +311,13 @@ class NodeScore(NamedTuple):
         return min(10, max(0, round(self.score / 10.0)))
 
 
-EXTENDER_SPAN_POINTS = 20.0
+EXTENDER_SPAN_POINTS = 40.0
 
 
 def extender_scores(scores: Sequence[NodeScore]) -> list[int]:
     """kube-scheduler's integer 0..10 for a batch, keeping the ranking that rounding `score / 10` would flatten.
 
-    The best feasible known node gets 10 and every other one loses 1 per 2 points (`EXTENDER_SPAN_POINTS` / 10) it is
+    The best feasible known node gets 10 and every other one loses 1 per 4 points (`EXTENDER_SPAN_POINTS` / 10) it is
     behind, down to 1; infeasible nodes get 0 and unknown ones their own (neutral) score / 10. Components that are
     equal on every node compress raw scores into a narrow band, and a float does not decode in the scheduler.
     """
@@ -422,7 +424,7 @@ class _WholePlan:
     positions: tuple[int, ...]
     packing: float
     topology_affinity: float
-    link: str
+    detail: str
 
 
 @lru_cache(maxsize=65536)
@@ -435,15 +437,12 @@ def _whole_plan(
         return None
     before = fragmentation(topology, free_mask, config.task_sizes)
     after = fragmentation(topology, free_mask & ~chosen.mask, config.task_sizes)
+    packing = _packing(after - before, free_mask, chosen.mask, topology)
+    left = f"leaves {free_mask.bit_count() - k} free"
     if k <= 1:
-        return _WholePlan(chosen.positions, _packing(after - before, free_mask, chosen.mask, topology), 1.0, "")
+        return _WholePlan(chosen.positions, packing, 1.0, f", {left}")
     link = _LEVEL_BY_RANK[chosen.worst_rank] if topology.known else "topology unknown"
-    return _WholePlan(
-        chosen.positions,
-        _packing(after - before, free_mask, chosen.mask, topology),
-        1.0 - chosen.mean_rank / WORST_LINK_RANK,
-        link,
-    )
+    return _WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
 
 
 def _packing(delta_fragmentation: float, free_mask: int, taken_mask: int, topology: Topology) -> float:
@@ -471,12 +470,7 @@ class _Raw:
     affinity: float = 0.0
     interference: float = 1.0
     slowdown: float = 1.0
-    link: str = ""
-    note: str = ""
-    detail: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.detail = f" on {self.link}, {self.note}" if self.link else f", {self.note}"
+    detail: str = ""
 
 
 _LEVEL_BY_RANK = {rank: level.value for level, rank in LINK_RANK.items()}
@@ -515,10 +509,10 @@ def _evaluate_whole(
     free = eligible.bit_count()
     if free < k:
         what = "free GPUs" if eligible == node.free_mask else "free GPUs with enough memory"
-        return _Raw(node, False, note=f"needs {k} {what}, has {free}")
+        return _Raw(node, False, detail=f"needs {k} {what}, has {free}")
     plan = _whole_plan(node.topology, node.free_mask, eligible, k, config)
     if plan is None:
-        return _Raw(node, False, note=f"needs {k} free GPUs, has {free}")
+        return _Raw(node, False, detail=f"needs {k} free GPUs, has {free}")
     affinity = plan.topology_affinity
     if pod.gang:
         affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
@@ -530,17 +524,8 @@ def _evaluate_whole(
             p, r = predictors.interference.slowdowns(gpus[pos].model, pod.workload, usage, residents)
             pod_slow = max(pod_slow, p)
             res_slow = max(res_slow, r)
-    return _Raw(
-        node,
-        True,
-        gpus=tuple(gpus[p].index for p in plan.positions),
-        packing=plan.packing,
-        affinity=affinity,
-        interference=0.5 / pod_slow + 0.5 / res_slow,
-        slowdown=pod_slow,
-        link=plan.link,
-        note=f"leaves {node.free_gpus - k} free",
-    )
+    indices = plan.positions if node.natural_indices else tuple(gpus[p].index for p in plan.positions)
+    return _Raw(node, True, indices, plan.packing, affinity, 0.5 / pod_slow + 0.5 / res_slow, pod_slow, plan.detail)
 
 
 def _evaluate_share(
@@ -580,7 +565,7 @@ def _evaluate_share(
             best = (value, pos, packing, pod_slow, res_slow)
     if best is None:
         need = f"{milli} milli-GPU" + (f" and {pod.gpu_memory_bytes} bytes" if pod.gpu_memory_bytes is not None else "")
-        return _Raw(node, False, note=f"no healthy GPU has {need} free")
+        return _Raw(node, False, detail=f"no healthy GPU has {need} free")
     _, pos, packing, pod_slow, res_slow = best
     affinity = 1.0
     if pod.gang:
@@ -595,9 +580,9 @@ def _evaluate_share(
         affinity=affinity,
         interference=0.5 / pod_slow + 0.5 / res_slow,
         slowdown=pod_slow,
-        note=f"shares GPU {g.index} with {shared_with} process(es), residents slowed x{res_slow:.2f}"
+        detail=f", shares GPU {g.index} with {shared_with} process(es), residents slowed x{res_slow:.2f}"
         if shared_with
-        else f"GPU {g.index} unshared",
+        else f", GPU {g.index} unshared",
     )
 
 
@@ -681,7 +666,7 @@ def score_nodes(
             usage = predictors.usage.usage(pod.workload, node.gpu_model) or fallback_usage
             usage_cache[node.gpu_model] = usage
         if node.healthy_count == 0:
-            raw = _Raw(node, False, note="no healthy GPU")
+            raw = _Raw(node, False, detail="no healthy GPU")
         elif k:
             raw = _evaluate_whole(
                 node, pod, k=k, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere
@@ -728,7 +713,9 @@ def _finish(
             continue
         node = raw.node
         if not raw.feasible:
-            append(make((node.name, 0.0, False, True, 0.0, 0.0, 0.0, 0.0, (), 1.0, None, raw.note, node.gpu_model, "")))
+            append(
+                make((node.name, 0.0, False, True, 0.0, 0.0, 0.0, 0.0, (), 1.0, None, raw.detail, node.gpu_model, ""))
+            )
             continue
         t = next(t_iter)
         jct_ratio = best_time / t if t > 0 else 1.0

@@ -9,8 +9,8 @@ because a pod killed by its deadline may take its logs with it.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -139,17 +139,21 @@ class Controller:
         sessions: sessionmaker[Session],
         max_duration_seconds: int,
         warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.cluster = cluster
         self.sessions = sessions
         self.max_duration_seconds = max_duration_seconds
         self.warmup_fraction = warmup_fraction
-        self.clock = clock
         self._sides: dict[tuple[str, str, str, int], _SideState] = {}
+        # kopf may call create, resume and timer handlers of one run from different threads at once.
+        self._lock = threading.Lock()
 
     def reconcile(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Advance one TrialRun and return its new status (the caller patches it onto the resource)."""
+        with self._lock:
+            return self._reconcile(obj)
+
+    def _reconcile(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         try:
             run = parse_trialrun(
                 {k: v for k, v in obj.items() if k != "status"}, max_duration_seconds=self.max_duration_seconds

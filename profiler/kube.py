@@ -182,7 +182,10 @@ def _plain(body: Mapping[str, Any]) -> Obj:
 def build_registry(
     *, controller: Controller, recorder: Recorder | None, interval_seconds: float
 ) -> kopf.OperatorRegistry:
-    """kopf handlers: reconcile TrialRuns on create/resume/spec change and on a timer; record finished pods."""
+    """kopf handlers: reconcile TrialRuns on create/resume/spec change and on a timer; record finished pods.
+
+    kopf logs in with the kubernetes client's credentials (in-cluster, else the kubeconfig), like `api_client`.
+    """
     registry = kopf.OperatorRegistry()
     registry_kw: dict[str, Any] = {"registry": registry}
     kopf.on.login(**registry_kw)(kopf.login_via_client)

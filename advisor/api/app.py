@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from advisor.api.context import AppContext
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
-from advisor.api.routes import extender, health, nodes, predict, score, telemetry, trialruns, volcano
+from advisor.api.routes import extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
 from advisor.pods import PodSpecError
 from advisor.scoring import ScoringConfig
 from advisor.settings import AdvisorSettings
@@ -55,6 +55,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ctx.reload_predictors()
         watcher = None
         if not settings.no_kube:
             from advisor.kube import start_watch
@@ -82,8 +83,11 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus_metrics() -> Response:
+        metrics.refresh_nodes(
+            [r.received_at_seconds for r in ctx.state.records()], ctx.state.now(), ctx.scoring.staleness_seconds
+        )
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    for module in (health, extender, volcano, score, telemetry, nodes, predict, trialruns):
+    for module in (health, extender, volcano, score, telemetry, nodes, predict, models, trialruns):
         app.include_router(module.router)
     return app

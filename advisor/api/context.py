@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from advisor.api.metrics import AdvisorMetrics
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
+from advisor.serving import TrainingJobs, build_predictors
 from advisor.settings import AdvisorSettings
 from advisor.state import ClusterState
 
@@ -28,3 +29,11 @@ class AppContext:
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     predictors: Predictors = field(default_factory=Predictors.heuristic)
     metrics: AdvisorMetrics = field(default_factory=AdvisorMetrics)
+    training: TrainingJobs = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.training = TrainingJobs(self.sessions, self.settings.model_dir, on_done=self.reload_predictors)
+
+    def reload_predictors(self) -> None:
+        """Serve the currently promoted models (heuristics where none): at startup and after every training."""
+        self.predictors = build_predictors(self.sessions)

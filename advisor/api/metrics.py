@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Fine buckets below 10 ms: the extender's goal is p99 <= 5 ms.
+MODEL_KINDS = ("interference", "jct")
 LATENCY_BUCKETS_SECONDS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 
 
@@ -39,7 +40,7 @@ class AdvisorMetrics:
         )
         self.fallbacks = Counter(
             "gpuadvisor_advisor_fallbacks",
-            "Scoring calls answered with a heuristic instead of a model, by the question the heuristic answered.",
+            "Scoring calls that used a heuristic because no model of this kind (interference, jct) is promoted.",
             ["kind"],
             registry=r,
         )
@@ -61,6 +62,12 @@ class AdvisorMetrics:
             registry=r,
         )
 
+    def refresh_nodes(self, received_at_seconds: list[float], now_seconds: float, staleness_seconds: float) -> None:
+        """Set the node gauges (called on every scrape, so they never lag the state)."""
+        fresh = sum(1 for t in received_at_seconds if now_seconds - t <= staleness_seconds)
+        self.nodes.labels("fresh").set(fresh)
+        self.nodes.labels("stale").set(len(received_at_seconds) - fresh)
+
     def count_scores(self, endpoint: str, scored: int, infeasible: int, unknown: int) -> None:
         if scored:
             self.scores.labels(endpoint, "scored").inc(scored)
@@ -70,8 +77,13 @@ class AdvisorMetrics:
             self.scores.labels(endpoint, "unknown").inc(unknown)
 
     def count_fallbacks(self, models: dict[str, str]) -> None:
-        for kind, name in models.items():
-            if name == "heuristic":
+        """Count the learned-model questions (interference, jct) that a heuristic answered.
+
+        GPU speed is always the data-sheet heuristic and a workload's usage comes from profiles, not a model: neither
+        is counted, so the series means "a model could be trained and is not there".
+        """
+        for kind in MODEL_KINDS:
+            if models.get(kind) == "heuristic":
                 self.fallbacks.labels(kind).inc()
 
 

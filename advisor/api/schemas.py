@@ -8,7 +8,7 @@ are modelled; every other field is accepted and ignored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -310,3 +310,41 @@ class InterferenceAnswer(_Out):
     normalized_throughput_a: float
     normalized_throughput_b: float
     model: str
+
+
+class ModelVersionOut(_Out):
+    kind: str
+    version: int
+    promoted: bool
+    artifact_path: str
+    metrics: dict[str, Any]
+    created_at: str
+    promoted_at: str | None
+
+
+class ModelsOut(_Out):
+    versions: list[ModelVersionOut]
+    serving: dict[str, str] = Field(description="Which predictor answers each question: a model version or heuristic.")
+
+
+ModelKind = Literal["throughput", "interference", "jct"]
+
+
+def _all_kinds() -> list[ModelKind]:
+    return ["throughput", "interference", "jct"]
+
+
+class TrainRequest(_In):
+    kinds: list[ModelKind] = Field(default_factory=_all_kinds, min_length=1)
+    force: bool = Field(default=False, description="Promote even if the new version validates worse.")
+
+
+class TrainingJobOut(_Out):
+    id: str
+    kinds: list[str]
+    state: Literal["queued", "running", "succeeded", "failed"]
+    status_url: str
+    created_at: str
+    finished_at: str | None
+    results: list[dict[str, Any]]
+    error: str

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from advisor.cli.common import EXIT_UNAVAILABLE, fail
+from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, fail
 from advisor.cli.db import DbUrlOption, open_store
 from collector.backend import BackendUnavailableError, GpuBackend
 from profiler import views
@@ -96,9 +96,13 @@ def _submit(run: TrialRun) -> None:
     from profiler.kube import KubeCluster, KubeError, api_client
 
     try:
-        KubeCluster(api_client()).submit_trialrun(run)
+        cluster = KubeCluster(api_client())
     except KubeError as e:
-        fail(str(e), EXIT_UNAVAILABLE if e.temporary else 2)
+        fail(f"{e} (run it here instead with --local)", EXIT_UNAVAILABLE)
+    try:
+        cluster.submit_trialrun(run)
+    except KubeError as e:
+        fail(str(e), EXIT_UNAVAILABLE if e.temporary else EXIT_USAGE)
     typer.echo(
         f"trialrun {run.metadata.namespace}/{run.metadata.name} submitted; "
         f"follow it with `kubectl get trialrun -n {run.metadata.namespace} {run.metadata.name}`"

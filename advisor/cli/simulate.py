@@ -18,12 +18,18 @@ from rich.table import Table
 from advisor.cli.common import err_console, fail
 from advisor.scoring import ScoringInputError
 from advisor.sim.jobs import JctResult
-from advisor.sim.loaders import SimInputError, jobs_from_pods, load_cluster, load_throughputs, load_trace, pods_from_jobs
+from advisor.sim.loaders import (
+    SimInputError,
+    jobs_from_pods,
+    load_cluster,
+    load_throughputs,
+    load_trace,
+    pods_from_jobs,
+)
 from advisor.sim.model import Job, Pod
 from advisor.sim.packing import FragmentationResult
 from advisor.sim.rates import truth_table
 from advisor.sim.run import SimConfigError, advisor_table, parse_policies, run_fragmentation_mode, run_jct_mode
-
 
 _PIPE_WIDTH = 140
 
@@ -51,7 +57,10 @@ def _fragmentation_table(results: list[FragmentationResult]) -> Table:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
         table.add_row(
-            r.policy, f"{r.gpu_allocation_ratio:.4f}", str(r.failed_pods), f"{r.fragmentation_ratio:.4f}",
+            r.policy,
+            f"{r.gpu_allocation_ratio:.4f}",
+            str(r.failed_pods),
+            f"{r.fragmentation_ratio:.4f}",
             f"{r.seconds:.1f}",
         )
     return table
@@ -64,13 +73,20 @@ def _jct_table(results: list[JctResult]) -> Table:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
         table.add_row(
-            r.policy, f"{r.avg_jct_s:,.0f}", f"{r.p95_jct_s:,.0f}", f"{r.makespan_s:,.0f}", f"{r.avg_queue_s:,.0f}",
-            f"{r.gpu_utilization:.4f}", str(r.jobs), f"{r.seconds:.1f}",
+            r.policy,
+            f"{r.avg_jct_s:,.0f}",
+            f"{r.p95_jct_s:,.0f}",
+            f"{r.makespan_s:,.0f}",
+            f"{r.avg_queue_s:,.0f}",
+            f"{r.gpu_utilization:.4f}",
+            str(r.jobs),
+            f"{r.seconds:.1f}",
         )
     return table
 
 
 def simulate(
+    *,
     cluster: Annotated[Path, typer.Option(help="Cluster CSV (node,gpu_model,gpus[,links]) or openb node list.")],
     trace: Annotated[Path, typer.Option(help="openb pod list, Philly CSV, Gavel trace or executions CSV.")],
     policies: Annotated[str, typer.Option(help="Comma-separated: random,spread,binpack,fgd,advisor,oracle.")],
@@ -109,7 +125,7 @@ def simulate(
             believed, how = advisor_table(throughputs) if "advisor" in names else (None, "")
             if how:
                 report["advisor_predictors"] = how
-            jct = run_jct_mode(nodes, jobs, names, truth, believed, progress=progress)
+            jct = run_jct_mode(nodes, jobs, names, truth=truth, believed=believed, progress=progress)
             report["policies"] = {r.policy: r.to_json() for r in jct}
             table = _jct_table(jct)
     except (SimInputError, SimConfigError, ScoringInputError) as e:

@@ -1,9 +1,10 @@
 """`gpuadvisor up`: the local all-in-one, no cluster needed (DESIGN §2, issue 8).
 
-A SQLite store, models trained on the first start from the bundled Gavel data, the advisor API on one port, and
-simulated GPU nodes (plus this machine's own GPUs when NVML finds any), each with a collector agent pushing
-NodeSnapshots to the advisor over HTTP exactly as in a cluster. Starting shows each step with its duration, then
-prints the URLs and ready-to-paste curl commands; Ctrl-C (or SIGTERM) stops everything cleanly.
+A SQLite store, the advisor API on one port, simulated GPU nodes (plus this machine's own GPUs when NVML finds any)
+each with a collector agent pushing NodeSnapshots to the advisor over HTTP exactly as in a cluster, and models
+trained on the first start from the bundled Gavel data. The advisor answers (with its heuristics) as soon as the
+nodes report; the trained models are swapped in when ready. Starting shows each step with its duration, then prints
+the URLs and ready-to-paste curl commands; Ctrl-C (or SIGTERM) stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Annotated, Any
 
 import httpx
@@ -29,6 +29,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.api import create_app
+from advisor.api.context import AppContext
 from advisor.cli.common import EXIT_UNAVAILABLE, fail
 from advisor.cli.serve import build_settings
 from advisor.datasets import DatasetError
@@ -119,12 +120,22 @@ def step(console: Console, label: str) -> Iterator[None]:
 
 
 def ensure_models(settings: AdvisorSettings, sessions: sessionmaker[Session]) -> str:
-    """Train and promote the reference models of every kind that has none yet; what is served, in one line."""
+    """Train and promote the reference models of every kind that has none yet; what is promoted, in one line."""
     trained = train_reference_models(settings.model_dir, sessions)
     loaded = load_promoted(sessions)
     served = ", ".join(f"{kind} v{version}" for kind, version in sorted(loaded.versions.items())) or "none"
     origin = "trained now from the bundled Gavel data (MIT)" if trained else "from the store"
     return f"{served} ({origin})"
+
+
+def serve_models(ctx: AppContext, settings: AdvisorSettings) -> str:
+    """Make sure reference models exist, then have the running advisor serve the promoted ones; a summary line."""
+    try:
+        models = ensure_models(settings, ctx.sessions)
+    except (DatasetError, ArtifactError, OSError) as e:
+        return f"none: training from the bundled data failed ({e}); scores use the heuristics"
+    ctx.reload_predictors()
+    return models
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -148,9 +159,10 @@ def wait_for(check: Callable[[], bool], timeout_seconds: float, alive: Callable[
     return False
 
 
-def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port: int) -> str:
-    """Serve the advisor on a background thread (uvicorn leaves signals to the main thread); its base URL."""
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", access_log=False)
+def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port: int) -> tuple[str, AppContext]:
+    """Serve the advisor on a background thread (uvicorn leaves signals to the main thread); base URL and context."""
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     stack.server = uvicorn.Server(config)
     stack.server_thread = threading.Thread(target=stack.server.run, name="advisor", daemon=True)
     stack.server_thread.start()
@@ -159,7 +171,8 @@ def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port:
     if not wait_for(lambda: httpx.get(f"{base_url}/readyz").is_success, READY_TIMEOUT_SECONDS, thread.is_alive):
         stack.stop()
         fail(f"the advisor did not become ready on {base_url} (see the log above)", EXIT_UNAVAILABLE)
-    return base_url
+    ctx: AppContext = app.state.ctx
+    return base_url, ctx
 
 
 def local_gpu_backend() -> GpuBackend | None:
@@ -253,12 +266,8 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     token = settings.api_token or secrets.token_hex(16)
     settings = settings.model_copy(update={"api_token": token})
     check_port_free(host, port)
-    stopping = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
+    # SIGTERM stops like Ctrl-C, wherever the start-up is
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     stack = LocalStack()
     try:
         with step(console, f"store ready ({settings.db_url})"):
@@ -267,23 +276,20 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
                 db.upgrade(engine)
             except db.StoreError as e:
                 fail(str(e))
-        with step(console, "models ready"):
-            try:
-                models = ensure_models(settings, db.session_factory(engine))
-            except (DatasetError, ArtifactError, OSError) as e:
-                models = f"none: training from the bundled data failed ({e}); scores use the heuristics"
-            finally:
-                engine.dispose()
+            engine.dispose()
         with step(console, f"advisor serving on port {port}"):
-            base_url = start_advisor(stack, settings, host, port)
+            base_url, ctx = start_advisor(stack, settings, host, port)
         names = node_names(nodes)
         with step(console, f"{nodes} simulated nodes × {gpus_per_node} GPUs pushing telemetry"):
             names = start_nodes(stack, base_url, token, names, gpus=gpus_per_node, interval_seconds=interval_s)
             if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
                 fail("the advisor received no telemetry from the simulated nodes", EXIT_UNAVAILABLE)
+        with step(console, "models ready (trained from the bundled data on the first start)"):
+            models = serve_models(ctx, settings)
         print_summary(console, base_url, names, gpus_per_node, settings, models)
-        while not stopping.wait(0.5):
-            if stack.server_thread is not None and not stack.server_thread.is_alive():
+        while stack.server_thread is not None:
+            stack.server_thread.join(0.5)
+            if not stack.server_thread.is_alive():
                 fail("the advisor stopped unexpectedly", EXIT_UNAVAILABLE)
     except KeyboardInterrupt:
         pass

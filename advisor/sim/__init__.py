@@ -1,1 +1,2 @@
-"""Trace-driven placement simulator (DESIGN §7): what the advice is worth on published traces, against the usual policies."""
+"""Trace-driven placement simulator (DESIGN §7): what the advice is worth on published traces, against the usual
+policies."""

@@ -46,7 +46,8 @@ class Workload:
 
     @property
     def is_share(self) -> NDArray[np.bool_]:
-        return (self.class_gpus == 1) & (self.class_milli < GPU_MILLI)
+        share: NDArray[np.bool_] = (self.class_gpus == 1) & (self.class_milli < GPU_MILLI)
+        return share
 
     def weight_fitting(self, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
         """(C, J): popularity of each class's types whose CPU and memory fit in the given free amounts."""
@@ -79,12 +80,14 @@ def workload_of(pods: Sequence[Pod]) -> Workload:
 def class_sums(free: FloatArray, workload: Workload) -> FloatArray:
     """(C, J): Σ_g R_g · [R_g < threshold_j] for node rows `free` (C, G)."""
     below = free[:, :, None] < workload.threshold_milli[None, None, :]
-    return (free[:, :, None] * below).sum(axis=1)
+    sums: FloatArray = (free[:, :, None] * below).sum(axis=1)
+    return sums
 
 
 def expected_fragmentation(
     sums: FloatArray,
     total: FloatArray,
+    *,
     full: FloatArray,
     max_free: FloatArray,
     cpu_free: FloatArray,
@@ -119,7 +122,15 @@ class NodeCache:
         self.max2 = ordered[:, 1].copy() if free.shape[1] > 1 else np.zeros(len(free))
         below_full = np.where(free < GPU_MILLI, free, 0.0)
         self.max_partial = below_full.max(axis=1)
-        self.frag = expected_fragmentation(self.sums, self.total, self.full, self.max1, cpu_free, memory_free, workload)
+        self.frag = expected_fragmentation(
+            self.sums,
+            self.total,
+            full=self.full,
+            max_free=self.max1,
+            cpu_free=cpu_free,
+            memory_free=memory_free,
+            workload=workload,
+        )
 
     def refresh(self, node: int, free_row: FloatArray, cpu_free: float, memory_free: float) -> None:
         row = free_row[None, :]
@@ -133,11 +144,11 @@ class NodeCache:
         self.frag[node] = expected_fragmentation(
             self.sums[node : node + 1],
             self.total[node : node + 1],
-            self.full[node : node + 1],
-            self.max1[node : node + 1],
-            np.array([cpu_free]),
-            np.array([memory_free]),
-            self.workload,
+            full=self.full[node : node + 1],
+            max_free=self.max1[node : node + 1],
+            cpu_free=np.array([cpu_free]),
+            memory_free=np.array([memory_free]),
+            workload=self.workload,
         )[0]
 
     def _h(self, values: FloatArray) -> FloatArray:
@@ -156,7 +167,15 @@ class NodeCache:
             (gpu_free < self.max1[nodes]) | (self.max2[nodes] == self.max1[nodes]), self.max1[nodes], self.max2[nodes]
         )
         max_free = np.maximum(after, other)
-        new = expected_fragmentation(sums, total, full, max_free, cpu_after, memory_after, self.workload)
+        new = expected_fragmentation(
+            sums,
+            total,
+            full=full,
+            max_free=max_free,
+            cpu_free=cpu_after,
+            memory_free=memory_after,
+            workload=self.workload,
+        )
         delta: FloatArray = new - self.frag[nodes]
         return delta
 
@@ -167,6 +186,14 @@ class NodeCache:
         total = self.total[nodes] - gpus * GPU_MILLI
         full = self.full[nodes] - gpus
         max_free = np.where(full > 0, float(GPU_MILLI), self.max_partial[nodes])
-        new = expected_fragmentation(sums, total, full, max_free, cpu_after, memory_after, self.workload)
+        new = expected_fragmentation(
+            sums,
+            total,
+            full=full,
+            max_free=max_free,
+            cpu_free=cpu_after,
+            memory_free=memory_after,
+            workload=self.workload,
+        )
         delta: FloatArray = new - self.frag[nodes]
         return delta

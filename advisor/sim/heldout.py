@@ -47,17 +47,25 @@ def heldout_table(gavel_json: Path, *, reference_gpu: str = REFERENCE_GPU, num_t
     predicted = np.full(len(thr), np.nan)
     for half in halves:
         target = np.isin(family, list(half))
-        train = thr[~target | (thr["gpu_model"] == reference_gpu).to_numpy()]
-        model = ThroughputModel(num_boost_round=_ROUNDS, learning_rate=_LEARNING_RATE, num_threads=num_threads).fit(train.reset_index(drop=True))
-        predicted[target] = model.predict_frame(thr[target].reset_index(drop=True))
+        known = thr[~target | (thr["gpu_model"] == reference_gpu).to_numpy()]
+        speeds = ThroughputModel(num_boost_round=_ROUNDS, learning_rate=_LEARNING_RATE, num_threads=num_threads)
+        predicted[target] = speeds.fit(known.reset_index(drop=True)).predict_frame(thr[target].reset_index(drop=True))
     steps = _steps_per_s(thr, predicted)
     isolated: dict[tuple[str, str, int, bool], float] = {}
     samples: dict[tuple[str, str], float] = {}
-    for row, value, raw in zip(thr.itertuples(index=False), steps, predicted, strict=True):
-        consolidated = int(row.nodes) == 1
-        isolated[(str(row.gpu_model), str(row.workload), int(row.gpu_count), consolidated)] = float(value)
-        if int(row.gpu_count) == 1 and consolidated:
-            samples[(str(row.gpu_model), str(row.workload))] = float(raw)
+    columns = zip(
+        thr["gpu_model"].astype(str),
+        thr["workload"].astype(str),
+        thr["gpu_count"].astype(int),
+        thr["nodes"].astype(int),
+        steps,
+        predicted,
+        strict=True,
+    )
+    for gpu, workload, count, nodes, value, raw in columns:
+        isolated[(gpu, workload, int(count), int(nodes) == 1)] = float(value)
+        if count == 1 and nodes == 1:
+            samples[(gpu, workload)] = float(raw)
 
     pairs = data.colocations.reset_index(drop=True)
     pairs = pairs.assign(
@@ -73,12 +81,12 @@ def heldout_table(gavel_json: Path, *, reference_gpu: str = REFERENCE_GPU, num_t
             query = ((fam_a == fa) & (fam_b == fb)) | ((fam_a == fb) & (fam_b == fa))
             if not query.any():
                 continue
-            train = ~np.isin(fam_a, list(held)) & ~np.isin(fam_b, list(held))
-            model = InterferenceModel(
+            disjoint = ~np.isin(fam_a, list(held)) & ~np.isin(fam_b, list(held))
+            pairs_model = InterferenceModel(
                 num_boost_round=_ROUNDS, learning_rate=_LEARNING_RATE, num_threads=num_threads
-            ).fit(data.colocations[train].reset_index(drop=True))
+            ).fit(data.colocations[disjoint].reset_index(drop=True))
             rows = pairs[query].reset_index(drop=True)
-            out = model.predict_frame(rows)
+            out = pairs_model.predict_frame(rows)
             for r, (na, nb) in zip(rows.itertuples(index=False), out, strict=True):
                 norm[(str(r.gpu_model), str(r.workload_a), str(r.workload_b))] = float(na)
                 norm[(str(r.gpu_model), str(r.workload_b), str(r.workload_a))] = float(nb)

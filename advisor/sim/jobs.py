@@ -25,10 +25,11 @@ import numpy as np
 
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
-from advisor.scoring import PodRequest, Resident, ScoringConfig, score_nodes
+from advisor.scoring import PodRequest, Resident, ScoringConfig, extender_scores, score_nodes
 from advisor.sim.adapter import StateInterner
 from advisor.sim.fragmentation import IntArray
 from advisor.sim.model import GPU_MILLI, Cluster, Job
+from advisor.sim.packing import DEFAULT_EXTENDER_WEIGHT
 from advisor.sim.rates import Assignment, RateTable, predictors_for, true_rate, with_job
 
 SHARE_MILLI = GPU_MILLI // 2
@@ -153,7 +154,7 @@ class ExtenderJobPolicy:
         config: ScoringConfig,
         *,
         base: Predictors | None = None,
-        extender_weight: float = 3.0,
+        extender_weight: float = DEFAULT_EXTENDER_WEIGHT,
     ) -> None:
         self.name = name
         self._table = table
@@ -203,7 +204,8 @@ class ExtenderJobPolicy:
         )
         states, inverse = self._interner.distinct(candidates)
         scores = score_nodes(request, states, config=self._config, predictors=with_job(self._bundle, self._table, job))
-        extender = np.array([s.extender_score if s.feasible else -1000 for s in scores], dtype=np.float64)
+        extender = np.array(extender_scores(scores), dtype=np.float64)
+        extender[[not s.feasible for s in scores]] = -np.inf
         kube = np.floor(100.0 * (1.0 - _used_ratio_after(state, candidates, (1 if share else gpus) * GPU_MILLI)))
         best = int(np.argmax(kube + self._weight * 10.0 * extender[inverse]))
         chosen = scores[int(inverse[best])]

@@ -99,8 +99,8 @@ def parse_nvlink_groups(text: str, gpus: int) -> tuple[tuple[int, ...], ...]:
     seen: set[int] = set()
     for part in text.split("/"):
         members: list[int] = []
-        for item in part.split(","):
-            item = item.strip()
+        for raw in part.split(","):
+            item = raw.strip()
             if not item:
                 continue
             if "-" in item:

@@ -9,11 +9,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from advisor.sim.jobs import JctResult  # noqa: E402
-from advisor.sim.packing import FragmentationResult  # noqa: E402
+from advisor.sim.jobs import JctResult
+from advisor.sim.packing import FragmentationResult
 
 
 def plot_allocation(results: Sequence[FragmentationResult], path: Path, title: str = "") -> Path:
@@ -41,8 +41,12 @@ def plot_jct_cdf(results: Sequence[JctResult], path: Path, title: str = "") -> P
         if not r.jct_s:
             continue
         values = np.maximum(np.asarray(r.jct_s), 1.0)
-        ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
-                label=f"{r.policy} (avg {r.avg_jct_s / 3600:.1f} h)")
+        ax.step(
+            values,
+            np.arange(1, len(values) + 1) / len(values),
+            where="post",
+            label=f"{r.policy} (avg {r.avg_jct_s / 3600:.1f} h)",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (s)")
     ax.set_ylabel("fraction of jobs")

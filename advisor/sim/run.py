@@ -114,6 +114,7 @@ def run_jct_mode(
     cluster: Cluster,
     jobs: Sequence[Job],
     policies: Sequence[str],
+    *,
     truth: RateTable | None,
     believed: RateTable | None,
     config: ScoringConfig | None = None,

@@ -249,3 +249,5 @@ def test_own_metrics_count_latency_scores_and_fallbacks(client: TestClient) -> N
     assert samples[("gpuadvisor_advisor_scores_total", (("endpoint", "extender"), ("outcome", "unknown")))] == 1
     assert samples[("gpuadvisor_advisor_fallbacks_total", (("kind", "jct"),))] == 1
     assert samples[("gpuadvisor_advisor_snapshots_total", (("result", "accepted"),))] == 4
+    assert samples[("gpuadvisor_advisor_nodes", (("freshness", "fresh"),))] == 4
+    assert ("gpuadvisor_advisor_fallbacks_total", (("kind", "speed"),)) not in samples

@@ -220,6 +220,34 @@ def test_servicemonitors_select_one_service_each_and_keep_workload_labels(object
     assert {"action": "labeldrop", "regex": "namespace|pod|container"} in endpoint["relabelings"]
 
 
+def test_second_scheduler_runs_the_extender_profile_against_the_advisor_service(objects: list[Obj]) -> None:
+    deployment = find(objects, "Deployment", "gpuadvisor-scheduler")
+    spec = pod_spec(deployment)
+    (container,) = spec["containers"]
+    (volume,) = [v for v in spec["volumes"] if "configMap" in v]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    config_map = find(objects, "ConfigMap", volume["configMap"]["name"])
+    (config_file,) = [a.split("=", 1)[1] for a in container["command"] if a.startswith("--config=")]
+    assert config_file.startswith(mount["mountPath"] + "/")
+    config = yaml.safe_load(config_map["data"][config_file.rsplit("/", 1)[1]])
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (profile,) = config["profiles"]
+    assert profile["schedulerName"] == deployment["metadata"]["name"]
+    (extender,) = config["extenders"]
+    service = find(objects, "Service", "gpuadvisor-advisor")
+    port = service["spec"]["ports"][0]["port"]
+    assert extender["urlPrefix"].startswith(f"http://gpuadvisor-advisor.{NAMESPACE}.svc:{port}/")
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is True
+    assert {"prioritizeVerb", "filterVerb"} <= extender.keys()
+    assert [r["name"] for r in extender["managedResources"]] == ["nvidia.com/gpu"]
+    election = config["leaderElection"]
+    lease_role = find(objects, "Role", "gpuadvisor-scheduler-leader-election")
+    assert election["resourceNamespace"] == lease_role["metadata"]["namespace"] == NAMESPACE
+    assert [election["resourceName"]] in [r.get("resourceNames") for r in lease_role["rules"]]
+    assert spec["serviceAccountName"] == "gpuadvisor-scheduler"
+
+
 def test_database_and_token_come_from_documented_secrets(objects: list[Obj]) -> None:
     install_doc = (ROOT / "docs" / "install.md").read_text()
     refs = {

@@ -74,8 +74,9 @@ def test_profile_request_local_stores_the_workloads_rate_with_nvml_telemetry(tmp
     assert "Succeeded" in result.stdout
 
     plot = tmp_path / "steady.png"
-    shown = gpuadvisor("profile", "show", "steady-local", "--json", "--plot", str(plot), env=env)
-    assert shown.returncode == 0, shown.stderr
+    db_option = ["--db", env["GPUADVISOR_DB_URL"]]
+    shown = CliRunner().invoke(app, ["profile", "show", "steady-local", "--json", "--plot", str(plot), *db_option])
+    assert shown.exit_code == 0, shown.stderr
     assert plot.read_bytes().startswith(b"\x89PNG")
     detail = json.loads(shown.stdout)
     assert detail["phase"] == "Succeeded"
@@ -88,8 +89,8 @@ def test_profile_request_local_stores_the_workloads_rate_with_nvml_telemetry(tmp
         assert profile["power_watts"] == pytest.approx(250.0)
         assert profile["mem_bw_util_ratio"] == pytest.approx(0.40)
 
-    listed = gpuadvisor("profile", "list", "--json", env=env)
-    assert listed.returncode == 0, listed.stderr
+    listed = CliRunner().invoke(app, ["profile", "list", "--json", *db_option])
+    assert listed.exit_code == 0, listed.stderr
     (run,) = json.loads(listed.stdout)
     assert (run["name"], run["phase"], run["trials"], run["succeeded"]) == ("steady-local", "Succeeded", 2, 2)
 

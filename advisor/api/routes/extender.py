@@ -21,7 +21,7 @@ router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
     """HostPriorityList: `[{"Host": name, "Score": 0..10}]` for every candidate node, in the order given.
 
-    The best feasible node scores 10, the others 1 less per 2 points behind it; infeasible 0; unknown (no fresh
+    The best feasible node scores 10, the others 1 less per 4 points (of 100) behind it; infeasible 0; unknown (no fresh
     telemetry) 5, neutral.
 
     `async` on purpose although CPU-bound: scoring takes about a millisecond and never waits on I/O, so a hop to the

@@ -62,9 +62,6 @@ def list_nodes(
     now = ctx.state.now()
     limit = ctx.scoring.staleness_seconds
     records = ctx.state.records()
-    fresh = sum(1 for r in records if now - r.received_at_seconds <= limit)
-    ctx.metrics.nodes.labels("fresh").set(fresh)
-    ctx.metrics.nodes.labels("stale").set(len(records) - fresh)
     return NodeListOut(
         nodes=[_node_out(r, now, limit, detail=detail) for r in records],
         staleness_seconds=limit,

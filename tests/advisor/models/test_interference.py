@@ -70,4 +70,3 @@ def test_pair_split_keeps_both_orders_of_a_pair_together(v100_pairs: pd.DataFram
 def test_model_beats_every_baseline_on_unseen_pairs(v100_pairs: pd.DataFrame) -> None:
     result = evaluate("interference", v100_pairs, "pair", num_threads=1, params=FAST).to_json()
     assert result["model_beats_every_baseline"], result
-    assert result["model"]["mae"] < 0.08

@@ -26,17 +26,31 @@ def _run(*args: str) -> tuple[int, str]:
 def small(tmp_path: Path) -> dict[str, Path]:
     return {
         "cluster": write(tmp_path / "cluster.csv", "node,gpu_model,gpus,links\nn1,V100,8,0-3/4-7\nn2,V100,8,0-3/4-7"),
-        "pods": write(tmp_path / "pods.csv", "name,num_gpu,gpu_milli,cpu_milli\np1,1,1000,1000\np2,1,500,1000\n"
-                      "p3,2,1000,2000\np4,0,0,4000"),
-        "jobs": write(tmp_path / "executions.csv", "job_id,workload,user,gpu_model,gpu_count,submit_time,start_time,"
-                      "end_time\nj1,bert,u,V100,4,0,0,100\nj2,bert,u,V100,8,10,10,60\nj3,bert,u,V100,2,20,20,40"),
+        "pods": write(
+            tmp_path / "pods.csv",
+            "name,num_gpu,gpu_milli,cpu_milli\np1,1,1000,1000\np2,1,500,1000\np3,2,1000,2000\np4,0,0,4000",
+        ),
+        "jobs": write(
+            tmp_path / "executions.csv",
+            "job_id,workload,user,gpu_model,gpu_count,submit_time,start_time,"
+            "end_time\nj1,bert,u,V100,4,0,0,100\nj2,bert,u,V100,8,10,10,60\nj3,bert,u,V100,2,20,20,40",
+        ),
     }
 
 
 def test_fragmentation_json_and_plot(small: dict[str, Path], tmp_path: Path) -> None:
     code, out = _run(
-        "--cluster", str(small["cluster"]), "--trace", str(small["pods"]), "--mode", "fragmentation",
-        "--policies", "random,spread,binpack,fgd,advisor", "--json", "--plot", str(tmp_path / "plots"),
+        "--cluster",
+        str(small["cluster"]),
+        "--trace",
+        str(small["pods"]),
+        "--mode",
+        "fragmentation",
+        "--policies",
+        "random,spread,binpack,fgd,advisor",
+        "--json",
+        "--plot",
+        str(tmp_path / "plots"),
     )
     assert code == 0, out
     report = json.loads(out)
@@ -50,8 +64,14 @@ def test_fragmentation_json_and_plot(small: dict[str, Path], tmp_path: Path) -> 
 
 def test_jct_table(small: dict[str, Path]) -> None:
     code, out = _run(
-        "--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct",
-        "--policies", "spread,binpack,advisor",
+        "--cluster",
+        str(small["cluster"]),
+        "--trace",
+        str(small["jobs"]),
+        "--mode",
+        "jct",
+        "--policies",
+        "spread,binpack,advisor",
     )
     assert code == 0, out
     assert "avg_jct_s" in out
@@ -90,8 +110,16 @@ def test_oracle_without_throughputs_exits_2(small: dict[str, Path]) -> None:
 
 def test_job_type_missing_from_the_throughputs_exits_2(small: dict[str, Path], gavel_json: Path) -> None:
     code, out = _run(
-        "--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct",
-        "--policies", "spread", "--throughputs", str(gavel_json),
+        "--cluster",
+        str(small["cluster"]),
+        "--trace",
+        str(small["jobs"]),
+        "--mode",
+        "jct",
+        "--policies",
+        "spread",
+        "--throughputs",
+        str(gavel_json),
     )
     assert code == 2
     assert "no throughput for job type 'bert'" in out
@@ -108,8 +136,15 @@ def test_real_openb_sample(tmp_path: Path) -> None:
     pd.read_csv(nodes_csv).iloc[::20].to_csv(tmp_path / "nodes.csv", index=False)
     pd.read_csv(pods_csv).iloc[::20].to_csv(tmp_path / "pods.csv", index=False)
     code, out = _run(
-        "--cluster", str(tmp_path / "nodes.csv"), "--trace", str(tmp_path / "pods.csv"), "--mode", "fragmentation",
-        "--policies", "random,fgd,advisor", "--json",
+        "--cluster",
+        str(tmp_path / "nodes.csv"),
+        "--trace",
+        str(tmp_path / "pods.csv"),
+        "--mode",
+        "fragmentation",
+        "--policies",
+        "random,fgd,advisor",
+        "--json",
     )
     assert code == 0, out
     policies = json.loads(out)["policies"]

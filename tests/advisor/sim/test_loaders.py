@@ -21,7 +21,9 @@ def test_cluster_file_with_nvlink_groups(tmp_path: Path) -> None:
 
 
 def test_openb_node_list(tmp_path: Path) -> None:
-    path = write(tmp_path / "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nx-0,64000,262144,2,P100\nx-1,96000,786432,8,G2")
+    path = write(
+        tmp_path / "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nx-0,64000,262144,2,P100\nx-1,96000,786432,8,G2"
+    )
     cluster = load_cluster(path)
     assert cluster.nodes[1].cpu_milli == 96000
     assert cluster.nodes[1].gpu_model == "G2"

@@ -27,11 +27,11 @@ def _fragmentation(free: list[list[float]], cpu: list[float], pods: list[Pod]) -
         expected_fragmentation(
             class_sums(f, w),
             f.sum(axis=1),
-            (f >= 1000).sum(axis=1).astype(np.float64),
-            f.max(axis=1),
-            np.array(cpu, dtype=np.float64),
-            np.full(len(free), np.inf),
-            w,
+            full=(f >= 1000).sum(axis=1).astype(np.float64),
+            max_free=f.max(axis=1),
+            cpu_free=np.array(cpu, dtype=np.float64),
+            memory_free=np.full(len(free), np.inf),
+            workload=w,
         )
     )
 
@@ -54,9 +54,12 @@ def test_fragmentation_follows_the_paper_definition() -> None:
 
 def test_cache_deltas_match_recomputing_the_node() -> None:
     rng = np.random.default_rng(3)
-    pods = [Pod(f"p{i}", int(k), int(m), float(c)) for i, (k, m, c) in enumerate(
-        [(1, 1000, 4000), (1, 300, 2000), (1, 700, 1000), (2, 1000, 8000), (0, 0, 16000), (4, 1000, 4000)]
-    )]
+    pods = [
+        Pod(f"p{i}", int(k), int(m), float(c))
+        for i, (k, m, c) in enumerate(
+            [(1, 1000, 4000), (1, 300, 2000), (1, 700, 1000), (2, 1000, 8000), (0, 0, 16000), (4, 1000, 4000)]
+        )
+    ]
     nodes = tuple(SimNode(f"n{i}", "V100", 4, cpu_milli=32000) for i in range(6))
     state = PackState(Cluster(nodes), workload_of(pods))
     for _ in range(15):
@@ -131,9 +134,7 @@ def test_advisor_packs_small_pods_so_a_whole_node_stays_free() -> None:
     sequence = [Pod(f"s{i}", 1, 1000) for i in range(8)] + [Pod("big", 8, 1000)]
     config = ScoringConfig(task_sizes=task_sizes_of(sequence))
     spread = run_fragmentation(cluster, sequence, sequence, AllocatedPolicy(most=False))
-    advisor = run_fragmentation(
-        cluster, sequence, sequence, AdvisorPackPolicy(cluster, config, extender_weight=10.0)
-    )
+    advisor = run_fragmentation(cluster, sequence, sequence, AdvisorPackPolicy(cluster, config, extender_weight=10.0))
     assert spread.failed_pods == 1
     assert advisor.failed_pods == 0
     assert advisor.allocation_ratio[-1] == pytest.approx(1.0)

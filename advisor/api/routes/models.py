@@ -1,0 +1,68 @@
+"""The model registry as the service sees it, and training in the background (bearer token)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, HTTPException, status
+
+from advisor.api.deps import Authorized, Ctx, DbSession
+from advisor.api.schemas import ModelsOut, ModelVersionOut, TrainingJobOut, TrainRequest
+from advisor.serving import TrainingJob
+from profiler.store import repo
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+def _job_out(job: TrainingJob) -> TrainingJobOut:
+    return TrainingJobOut(
+        id=job.id,
+        kinds=list(job.kinds),
+        state=job.state,
+        status_url=f"/v1/models/train/{job.id}",
+        created_at=job.created_at.isoformat(),
+        finished_at=job.finished_at.isoformat() if job.finished_at else None,
+        results=job.results,
+        error=job.error,
+    )
+
+
+@router.get("", response_model=ModelsOut)
+def list_models(session: DbSession, ctx: Ctx) -> ModelsOut:
+    """Every registered version (newest last per kind) and what answers each scoring question right now."""
+    versions = [
+        ModelVersionOut(
+            kind=v.kind,
+            version=v.version,
+            promoted=v.promoted,
+            artifact_path=v.artifact_path,
+            metrics=v.metrics,
+            created_at=v.created_at.isoformat(),
+            promoted_at=v.promoted_at.isoformat() if v.promoted_at else None,
+        )
+        for v in repo.list_model_versions(session=session)
+    ]
+    return ModelsOut(versions=versions, serving=ctx.predictors.names())
+
+
+@router.post("/train", response_model=TrainingJobOut, status_code=status.HTTP_202_ACCEPTED, dependencies=[Authorized])
+def start_training(ctx: Ctx, body: Annotated[TrainRequest | None, Body()] = None) -> TrainingJobOut:
+    """Train the given kinds (all without a body) on the store's data in the background; poll `status_url`.
+
+    409 while another training is running.
+    """
+    body = body or TrainRequest()
+    try:
+        job = ctx.training.start(tuple(dict.fromkeys(body.kinds)), force=body.force)
+    except RuntimeError as e:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(e)) from e
+    return _job_out(job)
+
+
+@router.get("/train/{job_id}", response_model=TrainingJobOut)
+def training_status(job_id: str, ctx: Ctx) -> TrainingJobOut:
+    """State of one training job: queued, running, succeeded (with each kind's version and metrics) or failed."""
+    job = ctx.training.get(job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job_id: no training job {job_id!r}")
+    return _job_out(job)

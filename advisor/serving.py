@@ -1,0 +1,330 @@
+"""The scorer's predictors backed by the promoted models and the profile store, and background training for the API.
+
+`build_predictors` turns `advisor.models.registry.load_promoted` and the store's profiles into a `Predictors` bundle;
+every question without a model (or a store that cannot be read) keeps its documented heuristic
+(`advisor.predictors`), and `Predictors.names()` says which answered. Model calls are memoised: the scorer asks the
+same few questions (workload × GPU model × count, or a GPU's residents) over and over.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from advisor.datasets import DatasetError, Kind, colocations_frame, executions_frame, throughputs_frame
+from advisor.features import SoloProfile
+from advisor.gpus import normalize_gpu_model
+from advisor.models.interference import InterferenceModel
+from advisor.models.jct import JctModel
+from advisor.models.registry import LoadedModels, load_promoted, register, save_trained, version_path
+from advisor.models.throughput import ThroughputModel
+from advisor.models.training import train
+from advisor.predictors import (
+    HeuristicInterference,
+    HeuristicJct,
+    HeuristicUsage,
+    InterferencePredictor,
+    JctPredictor,
+    Predictors,
+    ResidentLike,
+    SpecSpeed,
+    UsagePredictor,
+    UsageProfile,
+)
+from profiler.store import repo
+
+log = logging.getLogger(__name__)
+
+_CACHE_LIMIT = 8192
+_UTIL_STEP = 0.05
+
+
+def _bucket(ratio: float) -> float:
+    """Utilisations rounded to 5 % so that memoised model answers are reused across snapshots."""
+    return round(ratio / _UTIL_STEP) * _UTIL_STEP
+
+
+@dataclass(frozen=True, slots=True)
+class _Solo:
+    throughput: float
+    batch_size: int
+    usage: UsageProfile | None
+
+
+class ProfileIndex:
+    """Solo (single-GPU) profiles by (workload, normalised GPU model), with a per-workload fallback for the usage.
+
+    Built from the store's profiles (throughput, SM and memory-bandwidth use) and the throughput model's table of
+    measured throughputs (throughput only).
+    """
+
+    name = "profiles"
+
+    def __init__(self, rows: dict[tuple[str, str], _Solo]) -> None:
+        self._rows = rows
+        usages: dict[str, list[UsageProfile]] = {}
+        for (workload, _), solo in rows.items():
+            if solo.usage is not None:
+                usages.setdefault(workload, []).append(solo.usage)
+        self._usage_any = {
+            w: UsageProfile(
+                float(np.mean([u.sm_utilization_ratio for u in us])),
+                float(np.mean([u.memory_bandwidth_utilization_ratio for u in us])),
+            )
+            for w, us in usages.items()
+        }
+
+    @classmethod
+    def build(cls, sessions: sessionmaker[Session], throughput: ThroughputModel | None) -> ProfileIndex:
+        rows: dict[tuple[str, str], _Solo] = {}
+        if throughput is not None:
+            table = throughput.table_
+            for i, workload in enumerate(table.workloads):
+                if table.gpu_count[i] == 1 and table.nodes[i] == 1:
+                    rows[(workload, table.gpu_models[i])] = _Solo(
+                        float(table.throughput[i]), int(table.batch_size[i]), None
+                    )
+        with sessions() as session:
+            profiles = repo.list_profiles(session=session)
+        for p in profiles:
+            if p.gpu_count != 1 or p.node_count != 1:
+                continue
+            usage = None
+            if p.sm_util_mean_ratio is not None and p.mem_bw_util_ratio is not None:
+                usage = UsageProfile(min(1.0, p.sm_util_mean_ratio), min(1.0, p.mem_bw_util_ratio))
+            rows[(p.workload, normalize_gpu_model(p.gpu_model))] = _Solo(
+                p.throughput_samples_per_s, p.batch_size, usage
+            )
+        return cls(rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def usages(self) -> list[str]:
+        """Workloads whose SM / memory-bandwidth use is known."""
+        return sorted(self._usage_any)
+
+    def solo(self, workload: str | None, gpu_model: str) -> _Solo | None:
+        if not workload:
+            return None
+        return self._rows.get((workload, normalize_gpu_model(gpu_model)))
+
+    def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None:
+        solo = self.solo(workload, gpu_model)
+        if solo is not None and solo.usage is not None:
+            return solo.usage
+        return self._usage_any.get(workload or "")
+
+
+class ModelJct:
+    """JCT from the promoted JCT model (its p50), memoised per (workload, GPU model, GPU count)."""
+
+    def __init__(self, model: JctModel, version: int, clock: Callable[[], float] = time.time) -> None:
+        self.name = f"jct v{version}"
+        self._model = model
+        self._clock = clock
+        self._cache: dict[tuple[str, str, int], float | None] = {}
+
+    def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
+        if not workload:
+            return None
+        key = (workload, gpu_model, gpu_count)
+        if key in self._cache:
+            return self._cache[key]
+        prediction = self._model.predict(
+            workloads=[workload],
+            users=[""],
+            gpu_models=[gpu_model],
+            gpu_count=[float(gpu_count)],
+            submit_time_s=[self._clock()],
+        )
+        value = float(prediction.p50[0])
+        result = value if math.isfinite(value) and value > 0 else None
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = result
+        return result
+
+
+class ModelInterference:
+    """Slowdowns from the promoted interference model, one pair per resident (their effects multiply for the pod).
+
+    The model needs each side's solo throughput: a GPU where the pod's or a resident's workload has no single-GPU
+    profile on this GPU model is answered by the heuristic instead.
+    """
+
+    def __init__(self, model: InterferenceModel, version: int, profiles: ProfileIndex) -> None:
+        self.name = f"interference v{version}"
+        self._model = model
+        self._profiles = profiles
+        self._fallback = HeuristicInterference()
+        self._cache: dict[tuple[Any, ...], tuple[float, float]] = {}
+
+    def slowdowns(
+        self, gpu_model: str, workload: str | None, usage: UsageProfile, residents: Sequence[ResidentLike]
+    ) -> tuple[float, float]:
+        if not residents:
+            return 1.0, 1.0
+        pod_solo = self._profiles.solo(workload, gpu_model)
+        resident_solos = [self._profiles.solo(r.workload, gpu_model) for r in residents]
+        if pod_solo is None or any(s is None for s in resident_solos):
+            return self._fallback.slowdowns(gpu_model, workload, usage, residents)
+        sm, bw = _bucket(usage.sm_utilization_ratio), _bucket(usage.memory_bandwidth_utilization_ratio)
+        others = tuple(
+            (r.workload, _bucket(r.sm_utilization_ratio), _bucket(r.memory_bandwidth_utilization_ratio))
+            for r in residents
+        )
+        key = (gpu_model, workload, sm, bw, others)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        candidate = _side(workload or "", pod_solo, sm, bw)
+        pairs = [
+            (_side(w or "", solo, r_sm, r_bw), candidate)
+            for (w, r_sm, r_bw), solo in zip(others, resident_solos, strict=True)
+            if solo is not None
+        ]
+        norms = self._model.predict_pairs(pairs, gpu_model)
+        pod_norm = float(np.prod(norms[:, 1]))
+        worst_resident = float(np.min(norms[:, 0]))
+        result = (1.0 / max(pod_norm, 1e-3), 1.0 / max(worst_resident, 1e-3))
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = result
+        return result
+
+
+def _side(workload: str, solo: _Solo, sm: float, bw: float) -> SoloProfile:
+    return SoloProfile(
+        workload=workload,
+        solo_throughput=solo.throughput,
+        batch_size=solo.batch_size,
+        sm_util_ratio=sm,
+        mem_bw_util_ratio=bw,
+    )
+
+
+def predictors_from(models: LoadedModels, profiles: ProfileIndex | None) -> Predictors:
+    """The bundle for these models and profiles; heuristics wherever one is missing."""
+    usage: UsagePredictor = HeuristicUsage()
+    if profiles is not None and profiles.usages():
+        usage = profiles
+    interference: InterferencePredictor = HeuristicInterference()
+    if models.interference is not None:
+        interference = ModelInterference(
+            models.interference, models.versions["interference"], profiles or ProfileIndex({})
+        )
+    jct: JctPredictor = HeuristicJct()
+    if models.jct is not None:
+        jct = ModelJct(models.jct, models.versions["jct"])
+    return Predictors(speed=SpecSpeed(), interference=interference, jct=jct, usage=usage)
+
+
+def build_predictors(sessions: sessionmaker[Session]) -> Predictors:
+    """Promoted models and profiles from the store; all heuristics when the store cannot be read."""
+    try:
+        models = load_promoted(sessions)
+        profiles = ProfileIndex.build(sessions, models.throughput)
+    except SQLAlchemyError as e:
+        log.warning("model registry unreadable, scoring with heuristics only: %s", e.__class__.__name__)
+        return Predictors.heuristic()
+    return predictors_from(models, profiles)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Background training for POST /v1/models/train
+
+
+@dataclass
+class TrainingJob:
+    id: str
+    kinds: tuple[Kind, ...]
+    state: str = "queued"  # queued | running | succeeded | failed
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+def store_frame(sessions: sessionmaker[Session], kind: Kind) -> Any:
+    """The store's training data of `kind` as the kind's frame."""
+    with sessions() as session:
+        if kind == "interference":
+            return colocations_frame(repo.list_colocations(session=session))
+        if kind == "throughput":
+            return throughputs_frame(repo.list_profiles(session=session))
+        return executions_frame(repo.list_executions(session=session))
+
+
+class TrainingJobs:
+    """Runs one training at a time in a background thread; `on_done` reloads the served predictors."""
+
+    def __init__(
+        self, sessions: sessionmaker[Session], model_dir: Path, on_done: Callable[[], None] | None = None
+    ) -> None:
+        self._sessions = sessions
+        self._model_dir = model_dir
+        self._on_done = on_done
+        self._jobs: dict[str, TrainingJob] = {}
+        self._lock = threading.Lock()
+
+    def get(self, job_id: str) -> TrainingJob | None:
+        return self._jobs.get(job_id)
+
+    def running(self) -> TrainingJob | None:
+        return next((j for j in self._jobs.values() if j.state in ("queued", "running")), None)
+
+    def start(self, kinds: tuple[Kind, ...], *, force: bool = False) -> TrainingJob:
+        """Queue a training of `kinds`; raises RuntimeError while another one is still running."""
+        with self._lock:
+            busy = self.running()
+            if busy is not None:
+                raise RuntimeError(f"training {busy.id} is still {busy.state}")
+            job = TrainingJob(id=uuid.uuid4().hex[:12], kinds=kinds)
+            self._jobs[job.id] = job
+        threading.Thread(target=self._run, args=(job, force), name=f"train-{job.id}", daemon=True).start()
+        return job
+
+    def _run(self, job: TrainingJob, force: bool) -> None:
+        job.state = "running"
+        try:
+            for kind in job.kinds:
+                job.results.append(self._train_one(kind, force=force))
+            job.state = "succeeded" if any(r.get("promoted") is not None for r in job.results) else "failed"
+            if job.state == "failed":
+                job.error = "; ".join(str(r["error"]) for r in job.results if "error" in r)
+        except (SQLAlchemyError, OSError) as e:
+            job.state, job.error = "failed", f"{e.__class__.__name__}: {e}"
+        finally:
+            job.finished_at = datetime.now(UTC)
+            if self._on_done is not None:
+                self._on_done()
+
+    def _train_one(self, kind: Kind, *, force: bool) -> dict[str, Any]:
+        try:
+            trained = train(kind, store_frame(self._sessions, kind), source="store")
+        except DatasetError as e:
+            return {"kind": kind, "error": str(e)}
+        out = version_path(self._model_dir, kind, datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
+        save_trained(trained, out)
+        registration = register(self._sessions, kind, out, force=force)
+        return {
+            "kind": kind,
+            "version": registration.version,
+            "promoted": registration.promoted,
+            "reason": registration.reason,
+            "artifact": str(out),
+            "metrics": trained.metrics,
+        }

@@ -1,0 +1,97 @@
+"""Benchmark: predict latency of the three models for a batch of 500 rows, the scorer's hot path (goal ≤ 2 ms).
+
+Trains the reference models from the bundled Gavel data (as `gpuadvisor up` does), then times single-threaded
+batch predictions: interference for 500 (resident, candidate) pairs given column-wise and as `SoloProfile` objects,
+throughput for 500 (workload, GPU model, count, batch) rows, JCT quantiles for 500 jobs. Prints the median and p95
+wall time over the repetitions and the median CPU time of the calling thread, in milliseconds.
+
+    .venv/bin/python bench/models_predict.py [--rows 500] [--reps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from advisor.datasets import gavel_trace_executions, job_query_from_frame, load_gavel, side_columns_from_frame
+from advisor.features import SoloProfile
+from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir, train_reference_models
+from advisor.models.registry import load_promoted
+from profiler.store import db
+
+
+def timed(fn: Callable[[], object], reps: int) -> tuple[float, float, float]:
+    """(median wall ms, p95 wall ms, median CPU ms of this thread): CPU time is what a busy machine cannot inflate."""
+    fn()
+    wall, cpu = [], []
+    for _ in range(reps):
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        fn()
+        wall.append((time.perf_counter() - start) * 1e3)
+        cpu.append((time.thread_time() - start_cpu) * 1e3)
+    wall.sort()
+    return statistics.median(wall), wall[int(0.95 * (len(wall) - 1))], statistics.median(cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=500)
+    parser.add_argument("--reps", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = db.make_engine(f"sqlite:///{tmp}/store.db")
+        db.upgrade(engine)
+        sessions = db.session_factory(engine)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        train_reference_models(Path(tmp) / "models", sessions)
+        print(
+            f"reference models trained in {time.perf_counter() - start:.1f} s wall, "
+            f"{time.process_time() - start_cpu:.1f} s CPU (bundled Gavel data, 2 threads)"
+        )
+        models = load_promoted(sessions)
+        engine.dispose()
+    interference, throughput, jct = models.interference, models.throughput, models.jct
+    if interference is None or throughput is None or jct is None:
+        raise SystemExit(f"reference models missing: {models.describe()}")
+
+    gavel = load_gavel(bundled_gavel_dir() / GAVEL_THROUGHPUTS)
+    rng = np.random.default_rng(0)
+    pairs = gavel.colocations.iloc[rng.integers(0, len(gavel.colocations), args.rows)].reset_index(drop=True)
+    a, b = side_columns_from_frame(pairs, "a"), side_columns_from_frame(pairs, "b")
+    gpus = pairs["gpu_model"].tolist()
+    profiles = [
+        (
+            SoloProfile(r.workload_a, r.solo_throughput_a, int(r.batch_size_a)),
+            SoloProfile(r.workload_b, r.solo_throughput_b, int(r.batch_size_b)),
+        )
+        for r in pairs.itertuples(index=False)
+    ]
+    thr = gavel.throughputs.iloc[rng.integers(0, len(gavel.throughputs), args.rows)].reset_index(drop=True)
+    unseen = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA L4"]
+    thr_gpus = [unseen[i % len(unseen)] for i in range(args.rows)]
+    jobs = gavel_trace_executions(bundled_gavel_dir() / GAVEL_TRACES, gavel.throughputs)
+    jobs = jobs.iloc[rng.integers(0, len(jobs), args.rows)].reset_index(drop=True)
+    job_query = job_query_from_frame(jobs)
+    cases: list[tuple[str, Callable[[], object]]] = [
+        ("interference, columns (predict_columns)", lambda: interference.predict_columns(a, b, gpus)),
+        ("interference, SoloProfile pairs (predict_pairs)", lambda: interference.predict_pairs(profiles, gpus)),
+        (
+            "throughput, unseen GPU types (predict)",
+            lambda: throughput.predict(thr["workload"].tolist(), thr_gpus, thr["gpu_count"], thr["batch_size"]),
+        ),
+        ("jct quantiles (predict_query)", lambda: jct.predict_query(job_query)),
+    ]
+    print(f"{args.rows} rows per call, {args.reps} calls, single-threaded LightGBM")
+    for name, fn in cases:
+        median, p95, cpu = timed(fn, args.reps)
+        print(f"  {name:<50} median {median:6.2f} ms   p95 {p95:6.2f} ms   CPU median {cpu:6.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Promoted models in the service: what the scorer asks them, the API that lists and trains them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from advisor.api import create_app
+from advisor.datasets import GavelData, gavel_trace_executions, load_gavel
+from advisor.models.interference import InterferenceModel
+from advisor.models.jct import JctModel
+from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir
+from advisor.models.registry import register, save_trained
+from advisor.models.throughput import ThroughputModel
+from advisor.models.training import Model, Trained
+from advisor.predictors import UsageProfile
+from advisor.scoring import Resident
+from advisor.serving import build_predictors
+from advisor.settings import AdvisorSettings
+from profiler.store import db
+from tests.advisor.factories import snapshot, v1_pod
+
+TOKEN = "t0ken"
+
+
+@pytest.fixture(scope="module")
+def gavel() -> GavelData:
+    return load_gavel(bundled_gavel_dir() / GAVEL_THROUGHPUTS)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, gavel: GavelData) -> tuple[str, Path]:
+    """A store with small (fast to fit) promoted models of every kind, trained on slices of the bundled Gavel data."""
+    root = tmp_path_factory.mktemp("serving")
+    url = f"sqlite:///{root}/store.db"
+    engine = db.make_engine(url)
+    db.upgrade(engine)
+    sessions = db.session_factory(engine)
+    executions = gavel_trace_executions(bundled_gavel_dir() / GAVEL_TRACES, gavel.throughputs).head(400)
+    # One thread: LightGBM's thread pool only adds contention on a small, busy machine.
+    models: list[Model] = [
+        InterferenceModel(num_boost_round=20, num_threads=1).fit(gavel.colocations.head(400)),
+        JctModel(num_boost_round=20, num_threads=1).fit(executions),
+        ThroughputModel(num_boost_round=20, num_threads=1).fit(gavel.throughputs),
+    ]
+    for model in models:
+        directory = root / "models" / model.kind
+        save_trained(Trained(model=model, metrics={}, training_summary={}), directory)
+        register(sessions, model.kind, directory)
+    engine.dispose()
+    return url, root
+
+
+@pytest.fixture
+def sessions(store: tuple[str, Path]) -> Iterator[sessionmaker[Session]]:
+    engine = db.make_engine(store[0])
+    yield db.session_factory(engine)
+    engine.dispose()
+
+
+def test_promoted_models_answer_jct_and_interference(sessions: sessionmaker[Session], gavel: GavelData) -> None:
+    predictors = build_predictors(sessions)
+    names = predictors.names()
+    assert names["jct"] == "jct v1"
+    assert names["interference"] == "interference v1"
+    workload = str(gavel.colocations["workload_a"].iloc[0])
+    partner = str(gavel.colocations["workload_b"].iloc[0])
+    gpu = str(gavel.colocations["gpu_model"].iloc[0])
+    jct = predictors.jct.jct_seconds(workload, gpu, 1)
+    assert jct is not None
+    assert jct > 0
+    assert predictors.jct.jct_seconds(None, gpu, 1) is None
+    resident = Resident("ml/other", workload=partner, sm_utilization_ratio=0.5, memory_bandwidth_utilization_ratio=0.4)
+    pod_slow, resident_slow = predictors.interference.slowdowns(gpu, workload, UsageProfile(0.5, 0.4), [resident])
+    assert pod_slow >= 1.0
+    assert resident_slow >= 1.0
+    unknown = Resident(
+        "ml/x", workload="never-profiled", sm_utilization_ratio=0.9, memory_bandwidth_utilization_ratio=0.9
+    )
+    heuristic = predictors.interference.slowdowns(gpu, workload, UsageProfile(0.9, 0.9), [unknown])
+    assert heuristic[0] == pytest.approx(1.8 * 1.05)
+
+
+def test_the_service_serves_promoted_models_and_lists_them(store: tuple[str, Path], gavel: GavelData) -> None:
+    settings = AdvisorSettings(db_url=store[0], no_kube=True, api_token=TOKEN, model_dir=store[1] / "trained")
+    workload = str(gavel.throughputs["workload"].iloc[0])
+    with TestClient(create_app(settings)) as client:
+        listed = client.get("/v1/models").json()
+        assert {v["kind"] for v in listed["versions"] if v["promoted"]} == {"interference", "jct", "throughput"}
+        assert listed["serving"]["jct"] == "jct v1"
+        client.post(
+            "/v1/telemetry",
+            json=snapshot("n1", model="Tesla V100-SXM2-16GB"),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        pod = v1_pod(gpus=1, labels={"gpuadvisor.io/workload": workload})
+        scored = client.post("/v1/score", json={"pod": {"metadata": pod["metadata"], "spec": pod["spec"]}}).json()
+        [verdict] = scored["scores"]
+        assert verdict["predicted_jct_seconds"] > 0
+        assert "jct model" in verdict["reason"]
+        assert scored["models"]["jct"] == "jct v1"
+        answer = client.post("/v1/predict/jct", json={"workload": workload, "gpu_model": "V100"}).json()
+        assert answer["model"] == "jct v1"
+        assert answer["jct_seconds"] > 0
+
+
+def test_training_runs_in_the_background_and_reports_its_state(store: tuple[str, Path]) -> None:
+    settings = AdvisorSettings(db_url=store[0], no_kube=True, api_token=TOKEN, model_dir=store[1] / "trained")
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/models/train", json={"kinds": ["jct"]}).status_code == 401
+        started = client.post("/v1/models/train", headers={"Authorization": f"Bearer {TOKEN}"})  # no body: all kinds
+        assert started.status_code == 202
+        status_url = started.json()["status_url"]
+        deadline = time.monotonic() + 60
+        job = client.get(status_url).json()
+        while job["state"] in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.1)
+            job = client.get(status_url).json()
+        # The store holds no profiles, co-locations or executions of its own: a failed job that says why.
+        assert job["state"] == "failed"
+        assert job["kinds"] == ["throughput", "interference", "jct"]
+        assert "usable row(s)" in job["error"]
+        assert client.get("/v1/models/train/nope").status_code == 404
