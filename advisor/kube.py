@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from advisor.api.metrics import AdvisorMetrics
 from advisor.pods import ContainerResources, PodSpecError, pod_key, pod_request
@@ -72,10 +73,20 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
 class KubeWatch:
     """Two daemon threads (pods, nodes) keeping `state` in step with the cluster until `stop()`."""
 
-    def __init__(self, state: ClusterState, metrics: AdvisorMetrics, api: client.CoreV1Api) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        metrics: AdvisorMetrics,
+        api: client.CoreV1Api,
+        *,
+        read_timeout_seconds: float = _WATCH_TIMEOUT_SECONDS + 30,
+    ) -> None:
         self._state = state
         self._metrics = metrics
         self._api = api
+        # A silent watch stream ends after this long, so `stop()` takes effect within it and a half-open connection
+        # to the API server is noticed (the server itself closes watches after _WATCH_TIMEOUT_SECONDS).
+        self._request_timeout = (10.0, read_timeout_seconds)
         self._serializer = client.ApiClient()
         self._stop = threading.Event()
         self._threads = [
@@ -89,7 +100,11 @@ class KubeWatch:
         return self
 
     def stop(self) -> None:
+        """Ask both threads to finish and wait for them (at most one read timeout)."""
         self._stop.set()
+        for t in self._threads:
+            if t.is_alive():
+                t.join(timeout=self._request_timeout[1] + 1.0)
 
     def _loop(self, body: Callable[[], None]) -> None:
         backoff = 1.0
@@ -98,6 +113,8 @@ class KubeWatch:
             try:
                 body()
                 backoff = 1.0
+            except (ReadTimeoutError, ProtocolError):
+                continue  # an idle stream timed out or the server closed it: list and watch again
             except Exception as e:  # any API or network failure: log once per kind, retry
                 kind = type(e).__name__
                 if kind not in logged:
@@ -111,7 +128,9 @@ class KubeWatch:
         return data
 
     def _watch_pods(self) -> None:
-        listed = self._api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+        listed = self._api.list_pod_for_all_namespaces(
+            field_selector="spec.nodeName!=", _request_timeout=self._request_timeout
+        )
         allocations = [a for p in listed.items if (a := allocation_from_pod(self._pod_dict(p))) is not None]
         self._state.replace_allocations(allocations)
         self._metrics.allocations.set(len(allocations))
@@ -122,6 +141,7 @@ class KubeWatch:
                 field_selector="spec.nodeName!=",
                 resource_version=listed.metadata.resource_version if listed.metadata else None,
                 timeout_seconds=_WATCH_TIMEOUT_SECONDS,
+                _request_timeout=self._request_timeout,
             ):
                 if self._stop.is_set():
                     return
@@ -143,7 +163,9 @@ class KubeWatch:
     def _watch_nodes(self) -> None:
         w = watch.Watch()  # type: ignore[no-untyped-call]
         try:
-            for event in w.stream(self._api.list_node, timeout_seconds=_WATCH_TIMEOUT_SECONDS):  # type: ignore[no-untyped-call]
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                self._api.list_node, timeout_seconds=_WATCH_TIMEOUT_SECONDS, _request_timeout=self._request_timeout
+            ):
                 if self._stop.is_set():
                     return
                 if event["type"] == "DELETED":

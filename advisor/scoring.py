@@ -39,6 +39,7 @@ from collector.snapshot import LINK_RANK, LinkLevel
 WHOLE_GPU_MILLI = 1000
 WORST_LINK_RANK = LINK_RANK[LinkLevel.SYSTEM]
 _EXHAUSTIVE_SET_LIMIT = 4096
+_GREEDY_STARTS = 8
 _MEMO_LIMIT = 64
 _HEURISTIC = Predictors.heuristic()
 
@@ -382,7 +383,8 @@ def best_gpu_set(
 ) -> _GpuSet | None:
     """The best k GPUs among `eligible_mask`: best worst link, then best mean link, then least fragmentation.
 
-    Exhaustive while the number of k-subsets is at most 4096, greedy (grow from each GPU by cheapest link) beyond.
+    Exhaustive while the number of k-subsets is at most 4096; beyond, greedy (grow by cheapest link) from up to 8 seeds
+    spread over the NVLink islands.
     """
     positions = [i for i in range(topology.gpu_count) if eligible_mask >> i & 1]
     if k <= 0 or len(positions) < k:
@@ -391,7 +393,10 @@ def best_gpu_set(
     if math.comb(len(positions), k) <= _EXHAUSTIVE_SET_LIMIT:
         candidates: Iterable[tuple[int, ...]] = combinations(positions, k)
     else:
-        candidates = (_greedy_set(ranks, positions, start, k) for start in positions)
+        # Grow from the first eligible GPU of each NVLink island (then others) — at most _GREEDY_STARTS seeds.
+        seeds = [p for island in topology.islands for p in positions if island >> p & 1][:: max(1, k)]
+        seeds = list(dict.fromkeys([*seeds, *positions]))[:_GREEDY_STARTS]
+        candidates = (_greedy_set(ranks, positions, start, k) for start in seeds)
     best: tuple[int, float, float] | None = None
     chosen: _GpuSet | None = None
     for combo in candidates:

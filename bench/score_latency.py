@@ -53,23 +53,23 @@ def bench_in_process(snapshots: list[dict[str, Any]], iterations: int) -> None:
     pods = [V1Pod.model_validate(p).to_request() for p in POD_MIX]
     for pod in pods:
         score_candidates(pod, names, nodes, config=config, now_seconds=time.time())
-    warm = []
-    for i in range(iterations):
-        t0 = time.perf_counter()
-        score_candidates(pods[i % len(pods)], names, nodes, config=config, now_seconds=time.time())
-        warm.append(time.perf_counter() - t0)
-    cold = []
-    for i in range(max(1, iterations // 5)):
-        for node in nodes.values():
-            node.memo.clear()
-        t0 = time.perf_counter()
-        score_candidates(pods[i % len(pods)], names, nodes, config=config, now_seconds=time.time())
-        cold.append(time.perf_counter() - t0)
-    for label, samples in (("warm", warm), ("cold", cold)):
-        p50, p99 = percentiles_ms(samples)
+    results: dict[str, tuple[list[float], list[float]]] = {"warm": ([], []), "cold": ([], [])}
+    for label, calls in (("warm", iterations), ("cold", max(1, iterations // 5))):
+        wall, cpu = results[label]
+        for i in range(calls):
+            if label == "cold":
+                for node in nodes.values():
+                    node.memo.clear()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            score_candidates(pods[i % len(pods)], names, nodes, config=config, now_seconds=time.time())
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
+    for label, (wall, cpu) in results.items():
+        p50, p99 = percentiles_ms(wall)
+        c50, c99 = percentiles_ms(cpu)
         print(
-            f"in-process score_candidates, {label}: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
-            f"({len(samples)} calls, pod mix 1,1,2,4,8 GPUs + a 250m share)"
+            f"in-process score_candidates, {label}: wall p50 {p50:.2f} ms, p99 {p99:.2f} ms; "
+            f"CPU p50 {c50:.2f} ms, p99 {c99:.2f} ms ({len(wall)} calls, pod mix 1,1,2,4,8 GPUs + a 250m share)"
         )
 
 
@@ -93,6 +93,12 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
             print(f"HostPriorityList for a 1-GPU v1.Pod: {len(hosts)} hosts, scores {histogram}")
             for body in bodies:
                 post(conn, "/extender/prioritize", body)
+            cpu0 = process_cpu_seconds(proc.pid)
+            for _ in range(requests):
+                conn.request("GET", "/healthz")
+                conn.getresponse().read()
+            floor_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
+            print(f"HTTP floor: GET /healthz costs the server {floor_ms:.2f} ms CPU/request (uvicorn + FastAPI alone)")
             times = []
             cpu0 = process_cpu_seconds(proc.pid)
             for i in range(requests):

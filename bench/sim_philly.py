@@ -56,11 +56,12 @@ def main() -> None:
     report = json.loads(done.stdout)
     print(f"{len(window)} jobs from {args.start}, {args.days:g} days; {report['cluster']['gpus']} GPUs")
     print(f"{'policy':<8} {'avg_jct_s':>10} {'p95_jct_s':>10} {'avg_queue_s':>11} {'makespan_s':>11} {'gpu_util':>8} "
-          f"{'seconds':>7}")  # fmt: skip
+          f"{'x-NVLink':>8} {'x-node':>6} {'seconds':>7}")  # fmt: skip
     for name, r in report["policies"].items():
         print(
             f"{name:<8} {r['avg_jct_s']:>10.0f} {r['p95_jct_s']:>10.0f} {r['avg_queue_s']:>11.0f} "
-            f"{r['makespan_s']:>11.0f} {r['gpu_utilization']:>8.3f} {r['seconds']:>7.1f}"
+            f"{r['makespan_s']:>11.0f} {r['gpu_utilization']:>8.3f} {r['cross_nvlink_group_jobs']:>8} "
+            f"{r['multi_node_jobs']:>6} {r['seconds']:>7.1f}"
         )
 
 

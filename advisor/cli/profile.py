@@ -7,6 +7,7 @@ needed resource (the Kubernetes API) is missing, 1 when a local run finished wit
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -252,6 +253,7 @@ def run_controller(
     from profiler.kube import KubeCluster, KubeError, api_client, run_operator
     from profiler.recorder import Recorder
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ProfilerSettings()
     engine = open_store(db_url or settings.db_url)
     sessions = db.session_factory(engine)

@@ -40,6 +40,7 @@ from advisor.settings import AdvisorSettings
 from collector.agent import CollectorAgent
 from collector.backend import BackendUnavailableError, GpuBackend
 from collector.push import SnapshotPusher
+from collector.settings import CollectorSettings
 from collector.sim import SimulatedBackend
 from collector.stats import CollectorStats
 from profiler.store import db
@@ -176,11 +177,12 @@ def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port:
 
 
 def local_gpu_backend() -> GpuBackend | None:
-    """This machine's GPUs through NVML, or None when there is no NVML library or no GPU."""
+    """This machine's GPUs through NVML (library from GPUADVISOR_NVML_LIBRARY, as for the collector), or None when
+    there is no NVML library or no GPU."""
     try:
         from collector.nvml import NvmlBackend
 
-        backend: GpuBackend = NvmlBackend(None)
+        backend: GpuBackend = NvmlBackend(CollectorSettings().nvml_library)
     except BackendUnavailableError:
         return None
     if not backend.read().gpus:
@@ -190,7 +192,14 @@ def local_gpu_backend() -> GpuBackend | None:
 
 
 def start_nodes(
-    stack: LocalStack, base_url: str, token: str, names: list[str], *, gpus: int, interval_seconds: float
+    stack: LocalStack,
+    base_url: str,
+    token: str,
+    names: list[str],
+    *,
+    gpus: int,
+    interval_seconds: float,
+    local: GpuBackend | None,
 ) -> list[str]:
     """One collector agent per simulated node (and one for local GPUs), each pushing to the advisor; node names."""
     agents: list[tuple[str, CollectorAgent]] = []
@@ -210,7 +219,6 @@ def start_nodes(
                 ),
             )
         )
-    local = local_gpu_backend()
     if local is not None:
         stack.backends.append(local)
         name = socket.gethostname()
@@ -230,17 +238,27 @@ def nodes_known(base_url: str, names: list[str]) -> bool:
     return reply.is_success and set(names) <= {node["name"] for node in reply.json()["nodes"]}
 
 
-def print_summary(  # noqa: PLR0917 - everything the summary shows
-    console: Console, base_url: str, nodes: list[str], gpus: int, settings: AdvisorSettings, models: str
+def print_summary(
+    console: Console,
+    base_url: str,
+    *,
+    simulated: list[str],
+    local: list[str],
+    gpus: int,
+    settings: AdvisorSettings,
+    models: str,
 ) -> None:
     """The URLs, the token and the example commands, once everything answers."""
+    nodes = simulated + local
     console.print()
     console.print(f"[bold]gpuadvisor is up[/] — {len(nodes)} nodes, store {settings.db_url}")
     console.print(f"  models          {models}")
     console.print(f"  API and docs    {base_url}/docs")
     console.print(f"  cluster state   {base_url}/v1/nodes")
     console.print(f"  metrics         {base_url}/metrics")
-    console.print(f"  nodes           {', '.join(nodes)} ({gpus} simulated GPUs each)")
+    console.print(f"  nodes           {', '.join(simulated)} ({gpus} simulated GPUs each)")
+    for name in local:
+        console.print(f"                  {name} (this machine's GPUs, through NVML)")
     console.print(f"  API token       {settings.api_token} (for POST /v1/telemetry and /v1/models/train)")
     for example in examples(base_url, nodes):
         console.print()
@@ -280,13 +298,27 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
         with step(console, f"advisor serving on port {port}"):
             base_url, ctx = start_advisor(stack, settings, host, port)
         names = node_names(nodes)
-        with step(console, f"{nodes} simulated nodes × {gpus_per_node} GPUs pushing telemetry"):
-            names = start_nodes(stack, base_url, token, names, gpus=gpus_per_node, interval_seconds=interval_s)
+        local = local_gpu_backend()
+        label = f"{nodes} simulated nodes × {gpus_per_node} GPUs"
+        if local is not None:
+            label += f" and this machine's {len(local.read().gpus)} GPUs"
+        with step(console, f"{label} pushing telemetry"):
+            names = start_nodes(
+                stack, base_url, token, names, gpus=gpus_per_node, interval_seconds=interval_s, local=local
+            )
             if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
-                fail("the advisor received no telemetry from the simulated nodes", EXIT_UNAVAILABLE)
+                fail("the advisor received no telemetry from the collectors", EXIT_UNAVAILABLE)
         with step(console, "models ready (trained from the bundled data on the first start)"):
             models = serve_models(ctx, settings)
-        print_summary(console, base_url, names, gpus_per_node, settings, models)
+        print_summary(
+            console,
+            base_url,
+            simulated=names[:nodes],
+            local=names[nodes:],
+            gpus=gpus_per_node,
+            settings=settings,
+            models=models,
+        )
         while stack.server_thread is not None:
             stack.server_thread.join(0.5)
             if not stack.server_thread.is_alive():

@@ -58,10 +58,10 @@ class InterferenceModel:
     def __init__(
         self,
         *,
-        num_boost_round: int = 400,
-        learning_rate: float = 0.05,
-        num_leaves: int = 15,
-        min_data_in_leaf: int = 5,
+        num_boost_round: int = 120,
+        learning_rate: float = 0.1,
+        num_leaves: int = 31,
+        min_data_in_leaf: int = 3,
         num_threads: int = 2,
         seed: int = 0,
     ) -> None:

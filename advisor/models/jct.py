@@ -160,8 +160,8 @@ class JctModel:
     def __init__(
         self,
         *,
-        num_boost_round: int = 200,
-        learning_rate: float = 0.05,
+        num_boost_round: int = 100,
+        learning_rate: float = 0.1,
         num_leaves: int = 31,
         min_data_in_leaf: int = 20,
         num_threads: int = 2,

@@ -5,7 +5,9 @@ measurement — the *anchor*: the same workload's closest measured configuration
 nodes on the most similar GPU type (`find_anchors`). The nearest-GPU baseline scales the anchor by the FP32 ratio of
 the two GPUs and the GPU-count ratio; the LightGBM model learns the log2 correction to that baseline from the GPUs'
 specification ratios and the configuration differences. It is trained on each measured row twice: anchored on another
-GPU type (what an unseen GPU looks like) and anchored on another configuration of any GPU type.
+GPU type (what an unseen GPU looks like) and anchored on another configuration of any GPU type. How much of that
+correction to apply is itself checked leave-one-GPU-type-out on the training data (`_correction_weight`): with only
+a few GPU types to learn from, a correction that does not carry over to an unseen type is shrunk, down to zero.
 
 A query matching a measured configuration exactly returns the measurement. A workload with no measurement at all
 gets the `fallback` booster, trained on absolute throughputs from the GPU specifications and configuration only.
@@ -28,6 +30,7 @@ from advisor.models import _lgbm
 from advisor.models.artifact import Artifact
 
 _QUERY_CHUNK = 512
+CORRECTION_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # The correction booster sees how the target differs from its anchor, not which GPU the target is: absolute GPU
 # specifications let the trees memorise per-GPU offsets, which do not carry over to a GPU type they never saw.
 _CORRECTION_COLUMNS = np.array([not n.startswith("gpu_") for n in THROUGHPUT_FEATURES])
@@ -218,8 +221,8 @@ class ThroughputModel:
     def __init__(
         self,
         *,
-        num_boost_round: int = 300,
-        learning_rate: float = 0.05,
+        num_boost_round: int = 150,
+        learning_rate: float = 0.1,
         num_leaves: int = 31,
         min_data_in_leaf: int = 10,
         num_threads: int = 2,
@@ -256,29 +259,62 @@ class ThroughputModel:
             seed=self.seed,
         )
 
-    def fit(self, frame: pd.DataFrame) -> ThroughputModel:
-        """Train on a throughputs frame (`advisor.datasets.THROUGHPUTS`); rows with throughput ≤ 0 are dropped."""
-        frame = frame[frame["throughput"] > 0].reset_index(drop=True)
-        self.table_ = ReferenceTable.from_frame(frame)
-        index = self.table_.rows_by_workload()
+    def _fit_correction(self, frame: pd.DataFrame) -> tuple[Any, ReferenceTable, dict[str, FloatArray]]:
+        table = ReferenceTable.from_frame(frame)
+        index = table.rows_by_workload()
         query = throughput_query_from_frame(frame)
         log_y = np.log2(frame["throughput"].to_numpy(np.float64))
         blocks, targets = [], []
         for exclude in ("gpu", "config"):
-            anchors, _ = find_anchors(query, self.table_, by_workload=index, exclude=exclude)
+            anchors, _ = find_anchors(query, table, by_workload=index, exclude=exclude)
             base = nearest_gpu_estimate(query, anchors)
             ok = base > 0
             blocks.append(throughput_features(query, anchors)[ok][:, _CORRECTION_COLUMNS])
             targets.append(log_y[ok] - np.log2(base[ok]))
         if sum(len(t) for t in targets) == 0:
             raise ValueError("no workload is measured in two configurations: nothing to learn a correction from")
-        self.booster_ = self._train(
+        booster = self._train(
             np.vstack(blocks), np.concatenate(targets), np.asarray(THROUGHPUT_FEATURES)[_CORRECTION_COLUMNS].tolist()
         )
+        return booster, table, index
+
+    def _correction_weight(self, frame: pd.DataFrame) -> float:
+        """How much of the learned correction carries over to a GPU type the model has not seen.
+
+        Leave-one-GPU-type-out inside the training data: the correction is refitted without each GPU type, applied
+        with weights 0, ¼, …, 1 to that type's rows, and the weight with the lowest mean absolute percentage error
+        wins (0 = the nearest-GPU estimate unchanged). With fewer than three GPU types there is nothing to check it
+        on and the full correction is used.
+        """
+        gpus = np.array([normalize_gpu_model(g) for g in frame["gpu_model"]])
+        if len(set(gpus)) < 3:
+            return 1.0
+        errors = np.zeros(len(CORRECTION_WEIGHTS))
+        for gpu in sorted(set(gpus)):
+            held = frame[gpus == gpu].reset_index(drop=True)
+            booster, table, index = self._fit_correction(frame[gpus != gpu].reset_index(drop=True))
+            query = throughput_query_from_frame(held)
+            anchors, _ = find_anchors(query, table, by_workload=index)
+            base = nearest_gpu_estimate(query, anchors)
+            ok = base > 0
+            if not ok.any():
+                continue
+            correction = _lgbm.predict(booster, throughput_features(query, anchors)[ok][:, _CORRECTION_COLUMNS])
+            truth = held["throughput"].to_numpy(np.float64)[ok]
+            for i, weight in enumerate(CORRECTION_WEIGHTS):
+                errors[i] += float(np.sum(np.abs(base[ok] * np.exp2(weight * correction) - truth) / truth))
+        return float(CORRECTION_WEIGHTS[int(np.argmin(errors))])
+
+    def fit(self, frame: pd.DataFrame) -> ThroughputModel:
+        """Train on a throughputs frame (`advisor.datasets.THROUGHPUTS`); rows with throughput ≤ 0 are dropped."""
+        frame = frame[frame["throughput"] > 0].reset_index(drop=True)
+        self.correction_weight_ = self._correction_weight(frame)
+        self.booster_, self.table_, self._index = self._fit_correction(frame)
+        query = throughput_query_from_frame(frame)
+        log_y = np.log2(frame["throughput"].to_numpy(np.float64))
         no_anchor = Anchors(np.full(len(query), np.nan), [""] * len(query), *(np.full((3, len(query)), np.nan)))
         self.fallback_ = self._train(throughput_features(query, no_anchor), log_y, list(THROUGHPUT_FEATURES))
         self.n_rows_ = len(frame)
-        self._index = index
         return self
 
     def predict_query(self, query: ThroughputQuery) -> FloatArray:
@@ -292,7 +328,7 @@ class ThroughputModel:
         result = np.empty(len(query), dtype=np.float64)
         if has_anchor.any():
             correction = _lgbm.predict(self.booster_, features[has_anchor][:, _CORRECTION_COLUMNS])
-            result[has_anchor] = base[has_anchor] * np.exp2(correction)
+            result[has_anchor] = base[has_anchor] * np.exp2(self.correction_weight_ * correction)
         if (~has_anchor).any():
             result[~has_anchor] = np.exp2(_lgbm.predict(self.fallback_, features[~has_anchor]))
         exact = cost == 0.0
@@ -327,6 +363,7 @@ class ThroughputModel:
             params=self.get_params(),
             state={
                 "n_rows": self.n_rows_,
+                "correction_weight": self.correction_weight_,
                 "reference": self.table_.to_json(),
                 "features": list(THROUGHPUT_FEATURES),
             },
@@ -340,5 +377,6 @@ class ThroughputModel:
         model.fallback_ = _lgbm.from_text(artifact.boosters["fallback"])
         model.table_ = ReferenceTable.from_json(artifact.state["reference"])
         model.n_rows_ = int(artifact.state["n_rows"])
+        model.correction_weight_ = float(artifact.state["correction_weight"])
         model._index = model.table_.rows_by_workload()
         return model

@@ -30,9 +30,12 @@ from advisor.sim.adapter import StateInterner
 from advisor.sim.fragmentation import IntArray
 from advisor.sim.model import GPU_MILLI, Cluster, Job
 from advisor.sim.packing import DEFAULT_EXTENDER_WEIGHT
-from advisor.sim.rates import Assignment, RateTable, predictors_for, true_rate, with_job
+from advisor.sim.rates import Assignment, RateTable, crosses_nvlink_groups, predictors_for, true_rate, with_job
 
 SHARE_MILLI = GPU_MILLI // 2
+# What telemetry would show of a training job on its GPU; read only by the heuristic interference fallback.
+_RESIDENT_SM_RATIO = 0.9
+_RESIDENT_BANDWIDTH_RATIO = 0.5
 _DONE_EPS_SECONDS = 1e-6
 
 
@@ -175,8 +178,8 @@ class ExtenderJobPolicy:
                     pod=r.job_id,
                     workload=r.job_type,
                     gpu_milli=SHARE_MILLI if r.num_gpus == 1 else GPU_MILLI,
-                    sm_utilization_ratio=0.9,
-                    memory_bandwidth_utilization_ratio=0.5,
+                    sm_utilization_ratio=_RESIDENT_SM_RATIO,
+                    memory_bandwidth_utilization_ratio=_RESIDENT_BANDWIDTH_RATIO,
                 )
                 for r in jobs
             )
@@ -236,6 +239,8 @@ class JctResult:
     gpu_utilization: float
     jobs: int
     unschedulable_jobs: int
+    cross_nvlink_group_jobs: int
+    multi_node_jobs: int
     seconds: float
     jct_s: list[float] = field(default_factory=list)
 
@@ -248,6 +253,8 @@ class JctResult:
             "gpu_utilization": self.gpu_utilization,
             "jobs": self.jobs,
             "unschedulable_jobs": self.unschedulable_jobs,
+            "cross_nvlink_group_jobs": self.cross_nvlink_group_jobs,
+            "multi_node_jobs": self.multi_node_jobs,
             "seconds": self.seconds,
         }
 
@@ -262,6 +269,8 @@ class _Engine:
         self.per_node = cluster.max_gpus_per_node
         self.running: dict[str, _Running] = {}
         self.gpu_milli_seconds = 0.0
+        self.cross_group_jobs = 0
+        self.multi_node_jobs = 0
 
     def _rate(self, run: _Running) -> float:
         gpus = tuple((n, g) for n, gs in run.parts for g in gs)
@@ -286,6 +295,9 @@ class _Engine:
             self.state.assign(job, choice[0], choice[1], milli, gang)
             parts.append(choice)
         run = _Running(job, parts, milli, gang, now, job.work)
+        placed = tuple((n, g) for n, gs in parts for g in gs)
+        self.cross_group_jobs += crosses_nvlink_groups(Assignment(placed), self.cluster.nodes)
+        self.multi_node_jobs += len({n for n, _ in parts}) > 1
         if share:
             node, (gpu,) = parts[0]
             others = [r for r in self.state.residents[(node, gpu)] if r is not job]
@@ -370,6 +382,8 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
         gpu_utilization=engine.gpu_milli_seconds / GPU_MILLI / (total_gpus * makespan) if makespan > 0 else 0.0,
         jobs=len(finished),
         unschedulable_jobs=len(jobs) - len(finished),
+        cross_nvlink_group_jobs=engine.cross_group_jobs,
+        multi_node_jobs=engine.multi_node_jobs,
         seconds=time.perf_counter() - started,
         jct_s=sorted(float(x) for x in jct),
     )

@@ -74,17 +74,20 @@ class Assignment:
     partner: str | None = None
 
 
+def crosses_nvlink_groups(assignment: Assignment, nodes: Sequence[SimNode]) -> bool:
+    """Whether the job's GPUs on some node belong to more than one NVLink group."""
+    for n in {n for n, _ in assignment.gpus}:
+        groups = nodes[n].nvlink_groups
+        used = {g for m, g in assignment.gpus if m == n}
+        if groups and sum(1 for group in groups if used & set(group)) > 1:
+            return True
+    return False
+
+
 def true_rate(job: Job, assignment: Assignment, nodes: Sequence[SimNode], table: RateTable | None) -> float:
     """Work units per second of `job` under `assignment` (0 when the table cannot say: the run then errs)."""
     node_ids = sorted({n for n, _ in assignment.gpus})
-    factor = 1.0
-    for n in node_ids:
-        groups = nodes[n].nvlink_groups
-        if groups:
-            used = {g for m, g in assignment.gpus if m == n}
-            touched = sum(1 for group in groups if used & set(group))
-            if touched > 1:
-                factor = CROSS_NVLINK_GROUP_RATIO
+    factor = CROSS_NVLINK_GROUP_RATIO if crosses_nvlink_groups(assignment, nodes) else 1.0
     if table is None:
         return factor * (CROSS_NODE_RATIO if len(node_ids) > 1 else 1.0)
     rates: list[float] = []

@@ -251,3 +251,9 @@ def test_own_metrics_count_latency_scores_and_fallbacks(client: TestClient) -> N
     assert samples[("gpuadvisor_advisor_snapshots_total", (("result", "accepted"),))] == 4
     assert samples[("gpuadvisor_advisor_nodes", (("freshness", "fresh"),))] == 4
     assert ("gpuadvisor_advisor_fallbacks_total", (("kind", "speed"),)) not in samples
+
+
+def test_a_snapshot_with_absurdly_many_gpus_is_refused(client: TestClient) -> None:
+    response = client.post("/v1/telemetry", json=snapshot("huge", gpus=65, links=[]), headers=AUTH)
+    assert response.status_code == 422
+    assert "gpus" in response.json()["detail"]

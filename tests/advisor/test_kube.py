@@ -79,7 +79,7 @@ async def test_the_watch_reserves_and_releases_gpus_of_bound_pods(kmock: kmock.K
     state = ClusterState()
     state.ingest(NodeSnapshot.model_validate(snapshot("n1")))
     metrics = AdvisorMetrics()
-    watch = KubeWatch(state, metrics, api).start()
+    watch = KubeWatch(state, metrics, api, read_timeout_seconds=0.5).start()
     try:
         assert await _eventually(lambda: state.nodes["n1"].free_gpus == 6)
         assert state.nodes["n1"].gangs == frozenset({"job-1"})
@@ -89,4 +89,4 @@ async def test_the_watch_reserves_and_releases_gpus_of_bound_pods(kmock: kmock.K
         assert await _eventually(lambda: state.nodes["n1"].free_gpus == 7)
         assert metrics.allocations._value.get() == 1
     finally:
-        watch.stop()
+        await asyncio.to_thread(watch.stop)

@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from advisor.cli.up import examples, node_names
+from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, build_library, fake_nvml_env, write_config
 from tests.support.net import free_port, wait_until
 
 START_TIMEOUT_S = 120
@@ -50,10 +52,16 @@ def _request(command: str) -> httpx.Response:
 
 @pytest.mark.slow
 @pytest.mark.timeout(SUMMARY_TIMEOUT_S + 60)
-def test_up_trains_serves_scores_for_its_simulated_nodes_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    """A fresh directory: /v1/score answers for the simulated nodes within 120 s; the reference models are trained on
-    this first start and served once ready; the printed commands work; Ctrl-C stops everything."""
+def test_up_trains_serves_scores_for_its_nodes_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    """A fresh directory on a machine with two GPUs (the stand-in NVML library): /v1/score answers for the simulated
+    nodes and this machine within 120 s; the reference models are trained on this first start and served once ready;
+    the printed commands work; Ctrl-C stops everything."""
     port = free_port()
+    local_gpus = [
+        FakeGpu(uuid=f"GPU-local-{i}", pci_bus_id=f"00000000:1{i}:00.0", nvlink_peers=[1 - i]) for i in (0, 1)
+    ]
+    nvml = fake_nvml_env(build_library(), write_config(FakeNvmlConfig(gpus=local_gpus), tmp_path / "nvml.conf"))
+    expected_nodes = {"sim-node-1", "sim-node-2", socket.gethostname()}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -75,7 +83,7 @@ def test_up_trains_serves_scores_for_its_simulated_nodes_and_stops_on_ctrl_c(tmp
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "400"},
+        env={**os.environ, **nvml, "PYTHONUNBUFFERED": "1", "COLUMNS": "400"},
     )
     lines: list[str] = []
     ready = threading.Event()
@@ -94,7 +102,7 @@ def test_up_trains_serves_scores_for_its_simulated_nodes_and_stops_on_ctrl_c(tmp
         def scored_both_nodes() -> bool:
             reply = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"pod": {"gpus": 1}}, timeout=10)
             scores = reply.json()["scores"] if reply.status_code == 200 else []
-            return {s["node"] for s in scores if s["known"]} == {"sim-node-1", "sim-node-2"}
+            return {s["node"] for s in scores if s["known"]} == expected_nodes
 
         assert wait_until(scored_both_nodes, START_TIMEOUT_S, interval_s=0.5), "\n".join(lines)
         assert ready.wait(SUMMARY_TIMEOUT_S), "\n".join(lines)
@@ -109,7 +117,7 @@ def test_up_trains_serves_scores_for_its_simulated_nodes_and_stops_on_ctrl_c(tmp
             answer = _request(command)
             assert answer.status_code == 200, f"{command}: {answer.text}"
         priorities = _request(next(c for c in commands if "/extender/prioritize" in c)).json()
-        assert sorted(p["Host"] for p in priorities) == ["sim-node-1", "sim-node-2"]
+        assert {p["Host"] for p in priorities} == expected_nodes
         assert all(0 <= p["Score"] <= 10 for p in priorities)
     finally:
         proc.send_signal(signal.SIGINT)

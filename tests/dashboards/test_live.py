@@ -193,3 +193,13 @@ def test_every_dashboard_query_returns_series(tmp_path: Path) -> None:
 
         wait_until(all_return_data, 45, interval_s=1.0)
         assert not pending, "queries without data: " + "; ".join(f"{k}: {q.expr}" for k, q in pending.items())
+
+        # what the overview's stat panels show for node-b: its idle pod's GPU and its lost GPU, nothing from node-a
+        def value(expr: str) -> float:
+            (sample,) = prometheus.query(expr)
+            return float(sample["value"][1])
+
+        assert value("sum(gpuadvisor:gpu_allocated_idle:bool)") == 1
+        assert value("count(gpuadvisor_gpu_healthy == 0) or vector(0)") == 1
+        (idle,) = prometheus.query("gpuadvisor:gpu_allocated_idle:bool == 1")
+        assert idle["metric"]["uuid"] == "GPU-idle"

@@ -86,10 +86,13 @@ def test_heterogeneity_aware_oracle_puts_the_job_on_the_fast_gpu(gavel_json: Pat
 def test_topology_aware_advisor_keeps_a_4_gpu_job_inside_one_nvlink_group() -> None:
     cluster = Cluster((SimNode("n", "V100", 8, nvlink_groups=((0, 1, 2, 3), (4, 5, 6, 7))),))
     jobs = [Job("pair", "x", 0.0, 2, 1000.0), Job("quad", "x", 1.0, 4, 100.0)]
-    advisor = ExtenderJobPolicy("advisor", cluster, None, ScoringConfig())
-    assert run_jct(cluster, jobs, advisor, None).jct_s[0] == pytest.approx(100.0)
+    advisor = run_jct(cluster, jobs, ExtenderJobPolicy("advisor", cluster, None, ScoringConfig()), None)
+    assert advisor.jct_s[0] == pytest.approx(100.0)
+    assert advisor.cross_nvlink_group_jobs == 0
     # spread takes the lowest free GPUs 2,3,4,5: across the two groups.
-    assert run_jct(cluster, jobs, SPREAD, None).jct_s[0] == pytest.approx(100.0 / CROSS_NVLINK_GROUP_RATIO)
+    spread = run_jct(cluster, jobs, SPREAD, None)
+    assert spread.jct_s[0] == pytest.approx(100.0 / CROSS_NVLINK_GROUP_RATIO)
+    assert spread.cross_nvlink_group_jobs == 1
 
 
 def test_binpack_shares_a_gpu_where_spread_uses_a_free_one(tmp_path: Path) -> None:
