@@ -468,7 +468,11 @@ def _sigmoid_of_negative(x: float) -> float:
 
 @dataclass(slots=True)
 class _Raw:
-    node: NodeState
+    """A node's verdict before the batch-relative JCT; names the node rather than holding it (no reference cycle
+    through `NodeState.memo`, so a replaced node state is freed at once)."""
+
+    name: str
+    gpu_model: str
     feasible: bool
     gpus: tuple[int, ...] = ()
     packing: float = 0.0
@@ -514,10 +518,10 @@ def _evaluate_whole(
     free = eligible.bit_count()
     if free < k:
         what = "free GPUs" if eligible == node.free_mask else "free GPUs with enough memory"
-        return _Raw(node, False, detail=f"needs {k} {what}, has {free}")
+        return _Raw(node.name, node.gpu_model, False, detail=f"needs {k} {what}, has {free}")
     plan = _whole_plan(node.topology, node.free_mask, eligible, k, config)
     if plan is None:
-        return _Raw(node, False, detail=f"needs {k} free GPUs, has {free}")
+        return _Raw(node.name, node.gpu_model, False, detail=f"needs {k} free GPUs, has {free}")
     affinity = plan.topology_affinity
     if pod.gang:
         affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
@@ -530,7 +534,17 @@ def _evaluate_whole(
             pod_slow = max(pod_slow, p)
             res_slow = max(res_slow, r)
     indices = plan.positions if node.natural_indices else tuple(gpus[p].index for p in plan.positions)
-    return _Raw(node, True, indices, plan.packing, affinity, 0.5 / pod_slow + 0.5 / res_slow, pod_slow, plan.detail)
+    return _Raw(
+        node.name,
+        node.gpu_model,
+        True,
+        indices,
+        plan.packing,
+        affinity,
+        0.5 / pod_slow + 0.5 / res_slow,
+        pod_slow,
+        plan.detail,
+    )
 
 
 def _evaluate_share(
@@ -570,7 +584,7 @@ def _evaluate_share(
             best = (value, pos, packing, pod_slow, res_slow)
     if best is None:
         need = f"{milli} milli-GPU" + (f" and {pod.gpu_memory_bytes} bytes" if pod.gpu_memory_bytes is not None else "")
-        return _Raw(node, False, detail=f"no healthy GPU has {need} free")
+        return _Raw(node.name, node.gpu_model, False, detail=f"no healthy GPU has {need} free")
     _, pos, packing, pod_slow, res_slow = best
     affinity = 1.0
     if pod.gang:
@@ -578,7 +592,8 @@ def _evaluate_share(
     g = node.gpus[pos]
     shared_with = len(g.residents)
     return _Raw(
-        node,
+        node.name,
+        node.gpu_model,
         True,
         gpus=(g.index,),
         packing=packing,
@@ -671,7 +686,7 @@ def score_nodes(
             usage = predictors.usage.usage(pod.workload, node.gpu_model) or fallback_usage
             usage_cache[node.gpu_model] = usage
         if node.healthy_count == 0:
-            raw = _Raw(node, False, detail="no healthy GPU")
+            raw = _Raw(node.name, node.gpu_model, False, detail="no healthy GPU")
         elif k:
             raw = _evaluate_whole(
                 node, pod, k=k, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere
@@ -696,13 +711,13 @@ def _finish(
     for raw in raws:
         if isinstance(raw, _Raw) and raw.feasible:
             feasible.append(raw)
-            model = raw.node.gpu_model
+            model = raw.gpu_model
             if model not in base_jct:
                 base_jct[model] = predictors.jct.jct_seconds(pod.workload, model, gpu_count)
                 inverse_speed[model] = 1.0 / max(predictors.speed.relative_speed(model), 1e-6)
     use_jct = bool(base_jct) and all(v is not None for v in base_jct.values())
     unit_time: dict[str, float] = {m: (j or 0.0) if use_jct else inverse_speed[m] for m, j in base_jct.items()}
-    times = [raw.slowdown * unit_time[raw.node.gpu_model] for raw in feasible]
+    times = [raw.slowdown * unit_time[raw.gpu_model] for raw in feasible]
     best_time = min(times, default=1.0)
     w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
     w_total = w_p + w_a + w_i + w_j
@@ -716,11 +731,8 @@ def _finish(
         if isinstance(raw, NodeScore):
             append(raw)
             continue
-        node = raw.node
         if not raw.feasible:
-            append(
-                make((node.name, 0.0, False, True, 0.0, 0.0, 0.0, 0.0, (), 1.0, None, raw.detail, node.gpu_model, ""))
-            )
+            append(make((raw.name, 0.0, False, True, 0.0, 0.0, 0.0, 0.0, (), 1.0, None, raw.detail, raw.gpu_model, "")))
             continue
         t = next(t_iter)
         jct_ratio = best_time / t if t > 0 else 1.0
@@ -729,11 +741,11 @@ def _finish(
             total = 100.0 if total > 100.0 else (0.0 if total < 0.0 else total)
         else:
             total = 50.0
-        jct_s = base_jct[node.gpu_model]
+        jct_s = base_jct[raw.gpu_model]
         append(
             make(
                 (
-                    node.name,
+                    raw.name,
                     total,
                     True,
                     True,
@@ -745,7 +757,7 @@ def _finish(
                     raw.slowdown,
                     jct_s * raw.slowdown if jct_s is not None else None,
                     raw.detail,
-                    node.gpu_model,
+                    raw.gpu_model,
                     jct_basis,
                 )
             )

@@ -11,6 +11,7 @@ Usage: python bench/ingest.py [--snapshots 2000] [--seconds 10] [--clients 4]
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from cluster import free_port, machine_note, process_cpu_seconds, start_advisor, synthetic_snapshot
 
+from advisor.cli.serve import GC_THRESHOLDS
 from advisor.state import ClusterState
 from collector.snapshot import NodeSnapshot
 
@@ -41,6 +43,8 @@ def main() -> None:
     print(f"snapshots: {len(bodies)} distinct nodes, 8 GPUs x 4 processes, {len(bodies[0])} bytes each")
 
     state = ClusterState()
+    gc.freeze()  # as `gpuadvisor advisor serve` does
+    gc.set_threshold(*GC_THRESHOLDS)
     t0, c0 = time.perf_counter(), time.thread_time()
     for body in bodies:
         state.ingest(NodeSnapshot.model_validate_json(body))

@@ -14,6 +14,7 @@ Usage: python bench/score_latency.py [--nodes 500] [--iterations 600] [--request
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import tempfile
 import threading
@@ -34,6 +35,7 @@ from cluster import (
 )
 
 from advisor.api.schemas import V1Pod
+from advisor.cli.serve import GC_THRESHOLDS
 from advisor.scoring import ScoringConfig, score_candidates
 from advisor.state import ClusterState
 from collector.snapshot import NodeSnapshot
@@ -51,6 +53,8 @@ def bench_in_process(snapshots: list[dict[str, Any]], iterations: int) -> None:
     print(f"cluster: {len(names)} nodes, {gpus} GPUs, {residents} residents")
     config = ScoringConfig()
     pods = [V1Pod.model_validate(p).to_request() for p in POD_MIX]
+    gc.freeze()  # as `gpuadvisor advisor serve` does
+    gc.set_threshold(*GC_THRESHOLDS)
     for pod in pods:
         score_candidates(pod, names, nodes, config=config, now_seconds=time.time())
     results: dict[str, tuple[list[float], list[float]]] = {"warm": ([], []), "cold": ([], [])}

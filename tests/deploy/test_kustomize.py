@@ -273,6 +273,8 @@ def test_dashboards_and_rules_ship_verbatim(objects: list[Obj]) -> None:
     assert sorted(dashboards["data"]) == [p.name for p in files]
     for path in files:
         assert dashboards["data"][path.name] == path.read_text()
+    # `kubectl apply` (client side) keeps the whole object in an annotation limited to 256 KiB
+    assert len(json.dumps(dashboards)) < 256 * 1024
     rules_path = ROOT / "dashboards" / "rules" / "gpuadvisor.rules.yaml"
     assert find(objects, "ConfigMap", "gpuadvisor-prometheus-rules")["data"][rules_path.name] == rules_path.read_text()
     rule = find(objects, "PrometheusRule", "gpuadvisor")
