@@ -9,10 +9,10 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
 
 * packing — fragmentation-aware (after FGD, ATC'23): the expected number of free GPUs that a typical task (sizes drawn
   from `ScoringConfig.task_sizes`) could *not* use, before and after placing the pod. A task of k ≤ largest NVLink
-  island GPUs is only counted as fitting inside one island. `packing = 1 / (1 + exp(Δfragmentation))`: a pod that
-  fills a gap scores above 0.5, one that breaks up a whole node or island scores below; a fifth of the component is
-  best fit (fewer free GPUs left), which breaks ties between equal fragmentation changes toward the fuller node. GPU
-  shares prefer GPUs that are already shared (a free GPU stays whole).
+  island GPUs is only counted as fitting inside one island. `packing = 0.8 / (1 + exp(Δfragmentation)) + 0.2 × (1 −
+  free GPUs left / GPUs)`: a pod that fills a gap scores high, one that breaks up a whole node or island low, and the
+  best-fit fifth breaks ties between equal fragmentation changes toward the fuller node. GPU shares prefer GPUs that
+  are already shared (a free GPU stays whole).
 * affinity — for k ≥ 2 GPUs the best free k-set by link level (NVLINK > PCIE_SWITCH > PCIE_HOSTBRIDGE > NUMA >
   SYSTEM): `1 − mean pairwise link rank / 4`. For members of a gang, half of it is gang locality: 1 on a node that
   already runs a member, 0 on another node when members run elsewhere.
@@ -22,6 +22,7 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
 
 Nodes whose last snapshot is older than `ScoringConfig.staleness_seconds` are scored as unknown
 (`unknown_node_score`, neutral by default) with that reason; so are nodes the advisor never heard of.
+kube-scheduler's integer 0..10 comes from `extender_scores` (or, without building verdicts, `extender_priorities`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import combinations
+from itertools import combinations, count
 from typing import NamedTuple
 
 from advisor.predictors import Predictors, UsageProfile, default_usage
@@ -41,6 +42,7 @@ WORST_LINK_RANK = LINK_RANK[LinkLevel.SYSTEM]
 _EXHAUSTIVE_SET_LIMIT = 4096
 _GREEDY_STARTS = 8
 _MEMO_LIMIT = 64
+_SHAPE_LIMIT = 4096
 _HEURISTIC = Predictors.heuristic()
 
 
@@ -210,7 +212,7 @@ class NodeState:
     healthy_count: int = field(init=False)
     share_positions: tuple[int, ...] = field(init=False)
     natural_indices: bool = field(init=False)
-    memo: dict[tuple[object, ...], _Raw] = field(init=False, repr=False)
+    memo: dict[int, _Raw] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.topology.gpu_count != len(self.gpus):
@@ -664,18 +666,36 @@ def score_nodes(
             )
             for n in nodes
         ]
+    raws = _evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
+    return _finish(pod, raws, config, predictors)
+
+
+def _evaluate_batch(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    now_seconds: float | None,
+) -> list[_Raw | NodeScore]:
+    """Each node's verdict before the batch-relative JCT (memoised per node and request shape); stale → unknown."""
+    k = pod.whole_gpus
     gang_elsewhere = bool(pod.gang) and any(pod.gang in n.gangs for n in nodes)
     usage_cache: dict[str, UsageProfile] = {}
     fallback_usage = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
 
     raws: list[_Raw | NodeScore] = []
-    key_base = (k, pod.share_milli, pod.gpu_memory_bytes, pod.workload, pod.gang, gang_elsewhere, config, predictors)
+    key = _shape_id(
+        (k, pod.share_milli, pod.gpu_memory_bytes, pod.workload, pod.gang, gang_elsewhere, config, predictors)
+    )
+    oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
     for node in nodes:
-        if _is_stale(node, config, now_seconds):
+        observed = node.observed_at_seconds
+        if observed is None or (oldest is not None and observed < oldest):
             raws.append(unknown_score(node.name, _stale_reason(node, now_seconds), config))
             continue
         memo = node.memo
-        cached = memo.get(key_base)
+        cached = memo.get(key)
         if cached is not None:
             raws.append(cached)
             continue
@@ -695,28 +715,49 @@ def score_nodes(
             raw = _evaluate_share(
                 node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere
             )
-        memo[key_base] = raw
+        memo[key] = raw
         raws.append(raw)
-    return _finish(pod, raws, config, predictors)
+    return raws
+
+
+_shape_ids: dict[tuple[object, ...], int] = {}
+_next_shape_id = count()
+
+
+def _shape_id(shape: tuple[object, ...]) -> int:
+    """A never-reused small int per request shape: the per-node memo then hashes an int, not an 8-tuple, per node."""
+    shape_id = _shape_ids.get(shape)
+    if shape_id is None:
+        if len(_shape_ids) >= _SHAPE_LIMIT:
+            _shape_ids.clear()  # ids are never reused, so entries under forgotten ids just age out of the memos
+        shape_id = _shape_ids[shape] = next(_next_shape_id)
+    return shape_id
+
+
+def _jct_basis(
+    pod: PodRequest, feasible: Sequence[_Raw], predictors: Predictors
+) -> tuple[dict[str, float | None], dict[str, float], bool]:
+    """Per GPU model of the feasible nodes: the predicted JCT (or None), the unit time the jct component compares
+    (the JCT when every model has one, else 1 / relative speed), and whether JCTs were used."""
+    gpu_count = max(pod.whole_gpus, 1)
+    base_jct: dict[str, float | None] = {}
+    inverse_speed: dict[str, float] = {}
+    for raw in feasible:
+        model = raw.gpu_model
+        if model not in base_jct:
+            base_jct[model] = predictors.jct.jct_seconds(pod.workload, model, gpu_count)
+            inverse_speed[model] = 1.0 / max(predictors.speed.relative_speed(model), 1e-6)
+    use_jct = bool(base_jct) and all(v is not None for v in base_jct.values())
+    unit_time = {m: (j or 0.0) if use_jct else inverse_speed[m] for m, j in base_jct.items()}
+    return base_jct, unit_time, use_jct
 
 
 def _finish(
     pod: PodRequest, raws: list[_Raw | NodeScore], config: ScoringConfig, predictors: Predictors
 ) -> list[NodeScore]:
     """Add the batch-relative JCT component and weight the components."""
-    gpu_count = max(pod.whole_gpus, 1)
-    base_jct: dict[str, float | None] = {}
-    inverse_speed: dict[str, float] = {}
-    feasible: list[_Raw] = []
-    for raw in raws:
-        if isinstance(raw, _Raw) and raw.feasible:
-            feasible.append(raw)
-            model = raw.gpu_model
-            if model not in base_jct:
-                base_jct[model] = predictors.jct.jct_seconds(pod.workload, model, gpu_count)
-                inverse_speed[model] = 1.0 / max(predictors.speed.relative_speed(model), 1e-6)
-    use_jct = bool(base_jct) and all(v is not None for v in base_jct.values())
-    unit_time: dict[str, float] = {m: (j or 0.0) if use_jct else inverse_speed[m] for m, j in base_jct.items()}
+    feasible = [raw for raw in raws if isinstance(raw, _Raw) and raw.feasible]
+    base_jct, unit_time, use_jct = _jct_basis(pod, feasible, predictors)
     times = [raw.slowdown * unit_time[raw.gpu_model] for raw in feasible]
     best_time = min(times, default=1.0)
     w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
@@ -781,6 +822,72 @@ def score_candidates(
         next(scored) if n in nodes else unknown_score(n, "unknown: the advisor has no state for this node", config)
         for n in names
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderVerdict:
+    """The extender's answer for a batch: integer 0..10 per candidate (in order) and how many of each outcome."""
+
+    scores: list[int]
+    scored: int
+    infeasible: int
+    unknown: int
+
+
+def extender_priorities(
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> ExtenderVerdict:
+    """`extender_scores(score_candidates(...))` without building a `NodeScore` per node (the scheduler's hot path).
+
+    Same numbers: only the totals are computed, since kube-scheduler reads nothing else.
+    """
+    predictors = predictors or _HEURISTIC
+    unknown_int = min(10, max(0, round(config.unknown_node_score / 10.0)))
+    if pod.whole_gpus == 0 and not pod.is_share:
+        return ExtenderVerdict([5] * len(names), 0, 0, len(names))
+    known = [nodes[n] for n in names if n in nodes]
+    raws = _evaluate_batch(pod, known, config=config, predictors=predictors, now_seconds=now_seconds)
+    feasible = [raw for raw in raws if isinstance(raw, _Raw) and raw.feasible]
+    _, unit_time, _ = _jct_basis(pod, feasible, predictors)
+    best_time = min((raw.slowdown * unit_time[raw.gpu_model] for raw in feasible), default=1.0)
+    w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
+    w_total = w_p + w_a + w_i + w_j
+    scale = 100.0 / w_total if w_total > 0 else 0.0
+    totals: list[float | None] = []  # None: unknown; negative: infeasible
+    for raw in raws:
+        if isinstance(raw, NodeScore):
+            totals.append(None)
+        elif not raw.feasible:
+            totals.append(-1.0)
+        elif scale:
+            t = raw.slowdown * unit_time[raw.gpu_model]
+            jct_ratio = best_time / t if t > 0 else 1.0
+            total = scale * (w_p * raw.packing + w_a * raw.affinity + w_i * raw.interference + w_j * jct_ratio)
+            totals.append(100.0 if total > 100.0 else (0.0 if total < 0.0 else total))
+        else:
+            totals.append(50.0)
+    best = max((t for t in totals if t is not None and t >= 0.0), default=None)
+    it = iter(totals)
+    scores: list[int] = []
+    scored = infeasible = unknown = 0
+    for name in names:
+        value = next(it) if name in nodes else None
+        if value is None:
+            scores.append(unknown_int)
+            unknown += 1
+        elif value < 0.0 or best is None:
+            scores.append(0)
+            infeasible += 1
+        else:
+            scores.append(max(1, round(10.0 - 10.0 * (best - value) / EXTENDER_SPAN_POINTS)))
+            scored += 1
+    return ExtenderVerdict(scores, scored, infeasible, unknown)
 
 
 def allocate(

@@ -19,6 +19,7 @@ import json
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from cluster import (
 
 from advisor.api.schemas import V1Pod
 from advisor.cli.serve import GC_THRESHOLDS
-from advisor.scoring import ScoringConfig, score_candidates
+from advisor.scoring import PodRequest, ScoringConfig, extender_priorities, score_candidates
 from advisor.state import ClusterState
 from collector.snapshot import NodeSnapshot
 
@@ -57,24 +58,31 @@ def bench_in_process(snapshots: list[dict[str, Any]], iterations: int) -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     for pod in pods:
         score_candidates(pod, names, nodes, config=config, now_seconds=time.time())
-    results: dict[str, tuple[list[float], list[float]]] = {"warm": ([], []), "cold": ([], [])}
-    for label, calls in (("warm", iterations), ("cold", max(1, iterations // 5))):
-        wall, cpu = results[label]
-        for i in range(calls):
-            if label == "cold":
-                for node in nodes.values():
-                    node.memo.clear()
-            t0, c0 = time.perf_counter(), time.thread_time()
-            score_candidates(pods[i % len(pods)], names, nodes, config=config, now_seconds=time.time())
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.thread_time() - c0)
-    for label, (wall, cpu) in results.items():
-        p50, p99 = percentiles_ms(wall)
-        c50, c99 = percentiles_ms(cpu)
-        print(
-            f"in-process score_candidates, {label}: wall p50 {p50:.2f} ms, p99 {p99:.2f} ms; "
-            f"CPU p50 {c50:.2f} ms, p99 {c99:.2f} ms ({len(wall)} calls, pod mix 1,1,2,4,8 GPUs + a 250m share)"
-        )
+    calls: list[tuple[str, Callable[[PodRequest], object]]] = [
+        ("score_candidates", lambda pod: score_candidates(pod, names, nodes, config=config, now_seconds=time.time())),
+        (
+            "extender_priorities",
+            lambda pod: extender_priorities(pod, names, nodes, config=config, now_seconds=time.time()),
+        ),
+    ]
+    for name, call in calls:
+        for label, count in (("warm", iterations), ("cold", max(1, iterations // 5))):
+            wall: list[float] = []
+            cpu: list[float] = []
+            for i in range(count):
+                if label == "cold":
+                    for node in nodes.values():
+                        node.memo.clear()
+                t0, c0 = time.perf_counter(), time.thread_time()
+                call(pods[i % len(pods)])
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.thread_time() - c0)
+            p50, p99 = percentiles_ms(wall)
+            c50, c99 = percentiles_ms(cpu)
+            print(
+                f"in-process {name}, {label}: wall p50 {p50:.2f} ms, p99 {p99:.2f} ms; "
+                f"CPU p50 {c50:.2f} ms, p99 {c99:.2f} ms ({count} calls)"
+            )
 
 
 def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, clients: int) -> None:

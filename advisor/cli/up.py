@@ -26,7 +26,6 @@ import typer
 import uvicorn
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.api import create_app
 from advisor.api.context import AppContext
@@ -35,7 +34,6 @@ from advisor.cli.serve import build_settings
 from advisor.datasets import DatasetError
 from advisor.models.artifact import ArtifactError
 from advisor.models.reference import train_reference_models
-from advisor.models.registry import load_promoted
 from advisor.settings import AdvisorSettings
 from collector.agent import CollectorAgent
 from collector.backend import BackendUnavailableError, GpuBackend
@@ -112,31 +110,28 @@ class LocalStack:
 def step(console: Console, label: str) -> Iterator[None]:
     """Show `label` with a spinner and the time elapsed while the block runs, then a check mark and the total."""
     started = time.monotonic()
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
-    ) as progress:
-        progress.add_task(f"{label}…", total=None)
+    if console.is_terminal:
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+        ) as progress:
+            progress.add_task(f"{label}…", total=None)
+            yield
+    else:
         yield
     console.print(f"[green]✓[/] {label} [dim]({time.monotonic() - started:.1f} s)[/]")
 
 
-def ensure_models(settings: AdvisorSettings, sessions: sessionmaker[Session]) -> str:
-    """Train and promote the reference models of every kind that has none yet; what is promoted, in one line."""
-    trained = train_reference_models(settings.model_dir, sessions)
-    loaded = load_promoted(sessions)
-    served = ", ".join(f"{kind} v{version}" for kind, version in sorted(loaded.versions.items())) or "none"
+def serve_models(ctx: AppContext, settings: AdvisorSettings) -> str:
+    """Train and promote the reference models of every kind that has none yet, then have the running advisor serve
+    the promoted ones; what answers each scoring question, in one line."""
+    try:
+        trained = train_reference_models(settings.model_dir, ctx.sessions)
+    except (DatasetError, ArtifactError, OSError) as e:
+        return f"training from the bundled data failed ({e}); scores use the heuristics"
+    ctx.reload_predictors()
+    served = ", ".join(f"{question}: {name}" for question, name in ctx.predictors.names().items())
     origin = "trained now from the bundled Gavel data (MIT)" if trained else "from the store"
     return f"{served} ({origin})"
-
-
-def serve_models(ctx: AppContext, settings: AdvisorSettings) -> str:
-    """Make sure reference models exist, then have the running advisor serve the promoted ones; a summary line."""
-    try:
-        models = ensure_models(settings, ctx.sessions)
-    except (DatasetError, ArtifactError, OSError) as e:
-        return f"none: training from the bundled data failed ({e}); scores use the heuristics"
-    ctx.reload_predictors()
-    return models
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -279,13 +274,14 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     db_url: Annotated[str | None, typer.Option("--db", help="Database URL.")] = None,
 ) -> None:
     """Run everything locally: store, advisor, simulated GPU nodes with collectors; Ctrl-C stops it."""
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     settings = build_settings(db_url, no_kube=True)
     token = settings.api_token or secrets.token_hex(16)
     settings = settings.model_copy(update={"api_token": token})
     check_port_free(host, port)
-    # SIGTERM stops like Ctrl-C, wherever the start-up is
+    # SIGTERM stops like Ctrl-C, wherever the start-up is; SIGINT too when the shell started us with it ignored (`&`)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     stack = LocalStack()
     try:
         with step(console, f"store ready ({settings.db_url})"):
@@ -308,7 +304,7 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
             )
             if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
                 fail("the advisor received no telemetry from the collectors", EXIT_UNAVAILABLE)
-        with step(console, "models ready (trained from the bundled data on the first start)"):
+        with step(console, "models ready"):
             models = serve_models(ctx, settings)
         print_summary(
             console,

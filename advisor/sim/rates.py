@@ -6,13 +6,14 @@ throughput file (`truth_table`); the oracle scores with it. The advisor scores w
 (`advisor.sim.heldout`), so both run the same scorer and differ only in what they know.
 
 Placement effects that the throughput file does not measure are modelled with fixed factors (assumptions, stated in
-docs/evaluation.md): a job whose GPUs on one node span more than one NVLink group runs at `CROSS_NVLINK_GROUP_RATIO`
-of its speed; a job spread over several nodes, when the table has no unconsolidated measurement, at
-`CROSS_NODE_RATIO`. Without any throughput file a job's `work` is seconds and its base speed is 1.
+docs/evaluation.md): a job whose GPUs on one node span more NVLink groups than their number requires runs at
+`CROSS_NVLINK_GROUP_RATIO` of its speed; a job spread over several nodes, when the table has no unconsolidated
+measurement, at `CROSS_NODE_RATIO`. Without any throughput file a job's `work` is seconds and its base speed is 1.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -75,11 +76,14 @@ class Assignment:
 
 
 def crosses_nvlink_groups(assignment: Assignment, nodes: Sequence[SimNode]) -> bool:
-    """Whether the job's GPUs on some node belong to more than one NVLink group."""
+    """Whether the job's GPUs on some node span more NVLink groups than they need (8 GPUs on two groups of 4 do not)."""
     for n in {n for n, _ in assignment.gpus}:
         groups = nodes[n].nvlink_groups
+        if not groups:
+            continue
         used = {g for m, g in assignment.gpus if m == n}
-        if groups and sum(1 for group in groups if used & set(group)) > 1:
+        needed = math.ceil(len(used) / max(len(group) for group in groups))
+        if sum(1 for group in groups if used & set(group)) > needed:
             return True
     return False
 

@@ -15,6 +15,7 @@ from advisor.scoring import (
     Topology,
     allocate,
     best_gpu_set,
+    extender_priorities,
     extender_scores,
     filter_nodes,
     score_candidates,
@@ -342,3 +343,21 @@ def test_extender_scores_keep_the_ranking_on_the_integer_scale() -> None:
     assert ints["ghost"] == 5
     assert scores[0].extender_score == scores[1].extender_score  # rounding score / 10 alone would tie them
     assert ints["seven-free"] < ints["nearly-full"]
+
+
+def test_extender_priorities_match_extender_scores_of_the_full_verdicts() -> None:
+    nodes = {
+        "nearly-full": node("nearly-full", allocated=whole(*range(7))),
+        "t4": node("t4", model=T4),
+        "numa": node("numa", allocated=whole(0, 1, 4, 5), topology=two_socket()),
+        "full": node("full", allocated=whole(*range(8))),
+        "stale": node("stale", observed_at=10.0),
+        "shared": node("shared", allocated={0: 500}, residents={0: busy("hog", sm=0.9, bw=0.9)}),
+    }
+    names = [*nodes, "ghost"]
+    for pod in (PodRequest(gpus=1), PodRequest(gpus=2), PodRequest(gpu_milli=400), PodRequest()):
+        full = score_candidates(pod, names, nodes, config=CONFIG, now_seconds=1001)
+        fast = extender_priorities(pod, names, nodes, config=CONFIG, now_seconds=1001)
+        assert fast.scores == extender_scores(full), pod
+        assert fast.unknown == sum(1 for s in full if not s.known)
+        assert fast.infeasible == sum(1 for s in full if s.known and not s.feasible)

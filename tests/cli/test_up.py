@@ -106,7 +106,7 @@ def test_up_trains_serves_scores_for_its_nodes_and_stops_on_ctrl_c(tmp_path: Pat
 
         assert wait_until(scored_both_nodes, START_TIMEOUT_S, interval_s=0.5), "\n".join(lines)
         assert ready.wait(SUMMARY_TIMEOUT_S), "\n".join(lines)
-        assert any(line.strip().startswith("models") and "throughput v1" in line for line in lines), lines
+        assert any(line.strip().startswith("models") and "jct: jct v1" in line for line in lines), lines
         served = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"pod": {"gpus": 1}}, timeout=10).json()
         assert served["models"]["interference"].startswith("interference v"), served["models"]
         assert served["models"]["jct"].startswith("jct v"), served["models"]

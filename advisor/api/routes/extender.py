@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.scoring import extender_scores, filter_nodes, score_candidates
+from advisor.scoring import extender_priorities, filter_nodes
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
@@ -30,13 +30,11 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
     pod = args.Pod.to_request()
     names = args.candidates()
     predictors = ctx.predictors
-    scores = score_candidates(
+    verdict = extender_priorities(
         pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
     )
-    hosts = [{"Host": s.node, "Score": v} for s, v in zip(scores, extender_scores(scores), strict=True)]
-    unknown = sum(1 for s in scores if not s.known)
-    scored = sum(1 for s in scores if s.known and s.feasible)
-    ctx.metrics.count_scores("extender", scored, len(scores) - scored - unknown, unknown)
+    hosts = [{"Host": name, "Score": score} for name, score in zip(names, verdict.scores, strict=True)]
+    ctx.metrics.count_scores("extender", verdict.scored, verdict.infeasible, verdict.unknown)
     ctx.metrics.count_fallbacks(predictors.names())
     # Serialised here (not by FastAPI): 500 entries per call, 4x cheaper than re-validating them through a model.
     return Response(pydantic_core.to_json(hosts), media_type="application/json")
