@@ -282,9 +282,9 @@ class ThroughputModel:
         """How much of the learned correction carries over to a GPU type the model has not seen.
 
         Leave-one-GPU-type-out inside the training data: the correction is refitted without each GPU type, applied
-        with weights 0, ¼, …, 1 to that type's rows, and the weight with the lowest mean absolute percentage error
-        wins (0 = the nearest-GPU estimate unchanged). With fewer than three GPU types there is nothing to check it
-        on and the full correction is used.
+        with weights 0, ¼, …, 1 to that type's rows, and the weight with the lowest mean absolute log error wins
+        (0 = the nearest-GPU estimate unchanged; log error, because a few rows off by 10× would otherwise decide).
+        With fewer than three GPU types there is nothing to check it on and the full correction is used.
         """
         gpus = np.array([normalize_gpu_model(g) for g in frame["gpu_model"]])
         if len(set(gpus)) < 3:
@@ -300,9 +300,9 @@ class ThroughputModel:
             if not ok.any():
                 continue
             correction = _lgbm.predict(booster, throughput_features(query, anchors)[ok][:, _CORRECTION_COLUMNS])
-            truth = held["throughput"].to_numpy(np.float64)[ok]
+            log_error = np.log2(held["throughput"].to_numpy(np.float64)[ok]) - np.log2(base[ok])
             for i, weight in enumerate(CORRECTION_WEIGHTS):
-                errors[i] += float(np.sum(np.abs(base[ok] * np.exp2(weight * correction) - truth) / truth))
+                errors[i] += float(np.sum(np.abs(log_error - weight * correction)))
         return float(CORRECTION_WEIGHTS[int(np.argmin(errors))])
 
     def fit(self, frame: pd.DataFrame) -> ThroughputModel:

@@ -257,3 +257,15 @@ def test_a_snapshot_with_absurdly_many_gpus_is_refused(client: TestClient) -> No
     response = client.post("/v1/telemetry", json=snapshot("huge", gpus=65, links=[]), headers=AUTH)
     assert response.status_code == 422
     assert "gpus" in response.json()["detail"]
+
+
+def test_an_unreadable_registry_is_a_503_and_scoring_goes_on_with_heuristics(tmp_path: Path) -> None:
+    settings = AdvisorSettings(db_url=f"sqlite:///{tmp_path}/unmigrated.db", no_kube=True)
+    with TestClient(create_app(settings)) as client:
+        response = client.get("/v1/models")
+        assert response.status_code == 503
+        assert "registry" in response.json()["detail"]
+        client.post("/v1/telemetry", json=snapshot("n1"))
+        scored = client.post("/v1/score", json={"pod": {"gpus": 1}}).json()
+        assert scored["models"]["jct"] == "heuristic"
+        assert scored["scores"][0]["feasible"]

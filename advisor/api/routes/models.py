@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, HTTPException, status
+from sqlalchemy.exc import SQLAlchemyError
 
 from advisor.api.deps import Authorized, Ctx, DbSession
 from advisor.api.schemas import ModelsOut, ModelVersionOut, TrainingJobOut, TrainRequest
@@ -29,7 +30,16 @@ def _job_out(job: TrainingJob) -> TrainingJobOut:
 
 @router.get("", response_model=ModelsOut)
 def list_models(session: DbSession, ctx: Ctx) -> ModelsOut:
-    """Every registered version (newest last per kind) and what answers each scoring question right now."""
+    """Every registered version (newest last per kind) and what answers each scoring question right now.
+
+    503 when the store cannot be read (scoring goes on with whatever was loaded).
+    """
+    try:
+        rows = repo.list_model_versions(session=session)
+    except SQLAlchemyError as e:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, f"model registry unreadable: {e.__class__.__name__}"
+        ) from e
     versions = [
         ModelVersionOut(
             kind=v.kind,
@@ -40,7 +50,7 @@ def list_models(session: DbSession, ctx: Ctx) -> ModelsOut:
             created_at=v.created_at.isoformat(),
             promoted_at=v.promoted_at.isoformat() if v.promoted_at else None,
         )
-        for v in repo.list_model_versions(session=session)
+        for v in rows
     ]
     return ModelsOut(versions=versions, serving=ctx.predictors.names())
 

@@ -106,3 +106,10 @@ def test_binpack_shares_a_gpu_where_spread_uses_a_free_one(tmp_path: Path) -> No
     jobs = [Job("j1", "a", 0.0, 1, 100.0), Job("j2", "a", 0.0, 1, 100.0)]
     assert run_jct(cluster, jobs, SPREAD, truth).jct_s == pytest.approx([10.0, 10.0])
     assert run_jct(cluster, jobs, KubeJobPolicy(most=True), truth).jct_s == pytest.approx([20.0, 20.0])
+
+
+def test_a_job_needing_both_nvlink_groups_is_not_slowed() -> None:
+    cluster = Cluster((SimNode("n", "V100", 8, nvlink_groups=((0, 1, 2, 3), (4, 5, 6, 7))),))
+    r = run_jct(cluster, [Job("eight", "x", 0.0, 8, 100.0)], SPREAD, None)
+    assert r.jct_s == pytest.approx([100.0])
+    assert r.cross_nvlink_group_jobs == 0
