@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from advisor.api.context import AppContext
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
+from advisor.api.model_metrics import ModelCollector
 from advisor.api.routes import extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
 from advisor.pods import PodSpecError
 from advisor.scoring import ScoringConfig
@@ -75,6 +76,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    metrics.registry.register(ModelCollector(ctx))
     app.add_middleware(TimingMiddleware, metrics=metrics)
 
     @app.exception_handler(PodSpecError)

@@ -14,6 +14,10 @@ import numpy as np
 
 from advisor.features import FloatArray
 
+# Below this many rows a fit uses one thread whatever was asked: LightGBM's OpenMP threads spin while they wait, and
+# on a busy machine or a CPU-limited pod a small fit with two threads was measured 10-40x slower than with one.
+MIN_ROWS_PER_EXTRA_THREAD = 20_000
+
 
 def train_booster(
     features: FloatArray,
@@ -35,7 +39,7 @@ def train_booster(
         "learning_rate": learning_rate,
         "num_leaves": num_leaves,
         "min_data_in_leaf": min(min_data_in_leaf, max(1, len(target) // 4)),
-        "num_threads": num_threads,
+        "num_threads": num_threads if len(target) >= MIN_ROWS_PER_EXTRA_THREAD else 1,
         "seed": seed,
         "deterministic": True,
         "force_row_wise": True,

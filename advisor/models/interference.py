@@ -58,8 +58,8 @@ class InterferenceModel:
     def __init__(
         self,
         *,
-        num_boost_round: int = 120,
-        learning_rate: float = 0.1,
+        num_boost_round: int = 80,
+        learning_rate: float = 0.15,
         num_leaves: int = 31,
         min_data_in_leaf: int = 3,
         num_threads: int = 2,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.store import db, repo
 from tests.dashboards.grafana import RULES_FILE, Query, load_dashboards, queries, substitute, variables
 from tests.support.fake_nvml import (
     FakeGpu,
@@ -123,6 +124,22 @@ def resolve_variables(prometheus: PrometheusServer, name: str, dashboard: dict[s
     return values
 
 
+def seeded_store(path: Path) -> str:
+    """A migrated store whose registry has a promoted JCT model (metrics as training writes them), so the advisor
+    dashboard's model panels have a version to show; its artifact is absent, so the advisor serves the heuristic."""
+    url = f"sqlite:///{path}"
+    engine = db.make_engine(url)
+    db.upgrade(engine)
+    metrics = {"metric": "mae_log", "mae_log": 1.37, "history_mae_log": 1.79, "baseline_mae_log": 1.8}
+    with db.transaction(db.session_factory(engine)) as session:
+        repo.add_model_version(
+            session=session, kind="jct", artifact_path=str(path.parent / "absent"), metrics=metrics, training_summary={}
+        )
+        repo.promote_model_version(session=session, kind="jct", version=1)
+    engine.dispose()
+    return url
+
+
 def test_every_dashboard_query_returns_series(tmp_path: Path) -> None:
     advisor_port = free_port()
     advisor_url = f"http://127.0.0.1:{advisor_port}"
@@ -139,7 +156,7 @@ def test_every_dashboard_query_returns_series(tmp_path: Path) -> None:
                     "--port",
                     str(advisor_port),
                     "--db",
-                    f"sqlite:///{tmp_path}/advisor.db",
+                    seeded_store(tmp_path / "advisor.db"),
                 ],
                 tmp_path / "advisor.log",
             )

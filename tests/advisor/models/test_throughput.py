@@ -49,6 +49,7 @@ def test_empty_query_returns_empty(model: ThroughputModel) -> None:
 def test_a_saved_model_predicts_the_same(model: ThroughputModel, gavel: GavelData, tmp_path: Path) -> None:
     save_artifact(model.to_artifact(), tmp_path / "m")
     loaded = ThroughputModel.from_artifact(load_artifact(tmp_path / "m", kind="throughput"))
+    assert loaded.correction_weight_ == model.correction_weight_
     query = gavel.throughputs.assign(batch_size=gavel.throughputs["batch_size"] * 2)
     np.testing.assert_allclose(loaded.predict_frame(query), model.predict_frame(query))
 
