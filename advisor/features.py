@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -60,7 +59,8 @@ def _log2_positive(values: FloatArray) -> FloatArray:
 class SoloProfile:
     """What is known about one workload running alone on a GPU: the input of the interference model.
 
-    `solo_throughput` is samples/s (or steps/s when the batch size is unknown); `None` means "not measured".
+    `solo_throughput` is samples/s (or steps/s when the batch size is unknown), NaN when not measured; the optional
+    fields are None when unknown.
     """
 
     workload: str
@@ -303,8 +303,3 @@ def jct_features(query: JobQuery, history: HistoryColumns) -> FloatArray:
             history.queue_gpus_log_iqr,
         ]
     )
-
-
-def unix_seconds(moment: datetime) -> float:
-    """Seconds since the epoch; a naive datetime is taken as UTC (the store's convention)."""
-    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()

@@ -52,7 +52,7 @@ def main() -> None:
         train_reference_models(Path(tmp) / "models", sessions)
         print(
             f"reference models trained in {time.perf_counter() - start:.1f} s wall, "
-            f"{time.process_time() - start_cpu:.1f} s CPU (bundled Gavel data, 2 threads)"
+            f"{time.process_time() - start_cpu:.1f} s CPU (bundled Gavel data, one LightGBM thread)"
         )
         models = load_promoted(sessions)
         engine.dispose()

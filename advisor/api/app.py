@@ -18,6 +18,7 @@ from advisor.api.context import AppContext
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
 from advisor.api.model_metrics import ModelCollector
 from advisor.api.routes import extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
+from advisor.api.topology_metrics import TopologyCollector
 from advisor.pods import PodSpecError
 from advisor.scoring import ScoringConfig
 from advisor.settings import AdvisorSettings
@@ -77,6 +78,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
     )
     app.state.ctx = ctx
     metrics.registry.register(ModelCollector(ctx))
+    metrics.registry.register(TopologyCollector(ctx))
     app.add_middleware(TimingMiddleware, metrics=metrics)
 
     @app.exception_handler(PodSpecError)

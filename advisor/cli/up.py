@@ -92,6 +92,10 @@ class LocalStack:
     backends: list[GpuBackend] = field(default_factory=list)
     pushers: list[SnapshotPusher] = field(default_factory=list)
 
+    @property
+    def running(self) -> bool:
+        return self.server is not None or bool(self.agents or self.backends)
+
     def stop(self) -> None:
         for agent in self.agents:
             agent.stop()
@@ -322,5 +326,6 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     except KeyboardInterrupt:
         pass
     finally:
-        with step(console, "stopped"):
-            stack.stop()
+        if stack.running:
+            with step(console, "stopped"):
+                stack.stop()

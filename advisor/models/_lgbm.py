@@ -14,8 +14,8 @@ import numpy as np
 
 from advisor.features import FloatArray
 
-# Below this many rows a fit uses one thread whatever was asked: LightGBM's OpenMP threads spin while they wait, and
-# on a busy machine or a CPU-limited pod a small fit with two threads was measured 10-40x slower than with one.
+# The models default to one thread, and below this many rows a fit uses one whatever was asked: LightGBM's OpenMP
+# threads spin while they wait, and on a busy machine (or a CPU-limited pod) two threads made fits 5-40x slower.
 MIN_ROWS_PER_EXTRA_THREAD = 20_000
 
 

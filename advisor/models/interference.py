@@ -62,7 +62,7 @@ class InterferenceModel:
         learning_rate: float = 0.15,
         num_leaves: int = 31,
         min_data_in_leaf: int = 3,
-        num_threads: int = 2,
+        num_threads: int = 1,
         seed: int = 0,
     ) -> None:
         self.num_boost_round = num_boost_round

@@ -164,7 +164,7 @@ class JctModel:
         learning_rate: float = 0.1,
         num_leaves: int = 31,
         min_data_in_leaf: int = 20,
-        num_threads: int = 2,
+        num_threads: int = 1,
         seed: int = 0,
     ) -> None:
         self.num_boost_round = num_boost_round

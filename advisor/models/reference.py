@@ -34,7 +34,7 @@ def train_reference_models(
     sessions: sessionmaker[Session],
     *,
     only_missing: bool = True,
-    num_threads: int = 2,
+    num_threads: int = 1,
 ) -> dict[Kind, Registration]:
     """Train, register and promote each kind from the bundled Gavel data.
 

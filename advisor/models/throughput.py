@@ -225,7 +225,7 @@ class ThroughputModel:
         learning_rate: float = 0.1,
         num_leaves: int = 31,
         min_data_in_leaf: int = 10,
-        num_threads: int = 2,
+        num_threads: int = 1,
         seed: int = 0,
     ) -> None:
         self.num_boost_round = num_boost_round
@@ -281,15 +281,16 @@ class ThroughputModel:
     def _correction_weight(self, frame: pd.DataFrame) -> float:
         """How much of the learned correction carries over to a GPU type the model has not seen.
 
-        Leave-one-GPU-type-out inside the training data: the correction is refitted without each GPU type, applied
-        with weights 0, ¼, …, 1 to that type's rows, and the weight with the lowest mean absolute log error wins
-        (0 = the nearest-GPU estimate unchanged; log error, because a few rows off by 10× would otherwise decide).
-        With fewer than three GPU types there is nothing to check it on and the full correction is used.
+        Leave-one-GPU-type-out inside the training data: the correction is refitted without each GPU type and applied
+        with weights 0, ¼, …, 1 to that type's rows. The weight whose worst held-out GPU type loses least against the
+        unchanged nearest-GPU estimate (mean absolute log2 error) wins, so a correction that hurt any GPU type in the
+        check is shrunk, down to 0. With fewer than three GPU types there is nothing to check it on and the full
+        correction is used.
         """
         gpus = np.array([normalize_gpu_model(g) for g in frame["gpu_model"]])
         if len(set(gpus)) < 3:
             return 1.0
-        errors = np.zeros(len(CORRECTION_WEIGHTS))
+        worst_gain = np.full(len(CORRECTION_WEIGHTS), -np.inf)
         for gpu in sorted(set(gpus)):
             held = frame[gpus == gpu].reset_index(drop=True)
             booster, table, index = self._fit_correction(frame[gpus != gpu].reset_index(drop=True))
@@ -301,9 +302,13 @@ class ThroughputModel:
                 continue
             correction = _lgbm.predict(booster, throughput_features(query, anchors)[ok][:, _CORRECTION_COLUMNS])
             log_error = np.log2(held["throughput"].to_numpy(np.float64)[ok]) - np.log2(base[ok])
+            unchanged = float(np.mean(np.abs(log_error)))
             for i, weight in enumerate(CORRECTION_WEIGHTS):
-                errors[i] += float(np.sum(np.abs(log_error - weight * correction)))
-        return float(CORRECTION_WEIGHTS[int(np.argmin(errors))])
+                gain = float(np.mean(np.abs(log_error - weight * correction))) - unchanged
+                worst_gain[i] = max(worst_gain[i], gain)
+        if not np.isfinite(worst_gain).all():
+            return 1.0
+        return float(CORRECTION_WEIGHTS[int(np.argmin(worst_gain))])
 
     def fit(self, frame: pd.DataFrame) -> ThroughputModel:
         """Train on a throughputs frame (`advisor.datasets.THROUGHPUTS`); rows with throughput ≤ 0 are dropped."""
@@ -328,7 +333,10 @@ class ThroughputModel:
         result = np.empty(len(query), dtype=np.float64)
         if has_anchor.any():
             correction = _lgbm.predict(self.booster_, features[has_anchor][:, _CORRECTION_COLUMNS])
-            result[has_anchor] = base[has_anchor] * np.exp2(self.correction_weight_ * correction)
+            # The weight is checked across GPU types only; an anchor on the same GPU type gets the whole correction.
+            same_gpu = np.array([q == a for q, a in zip(query.gpu_models, anchors.gpu_models, strict=True)])
+            weight = np.where(same_gpu[has_anchor], 1.0, self.correction_weight_)
+            result[has_anchor] = base[has_anchor] * np.exp2(weight * correction)
         if (~has_anchor).any():
             result[~has_anchor] = np.exp2(_lgbm.predict(self.fallback_, features[~has_anchor]))
         exact = cost == 0.0

@@ -38,7 +38,7 @@ TIME_COLUMNS = ("submit_time", "start_time", "end_time")
 Model = InterferenceModel | ThroughputModel | JctModel
 
 
-def new_model(kind: Kind, *, num_threads: int = 2, params: dict[str, Any] | None = None) -> Model:
+def new_model(kind: Kind, *, num_threads: int = 1, params: dict[str, Any] | None = None) -> Model:
     """A fresh estimator of `kind` with its default hyperparameters, overridden by `params`."""
     options = {"num_threads": num_threads, **(params or {})}
     if kind == "interference":
@@ -225,7 +225,7 @@ def evaluate(
     frame: pd.DataFrame,
     split_by: str,
     *,
-    num_threads: int = 2,
+    num_threads: int = 1,
     seed: int = 0,
     params: dict[str, Any] | None = None,
 ) -> Evaluation:
@@ -270,7 +270,7 @@ def train(
     frame: pd.DataFrame,
     *,
     source: str,
-    num_threads: int = 2,
+    num_threads: int = 1,
     seed: int = 0,
     params: dict[str, Any] | None = None,
 ) -> Trained:

@@ -20,7 +20,7 @@ from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, build_library, fake
 from tests.support.net import free_port, wait_until
 
 START_TIMEOUT_S = 120
-# Training the reference models takes ~30 s of CPU; the summary (with the curl commands) follows it.
+# The summary (with the curl commands) follows the training of the reference models: seconds, more on a loaded machine.
 SUMMARY_TIMEOUT_S = 240
 
 
@@ -126,3 +126,19 @@ def test_up_trains_serves_scores_for_its_nodes_and_stops_on_ctrl_c(tmp_path: Pat
     assert code == 0, "\n".join(lines)
     assert any("stopped" in line for line in lines)
     assert "Traceback" not in "\n".join(lines)
+
+
+def test_up_with_a_bad_store_url_exits_2_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "advisor.cli", "up", "--port", str(free_port()), "--db", "nonsense://x"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error:")
+    assert "nonsense://x" in line
+    assert "Traceback" not in result.stdout + result.stderr
