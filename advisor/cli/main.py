@@ -1,29 +1,89 @@
-"""Entry point of the `gpuadvisor` command: assembles the command groups of DESIGN §2."""
+"""Entry point of the `gpuadvisor` command: assembles the command groups of DESIGN §2.
+
+Command groups are imported only when invoked: `gpuadvisor collector run` on a GPU node must not pay for (or need)
+pandas, LightGBM and FastAPI, and `gpuadvisor --help` should answer at once.
+"""
 
 from __future__ import annotations
 
-import typer
+import importlib
+from dataclasses import dataclass
 
-from advisor.cli import db, serve, up
-from advisor.cli import models as models_cli
-from advisor.cli import profile as profile_cli
-from advisor.cli import simulate as simulate_cli
-from collector.cli import app as collector_app
+import typer
+from typer import _click as click  # the click that Typer vendors; its classes are the ones TyperGroup derives from
+from typer.core import TyperCommand, TyperGroup
+
+
+@dataclass(frozen=True)
+class _Entry:
+    module: str
+    attribute: str
+    help: str
+
+
+# Order is the order of `gpuadvisor --help`.
+COMMANDS: dict[str, _Entry] = {
+    "up": _Entry("advisor.cli.up", "up", "Run everything locally: store, advisor, simulated nodes, models."),
+    "collector": _Entry("collector.cli", "app", "The node agent: NVML telemetry, pod attribution, metrics, snapshots."),
+    "profile": _Entry("advisor.cli.profile", "app", "Request and read trial-run profiles."),
+    "profiler": _Entry("advisor.cli.profile", "profiler_app", "The TrialRun controller and job-history recorder."),
+    "advisor": _Entry("advisor.cli.serve", "app", "The advisor service."),
+    "models": _Entry(
+        "advisor.cli.models", "app", "Train, evaluate and list the throughput, interference and JCT models."
+    ),
+    "simulate": _Entry("advisor.cli.simulate", "simulate", "Replay a trace under placement policies and compare them."),
+    "db": _Entry("advisor.cli.db", "app", "Manage the SQL store."),
+}
+
+
+def load_command(name: str) -> click.Command | None:
+    """Import the module of command `name` and build its click command (a group for a Typer app)."""
+    entry = COMMANDS.get(name)
+    if entry is None:
+        return None
+    target = getattr(importlib.import_module(entry.module), entry.attribute)
+    if isinstance(target, typer.Typer):
+        command: click.Command = typer.main.get_group(target)
+    else:
+        single = typer.Typer()
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+class LazyGroup(TyperGroup):
+    """A Typer group whose subcommands are imported only when one is invoked.
+
+    Listing them (help, completion) uses the one-line help of `COMMANDS` instead of importing every module.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        return None if entry is None else TyperCommand(cmd_name, help=entry.help)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, _placeholder, rest = super().resolve_command(ctx, args)
+        return name, (load_command(name) if name else None), rest
+
 
 app = typer.Typer(
     name="gpuadvisor",
     help="GPU telemetry, trial-run profiling and placement advice for Kubernetes.",
+    cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(db.app, name="db")
-app.add_typer(serve.app, name="advisor")
-app.add_typer(collector_app, name="collector")
-app.add_typer(profile_cli.app, name="profile")
-app.add_typer(profile_cli.profiler_app, name="profiler")
-app.add_typer(models_cli.app, name="models")
-app.command("up")(up.up)
-app.command("simulate")(simulate_cli.simulate)
+
+
+@app.callback()
+def _root() -> None:
+    """GPU telemetry, trial-run profiling and placement advice for Kubernetes."""
 
 
 def main() -> None:
