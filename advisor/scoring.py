@@ -7,12 +7,13 @@ these functions directly.
 
 Components (each a ratio 0..1; the score is their weighted mean × 100):
 
-* packing — fragmentation-aware (after FGD, ATC'23): the expected number of free GPUs that a typical task (sizes drawn
-  from `ScoringConfig.task_sizes`) could *not* use, before and after placing the pod. A task of k ≤ largest NVLink
-  island GPUs is only counted as fitting inside one island. `packing = 0.8 / (1 + exp(Δfragmentation)) + 0.2 × (1 −
-  free GPUs left / GPUs)`: a pod that fills a gap scores high, one that breaks up a whole node or island low, and the
-  best-fit fifth breaks ties between equal fragmentation changes toward the fuller node. GPU shares prefer GPUs that
-  are already shared (a free GPU stays whole).
+* packing — fragmentation gradient (FGD, ATC'23; the math is `advisor.fragmentation`): Δ = how much placing the pod
+  increases the node's expected fragmentation, i.e. the free GPU capacity (fractional shares included) that a task
+  drawn from the target workload `ScoringConfig.task_mix` could not use. A task of 1 < k ≤ largest NVLink island
+  GPUs only counts as runnable inside one island. `packing = 0.8 / (1 + exp(Δ in GPUs)) + 0.2 × (1 − free GPU
+  capacity left / capacity)`: a pod that fills a gap scores high, one that breaks up a whole node, island or GPU low,
+  and the best-fit fifth breaks ties between equal fragmentation changes toward the fuller node. A GPU share is
+  scored on every GPU it fits on (the GPU with the best packing + interference wins).
 * affinity — for k ≥ 2 GPUs the best free k-set by link level (NVLINK > PCIE_SWITCH > PCIE_HOSTBRIDGE > NUMA >
   SYSTEM): `1 − mean pairwise link rank / 4`. For members of a gang, half of it is gang locality: 1 on a node that
   already runs a member, 0 on another node when members run elsewhere.
@@ -34,6 +35,14 @@ from functools import lru_cache
 from itertools import combinations, count
 from typing import NamedTuple
 
+from advisor.fragmentation import (
+    DEFAULT_TASK_MIX,
+    TaskMix,
+    TaskMixError,
+    node_fragmentation_milli,
+    validate_task_mix,
+    whole_gpu_mix,
+)
 from advisor.predictors import Predictors, UsageProfile, default_usage
 from collector.snapshot import LINK_RANK, LinkLevel
 
@@ -209,6 +218,7 @@ class NodeState:
     gangs: frozenset[str] = frozenset()
     gpu_model: str = field(init=False)
     free_mask: int = field(init=False)
+    free_milli: tuple[int, ...] = field(init=False)
     healthy_count: int = field(init=False)
     share_positions: tuple[int, ...] = field(init=False)
     natural_indices: bool = field(init=False)
@@ -238,6 +248,11 @@ class NodeState:
         object.__setattr__(self, "natural_indices", all(g.index == pos for pos, g in enumerate(self.gpus)))
         object.__setattr__(self, "memo", {})
         object.__setattr__(self, "free_mask", free)
+        object.__setattr__(
+            self,
+            "free_milli",
+            tuple(max(0, WHOLE_GPU_MILLI - g.allocated_milli) if g.healthy else 0 for g in self.gpus),
+        )
         object.__setattr__(self, "healthy_count", healthy)
         object.__setattr__(self, "gpu_model", max(models, key=lambda m: models[m]) if models else "")
 
@@ -248,7 +263,12 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ScoringConfig:
-    """Weights and policy. `task_sizes` is the expected mix of whole-GPU task sizes (GPUs, probability).
+    """Weights and policy.
+
+    `task_mix` is the target workload the packing component keeps room for: (GPUs, milli-GPU per GPU, probability)
+    per request shape, GPU shares included (default `advisor.fragmentation.DEFAULT_TASK_MIX`; the simulator passes
+    the trace's own mix). `task_sizes`, whole-GPU (GPUs, probability) pairs, is the older shorthand: when given it
+    replaces `task_mix` with whole-GPU requests of those sizes.
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -260,9 +280,16 @@ class ScoringConfig:
     staleness_seconds: float = 30.0
     strict_staleness: bool = False
     unknown_node_score: float = 50.0
-    task_sizes: tuple[tuple[int, float], ...] = ((1, 0.4), (2, 0.2), (4, 0.2), (8, 0.2))
+    task_mix: TaskMix = DEFAULT_TASK_MIX
+    task_sizes: tuple[tuple[int, float], ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.task_sizes is not None:
+            object.__setattr__(self, "task_mix", whole_gpu_mix(self.task_sizes))
+        try:
+            validate_task_mix(self.task_mix)
+        except TaskMixError as exc:
+            raise ScoringInputError(str(exc)) from None
         for name in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct"):
             if getattr(self, name) < 0:
                 raise ScoringInputError(f"{name} must be >= 0")
@@ -340,22 +367,21 @@ def extender_scores(scores: Sequence[NodeScore]) -> list[int]:
 # Fragmentation and GPU-set search (cached per topology and free mask: many nodes share both)
 
 
+def fragmentation_milli(topology: Topology, free_milli: tuple[int, ...], task_mix: TaskMix) -> float:
+    """The node's expected fragmentation F_n(M) in milli-GPU (`advisor.fragmentation.node_fragmentation_milli`)."""
+    return node_fragmentation_milli(free_milli, topology.islands, topology.largest_island, task_mix)
+
+
 @lru_cache(maxsize=65536)
-def fragmentation(topology: Topology, free_mask: int, task_sizes: tuple[tuple[int, float], ...]) -> float:
-    """Expected free GPUs that a task drawn from `task_sizes` cannot use on this node (FGD-style, in GPUs)."""
-    free = free_mask.bit_count()
-    if free == 0:
-        return 0.0
-    total = 0.0
-    for k, p in task_sizes:
-        if k <= 0:
-            continue
-        if 1 < k <= topology.largest_island:
-            usable = sum(((free_mask & island).bit_count() // k) * k for island in topology.islands)
-        else:
-            usable = (free // k) * k
-        total += p * (free - usable)
-    return total
+def _mask_milli(gpu_count: int, mask: int) -> tuple[int, ...]:
+    return tuple(WHOLE_GPU_MILLI if mask >> i & 1 else 0 for i in range(gpu_count))
+
+
+def _take(free_milli: tuple[int, ...], positions: Iterable[int], milli: int) -> tuple[int, ...]:
+    out = list(free_milli)
+    for p in positions:
+        out[p] -= milli
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,10 +406,11 @@ def _set_cost(ranks: tuple[tuple[int, ...], ...], positions: Sequence[int]) -> t
 
 
 @lru_cache(maxsize=65536)
-def best_gpu_set(
-    topology: Topology, eligible_mask: int, k: int, task_sizes: tuple[tuple[int, float], ...]
-) -> _GpuSet | None:
+def best_gpu_set(topology: Topology, eligible_mask: int, k: int, task_mix: TaskMix) -> _GpuSet | None:
     """The best k GPUs among `eligible_mask`: best worst link, then best mean link, then least fragmentation.
+
+    Which whole free GPUs a pod takes changes only the whole-GPU part of F (partly used GPUs stay as they are), so
+    the tie-break compares F of the eligible GPUs left.
 
     Exhaustive while the number of k-subsets is at most 4096; beyond, greedy (grow by cheapest link) from up to 8 seeds
     spread over the NVLink islands.
@@ -408,7 +435,7 @@ def best_gpu_set(
         mask = 0
         for p in combo:
             mask |= 1 << p
-        frag = fragmentation(topology, eligible_mask & ~mask, task_sizes)
+        frag = fragmentation_milli(topology, _mask_milli(topology.gpu_count, eligible_mask & ~mask), task_mix)
         key = (worst, mean, frag)
         if best is None or key < best:
             best = key
@@ -436,26 +463,30 @@ class _WholePlan:
 
 @lru_cache(maxsize=65536)
 def _whole_plan(
-    topology: Topology, free_mask: int, eligible_mask: int, k: int, config: ScoringConfig
+    topology: Topology, free_milli: tuple[int, ...], eligible_mask: int, k: int, config: ScoringConfig
 ) -> _WholePlan | None:
     """Chosen k-set, packing and link affinity of a whole-GPU request; depends only on the node's shape."""
-    chosen = best_gpu_set(topology, eligible_mask, k, config.task_sizes)
+    chosen = best_gpu_set(topology, eligible_mask, k, config.task_mix)
     if chosen is None:
         return None
-    before = fragmentation(topology, free_mask, config.task_sizes)
-    after = fragmentation(topology, free_mask & ~chosen.mask, config.task_sizes)
-    packing = _packing(after - before, free_mask, chosen.mask, topology)
-    left = f"leaves {free_mask.bit_count() - k} free"
+    after_milli = _take(free_milli, chosen.positions, WHOLE_GPU_MILLI)
+    packing = _packing(
+        fragmentation_milli(topology, after_milli, config.task_mix)
+        - fragmentation_milli(topology, free_milli, config.task_mix),
+        after_milli,
+    )
+    left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
     if k <= 1:
         return _WholePlan(chosen.positions, packing, 1.0, f", {left}")
     link = _LEVEL_BY_RANK[chosen.worst_rank] if topology.known else "topology unknown"
     return _WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
 
 
-def _packing(delta_fragmentation: float, free_mask: int, taken_mask: int, topology: Topology) -> float:
-    """80 % fragmentation change, 20 % best fit (fewer free GPUs left): equal fragmentation ties go to fuller nodes."""
-    left_ratio = (free_mask & ~taken_mask).bit_count() / max(1, topology.gpu_count)
-    return 0.8 * _sigmoid_of_negative(delta_fragmentation) + 0.2 * (1.0 - left_ratio)
+def _packing(delta_fragmentation_milli: float, free_after_milli: tuple[int, ...]) -> float:
+    """80 % fragmentation change (in GPUs), 20 % best fit (less free capacity left): equal fragmentation changes go
+    to the fuller node."""
+    left_ratio = sum(free_after_milli) / max(1, WHOLE_GPU_MILLI * len(free_after_milli))
+    return 0.8 * _sigmoid_of_negative(delta_fragmentation_milli / WHOLE_GPU_MILLI) + 0.2 * (1.0 - left_ratio)
 
 
 def _sigmoid_of_negative(x: float) -> float:
@@ -521,7 +552,7 @@ def _evaluate_whole(
     if free < k:
         what = "free GPUs" if eligible == node.free_mask else "free GPUs with enough memory"
         return _Raw(node.name, node.gpu_model, False, detail=f"needs {k} {what}, has {free}")
-    plan = _whole_plan(node.topology, node.free_mask, eligible, k, config)
+    plan = _whole_plan(node.topology, node.free_milli, eligible, k, config)
     if plan is None:
         return _Raw(node.name, node.gpu_model, False, detail=f"needs {k} free GPUs, has {free}")
     affinity = plan.topology_affinity
@@ -561,7 +592,8 @@ def _evaluate_share(
     milli = pod.share_milli
     topo = node.topology
     best: tuple[float, int, float, float, float] | None = None  # (value, pos, packing, pod_slow, res_slow)
-    before = -1.0
+    free_milli = node.free_milli
+    before = fragmentation_milli(topo, free_milli, config.task_mix)
     gpus = node.gpus
     for pos in node.share_positions:
         g = gpus[pos]
@@ -569,13 +601,8 @@ def _evaluate_share(
             continue
         if not _memory_ok(g, pod.gpu_memory_bytes, whole=False):
             continue
-        if g.allocated_milli == 0:
-            if before < 0:
-                before = fragmentation(topo, node.free_mask, config.task_sizes)
-            after = fragmentation(topo, node.free_mask & ~(1 << pos), config.task_sizes)
-            packing = _packing(after - before + 0.5, node.free_mask, 1 << pos, topo)
-        else:
-            packing = _sigmoid_of_negative(-(g.allocated_milli + milli) / WHOLE_GPU_MILLI)
+        after_milli = _take(free_milli, (pos,), milli)
+        packing = _packing(fragmentation_milli(topo, after_milli, config.task_mix) - before, after_milli)
         if g.residents:
             pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
         else:

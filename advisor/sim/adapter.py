@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from advisor.fragmentation import IntArray
 from advisor.scoring import GpuState, NodeState, Resident, Topology
-from advisor.sim.fragmentation import IntArray
 from advisor.sim.model import GPU_MILLI, SimNode
 from collector.snapshot import LinkLevel
 

@@ -1,199 +1,30 @@
-"""GPU fragmentation as defined by FGD (Weng et al., "Beware of Fragmentation", USENIX ATC'23), vectorised.
-
-For a node n and a task type m of the target workload M (popularity p_m):
-
-* if m cannot run on n at all (too few free GPUs, no GPU with a large enough free share, or not enough CPU or
-  memory), every unallocated GPU share of n is a fragment: F_n(m) = Σ_g R_g;
-* otherwise the fragments are the GPUs whose free share is smaller than what m needs from one GPU:
-  F_n(m) = Σ_g R_g · [R_g < min(D_m, 1)], with D_m the task's GPU demand (a share below 1, or k whole GPUs).
-
-F_n(M) = Σ_m p_m F_n(m) is the expected fragmentation; FGD places each pod where it increases F_n(M) the least.
-Amounts are in milli-GPU. Task types are the distinct (GPUs, milli-GPU, CPU, memory) requests of the trace.
-
-To keep a run of ~10,000 pods over 1,213 nodes in seconds, per-node sums are cached and a placement's effect is
-computed from the one or few GPUs it changes (`NodeCache`), and the CPU/memory feasibility of all task types of one
-GPU class is a single lookup in a cumulative weight table (`Workload.weight_fitting`).
+"""The trace's side of FGD fragmentation: a pod list as the target workload, for the `fgd` policy (numpy form, CPU
+and memory included) and for the advisor's scorer (`ScoringConfig.task_mix`). The math is `advisor.fragmentation`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
-from numpy.typing import NDArray
-
+from advisor.fragmentation import TaskMix, Workload, workload_of_requests
 from advisor.sim.model import GPU_MILLI, Pod
-
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The target workload, grouped into GPU classes j = (GPUs, milli per GPU) with CPU/memory tables.
-
-    `table[j, a, b]` is the total popularity of the types of class j whose CPU request is at most `cpu_grid[a-1]`
-    and memory request at most `memory_grid[b-1]` (index 0 = below every request).
-    """
-
-    class_gpus: IntArray
-    class_milli: FloatArray
-    threshold_milli: FloatArray
-    cpu_grid: FloatArray
-    memory_grid: FloatArray
-    table: FloatArray
-
-    @property
-    def is_share(self) -> NDArray[np.bool_]:
-        share: NDArray[np.bool_] = (self.class_gpus == 1) & (self.class_milli < GPU_MILLI)
-        return share
-
-    def weight_fitting(self, cpu_free: FloatArray, memory_free: FloatArray) -> FloatArray:
-        """(C, J): popularity of each class's types whose CPU and memory fit in the given free amounts."""
-        a = np.searchsorted(self.cpu_grid, cpu_free, side="right")
-        b = np.searchsorted(self.memory_grid, memory_free, side="right")
-        return self.table[:, a, b].T
 
 
 def workload_of(pods: Sequence[Pod]) -> Workload:
     """The target workload: every distinct request of `pods`, weighted by how often it occurs."""
     if not pods:
         raise ValueError("the workload needs at least one pod")
-    keys = [(p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.cpu_milli, p.memory_mib) for p in pods]
-    classes = sorted({(k, m) for k, m, _, _ in keys})
-    class_index = {c: i for i, c in enumerate(classes)}
-    cpu_grid = np.array(sorted({c for _, _, c, _ in keys}), dtype=np.float64)
-    memory_grid = np.array(sorted({m for _, _, _, m in keys}), dtype=np.float64)
-    counts = np.zeros((len(classes), len(cpu_grid) + 1, len(memory_grid) + 1))
-    for k, m, c, mem in keys:
-        a = int(np.searchsorted(cpu_grid, c)) + 1
-        b = int(np.searchsorted(memory_grid, mem)) + 1
-        counts[class_index[(k, m)], a, b] += 1.0
-    table = counts.cumsum(axis=1).cumsum(axis=2) / len(keys)
-    class_gpus = np.array([k for k, _ in classes], dtype=np.int64)
-    class_milli = np.array([m for _, m in classes], dtype=np.float64)
-    threshold = np.where(class_gpus == 0, 0.0, np.minimum(class_milli, GPU_MILLI)).astype(np.float64)
-    return Workload(class_gpus, class_milli, threshold, cpu_grid, memory_grid, table)
+    return workload_of_requests([(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods])
 
 
-def class_sums(free: FloatArray, workload: Workload) -> FloatArray:
-    """(C, J): Σ_g R_g · [R_g < threshold_j] for node rows `free` (C, G)."""
-    below = free[:, :, None] < workload.threshold_milli[None, None, :]
-    sums: FloatArray = (free[:, :, None] * below).sum(axis=1)
-    return sums
-
-
-def expected_fragmentation(
-    sums: FloatArray,
-    total: FloatArray,
-    *,
-    full: FloatArray,
-    max_free: FloatArray,
-    cpu_free: FloatArray,
-    memory_free: FloatArray,
-    workload: Workload,
-) -> FloatArray:
-    """F_n(M) in milli-GPU for C node states given their per-class sums and summary statistics (all (C,) but sums)."""
-    gpu_ok = np.where(
-        workload.class_gpus[None, :] == 0,
-        True,
-        np.where(
-            workload.is_share[None, :],
-            max_free[:, None] >= workload.class_milli[None, :],
-            full[:, None] >= workload.class_gpus[None, :],
-        ),
-    )
-    fitting = workload.weight_fitting(cpu_free, memory_free) * gpu_ok
-    result: FloatArray = total - (fitting * (total[:, None] - sums)).sum(axis=1)
-    return result
-
-
-class NodeCache:
-    """Per-node aggregates of a fragmentation run, updated node by node as pods are placed."""
-
-    def __init__(self, free: FloatArray, cpu_free: FloatArray, memory_free: FloatArray, workload: Workload) -> None:
-        self.workload = workload
-        self.sums = class_sums(free, workload)
-        self.total = free.sum(axis=1)
-        self.full = (free >= GPU_MILLI).sum(axis=1).astype(np.float64)
-        ordered = -np.sort(-free, axis=1)
-        self.max1 = ordered[:, 0].copy()
-        self.max2 = ordered[:, 1].copy() if free.shape[1] > 1 else np.zeros(len(free))
-        below_full = np.where(free < GPU_MILLI, free, 0.0)
-        self.max_partial = below_full.max(axis=1)
-        self.frag = expected_fragmentation(
-            self.sums,
-            self.total,
-            full=self.full,
-            max_free=self.max1,
-            cpu_free=cpu_free,
-            memory_free=memory_free,
-            workload=workload,
-        )
-
-    def refresh(self, node: int, free_row: FloatArray, cpu_free: float, memory_free: float) -> None:
-        row = free_row[None, :]
-        self.sums[node] = class_sums(row, self.workload)[0]
-        self.total[node] = free_row.sum()
-        self.full[node] = float((free_row >= GPU_MILLI).sum())
-        ordered = np.sort(free_row)[::-1]
-        self.max1[node] = ordered[0]
-        self.max2[node] = ordered[1] if len(ordered) > 1 else 0.0
-        self.max_partial[node] = float(np.where(free_row < GPU_MILLI, free_row, 0.0).max())
-        self.frag[node] = expected_fragmentation(
-            self.sums[node : node + 1],
-            self.total[node : node + 1],
-            full=self.full[node : node + 1],
-            max_free=self.max1[node : node + 1],
-            cpu_free=np.array([cpu_free]),
-            memory_free=np.array([memory_free]),
-            workload=self.workload,
-        )[0]
-
-    def _h(self, values: FloatArray) -> FloatArray:
-        """(C, J): R · [R < threshold_j] for one GPU value per candidate."""
-        return values[:, None] * (values[:, None] < self.workload.threshold_milli[None, :])
-
-    def delta_share(
-        self, nodes: IntArray, gpu_free: FloatArray, milli: float, cpu_after: FloatArray, memory_after: FloatArray
-    ) -> FloatArray:
-        """ΔF for taking `milli` from a GPU with `gpu_free` free on each candidate node."""
-        after = gpu_free - milli
-        sums = self.sums[nodes] - self._h(gpu_free) + self._h(after)
-        total = self.total[nodes] - milli
-        full = self.full[nodes] - (gpu_free >= GPU_MILLI)
-        other = np.where(
-            (gpu_free < self.max1[nodes]) | (self.max2[nodes] == self.max1[nodes]), self.max1[nodes], self.max2[nodes]
-        )
-        max_free = np.maximum(after, other)
-        new = expected_fragmentation(
-            sums,
-            total,
-            full=full,
-            max_free=max_free,
-            cpu_free=cpu_after,
-            memory_free=memory_after,
-            workload=self.workload,
-        )
-        delta: FloatArray = new - self.frag[nodes]
-        return delta
-
-    def delta_whole(self, nodes: IntArray, gpus: int, cpu_after: FloatArray, memory_after: FloatArray) -> FloatArray:
-        """ΔF for taking `gpus` whole free GPUs on each candidate node (which ones does not matter for F)."""
-        full_value = np.full(len(nodes), float(GPU_MILLI))
-        sums = self.sums[nodes] - gpus * self._h(full_value)
-        total = self.total[nodes] - gpus * GPU_MILLI
-        full = self.full[nodes] - gpus
-        max_free = np.where(full > 0, float(GPU_MILLI), self.max_partial[nodes])
-        new = expected_fragmentation(
-            sums,
-            total,
-            full=full,
-            max_free=max_free,
-            cpu_free=cpu_after,
-            memory_free=memory_after,
-            workload=self.workload,
-        )
-        delta: FloatArray = new - self.frag[nodes]
-        return delta
+def task_mix_of(pods: Sequence[Pod]) -> TaskMix:
+    """The trace's GPU requests as `ScoringConfig.task_mix`: (GPUs, milli per GPU, share of the GPU pods)."""
+    counts: dict[tuple[int, int], int] = {}
+    for p in pods:
+        if p.num_gpu > 0:
+            shape = (p.num_gpu, int(min(p.gpu_milli, GPU_MILLI)) if p.num_gpu == 1 else GPU_MILLI)
+            counts[shape] = counts.get(shape, 0) + 1
+    total = sum(counts.values())
+    if total == 0:
+        raise ValueError("the trace has no pod that requests a GPU")
+    return tuple((k, m, n / total) for (k, m), n in sorted(counts.items()))

@@ -23,11 +23,11 @@ from typing import Protocol
 
 import numpy as np
 
+from advisor.fragmentation import IntArray
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import PodRequest, Resident, ScoringConfig, extender_scores, score_nodes
 from advisor.sim.adapter import StateInterner
-from advisor.sim.fragmentation import IntArray
 from advisor.sim.model import GPU_MILLI, Cluster, Job
 from advisor.sim.packing import DEFAULT_EXTENDER_WEIGHT
 from advisor.sim.rates import Assignment, RateTable, crosses_nvlink_groups, predictors_for, true_rate, with_job

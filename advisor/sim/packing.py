@@ -23,10 +23,11 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from advisor.fragmentation import FloatArray, IntArray, NodeCache, Workload
 from advisor.predictors import Predictors
 from advisor.scoring import PodRequest, ScoringConfig, extender_scores, score_nodes
 from advisor.sim.adapter import StateInterner, share_residents
-from advisor.sim.fragmentation import FloatArray, IntArray, NodeCache, Workload, workload_of
+from advisor.sim.fragmentation import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 
 BoolArray = NDArray[np.bool_]
@@ -173,16 +174,6 @@ class FgdPolicy:
         return int(nodes[best]), (int(cols[best]),)
 
 
-def task_sizes_of(pods: Sequence[Pod]) -> tuple[tuple[int, float], ...]:
-    """The trace's mix of GPU counts (a share counts as one GPU), as `ScoringConfig.task_sizes`."""
-    counts: dict[int, int] = {}
-    for p in pods:
-        if p.num_gpu > 0:
-            counts[p.num_gpu] = counts.get(p.num_gpu, 0) + 1
-    total = sum(counts.values())
-    return tuple((k, n / total) for k, n in sorted(counts.items()))
-
-
 class AdvisorPackPolicy:
     """kube-scheduler with the advisor as its extender, scoring with the service's own `score_nodes`.
 
@@ -190,8 +181,8 @@ class AdvisorPackPolicy:
     CPU and memory, an integer 0..100) plus `extender_weight` × 10 × the extender's integer 0..10 score (the
     service's own `extender_scores`; kube-scheduler scales extender scores by MaxNodeScore / MaxExtenderPriority).
     The GPUs are the scorer's choice (what `/v1/allocate` tells the device plugin). Pods without a GPU get no
-    extender score (the extender manages only `nvidia.com/gpu`). The scorer is configured with the trace's GPU-count
-    mix as its `task_sizes` (what an admin sets from their own workload).
+    extender score (the extender manages only `nvidia.com/gpu`). The scorer is configured with the trace's GPU requests
+    as its `task_mix` (`task_mix_of`: what an admin sets from their own pod history; `fgd` gets the same trace).
     """
 
     name = "advisor"

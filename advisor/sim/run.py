@@ -13,6 +13,7 @@ import numpy as np
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
+from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
@@ -26,7 +27,6 @@ from advisor.sim.packing import (
     RandomPolicy,
     inflated_sequence,
     run_fragmentation,
-    task_sizes_of,
 )
 from advisor.sim.rates import RateTable
 
@@ -60,7 +60,7 @@ def fragmentation_policy(name: str, cluster: Cluster, pods: Sequence[Pod], seed:
         return FgdPolicy()
     if name == "advisor":
         return AdvisorPackPolicy(
-            cluster, ScoringConfig(task_sizes=task_sizes_of(pods)), extender_weight=DEFAULT_EXTENDER_WEIGHT
+            cluster, ScoringConfig(task_mix=task_mix_of(pods)), extender_weight=DEFAULT_EXTENDER_WEIGHT
         )
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 

@@ -302,7 +302,7 @@ def test_scores_stay_within_bounds_and_extender_scores_are_integers() -> None:
 
 def test_large_nodes_fall_back_to_a_greedy_gpu_set_search() -> None:
     topology = two_socket(16)
-    chosen = best_gpu_set(topology, (1 << 16) - 1, 8, CONFIG.task_sizes)
+    chosen = best_gpu_set(topology, (1 << 16) - 1, 8, CONFIG.task_mix)
     assert chosen is not None
     assert chosen.positions in {tuple(range(8)), tuple(range(8, 16))}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from advisor.fragmentation import class_sums, expected_fragmentation
 from advisor.scoring import ScoringConfig
-from advisor.sim.fragmentation import class_sums, expected_fragmentation, workload_of
+from advisor.sim.fragmentation import task_mix_of, workload_of
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import (
     AdvisorPackPolicy,
@@ -16,7 +17,6 @@ from advisor.sim.packing import (
     RandomPolicy,
     inflated_sequence,
     run_fragmentation,
-    task_sizes_of,
 )
 
 
@@ -132,7 +132,7 @@ def test_advisor_packs_small_pods_so_a_whole_node_stays_free() -> None:
     """With the extender weighted well above kube's LeastAllocated, 1-GPU pods fill one node and an 8-GPU pod fits."""
     cluster = Cluster((SimNode("a", "A100", 8), SimNode("b", "A100", 8)))
     sequence = [Pod(f"s{i}", 1, 1000) for i in range(8)] + [Pod("big", 8, 1000)]
-    config = ScoringConfig(task_sizes=task_sizes_of(sequence))
+    config = ScoringConfig(task_mix=task_mix_of(sequence))
     spread = run_fragmentation(cluster, sequence, sequence, AllocatedPolicy(most=False))
     advisor = run_fragmentation(cluster, sequence, sequence, AdvisorPackPolicy(cluster, config, extender_weight=10.0))
     assert spread.failed_pods == 1
