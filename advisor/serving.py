@@ -40,12 +40,17 @@ from advisor.predictors import (
     Predictors,
     ResidentLike,
     SpecSpeed,
+    SpeedPredictor,
     UsagePredictor,
     UsageProfile,
 )
 from profiler.store import repo
 
 log = logging.getLogger(__name__)
+
+# The GPU that the speed predictor counts as 1.0 and on which the JCT model is asked how long a job is: one the
+# bundled and public histories all contain.
+SPEED_REFERENCE_GPU = "v100"
 
 _CACHE_LIMIT = 8192
 _UTIL_STEP = 0.05
@@ -129,11 +134,27 @@ class ProfileIndex:
 
 
 class ModelJct:
-    """JCT from the promoted JCT model (its p50), memoised per (workload, GPU model, GPU count)."""
+    """JCT from the promoted JCT model (its p50) on a reference GPU, scaled to each GPU model by relative speed.
 
-    def __init__(self, model: JctModel, version: int, clock: Callable[[], float] = time.time) -> None:
+    A JCT model learns from the history of the cluster it was trained on; its trees cannot extrapolate to GPU types
+    that history lacks (an H100 and an L4 would get the same answer). So the model answers how long the job is — on
+    the speed predictor's reference GPU — and the speed predictor answers how much faster or slower each candidate GPU
+    runs it. Memoised per (workload, GPU model, GPU count).
+    """
+
+    def __init__(
+        self,
+        model: JctModel,
+        version: int,
+        speed: SpeedPredictor,
+        *,
+        reference_gpu: str = SPEED_REFERENCE_GPU,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.name = f"jct v{version}"
         self._model = model
+        self._speed = speed
+        self._reference = reference_gpu
         self._clock = clock
         self._cache: dict[tuple[str, str, int], float | None] = {}
 
@@ -146,11 +167,13 @@ class ModelJct:
         prediction = self._model.predict(
             workloads=[workload],
             users=[""],
-            gpu_models=[gpu_model],
+            gpu_models=[self._reference],
             gpu_count=[float(gpu_count)],
             submit_time_s=[self._clock()],
         )
-        value = float(prediction.p50[0])
+        on_reference = float(prediction.p50[0])
+        speed = self._speed.relative_speed(gpu_model) / self._speed.relative_speed(self._reference)
+        value = on_reference / speed if speed > 0 else math.nan
         result = value if math.isfinite(value) and value > 0 else None
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
@@ -226,10 +249,11 @@ def predictors_from(models: LoadedModels, profiles: ProfileIndex | None) -> Pred
         interference = ModelInterference(
             models.interference, models.versions["interference"], profiles or ProfileIndex({})
         )
+    speed = SpecSpeed(SPEED_REFERENCE_GPU)
     jct: JctPredictor = HeuristicJct()
     if models.jct is not None:
-        jct = ModelJct(models.jct, models.versions["jct"])
-    return Predictors(speed=SpecSpeed(), interference=interference, jct=jct, usage=usage)
+        jct = ModelJct(models.jct, models.versions["jct"], speed)
+    return Predictors(speed=speed, interference=interference, jct=jct, usage=usage)
 
 
 def build_predictors(sessions: sessionmaker[Session]) -> Predictors:

@@ -125,6 +125,16 @@ def step(console: Console, label: str) -> Iterator[None]:
     console.print(f"[green]✓[/] {label} [dim]({time.monotonic() - started:.1f} s)[/]")
 
 
+# A mixed fleet, as real clusters are, so that the JCT component's heterogeneity shows in the scores:
+# (NVML device name, memory GiB, board power W).
+SIMULATED_FLEET: tuple[tuple[str, int, float], ...] = (
+    ("NVIDIA H100 80GB HBM3", 80, 700.0),
+    ("NVIDIA A100-SXM4-80GB", 80, 400.0),
+    ("Tesla V100-SXM2-32GB", 32, 300.0),
+    ("NVIDIA L4", 24, 72.0),
+)
+
+
 def serve_models(ctx: AppContext, settings: AdvisorSettings) -> str:
     """Train and promote the reference models of every kind that has none yet, then have the running advisor serve
     the promoted ones; what answers each scoring question, in one line."""
@@ -203,7 +213,15 @@ def start_nodes(
     """One collector agent per simulated node (and one for local GPUs), each pushing to the advisor; node names."""
     agents: list[tuple[str, CollectorAgent]] = []
     for seed, name in enumerate(names):
-        simulated = SimulatedBackend(gpus, seed=seed, node=name)
+        model, memory_gib, power_watts = SIMULATED_FLEET[seed % len(SIMULATED_FLEET)]
+        simulated = SimulatedBackend(
+            gpus,
+            seed=seed,
+            node=name,
+            model=model,
+            memory_total_bytes=memory_gib * 1024**3,
+            max_power_watts=power_watts,
+        )
         stack.backends.append(simulated)
         agents.append(
             (

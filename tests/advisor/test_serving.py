@@ -86,6 +86,13 @@ def test_promoted_models_answer_jct_and_interference(sessions: sessionmaker[Sess
     assert heuristic[0] == pytest.approx(1.8 * 1.05)
 
 
+def test_jct_follows_the_gpu_type_even_for_types_the_history_lacks(sessions: sessionmaker[Session]) -> None:
+    jct = build_predictors(sessions).jct
+    on = {gpu: jct.jct_seconds("ResNet-50 (batch size 64)", gpu, 1) for gpu in ("NVIDIA H100 80GB HBM3", "V100", "K80")}
+    assert all(v is not None for v in on.values()), on
+    assert on["NVIDIA H100 80GB HBM3"] < on["V100"] < on["K80"]  # type: ignore[operator]
+
+
 def test_the_service_serves_promoted_models_and_lists_them(store: tuple[str, Path], gavel: GavelData) -> None:
     settings = AdvisorSettings(db_url=store[0], no_kube=True, api_token=TOKEN, model_dir=store[1] / "trained")
     workload = str(gavel.throughputs["workload"].iloc[0])
