@@ -36,14 +36,10 @@ def _spec_row(name: str) -> tuple[float, float, float, float, float]:
 
 def gpu_features(gpu_models: Sequence[str]) -> FloatArray:
     """One row of `GPU_FEATURES` per GPU model name (NaN for an unknown model)."""
-    cache: dict[str, tuple[float, float, float, float, float]] = {}
-    out = np.empty((len(gpu_models), len(GPU_FEATURES)), dtype=np.float64)
-    for i, name in enumerate(gpu_models):
-        row = cache.get(name)
-        if row is None:
-            row = cache[name] = _spec_row(name)
-        out[i] = row
-    return out
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(name, len(index)) for name in gpu_models), np.int64, len(gpu_models))
+    rows = np.array([_spec_row(name) for name in index], dtype=np.float64).reshape(len(index), len(GPU_FEATURES))
+    return rows[codes]
 
 
 def _log2_positive(values: FloatArray) -> FloatArray:
@@ -93,14 +89,21 @@ def _opt(value: float | bool | None) -> float:
 
 def side_columns(profiles: Sequence[SoloProfile]) -> SideColumns:
     """Columns of `profiles`, in order."""
-    return SideColumns(
-        solo_throughput=np.array([p.solo_throughput for p in profiles], dtype=np.float64),
-        batch_size=np.array([p.batch_size for p in profiles], dtype=np.float64),
-        sm_util=np.array([_opt(p.sm_util_ratio) for p in profiles], dtype=np.float64),
-        mem_bw_util=np.array([_opt(p.mem_bw_util_ratio) for p in profiles], dtype=np.float64),
-        mem_bytes=np.array([_opt(p.mem_bytes) for p in profiles], dtype=np.float64),
-        amp=np.array([_opt(p.amp) for p in profiles], dtype=np.float64),
-    )
+    table = np.array(
+        [
+            (
+                p.solo_throughput,
+                p.batch_size,
+                _opt(p.sm_util_ratio),
+                _opt(p.mem_bw_util_ratio),
+                _opt(p.mem_bytes),
+                _opt(p.amp),
+            )
+            for p in profiles
+        ],
+        dtype=np.float64,
+    ).reshape(len(profiles), 6)
+    return SideColumns(*(np.ascontiguousarray(table[:, i]) for i in range(6)))
 
 
 INTERFERENCE_SIDE_FEATURES = (

@@ -9,8 +9,8 @@ a value goes right at are a prefix of that order, and the AND of their masks is 
 `searchsorted` and one table lookup per feature give every tree's mask for every row at once, and each row's leaf in
 a tree is the lowest bit left. The result equals LightGBM's prediction, missing-value rules included
 (`MissingType` None / Zero / NaN with the default direction); models this does not cover — categorical or linear
-trees, more than 64 leaves, several trees per iteration, an objective with an output transform — are left to
-LightGBM (`compile_forest` returns None).
+trees, more than 64 leaves, several trees per iteration, random-forest averaging, an objective with an output
+transform — are left to LightGBM (`compile_forest` returns None).
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ MAX_LEAVES = 64
 # Objectives whose prediction is the raw sum of the trees' leaf values.
 IDENTITY_OBJECTIVES = frozenset({"regression", "regression_l1", "huber", "fair", "quantile", "mape"})
 
-Masks = npt.NDArray[np.uint64]
+Masks = npt.NDArray[np.unsignedinteger[Any]]
+# Rows evaluated together: the chunk's masks (rows × trees words, twice) should stay in a core's L2 cache; on a
+# 512 KiB L2, 1,000 rows of an 80-tree model at once took 2.5 ms, in chunks of 500 rows 1.0 ms.
+CHUNK_WORDS = 40_960
+MIN_CHUNK_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,16 @@ class FeatureTable:
 
 @dataclass(frozen=True)
 class CompiledForest:
-    """A LightGBM model as per-feature mask tables plus each tree's leaf values (`leaf_values[offsets[t] + leaf]`)."""
+    """A LightGBM model as per-feature mask tables plus each tree's leaf values, padded to `leaf_slots` a tree.
+
+    `leaf_values[t * leaf_slots + leaf]` is the value of a tree's leaf; masks are 32-bit words when every tree has
+    at most 32 leaves, else 64-bit.
+    """
 
     n_features: int
+    n_trees: int
     tables: tuple[FeatureTable, ...]
-    offsets: npt.NDArray[np.int64]
+    leaf_slots: int
     leaf_values: FloatArray
 
     def predict(self, features: FloatArray) -> FloatArray:
@@ -60,20 +69,30 @@ class CompiledForest:
         if features.ndim != 2 or features.shape[1] != self.n_features:
             raise ValueError(f"features: expected (n, {self.n_features}), got {features.shape}")
         n = features.shape[0]
-        reach: Masks = np.full((n, len(self.offsets)), np.iinfo(np.uint64).max, dtype=np.uint64)
+        chunk = max(MIN_CHUNK_ROWS, CHUNK_WORDS // self.n_trees)
+        columns = np.ascontiguousarray(features.T, dtype=np.float64)
+        if n <= chunk:
+            return self._predict_columns(columns)
+        return np.concatenate([self._predict_columns(columns[:, i : i + chunk]) for i in range(0, n, chunk)])
+
+    def _predict_columns(self, columns: FloatArray) -> FloatArray:
+        n = columns.shape[1]
+        word = np.uint32 if self.leaf_slots == 32 else np.uint64
+        reach: Masks = np.full((n, self.n_trees), np.iinfo(word).max, dtype=word)
         for table in self.tables:
-            column = features[:, table.feature]
+            column = columns[table.feature]
             position = np.searchsorted(table.thresholds, column, side="left")
             missing = np.isnan(column)
             if missing.any():
                 position[missing] = len(table.thresholds) + 1
             if table.has_zero_rule:
                 position[np.abs(column) <= ZERO_THRESHOLD] = len(table.thresholds) + 2
-            np.bitwise_and(reach, table.masks[position], out=reach)
-        # The lowest remaining bit is the leaf the row reaches: popcount(m & -m - 1) is its index.
-        lowest = reach & (~reach + np.uint64(1))
-        leaves = np.bitwise_count(lowest - np.uint64(1)).astype(np.int64)
-        result: FloatArray = self.leaf_values[leaves + self.offsets].sum(axis=1)
+            np.bitwise_and(reach, table.masks.take(position, axis=0), out=reach)
+        # The row's leaf is the lowest bit left: m ^ (m - 1) keeps the bits up to it, so its popcount is leaf + 1.
+        np.bitwise_xor(reach, reach - word(1), out=reach)
+        slot = np.bitwise_count(reach).astype(np.int64)
+        slot += np.arange(-1, self.n_trees * self.leaf_slots - 1, self.leaf_slots, dtype=np.int64)
+        result: FloatArray = self.leaf_values.take(slot).sum(axis=1)
         return result
 
 
@@ -87,46 +106,48 @@ def compile_forest(dump: dict[str, Any]) -> CompiledForest | None:
     if (
         not trees
         or dump.get("num_tree_per_iteration", 1) != 1
+        or dump.get("average_output", False)
         or _objective_name(dump) not in IDENTITY_OBJECTIVES
-        or any(t["num_leaves"] > MAX_LEAVES or t.get("num_cat", 0) > 0 or "is_linear" in t for t in trees)
+        or any(t["num_leaves"] > MAX_LEAVES or t.get("num_cat", 0) > 0 for t in trees)
     ):
         return None
     n_trees = len(trees)
+    leaf_slots = 32 if all(t["num_leaves"] <= 32 for t in trees) else 64
+    word = np.uint32 if leaf_slots == 32 else np.uint64
+    full = (1 << leaf_slots) - 1
     splits: dict[int, list[tuple[float, int, int, bool, str]]] = {}
-    leaf_values: list[float] = []
-    offsets: list[int] = []
+    leaf_values = np.zeros(n_trees * leaf_slots, dtype=np.float64)
     for index, tree in enumerate(trees):
-        offsets.append(len(leaf_values))
         leaves: list[float] = []
-        if not _walk(tree["tree_structure"], index, leaves, splits):
+        if _walk(tree["tree_structure"], index, leaves, splits, full) is None:
             return None
-        leaf_values.extend(leaves)
-    full = (1 << 64) - 1
+        leaf_values[index * leaf_slots : index * leaf_slots + len(leaves)] = leaves
     tables = []
     for feature in sorted(splits):
         nodes = sorted(splits[feature], key=lambda s: s[0])
         k = len(nodes)
-        masks = np.full((k + 3, n_trees), full, dtype=np.uint64)
-        prefix = np.full(n_trees, full, dtype=np.uint64)
+        masks = np.full((k + 3, n_trees), full, dtype=word)
+        prefix = np.full(n_trees, full, dtype=word)
         for p, (_, tree_index, mask, _, _) in enumerate(nodes):
-            prefix[tree_index] &= np.uint64(mask)
+            prefix[tree_index] &= word(mask)
             masks[p + 1] = prefix
         for threshold, tree_index, mask, default_left, missing_type in nodes:
             # A missing value: the default direction, except the None type, where LightGBM compares 0 instead.
-            nan_right = not (0.0 <= threshold) if missing_type == "None" else not default_left
-            zero_right = not default_left if missing_type == "Zero" else not (0.0 <= threshold)
+            nan_right = threshold < 0.0 if missing_type == "None" else not default_left
+            zero_right = not default_left if missing_type == "Zero" else threshold < 0.0
             if nan_right:
-                masks[k + 1, tree_index] &= np.uint64(mask)
+                masks[k + 1, tree_index] &= word(mask)
             if zero_right:
-                masks[k + 2, tree_index] &= np.uint64(mask)
+                masks[k + 2, tree_index] &= word(mask)
         has_zero_rule = any(node[4] == "Zero" for node in nodes)
         thresholds = np.array([node[0] for node in nodes], dtype=np.float64)
         tables.append(FeatureTable(feature, thresholds, masks, has_zero_rule))
     return CompiledForest(
         n_features=int(dump["max_feature_idx"]) + 1,
+        n_trees=n_trees,
         tables=tuple(tables),
-        offsets=np.asarray(offsets, dtype=np.int64),
-        leaf_values=np.asarray(leaf_values, dtype=np.float64),
+        leaf_slots=leaf_slots,
+        leaf_values=leaf_values,
     )
 
 
@@ -135,19 +156,22 @@ def _walk(
     tree_index: int,
     leaves: list[float],
     splits: dict[int, list[tuple[float, int, int, bool, str]]],
+    full: int,
 ) -> list[int] | None:
     """Number the leaves under `node` left to right and record its splits; None for a split we cannot compile."""
     if "split_index" not in node:
+        if "leaf_coeff" in node:
+            return None
         leaves.append(float(node.get("leaf_value", 0.0)))
         return [len(leaves) - 1]
     if node.get("decision_type") != "<=":
         return None
-    left = _walk(node["left_child"], tree_index, leaves, splits)
-    right = _walk(node["right_child"], tree_index, leaves, splits)
+    left = _walk(node["left_child"], tree_index, leaves, splits, full)
+    right = _walk(node["right_child"], tree_index, leaves, splits, full)
     if left is None or right is None:
         return None
     # Going right removes every leaf of the left subtree.
-    mask = ((1 << 64) - 1) & ~sum(1 << leaf for leaf in left)
+    mask = full & ~sum(1 << leaf for leaf in left)
     splits.setdefault(int(node["split_feature"]), []).append(
         (float(node["threshold"]), tree_index, mask, bool(node["default_left"]), str(node["missing_type"]))
     )

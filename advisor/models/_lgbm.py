@@ -6,6 +6,8 @@ diffed and loaded by any LightGBM version that understands the format.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +15,7 @@ import lightgbm as lgb
 import numpy as np
 
 from advisor.features import FloatArray
+from advisor.models._forest import CompiledForest, compile_forest
 
 # The models default to one thread, and below this many rows a fit uses one whatever was asked: LightGBM's OpenMP
 # threads spin while they wait, and on a busy machine (or a CPU-limited pod) two threads made fits 5-40x slower.
@@ -53,8 +56,28 @@ def train_booster(
     return lgb.train(params, data, num_boost_round=num_boost_round)
 
 
+# Each booster's trees compiled once for `predict` (None: LightGBM predicts that model itself).
+_COMPILED: weakref.WeakKeyDictionary[lgb.Booster, CompiledForest | None] = weakref.WeakKeyDictionary()
+_COMPILED_LOCK = threading.Lock()
+
+
+def compiled(booster: lgb.Booster) -> CompiledForest | None:
+    """The booster's `CompiledForest`, built on first use and kept as long as the booster lives."""
+    with _COMPILED_LOCK:
+        if booster not in _COMPILED:
+            _COMPILED[booster] = compile_forest(booster.dump_model())
+        return _COMPILED[booster]
+
+
 def predict(booster: lgb.Booster, features: FloatArray) -> FloatArray:
-    """Single-threaded prediction on a float64 matrix: the scorer's hot path (no pandas, no thread start-up)."""
+    """Prediction on a float64 matrix: the scorer's hot path (no pandas, no threads).
+
+    Uses the booster's `CompiledForest` (same values, 3-4× faster on 1,000 rows), or LightGBM with one thread for
+    a model it cannot compile.
+    """
+    forest = compiled(booster)
+    if forest is not None:
+        return forest.predict(np.asarray(features, dtype=np.float64))
     result: FloatArray = np.asarray(booster.predict(features, num_threads=1, validate_features=False), dtype=np.float64)
     return result
 

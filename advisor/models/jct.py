@@ -72,7 +72,12 @@ class History:
     def _lookup(self, query: JobQuery, key: str) -> tuple[FloatArray, FloatArray, FloatArray]:
         table = self.tables.get(key, {})
         nan = (np.nan, 0.0, np.nan)
-        rows = np.array([table.get(k, nan) for k in _key_values(query, key)], dtype=np.float64).reshape(-1, 3)
+        keys = _key_values(query, key)
+        # Each distinct key is looked up once; the rows then gather its statistics by code.
+        distinct: dict[str, int] = {}
+        codes = np.fromiter((distinct.setdefault(k, len(distinct)) for k in keys), np.int64, len(keys))
+        stats = np.array([table.get(k, nan) for k in distinct], dtype=np.float64).reshape(-1, 3)
+        rows = stats[codes]
         return rows[:, 0], rows[:, 1], rows[:, 2]
 
     def columns(self, query: JobQuery) -> HistoryColumns:

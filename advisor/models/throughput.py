@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from advisor.datasets import throughput_query_from_frame
@@ -29,7 +31,10 @@ from advisor.gpus import gpu_spec, normalize_gpu_model
 from advisor.models import _lgbm
 from advisor.models.artifact import Artifact
 
-_QUERY_CHUNK = 512
+# find_anchors compares at most this many (query row, candidate) pairs at once, and pads workloads with up to
+# _PAD_ROWS measurements into one candidate matrix.
+_MAX_PAIRS = 1 << 18
+_PAD_ROWS = 256
 CORRECTION_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # The correction booster sees how the target differs from its anchor, not which GPU the target is: absolute GPU
 # specifications let the trees memorise per-GPU offsets, which do not carry over to a GPU type they never saw.
@@ -88,7 +93,24 @@ class ReferenceTable:
             throughput=np.asarray(data["throughput"], dtype=np.float64),
         )
 
-    def rows_by_workload(self) -> dict[str, FloatArray]:
+    @cached_property
+    def gpu_codes(self) -> dict[str, int]:
+        """A number per GPU model name in the table (for fast comparisons in `find_anchors`)."""
+        return {g: i for i, g in enumerate(sorted(set(self.gpu_models)))}
+
+    @cached_property
+    def columns(self) -> _Columns:
+        return _columns(self.gpu_models, self.gpu_count, self.batch_size, self.gpu_codes)
+
+    @cached_property
+    def gpu_model_array(self) -> npt.NDArray[np.object_]:
+        return np.asarray(self.gpu_models, dtype=object)
+
+    @cached_property
+    def candidates(self) -> _Candidates:
+        return _candidates(self.rows_by_workload())
+
+    def rows_by_workload(self) -> dict[str, npt.NDArray[np.int64]]:
         index: dict[str, list[int]] = defaultdict(list)
         for i, w in enumerate(self.workloads):
             index[w].append(i)
@@ -96,78 +118,158 @@ class ReferenceTable:
 
 
 def _log2_fp32(names: Sequence[str]) -> FloatArray:
-    return np.log2(np.array([gpu_spec(n).fp32_tflops for n in names], dtype=np.float64))
+    """log2 FP32 TFLOPS per name (NaN for an unknown GPU model); each distinct name is looked up once."""
+    distinct = {n: gpu_spec(n).fp32_tflops for n in set(names)}
+    result: FloatArray = np.log2(np.fromiter((distinct[n] for n in names), np.float64, len(names)))
+    return result
 
 
 def _log2_or_zero(values: FloatArray) -> FloatArray:
     return np.where(values > 0, np.log2(np.where(values > 0, values, 1.0)), 0.0)
 
 
-def find_anchors(
-    query: ThroughputQuery,
-    table: ReferenceTable,
-    *,
-    by_workload: dict[str, FloatArray] | None = None,
-    exclude: str = "none",
-) -> tuple[Anchors, FloatArray]:
+@dataclass(frozen=True)
+class _Columns:
+    """What `find_anchors` compares, precomputed per side: log2 GPU count, FP32 TFLOPS and batch, and GPU codes."""
+
+    log_count: FloatArray
+    log_fp32: FloatArray
+    log_batch: FloatArray
+    gpu_code: npt.NDArray[np.int64]
+
+
+def _columns(
+    gpu_models: Sequence[str], gpu_count: FloatArray, batch_size: FloatArray, codes: dict[str, int]
+) -> _Columns:
+    return _Columns(
+        log_count=_log2_or_zero(gpu_count),
+        log_fp32=_log2_fp32(gpu_models),
+        log_batch=_log2_or_zero(batch_size),
+        # -1: a GPU model the table has never measured.
+        gpu_code=np.fromiter((codes.get(g, -1) for g in gpu_models), np.int64, len(gpu_models)),
+    )
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """Each workload's table rows for `find_anchors`.
+
+    Workloads with at most `_PAD_ROWS` measurements are padded into one matrix (`padded`, `padded_valid`; a row of
+    it per workload in `padded_row`), so a batch of queries about many small workloads is compared in a few numpy
+    operations; larger ones keep their own row list (`large`).
+    """
+
+    padded_row: dict[str, int]
+    padded: npt.NDArray[np.int64]
+    padded_valid: npt.NDArray[np.bool_]
+    large: dict[str, npt.NDArray[np.int64]]
+
+
+def _candidates(by_workload: dict[str, npt.NDArray[np.int64]]) -> _Candidates:
+    small = {w: rows for w, rows in by_workload.items() if len(rows) <= _PAD_ROWS}
+    width = max((len(rows) for rows in small.values()), default=1)
+    padded = np.zeros((len(small), width), dtype=np.int64)
+    valid = np.zeros((len(small), width), dtype=bool)
+    for i, rows in enumerate(small.values()):
+        padded[i, : len(rows)] = rows
+        valid[i, : len(rows)] = True
+    large = {w: rows for w, rows in by_workload.items() if len(rows) > _PAD_ROWS}
+    return _Candidates({w: i for i, w in enumerate(small)}, padded, valid, large)
+
+
+def find_anchors(query: ThroughputQuery, table: ReferenceTable, *, exclude: str = "none") -> tuple[Anchors, FloatArray]:
     """For each query row the closest measured configuration of the same workload, and its distance (0 = exact).
 
     Distance = 10·|Δlog2 GPUs| + 10·|Δnodes| + 3·|Δlog2 FP32 TFLOPS| + |Δlog2 batch|. `exclude` leaves out
     measurements of the query's own GPU type (``"gpu"``) or its own exact configuration (``"config"``), which is how
     training rows imitate a query about an unseen GPU or configuration. Rows without any candidate get NaN anchors.
+    Ties go to the candidate first in the table's order.
     """
     n = len(query)
-    out_thr = np.full(n, np.nan)
-    out_gpu = [""] * n
-    out_count = np.full(n, np.nan)
-    out_nodes = np.full(n, np.nan)
-    out_batch = np.full(n, np.nan)
+    picked = np.full(n, -1, dtype=np.int64)
     out_cost = np.full(n, np.inf)
-    index = by_workload if by_workload is not None else table.rows_by_workload()
-    table_fp32 = _log2_fp32(table.gpu_models)
-    table_gpu = np.asarray(table.gpu_models, dtype=object)
-    query_fp32 = _log2_fp32(query.gpu_models)
-    query_gpu = np.asarray(query.gpu_models, dtype=object)
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, w in enumerate(query.workloads):
-        groups[w].append(i)
-    for workload, rows in groups.items():
-        candidates = index.get(workload)
-        if candidates is None or len(candidates) == 0:
-            continue
-        c_count = _log2_or_zero(table.gpu_count[candidates])
-        c_nodes = table.nodes[candidates]
-        c_fp32 = table_fp32[candidates]
-        c_batch = _log2_or_zero(table.batch_size[candidates])
-        c_gpu = table_gpu[candidates]
-        for start in range(0, len(rows), _QUERY_CHUNK):
-            q = np.asarray(rows[start : start + _QUERY_CHUNK], dtype=np.int64)
-            gpu_dist = np.abs(query_fp32[q, None] - c_fp32[None, :])
-            same_gpu = query_gpu[q, None] == c_gpu[None, :]
-            gpu_dist = np.where(same_gpu, 0.0, np.nan_to_num(gpu_dist, nan=4.0))
-            cost = (
-                10.0 * np.abs(_log2_or_zero(query.gpu_count[q])[:, None] - c_count[None, :])
-                + 10.0 * np.abs(query.nodes[q, None] - c_nodes[None, :])
-                + 3.0 * gpu_dist
-                + np.abs(_log2_or_zero(query.batch_size[q])[:, None] - c_batch[None, :])
-            )
-            if exclude == "gpu":
-                cost = np.where(same_gpu, np.inf, cost)
-            elif exclude == "config":
-                cost = np.where(same_gpu & (cost == 0.0), np.inf, cost)
-            best = np.argmin(cost, axis=1)
-            best_cost = cost[np.arange(len(q)), best]
-            found = np.isfinite(best_cost)
-            picked = candidates[best[found]]
-            qf = q[found]
-            out_thr[qf] = table.throughput[picked]
-            out_count[qf] = table.gpu_count[picked]
-            out_nodes[qf] = table.nodes[picked]
-            out_batch[qf] = table.batch_size[picked]
-            out_cost[qf] = best_cost[found]
-            for i, p in zip(qf.tolist(), picked.tolist(), strict=True):
-                out_gpu[i] = table.gpu_models[p]
-    return Anchors(out_thr, out_gpu, out_count, out_nodes, out_batch), out_cost
+    q_all = _columns(query.gpu_models, query.gpu_count, query.batch_size, table.gpu_codes)
+    candidates = table.candidates
+    slot = np.fromiter((candidates.padded_row.get(w, -1) for w in query.workloads), np.int64, n)
+    small = np.flatnonzero(slot >= 0)
+    common: dict[str, Any] = {
+        "query": q_all,
+        "query_nodes": query.nodes,
+        "table": table,
+        "exclude": exclude,
+        "picked": picked,
+        "out_cost": out_cost,
+    }
+    step = max(1, _MAX_PAIRS // candidates.padded.shape[1])
+    for start in range(0, len(small), step):
+        q = small[start : start + step]
+        rows = candidates.padded[slot[q]]
+        _closest(q, rows, candidates.padded_valid[slot[q]], **common)
+    if candidates.large:
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, w in enumerate(query.workloads):
+            if w in candidates.large:
+                groups[w].append(i)
+        for workload, members in groups.items():
+            rows = candidates.large[workload][None, :]
+            step = max(1, _MAX_PAIRS // rows.shape[1])
+            for start in range(0, len(members), step):
+                q = np.asarray(members[start : start + step], dtype=np.int64)
+                _closest(q, rows, np.ones_like(rows, dtype=bool), **common)
+    found = picked >= 0
+    rows = picked[found]
+
+    def gathered(values: FloatArray) -> FloatArray:
+        out = np.full(n, np.nan)
+        out[found] = values[rows]
+        return out
+
+    gpu_names = np.full(n, "", dtype=object)
+    gpu_names[found] = table.gpu_model_array[rows]
+    anchors = Anchors(
+        gathered(table.throughput),
+        gpu_names.tolist(),
+        gathered(table.gpu_count),
+        gathered(table.nodes),
+        gathered(table.batch_size),
+    )
+    return anchors, out_cost
+
+
+def _closest(
+    q: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.int64],
+    valid: npt.NDArray[np.bool_],
+    *,
+    query: _Columns,
+    query_nodes: FloatArray,
+    table: ReferenceTable,
+    exclude: str,
+    picked: npt.NDArray[np.int64],
+    out_cost: FloatArray,
+) -> None:
+    """Pick, for query rows `q`, the cheapest of their candidate table `rows` (one row of candidates per query row,
+    or one shared row); writes `picked` and `out_cost` where a candidate exists."""
+    t = table.columns
+    gpu_dist = np.abs(query.log_fp32[q, None] - t.log_fp32[rows])
+    gpu_dist[np.isnan(gpu_dist)] = 4.0
+    same_gpu = query.gpu_code[q, None] == t.gpu_code[rows]
+    gpu_dist[same_gpu] = 0.0
+    cost = 10.0 * np.abs(query.log_count[q, None] - t.log_count[rows])
+    cost += 10.0 * np.abs(query_nodes[q, None] - table.nodes[rows])
+    cost += 3.0 * gpu_dist
+    cost += np.abs(query.log_batch[q, None] - t.log_batch[rows])
+    cost[~np.broadcast_to(valid, cost.shape)] = np.inf
+    if exclude == "gpu":
+        cost[same_gpu] = np.inf
+    elif exclude == "config":
+        cost[same_gpu & (cost == 0.0)] = np.inf
+    best = np.argmin(cost, axis=1)
+    index = np.arange(len(q))
+    best_cost = cost[index, best]
+    found = np.isfinite(best_cost)
+    picked[q[found]] = np.broadcast_to(rows, cost.shape)[index, best][found]
+    out_cost[q[found]] = best_cost[found]
 
 
 def nearest_gpu_estimate(query: ThroughputQuery, anchors: Anchors) -> FloatArray:
@@ -259,14 +361,13 @@ class ThroughputModel:
             seed=self.seed,
         )
 
-    def _fit_correction(self, frame: pd.DataFrame) -> tuple[Any, ReferenceTable, dict[str, FloatArray]]:
+    def _fit_correction(self, frame: pd.DataFrame) -> tuple[Any, ReferenceTable]:
         table = ReferenceTable.from_frame(frame)
-        index = table.rows_by_workload()
         query = throughput_query_from_frame(frame)
         log_y = np.log2(frame["throughput"].to_numpy(np.float64))
         blocks, targets = [], []
         for exclude in ("gpu", "config"):
-            anchors, _ = find_anchors(query, table, by_workload=index, exclude=exclude)
+            anchors, _ = find_anchors(query, table, exclude=exclude)
             base = nearest_gpu_estimate(query, anchors)
             ok = base > 0
             blocks.append(throughput_features(query, anchors)[ok][:, _CORRECTION_COLUMNS])
@@ -276,7 +377,7 @@ class ThroughputModel:
         booster = self._train(
             np.vstack(blocks), np.concatenate(targets), np.asarray(THROUGHPUT_FEATURES)[_CORRECTION_COLUMNS].tolist()
         )
-        return booster, table, index
+        return booster, table
 
     def _correction_weight(self, frame: pd.DataFrame) -> float:
         """How much of the learned correction carries over to a GPU type the model has not seen.
@@ -293,9 +394,9 @@ class ThroughputModel:
         worst_gain = np.full(len(CORRECTION_WEIGHTS), -np.inf)
         for gpu in sorted(set(gpus)):
             held = frame[gpus == gpu].reset_index(drop=True)
-            booster, table, index = self._fit_correction(frame[gpus != gpu].reset_index(drop=True))
+            booster, table = self._fit_correction(frame[gpus != gpu].reset_index(drop=True))
             query = throughput_query_from_frame(held)
-            anchors, _ = find_anchors(query, table, by_workload=index)
+            anchors, _ = find_anchors(query, table)
             base = nearest_gpu_estimate(query, anchors)
             ok = base > 0
             if not ok.any():
@@ -314,7 +415,7 @@ class ThroughputModel:
         """Train on a throughputs frame (`advisor.datasets.THROUGHPUTS`); rows with throughput ≤ 0 are dropped."""
         frame = frame[frame["throughput"] > 0].reset_index(drop=True)
         self.correction_weight_ = self._correction_weight(frame)
-        self.booster_, self.table_, self._index = self._fit_correction(frame)
+        self.booster_, self.table_ = self._fit_correction(frame)
         query = throughput_query_from_frame(frame)
         log_y = np.log2(frame["throughput"].to_numpy(np.float64))
         no_anchor = Anchors(np.full(len(query), np.nan), [""] * len(query), *(np.full((3, len(query)), np.nan)))
@@ -326,7 +427,7 @@ class ThroughputModel:
         """samples/s for each query row (the fast path; GPU names must be normalised, batch 0 = unknown)."""
         if len(query) == 0:
             return np.empty(0, dtype=np.float64)
-        anchors, cost = find_anchors(query, self.table_, by_workload=self._index)
+        anchors, cost = find_anchors(query, self.table_)
         features = throughput_features(query, anchors)
         base = nearest_gpu_estimate(query, anchors)
         has_anchor = base > 0
@@ -386,5 +487,4 @@ class ThroughputModel:
         model.table_ = ReferenceTable.from_json(artifact.state["reference"])
         model.n_rows_ = int(artifact.state["n_rows"])
         model.correction_weight_ = float(artifact.state["correction_weight"])
-        model._index = model.table_.rows_by_workload()
         return model

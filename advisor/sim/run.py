@@ -17,7 +17,7 @@ from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
-    DEFAULT_EXTENDER_WEIGHT,
+    FRAGMENTATION_EXTENDER_WEIGHT,
     MAX_ARRIVED_RATIO,
     AdvisorPackPolicy,
     AllocatedPolicy,
@@ -60,7 +60,7 @@ def fragmentation_policy(name: str, cluster: Cluster, pods: Sequence[Pod], seed:
         return FgdPolicy()
     if name == "advisor":
         return AdvisorPackPolicy(
-            cluster, ScoringConfig(task_mix=task_mix_of(pods)), extender_weight=DEFAULT_EXTENDER_WEIGHT
+            cluster, ScoringConfig(task_mix=task_mix_of(pods)), extender_weight=FRAGMENTATION_EXTENDER_WEIGHT
         )
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 

@@ -361,3 +361,22 @@ def test_extender_priorities_match_extender_scores_of_the_full_verdicts() -> Non
         assert fast.scores == extender_scores(full), pod
         assert fast.unknown == sum(1 for s in full if not s.known)
         assert fast.infeasible == sum(1 for s in full if s.known and not s.feasible)
+
+
+def test_gpu_share_keeps_room_for_the_workloads_half_gpu_shares_rather_than_best_fitting() -> None:
+    # Workload: half of the pods are half-GPU shares, half are 1-GPU pods. GPU 0 has 600 milli free, GPU 1 800.
+    # Best fit would put a 300-milli share on GPU 0 and leave 300 that no half share can use (Δfragmentation 0);
+    # on GPU 1 it leaves 500, exactly a half share, and fragmentation drops by 0.5 × 300 (see test_fragmentation).
+    config = ScoringConfig(task_mix=((1, 500, 0.5), (1, 1000, 0.5)), weight_interference=0)
+    verdict = allocate(PodRequest(gpu_milli=300), node("n", gpus=2, allocated={0: 400, 1: 200}), config=config)
+    assert verdict.gpus == (1,)
+    best_fit = node("best-fit", gpus=2, allocated={0: 400, 1: 1000})  # only GPU 0 (600 free) can take it
+    room = node("room", gpus=2, allocated={0: 200, 1: 1000})  # only GPU 0 (800 free)
+    scores = by_node(score_nodes(PodRequest(gpu_milli=300), [best_fit, room], config=config))
+    assert scores["room"].packing > scores["best-fit"].packing
+
+
+def test_task_sizes_is_a_whole_gpu_shorthand_for_task_mix() -> None:
+    assert ScoringConfig(task_sizes=((1, 0.5), (4, 0.5))).task_mix == ((1, 1000, 0.5), (4, 1000, 0.5))
+    with pytest.raises(ScoringInputError, match=r"task_mix\[0\]: gpus"):
+        ScoringConfig(task_mix=((0, 1000, 1.0),))
