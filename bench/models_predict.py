@@ -1,7 +1,7 @@
 """Benchmark: predict latency of the three models for a batch of 500 rows, the scorer's hot path (goal ≤ 2 ms).
 
 Trains the reference models from the bundled Gavel data (as `gpuadvisor up` does), then times single-threaded
-batch predictions: interference for 500 (resident, candidate) pairs given column-wise and as `SoloProfile` objects,
+batch predictions (the trees evaluated by `advisor.models._forest`, as the service does): interference for 500 (resident, candidate) pairs given column-wise and as `SoloProfile` objects,
 throughput for 500 (workload, GPU model, count, batch) rows, JCT quantiles for 500 jobs. Prints the median and p95
 wall time over the repetitions and the median CPU time of the calling thread, in milliseconds.
 
@@ -87,7 +87,7 @@ def main() -> None:
         ),
         ("jct quantiles (predict_query)", lambda: jct.predict_query(job_query)),
     ]
-    print(f"{args.rows} rows per call, {args.reps} calls, single-threaded LightGBM")
+    print(f"{args.rows} rows per call, {args.reps} calls, one thread")
     for name, fn in cases:
         median, p95, cpu = timed(fn, args.reps)
         print(f"  {name:<50} median {median:6.2f} ms   p95 {p95:6.2f} ms   CPU median {cpu:6.2f} ms")
