@@ -83,21 +83,18 @@ class SideColumns:
         return len(self.solo_throughput)
 
 
-def _opt(value: float | bool | None) -> float:
-    return np.nan if value is None else float(value)
-
-
 def side_columns(profiles: Sequence[SoloProfile]) -> SideColumns:
-    """Columns of `profiles`, in order."""
+    """Columns of `profiles`, in order (one pass over the objects: this is on the scorer's hot path)."""
+    nan = np.nan
     table = np.array(
         [
             (
                 p.solo_throughput,
                 p.batch_size,
-                _opt(p.sm_util_ratio),
-                _opt(p.mem_bw_util_ratio),
-                _opt(p.mem_bytes),
-                _opt(p.amp),
+                nan if p.sm_util_ratio is None else p.sm_util_ratio,
+                nan if p.mem_bw_util_ratio is None else p.mem_bw_util_ratio,
+                nan if p.mem_bytes is None else p.mem_bytes,
+                nan if p.amp is None else p.amp,
             )
             for p in profiles
         ],

@@ -1,9 +1,10 @@
 """Benchmark: predict latency of the three models for a batch of 500 rows, the scorer's hot path (goal ≤ 2 ms).
 
 Trains the reference models from the bundled Gavel data (as `gpuadvisor up` does), then times single-threaded
-batch predictions (the trees evaluated by `advisor.models._forest`, as the service does): interference for 500 (resident, candidate) pairs given column-wise and as `SoloProfile` objects,
-throughput for 500 (workload, GPU model, count, batch) rows, JCT quantiles for 500 jobs. Prints the median and p95
-wall time over the repetitions and the median CPU time of the calling thread, in milliseconds.
+batch predictions (trees evaluated by `advisor.models._forest`, as the service does): interference for 500
+(resident, candidate) pairs given column-wise and as `SoloProfile` objects, throughput for 500 (workload, GPU model,
+count, batch) rows, JCT quantiles for 500 jobs. Prints the median and p95 wall time over the repetitions and the
+median CPU time of the calling thread, in milliseconds.
 
     .venv/bin/python bench/models_predict.py [--rows 500] [--reps 200]
 """

@@ -41,7 +41,8 @@ class FeatureTable:
     """The splits of one feature: sorted thresholds and, per prefix, every tree's mask of still reachable leaves.
 
     Row `p` of `masks` (p = 0..k) holds the AND over the `p` smallest thresholds' splits; row k+1 is for a missing
-    value (NaN), row k+2 for a zero where some split treats zero as missing (`has_zero_rule`).
+    value (NaN), row k+2 for a zero where some split treats zero as missing (`has_zero_rule`). `thresholds` ends
+    with +inf, so `searchsorted` puts a finite value on rows 0..k and NaN on row k+1.
     """
 
     feature: int
@@ -76,28 +77,38 @@ class CompiledForest:
         return np.concatenate([self._predict_columns(columns[:, i : i + chunk]) for i in range(0, n, chunk)])
 
     def _predict_columns(self, columns: FloatArray) -> FloatArray:
-        n = columns.shape[1]
-        word = np.uint32 if self.leaf_slots == 32 else np.uint64
-        reach: Masks = np.full((n, self.n_trees), np.iinfo(word).max, dtype=word)
+        reach: Masks | None = None
         for table in self.tables:
             column = columns[table.feature]
+            # NaN sorts after the +inf sentinel that ends `thresholds`: it lands on the missing-value row by itself.
             position = np.searchsorted(table.thresholds, column, side="left")
-            missing = np.isnan(column)
-            if missing.any():
-                position[missing] = len(table.thresholds) + 1
             if table.has_zero_rule:
-                position[np.abs(column) <= ZERO_THRESHOLD] = len(table.thresholds) + 2
-            np.bitwise_and(reach, table.masks.take(position, axis=0), out=reach)
+                position[np.abs(column) <= ZERO_THRESHOLD] = len(table.thresholds) + 1
+            if reach is None:
+                reach = table.masks.take(position, axis=0)
+            else:
+                np.bitwise_and(reach, table.masks.take(position, axis=0), out=reach)
+        # Leaf values are added tree after tree, in LightGBM's order, so that the sums are bit for bit LightGBM's:
+        # a (trees × rows) array summed over axis 0 accumulates row by row (numpy's pairwise summation would not).
+        if reach is None:
+            return np.full(columns.shape[1], np.add.accumulate(self.leaf_values[:: self.leaf_slots])[-1])
         # The row's leaf is the lowest bit left: m ^ (m - 1) keeps the bits up to it, so its popcount is leaf + 1.
-        np.bitwise_xor(reach, reach - word(1), out=reach)
-        slot = np.bitwise_count(reach).astype(np.int64)
-        slot += np.arange(-1, self.n_trees * self.leaf_slots - 1, self.leaf_slots, dtype=np.int64)
-        result: FloatArray = self.leaf_values.take(slot).sum(axis=1)
+        np.bitwise_xor(reach, reach - reach.dtype.type(1), out=reach)
+        slot = np.bitwise_count(reach).astype(np.intp)
+        slot += self.slot_offsets
+        result: FloatArray = self.leaf_values.take(slot.T).sum(axis=0)
         return result
 
+    @property
+    def slot_offsets(self) -> npt.NDArray[np.intp]:
+        """Per tree, where its leaf values start in `leaf_values`, minus one (the popcount is leaf + 1)."""
+        return np.arange(-1, self.n_trees * self.leaf_slots - 1, self.leaf_slots, dtype=np.intp)
 
-def _objective_name(dump: dict[str, Any]) -> str:
-    return str(dump.get("objective", "")).split(" ")[0]
+
+def _identity_output(dump: dict[str, Any]) -> bool:
+    """Whether the model's prediction is its raw score (e.g. not `reg_sqrt`, which squares it)."""
+    words = str(dump.get("objective", "")).split(" ")
+    return words[0] in IDENTITY_OBJECTIVES and "sqrt" not in words[1:]
 
 
 def compile_forest(dump: dict[str, Any]) -> CompiledForest | None:
@@ -107,7 +118,7 @@ def compile_forest(dump: dict[str, Any]) -> CompiledForest | None:
         not trees
         or dump.get("num_tree_per_iteration", 1) != 1
         or dump.get("average_output", False)
-        or _objective_name(dump) not in IDENTITY_OBJECTIVES
+        or not _identity_output(dump)
         or any(t["num_leaves"] > MAX_LEAVES or t.get("num_cat", 0) > 0 for t in trees)
     ):
         return None
@@ -140,7 +151,7 @@ def compile_forest(dump: dict[str, Any]) -> CompiledForest | None:
             if zero_right:
                 masks[k + 2, tree_index] &= word(mask)
         has_zero_rule = any(node[4] == "Zero" for node in nodes)
-        thresholds = np.array([node[0] for node in nodes], dtype=np.float64)
+        thresholds = np.array([node[0] for node in nodes] + [np.inf], dtype=np.float64)
         tables.append(FeatureTable(feature, thresholds, masks, has_zero_rule))
     return CompiledForest(
         n_features=int(dump["max_feature_idx"]) + 1,
