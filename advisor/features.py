@@ -36,8 +36,8 @@ def _spec_row(name: str) -> tuple[float, float, float, float, float]:
 
 def gpu_features(gpu_models: Sequence[str]) -> FloatArray:
     """One row of `GPU_FEATURES` per GPU model name (NaN for an unknown model)."""
-    index: dict[str, int] = {}
-    codes = np.fromiter((index.setdefault(name, len(index)) for name in gpu_models), np.int64, len(gpu_models))
+    index = {name: i for i, name in enumerate(dict.fromkeys(gpu_models))}
+    codes = np.fromiter(map(index.__getitem__, gpu_models), np.int64, len(gpu_models))
     rows = np.array([_spec_row(name) for name in index], dtype=np.float64).reshape(len(index), len(GPU_FEATURES))
     return rows[codes]
 

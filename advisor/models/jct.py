@@ -74,8 +74,8 @@ class History:
         nan = (np.nan, 0.0, np.nan)
         keys = _key_values(query, key)
         # Each distinct key is looked up once; the rows then gather its statistics by code.
-        distinct: dict[str, int] = {}
-        codes = np.fromiter((distinct.setdefault(k, len(distinct)) for k in keys), np.int64, len(keys))
+        distinct = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+        codes = np.fromiter(map(distinct.__getitem__, keys), np.int64, len(keys))
         stats = np.array([table.get(k, nan) for k in distinct], dtype=np.float64).reshape(-1, 3)
         rows = stats[codes]
         return rows[:, 0], rows[:, 1], rows[:, 2]

@@ -15,10 +15,12 @@ gets the `fallback` booster, trained on absolute throughputs from the GPU specif
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -120,7 +122,7 @@ class ReferenceTable:
 def _log2_fp32(names: Sequence[str]) -> FloatArray:
     """log2 FP32 TFLOPS per name (NaN for an unknown GPU model); each distinct name is looked up once."""
     distinct = {n: gpu_spec(n).fp32_tflops for n in set(names)}
-    result: FloatArray = np.log2(np.fromiter((distinct[n] for n in names), np.float64, len(names)))
+    result: FloatArray = np.log2(np.fromiter(map(distinct.__getitem__, names), np.float64, len(names)))
     return result
 
 
@@ -146,7 +148,7 @@ def _columns(
         log_fp32=_log2_fp32(gpu_models),
         log_batch=_log2_or_zero(batch_size),
         # -1: a GPU model the table has never measured.
-        gpu_code=np.fromiter((codes.get(g, -1) for g in gpu_models), np.int64, len(gpu_models)),
+        gpu_code=np.fromiter(map(codes.get, gpu_models, repeat(-1)), np.int64, len(gpu_models)),
     )
 
 
@@ -190,7 +192,7 @@ def find_anchors(query: ThroughputQuery, table: ReferenceTable, *, exclude: str 
     out_cost = np.full(n, np.inf)
     q_all = _columns(query.gpu_models, query.gpu_count, query.batch_size, table.gpu_codes)
     candidates = table.candidates
-    slot = np.fromiter((candidates.padded_row.get(w, -1) for w in query.workloads), np.int64, n)
+    slot = np.fromiter(map(candidates.padded_row.get, query.workloads, repeat(-1)), np.int64, n)
     small = np.flatnonzero(slot >= 0)
     common: dict[str, Any] = {
         "query": q_all,
@@ -435,7 +437,7 @@ class ThroughputModel:
         if has_anchor.any():
             correction = _lgbm.predict(self.booster_, features[has_anchor][:, _CORRECTION_COLUMNS])
             # The weight is checked across GPU types only; an anchor on the same GPU type gets the whole correction.
-            same_gpu = np.array([q == a for q, a in zip(query.gpu_models, anchors.gpu_models, strict=True)])
+            same_gpu = np.fromiter(map(operator.eq, query.gpu_models, anchors.gpu_models), bool, len(query))
             weight = np.where(same_gpu[has_anchor], 1.0, self.correction_weight_)
             result[has_anchor] = base[has_anchor] * np.exp2(weight * correction)
         if (~has_anchor).any():
