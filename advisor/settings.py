@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from advisor.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, validate_task_mix
 from profiler.settings import DEFAULT_DB_URL
 
 
@@ -24,3 +25,15 @@ class AdvisorSettings(BaseSettings):
     weight_interference: float = Field(default=1.0, ge=0)
     weight_jct: float = Field(default=1.0, ge=0)
     unknown_node_score: float = Field(default=50.0, ge=0, le=100)
+    # The cluster's typical GPU requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share],
+    # e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4], [8, 1000, 0.3]]' (advisor.fragmentation).
+    task_mix: TaskMix = DEFAULT_TASK_MIX
+
+    @field_validator("task_mix")
+    @classmethod
+    def _valid_task_mix(cls, mix: TaskMix) -> TaskMix:
+        try:
+            validate_task_mix(mix)
+        except TaskMixError as e:
+            raise ValueError(str(e)) from None
+        return mix

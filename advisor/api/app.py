@@ -38,6 +38,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         staleness_seconds=settings.staleness_seconds,
         strict_staleness=settings.strict_staleness,
         unknown_node_score=settings.unknown_node_score,
+        task_mix=settings.task_mix,
     )
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from pydantic import ValidationError
 
 from advisor.api import create_app
 from advisor.cli.common import fail
@@ -17,7 +18,13 @@ app = typer.Typer(help="The advisor service.", no_args_is_help=True)
 
 
 def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
-    settings = AdvisorSettings()
+    """The settings from the environment with the command line's overrides; a bad variable exits 2 naming it."""
+    try:
+        settings = AdvisorSettings()
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        fail(f"invalid setting GPUADVISOR_{str(first['loc'][0]).upper()} ({field}): {first['msg']}")
     updates = {k: v for k, v in overrides.items() if v is not None}
     if db_url:
         updates["db_url"] = db_url
