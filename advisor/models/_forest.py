@@ -7,10 +7,10 @@ numbered left to right and each tree keeps a bit mask of the leaves a row can st
 row right removes the leaves of its left subtree. All splits on one feature are sorted by threshold, so the splits
 a value goes right at are a prefix of that order, and the AND of their masks is precomputed per prefix: one
 `searchsorted` and one table lookup per feature give every tree's mask for every row at once, and each row's leaf in
-a tree is the lowest bit left. The result equals LightGBM's prediction, missing-value rules included
-(`MissingType` None / Zero / NaN with the default direction); models this does not cover — categorical or linear
-trees, more than 64 leaves, several trees per iteration, random-forest averaging, an objective with an output
-transform — are left to LightGBM (`compile_forest` returns None).
+a tree is the lowest bit left. The result equals LightGBM's prediction bit for bit (leaf values are summed in its
+order), missing-value rules included (`MissingType` None / Zero / NaN with the default direction). Models this does
+not cover — categorical or linear trees, more than 64 leaves, several trees per iteration, random-forest averaging,
+an objective with an output transform — are left to LightGBM (`compile_forest` returns None).
 """
 
 from __future__ import annotations
