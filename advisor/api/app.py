@@ -9,10 +9,13 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic.json_schema import models_json_schema
 
 from advisor.api.context import AppContext
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
@@ -23,6 +26,7 @@ from advisor.pods import PodSpecError
 from advisor.scoring import ScoringConfig
 from advisor.settings import AdvisorSettings
 from advisor.state import ClusterState
+from collector.snapshot import NodeSnapshot
 from profiler.store import db
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,21 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         unknown_node_score=settings.unknown_node_score,
         task_mix=settings.task_mix,
     )
+
+
+def _document_snapshot_schema(app: FastAPI) -> None:
+    """Add the NodeSnapshot schema to the OpenAPI components: the ingest route reads its body raw (for speed), so
+    FastAPI cannot find the model by itself."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            _, defs = models_json_schema([(NodeSnapshot, "validation")], ref_template="#/components/schemas/{model}")
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState | None = None) -> FastAPI:
@@ -81,6 +100,8 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
     metrics.registry.register(ModelCollector(ctx))
     metrics.registry.register(TopologyCollector(ctx))
     app.add_middleware(TimingMiddleware, metrics=metrics)
+    app.add_middleware(telemetry.IngestFastPath, ctx=ctx)  # outermost: the hot ingest path skips the rest
+    _document_snapshot_schema(app)
 
     @app.exception_handler(PodSpecError)
     async def bad_pod(request: Request, exc: PodSpecError) -> JSONResponse:

@@ -23,20 +23,25 @@ def get_session(ctx: Annotated[AppContext, Depends(get_ctx)]) -> Iterator[Sessio
         yield session
 
 
+def token_problem(expected: str | None, authorization: str | None) -> str | None:
+    """Why `authorization` does not carry the configured bearer token, or None when it does (or none is configured)."""
+    if not expected:
+        return None
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected.encode()):
+        return "Authorization: a valid `Bearer` token (GPUADVISOR_API_TOKEN) is required"
+    return None
+
+
 async def require_token(
     ctx: Annotated[AppContext, Depends(get_ctx)],
     authorization: Annotated[str | None, Header(description="`Bearer <GPUADVISOR_API_TOKEN>`")] = None,
 ) -> None:
     """Reject the request (401) unless it carries the configured bearer token; open when no token is configured."""
-    expected = ctx.settings.api_token
-    if not expected:
-        return
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected.encode()):
+    problem = token_problem(ctx.settings.api_token, authorization)
+    if problem is not None:
         raise HTTPException(
-            status_code=status.HTTP_401_UNAUTHORIZED,
-            detail="Authorization: a valid `Bearer` token (GPUADVISOR_API_TOKEN) is required",
-            headers={"WWW-Authenticate": "Bearer"},
+            status_code=status.HTTP_401_UNAUTHORIZED, detail=problem, headers={"WWW-Authenticate": "Bearer"}
         )
 
 

@@ -269,3 +269,18 @@ def test_an_unreadable_registry_is_a_503_and_scoring_goes_on_with_heuristics(tmp
         scored = client.post("/v1/score", json={"pod": {"gpus": 1}}).json()
         assert scored["models"]["jct"] == "heuristic"
         assert scored["scores"][0]["feasible"]
+
+
+def test_a_malformed_snapshot_is_a_422_naming_the_field_and_ingest_is_timed(client: TestClient) -> None:
+    bad = {**snapshot("n1"), "timestamp": "yesterday"}
+    response = client.post("/v1/telemetry", json=bad, headers=AUTH)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["timestamp"]
+    assert client.post("/v1/telemetry", content=b"{not json", headers=AUTH).status_code == 422
+    unauthorised = client.post("/v1/telemetry", json=snapshot("n1"))
+    assert unauthorised.headers["www-authenticate"] == "Bearer"
+    metrics = client.get("/metrics").text
+    assert (
+        'gpuadvisor_advisor_request_duration_seconds_count{method="POST",route="/v1/telemetry",status="422"} 2.0'
+        in (metrics)
+    )
