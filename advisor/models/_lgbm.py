@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import lightgbm as lgb
@@ -20,6 +21,25 @@ from advisor.models._forest import CompiledForest, compile_forest
 # The models default to one thread, and below this many rows a fit uses one whatever was asked: LightGBM's OpenMP
 # threads spin while they wait, and on a busy machine (or a CPU-limited pod) two threads made fits 5-40x slower.
 MIN_ROWS_PER_EXTRA_THREAD = 20_000
+
+
+@dataclass(kw_only=True, eq=False)
+class BoostedEstimator:
+    """The LightGBM hyperparameters every model takes: keyword-only and stored as given (scikit-learn conventions).
+
+    Each model is a dataclass subclass that overrides the defaults suiting its data; fitted attributes end in `_`
+    and are set by `fit`, never here.
+    """
+
+    num_boost_round: int = 100
+    learning_rate: float = 0.1
+    num_leaves: int = 31
+    min_data_in_leaf: int = 20
+    num_threads: int = 1
+    seed: int = 0
+
+    def get_params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def train_booster(

@@ -9,7 +9,7 @@ sharing never makes a job faster than alone, and a ratio of 0 would mean an infi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,7 @@ from advisor.features import (
 )
 from advisor.gpus import normalize_gpu_model
 from advisor.models import _lgbm
+from advisor.models._lgbm import BoostedEstimator
 from advisor.models.artifact import Artifact
 
 NORM_MIN = 0.01
@@ -50,37 +51,15 @@ def gpu_names(frame: pd.DataFrame) -> list[str]:
     return [normalize_gpu_model(g) for g in frame["gpu_model"]]
 
 
-class InterferenceModel:
+@dataclass(kw_only=True, eq=False)
+class InterferenceModel(BoostedEstimator):
     """LightGBM over `advisor.features.interference_features`; sklearn conventions (fit returns self)."""
 
     kind = "interference"
 
-    def __init__(
-        self,
-        *,
-        num_boost_round: int = 80,
-        learning_rate: float = 0.15,
-        num_leaves: int = 31,
-        min_data_in_leaf: int = 3,
-        num_threads: int = 1,
-        seed: int = 0,
-    ) -> None:
-        self.num_boost_round = num_boost_round
-        self.learning_rate = learning_rate
-        self.num_leaves = num_leaves
-        self.min_data_in_leaf = min_data_in_leaf
-        self.num_threads = num_threads
-        self.seed = seed
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "num_boost_round": self.num_boost_round,
-            "learning_rate": self.learning_rate,
-            "num_leaves": self.num_leaves,
-            "min_data_in_leaf": self.min_data_in_leaf,
-            "num_threads": self.num_threads,
-            "seed": self.seed,
-        }
+    num_boost_round: int = 80
+    learning_rate: float = 0.15
+    min_data_in_leaf: int = 3
 
     def fit(self, frame: pd.DataFrame) -> InterferenceModel:
         """Train on a colocations frame (see `advisor.datasets.COLOCATIONS`); rows without labels are dropped."""

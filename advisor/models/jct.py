@@ -25,6 +25,7 @@ from advisor.datasets import job_query_from_frame, run_seconds
 from advisor.features import JCT_FEATURES, FloatArray, HistoryColumns, JobQuery, jct_features
 from advisor.gpus import normalize_gpu_model
 from advisor.models import _lgbm
+from advisor.models._lgbm import BoostedEstimator
 from advisor.models.artifact import Artifact
 
 MIN_HISTORY_JOBS = 3
@@ -157,37 +158,11 @@ class JctPrediction:
     p90: FloatArray
 
 
-class JctModel:
+@dataclass(kw_only=True, eq=False)
+class JctModel(BoostedEstimator):
     """History + LightGBM blend with quantiles (see module doc); sklearn conventions (fit returns self)."""
 
     kind = "jct"
-
-    def __init__(
-        self,
-        *,
-        num_boost_round: int = 100,
-        learning_rate: float = 0.1,
-        num_leaves: int = 31,
-        min_data_in_leaf: int = 20,
-        num_threads: int = 1,
-        seed: int = 0,
-    ) -> None:
-        self.num_boost_round = num_boost_round
-        self.learning_rate = learning_rate
-        self.num_leaves = num_leaves
-        self.min_data_in_leaf = min_data_in_leaf
-        self.num_threads = num_threads
-        self.seed = seed
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "num_boost_round": self.num_boost_round,
-            "learning_rate": self.learning_rate,
-            "num_leaves": self.num_leaves,
-            "min_data_in_leaf": self.min_data_in_leaf,
-            "num_threads": self.num_threads,
-            "seed": self.seed,
-        }
 
     def _train(self, query: JobQuery, log_run: FloatArray) -> Any:
         history = out_of_fold_history(query, log_run, seed=self.seed)

@@ -31,6 +31,7 @@ from advisor.datasets import throughput_query_from_frame
 from advisor.features import THROUGHPUT_FEATURES, Anchors, FloatArray, ThroughputQuery, throughput_features
 from advisor.gpus import gpu_spec, normalize_gpu_model
 from advisor.models import _lgbm
+from advisor.models._lgbm import BoostedEstimator
 from advisor.models.artifact import Artifact
 
 # find_anchors compares at most this many (query row, candidate) pairs at once, and pads workloads with up to
@@ -317,37 +318,14 @@ class MeanThroughput:
         return np.array([self.by_workload_.get(w, self.mean_) for w in frame["workload"]], dtype=np.float64)
 
 
-class ThroughputModel:
+@dataclass(kw_only=True, eq=False)
+class ThroughputModel(BoostedEstimator):
     """Anchor + LightGBM correction (see module doc); sklearn conventions (fit returns self)."""
 
     kind = "throughput"
 
-    def __init__(
-        self,
-        *,
-        num_boost_round: int = 150,
-        learning_rate: float = 0.1,
-        num_leaves: int = 31,
-        min_data_in_leaf: int = 10,
-        num_threads: int = 1,
-        seed: int = 0,
-    ) -> None:
-        self.num_boost_round = num_boost_round
-        self.learning_rate = learning_rate
-        self.num_leaves = num_leaves
-        self.min_data_in_leaf = min_data_in_leaf
-        self.num_threads = num_threads
-        self.seed = seed
-
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "num_boost_round": self.num_boost_round,
-            "learning_rate": self.learning_rate,
-            "num_leaves": self.num_leaves,
-            "min_data_in_leaf": self.min_data_in_leaf,
-            "num_threads": self.num_threads,
-            "seed": self.seed,
-        }
+    num_boost_round: int = 150
+    min_data_in_leaf: int = 10
 
     def _train(self, features: FloatArray, target: FloatArray, names: list[str]) -> Any:
         return _lgbm.train_booster(
