@@ -119,7 +119,7 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def _print_trials(trials: list[dict[str, Any]]) -> None:
-    table = Table("trial", "kind", "workload", "GPU", "GPUs", "batch", "phase", "samples/s", "SM util %", "mem GiB")
+    table = Table("trial", "kind", "workload", "GPU", "GPUs", "batch", "phase", "samples/s", "SM util", "mem GiB")
     for t in trials:
         workload = t["workload"] + (f" + {t['partner']}" if t.get("partner") else "")
         table.add_row(
@@ -131,7 +131,7 @@ def _print_trials(trials: list[dict[str, Any]]) -> None:
             str(t.get("batchSize") or "—"),
             t["phase"],
             _fmt(t.get("throughputs")),
-            _fmt(t.get("smUtilMeanRatios"), 100.0, 0),
+            _fmt(t.get("smUtilMeanRatios"), 1.0, 2),
             _fmt(t.get("peakMemoryBytes"), 1 / 2**30, 2),
         )
     console.print(table)
@@ -196,7 +196,7 @@ def show(
 
 
 def _print_profiles(profiles: list[dict[str, Any]]) -> None:
-    table = Table("source", "GPU", "GPUs", "batch", "samples/s", "step s", "SM util %", "mem GiB", "power W")
+    table = Table("source", "GPU", "GPUs", "batch", "samples/s", "step s", "SM util", "mem GiB", "power W")
     for p in profiles:
         table.add_row(
             p["source"],
@@ -205,7 +205,7 @@ def _print_profiles(profiles: list[dict[str, Any]]) -> None:
             str(p["batch_size"] or "—"),
             _fmt(p["throughput_samples_per_s"]),
             _fmt(p["step_time_seconds"], digits=3),
-            _fmt(p["sm_util_mean_ratio"], 100.0, 0),
+            _fmt(p["sm_util_mean_ratio"], 1.0, 2),
             _fmt(p["peak_memory_bytes"], 1 / 2**30, 2),
             _fmt(p["power_watts"]),
         )
