@@ -252,17 +252,9 @@ class NodeCache:
             (gpu_free < self.max1[nodes]) | (self.max2[nodes] == self.max1[nodes]), self.max1[nodes], self.max2[nodes]
         )
         max_free = np.maximum(after, other)
-        new = expected_fragmentation(
-            sums,
-            total,
-            full=full,
-            max_free=max_free,
-            cpu_free=cpu_after,
-            memory_free=memory_after,
-            workload=self.workload,
+        return self._delta(
+            nodes, sums, total, full=full, max_free=max_free, cpu_after=cpu_after, memory_after=memory_after
         )
-        delta: FloatArray = new - self.frag[nodes]
-        return delta
 
     def delta_whole(self, nodes: IntArray, gpus: int, cpu_after: FloatArray, memory_after: FloatArray) -> FloatArray:
         """ΔF for taking `gpus` whole free GPUs on each candidate node (which ones does not matter for F)."""
@@ -271,6 +263,22 @@ class NodeCache:
         total = self.total[nodes] - gpus * GPU_MILLI
         full = self.full[nodes] - gpus
         max_free = np.where(full > 0, float(GPU_MILLI), self.max_partial[nodes])
+        return self._delta(
+            nodes, sums, total, full=full, max_free=max_free, cpu_after=cpu_after, memory_after=memory_after
+        )
+
+    def _delta(
+        self,
+        nodes: IntArray,
+        sums: FloatArray,
+        total: FloatArray,
+        *,
+        full: FloatArray,
+        max_free: FloatArray,
+        cpu_after: FloatArray,
+        memory_after: FloatArray,
+    ) -> FloatArray:
+        """ΔF of the candidate nodes from their state after the placement."""
         new = expected_fragmentation(
             sums,
             total,

@@ -41,6 +41,12 @@ class BoostedEstimator:
     def get_params(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def train_booster(
+        self, features: FloatArray, target: FloatArray, *, feature_names: Sequence[str], objective: str
+    ) -> lgb.Booster:
+        """One booster fitted with this estimator's hyperparameters."""
+        return train_booster(features, target, feature_names=feature_names, objective=objective, **self.get_params())
+
 
 def train_booster(
     features: FloatArray,

@@ -70,17 +70,11 @@ class InterferenceModel(BoostedEstimator):
         norm_a, norm_b = norm_targets(frame)
         features = np.vstack([interference_features(a, b, gpus), interference_features(b, a, gpus)])
         target = np.clip(np.concatenate([norm_a, norm_b]), NORM_MIN, NORM_MAX)
-        self.booster_ = _lgbm.train_booster(
+        self.booster_ = self.train_booster(
             features,
             target,
             feature_names=INTERFERENCE_FEATURES,
             objective="regression",
-            num_boost_round=self.num_boost_round,
-            learning_rate=self.learning_rate,
-            num_leaves=self.num_leaves,
-            min_data_in_leaf=self.min_data_in_leaf,
-            num_threads=self.num_threads,
-            seed=self.seed,
         )
         self.n_pairs_ = len(frame)
         return self

@@ -166,17 +166,11 @@ class JctModel(BoostedEstimator):
 
     def _train(self, query: JobQuery, log_run: FloatArray) -> Any:
         history = out_of_fold_history(query, log_run, seed=self.seed)
-        return _lgbm.train_booster(
+        return self.train_booster(
             jct_features(query, history),
             log_run,
             feature_names=JCT_FEATURES,
             objective="regression_l1",
-            num_boost_round=self.num_boost_round,
-            learning_rate=self.learning_rate,
-            num_leaves=self.num_leaves,
-            min_data_in_leaf=self.min_data_in_leaf,
-            num_threads=self.num_threads,
-            seed=self.seed,
         )
 
     def fit(self, frame: pd.DataFrame) -> JctModel:

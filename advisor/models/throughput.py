@@ -328,17 +328,11 @@ class ThroughputModel(BoostedEstimator):
     min_data_in_leaf: int = 10
 
     def _train(self, features: FloatArray, target: FloatArray, names: list[str]) -> Any:
-        return _lgbm.train_booster(
+        return self.train_booster(
             features,
             target,
             feature_names=names,
             objective="regression_l1",
-            num_boost_round=self.num_boost_round,
-            learning_rate=self.learning_rate,
-            num_leaves=self.num_leaves,
-            min_data_in_leaf=self.min_data_in_leaf,
-            num_threads=self.num_threads,
-            seed=self.seed,
         )
 
     def _fit_correction(self, frame: pd.DataFrame) -> tuple[Any, ReferenceTable]:
