@@ -1,13 +1,20 @@
 """Throughput: samples/s of a workload on a GPU model × GPU count × nodes × batch size, across GPU types.
 
-A tree model cannot extrapolate to a GPU faster than any it was trained on, so the estimate starts from a
-measurement — the *anchor*: the same workload's closest measured configuration, preferring the same GPU count and
-nodes on the most similar GPU type (`find_anchors`). The nearest-GPU baseline scales the anchor by the FP32 ratio of
-the two GPUs and the GPU-count ratio; the LightGBM model learns the log2 correction to that baseline from the GPUs'
-specification ratios and the configuration differences. It is trained on each measured row twice: anchored on another
-GPU type (what an unseen GPU looks like) and anchored on another configuration of any GPU type. How much of that
-correction to apply is itself checked leave-one-GPU-type-out on the training data (`_correction_weight`): with only
-a few GPU types to learn from, a correction that does not carry over to an unseen type is shrunk, down to zero.
+A tree model cannot extrapolate to a GPU faster than any it was trained on, so every estimate starts from a
+measurement — an *anchor*: the same workload's closest measured configuration, preferring the same GPU count and
+nodes on the most similar GPU type (`find_anchors`). The nearest-GPU baseline scales that one anchor by the FP32
+ratio of the two GPUs and the GPU-count ratio.
+
+- Query about a GPU type the workload was measured on (another configuration of it): the nearest-GPU estimate times
+  a LightGBM log2 correction learned from the specification ratios and configuration differences (trained on each
+  measured row anchored on another configuration and on another GPU type).
+- Query about a GPU type the workload was never measured on: `spec_scaled_estimate`. One anchor per measured GPU
+  type, each scaled to the target by the workload's own learned sensitivity to each data-sheet number (FP16, FP32,
+  memory bandwidth) and corrected for what its GPU type does beyond its data sheet for that workload
+  (`SpecScaling`); the median over the anchors per spec, the geometric mean over the specs. How strongly each
+  workload's sensitivity is shrunk toward the one pooled over all workloads is chosen leave-one-GPU-type-out on
+  the training data (`_choose_spec_scaling`). The learned correction is not applied there: checked the same way on
+  Sia (docs/models.md), it did not carry over to a GPU type it was not trained on.
 
 A query matching a measured configuration exactly returns the measurement. A workload with no measurement at all
 gets the `fallback` booster, trained on absolute throughputs from the GPU specifications and configuration only.
@@ -20,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
@@ -28,7 +35,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from advisor.datasets import throughput_query_from_frame
-from advisor.features import THROUGHPUT_FEATURES, Anchors, FloatArray, ThroughputQuery, throughput_features
+from advisor.features import (
+    THROUGHPUT_FEATURES,
+    Anchors,
+    FloatArray,
+    ThroughputQuery,
+    gpu_features,
+    throughput_features,
+)
 from advisor.gpus import gpu_spec, normalize_gpu_model
 from advisor.models import _lgbm
 from advisor.models._lgbm import BoostedEstimator
@@ -38,7 +52,6 @@ from advisor.models.artifact import Artifact
 # _PAD_ROWS measurements into one candidate matrix.
 _MAX_PAIRS = 1 << 18
 _PAD_ROWS = 256
-CORRECTION_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # The correction booster sees how the target differs from its anchor, not which GPU the target is: absolute GPU
 # specifications let the trees memorise per-GPU offsets, which do not carry over to a GPU type they never saw.
 _CORRECTION_COLUMNS = np.array([not n.startswith("gpu_") for n in THROUGHPUT_FEATURES])
@@ -119,6 +132,21 @@ class ReferenceTable:
             index[w].append(i)
         return {w: np.asarray(rows, dtype=np.int64) for w, rows in index.items()}
 
+    def subset(self, keep: npt.NDArray[np.bool_]) -> ReferenceTable:
+        """The rows where `keep` is true."""
+        return ReferenceTable(
+            workloads=list(compress(self.workloads, keep)),
+            gpu_models=list(compress(self.gpu_models, keep)),
+            gpu_count=self.gpu_count[keep],
+            nodes=self.nodes[keep],
+            batch_size=self.batch_size[keep],
+            throughput=self.throughput[keep],
+        )
+
+    def as_query(self) -> ThroughputQuery:
+        """The table's configurations as a query (for checks that predict measured rows)."""
+        return ThroughputQuery(self.workloads, self.gpu_models, self.gpu_count, self.nodes, self.batch_size)
+
 
 def _log2_fp32(names: Sequence[str]) -> FloatArray:
     """log2 FP32 TFLOPS per name (NaN for an unknown GPU model); each distinct name is looked up once."""
@@ -185,12 +213,48 @@ def find_anchors(query: ThroughputQuery, table: ReferenceTable, *, exclude: str 
 
     Distance = 10·|Δlog2 GPUs| + 10·|Δnodes| + 3·|Δlog2 FP32 TFLOPS| + |Δlog2 batch|. `exclude` leaves out
     measurements of the query's own GPU type (``"gpu"``) or its own exact configuration (``"config"``), which is how
-    training rows imitate a query about an unseen GPU or configuration. Rows without any candidate get NaN anchors.
-    Ties go to the candidate first in the table's order.
+    training rows imitate a query about an unseen GPU or configuration. Rows without any candidate get NaN anchors
+    (distance inf). Ties go to the candidate first in the table's order.
     """
+    picked, cost = _search(query, table, exclude=exclude, by_gpu=False)
+    return _gather(table, picked[0]), cost[0]
+
+
+@dataclass(frozen=True)
+class GpuAnchors:
+    """For each GPU model of a table, each query row's closest measurement on it (`anchors_by_gpu`).
+
+    Arrays are GPU models × query rows; NaN throughput (inf cost) where the workload has no measurement there.
+    """
+
+    gpu_models: list[str]
+    throughput: FloatArray
+    gpu_count: FloatArray
+    cost: FloatArray
+
+
+def anchors_by_gpu(query: ThroughputQuery, table: ReferenceTable) -> GpuAnchors:
+    """`find_anchors` once per GPU model of the table (in one pass over the candidates)."""
+    picked, cost = _search(query, table, exclude="none", by_gpu=True)
+    found = picked >= 0
+    rows = np.where(found, picked, 0)
+    return GpuAnchors(
+        sorted(table.gpu_codes, key=table.gpu_codes.__getitem__),
+        np.where(found, table.throughput[rows], np.nan),
+        np.where(found, table.gpu_count[rows], np.nan),
+        cost,
+    )
+
+
+def _search(
+    query: ThroughputQuery, table: ReferenceTable, *, exclude: str, by_gpu: bool
+) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """Table rows picked for each query row (-1: none) and their distances; one row of each per GPU code of the
+    table when `by_gpu`, else a single row."""
     n = len(query)
-    picked = np.full(n, -1, dtype=np.int64)
-    out_cost = np.full(n, np.inf)
+    slots = len(table.gpu_codes) if by_gpu else 1
+    picked = np.full((slots, n), -1, dtype=np.int64)
+    out_cost = np.full((slots, n), np.inf)
     q_all = _columns(query.gpu_models, query.gpu_count, query.batch_size, table.gpu_codes)
     candidates = table.candidates
     slot = np.fromiter(map(candidates.padded_row.get, query.workloads, repeat(-1)), np.int64, n)
@@ -200,6 +264,7 @@ def find_anchors(query: ThroughputQuery, table: ReferenceTable, *, exclude: str 
         "query_nodes": query.nodes,
         "table": table,
         "exclude": exclude,
+        "by_gpu": by_gpu,
         "picked": picked,
         "out_cost": out_cost,
     }
@@ -219,6 +284,12 @@ def find_anchors(query: ThroughputQuery, table: ReferenceTable, *, exclude: str 
             for start in range(0, len(members), step):
                 q = np.asarray(members[start : start + step], dtype=np.int64)
                 _closest(q, rows, np.ones_like(rows, dtype=bool), **common)
+    return picked, out_cost
+
+
+def _gather(table: ReferenceTable, picked: npt.NDArray[np.int64]) -> Anchors:
+    """The table rows `picked` (-1: none, NaN anchor) as anchors."""
+    n = len(picked)
     found = picked >= 0
     rows = picked[found]
 
@@ -229,14 +300,13 @@ def find_anchors(query: ThroughputQuery, table: ReferenceTable, *, exclude: str 
 
     gpu_names = np.full(n, "", dtype=object)
     gpu_names[found] = table.gpu_model_array[rows]
-    anchors = Anchors(
+    return Anchors(
         gathered(table.throughput),
         gpu_names.tolist(),
         gathered(table.gpu_count),
         gathered(table.nodes),
         gathered(table.batch_size),
     )
-    return anchors, out_cost
 
 
 def _closest(
@@ -248,11 +318,12 @@ def _closest(
     query_nodes: FloatArray,
     table: ReferenceTable,
     exclude: str,
+    by_gpu: bool,
     picked: npt.NDArray[np.int64],
     out_cost: FloatArray,
 ) -> None:
     """Pick, for query rows `q`, the cheapest of their candidate table `rows` (one row of candidates per query row,
-    or one shared row); writes `picked` and `out_cost` where a candidate exists."""
+    or one shared row), per GPU code when `by_gpu`; writes `picked` and `out_cost` where a candidate exists."""
     t = table.columns
     gpu_dist = np.abs(query.log_fp32[q, None] - t.log_fp32[rows])
     gpu_dist[np.isnan(gpu_dist)] = 4.0
@@ -267,12 +338,16 @@ def _closest(
         cost[same_gpu] = np.inf
     elif exclude == "config":
         cost[same_gpu & (cost == 0.0)] = np.inf
-    best = np.argmin(cost, axis=1)
     index = np.arange(len(q))
-    best_cost = cost[index, best]
-    found = np.isfinite(best_cost)
-    picked[q[found]] = np.broadcast_to(rows, cost.shape)[index, best][found]
-    out_cost[q[found]] = best_cost[found]
+    candidate_rows = np.broadcast_to(rows, cost.shape)
+    codes = t.gpu_code[rows] if by_gpu else None
+    for code in range(len(picked)):
+        slot_cost = cost if codes is None else np.where(codes == code, cost, np.inf)
+        best = np.argmin(slot_cost, axis=1)
+        best_cost = slot_cost[index, best]
+        found = np.isfinite(best_cost)
+        picked[code, q[found]] = candidate_rows[index, best][found]
+        out_cost[code, q[found]] = best_cost[found]
 
 
 def nearest_gpu_estimate(query: ThroughputQuery, anchors: Anchors) -> FloatArray:
@@ -286,6 +361,197 @@ def nearest_gpu_estimate(query: ThroughputQuery, anchors: Anchors) -> FloatArray
     )
     result: FloatArray = anchors.throughput * fp32_ratio * count_ratio
     return result
+
+
+# The cross-GPU estimate scales by these data-sheet numbers (the first three `advisor.features.GPU_FEATURES`). None
+# of them predicts measured speed-ups across GPU types on its own, and picking one on a few GPU types is noise
+# (choosing the set leave-one-GPU-type-out was worse on Sia, docs/models.md), so the estimate is the geometric mean
+# of one estimate per spec.
+SPEC_NAMES = ("log2_fp16_tflops", "log2_fp32_tflops", "log2_bandwidth_gb_s")
+# Candidate weights (in GPU-type pairs) of the pooled slope in each workload's slope; `_choose_spec_scaling` picks one.
+SHRINKAGES = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
+DEFAULT_SHRINKAGE = 4.0
+
+
+def _log2_specs(names: Sequence[str]) -> FloatArray:
+    """(rows, `SPEC_NAMES`) per GPU model name; NaN for an unknown model."""
+    return gpu_features(names)[:, : len(SPEC_NAMES)]
+
+
+def _known_specs(names: Sequence[str]) -> npt.NDArray[np.bool_]:
+    return np.asarray(~np.isnan(_log2_specs(names)).any(axis=1), dtype=bool)
+
+
+@dataclass(frozen=True)
+class SpecScaling:
+    """How a workload's speed follows the GPUs' data-sheet numbers, learned from its measurements on other GPU types.
+
+    For each spec k of `SPEC_NAMES`, the log2 speed ratio of a workload on GPU types g and h at the same configuration
+    is modelled as ``slopes[w, k] · (spec_k(g) − spec_k(h)) + residuals[w, g, k] − residuals[w, h, k]``. The
+    slope is a least-squares fit through the origin over every pair of measured GPU types (one point per pair: the
+    median log2 ratio over the configurations both measured), shrunk toward the slope pooled over all workloads
+    with the weight `shrinkage` (in pairs). The residual is what a GPU type does beyond its data sheet for that
+    workload — Sia's V100 platform runs NCF ~10× slower than any spec suggests — centred on the median GPU type, so
+    an anchor measured there is corrected before it is scaled. The last row of `slopes` and `residuals` serves
+    workloads never measured on two GPU types (pooled slope, no residual); the last residual column GPU types
+    never measured.
+    """
+
+    workloads: list[str]
+    gpu_models: list[str]
+    slopes: FloatArray
+    residuals: FloatArray
+    shrinkage: float
+
+    @cached_property
+    def _workload_index(self) -> dict[str, int]:
+        return {w: i for i, w in enumerate(self.workloads)}
+
+    @cached_property
+    def _gpu_index(self) -> dict[str, int]:
+        return {g: i for i, g in enumerate(self.gpu_models)}
+
+    def workload_rows(self, workloads: Sequence[str]) -> npt.NDArray[np.int64]:
+        index = self._workload_index
+        return np.fromiter(map(index.get, workloads, repeat(len(self.workloads))), np.int64, len(workloads))
+
+    def gpu_columns(self, gpu_models: Sequence[str]) -> npt.NDArray[np.int64]:
+        index = self._gpu_index
+        return np.fromiter(map(index.get, gpu_models, repeat(len(self.gpu_models))), np.int64, len(gpu_models))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workloads": self.workloads,
+            "gpu_models": self.gpu_models,
+            "slopes": self.slopes.tolist(),
+            "residuals": self.residuals.tolist(),
+            "shrinkage": self.shrinkage,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SpecScaling:
+        workloads = [str(w) for w in data["workloads"]]
+        gpu_models = [str(g) for g in data["gpu_models"]]
+        slopes = np.asarray(data["slopes"], dtype=np.float64).reshape(len(workloads) + 1, len(SPEC_NAMES))
+        residuals = np.asarray(data["residuals"], dtype=np.float64).reshape(
+            len(workloads) + 1, len(gpu_models) + 1, len(SPEC_NAMES)
+        )
+        return cls(workloads, gpu_models, slopes, residuals, float(data["shrinkage"]))
+
+
+def fit_spec_scaling(table: ReferenceTable, shrinkage: float) -> SpecScaling:
+    """`SpecScaling` of the table's measurements (GPU types with unknown specifications are left out).
+
+    Without any pair of GPU types to learn from, the pooled slope is 1: the data-sheet ratio as it is.
+    """
+    measured = table.subset(_known_specs(table.gpu_models))
+    gpu_models = sorted(set(measured.gpu_models))
+    workloads = sorted(set(measured.workloads))
+    if not workloads:
+        no_residuals = np.zeros((1, len(gpu_models) + 1, len(SPEC_NAMES)))
+        return SpecScaling([], gpu_models, np.ones((1, len(SPEC_NAMES))), no_residuals, shrinkage)
+    specs = _log2_specs(gpu_models)
+    log_y = pd.Series(
+        np.log2(measured.throughput),
+        index=pd.MultiIndex.from_arrays(
+            [measured.workloads, measured.gpu_count, measured.nodes, measured.batch_size, measured.gpu_models]
+        ),
+    ).unstack(-1)
+    # One point per (workload, GPU pair): the median log2 speed ratio over the configurations both measured.
+    pair_w: list[int] = []
+    pair_g: list[int] = []
+    pair_h: list[int] = []
+    pair_ratio: list[float] = []
+    w_index = {w: i for i, w in enumerate(workloads)}
+    for g in range(len(gpu_models)):
+        for h in range(g + 1, len(gpu_models)):
+            ratios = (log_y[gpu_models[g]] - log_y[gpu_models[h]]).dropna().groupby(level=0).median()
+            pair_w.extend(w_index[w] for w in ratios.index)
+            pair_g.extend([g] * len(ratios))
+            pair_h.extend([h] * len(ratios))
+            pair_ratio.extend(ratios.to_numpy(np.float64))
+    w_of, g_of, h_of = (np.asarray(a, dtype=np.int64) for a in (pair_w, pair_g, pair_h))
+    ratio = np.asarray(pair_ratio, dtype=np.float64)
+    spec_diff = specs[g_of] - specs[h_of]  # (pairs, specs)
+    num = np.zeros((len(workloads), len(SPEC_NAMES)))
+    den = np.zeros_like(num)
+    np.add.at(num, w_of, spec_diff * ratio[:, None])
+    np.add.at(den, w_of, spec_diff**2)
+    total = den.sum(axis=0)
+    pooled = np.where(total > 0, num.sum(axis=0) / np.where(total > 0, total, 1.0), 1.0)
+    slopes = np.vstack([(num + shrinkage * pooled) / (den + shrinkage), pooled])
+    residuals = np.zeros((len(workloads) + 1, len(gpu_models) + 1, len(SPEC_NAMES)))
+    for w in range(len(workloads)):
+        mine = w_of == w
+        if not mine.any():
+            continue
+        design = np.zeros((int(mine.sum()), len(gpu_models)))
+        design[np.arange(len(design)), g_of[mine]] = 1.0
+        design[np.arange(len(design)), h_of[mine]] = -1.0
+        beyond_specs = ratio[mine, None] - slopes[w] * spec_diff[mine]
+        effect = np.linalg.lstsq(design, beyond_specs, rcond=None)[0]  # (GPU types, specs), minimum norm
+        seen = np.unique(np.concatenate([g_of[mine], h_of[mine]]))
+        residuals[w, seen] = effect[seen] - np.median(effect[seen], axis=0)
+    return SpecScaling(workloads, gpu_models, slopes, residuals, shrinkage)
+
+
+def spec_scaled_estimate(query: ThroughputQuery, anchors: GpuAnchors, scaling: SpecScaling) -> FloatArray:
+    """The cross-GPU estimate: every GPU type's anchor scaled to the query's GPU, then combined.
+
+    Each anchor is scaled by the GPU-count ratio and, per spec, by the workload's learned slope times the log2 spec
+    ratio, after moving the anchor's GPU-type residual to the query's; the median over the anchors is taken per
+    spec, and the geometric mean over the specs. A spec unknown on either side scales by 1. NaN for rows without
+    any anchor.
+    """
+    rows = scaling.workload_rows(query.workloads)
+    spec_diff = np.nan_to_num(_log2_specs(query.gpu_models)[None] - _log2_specs(anchors.gpu_models)[:, None], nan=0.0)
+    target_residual = scaling.residuals[rows, scaling.gpu_columns(query.gpu_models)]
+    anchor_residual = scaling.residuals[rows[None, :], scaling.gpu_columns(anchors.gpu_models)[:, None]]
+    counted = anchors.gpu_count > 0
+    count_ratio = np.where(counted, query.gpu_count / np.where(counted, anchors.gpu_count, 1.0), 1.0)
+    log_anchor = np.log2(anchors.throughput * count_ratio)
+    estimates = log_anchor[..., None] + scaling.slopes[rows] * spec_diff + target_residual - anchor_residual
+    result: FloatArray = np.exp2(_nan_median(estimates).mean(axis=1))
+    return result
+
+
+def _nan_median(values: FloatArray) -> FloatArray:
+    """Median over axis 0 ignoring NaN (NaN where all are, or the axis is empty); `np.nanmedian` is slow on a
+    short axis."""
+    if len(values) == 0:
+        return np.full(values.shape[1:], np.nan)
+    ordered = np.sort(values, axis=0)  # NaN last
+    count = (~np.isnan(ordered)).sum(axis=0)
+    low = np.take_along_axis(ordered, (np.maximum(count - 1, 0) // 2)[None], axis=0)[0]
+    high = np.take_along_axis(ordered, (count // 2)[None], axis=0)[0]
+    result: FloatArray = np.where(count > 0, 0.5 * (low + high), np.nan)
+    return result
+
+
+def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
+    """`SpecScaling` of the table with the `SHRINKAGES` value whose estimates are best on unseen GPU types.
+
+    Leave-one-GPU-type-out over the table's own measurements: each shrinkage is scored by the mean absolute log2
+    error of `spec_scaled_estimate` over all held-out rows, pooled. With fewer than three GPU types of known
+    specification there is nothing to check it on and `DEFAULT_SHRINKAGE` is used.
+    """
+    known = _known_specs(table.gpu_models)
+    gpus = sorted({g for g, k in zip(table.gpu_models, known, strict=True) if k})
+    if len(gpus) < 3:
+        return fit_spec_scaling(table, DEFAULT_SHRINKAGE)
+    models = np.asarray(table.gpu_models, dtype=object)
+    error_sum = np.zeros(len(SHRINKAGES))
+    for gpu in gpus:
+        held = models == gpu
+        train = table.subset(~held)
+        query = table.subset(held).as_query()
+        anchors = anchors_by_gpu(query, train)
+        truth = np.log2(table.throughput[held])
+        for i, shrinkage in enumerate(SHRINKAGES):
+            estimate = spec_scaled_estimate(query, anchors, fit_spec_scaling(train, shrinkage))
+            ok = ~np.isnan(estimate)
+            error_sum[i] += float(np.abs(np.log2(estimate[ok]) - truth[ok]).sum())
+    return fit_spec_scaling(table, SHRINKAGES[int(np.argmin(error_sum))])
 
 
 class NearestGpuThroughput:
@@ -304,6 +570,30 @@ class NearestGpuThroughput:
         anchors, _ = find_anchors(query, self.table_)
         estimate = nearest_gpu_estimate(query, anchors)
         return np.where(np.isnan(estimate), self.median_, estimate)
+
+
+def _subset(query: ThroughputQuery, keep: npt.NDArray[np.bool_]) -> ThroughputQuery:
+    if keep.all():
+        return query
+    return ThroughputQuery(
+        workloads=list(compress(query.workloads, keep)),
+        gpu_models=list(compress(query.gpu_models, keep)),
+        gpu_count=query.gpu_count[keep],
+        nodes=query.nodes[keep],
+        batch_size=query.batch_size[keep],
+    )
+
+
+def _take(anchors: Anchors, keep: npt.NDArray[np.bool_]) -> Anchors:
+    if keep.all():
+        return anchors
+    return Anchors(
+        anchors.throughput[keep],
+        list(compress(anchors.gpu_models, keep)),
+        anchors.gpu_count[keep],
+        anchors.nodes[keep],
+        anchors.batch_size[keep],
+    )
 
 
 class MeanThroughput:
@@ -335,8 +625,7 @@ class ThroughputModel(BoostedEstimator):
             objective="regression_l1",
         )
 
-    def _fit_correction(self, frame: pd.DataFrame) -> tuple[Any, ReferenceTable]:
-        table = ReferenceTable.from_frame(frame)
+    def _fit_correction(self, frame: pd.DataFrame, table: ReferenceTable) -> Any:
         query = throughput_query_from_frame(frame)
         log_y = np.log2(frame["throughput"].to_numpy(np.float64))
         blocks, targets = [], []
@@ -348,48 +637,16 @@ class ThroughputModel(BoostedEstimator):
             targets.append(log_y[ok] - np.log2(base[ok]))
         if sum(len(t) for t in targets) == 0:
             raise ValueError("no workload is measured in two configurations: nothing to learn a correction from")
-        booster = self._train(
+        return self._train(
             np.vstack(blocks), np.concatenate(targets), np.asarray(THROUGHPUT_FEATURES)[_CORRECTION_COLUMNS].tolist()
         )
-        return booster, table
-
-    def _correction_weight(self, frame: pd.DataFrame) -> float:
-        """How much of the learned correction carries over to a GPU type the model has not seen.
-
-        Leave-one-GPU-type-out inside the training data: the correction is refitted without each GPU type and applied
-        with weights 0, ¼, …, 1 to that type's rows. The weight whose worst held-out GPU type loses least against the
-        unchanged nearest-GPU estimate (mean absolute log2 error) wins, so a correction that hurt any GPU type in the
-        check is shrunk, down to 0. With fewer than three GPU types there is nothing to check it on and the full
-        correction is used.
-        """
-        gpus = np.array([normalize_gpu_model(g) for g in frame["gpu_model"]])
-        if len(set(gpus)) < 3:
-            return 1.0
-        worst_gain = np.full(len(CORRECTION_WEIGHTS), -np.inf)
-        for gpu in sorted(set(gpus)):
-            held = frame[gpus == gpu].reset_index(drop=True)
-            booster, table = self._fit_correction(frame[gpus != gpu].reset_index(drop=True))
-            query = throughput_query_from_frame(held)
-            anchors, _ = find_anchors(query, table)
-            base = nearest_gpu_estimate(query, anchors)
-            ok = base > 0
-            if not ok.any():
-                continue
-            correction = _lgbm.predict(booster, throughput_features(query, anchors)[ok][:, _CORRECTION_COLUMNS])
-            log_error = np.log2(held["throughput"].to_numpy(np.float64)[ok]) - np.log2(base[ok])
-            unchanged = float(np.mean(np.abs(log_error)))
-            for i, weight in enumerate(CORRECTION_WEIGHTS):
-                gain = float(np.mean(np.abs(log_error - weight * correction))) - unchanged
-                worst_gain[i] = max(worst_gain[i], gain)
-        if not np.isfinite(worst_gain).all():
-            return 1.0
-        return float(CORRECTION_WEIGHTS[int(np.argmin(worst_gain))])
 
     def fit(self, frame: pd.DataFrame) -> ThroughputModel:
         """Train on a throughputs frame (`advisor.datasets.THROUGHPUTS`); rows with throughput ≤ 0 are dropped."""
         frame = frame[frame["throughput"] > 0].reset_index(drop=True)
-        self.correction_weight_ = self._correction_weight(frame)
-        self.booster_, self.table_ = self._fit_correction(frame)
+        self.table_ = ReferenceTable.from_frame(frame)
+        self.scaling_ = _choose_spec_scaling(self.table_)
+        self.booster_ = self._fit_correction(frame, self.table_)
         query = throughput_query_from_frame(frame)
         log_y = np.log2(frame["throughput"].to_numpy(np.float64))
         no_anchor = Anchors(np.full(len(query), np.nan), [""] * len(query), *(np.full((3, len(query)), np.nan)))
@@ -401,20 +658,26 @@ class ThroughputModel(BoostedEstimator):
         """samples/s for each query row (the fast path; GPU names must be normalised, batch 0 = unknown)."""
         if len(query) == 0:
             return np.empty(0, dtype=np.float64)
+        n = len(query)
         anchors, cost = find_anchors(query, self.table_)
-        features = throughput_features(query, anchors)
-        base = nearest_gpu_estimate(query, anchors)
-        has_anchor = base > 0
-        result = np.empty(len(query), dtype=np.float64)
-        if has_anchor.any():
-            correction = _lgbm.predict(self.booster_, features[has_anchor][:, _CORRECTION_COLUMNS])
-            # The weight is checked across GPU types only; an anchor on the same GPU type gets the whole correction.
-            same_gpu = np.fromiter(map(operator.eq, query.gpu_models, anchors.gpu_models), bool, len(query))
-            weight = np.where(same_gpu[has_anchor], 1.0, self.correction_weight_)
-            result[has_anchor] = base[has_anchor] * np.exp2(weight * correction)
-        if (~has_anchor).any():
-            result[~has_anchor] = np.exp2(_lgbm.predict(self.fallback_, features[~has_anchor]))
-        exact = cost == 0.0
+        has_anchor = np.isfinite(cost)
+        same_gpu = np.fromiter(map(operator.eq, query.gpu_models, anchors.gpu_models), bool, n)
+        result = np.empty(n, dtype=np.float64)
+        own = has_anchor & same_gpu
+        if own.any():
+            rows, own_anchors = _subset(query, own), _take(anchors, own)
+            features = throughput_features(rows, own_anchors)[:, _CORRECTION_COLUMNS]
+            base = nearest_gpu_estimate(rows, own_anchors)
+            result[own] = base * np.exp2(_lgbm.predict(self.booster_, features))
+        cross = has_anchor & ~same_gpu
+        if cross.any():
+            rows = _subset(query, cross)
+            result[cross] = spec_scaled_estimate(rows, anchors_by_gpu(rows, self.table_), self.scaling_)
+        if not has_anchor.all():
+            none = ~has_anchor
+            features = throughput_features(_subset(query, none), _take(anchors, none))
+            result[none] = np.exp2(_lgbm.predict(self.fallback_, features))
+        exact = same_gpu & (cost == 0.0)
         result[exact] = anchors.throughput[exact]
         return result
 
@@ -446,7 +709,7 @@ class ThroughputModel(BoostedEstimator):
             params=self.get_params(),
             state={
                 "n_rows": self.n_rows_,
-                "correction_weight": self.correction_weight_,
+                "spec_scaling": self.scaling_.to_json(),
                 "reference": self.table_.to_json(),
                 "features": list(THROUGHPUT_FEATURES),
             },
@@ -460,5 +723,5 @@ class ThroughputModel(BoostedEstimator):
         model.fallback_ = _lgbm.from_text(artifact.boosters["fallback"])
         model.table_ = ReferenceTable.from_json(artifact.state["reference"])
         model.n_rows_ = int(artifact.state["n_rows"])
-        model.correction_weight_ = float(artifact.state["correction_weight"])
+        model.scaling_ = SpecScaling.from_json(artifact.state["spec_scaling"])
         return model
