@@ -17,7 +17,10 @@ Two forms of the same F:
 
 * `node_fragmentation_milli` — one node, plain Python, cached per (free shares, NVLink islands, task mix): the
   scorer's form. It knows the node's topology: a task of 1 < k ≤ largest-NVLink-island GPUs only counts as runnable
-  when one island has k free GPUs (a node without NVLink has singleton islands and this is exactly FGD).
+  when one island has k free GPUs (a node without NVLink has singleton islands and this is exactly FGD). GPU-only;
+  `node_fragmentation_fit_milli` adds CPU and memory when the task mix gives them (`MixResources`: which task types
+  fit the node's free CPU/memory, read from the same cumulative `Workload` table as the vectorised form, keyed by a
+  fit index so that the result stays cacheable).
 * `Workload` / `NodeCache` — many nodes at once with numpy, CPU and memory included, per-node sums cached and a
   placement's effect computed from the one or few GPUs it changes: the simulator's form for ~10,000 pods over
   1,213 nodes in seconds (its nodes carry no NVLink islands for this purpose).
@@ -25,6 +28,7 @@ Two forms of the same F:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,8 +41,13 @@ GPU_MILLI = 1000
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-TaskMix = tuple[tuple[int, int, float], ...]
-"""The target workload's GPU requests as (GPUs, milli-GPU per GPU, popularity); a share is (1, milli < 1000, p)."""
+TaskType = tuple[int, int, float] | tuple[int, int, float, float | None, float | None]
+"""One request shape of the target workload: (GPUs, milli-GPU per GPU, popularity), optionally followed by its CPU
+request in milli-CPU and its memory request in MiB (None: unknown, counts as fitting anywhere). A share is
+(1, milli < 1000, p); a task without GPU is (0, 0, p, cpu, memory) and only matters through its CPU and memory."""
+
+TaskMix = tuple[TaskType, ...]
+"""The target workload's request shapes (`TaskType`); popularities need not sum to 1 (they scale F)."""
 
 DEFAULT_TASK_MIX: TaskMix = (
     (1, 250, 0.10),
@@ -57,18 +66,81 @@ class TaskMixError(ValueError):
 
 
 def validate_task_mix(mix: TaskMix) -> None:
-    """Raise `TaskMixError` unless every entry is (GPUs ≥ 1, 1..1000 milli, popularity ≥ 0) and some popularity > 0."""
+    """Raise `TaskMixError` unless every entry is (GPUs ≥ 1, 1..1000 milli, popularity ≥ 0[, CPU ≥ 0, memory ≥ 0]) or a
+    task without GPU (0, 0, popularity, CPU, memory) with its CPU or memory given, and some popularity is > 0."""
     if not mix:
         raise TaskMixError("task_mix must list at least one (gpus, milli, probability) entry")
-    for i, (gpus, milli, p) in enumerate(mix):
-        if gpus < 1:
-            raise TaskMixError(f"task_mix[{i}]: gpus must be >= 1, got {gpus}")
-        if not 1 <= milli <= GPU_MILLI:
+    for i, entry in enumerate(mix):
+        if len(entry) not in (3, 5):
+            raise TaskMixError(
+                f"task_mix[{i}]: expected [gpus, milli, probability] or [gpus, milli, probability, cpu_milli, "
+                f"memory_mib], got {len(entry)} values"
+            )
+        gpus, milli, p = entry[:3]
+        cpu, memory = (entry[3], entry[4]) if len(entry) == 5 else (None, None)
+        if gpus < 0:
+            raise TaskMixError(f"task_mix[{i}]: gpus must be >= 0, got {gpus}")
+        if gpus == 0:
+            if milli != 0:
+                raise TaskMixError(f"task_mix[{i}]: gpus 0 (a task without GPU) needs milli 0, got {milli}")
+            if cpu is None and memory is None:
+                raise TaskMixError(f"task_mix[{i}]: a task without GPU needs its cpu_milli or memory_mib")
+        elif not 1 <= milli <= GPU_MILLI:
             raise TaskMixError(f"task_mix[{i}]: milli must be within 1..{GPU_MILLI}, got {milli}")
         if p < 0:
             raise TaskMixError(f"task_mix[{i}]: probability must be >= 0, got {p}")
-    if sum(p for _, _, p in mix) <= 0:
+        if cpu is not None and cpu < 0:
+            raise TaskMixError(f"task_mix[{i}]: cpu_milli must be >= 0, got {cpu}")
+        if memory is not None and memory < 0:
+            raise TaskMixError(f"task_mix[{i}]: memory_mib must be >= 0, got {memory}")
+    if sum(entry[2] for entry in mix) <= 0:
         raise TaskMixError("task_mix probabilities must not all be 0")
+
+
+_TASK_FIELDS = ("gpus", "milli", "probability", "cpu_milli", "memory_mib")
+
+
+def parse_task_mix(raw: object) -> TaskMix:
+    """A task mix from JSON-like data (a list of 3- or 5-number lists, CPU/memory may be null), validated."""
+    if not isinstance(raw, (list, tuple)):
+        raise TaskMixError(
+            f"task_mix must be a list of [gpus, milli, probability(, cpu_milli, memory_mib)], got {raw!r}"
+        )
+    out: list[TaskType] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, (list, tuple)) or len(entry) not in (3, 5):
+            raise TaskMixError(
+                f"task_mix[{i}]: expected [gpus, milli, probability] or [gpus, milli, probability, cpu_milli, "
+                f"memory_mib], got {entry!r}"
+            )
+        for name, value in zip(_TASK_FIELDS, entry, strict=False):
+            optional = name in ("cpu_milli", "memory_mib")
+            if (
+                (value is None and not optional)
+                or isinstance(value, bool)
+                or not isinstance(value, (int, float, type(None)))
+            ):
+                what = "a number or null" if optional else "a number"
+                raise TaskMixError(f"task_mix[{i}]: {name} must be {what}, got {value!r}")
+        gpus, milli = entry[0], entry[1]
+        if gpus != int(gpus) or milli != int(milli):
+            raise TaskMixError(f"task_mix[{i}]: gpus and milli must be whole numbers, got {gpus}, {milli}")
+        if len(entry) == 3:
+            out.append((int(gpus), int(milli), float(entry[2])))
+        else:
+            cpu, memory = entry[3], entry[4]
+            out.append(
+                (
+                    int(gpus),
+                    int(milli),
+                    float(entry[2]),
+                    None if cpu is None else float(cpu),
+                    None if memory is None else float(memory),
+                )
+            )
+    mix = tuple(out)
+    validate_task_mix(mix)
+    return mix
 
 
 def whole_gpu_mix(task_sizes: Sequence[tuple[int, float]]) -> TaskMix:
@@ -84,29 +156,115 @@ def node_fragmentation_milli(
 
     `islands` are the NVLink islands as bit masks over GPU positions and `largest_island` the size of the largest.
     """
-    total = sum(free_milli)
-    if total == 0:
+    if sum(free_milli) == 0:
         return 0.0
+    fragments = _fragments(free_milli, islands, largest_island, _shapes_of(mix))
+    out = 0.0
+    for entry, x in zip(mix, fragments, strict=True):
+        out += entry[2] * x
+    return out
+
+
+@lru_cache(maxsize=256)
+def _shapes_of(mix: TaskMix) -> tuple[tuple[int, int], ...]:
+    return tuple((e[0], e[1]) for e in mix)
+
+
+def _fragments(
+    free_milli: tuple[int, ...], islands: tuple[int, ...], largest_island: int, shapes: tuple[tuple[int, int], ...]
+) -> tuple[float, ...]:
+    """F_n(m) in milli-GPU for each (GPUs, milli per GPU) shape, GPU-only (a shape without GPU: 0, it always fits)."""
+    total = sum(free_milli)
     full_mask = 0
     for pos, r in enumerate(free_milli):
         if r >= GPU_MILLI:
             full_mask |= 1 << pos
     full = full_mask.bit_count()
     partial = total - full * GPU_MILLI
-    max_free = max(free_milli)
-    out = 0.0
-    for k, milli, p in mix:
+    max_free = max(free_milli, default=0)
+    out: list[float] = []
+    for k, milli in shapes:
+        if k == 0:
+            out.append(0.0)
+            continue
         if k == 1 and milli < GPU_MILLI:
-            if max_free < milli:
-                out += p * total
-            else:
-                out += p * sum(r for r in free_milli if r < milli)
+            out.append(total if max_free < milli else sum(r for r in free_milli if r < milli))
             continue
         if 1 < k <= largest_island:
             fits = any((full_mask & island).bit_count() >= k for island in islands)
         else:
             fits = full >= k
-        out += p * (partial if fits else total)
+        out.append(partial if fits else total)
+    return tuple(out)
+
+
+task_fragments_milli = lru_cache(maxsize=131072)(_fragments)
+"""`_fragments`, cached: the per-shape fragments of a node state, shared by every CPU/memory fit index."""
+
+
+class MixResources:
+    """The CPU and memory side of a task mix whose entries give them: which task types still fit a node's free CPU
+    and memory. Built on `Workload`'s cumulative table (the same one the vectorised form uses); the GPU side stays
+    the scalar, topology-aware `task_fragments_milli`.
+
+    A node's free CPU and memory map to a fit index (a, b) — how many distinct CPU and memory requests of the mix
+    are at most what is free — and F_n(M) depends on them only through that index, so it is cached per index.
+    Hashed by identity (build one per `ScoringConfig`).
+    """
+
+    __slots__ = ("_cpu_grid", "_memory_grid", "_weights", "all_weights", "full_index", "shapes", "workload")
+
+    def __init__(self, mix: TaskMix) -> None:
+        requests = [
+            (e[0], e[1], float(e[3] or 0.0), float(e[4] or 0.0)) if len(e) == 5 else (e[0], e[1], 0.0, 0.0) for e in mix
+        ]
+        self.workload = workload_of_requests(requests, weights=[e[2] for e in mix])
+        w = self.workload
+        self.shapes: tuple[tuple[int, int], ...] = tuple(
+            (int(k), int(m)) for k, m in zip(w.class_gpus, w.class_milli, strict=True)
+        )
+        self._cpu_grid: list[float] = [float(x) for x in w.cpu_grid]
+        self._memory_grid: list[float] = [float(x) for x in w.memory_grid]
+        self._weights: dict[tuple[int, int], tuple[float, ...]] = {}
+        self.full_index = (len(self._cpu_grid), len(self._memory_grid))
+        self.all_weights = self.weights(*self.full_index)
+
+    def fit_index(self, cpu_free_milli: float, memory_free_mib: float) -> tuple[int, int]:
+        """(a, b): how many of the mix's distinct CPU / memory requests fit in what is free."""
+        return bisect_right(self._cpu_grid, cpu_free_milli), bisect_right(self._memory_grid, memory_free_mib)
+
+    def weights(self, a: int, b: int) -> tuple[float, ...]:
+        """Per GPU shape (`shapes`), the popularity of its task types that fit at fit index (a, b)."""
+        found = self._weights.get((a, b))
+        if found is None:
+            found = self._weights[(a, b)] = tuple(float(x) for x in self.workload.table[:, a, b])
+        return found
+
+
+def mix_resources(mix: TaskMix) -> MixResources | None:
+    """The mix's CPU/memory side, or None when no entry gives a CPU or memory request (GPU-only fragmentation)."""
+    if all(len(e) == 3 or (e[3] is None and e[4] is None) for e in mix):
+        return None
+    return MixResources(mix)
+
+
+@lru_cache(maxsize=131072)
+def node_fragmentation_fit_milli(
+    free_milli: tuple[int, ...],
+    islands: tuple[int, ...],
+    largest_island: int,
+    resources: MixResources,
+    fit: tuple[int, int],
+) -> float:
+    """F_n(M) in milli-GPU with CPU and memory: a task type whose CPU or memory does not fit the node's free amounts
+    (fit index `fit`, `MixResources.fit_index`) cannot run there, so every free GPU share counts as its fragment."""
+    total = sum(free_milli)
+    if total == 0:
+        return 0.0
+    fragments = task_fragments_milli(free_milli, islands, largest_island, resources.shapes)
+    out = 0.0
+    for x, w, w_all in zip(fragments, resources.weights(*fit), resources.all_weights, strict=True):
+        out += w * x + (w_all - w) * total
     return out
 
 
@@ -141,8 +299,11 @@ class Workload:
         return self.table[:, a, b].T
 
 
-def workload_of_requests(requests: Sequence[tuple[int, int, float, float]]) -> Workload:
-    """The target workload: every distinct (GPUs, milli per GPU, CPU milli, memory MiB) request, weighted by count."""
+def workload_of_requests(
+    requests: Sequence[tuple[int, int, float, float]], weights: Sequence[float] | None = None
+) -> Workload:
+    """The target workload: every (GPUs, milli per GPU, CPU milli, memory MiB) request with its popularity (`weights`
+    as given, or by default each request 1 / len(requests), i.e. weighted by how often it occurs)."""
     if not requests:
         raise ValueError("the workload needs at least one request")
     keys = [(k, m if k else 0, c, mem) for k, m, c, mem in requests]
@@ -151,11 +312,15 @@ def workload_of_requests(requests: Sequence[tuple[int, int, float, float]]) -> W
     cpu_grid = np.array(sorted({c for _, _, c, _ in keys}), dtype=np.float64)
     memory_grid = np.array(sorted({m for _, _, _, m in keys}), dtype=np.float64)
     counts = np.zeros((len(classes), len(cpu_grid) + 1, len(memory_grid) + 1))
-    for k, m, c, mem in keys:
+    if weights is not None and len(weights) != len(keys):
+        raise ValueError(f"{len(weights)} weights for {len(keys)} requests")
+    for i, (k, m, c, mem) in enumerate(keys):
         a = int(np.searchsorted(cpu_grid, c)) + 1
         b = int(np.searchsorted(memory_grid, mem)) + 1
-        counts[class_index[(k, m)], a, b] += 1.0
-    table = counts.cumsum(axis=1).cumsum(axis=2) / len(keys)
+        counts[class_index[(k, m)], a, b] += 1.0 if weights is None else weights[i]
+    table = counts.cumsum(axis=1).cumsum(axis=2)
+    if weights is None:
+        table = table / len(keys)
     class_gpus = np.array([k for k, _ in classes], dtype=np.int64)
     class_milli = np.array([m for _, m in classes], dtype=np.float64)
     threshold = np.where(class_gpus == 0, 0.0, np.minimum(class_milli, GPU_MILLI)).astype(np.float64)

@@ -13,7 +13,10 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
   GPUs only counts as runnable inside one island. `packing = 0.8 / (1 + exp(Δ in GPUs)) + 0.2 × (1 − free GPU
   capacity left / capacity)`: a pod that fills a gap scores high, one that breaks up a whole node, island or GPU low,
   and the best-fit fifth breaks ties between equal fragmentation changes toward the fuller node. A GPU share is
-  scored on every GPU it fits on (the GPU with the best packing + interference wins).
+  scored on every GPU it fits on (the GPU with the best packing + interference wins). Where a node's free CPU /
+  memory is known and the task mix gives CPU / memory, task types that no longer fit there count all its free GPUs
+  as fragments (FGD's full definition; the pod's own CPU/memory is taken off first), and a pod without GPU is scored
+  by this component alone; otherwise the scores are exactly the GPU-only ones.
 * affinity — for k ≥ 2 GPUs the best free k-set by link level (NVLINK > PCIE_SWITCH > PCIE_HOSTBRIDGE > NUMA >
   SYSTEM): `1 − mean pairwise link rank / 4`. For members of a gang, half of it is gang locality: 1 on a node that
   already runs a member, 0 on another node when members run elsewhere.
@@ -37,8 +40,11 @@ from typing import NamedTuple
 
 from advisor.fragmentation import (
     DEFAULT_TASK_MIX,
+    MixResources,
     TaskMix,
     TaskMixError,
+    mix_resources,
+    node_fragmentation_fit_milli,
     node_fragmentation_milli,
     validate_task_mix,
     whole_gpu_mix,
@@ -69,6 +75,8 @@ class PodRequest:
 
     `gpus` whole GPUs, or a share of one GPU: `gpu_milli` in 1..999 (thousandths of a GPU) and/or `gpu_memory_bytes`.
     `workload` is the `gpuadvisor.io/workload` label (the key for profiles and models); `gang` the pod group.
+    `cpu_milli` / `memory_mib` are the pod's CPU and memory requests (None: unknown, taken as 0); they matter only
+    on nodes whose free CPU / memory is known and with a task mix that gives CPU / memory.
     """
 
     name: str = ""
@@ -77,6 +85,8 @@ class PodRequest:
     gpu_memory_bytes: int | None = None
     workload: str | None = None
     gang: str | None = None
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -87,6 +97,10 @@ class PodRequest:
             raise ScoringInputError(f"gpu_memory_bytes must be >= 0, got {self.gpu_memory_bytes}")
         if self.gpus > 0 and self.gpu_milli not in (0, WHOLE_GPU_MILLI):
             raise ScoringInputError("gpu_milli (a GPU share) cannot be combined with whole gpus")
+        if self.cpu_milli is not None and self.cpu_milli < 0:
+            raise ScoringInputError(f"cpu_milli must be >= 0, got {self.cpu_milli}")
+        if self.memory_mib is not None and self.memory_mib < 0:
+            raise ScoringInputError(f"memory_mib must be >= 0, got {self.memory_mib}")
 
     @property
     def is_share(self) -> bool:
@@ -207,6 +221,11 @@ class NodeState:
     `observed_at_seconds` is the Unix time of the node's last snapshot (None: never observed, e.g. only known from
     the Kubernetes API). `gangs` names the pod groups with members allocated on this node.
 
+    CPU (milli-CPU) and memory (MiB), allocatable and free (allocatable minus what pods request), are optional: None
+    when unknown. With free CPU or memory known (and a task mix that gives CPU / memory), packing counts a node's free
+    GPUs as fragments for the task types whose CPU or memory no longer fits (FGD's definition), and a pod whose own
+    request exceeds them is infeasible; without, the node is scored on its GPUs alone.
+
     `memo` caches this node's verdict per request shape (the node is immutable, so a verdict never goes stale; a new
     snapshot makes a new `NodeState`). Compared and hashed by identity.
     """
@@ -216,6 +235,10 @@ class NodeState:
     topology: Topology
     observed_at_seconds: float | None = None
     gangs: frozenset[str] = frozenset()
+    cpu_allocatable_milli: int | None = None
+    cpu_free_milli: int | None = None
+    memory_allocatable_mib: int | None = None
+    memory_free_mib: int | None = None
     gpu_model: str = field(init=False)
     free_mask: int = field(init=False)
     free_milli: tuple[int, ...] = field(init=False)
@@ -229,6 +252,19 @@ class NodeState:
             raise ScoringInputError(
                 f"node {self.name}: topology covers {self.topology.gpu_count} GPUs, node has {len(self.gpus)}"
             )
+        for what, allocatable, free in (
+            ("cpu", self.cpu_allocatable_milli, self.cpu_free_milli),
+            ("memory", self.memory_allocatable_mib, self.memory_free_mib),
+        ):
+            unit = "milli" if what == "cpu" else "mib"
+            if allocatable is not None and allocatable < 0:
+                raise ScoringInputError(f"node {self.name}: {what}_allocatable_{unit} must be >= 0, got {allocatable}")
+            if free is not None and free < 0:
+                raise ScoringInputError(f"node {self.name}: {what}_free_{unit} must be >= 0, got {free}")
+            if allocatable is not None and free is not None and free > allocatable:
+                raise ScoringInputError(
+                    f"node {self.name}: {what}_free_{unit} {free} exceeds {what}_allocatable_{unit} {allocatable}"
+                )
         free = 0
         healthy = 0
         models: dict[str, int] = {}
@@ -268,7 +304,9 @@ class ScoringConfig:
     `task_mix` is the target workload the packing component keeps room for: (GPUs, milli-GPU per GPU, probability)
     per request shape, GPU shares included (default `advisor.fragmentation.DEFAULT_TASK_MIX`; the simulator passes
     the trace's own mix). `task_sizes`, whole-GPU (GPUs, probability) pairs, is the older shorthand: when given it
-    replaces `task_mix` with whole-GPU requests of those sizes.
+    replaces `task_mix` with whole-GPU requests of those sizes. Entries of `task_mix` may give the task's CPU
+    (milli) and memory (MiB) request, and tasks without GPU (0, 0, p, cpu, memory): then `resources` is their
+    CPU/memory side and nodes with known free CPU/memory are scored with it.
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -282,6 +320,7 @@ class ScoringConfig:
     unknown_node_score: float = 50.0
     task_mix: TaskMix = DEFAULT_TASK_MIX
     task_sizes: tuple[tuple[int, float], ...] | None = None
+    resources: MixResources | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.task_sizes is not None:
@@ -290,6 +329,7 @@ class ScoringConfig:
             validate_task_mix(self.task_mix)
         except TaskMixError as exc:
             raise ScoringInputError(str(exc)) from None
+        object.__setattr__(self, "resources", mix_resources(self.task_mix))
         for name in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct"):
             if getattr(self, name) < 0:
                 raise ScoringInputError(f"{name} must be >= 0")
@@ -370,6 +410,40 @@ def extender_scores(scores: Sequence[NodeScore]) -> list[int]:
 def fragmentation_milli(topology: Topology, free_milli: tuple[int, ...], task_mix: TaskMix) -> float:
     """The node's expected fragmentation F_n(M) in milli-GPU (`advisor.fragmentation.node_fragmentation_milli`)."""
     return node_fragmentation_milli(free_milli, topology.islands, topology.largest_island, task_mix)
+
+
+Fit = tuple[tuple[int, int], tuple[int, int]]
+"""A node's CPU/memory fit index (`MixResources.fit_index`) before and after the pod's own request."""
+
+
+def _fit(node: NodeState, pod: PodRequest, resources: MixResources | None) -> Fit | None:
+    """The fit indices when the mix gives CPU/memory and the node's free CPU or memory is known, else None."""
+    if resources is None or (node.cpu_free_milli is None and node.memory_free_mib is None):
+        return None
+    cpu = math.inf if node.cpu_free_milli is None else float(node.cpu_free_milli)
+    memory = math.inf if node.memory_free_mib is None else float(node.memory_free_mib)
+    return (
+        resources.fit_index(cpu, memory),
+        resources.fit_index(cpu - (pod.cpu_milli or 0), memory - (pod.memory_mib or 0)),
+    )
+
+
+def _resources_short(node: NodeState, pod: PodRequest) -> str | None:
+    """Why the node's free CPU / memory cannot hold the pod's own request, or None when it can (or is unknown)."""
+    if pod.cpu_milli is not None and node.cpu_free_milli is not None and pod.cpu_milli > node.cpu_free_milli:
+        return f"needs {pod.cpu_milli} milli-CPU, has {node.cpu_free_milli} free"
+    if pod.memory_mib is not None and node.memory_free_mib is not None and pod.memory_mib > node.memory_free_mib:
+        return f"needs {pod.memory_mib} MiB of memory, has {node.memory_free_mib} free"
+    return None
+
+
+def _fragmentation_with(
+    topology: Topology, free_milli: tuple[int, ...], config: ScoringConfig, fit: tuple[int, int] | None
+) -> float:
+    """F_n(M) of the node, with CPU/memory at fit index `fit` when known (else GPU-only, as `fragmentation_milli`)."""
+    if fit is None or config.resources is None:
+        return node_fragmentation_milli(free_milli, topology.islands, topology.largest_island, config.task_mix)
+    return node_fragmentation_fit_milli(free_milli, topology.islands, topology.largest_island, config.resources, fit)
 
 
 @lru_cache(maxsize=65536)
@@ -546,6 +620,7 @@ def _evaluate_whole(
     predictors: Predictors,
     usage: UsageProfile,
     gang_elsewhere: bool,
+    fit: Fit | None,
 ) -> _Raw:
     eligible = _whole_eligible_mask(node, pod)
     free = eligible.bit_count()
@@ -555,6 +630,11 @@ def _evaluate_whole(
     plan = _whole_plan(node.topology, node.free_milli, eligible, k, config)
     if plan is None:
         return _Raw(node.name, node.gpu_model, False, detail=f"needs {k} free GPUs, has {free}")
+    packing = plan.packing
+    if fit is not None:
+        after = _take(node.free_milli, plan.positions, WHOLE_GPU_MILLI)
+        before_f = _fragmentation_with(node.topology, node.free_milli, config, fit[0])
+        packing = _packing(_fragmentation_with(node.topology, after, config, fit[1]) - before_f, after)
     affinity = plan.topology_affinity
     if pod.gang:
         affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
@@ -572,7 +652,7 @@ def _evaluate_whole(
         node.gpu_model,
         True,
         indices,
-        plan.packing,
+        packing,
         affinity,
         0.5 / pod_slow + 0.5 / res_slow,
         pod_slow,
@@ -588,12 +668,14 @@ def _evaluate_share(
     predictors: Predictors,
     usage: UsageProfile,
     gang_elsewhere: bool,
+    fit: Fit | None,
 ) -> _Raw:
     milli = pod.share_milli
     topo = node.topology
     best: tuple[float, int, float, float, float] | None = None  # (value, pos, packing, pod_slow, res_slow)
     free_milli = node.free_milli
-    before = fragmentation_milli(topo, free_milli, config.task_mix)
+    fit_before, fit_after = fit if fit is not None else (None, None)
+    before = _fragmentation_with(topo, free_milli, config, fit_before)
     gpus = node.gpus
     for pos in node.share_positions:
         g = gpus[pos]
@@ -602,7 +684,7 @@ def _evaluate_share(
         if not _memory_ok(g, pod.gpu_memory_bytes, whole=False):
             continue
         after_milli = _take(free_milli, (pos,), milli)
-        packing = _packing(fragmentation_milli(topo, after_milli, config.task_mix) - before, after_milli)
+        packing = _packing(_fragmentation_with(topo, after_milli, config, fit_after) - before, after_milli)
         if g.residents:
             pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
         else:
@@ -633,6 +715,35 @@ def _evaluate_share(
         if shared_with
         else f", GPU {g.index} unshared",
     )
+
+
+def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -> _Raw:
+    """A pod without GPU: only its CPU/memory can fragment the node's GPUs (task types that no longer fit there)."""
+    free_milli = node.free_milli
+    topo = node.topology
+    delta = _fragmentation_with(topo, free_milli, config, fit[1]) - _fragmentation_with(
+        topo, free_milli, config, fit[0]
+    )
+    return _Raw(
+        node.name,
+        node.gpu_model,
+        True,
+        packing=_packing(delta, free_milli),
+        affinity=1.0,
+        detail=f", no GPU; leaves {delta / WHOLE_GPU_MILLI:+.2f} GPUs of fragmentation",
+    )
+
+
+def _scores_without_gpu(pod: PodRequest, config: ScoringConfig) -> bool:
+    """Whether a pod without GPU is scored (by its CPU/memory) rather than given the neutral score everywhere."""
+    return config.resources is not None and (pod.cpu_milli is not None or pod.memory_mib is not None)
+
+
+_NO_GPU_DETAIL = "pod requests no GPU; neutral score"
+
+
+def _neutral_without_gpu(name: str) -> NodeScore:
+    return NodeScore(name, 50.0, True, False, 0.5, 0.5, 1.0, 0.5, (), 1.0, None, _NO_GPU_DETAIL)
 
 
 def _is_stale(node: NodeState, config: ScoringConfig, now_seconds: float | None) -> bool:
@@ -686,13 +797,8 @@ def score_nodes(
     """
     predictors = predictors or _HEURISTIC
     k = pod.whole_gpus
-    if k == 0 and not pod.is_share:
-        return [
-            NodeScore(
-                n.name, 50.0, True, False, 0.5, 0.5, 1.0, 0.5, (), 1.0, None, "pod requests no GPU; neutral score"
-            )
-            for n in nodes
-        ]
+    if k == 0 and not pod.is_share and not _scores_without_gpu(pod, config):
+        return [_neutral_without_gpu(n.name) for n in nodes]
     raws = _evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
     return _finish(pod, raws, config, predictors)
 
@@ -713,8 +819,21 @@ def _evaluate_batch(
 
     raws: list[_Raw | NodeScore] = []
     key = _shape_id(
-        (k, pod.share_milli, pod.gpu_memory_bytes, pod.workload, pod.gang, gang_elsewhere, config, predictors)
+        (
+            k,
+            pod.share_milli,
+            pod.gpu_memory_bytes,
+            pod.workload,
+            pod.gang,
+            gang_elsewhere,
+            pod.cpu_milli,
+            pod.memory_mib,
+            config,
+            predictors,
+        )
     )
+    resources = config.resources
+    gpu_pod = k > 0 or pod.is_share
     oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
     for node in nodes:
         observed = node.observed_at_seconds
@@ -728,6 +847,19 @@ def _evaluate_batch(
             continue
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
+        fit = _fit(node, pod, resources) if resources is not None else None
+        short = _resources_short(node, pod)
+        if short is not None:
+            raw = memo[key] = _Raw(node.name, node.gpu_model, False, detail=short)
+            raws.append(raw)
+            continue
+        if not gpu_pod:
+            if fit is None:
+                raws.append(_neutral_without_gpu(node.name))
+            else:
+                raw = memo[key] = _evaluate_without_gpu(node, config=config, fit=fit)
+                raws.append(raw)
+            continue
         usage = usage_cache.get(node.gpu_model)
         if usage is None:
             usage = predictors.usage.usage(pod.workload, node.gpu_model) or fallback_usage
@@ -736,11 +868,18 @@ def _evaluate_batch(
             raw = _Raw(node.name, node.gpu_model, False, detail="no healthy GPU")
         elif k:
             raw = _evaluate_whole(
-                node, pod, k=k, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere
+                node,
+                pod,
+                k=k,
+                config=config,
+                predictors=predictors,
+                usage=usage,
+                gang_elsewhere=gang_elsewhere,
+                fit=fit,
             )
         else:
             raw = _evaluate_share(
-                node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere
+                node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere, fit=fit
             )
         memo[key] = raw
         raws.append(raw)
@@ -765,10 +904,17 @@ def _jct_basis(
     pod: PodRequest, feasible: Sequence[_Raw], predictors: Predictors
 ) -> tuple[dict[str, float | None], dict[str, float], bool]:
     """Per GPU model of the feasible nodes: the predicted JCT (or None), the unit time the jct component compares
-    (the JCT when every model has one, else 1 / relative speed), and whether JCTs were used."""
+    (the JCT when every model has one, else 1 / relative speed), and whether JCTs were used. A pod without GPU: 1
+    everywhere (the GPU model says nothing about its run time)."""
     gpu_count = max(pod.whole_gpus, 1)
     base_jct: dict[str, float | None] = {}
     inverse_speed: dict[str, float] = {}
+    if pod.whole_gpus == 0 and not pod.is_share:
+        return (
+            dict.fromkeys((r.gpu_model for r in feasible), None),
+            dict.fromkeys((r.gpu_model for r in feasible), 1.0),
+            False,
+        )
     for raw in feasible:
         model = raw.gpu_model
         if model not in base_jct:
@@ -876,30 +1022,12 @@ def extender_priorities(
     """
     predictors = predictors or _HEURISTIC
     unknown_int = min(10, max(0, round(config.unknown_node_score / 10.0)))
-    if pod.whole_gpus == 0 and not pod.is_share:
+    if pod.whole_gpus == 0 and not pod.is_share and not _scores_without_gpu(pod, config):
         return ExtenderVerdict([5] * len(names), 0, 0, len(names))
     known = [nodes[n] for n in names if n in nodes]
     raws = _evaluate_batch(pod, known, config=config, predictors=predictors, now_seconds=now_seconds)
-    feasible = [raw for raw in raws if isinstance(raw, _Raw) and raw.feasible]
-    _, unit_time, _ = _jct_basis(pod, feasible, predictors)
-    best_time = min((raw.slowdown * unit_time[raw.gpu_model] for raw in feasible), default=1.0)
-    w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
-    w_total = w_p + w_a + w_i + w_j
-    scale = 100.0 / w_total if w_total > 0 else 0.0
-    totals: list[float | None] = []  # None: unknown; negative: infeasible
-    for raw in raws:
-        if isinstance(raw, NodeScore):
-            totals.append(None)
-        elif not raw.feasible:
-            totals.append(-1.0)
-        elif scale:
-            t = raw.slowdown * unit_time[raw.gpu_model]
-            jct_ratio = best_time / t if t > 0 else 1.0
-            total = scale * (w_p * raw.packing + w_a * raw.affinity + w_i * raw.interference + w_j * jct_ratio)
-            totals.append(100.0 if total > 100.0 else (0.0 if total < 0.0 else total))
-        else:
-            totals.append(50.0)
-    best = max((t for t in totals if t is not None and t >= 0.0), default=None)
+    totals = _extender_totals(pod, raws, config, predictors)
+    best = max(totals, default=-1.0)
     it = iter(totals)
     scores: list[int] = []
     scored = infeasible = unknown = 0
@@ -908,13 +1036,70 @@ def extender_priorities(
         if value is None:
             scores.append(unknown_int)
             unknown += 1
-        elif value < 0.0 or best is None:
+        elif value >= 0.0:
+            scores.append(max(1, round(10.0 - 10.0 * (best - value) / EXTENDER_SPAN_POINTS)))
+            scored += 1
+        elif value == _INFEASIBLE:
             scores.append(0)
             infeasible += 1
         else:
-            scores.append(max(1, round(10.0 - 10.0 * (best - value) / EXTENDER_SPAN_POINTS)))
-            scored += 1
+            scores.append(round(_NEUTRAL_BASE - value))
+            unknown += 1
     return ExtenderVerdict(scores, scored, infeasible, unknown)
+
+
+def extender_node_scores(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> list[int]:
+    """`extender_scores(score_nodes(...))` without building a `NodeScore` per node (the simulator's hot path)."""
+    predictors = predictors or _HEURISTIC
+    if pod.whole_gpus == 0 and not pod.is_share and not _scores_without_gpu(pod, config):
+        return [5] * len(nodes)
+    raws = _evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
+    totals = _extender_totals(pod, raws, config, predictors)
+    best = max(totals, default=-1.0)
+    return [
+        max(1, round(10.0 - 10.0 * (best - v) / EXTENDER_SPAN_POINTS))
+        if v >= 0.0
+        else (0 if v == _INFEASIBLE else round(_NEUTRAL_BASE - v))
+        for v in totals
+    ]
+
+
+_INFEASIBLE = -1.0
+_NEUTRAL_BASE = -2.0
+"""`_extender_totals` codes: -1 for an infeasible node, -2 - n for a neutral/unknown verdict whose integer is n."""
+
+
+def _extender_totals(
+    pod: PodRequest, raws: Sequence[_Raw | NodeScore], config: ScoringConfig, predictors: Predictors
+) -> list[float]:
+    """Each verdict's total 0..100 as `_finish` computes it, or a negative code (`_INFEASIBLE`, `_NEUTRAL_BASE`)."""
+    feasible = [raw for raw in raws if isinstance(raw, _Raw) and raw.feasible]
+    _, unit_time, _ = _jct_basis(pod, feasible, predictors)
+    best_time = min((raw.slowdown * unit_time[raw.gpu_model] for raw in feasible), default=1.0)
+    w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
+    w_total = w_p + w_a + w_i + w_j
+    scale = 100.0 / w_total if w_total > 0 else 0.0
+    totals: list[float] = []
+    for raw in raws:
+        if isinstance(raw, NodeScore):
+            totals.append(_NEUTRAL_BASE - min(10, max(0, round(raw.score / 10.0))))
+        elif not raw.feasible:
+            totals.append(_INFEASIBLE)
+        elif scale:
+            t = raw.slowdown * unit_time[raw.gpu_model]
+            jct_ratio = best_time / t if t > 0 else 1.0
+            total = scale * (w_p * raw.packing + w_a * raw.affinity + w_i * raw.interference + w_j * jct_ratio)
+            totals.append(100.0 if total > 100.0 else (0.0 if total < 0.0 else total))
+        else:
+            totals.append(50.0)
+    return totals
 
 
 def allocate(
@@ -939,7 +1124,8 @@ def filter_nodes(
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
-    A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share). Unknown or stale nodes
+    A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share), or — where known —
+    free CPU or memory for the pod's own request. Unknown or stale nodes
     pass unless `config.strict_staleness`.
     """
     k = pod.whole_gpus
@@ -952,6 +1138,10 @@ def filter_nodes(
                 failed[name] = "no fresh telemetry from this node (strict staleness)"
             else:
                 passed.append(name)
+            continue
+        short = _resources_short(node, pod)
+        if short is not None:
+            failed[name] = short
             continue
         if k == 0 and not pod.is_share:
             passed.append(name)

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from advisor.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, validate_task_mix
+from advisor.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, parse_task_mix
 from profiler.settings import DEFAULT_DB_URL
 
 
@@ -25,15 +25,16 @@ class AdvisorSettings(BaseSettings):
     weight_interference: float = Field(default=1.0, ge=0)
     weight_jct: float = Field(default=1.0, ge=0)
     unknown_node_score: float = Field(default=50.0, ge=0, le=100)
-    # The cluster's typical GPU requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share],
-    # e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4], [8, 1000, 0.3]]' (advisor.fragmentation).
+    # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
+    # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
+    # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],
+    # [8, 1000, 0.3]]' (advisor.fragmentation). CPU/memory only count on nodes whose free CPU/memory is known.
     task_mix: TaskMix = DEFAULT_TASK_MIX
 
-    @field_validator("task_mix")
+    @field_validator("task_mix", mode="before")
     @classmethod
-    def _valid_task_mix(cls, mix: TaskMix) -> TaskMix:
+    def _valid_task_mix(cls, raw: object) -> TaskMix:
         try:
-            validate_task_mix(mix)
+            return parse_task_mix(raw)
         except TaskMixError as e:
             raise ValueError(str(e)) from None
-        return mix

@@ -1,9 +1,15 @@
 """Experiment 1 (docs/evaluation.md): openb fragmentation, every policy but the oracle, timed per policy.
 
     .venv/bin/python bench/sim_openb.py [--seed N] [--plot DIR]
+    .venv/bin/python bench/sim_openb.py --seed 1 --weights 0.5,1,1.5 [--variant full|gpu-pods-only|gpu-only]
 
 Runs `gpuadvisor simulate` on ../shared/data/openb (1,213 nodes, 6,212 GPUs, 8,152 pods) and prints the allocation
 at 100% arrived demand, the failed pods and the seconds each policy took (goal: < 60 s per policy on 2 cores).
+
+With `--weights`, runs only the advisor policy, in-process, once per extender weight (the validation sweep of
+docs/evaluation.md). `--variant`: `full` = the scorer sees node CPU/memory, the task mix gives CPU/memory and pods
+without GPU are scored (what `gpuadvisor simulate` runs); `gpu-pods-only` = the same but pods without GPU are left to
+kube-scheduler's score; `gpu-only` = the task mix without CPU/memory (the scorer sees GPUs only).
 """
 
 from __future__ import annotations
@@ -17,15 +23,44 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "openb"
+HEADER = f"{'policy':<8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}"
+
+
+def sweep(seed: int, weights: list[float], variant: str) -> None:
+    from advisor.scoring import ScoringConfig
+    from advisor.sim.fragmentation import task_mix_of
+    from advisor.sim.loaders import load_cluster, load_trace
+    from advisor.sim.model import Pod
+    from advisor.sim.packing import MAX_ARRIVED_RATIO, AdvisorPackPolicy, inflated_sequence, run_fragmentation
+
+    cluster = load_cluster(DATA / "openb_node_list_gpu_node.csv")
+    pods = [p for p in load_trace(DATA / "openb_pod_list_default.csv") if isinstance(p, Pod)]
+    sequence = inflated_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
+    config = ScoringConfig(task_mix=task_mix_of(pods, with_resources=variant != "gpu-only"))
+    print(f"seed {seed}, advisor variant {variant}")
+    print(f"{'weight':>8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}")
+    for weight in weights:
+        policy = AdvisorPackPolicy(cluster, config, extender_weight=weight, score_pods_without_gpu=variant == "full")
+        r = run_fragmentation(cluster, pods, sequence, policy)
+        print(
+            f"{weight:>8g} {r.gpu_allocation_ratio:>20.4f} {r.failed_pods:>11} "
+            f"{r.fragmentation_ratio:>19.4f} {r.seconds:>8.1f}",
+            flush=True,
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=None, help="write allocation.png here")
+    parser.add_argument("--weights", default=None, help="comma-separated extender weights: advisor-only sweep")
+    parser.add_argument("--variant", choices=("full", "gpu-pods-only", "gpu-only"), default="full")
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"openb data not found at {DATA}")
+    if args.weights is not None:
+        sweep(args.seed, [float(w) for w in args.weights.split(",")], args.variant)
+        return
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
         "--cluster", str(DATA / "openb_node_list_gpu_node.csv"),
@@ -38,12 +73,26 @@ def main() -> None:
     print("$", shlex.join(command))
     done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
     report = json.loads(done.stdout)
-    print(f"{'policy':<8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}")
+    print(HEADER)
     for name, r in report["policies"].items():
         print(
             f"{name:<8} {r['gpu_allocation_ratio']:>20.4f} {r['failed_pods']:>11} "
             f"{r['fragmentation_ratio']:>19.4f} {r['seconds']:>8.1f}"
         )
+        if r.get("curve") and name in ("fgd", "advisor"):
+            curve = r["curve"]
+            points = {
+                x: (y, f)
+                for x, y, f in zip(
+                    curve["arrived_demand_ratio"], curve["gpu_allocation_ratio"], curve["failed_pods"], strict=True
+                )
+            }
+            shown = ", ".join(
+                f"{x:.0%} {points[x][0]:.4f} ({points[x][1]} failed)"
+                for x in (0.9, 0.95, 1.05, 1.1, 1.3)
+                if x in points
+            )
+            print(f"{'':<8} allocation at {shown}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The trace's side of FGD fragmentation: a pod list as the target workload, for the `fgd` policy (numpy form, CPU
-and memory included) and for the advisor's scorer (`ScoringConfig.task_mix`). The math is `advisor.fragmentation`.
+"""The trace's side of FGD fragmentation: a pod list as the target workload, for the `fgd` policy (numpy form) and
+for the advisor's scorer (`ScoringConfig.task_mix`), CPU and memory included in both. The math is
+`advisor.fragmentation`.
 """
 
 from __future__ import annotations
@@ -17,14 +18,30 @@ def workload_of(pods: Sequence[Pod]) -> Workload:
     return workload_of_requests([(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods])
 
 
-def task_mix_of(pods: Sequence[Pod]) -> TaskMix:
-    """The trace's GPU requests as `ScoringConfig.task_mix`: (GPUs, milli per GPU, share of the GPU pods)."""
-    counts: dict[tuple[int, int], int] = {}
+def task_mix_of(pods: Sequence[Pod], *, with_resources: bool = True) -> TaskMix:
+    """The trace's requests as `ScoringConfig.task_mix`: (GPUs, milli per GPU, share, CPU milli, memory MiB) per
+    distinct request, pods without GPU included, shares of all pods — the workload `workload_of` gives `fgd`.
+
+    `with_resources=False`: GPU requests only, (GPUs, milli per GPU, share of the GPU pods) — GPU-only packing.
+    """
+    if not any(p.num_gpu > 0 for p in pods):
+        raise ValueError("the trace has no pod that requests a GPU")
+    if with_resources:
+        counts: dict[tuple[int, int, float, float], int] = {}
+        for p in pods:
+            key = (p.num_gpu, _milli_of(p), float(p.cpu_milli), float(p.memory_mib))
+            counts[key] = counts.get(key, 0) + 1
+        return tuple((k, m, n / len(pods), c, mem) for (k, m, c, mem), n in sorted(counts.items()))
+    shapes: dict[tuple[int, int], int] = {}
     for p in pods:
         if p.num_gpu > 0:
-            shape = (p.num_gpu, int(min(p.gpu_milli, GPU_MILLI)) if p.num_gpu == 1 else GPU_MILLI)
-            counts[shape] = counts.get(shape, 0) + 1
-    total = sum(counts.values())
-    if total == 0:
-        raise ValueError("the trace has no pod that requests a GPU")
-    return tuple((k, m, n / total) for (k, m), n in sorted(counts.items()))
+            shapes[(p.num_gpu, _milli_of(p))] = shapes.get((p.num_gpu, _milli_of(p)), 0) + 1
+    total = sum(shapes.values())
+    return tuple((k, m, n / total) for (k, m), n in sorted(shapes.items()))
+
+
+def _milli_of(pod: Pod) -> int:
+    """Milli-GPU per GPU as the task mix writes it: a share's milli, 1000 for whole GPUs, 0 without GPU."""
+    if pod.num_gpu == 0:
+        return 0
+    return int(min(pod.gpu_milli, GPU_MILLI)) if pod.num_gpu == 1 else GPU_MILLI

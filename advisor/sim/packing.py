@@ -15,17 +15,18 @@ the state and names a node and the GPUs to use there; the engine checks and appl
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from advisor.fragmentation import FloatArray, IntArray, NodeCache, Workload
+from advisor.fragmentation import FloatArray, IntArray, MixResources, NodeCache, Workload
 from advisor.predictors import Predictors
-from advisor.scoring import PodRequest, ScoringConfig, extender_scores, score_nodes
+from advisor.scoring import NodeState, PodRequest, ScoringConfig, allocate, extender_node_scores
 from advisor.sim.adapter import StateInterner, share_residents
 from advisor.sim.fragmentation import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
@@ -36,9 +37,12 @@ MAX_ARRIVED_RATIO = 1.3
 DEFAULT_EXTENDER_WEIGHT = 0.5
 """The extender's weight in kube-scheduler for the JCT experiments: the best of 0.25, 0.5, 1, 2, 3, 5, 10 on openb
 with seed 1 (validation) with the scorer of 10:03 UTC, kept for the JCT runs of docs/evaluation.md."""
-FRAGMENTATION_EXTENDER_WEIGHT = 2.0
+FRAGMENTATION_EXTENDER_WEIGHT = 1.5
 """The extender's weight for fragmentation mode: the best of 0.5, 1, 1.5, 2, 2.5, 3, 5 on openb with seed 1
-(validation) with the FGD packing component; docs/evaluation.md reports seed 0 with it."""
+(validation) with the FGD packing component seeing CPU and memory and pods without GPU scored;
+docs/evaluation.md reports seeds 0, 2 and 3 with it."""
+SCORE_PODS_WITHOUT_GPU = True
+"""Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
 
 
 class PackState:
@@ -182,10 +186,17 @@ class AdvisorPackPolicy:
 
     A node's total is what kube-scheduler computes: its default `NodeResourcesFit` score (LeastAllocated over GPU,
     CPU and memory, an integer 0..100) plus `extender_weight` × 10 × the extender's integer 0..10 score (the
-    service's own `extender_scores`; kube-scheduler scales extender scores by MaxNodeScore / MaxExtenderPriority).
-    The GPUs are the scorer's choice (what `/v1/allocate` tells the device plugin). Pods without a GPU get no
-    extender score (the extender manages only `nvidia.com/gpu`). The scorer is configured with the trace's GPU requests
-    as its `task_mix` (`task_mix_of`: what an admin sets from their own pod history; `fgd` gets the same trace).
+    service's own integers, `extender_node_scores`; kube-scheduler scales extender scores by MaxNodeScore /
+    MaxExtenderPriority).
+    The GPUs are the scorer's choice (what `/v1/allocate` tells the device plugin). The scorer is configured with the
+    trace's requests as its `task_mix` (`task_mix_of`: what an admin sets from their own pod history; `fgd` gets the
+    same trace) and, when that mix gives CPU/memory, sees each node's free CPU and memory and each pod's requests.
+    Pods without a GPU get an extender score too when `score_pods_without_gpu` (the extender configured without
+    `managedResources`, so kube-scheduler sends it every pod), else kube-scheduler's score alone.
+
+    Node states are interned by GPU state (`StateInterner`) and, with CPU/memory, by the node's and the pod's fit
+    indices (`MixResources.fit_index`), on which the score depends only: one scored state per distinct triple. The
+    pod's CPU/memory are rounded to whole milli-CPU / MiB, as a `PodRequest` takes them, for both.
     """
 
     name = "advisor"
@@ -197,6 +208,7 @@ class AdvisorPackPolicy:
         predictors: Predictors | None = None,
         *,
         extender_weight: float = FRAGMENTATION_EXTENDER_WEIGHT,
+        score_pods_without_gpu: bool = SCORE_PODS_WITHOUT_GPU,
     ) -> None:
         self._nodes = cluster.nodes
         self._interner = StateInterner(cluster.nodes)
@@ -204,6 +216,10 @@ class AdvisorPackPolicy:
         self._config = config
         self._predictors = predictors or Predictors.heuristic()
         self._weight = extender_weight
+        self._resources = config.resources
+        self._score_without_gpu = score_pods_without_gpu and config.resources is not None
+        self._with_resources: dict[tuple[int, float, float], NodeState] = {}
+        self._node_states: list[NodeState] = []
 
     def _sync(self, state: PackState) -> None:
         for i in np.flatnonzero(state.version != self._version):
@@ -211,26 +227,75 @@ class AdvisorPackPolicy:
             allocated = [round(GPU_MILLI - float(state.free[i, g])) for g in range(node.gpus)]
             self._interner.update(int(i), [(a, share_residents(a)) for a in allocated])
             self._version[i] = state.version[i]
+            if self._resources is not None:
+                if not self._node_states:
+                    self._node_states = [self._interner.states[0]] * len(self._nodes)
+                self._node_states[i] = self._with_resources_state(state, int(i))
+
+    def _with_resources_state(self, state: PackState, node: int) -> NodeState:
+        """The node's interned GPU state with its CPU and memory, shared by nodes in the same state."""
+        state_id = int(self._interner.node_state[node])
+        key = (state_id, float(state.cpu_free[node]), float(state.memory_free[node]))
+        found = self._with_resources.get(key)
+        if found is None:
+            found = self._with_resources[key] = replace(
+                self._interner.states[state_id],
+                cpu_allocatable_milli=_known(state.cpu_capacity[node]),
+                cpu_free_milli=_known(state.cpu_free[node]),
+                memory_allocatable_mib=_known(state.memory_capacity[node]),
+                memory_free_mib=_known(state.memory_free[node]),
+            )
+        return found
+
+    def _distinct_with_resources(
+        self, state: PackState, candidates: IntArray, request: PodRequest, resources: MixResources
+    ) -> tuple[list[NodeState], IntArray]:
+        """Distinct (GPU state, fit index before, fit index after the pod) among `candidates`, one `NodeState` each
+        (a real node's, so the scorer computes the same fit indices), and each candidate's position in that list."""
+        cpu, memory = state.cpu_free[candidates], state.memory_free[candidates]
+        grid_cpu, grid_memory = resources.workload.cpu_grid, resources.workload.memory_grid
+        a = np.searchsorted(grid_cpu, cpu, side="right")
+        b = np.searchsorted(grid_memory, memory, side="right")
+        a2 = np.searchsorted(grid_cpu, cpu - (request.cpu_milli or 0), side="right")
+        b2 = np.searchsorted(grid_memory, memory - (request.memory_mib or 0), side="right")
+        n_a, n_b = len(grid_cpu) + 1, len(grid_memory) + 1
+        key = (((self._interner.node_state[candidates] * n_a + a) * n_b + b) * n_a + a2) * n_b + b2
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        node_states = self._node_states
+        return [node_states[i] for i in candidates[first].tolist()], inverse
 
     def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
         kube = np.floor(100.0 * (1.0 - state.usage_ratio_after(candidates, pod)))
-        if pod.num_gpu == 0:
+        if pod.num_gpu == 0 and not self._score_without_gpu:
             return int(candidates[np.argmax(kube)]), ()
         self._sync(state)
-        request = (
-            PodRequest(name=pod.name, gpu_milli=pod.gpu_milli)
-            if pod.gpu_milli < GPU_MILLI
-            else PodRequest(name=pod.name, gpus=pod.num_gpu)
+        resources = self._resources
+        cpu = round(pod.cpu_milli) if resources is not None else None
+        memory = round(pod.memory_mib) if resources is not None else None
+        if pod.num_gpu == 0:
+            request = PodRequest(name=pod.name, cpu_milli=cpu, memory_mib=memory)
+        elif pod.gpu_milli < GPU_MILLI:
+            request = PodRequest(name=pod.name, gpu_milli=pod.gpu_milli, cpu_milli=cpu, memory_mib=memory)
+        else:
+            request = PodRequest(name=pod.name, gpus=pod.num_gpu, cpu_milli=cpu, memory_mib=memory)
+        if resources is None:
+            states, inverse = self._interner.distinct(candidates)
+        else:
+            states, inverse = self._distinct_with_resources(state, candidates, request, resources)
+        extender = np.array(
+            extender_node_scores(request, states, config=self._config, predictors=self._predictors), dtype=np.float64
         )
-        states, inverse = self._interner.distinct(candidates)
-        scores = score_nodes(request, states, config=self._config, predictors=self._predictors)
-        extender = np.array(extender_scores(scores), dtype=np.float64)
-        extender[[not s.feasible for s in scores]] = -np.inf
+        extender[extender == 0] = -np.inf  # infeasible (a feasible verdict scores at least 1)
         best = int(np.argmax(kube + self._weight * 10.0 * extender[inverse]))
-        chosen = scores[int(inverse[best])]
+        chosen = allocate(request, states[int(inverse[best])], config=self._config, predictors=self._predictors)
         if not chosen.feasible:
             raise RuntimeError(f"the scorer found no GPUs for {pod.name} on a node where it fits: {chosen.reason}")
         return int(candidates[best]), chosen.gpus
+
+
+def _known(value: float) -> int | None:
+    """A capacity or free amount as `NodeState` takes it: None where the cluster file does not say (nan / inf)."""
+    return None if not math.isfinite(value) else round(value)
 
 
 @dataclass

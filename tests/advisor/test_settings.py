@@ -19,6 +19,28 @@ def test_the_task_mix_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert scoring_config(AdvisorSettings()).task_mix == ((1, 500, 0.5), (8, 1000, 0.5))
 
 
+def test_the_task_mix_may_give_cpu_and_memory_per_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUADVISOR_TASK_MIX", "[[1, 500, 0.5], [8, 1000, 0.3, 64000, null], [0, 0, 0.2, 4000, 8192]]")
+    config = scoring_config(AdvisorSettings())
+    assert config.task_mix == ((1, 500, 0.5), (8, 1000, 0.3, 64000.0, None), (0, 0, 0.2, 4000.0, 8192.0))
+    assert config.resources is not None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("[[1, 500, 0.5, 4000]]", "task_mix[0]: expected [gpus, milli, probability] or"),
+        ("[[1, 500, 0.5, 4000, 1024], [1, 1000, 0.5, -1, 1024]]", "task_mix[1]: cpu_milli must be >= 0"),
+        ("[[0, 0, 1.0]]", "task_mix[0]: a task without GPU needs its cpu_milli or memory_mib"),
+    ],
+)
+def test_a_bad_task_mix_names_the_entry(monkeypatch: pytest.MonkeyPatch, value: str, message: str) -> None:
+    monkeypatch.setenv("GPUADVISOR_TASK_MIX", value)
+    with pytest.raises(ValueError, match="task_mix") as caught:
+        AdvisorSettings()
+    assert message in str(caught.value)
+
+
 def test_a_bad_setting_exits_2_naming_the_variable() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "advisor.cli", "advisor", "serve", "--port", "1"],
@@ -30,5 +52,5 @@ def test_a_bad_setting_exits_2_naming_the_variable() -> None:
     )
     assert result.returncode == 2
     assert "GPUADVISOR_TASK_MIX" in result.stderr
-    assert "gpus must be >= 1" in result.stderr
+    assert "gpus 0 (a task without GPU) needs milli 0" in result.stderr
     assert "Traceback" not in result.stderr

@@ -162,3 +162,40 @@ def test_run_records_the_curve_and_failures_at_full_demand() -> None:
     assert curve[1.0] == (1.0, 0)
     assert curve[1.25] == (1.0, 1)
     assert curve[1.3] == (1.0, 1)
+
+
+def test_advisor_with_cpu_keeps_a_pod_without_gpu_off_the_node_whose_gpus_it_would_strand() -> None:
+    """Node a: 4 free GPUs and 20 CPUs; node b: no free GPU and 100 CPUs. The trace's 1-GPU pods need 16 CPUs, so a
+    6-CPU pod without GPU on a would leave 14: a's 4 GPUs could no longer take one. kube's LeastAllocated prefers a
+    (emptier on average); the advisor, seeing CPU and memory and scoring pods without GPU, puts it on b."""
+    cluster = Cluster((SimNode("a", "A100", 4, 20000, 65536), SimNode("b", "A100", 4, 100000, 65536)))
+    gpu_pod, cpu_pod = Pod("g", 1, 1000, 16000, 1024), Pod("c", 0, 0, 6000, 1024)
+    trace = [gpu_pod, cpu_pod]
+    state = PackState(cluster, workload_of(trace))
+    state.place(1, (0, 1, 2, 3), Pod("x", 4, 1000, 0, 0))
+    both = np.array([0, 1])
+    assert AllocatedPolicy(most=False).choose(cpu_pod, state, both) == (0, ())
+    config = ScoringConfig(task_mix=task_mix_of(trace))
+    assert config.resources is not None
+    assert AdvisorPackPolicy(cluster, config, extender_weight=2.0).choose(cpu_pod, state, both) == (1, ())
+    blind = AdvisorPackPolicy(cluster, config, extender_weight=2.0, score_pods_without_gpu=False)
+    assert blind.choose(cpu_pod, state, both) == (0, ())
+    gpu_only = ScoringConfig(task_mix=task_mix_of(trace, with_resources=False))
+    assert gpu_only.resources is None
+    assert gpu_only.task_mix == ((1, 1000, 1.0),)
+    assert AdvisorPackPolicy(cluster, gpu_only, extender_weight=2.0).choose(cpu_pod, state, both) == (0, ())
+
+
+def test_the_trace_task_mix_gives_every_request_with_cpu_and_memory() -> None:
+    pods = [
+        Pod("a", 1, 500, 4000, 8192),
+        Pod("b", 1, 500, 4000, 8192),
+        Pod("c", 2, 1000, 16000, 65536),
+        Pod("d", 0, 0, 1000, 2048),
+    ]
+    assert task_mix_of(pods) == (
+        (0, 0, 0.25, 1000.0, 2048.0),
+        (1, 500, 0.5, 4000.0, 8192.0),
+        (2, 1000, 0.25, 16000.0, 65536.0),
+    )
+    assert task_mix_of(pods, with_resources=False) == ((1, 500, 2 / 3), (2, 1000, 1 / 3))
