@@ -3,8 +3,10 @@
 Trains the reference models from the bundled Gavel data (as `gpuadvisor up` does), then times single-threaded
 batch predictions (trees evaluated by `advisor.models._forest`, as the service does): interference for 500
 (resident, candidate) pairs given column-wise and as `SoloProfile` objects, throughput for 500 (workload, GPU model,
-count, batch) rows, JCT quantiles for 500 jobs. Prints the median and p95 wall time over the repetitions and the
-median CPU time of the calling thread, in milliseconds.
+count, batch) rows in three mixes (all on GPU types Gavel never measured; Gavel's rows at twice their batch size;
+Gavel's measured configurations themselves; in the last two every 100th row is on a GPU type never measured, which
+takes the cross-GPU estimate), JCT quantiles for 500 jobs. Prints the median and p95 wall time over the repetitions
+and the median CPU time of the calling thread, in milliseconds.
 
     .venv/bin/python bench/models_predict.py [--rows 500] [--reps 200]
 """
@@ -76,6 +78,10 @@ def main() -> None:
     thr = gavel.throughputs.iloc[rng.integers(0, len(gavel.throughputs), args.rows)].reset_index(drop=True)
     unseen = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA L4"]
     thr_gpus = [unseen[i % len(unseen)] for i in range(args.rows)]
+    mixed_gpus = [unseen[i % len(unseen)] if i % 100 == 0 else g for i, g in enumerate(thr["gpu_model"])]
+    thr_workloads = thr["workload"].tolist()
+    thr_count, thr_batch = thr["gpu_count"].to_numpy(np.float64), thr["batch_size"].to_numpy(np.float64)
+    thr_batch_x2 = 2.0 * thr_batch
     jobs = gavel_trace_executions(bundled_gavel_dir() / GAVEL_TRACES, gavel.throughputs)
     jobs = jobs.iloc[rng.integers(0, len(jobs), args.rows)].reset_index(drop=True)
     job_query = job_query_from_frame(jobs)
@@ -84,7 +90,15 @@ def main() -> None:
         ("interference, SoloProfile pairs (predict_pairs)", lambda: interference.predict_pairs(profiles, gpus)),
         (
             "throughput, unseen GPU types (predict)",
-            lambda: throughput.predict(thr["workload"].tolist(), thr_gpus, thr["gpu_count"], thr["batch_size"]),
+            lambda: throughput.predict(thr_workloads, thr_gpus, thr_count, thr_batch),
+        ),
+        (
+            "throughput, 2x batch, 1% unseen GPU (predict)",
+            lambda: throughput.predict(thr_workloads, mixed_gpus, thr_count, thr_batch_x2),
+        ),
+        (
+            "throughput, measured, 1% unseen GPU (predict)",
+            lambda: throughput.predict(thr_workloads, mixed_gpus, thr_count, thr_batch),
         ),
         ("jct quantiles (predict_query)", lambda: jct.predict_query(job_query)),
     ]

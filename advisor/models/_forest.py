@@ -96,7 +96,10 @@ class CompiledForest:
         np.bitwise_xor(reach, reach - reach.dtype.type(1), out=reach)
         slot = np.bitwise_count(reach).astype(np.intp)
         slot += self.slot_offsets
-        result: FloatArray = self.leaf_values.take(slot.T).sum(axis=0)
+        values = self.leaf_values.take(slot.T)
+        if values.shape[1] == 1:  # one row: `sum` would add its contiguous column pairwise
+            return np.add.accumulate(values[:, 0])[-1:]
+        result: FloatArray = values.sum(axis=0)
         return result
 
     @property

@@ -22,11 +22,10 @@ gets the `fallback` booster, trained on absolute throughputs from the GPU specif
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import compress, repeat
 from typing import Any
 
@@ -116,7 +115,28 @@ class ReferenceTable:
 
     @cached_property
     def columns(self) -> _Columns:
-        return _columns(self.gpu_models, self.gpu_count, self.batch_size, self.gpu_codes)
+        return _Columns(
+            _log2_or_zero(self.gpu_count),
+            _log2_or_zero(self.batch_size),
+            np.fromiter(map(self.gpu_codes.__getitem__, self.gpu_models), np.int64, len(self.gpu_models)),
+        )
+
+    @cached_property
+    def gpu_log2_fp32(self) -> FloatArray:
+        """log2 FP32 TFLOPS per GPU code (`gpu_names`)."""
+        return _log2_fp32(self.gpu_names)
+
+    @cached_property
+    def gpu_names(self) -> list[str]:
+        """The table's GPU model names in the order of their codes."""
+        return sorted(self.gpu_codes, key=self.gpu_codes.__getitem__)
+
+    @cached_property
+    def padded_columns(self) -> tuple[_Columns, FloatArray]:
+        """`columns` and `nodes` of the candidates' padded matrix (`_Candidates.padded`), gathered once."""
+        padded, t = self.candidates.padded, self.columns
+        columns = _Columns(t.log_count[padded], t.log_batch[padded], t.gpu_code[padded])
+        return columns, self.nodes[padded]
 
     @cached_property
     def gpu_model_array(self) -> npt.NDArray[np.object_]:
@@ -161,23 +181,41 @@ def _log2_or_zero(values: FloatArray) -> FloatArray:
 
 @dataclass(frozen=True)
 class _Columns:
-    """What `find_anchors` compares, precomputed per side: log2 GPU count, FP32 TFLOPS and batch, and GPU codes."""
+    """What `find_anchors` compares, precomputed per side: log2 GPU count and batch, and GPU codes (-1: a GPU model
+    the table has never measured)."""
 
     log_count: FloatArray
-    log_fp32: FloatArray
     log_batch: FloatArray
     gpu_code: npt.NDArray[np.int64]
 
 
-def _columns(
-    gpu_models: Sequence[str], gpu_count: FloatArray, batch_size: FloatArray, codes: dict[str, int]
-) -> _Columns:
-    return _Columns(
-        log_count=_log2_or_zero(gpu_count),
-        log_fp32=_log2_fp32(gpu_models),
-        log_batch=_log2_or_zero(batch_size),
-        # -1: a GPU model the table has never measured.
-        gpu_code=np.fromiter(map(codes.get, gpu_models, repeat(-1)), np.int64, len(gpu_models)),
+@dataclass(frozen=True)
+class _QueryColumns(_Columns):
+    """The query side also has its nodes, an index into its distinct GPU models (`gpu`) and, per distinct GPU model
+    and table GPU code, the distance term 3·|Δlog2 FP32 TFLOPS| (`gpu_cost`; 0 on the same GPU model, 12 where
+    either FP32 is unknown)."""
+
+    nodes: FloatArray
+    gpu: npt.NDArray[np.int64]
+    gpu_cost: FloatArray
+
+
+def _query_columns(query: ThroughputQuery, table: ReferenceTable) -> _QueryColumns:
+    """The query side of `find_anchors`' distances; GPU specs are looked up once per distinct GPU model."""
+    distinct = {g: i for i, g in enumerate(dict.fromkeys(query.gpu_models))}
+    gpu = np.fromiter(map(distinct.__getitem__, query.gpu_models), np.int64, len(query))
+    names = list(distinct)
+    codes = np.fromiter(map(table.gpu_codes.get, names, repeat(-1)), np.int64, len(names))
+    gpu_dist = np.abs(_log2_fp32(names)[:, None] - table.gpu_log2_fp32[None, :])
+    gpu_dist[np.isnan(gpu_dist)] = 4.0
+    gpu_dist[codes[:, None] == np.arange(len(table.gpu_codes))] = 0.0
+    return _QueryColumns(
+        _log2_or_zero(query.gpu_count),
+        _log2_or_zero(query.batch_size),
+        codes[gpu],
+        query.nodes,
+        gpu,
+        3.0 * gpu_dist,
     )
 
 
@@ -216,8 +254,8 @@ def find_anchors(query: ThroughputQuery, table: ReferenceTable, *, exclude: str 
     training rows imitate a query about an unseen GPU or configuration. Rows without any candidate get NaN anchors
     (distance inf). Ties go to the candidate first in the table's order.
     """
-    picked, cost = _search(query, table, exclude=exclude, by_gpu=False)
-    return _gather(table, picked[0]), cost[0]
+    found = _search(query, table, exclude=exclude, by_gpu="none")
+    return _gather(table, found.picked), found.cost
 
 
 @dataclass(frozen=True)
@@ -235,56 +273,83 @@ class GpuAnchors:
 
 def anchors_by_gpu(query: ThroughputQuery, table: ReferenceTable) -> GpuAnchors:
     """`find_anchors` once per GPU model of the table (in one pass over the candidates)."""
-    picked, cost = _search(query, table, exclude="none", by_gpu=True)
+    found = _search(query, table, exclude="none", by_gpu="all")
+    return _gpu_anchors(table, found.gpu_picked, found.gpu_cost)
+
+
+def _gpu_anchors(table: ReferenceTable, picked: npt.NDArray[np.int64], cost: FloatArray) -> GpuAnchors:
     found = picked >= 0
     rows = np.where(found, picked, 0)
     return GpuAnchors(
-        sorted(table.gpu_codes, key=table.gpu_codes.__getitem__),
+        table.gpu_names,
         np.where(found, table.throughput[rows], np.nan),
         np.where(found, table.gpu_count[rows], np.nan),
         cost,
     )
 
 
-def _search(
-    query: ThroughputQuery, table: ReferenceTable, *, exclude: str, by_gpu: bool
-) -> tuple[npt.NDArray[np.int64], FloatArray]:
-    """Table rows picked for each query row (-1: none) and their distances; one row of each per GPU code of the
-    table when `by_gpu`, else a single row."""
+@dataclass(frozen=True)
+class _Found:
+    """What `_search` found per query row: the closest table row (-1: none), its distance (inf: none), whether it is
+    on the query's own GPU type, and (GPU codes × rows, only for the rows asked for) the closest per GPU type."""
+
+    picked: npt.NDArray[np.int64]
+    cost: FloatArray
+    same_gpu: npt.NDArray[np.bool_]
+    gpu_picked: npt.NDArray[np.int64]
+    gpu_cost: FloatArray
+
+
+def _search(query: ThroughputQuery, table: ReferenceTable, *, exclude: str, by_gpu: str) -> _Found:
+    """The closest table row per query row; also the closest per GPU type of the table for every row with an
+    anchor (`by_gpu="all"`), for those whose closest is on another GPU type (``"other"``, what the cross-GPU
+    estimate needs, from the same distances) or for none (``"none"``)."""
     n = len(query)
-    slots = len(table.gpu_codes) if by_gpu else 1
-    picked = np.full((slots, n), -1, dtype=np.int64)
-    out_cost = np.full((slots, n), np.inf)
-    q_all = _columns(query.gpu_models, query.gpu_count, query.batch_size, table.gpu_codes)
+    slots = len(table.gpu_codes) if by_gpu != "none" else 0
+    found = _Found(
+        np.full(n, -1, dtype=np.int64),
+        np.full(n, np.inf),
+        np.zeros(n, dtype=bool),
+        np.full((slots, n), -1, dtype=np.int64),
+        np.full((slots, n), np.inf),
+    )
+    q_all = _query_columns(query, table)
     candidates = table.candidates
     slot = np.fromiter(map(candidates.padded_row.get, query.workloads, repeat(-1)), np.int64, n)
     small = np.flatnonzero(slot >= 0)
     common: dict[str, Any] = {
         "query": q_all,
-        "query_nodes": query.nodes,
-        "table": table,
         "exclude": exclude,
         "by_gpu": by_gpu,
-        "picked": picked,
-        "out_cost": out_cost,
+        "found": found,
     }
+    padded, padded_nodes = table.padded_columns
     step = max(1, _MAX_PAIRS // candidates.padded.shape[1])
     for start in range(0, len(small), step):
         q = small[start : start + step]
-        rows = candidates.padded[slot[q]]
-        _closest(q, rows, candidates.padded_valid[slot[q]], **common)
+        at = slot[q]
+        _closest(
+            q,
+            candidates.padded[at],
+            _Columns(padded.log_count[at], padded.log_batch[at], padded.gpu_code[at]),
+            padded_nodes[at],
+            ~candidates.padded_valid[at],
+            **common,
+        )
     if candidates.large:
         groups: dict[str, list[int]] = defaultdict(list)
         for i, w in enumerate(query.workloads):
             if w in candidates.large:
                 groups[w].append(i)
+        t = table.columns
         for workload, members in groups.items():
             rows = candidates.large[workload][None, :]
+            columns = _Columns(t.log_count[rows], t.log_batch[rows], t.gpu_code[rows])
             step = max(1, _MAX_PAIRS // rows.shape[1])
             for start in range(0, len(members), step):
                 q = np.asarray(members[start : start + step], dtype=np.int64)
-                _closest(q, rows, np.ones_like(rows, dtype=bool), **common)
-    return picked, out_cost
+                _closest(q, rows, columns, table.nodes[rows], None, **common)
+    return found
 
 
 def _gather(table: ReferenceTable, picked: npt.NDArray[np.int64]) -> Anchors:
@@ -312,42 +377,53 @@ def _gather(table: ReferenceTable, picked: npt.NDArray[np.int64]) -> Anchors:
 def _closest(
     q: npt.NDArray[np.int64],
     rows: npt.NDArray[np.int64],
-    valid: npt.NDArray[np.bool_],
+    candidate: _Columns,
+    candidate_nodes: FloatArray,
+    invalid: npt.NDArray[np.bool_] | None,
     *,
-    query: _Columns,
-    query_nodes: FloatArray,
-    table: ReferenceTable,
+    query: _QueryColumns,
     exclude: str,
-    by_gpu: bool,
-    picked: npt.NDArray[np.int64],
-    out_cost: FloatArray,
+    by_gpu: str,
+    found: _Found,
 ) -> None:
     """Pick, for query rows `q`, the cheapest of their candidate table `rows` (one row of candidates per query row,
-    or one shared row), per GPU code when `by_gpu`; writes `picked` and `out_cost` where a candidate exists."""
-    t = table.columns
-    gpu_dist = np.abs(query.log_fp32[q, None] - t.log_fp32[rows])
-    gpu_dist[np.isnan(gpu_dist)] = 4.0
-    same_gpu = query.gpu_code[q, None] == t.gpu_code[rows]
-    gpu_dist[same_gpu] = 0.0
-    cost = 10.0 * np.abs(query.log_count[q, None] - t.log_count[rows])
-    cost += 10.0 * np.abs(query_nodes[q, None] - table.nodes[rows])
-    cost += 3.0 * gpu_dist
-    cost += np.abs(query.log_batch[q, None] - t.log_batch[rows])
-    cost[~np.broadcast_to(valid, cost.shape)] = np.inf
-    if exclude == "gpu":
-        cost[same_gpu] = np.inf
-    elif exclude == "config":
-        cost[same_gpu & (cost == 0.0)] = np.inf
+    or one shared row; `candidate` holds their columns, `invalid` marks padding), and per GPU code as `_search`'s
+    `by_gpu` asks; writes `found` where a candidate exists."""
+    cost = 10.0 * np.abs(query.log_count[q, None] - candidate.log_count)
+    cost += 10.0 * np.abs(query.nodes[q, None] - candidate_nodes)
+    cost += query.gpu_cost[query.gpu[q, None], candidate.gpu_code]
+    cost += np.abs(query.log_batch[q, None] - candidate.log_batch)
+    if invalid is not None:
+        cost[invalid] = np.inf
+    if exclude in ("gpu", "config"):
+        same_gpu = query.gpu_code[q, None] == candidate.gpu_code
+        cost[same_gpu if exclude == "gpu" else same_gpu & (cost == 0.0)] = np.inf
     index = np.arange(len(q))
-    candidate_rows = np.broadcast_to(rows, cost.shape)
-    codes = t.gpu_code[rows] if by_gpu else None
-    for code in range(len(picked)):
-        slot_cost = cost if codes is None else np.where(codes == code, cost, np.inf)
-        best = np.argmin(slot_cost, axis=1)
-        best_cost = slot_cost[index, best]
-        found = np.isfinite(best_cost)
-        picked[code, q[found]] = candidate_rows[index, best][found]
-        out_cost[code, q[found]] = best_cost[found]
+    shared = 0 if len(rows) == 1 else index
+    best = np.argmin(cost, axis=1)
+    best_cost = cost[index, best]
+    ok = np.isfinite(best_cost)
+    found.picked[q[ok]] = rows[shared, best][ok]
+    found.cost[q[ok]] = best_cost[ok]
+    own = query.gpu_code[q] == candidate.gpu_code[shared, best]
+    found.same_gpu[q[ok]] = own[ok]
+    if by_gpu == "none":
+        return
+    wanted = ok if by_gpu == "all" else ok & ~own
+    codes = candidate.gpu_code
+    if not wanted.any():
+        return
+    if not wanted.all():
+        q, cost, index = q[wanted], cost[wanted], np.arange(int(wanted.sum()))
+        if len(rows) > 1:
+            rows, codes, shared = rows[wanted], codes[wanted], index
+    gpu_codes = np.arange(found.gpu_picked.shape[0])[:, None, None]
+    slot_cost = np.where(codes == gpu_codes, cost, np.inf)  # GPU codes × rows × candidates
+    best = np.argmin(slot_cost, axis=2)
+    best_cost = slot_cost[gpu_codes[..., 0], index, best]
+    ok = np.isfinite(best_cost)
+    found.gpu_picked[:, q] = np.where(ok, rows[shared, best], -1)
+    found.gpu_cost[:, q] = best_cost
 
 
 def nearest_gpu_estimate(query: ThroughputQuery, anchors: Anchors) -> FloatArray:
@@ -504,8 +580,12 @@ def spec_scaled_estimate(query: ThroughputQuery, anchors: GpuAnchors, scaling: S
     any anchor.
     """
     rows = scaling.workload_rows(query.workloads)
-    spec_diff = np.nan_to_num(_log2_specs(query.gpu_models)[None] - _log2_specs(anchors.gpu_models)[:, None], nan=0.0)
-    target_residual = scaling.residuals[rows, scaling.gpu_columns(query.gpu_models)]
+    # GPU-side terms per distinct GPU name, then gathered per row (the same numbers, fewer lookups).
+    distinct = {g: i for i, g in enumerate(dict.fromkeys(query.gpu_models))}
+    gpu = np.fromiter(map(distinct.__getitem__, query.gpu_models), np.int64, len(query))
+    names = tuple(distinct)
+    spec_diff = _log2_spec_diff(names, tuple(anchors.gpu_models))[:, gpu]
+    target_residual = scaling.residuals[rows, scaling.gpu_columns(names)[gpu]]
     anchor_residual = scaling.residuals[rows[None, :], scaling.gpu_columns(anchors.gpu_models)[:, None]]
     counted = anchors.gpu_count > 0
     count_ratio = np.where(counted, query.gpu_count / np.where(counted, anchors.gpu_count, 1.0), 1.0)
@@ -515,16 +595,28 @@ def spec_scaled_estimate(query: ThroughputQuery, anchors: GpuAnchors, scaling: S
     return result
 
 
+@lru_cache(maxsize=256)
+def _log2_spec_diff(gpu_models: tuple[str, ...], anchor_gpu_models: tuple[str, ...]) -> FloatArray:
+    """log2 spec ratios (anchor GPU models × GPU models × `SPEC_NAMES`; 0 where unknown on either side), read-only.
+
+    Cached: a served model's batches compare the same few GPU models with its table's GPU models every time."""
+    diff = np.nan_to_num(_log2_specs(gpu_models)[None] - _log2_specs(anchor_gpu_models)[:, None], nan=0.0)
+    diff.flags.writeable = False
+    return diff
+
+
 def _nan_median(values: FloatArray) -> FloatArray:
-    """Median over axis 0 ignoring NaN (NaN where all are, or the axis is empty); `np.nanmedian` is slow on a
-    short axis."""
+    """Median over axis 0 ignoring NaN (NaN where all are, or the axis is empty), C-contiguous; `np.nanmedian` is
+    slow on a short axis."""
     if len(values) == 0:
         return np.full(values.shape[1:], np.nan)
-    ordered = np.sort(values, axis=0)  # NaN last
-    count = (~np.isnan(ordered)).sum(axis=0)
-    low = np.take_along_axis(ordered, (np.maximum(count - 1, 0) // 2)[None], axis=0)[0]
-    high = np.take_along_axis(ordered, (count // 2)[None], axis=0)[0]
-    result: FloatArray = np.where(count > 0, 0.5 * (low + high), np.nan)
+    lanes = np.ascontiguousarray(np.moveaxis(values, 0, -1)).reshape(-1, len(values))
+    lanes.sort(axis=1)  # NaN last
+    count = len(values) - np.isnan(lanes).sum(axis=1)
+    index = np.arange(len(lanes))
+    low = lanes[index, np.maximum(count - 1, 0) // 2]
+    high = lanes[index, count // 2]
+    result: FloatArray = np.where(count > 0, 0.5 * (low + high), np.nan).reshape(values.shape[1:])
     return result
 
 
@@ -584,16 +676,29 @@ def _subset(query: ThroughputQuery, keep: npt.NDArray[np.bool_]) -> ThroughputQu
     )
 
 
-def _take(anchors: Anchors, keep: npt.NDArray[np.bool_]) -> Anchors:
-    if keep.all():
-        return anchors
-    return Anchors(
-        anchors.throughput[keep],
-        list(compress(anchors.gpu_models, keep)),
-        anchors.gpu_count[keep],
-        anchors.nodes[keep],
-        anchors.batch_size[keep],
-    )
+def _distinct_rows(query: ThroughputQuery) -> tuple[ThroughputQuery, npt.NDArray[np.int64] | None]:
+    """The query's distinct rows (first occurrences, in order) and, for each row, the index of its distinct row
+    (None when all rows are distinct).
+
+    Numbers are compared bit for bit, so that a row and the distinct row standing for it are computed alike.
+    """
+    n = len(query)
+    numbers = np.empty((n, 3), dtype=np.float64)
+    numbers[:, 0], numbers[:, 1], numbers[:, 2] = query.gpu_count, query.nodes, query.batch_size
+    keys = zip(query.workloads, query.gpu_models, numbers.view("V24").ravel().tolist(), strict=True)
+    first: dict[tuple[Any, ...], int] = {}
+    first_row = np.fromiter(map(first.setdefault, keys, range(n)), np.int64, n)
+    if len(first) == n:
+        return query, None
+    is_first = first_row == np.arange(n)
+    distinct_index = np.cumsum(is_first) - 1
+    return _subset(query, is_first), distinct_index[first_row]
+
+
+def _normalized(gpu_models: Sequence[str]) -> list[str]:
+    """`normalize_gpu_model` of each name, each distinct name once."""
+    names = {g: normalize_gpu_model(g) for g in set(gpu_models)}
+    return list(map(names.__getitem__, gpu_models))
 
 
 class MeanThroughput:
@@ -655,30 +760,51 @@ class ThroughputModel(BoostedEstimator):
         return self
 
     def predict_query(self, query: ThroughputQuery) -> FloatArray:
-        """samples/s for each query row (the fast path; GPU names must be normalised, batch 0 = unknown)."""
+        """samples/s for each query row (the fast path; GPU names must be normalised, batch 0 = unknown).
+
+        Each distinct row is estimated once: the scorer asks about the same workload on many nodes of a GPU type.
+        """
         if len(query) == 0:
             return np.empty(0, dtype=np.float64)
-        n = len(query)
-        anchors, cost = find_anchors(query, self.table_)
-        has_anchor = np.isfinite(cost)
-        same_gpu = np.fromiter(map(operator.eq, query.gpu_models, anchors.gpu_models), bool, n)
-        result = np.empty(n, dtype=np.float64)
-        own = has_anchor & same_gpu
+        distinct, inverse = _distinct_rows(query)
+        result = self._predict_distinct(distinct)
+        return result if inverse is None else result[inverse]
+
+    def _predict_distinct(self, query: ThroughputQuery) -> FloatArray:
+        """`predict_query` on rows that are all distinct. One anchor search serves all three kinds of estimate: the
+        per-GPU-type anchors of the cross-GPU estimate come from the same distances (`_search`)."""
+        table = self.table_
+        found = _search(query, table, exclude="none", by_gpu="other")
+        has_anchor = found.picked >= 0
+        result = np.empty(len(query), dtype=np.float64)
+        exact = found.same_gpu & (found.cost == 0.0)
+        result[exact] = table.throughput[found.picked[exact]]
+        own = found.same_gpu & ~exact
         if own.any():
-            rows, own_anchors = _subset(query, own), _take(anchors, own)
+            rows, picked = _subset(query, own), found.picked[own]
+            own_anchors = Anchors(
+                table.throughput[picked],
+                rows.gpu_models,
+                table.gpu_count[picked],
+                table.nodes[picked],
+                table.batch_size[picked],
+            )
             features = throughput_features(rows, own_anchors)[:, _CORRECTION_COLUMNS]
-            base = nearest_gpu_estimate(rows, own_anchors)
+            # `nearest_gpu_estimate` with the anchor on the query's own GPU model: its FP32 ratio is exactly 1
+            # (2 to the power x − x, or of 0 where x is unknown), so it is left out.
+            counted = own_anchors.gpu_count > 0
+            base = own_anchors.throughput * np.where(
+                counted, rows.gpu_count / np.where(counted, own_anchors.gpu_count, 1.0), 1.0
+            )
             result[own] = base * np.exp2(_lgbm.predict(self.booster_, features))
-        cross = has_anchor & ~same_gpu
+        cross = has_anchor & ~found.same_gpu
         if cross.any():
-            rows = _subset(query, cross)
-            result[cross] = spec_scaled_estimate(rows, anchors_by_gpu(rows, self.table_), self.scaling_)
+            anchors = _gpu_anchors(table, found.gpu_picked[:, cross], found.gpu_cost[:, cross])
+            result[cross] = spec_scaled_estimate(_subset(query, cross), anchors, self.scaling_)
         if not has_anchor.all():
             none = ~has_anchor
-            features = throughput_features(_subset(query, none), _take(anchors, none))
+            features = throughput_features(_subset(query, none), _gather(table, found.picked[none]))
             result[none] = np.exp2(_lgbm.predict(self.fallback_, features))
-        exact = same_gpu & (cost == 0.0)
-        result[exact] = anchors.throughput[exact]
         return result
 
     def predict(
@@ -693,7 +819,7 @@ class ThroughputModel(BoostedEstimator):
         n = len(workloads)
         query = ThroughputQuery(
             workloads=list(workloads),
-            gpu_models=[normalize_gpu_model(g) for g in gpu_models],
+            gpu_models=_normalized(gpu_models),
             gpu_count=np.asarray(gpu_count, dtype=np.float64),
             nodes=np.ones(n) if nodes is None else np.asarray(nodes, dtype=np.float64),
             batch_size=np.asarray(batch_size, dtype=np.float64),

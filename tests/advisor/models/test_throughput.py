@@ -9,8 +9,21 @@ import pandas as pd
 import pytest
 
 from advisor.datasets import GavelData
+from advisor.features import ThroughputQuery, throughput_features
+from advisor.models import _lgbm
 from advisor.models.artifact import load_artifact, save_artifact
-from advisor.models.throughput import NearestGpuThroughput, ThroughputModel
+from advisor.models.throughput import (
+    _CORRECTION_COLUMNS,
+    NearestGpuThroughput,
+    ReferenceTable,
+    ThroughputModel,
+    _log2_fp32,
+    _log2_or_zero,
+    anchors_by_gpu,
+    find_anchors,
+    nearest_gpu_estimate,
+    spec_scaled_estimate,
+)
 
 FAST = {"num_boost_round": 80, "num_threads": 1}
 
@@ -108,3 +121,115 @@ def test_an_unseen_gpu_between_measured_ones_gets_an_estimate_between_theirs() -
     by_gpu = same_config.set_index("gpu_model")["throughput"]
     # Every data-sheet number of the RTX 6000 lies between the T4's and the A100's.
     assert by_gpu["t4"] < estimate < by_gpu["a100-40gb"]
+
+
+def _mixed_batch(gavel: GavelData) -> ThroughputQuery:
+    """What the scorer sends: measured configurations, other configurations, GPU types never measured for the
+    workload, an unknown workload, and many repeated rows."""
+    rows = gavel.throughputs.sample(n=500, replace=True, random_state=0).reset_index(drop=True)
+    gpus = rows["gpu_model"].tolist()
+    workloads = rows["workload"].tolist()
+    batch = rows["batch_size"].to_numpy(np.float64).copy()
+    nodes = np.ones(len(rows))
+    for i in range(0, len(rows), 10):
+        gpus[i] = ("h100", "t4", "mystery-gpu")[i % 3]
+    batch[1::4] *= 2.0
+    nodes[2::9] = 2.0
+    workloads[3::97] = ["never-profiled"] * len(workloads[3::97])
+    return ThroughputQuery(workloads, gpus, rows["gpu_count"].to_numpy(np.float64), nodes, batch)
+
+
+def _one_row_at_a_time(model: ThroughputModel, query: ThroughputQuery) -> np.ndarray:
+    """The model's estimate composed from its parts, one query row at a time (see the module doc)."""
+    out = np.empty(len(query))
+    for i in range(len(query)):
+        row = ThroughputQuery(
+            [query.workloads[i]],
+            [query.gpu_models[i]],
+            *(a[i : i + 1] for a in (query.gpu_count, query.nodes, query.batch_size)),
+        )
+        anchors, cost = find_anchors(row, model.table_)
+        if not np.isfinite(cost[0]):
+            features = throughput_features(row, anchors)
+            out[i] = np.exp2(_lgbm.predict(model.fallback_, features))[0]
+        elif anchors.gpu_models[0] != row.gpu_models[0]:
+            out[i] = spec_scaled_estimate(row, anchors_by_gpu(row, model.table_), model.scaling_)[0]
+        elif cost[0] == 0.0:
+            out[i] = anchors.throughput[0]
+        else:
+            features = throughput_features(row, anchors)[:, _CORRECTION_COLUMNS]
+            out[i] = nearest_gpu_estimate(row, anchors)[0] * np.exp2(_lgbm.predict(model.booster_, features))[0]
+    return out
+
+
+def test_a_mixed_batch_gets_exactly_the_estimates_of_its_rows_asked_one_at_a_time(
+    model: ThroughputModel, gavel: GavelData, tmp_path: Path
+) -> None:
+    save_artifact(model.to_artifact(), tmp_path / "m")
+    served = ThroughputModel.from_artifact(load_artifact(tmp_path / "m", kind="throughput"))
+    query = _mixed_batch(gavel)
+    for m in (model, served):
+        batch = m.predict_query(query)
+        np.testing.assert_array_equal(batch, _one_row_at_a_time(m, query))
+        np.testing.assert_array_equal(batch[::-1], m.predict_query(_reversed(query)))
+
+
+def _reversed(query: ThroughputQuery) -> ThroughputQuery:
+    return ThroughputQuery(
+        query.workloads[::-1], query.gpu_models[::-1], query.gpu_count[::-1], query.nodes[::-1], query.batch_size[::-1]
+    )
+
+
+def _closest_by_brute_force(
+    query: ThroughputQuery, table: ReferenceTable, exclude: str
+) -> tuple[dict[str, list[int]], list[int], list[float]]:
+    """Per query row, the table row of least distance per GPU model and overall (-1: none; ties: first row), and
+    the overall distance (inf: none)."""
+    log_count = [_log2_or_zero(np.asarray(c, dtype=np.float64)) for c in (query.gpu_count, table.gpu_count)]
+    log_batch = [_log2_or_zero(np.asarray(b, dtype=np.float64)) for b in (query.batch_size, table.batch_size)]
+    names = sorted({*query.gpu_models, *table.gpu_models})
+    fp32 = dict(zip(names, _log2_fp32(names).tolist(), strict=True))
+    per_gpu: dict[str, list[int]] = {g: [] for g in sorted(set(table.gpu_models))}
+    overall, distance = [], []
+    for i, (workload, gpu) in enumerate(zip(query.workloads, query.gpu_models, strict=True)):
+        best: dict[str, tuple[float, int]] = {}
+        for j, (w, g) in enumerate(zip(table.workloads, table.gpu_models, strict=True)):
+            if w != workload:
+                continue
+            gpu_dist = 0.0 if g == gpu else abs(fp32[gpu] - fp32[g])
+            gpu_dist = 4.0 if np.isnan(gpu_dist) else gpu_dist
+            cost = 10.0 * abs(log_count[0][i] - log_count[1][j])
+            cost += 10.0 * abs(query.nodes[i] - table.nodes[j])
+            cost += 3.0 * gpu_dist
+            cost += abs(log_batch[0][i] - log_batch[1][j])
+            if (exclude == "gpu" and g == gpu) or (exclude == "config" and g == gpu and cost == 0.0):
+                continue
+            if g not in best or cost < best[g][0]:
+                best[g] = (cost, j)
+        for g, picks in per_gpu.items():
+            picks.append(best[g][1] if g in best else -1)
+        ranked = sorted(best.values())
+        overall.append(ranked[0][1] if ranked else -1)
+        distance.append(ranked[0][0] if ranked else np.inf)
+    return per_gpu, overall, distance
+
+
+@pytest.mark.parametrize("exclude", ["none", "gpu", "config"])
+def test_the_anchor_is_the_closest_measurement(model: ThroughputModel, gavel: GavelData, exclude: str) -> None:
+    query = _mixed_batch(gavel)
+    per_gpu, overall, distance = _closest_by_brute_force(query, model.table_, exclude)
+    anchors, cost = find_anchors(query, model.table_, exclude=exclude)
+    picked = np.asarray(overall)
+    found = picked >= 0
+    np.testing.assert_array_equal(cost, distance)
+    np.testing.assert_array_equal(anchors.throughput[found], model.table_.throughput[picked[found]])
+    np.testing.assert_array_equal(
+        np.asarray(anchors.gpu_models)[found], np.asarray(model.table_.gpu_models)[picked[found]]
+    )
+    if exclude == "none":
+        by_gpu = anchors_by_gpu(query, model.table_)
+        for k, gpu in enumerate(by_gpu.gpu_models):
+            rows = np.asarray(per_gpu[gpu])
+            has = rows >= 0
+            np.testing.assert_array_equal(np.isfinite(by_gpu.cost[k]), has)
+            np.testing.assert_array_equal(by_gpu.throughput[k][has], model.table_.throughput[rows[has]])
