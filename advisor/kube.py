@@ -1,8 +1,12 @@
-"""Kubernetes adapter of the advisor: watch bound GPU pods (→ allocations) and nodes (→ deletions).
+"""Kubernetes adapter of the advisor: watch bound pods (→ GPU allocations, CPU/memory requests) and nodes
+(→ allocatable CPU/memory, deletions).
 
 The only advisor module that imports the kubernetes client. A background thread lists, then watches, pods with a
-`spec.nodeName` (bound) and feeds `ClusterState.set_allocation` / `remove_allocation`; a second one forgets deleted
-nodes. Errors are logged once per kind and retried with a capped backoff; an expired resource version re-lists.
+`spec.nodeName` (bound) and feeds `ClusterState.replace_pods` / `update_pod`: GPU pods that are Pending or Running
+become allocations, and every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler
+counts it until it is gone) that requests CPU or memory becomes a `PodResources` record. A second thread lists, then
+watches, nodes for their `status.allocatable` cpu/memory and forgets deleted ones. Errors are logged once per kind and
+retried with a capped backoff; an expired resource version re-lists.
 """
 
 from __future__ import annotations
@@ -18,12 +22,20 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from advisor.api.metrics import AdvisorMetrics
-from advisor.pods import ContainerResources, PodSpecError, pod_key, pod_request
-from advisor.state import ClusterState, PodAllocation
+from advisor.pods import (
+    ContainerResources,
+    PodSpecError,
+    allocatable_of,
+    cpu_memory_request,
+    pod_key,
+    pod_request,
+)
+from advisor.state import ClusterState, PodAllocation, PodResources
 
 log = logging.getLogger(__name__)
 
 _ACTIVE_PHASES = {"Pending", "Running"}
+_TERMINATED_PHASES = {"Succeeded", "Failed"}
 _WATCH_TIMEOUT_SECONDS = 300
 _MAX_BACKOFF_SECONDS = 30.0
 _HTTP_GONE = 410
@@ -38,21 +50,15 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
     if not node or phase not in _ACTIVE_PHASES or meta.get("deletionTimestamp"):
         return None
 
-    def resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerResources]:
-        out = []
-        for c in containers or []:
-            r = c.get("resources") or {}
-            out.append(ContainerResources(limits=r.get("limits") or {}, requests=r.get("requests") or {}))
-        return out
-
     try:
         request = pod_request(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
             labels=meta.get("labels") or {},
             annotations=meta.get("annotations") or {},
-            containers=resources(spec.get("containers")),
-            init_containers=resources(spec.get("initContainers")),
+            containers=_resources(spec.get("containers")),
+            init_containers=_resources(spec.get("initContainers")),
+            overhead=spec.get("overhead"),
         )
     except PodSpecError as e:
         log.warning("pod %s/%s: GPU request unreadable: %s", meta.get("namespace"), meta.get("name"), e)
@@ -68,6 +74,46 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
         workload=request.workload,
         gang=request.gang,
     )
+
+
+def _resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerResources]:
+    out = []
+    for c in containers or []:
+        r = c.get("resources") or {}
+        out.append(ContainerResources(limits=r.get("limits") or {}, requests=r.get("requests") or {}))
+    return out
+
+
+def resources_from_pod(pod: Mapping[str, Any]) -> PodResources | None:
+    """The CPU/memory a pod object holds on its node, or None when it is unbound, terminated or requests neither."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or (pod.get("status") or {}).get("phase") in _TERMINATED_PHASES:
+        return None
+    try:
+        cpu, memory = cpu_memory_request(
+            _resources(spec.get("containers")), _resources(spec.get("initContainers")), spec.get("overhead")
+        )
+    except PodSpecError as e:
+        log.warning("pod %s/%s: CPU/memory request unreadable: %s", meta.get("namespace"), meta.get("name"), e)
+        return None
+    if cpu == 0 and memory == 0:
+        return None
+    return PodResources(pod_key(meta.get("namespace", ""), meta.get("name", "")), node, cpu, memory)
+
+
+def allocatable_from_node(node: Mapping[str, Any]) -> tuple[int, int] | None:
+    """A node object's `status.allocatable` (milli-CPU, MiB), None when it lacks cpu or memory."""
+    allocatable = (node.get("status") or {}).get("allocatable")
+    return allocatable_of(allocatable) if isinstance(allocatable, Mapping) else None
+
+
+def _allocatable_of_model(node: Any) -> tuple[int, int] | None:
+    """`allocatable_from_node` of a client `V1Node` without serialising the whole object (images, conditions, …)."""
+    status = getattr(node, "status", None)
+    allocatable = getattr(status, "allocatable", None)
+    return allocatable_of(allocatable) if isinstance(allocatable, Mapping) else None
 
 
 class KubeWatch:
@@ -123,7 +169,7 @@ class KubeWatch:
                 self._stop.wait(backoff)
                 backoff = min(_MAX_BACKOFF_SECONDS, backoff * 2)
 
-    def _pod_dict(self, pod: Any) -> dict[str, Any]:
+    def _as_dict(self, pod: Any) -> dict[str, Any]:
         data: dict[str, Any] = self._serializer.sanitize_for_serialization(pod)  # type: ignore[no-untyped-call]
         return data
 
@@ -131,8 +177,15 @@ class KubeWatch:
         listed = self._api.list_pod_for_all_namespaces(
             field_selector="spec.nodeName!=", _request_timeout=self._request_timeout
         )
-        allocations = [a for p in listed.items if (a := allocation_from_pod(self._pod_dict(p))) is not None]
-        self._state.replace_allocations(allocations)
+        allocations: list[PodAllocation] = []
+        resources: list[PodResources] = []
+        for p in listed.items:
+            obj = self._as_dict(p)
+            if (a := allocation_from_pod(obj)) is not None:
+                allocations.append(a)
+            if (r := resources_from_pod(obj)) is not None:
+                resources.append(r)
+        self._state.replace_pods(allocations, resources)
         self._metrics.allocations.set(len(allocations))
         w = watch.Watch()  # type: ignore[no-untyped-call]
         try:
@@ -145,14 +198,15 @@ class KubeWatch:
             ):
                 if self._stop.is_set():
                     return
-                obj = self._pod_dict(event["object"])
+                obj = self._as_dict(event["object"])
                 meta = obj.get("metadata") or {}
                 key = pod_key(meta.get("namespace", ""), meta.get("name", ""))
-                allocation = None if event["type"] == "DELETED" else allocation_from_pod(obj)
-                if allocation is None:
-                    self._state.remove_allocation(key)
-                else:
-                    self._state.set_allocation(allocation)
+                deleted = event["type"] == "DELETED"
+                self._state.update_pod(
+                    key,
+                    None if deleted else allocation_from_pod(obj),
+                    None if deleted else resources_from_pod(obj),
+                )
                 self._metrics.allocations.set(len(self._state.allocations()))
         except ApiException as e:
             if e.status != _HTTP_GONE:
@@ -161,15 +215,28 @@ class KubeWatch:
             w.stop()  # type: ignore[no-untyped-call]
 
     def _watch_nodes(self) -> None:
+        listed = self._api.list_node(_request_timeout=self._request_timeout)
+        allocatable: dict[str, tuple[int, int]] = {}
+        for n in listed.items:
+            value = _allocatable_of_model(n)
+            if value is not None and n.metadata is not None and n.metadata.name:
+                allocatable[n.metadata.name] = value
+        self._state.replace_allocatable(allocatable)
         w = watch.Watch()  # type: ignore[no-untyped-call]
         try:
             for event in w.stream(  # type: ignore[no-untyped-call]
-                self._api.list_node, timeout_seconds=_WATCH_TIMEOUT_SECONDS, _request_timeout=self._request_timeout
+                self._api.list_node,
+                resource_version=listed.metadata.resource_version if listed.metadata else None,
+                timeout_seconds=_WATCH_TIMEOUT_SECONDS,
+                _request_timeout=self._request_timeout,
             ):
                 if self._stop.is_set():
                     return
+                name = event["object"].metadata.name
                 if event["type"] == "DELETED":
-                    self._state.remove_node(event["object"].metadata.name)
+                    self._state.remove_node(name)
+                else:
+                    self._state.set_allocatable(name, _allocatable_of_model(event["object"]))
         except ApiException as e:
             if e.status != _HTTP_GONE:
                 raise

@@ -1,7 +1,10 @@
 """The cluster as the advisor sees it: per node its GPUs, links, residents and allocations, rebuilt from telemetry.
 
 Soft state in memory (DESIGN §5): every replica rebuilds it from the collectors' NodeSnapshots within two push
-intervals, plus the GPU allocations of bound pods when a Kubernetes watch feeds `set_allocation`.
+intervals, plus, when a Kubernetes watch feeds them (`update_pod`, `replace_pods`, `set_allocatable`), the GPU
+allocations of bound pods and each node's CPU/memory: allocatable from the node object, free = allocatable minus the
+requests of every bound, non-terminated pod (GPU or not). A node's `NodeState` carries CPU/memory only when both its
+allocatable and the pods' requests are known (after the first pod list), None otherwise.
 
 Allocation (which GPU is held by which pod):
 
@@ -48,6 +51,26 @@ class PodAllocation:
     gpu_memory_bytes: int | None = None
     workload: str | None = None
     gang: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodResources:
+    """CPU (milli-CPU) and memory (MiB) that a bound, non-terminated pod requests on its node (Kubernetes API)."""
+
+    pod: str
+    node: str
+    cpu_milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    """A node's allocatable CPU/memory and what its pods request; free is the difference, at least 0."""
+
+    cpu_allocatable_milli: int
+    cpu_requested_milli: int
+    memory_allocatable_mib: int
+    memory_requested_mib: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +191,10 @@ def build_node_state(
     *,
     observed_at_seconds: float | None,
     topology: Callable[[NodeSnapshot, list[GpuSnapshot]], Topology] = topology_of,
+    capacity: NodeCapacity | None = None,
 ) -> NodeState:
-    """The scoring view of one node from its latest snapshot and the allocations of pods bound to it."""
+    """The scoring view of one node from its latest snapshot, the allocations of pods bound to it and (when known)
+    its CPU/memory."""
     gpus = sorted(snapshot.gpus, key=lambda g: g.index)
     node_topology = topology(snapshot, gpus)
     states: list[GpuState] = []
@@ -198,17 +223,24 @@ def build_node_state(
                 )
                 missing -= 1
     gangs = frozenset(a.gang for a in allocations.values() if a.gang)
+    c = capacity
     return NodeState(
         name=snapshot.node,
         gpus=tuple(states),
         topology=node_topology,
         observed_at_seconds=observed_at_seconds,
         gangs=gangs,
+        cpu_allocatable_milli=c.cpu_allocatable_milli if c else None,
+        cpu_free_milli=max(0, c.cpu_allocatable_milli - c.cpu_requested_milli) if c else None,
+        memory_allocatable_mib=c.memory_allocatable_mib if c else None,
+        memory_free_mib=max(0, c.memory_allocatable_mib - c.memory_requested_mib) if c else None,
     )
 
 
 class ClusterState:
-    """Thread-safe holder of every node's `NodeRecord` and every pod's `PodAllocation`.
+    """Thread-safe holder of every node's `NodeRecord`, every pod's `PodAllocation` and `PodResources`, and every
+    node's allocatable CPU/memory. One small record per pod that requests GPUs, CPU or memory; deleted pods and nodes
+    are forgotten.
 
     Writers (ingest, the Kubernetes watch) take a lock and replace whole records; readers get the current mapping
     without locking (a record is immutable, a dict entry swap is atomic).
@@ -222,6 +254,10 @@ class ClusterState:
         self._allocations: dict[str, PodAllocation] = {}
         self._by_node: dict[str, dict[str, PodAllocation]] = {}
         self._topologies: dict[tuple[object, ...], Topology] = {}
+        self._resources: dict[str, PodResources] = {}
+        self._requested: dict[str, tuple[int, int, int]] = {}  # node → (milli-CPU, MiB, pods)
+        self._requests_known = False
+        self._allocatable: dict[str, tuple[int, int]] = {}  # node → (milli-CPU, MiB)
         self.out_of_order_dropped = 0
 
     def now(self) -> float:
@@ -246,9 +282,20 @@ class ClusterState:
             self._store(snapshot, received)
         return True
 
+    def _capacity(self, node: str) -> NodeCapacity | None:
+        allocatable = self._allocatable.get(node)
+        if allocatable is None or not self._requests_known:
+            return None
+        cpu, memory, _ = self._requested.get(node, (0, 0, 0))
+        return NodeCapacity(allocatable[0], cpu, allocatable[1], memory)
+
     def _store(self, snapshot: NodeSnapshot, received: float) -> None:
         state = build_node_state(
-            snapshot, self._by_node.get(snapshot.node, {}), observed_at_seconds=received, topology=self._topology
+            snapshot,
+            self._by_node.get(snapshot.node, {}),
+            observed_at_seconds=received,
+            topology=self._topology,
+            capacity=self._capacity(snapshot.node),
         )
         self._records[snapshot.node] = NodeRecord(state, snapshot, received)
         self._nodes[snapshot.node] = state
@@ -258,35 +305,108 @@ class ClusterState:
         if record is not None:
             self._store(record.snapshot, record.received_at_seconds)
 
+    def _put_allocation(self, pod: str, allocation: PodAllocation | None, touched: set[str]) -> None:
+        previous = self._allocations.pop(pod, None)
+        if previous is not None:
+            self._by_node.get(previous.node, {}).pop(pod, None)
+            touched.add(previous.node)
+        if allocation is not None:
+            self._allocations[pod] = allocation
+            self._by_node.setdefault(allocation.node, {})[pod] = allocation
+            touched.add(allocation.node)
+
+    def _add_requested(self, r: PodResources, sign: int) -> None:
+        cpu, memory, pods = self._requested.get(r.node, (0, 0, 0))
+        total = (cpu + sign * r.cpu_milli, memory + sign * r.memory_mib, pods + sign)
+        if total[2] > 0:
+            self._requested[r.node] = total
+        else:
+            self._requested.pop(r.node, None)
+
+    def _put_resources(self, pod: str, resources: PodResources | None, touched: set[str]) -> None:
+        previous = self._resources.pop(pod, None)
+        if previous is not None:
+            self._add_requested(previous, -1)
+            touched.add(previous.node)
+        if resources is not None:
+            self._resources[pod] = resources
+            self._add_requested(resources, +1)
+            touched.add(resources.node)
+
+    def update_pod(self, pod: str, allocation: PodAllocation | None, resources: PodResources | None) -> None:
+        """Record (or move, or forget: None) a bound pod's GPU allocation and CPU/memory requests, and refresh the
+        affected nodes once."""
+        if self._allocations.get(pod) == allocation and self._resources.get(pod) == resources:
+            return
+        touched: set[str] = set()
+        with self._lock:
+            self._put_allocation(pod, allocation, touched)
+            self._put_resources(pod, resources, touched)
+            for node in touched:
+                self._rebuild(node)
+
     def set_allocation(self, allocation: PodAllocation) -> None:
         """Record (or move) a bound pod's GPU allocation and refresh the affected nodes."""
+        if self._allocations.get(allocation.pod) == allocation:
+            return
+        touched: set[str] = set()
         with self._lock:
-            previous = self._allocations.get(allocation.pod)
-            if previous == allocation:
-                return
-            if previous is not None:
-                self._by_node.get(previous.node, {}).pop(previous.pod, None)
-                self._rebuild(previous.node)
-            self._allocations[allocation.pod] = allocation
-            self._by_node.setdefault(allocation.node, {})[allocation.pod] = allocation
-            self._rebuild(allocation.node)
+            self._put_allocation(allocation.pod, allocation, touched)
+            for node in touched:
+                self._rebuild(node)
 
     def remove_allocation(self, pod: str) -> None:
-        """Forget a pod that finished or was deleted."""
+        """Forget a pod's GPU allocation (it finished or was deleted)."""
+        touched: set[str] = set()
         with self._lock:
-            previous = self._allocations.pop(pod, None)
-            if previous is not None:
-                self._by_node.get(previous.node, {}).pop(pod, None)
-                self._rebuild(previous.node)
+            self._put_allocation(pod, None, touched)
+            for node in touched:
+                self._rebuild(node)
 
     def replace_allocations(self, allocations: Iterable[PodAllocation]) -> None:
-        """Swap in a full list (after a watch re-list) and refresh every node."""
+        """Swap in a full list of GPU allocations (CPU/memory requests untouched) and refresh every node."""
         with self._lock:
-            self._allocations = {a.pod: a for a in allocations}
-            self._by_node = {}
-            for a in self._allocations.values():
-                self._by_node.setdefault(a.node, {})[a.pod] = a
+            self._set_allocations(allocations)
             for node in list(self._records):
+                self._rebuild(node)
+
+    def _set_allocations(self, allocations: Iterable[PodAllocation]) -> None:
+        self._allocations = {a.pod: a for a in allocations}
+        self._by_node = {}
+        for a in self._allocations.values():
+            self._by_node.setdefault(a.node, {})[a.pod] = a
+
+    def replace_pods(self, allocations: Iterable[PodAllocation], resources: Iterable[PodResources]) -> None:
+        """Swap in the full lists of a (re-)list of bound pods; from now on the pods' requests count as known."""
+        with self._lock:
+            self._set_allocations(allocations)
+            self._resources = {}
+            self._requested = {}
+            for r in resources:
+                self._put_resources(r.pod, r, set())
+            self._requests_known = True
+            for node in list(self._records):
+                self._rebuild(node)
+
+    def set_allocatable(self, node: str, allocatable: tuple[int, int] | None) -> None:
+        """A node's `status.allocatable` (milli-CPU, MiB), None to forget it; refreshes the node when it changed."""
+        if self._allocatable.get(node) == allocatable:
+            return
+        with self._lock:
+            if allocatable is None:
+                self._allocatable.pop(node, None)
+            else:
+                self._allocatable[node] = allocatable
+            self._rebuild(node)
+
+    def replace_allocatable(self, allocatable: Mapping[str, tuple[int, int]]) -> None:
+        """Swap in every node's allocatable (after a node re-list) and refresh the nodes whose value changed."""
+        with self._lock:
+            changed = {
+                n for n in set(self._allocatable) | set(allocatable) if self._allocatable.get(n) != allocatable.get(n)
+            }
+            self._allocatable = dict(allocatable)
+            for node in changed:
                 self._rebuild(node)
 
     def remove_node(self, node: str) -> None:
@@ -294,6 +414,7 @@ class ClusterState:
         with self._lock:
             self._records.pop(node, None)
             self._nodes.pop(node, None)
+            self._allocatable.pop(node, None)
 
     @property
     def nodes(self) -> Mapping[str, NodeState]:
@@ -308,6 +429,9 @@ class ClusterState:
 
     def allocations(self) -> list[PodAllocation]:
         return list(self._allocations.values())
+
+    def pod_resources(self) -> list[PodResources]:
+        return list(self._resources.values())
 
 
 def _ts(value: datetime) -> float:

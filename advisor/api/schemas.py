@@ -8,11 +8,12 @@ are modelled; every other field is accepted and ignored.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.pods import ContainerResources, PodSpecError, pod_request
+from advisor.pods import ContainerResources, PodSpecError, allocatable_of, pod_request
 from advisor.scoring import PodRequest, ScoringInputError
 
 
@@ -52,6 +53,7 @@ class PodSpec(_In):
     containers: list[Container] | None = None
     initContainers: list[Container] | None = None  # noqa: N815 — Kubernetes' JSON name
     nodeName: str | None = None  # noqa: N815
+    overhead: dict[str, Quantity] | None = None
 
 
 class V1Pod(_In):
@@ -72,6 +74,7 @@ class V1Pod(_In):
             annotations=meta.annotations or {},
             containers=[_resources(c) for c in self.spec.containers or []],
             init_containers=[_resources(c) for c in self.spec.initContainers or []],
+            overhead=self.spec.overhead,
         )
 
 
@@ -86,6 +89,23 @@ class V1Node(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    def allocatable(self) -> tuple[int, int] | None:
+        """`status.allocatable` cpu and memory as (milli-CPU, MiB), None when either is missing or unreadable."""
+        status = getattr(self, "status", None)
+        allocatable = status.get("allocatable") if isinstance(status, dict) else None
+        if not isinstance(allocatable, dict):
+            return None
+        cpu, memory = allocatable.get("cpu"), allocatable.get("memory")
+        if not isinstance(cpu, int | float | str) or not isinstance(memory, int | float | str):
+            return None
+        return _allocatable(cpu, memory)
+
+
+@functools.lru_cache(maxsize=4096)
+def _allocatable(cpu: Quantity, memory: Quantity) -> tuple[int, int] | None:
+    """Memoised: a non-cache-capable scheduler sends the same few allocatable strings for every node on every call."""
+    return allocatable_of({"cpu": cpu, "memory": memory})
 
 
 class V1NodeList(_In):
@@ -165,14 +185,24 @@ class PodQuery(_In):
     gpu_memory_bytes: int | None = Field(default=None, ge=0)
     workload: str | None = None
     gang: str | None = None
+    cpu_milli: int | None = Field(default=None, ge=0, description="The pod's CPU request in milli-CPU.")
+    memory_mib: int | None = Field(default=None, ge=0, description="The pod's memory request in MiB.")
     metadata: ObjectMeta | None = None
     spec: PodSpec | None = None
 
     def to_request(self) -> PodRequest:
         if self.spec is not None or self.metadata is not None:
             return V1Pod(metadata=self.metadata or ObjectMeta(), spec=self.spec).to_request()
-        if self.gpus == 0 and self.gpu_milli == 0 and self.gpu_memory_bytes is None:
-            raise PodSpecError("pod: give gpus, gpu_milli or gpu_memory_bytes (or a v1.Pod's metadata and spec)")
+        if (
+            self.gpus == 0
+            and self.gpu_milli == 0
+            and self.gpu_memory_bytes is None
+            and self.cpu_milli is None
+            and self.memory_mib is None
+        ):
+            raise PodSpecError(
+                "pod: give gpus, gpu_milli, gpu_memory_bytes, cpu_milli or memory_mib (or a v1.Pod's metadata and spec)"
+            )
         try:
             return PodRequest(
                 name=self.name,
@@ -181,6 +211,8 @@ class PodQuery(_In):
                 gpu_memory_bytes=self.gpu_memory_bytes,
                 workload=self.workload,
                 gang=self.gang,
+                cpu_milli=self.cpu_milli,
+                memory_mib=self.memory_mib,
             )
         except ScoringInputError as e:
             raise PodSpecError(f"pod: {e}") from e

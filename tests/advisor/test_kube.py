@@ -1,4 +1,5 @@
-"""GPU allocations from bound pods: the pure reading, and the watch against kmock (a Kubernetes API stand-in)."""
+"""GPU allocations and CPU/memory requests from bound pods, allocatable from nodes: the pure reading, and the watch
+against kmock (a Kubernetes API stand-in)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from kubernetes import client as k8s
 
 from advisor.api.metrics import AdvisorMetrics
-from advisor.kube import KubeWatch, allocation_from_pod
-from advisor.state import ClusterState, PodAllocation
+from advisor.kube import KubeWatch, allocatable_from_node, allocation_from_pod, resources_from_pod
+from advisor.state import ClusterState, PodAllocation, PodResources
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot
 
@@ -88,5 +89,79 @@ async def test_the_watch_reserves_and_releases_gpus_of_bound_pods(kmock: kmock.K
         await asyncio.to_thread(api.delete_namespaced_pod, "train-0", "ml")
         assert await _eventually(lambda: state.nodes["n1"].free_gpus == 7)
         assert metrics.allocations._value.get() == 1
+    finally:
+        await asyncio.to_thread(watch.stop)
+
+
+def node(name: str, cpu: str = "8", memory: str = "64Gi") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": "8", "pods": "110"}},
+    }
+
+
+def cpu_pod(
+    name: str, cpu: str, memory: str = "1Gi", *, node: str | None = "n1", phase: str = "Running"
+) -> dict[str, Any]:
+    manifest = pod(name, node=node, gpus=None, phase=phase)
+    manifest["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": memory}}
+    return manifest
+
+
+def test_every_bound_non_terminated_pod_holds_its_cpu_and_memory() -> None:
+    gpu = pod("g")  # limits cpu 1 (its request) and 2 GPUs
+    assert resources_from_pod(gpu) == PodResources("ml/g", "n1", 1000, 0)
+    web = cpu_pod("web", "1500m", "512Mi")
+    web["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "3", "memory": "64Mi"}}}]
+    web["spec"]["overhead"] = {"cpu": "250m", "memory": "128Mi"}
+    assert resources_from_pod(web) == PodResources("ml/web", "n1", 3250, 640)
+    terminating = cpu_pod("t", "1", phase="Running")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-21T10:00:00Z"
+    assert resources_from_pod(terminating) == PodResources("ml/t", "n1", 1000, 1024)  # kube-scheduler counts it too
+    assert resources_from_pod(cpu_pod("p", "1", phase="Pending")) is not None
+    for gone in (cpu_pod("u", "1", node=None), cpu_pod("s", "1", phase="Succeeded"), cpu_pod("f", "1", phase="Failed")):
+        assert resources_from_pod(gone) is None
+    assert resources_from_pod(cpu_pod("zero", "0", "0")) is None  # nothing to count: no record kept
+    assert resources_from_pod(cpu_pod("bad", "lots")) is None
+
+
+def test_a_node_object_gives_its_allocatable() -> None:
+    assert allocatable_from_node(node("n1", "7910m", "1Ti")) == (7910, 1024 * 1024)
+    assert allocatable_from_node({"metadata": {"name": "x"}, "status": {}}) is None
+
+
+def _api(kmock: kmock.KubernetesEmulator) -> k8s.CoreV1Api:
+    configuration = k8s.Configuration()
+    configuration.host = str(kmock.url).rstrip("/")
+    return k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+
+@pytest.mark.asyncio
+async def test_the_watch_tracks_free_cpu_and_memory_of_every_bound_pod(kmock: kmock.KubernetesEmulator) -> None:
+    kmock.objects["v1/pods", "ml", "train-0"] = pod("train-0")  # 2 GPUs, cpu 1
+    kmock.objects["v1/pods", "ml", "web"] = cpu_pod("web", "2", "4Gi")  # no GPU
+    kmock.objects["v1/pods", "ml", "done"] = cpu_pod("done", "4", phase="Succeeded")
+    kmock.objects["v1/nodes", None, "n1"] = node("n1", "8", "64Gi")
+    api = _api(kmock)
+    state = ClusterState()
+    state.ingest(NodeSnapshot.model_validate(snapshot("n1")))
+    watch = KubeWatch(state, AdvisorMetrics(), api, read_timeout_seconds=0.5).start()
+
+    def free() -> tuple[int | None, int | None]:
+        return state.nodes["n1"].cpu_free_milli, state.nodes["n1"].memory_free_mib
+
+    try:
+        assert await _eventually(lambda: free() == (5000, 61440))
+        assert state.nodes["n1"].cpu_allocatable_milli == 8000
+        assert state.nodes["n1"].free_gpus == 6
+        await asyncio.to_thread(api.create_namespaced_pod, "ml", cast(Any, cpu_pod("batch", "2500m", "10Gi")))
+        assert await _eventually(lambda: free() == (2500, 51200))
+        await asyncio.to_thread(api.delete_namespaced_pod, "web", "ml")
+        assert await _eventually(lambda: free() == (4500, 55296))
+        await asyncio.to_thread(api.patch_node, "n1", {"status": {"allocatable": {"cpu": "16"}}})
+        assert await _eventually(lambda: free() == (12500, 55296))
+        assert {r.pod for r in state.pod_resources()} == {"ml/train-0", "ml/batch"}
     finally:
         await asyncio.to_thread(watch.stop)

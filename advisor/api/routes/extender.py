@@ -1,7 +1,9 @@
 """kube-scheduler extender: `prioritizeVerb` and `filterVerb` (k8s.io/kube-scheduler/extender/v1).
 
 Every candidate node is answered: nodes the advisor has no fresh telemetry for get the neutral score (and pass the
-filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot.
+filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot. The
+pod's own CPU/memory requests go into its `PodRequest`; full node objects (a scheduler that is not
+`nodeCacheCapable`) hand their allocatable CPU/memory to the state.
 """
 
 from __future__ import annotations
@@ -10,11 +12,21 @@ import pydantic_core
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
 from advisor.scoring import extender_priorities, filter_nodes
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
+
+
+def _take_allocatable(args: ExtenderArgs, ctx: AppContext) -> None:
+    """Without `nodeCacheCapable` the scheduler sends full node objects: keep their `status.allocatable` cpu/memory
+    (the node watch gives the same; a node's state changes only when the value does)."""
+    for node in args.Nodes.items or [] if args.Nodes is not None else []:
+        allocatable = node.allocatable()
+        if allocatable is not None and node.metadata.name:
+            ctx.state.set_allocatable(node.metadata.name, allocatable)
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -29,6 +41,7 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
     """
     pod = args.Pod.to_request()
     names = args.candidates()
+    _take_allocatable(args, ctx)
     predictors = ctx.predictors
     verdict = extender_priorities(
         pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
@@ -45,6 +58,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     """ExtenderFilterResult: the nodes that can run the pod and, for the others, why not."""
     pod = args.Pod.to_request()
     names = args.candidates()
+    _take_allocatable(args, ctx)
     passed, failed = filter_nodes(pod, names, ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)
