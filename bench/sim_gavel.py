@@ -1,14 +1,17 @@
 """Experiment 2 (docs/evaluation.md): JCT on a heterogeneous cluster with Gavel's traces and throughputs.
 
-    .venv/bin/python bench/sim_gavel.py [--arrival-scale X] [--plot DIR]
+    .venv/bin/python bench/sim_gavel.py [--arrival-scales 1,1.5,2,3,4] [--seeds 0] [--plot DIR] [--json FILE]
 
 36 K80 + 36 P100 + 36 V100 GPUs, 4 per node (bench/data/gavel_cluster.csv). Each of the three traces in
 ../shared/data/gavel/traces_seed0_top3.csv is run on its own with spread, binpack, advisor (models trained on held-out
 Gavel data, advisor.sim.heldout) and oracle (true throughputs). Goal: advisor avg JCT ≤ 0.7 × spread and within 15%
 of the oracle.
 
-`--arrival-scale X` multiplies every arrival time by X (the published traces, X = 1, ask for more GPU time than the
-108 GPUs have even with every job on its fastest GPU; X = 2 halves the load). Plots are named with the scale.
+Load sweep, as Gavel's own evaluation sweeps the job arrival rate: `--arrival-scales` multiplies every arrival time
+by each value in turn (1 = the published traces, which ask for more GPU time than the 108 GPUs have even with every
+job on its fastest GPU; 2 = half the arrival rate). `--seeds` are the `gpuadvisor simulate --seed` values (they break
+placement ties at random, as kube-scheduler does). Prints the exact command of every run, its table, and a summary
+of the goal per trace, scale and seed. Plots are named with the scale.
 """
 
 from __future__ import annotations
@@ -17,14 +20,28 @@ import argparse
 import csv
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from advisor.gpus import normalize_gpu_model
+from advisor.sim.model import Job
+from advisor.sim.rates import RateTable
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "gavel"
 CLUSTER = ROOT / "bench" / "data" / "gavel_cluster.csv"
+POLICIES = "spread,binpack,advisor,oracle"
+GOAL_VS_SPREAD = 0.7
+GOAL_VS_ORACLE = 1.15
+VALIDATION_TRACE = "msr_vc_6c71a0"
+VALIDATION_SCALE = 2.0
+VALIDATION_WEIGHTS = (0.5, 1.0, 2.0, 3.0, 5.0)
 
 
 def split_traces(source: Path, directory: Path, arrival_scale: float) -> list[Path]:
@@ -47,43 +64,220 @@ def split_traces(source: Path, directory: Path, arrival_scale: float) -> list[Pa
     return out
 
 
+def values(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def run_one(trace: Path, scale: float, seed: int, plot: Path | None, tmp: Path) -> dict[str, dict[str, float]]:
+    command = [
+        sys.executable, "-m", "advisor.cli", "simulate",
+        "--cluster", str(CLUSTER), "--trace", str(trace),
+        "--throughputs", str(DATA / "simulation_throughputs.json"),
+        "--policies", POLICIES, "--mode", "jct", "--seed", str(seed), "--json",
+    ]  # fmt: skip
+    if plot is not None:
+        command += ["--plot", str(tmp)]
+    print(f"$ {shlex.join(command)}   # arrivals x{scale:g}", flush=True)
+    done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+    report = json.loads(done.stdout)
+    if plot is not None:
+        plot.mkdir(parents=True, exist_ok=True)
+        (tmp / "jct_cdf.png").replace(plot / f"gavel_{trace.stem}_x{scale:g}_s{seed}_jct_cdf.png")
+    policies: dict[str, dict[str, float]] = report["policies"]
+    spread, oracle = policies["spread"]["avg_jct_s"], policies["oracle"]["avg_jct_s"]
+    print(f"trace {trace.stem}: {report['trace']['entries']} jobs, arrivals x{scale:g}, seed {seed}")
+    print(f"{'policy':<8} {'avg_jct_s':>11} {'p95_jct_s':>11} {'makespan_s':>12} {'avg_queue_s':>11} "
+          f"{'gpu_util':>8} {'/spread':>7} {'/oracle':>7} {'seconds':>7}")  # fmt: skip
+    for name, r in policies.items():
+        print(
+            f"{name:<8} {r['avg_jct_s']:>11.0f} {r['p95_jct_s']:>11.0f} {r['makespan_s']:>12.0f} "
+            f"{r['avg_queue_s']:>11.0f} {r['gpu_utilization']:>8.3f} {r['avg_jct_s'] / spread:>7.3f} "
+            f"{r['avg_jct_s'] / oracle:>7.3f} {r['seconds']:>7.1f}",
+            flush=True,
+        )
+    return policies
+
+
+def validate() -> None:
+    """The knob choice of the JCT wiring (advisor.sim.jobs.JCT_EXTENDER_WEIGHT, the trace's task mix), in process:
+    avg JCT of advisor and oracle per extender weight, with the scorer's default task mix and with the trace's."""
+    from advisor.scoring import ScoringConfig
+    from advisor.sim.heldout import heldout_table
+    from advisor.sim.jobs import ExtenderJobPolicy, KubeJobPolicy, job_task_mix, run_jct
+    from advisor.sim.loaders import load_cluster, load_throughputs, load_trace
+    from advisor.sim.rates import truth_table
+
+    path = DATA / "simulation_throughputs.json"
+    truth, believed = truth_table(load_throughputs(path)), heldout_table(path)
+    cluster = load_cluster(CLUSTER)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = next(
+            t for t in split_traces(DATA / "traces_seed0_top3.csv", Path(tmp), VALIDATION_SCALE)
+            if t.stem == VALIDATION_TRACE
+        )  # fmt: skip
+        jobs = [j for j in load_trace(trace) if isinstance(j, Job)]
+    seeds = (0, 1, 2)
+    spread = [run_jct(cluster, jobs, KubeJobPolicy(most=False, seed=s), truth).avg_jct_s for s in seeds]
+    print(f"{VALIDATION_TRACE} x{VALIDATION_SCALE:g}, seeds {seeds}: spread avg JCT {statistics.fmean(spread):,.0f} s")
+    mixes = {"default": ScoringConfig(), "trace": ScoringConfig(task_mix=job_task_mix(jobs, 4, sharing=True))}
+    for mix, config in mixes.items():
+        for weight in VALIDATION_WEIGHTS:
+            avg = {
+                name: statistics.fmean(
+                    run_jct(
+                        cluster, jobs, ExtenderJobPolicy(name, cluster, table, config, extender_weight=weight, seed=s),
+                        truth,
+                    ).avg_jct_s
+                    for s in seeds
+                )
+                for name, table in (("advisor", believed), ("oracle", truth))
+            }  # fmt: skip
+            print(
+                f"task mix {mix:<7} weight {weight:>3g}: advisor {avg['advisor']:>9,.0f} s, oracle "
+                f"{avg['oracle']:>9,.0f} s, advisor/spread {avg['advisor'] / statistics.fmean(spread):.3f}, "
+                f"advisor/oracle {avg['advisor'] / avg['oracle']:.3f}",
+                flush=True,
+            )
+
+
+def print_model_errors() -> None:
+    """What the advisor gets wrong: its held-out predictions (advisor.sim.heldout) against Gavel's measurements."""
+    from advisor.sim.heldout import heldout_table, prediction_errors
+    from advisor.sim.loaders import load_throughputs
+    from advisor.sim.rates import truth_table
+
+    path = DATA / "simulation_throughputs.json"
+    truth = truth_table(load_throughputs(path))
+    with tempfile.TemporaryDirectory() as tmp:
+        for trace in split_traces(DATA / "traces_seed0_top3.csv", Path(tmp), 1.0):
+            print(f"{trace.stem}: least load at arrivals x1 (no co-location): {least_load(trace, truth):.2f}")
+    believed = heldout_table(path)
+    for name, value in prediction_errors(believed, truth).items():
+        print(f"{name:<22} {value:.3f}")
+    types = sorted({k[1] for k in truth.isolated if k[2] == 1 and k[3]})
+    for table in (believed, truth):
+        ratios = [(table.speed("v100", t, 1, True) or 0.0) / (table.speed("k80", t, 1, True) or 1.0) for t in types]
+        span = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        print(f"{table.name}: 1-GPU V100/K80 speed ratio over {len(types)} job types {span}")
+
+
+def least_load(trace: Path, truth: RateTable) -> float:
+    """The least load any placement can run the trace at, co-location aside: the smallest λ such that the jobs'
+    GPU-seconds, split (even fractionally) over the GPU models, fit in λ × each model's GPUs × the arrival span (a
+    linear programme). Falls as 1 / the arrival scale; above 1 queues grow whatever the placement."""
+    from scipy.optimize import linprog
+
+    from advisor.sim.loaders import load_cluster, load_trace
+
+    cluster = load_cluster(CLUSTER)
+    gpus: dict[str, int] = {}
+    for node in cluster.nodes:
+        model = normalize_gpu_model(node.gpu_model)
+        gpus[model] = gpus.get(model, 0) + node.gpus
+    models = sorted(gpus)
+    jobs = [j for j in load_trace(trace) if isinstance(j, Job)]
+    span = max(j.arrival_s for j in jobs) - min(j.arrival_s for j in jobs)
+    n, m = len(jobs), len(models)
+    cost = np.array(
+        [[job.num_gpus * job.work / (truth.speed(t, job.job_type, job.num_gpus, True) or 1e-9) for t in models]
+         for job in jobs]
+    )  # fmt: skip
+    # Variables: x[j, t] (row-major), then λ. Minimise λ.
+    objective = np.zeros(n * m + 1)
+    objective[-1] = 1.0
+    each_job_once = np.zeros((n, n * m + 1))
+    for j in range(n):
+        each_job_once[j, j * m : (j + 1) * m] = 1.0
+    capacity = np.zeros((m, n * m + 1))
+    for t, model in enumerate(models):
+        capacity[t, t : n * m : m] = cost[:, t]
+        capacity[t, -1] = -gpus[model] * span
+    result = linprog(objective, A_ub=capacity, b_ub=np.zeros(m), A_eq=each_job_once, b_eq=np.ones(n), method="highs")
+    return float(result.x[-1])
+
+
+def print_report(runs: list[dict[str, Any]]) -> None:
+    """Markdown: per trace and arrival scale, each policy's avg JCT (mean over seeds) and the advisor's ratios."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["trace"], run["arrival_scale"]), []).append(run)
+    names = ("spread", "binpack", "advisor", "oracle")
+    print("| trace | arrivals | seeds | " + " | ".join(f"{n} avg JCT (s)" for n in names) + " | advisor / spread "
+          "| advisor / oracle | oracle / spread | both goals |")  # fmt: skip
+    print("|---" * (len(names) + 7) + "|")
+    for (trace, scale), group in sorted(groups.items()):
+        mean = {n: statistics.fmean(r["policies"][n]["avg_jct_s"] for r in group) for n in names}
+        ratio = {
+            key: [r["policies"][a]["avg_jct_s"] / r["policies"][b]["avg_jct_s"] for r in group]
+            for key, (a, b) in {
+                "as": ("advisor", "spread"),
+                "ao": ("advisor", "oracle"),
+                "os": ("oracle", "spread"),
+            }.items()
+        }
+        met = sum(x <= GOAL_VS_SPREAD and y <= GOAL_VS_ORACLE for x, y in zip(ratio["as"], ratio["ao"], strict=True))
+        cells = [f"{mean[n]:,.0f}" for n in names] + [spread_of(ratio[k]) for k in ("as", "ao", "os")]
+        seeds = ",".join(str(r["seed"]) for r in group)
+        print(f"| {trace} | ×{scale:g} | {seeds} | " + " | ".join(cells) + f" | {met} of {len(group)} |")
+
+
+def spread_of(values: list[float]) -> str:
+    """Mean, with the range over seeds."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arrival-scale", type=float, default=1.0, help="multiply arrival times by this")
-    parser.add_argument("--plot", type=Path, default=None, help="write <trace>_jct_cdf.png here")
+    parser.add_argument("--arrival-scales", default="1,1.5,2,3,4", help="comma-separated arrival-time multipliers")
+    parser.add_argument("--seeds", default="0", help="comma-separated simulate --seed values")
+    parser.add_argument("--plot", type=Path, default=None, help="write gavel_<trace>_x<scale>_s<seed>_jct_cdf.png here")
+    parser.add_argument("--json", type=Path, default=None, help="write every run's per-policy figures here")
+    parser.add_argument(
+        "--model-errors", action="store_true", help="only print the held-out models' errors and each trace's load"
+    )
+    parser.add_argument("--report", type=Path, nargs="+", help="only print markdown tables of earlier --json files")
+    parser.add_argument(
+        "--validate", action="store_true", help="only run the knob choice: extender weights and task mixes on the "
+        f"validation run ({VALIDATION_TRACE} at arrivals x{VALIDATION_SCALE:g}, seeds 0-2)"
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.report:
+        print_report([run for path in args.report for run in json.loads(path.read_text())])
+        return
     if not DATA.exists():
         sys.exit(f"Gavel data not found at {DATA}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for trace in split_traces(DATA / "traces_seed0_top3.csv", Path(tmp), args.arrival_scale):
-            command = [
-                sys.executable, "-m", "advisor.cli", "simulate",
-                "--cluster", str(CLUSTER), "--trace", str(trace),
-                "--throughputs", str(DATA / "simulation_throughputs.json"),
-                "--policies", "spread,binpack,advisor,oracle", "--mode", "jct", "--json",
-            ]  # fmt: skip
-            if args.plot is not None:
-                command += ["--plot", tmp]
-            print("$", shlex.join(command), flush=True)
-            done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
-            report = json.loads(done.stdout)
-            if args.plot is not None:
-                args.plot.mkdir(parents=True, exist_ok=True)
-                (Path(tmp) / "jct_cdf.png").replace(
-                    args.plot / f"gavel_{trace.stem}_x{args.arrival_scale:g}_jct_cdf.png"
-                )
-            policies = report["policies"]
-            spread, oracle = policies["spread"]["avg_jct_s"], policies["oracle"]["avg_jct_s"]
-            print(f"trace {trace.stem}: {report['trace']['entries']} jobs, arrivals x{args.arrival_scale:g}")
-            print(f"{'policy':<8} {'avg_jct_s':>11} {'p95_jct_s':>11} {'makespan_s':>12} {'avg_queue_s':>11} "
-                  f"{'gpu_util':>8} {'/spread':>7} {'/oracle':>7} {'seconds':>7}")  # fmt: skip
-            for name, r in policies.items():
-                print(
-                    f"{name:<8} {r['avg_jct_s']:>11.0f} {r['p95_jct_s']:>11.0f} {r['makespan_s']:>12.0f} "
-                    f"{r['avg_queue_s']:>11.0f} {r['gpu_utilization']:>8.3f} {r['avg_jct_s'] / spread:>7.3f} "
-                    f"{r['avg_jct_s'] / oracle:>7.3f} {r['seconds']:>7.1f}",
-                    flush=True,
-                )
+    if args.model_errors:
+        print_model_errors()
+        return
+    if args.validate:
+        validate()
+        return
+    runs: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        for scale in map(float, values(args.arrival_scales)):
+            for trace in split_traces(DATA / "traces_seed0_top3.csv", tmp, scale):
+                for seed in map(int, values(args.seeds)):
+                    policies = run_one(trace, scale, seed, args.plot, tmp)
+                    runs.append({"trace": trace.stem, "arrival_scale": scale, "seed": seed, "policies": policies})
+    print("\nsummary (avg JCT ratios; goal: advisor/spread <= 0.7 and advisor/oracle <= 1.15)")
+    print(f"{'trace':<14} {'scale':>5} {'seed':>4} {'adv/spread':>10} {'adv/oracle':>10} {'orc/spread':>10}  goals")
+    met = 0
+    for run in runs:
+        p = run["policies"]
+        assert isinstance(p, dict)
+        adv, spread, oracle = (p[k]["avg_jct_s"] for k in ("advisor", "spread", "oracle"))
+        both = adv / spread <= GOAL_VS_SPREAD and adv / oracle <= GOAL_VS_ORACLE
+        met += both
+        print(
+            f"{run['trace']!s:<14} {run['arrival_scale']:>5g} {run['seed']!s:>4} {adv / spread:>10.3f} "
+            f"{adv / oracle:>10.3f} {oracle / spread:>10.3f}  {'both met' if both else '-'}"
+        )
+    print(f"both goals met in {met} of {len(runs)} runs")
+    if args.json is not None:
+        args.json.write_text(json.dumps(runs, indent=1) + "\n")
 
 
 if __name__ == "__main__":

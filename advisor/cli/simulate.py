@@ -94,7 +94,7 @@ def simulate(
     throughputs: Annotated[
         Path | None, typer.Option(help="True throughputs: Gavel JSON, or colocations/throughputs CSV.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the pod sampling and the random policy.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the pod sampling, the random policy and placement ties.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write PNG plots into this directory.")] = None,
 ) -> None:
@@ -125,7 +125,7 @@ def simulate(
             believed, how = advisor_table(throughputs) if "advisor" in names else (None, "")
             if how:
                 report["advisor_predictors"] = how
-            jct = run_jct_mode(nodes, jobs, names, truth=truth, believed=believed, progress=progress)
+            jct = run_jct_mode(nodes, jobs, names, truth=truth, believed=believed, seed=seed, progress=progress)
             report["policies"] = {r.policy: r.to_json() for r in jct}
             table = _jct_table(jct)
     except (SimInputError, SimConfigError, ScoringInputError) as e:

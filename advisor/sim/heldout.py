@@ -91,3 +91,31 @@ def heldout_table(gavel_json: Path, *, reference_gpu: str = REFERENCE_GPU, num_t
                 norm[(str(r.gpu_model), str(r.workload_a), str(r.workload_b))] = float(na)
                 norm[(str(r.gpu_model), str(r.workload_b), str(r.workload_a))] = float(nb)
     return RateTable("advisor.models (held out)", isolated, norm)
+
+
+def prediction_errors(believed: RateTable, truth: RateTable) -> dict[str, float]:
+    """How far `believed` is from `truth`: per GPU model the mean absolute percentage error of the isolated speeds
+    (`mape_<model>`), the mean absolute error of the co-located normalised throughputs (`interference_mae`), and for
+    how many 1-GPU job types the fastest GPU model is predicted wrongly (`wrong_fastest_model`, of `job_types`)."""
+    out: dict[str, float] = {}
+    models = sorted({k[0] for k in truth.isolated})
+    for model in models:
+        keys = [k for k in truth.isolated if k[0] == model and k in believed.isolated]
+        if keys:
+            errors = [abs(believed.isolated[k] - truth.isolated[k]) / truth.isolated[k] for k in keys]
+            out[f"mape_{model}"] = float(np.mean(errors))
+    pairs = [k for k in truth.norm if k in believed.norm]
+    if pairs:
+        out["interference_mae"] = float(np.mean([abs(believed.norm[k] - truth.norm[k]) for k in pairs]))
+    types = sorted({k[1] for k in truth.isolated if k[2] == 1 and k[3]})
+    wrong = 0
+    counted = 0
+    for job_type in types:
+        true_speed = [truth.speed(m, job_type, 1, True) or 0.0 for m in models]
+        guess = [believed.speed(m, job_type, 1, True) or 0.0 for m in models]
+        if min(true_speed) > 0:
+            counted += 1
+            wrong += int(np.argmax(true_speed) != np.argmax(guess))
+    out["wrong_fastest_model"] = float(wrong)
+    out["job_types"] = float(counted)
+    return out

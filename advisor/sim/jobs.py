@@ -23,16 +23,19 @@ from typing import Protocol
 
 import numpy as np
 
-from advisor.fragmentation import IntArray
+from advisor.fragmentation import IntArray, TaskMix
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import PodRequest, Resident, ScoringConfig, extender_scores, score_nodes
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job
-from advisor.sim.packing import DEFAULT_EXTENDER_WEIGHT
 from advisor.sim.rates import Assignment, RateTable, crosses_nvlink_groups, predictors_for, true_rate, with_job
 
 SHARE_MILLI = GPU_MILLI // 2
+JCT_EXTENDER_WEIGHT = 2.0
+"""kube-scheduler's weight of the advisor extender in JCT runs (an integer, as the scheduler's configuration needs),
+chosen on the validation run only: Gavel trace msr_vc_6c71a0 at half its arrival rate, seeds 0-2
+(`bench/sim_gavel.py --validate`; docs/evaluation.md, experiment 2, gives the figures)."""
 # What telemetry would show of a training job on its GPU; read only by the heuristic interference fallback.
 _RESIDENT_SM_RATIO = 0.9
 _RESIDENT_BANDWIDTH_RATIO = 0.5
@@ -113,11 +116,25 @@ def _used_ratio_after(state: JobState, nodes: IntArray, milli: int) -> np.ndarra
     return used
 
 
-class KubeJobPolicy:
-    """LeastAllocated (`spread`) or MostAllocated (`binpack`) over GPU shares; least- or most-used GPU in the node."""
+def best_index(values: np.ndarray, rng: np.random.Generator | None) -> int:
+    """The position of the largest of `values`, a tie broken uniformly at random as kube-scheduler's `selectHost`
+    does (the first one when `rng` is None). Without the random draw a tie always goes to the node listed first, and
+    on a cluster file listed K80 first that makes spread look slower than kube-scheduler is."""
+    top = np.flatnonzero(values >= np.max(values))
+    if rng is None or len(top) == 1:
+        return int(top[0])
+    return int(top[int(rng.integers(len(top)))])
 
-    def __init__(self, *, most: bool) -> None:
+
+class KubeJobPolicy:
+    """LeastAllocated (`spread`) or MostAllocated (`binpack`) over GPU shares; least- or most-used GPU in the node.
+
+    Nodes with equal scores are chosen among at random (seeded), as kube-scheduler does.
+    """
+
+    def __init__(self, *, most: bool, seed: int | None = 0) -> None:
         self._most = most
+        self._rng = None if seed is None else np.random.default_rng(seed)
         self.name = "binpack" if most else "spread"
 
     def choose(
@@ -129,7 +146,7 @@ class KubeJobPolicy:
                 return None
             nodes = np.array(sorted({n for n, _ in slots}), dtype=np.int64)
             used = _used_ratio_after(state, nodes, SHARE_MILLI)
-            node = int(nodes[np.argmax(used) if self._most else np.argmin(used)])
+            node = int(nodes[best_index(used if self._most else -used, self._rng)])
             on_node = [g for n, g in slots if n == node]
             alloc = [int(state.allocated[node, g]) for g in on_node]
             pick = on_node[int(np.argmax(alloc) if self._most else np.argmin(alloc))]
@@ -138,7 +155,7 @@ class KubeJobPolicy:
         if len(nodes) == 0:
             return None
         used = _used_ratio_after(state, nodes, gpus * GPU_MILLI)
-        node = int(nodes[np.argmax(used) if self._most else np.argmin(used)])
+        node = int(nodes[best_index(used if self._most else -used, self._rng)])
         free = np.flatnonzero(state.allocated[node] == 0)[:gpus]
         return node, tuple(int(x) for x in free)
 
@@ -147,6 +164,7 @@ class ExtenderJobPolicy:
     """kube-scheduler's LeastAllocated + `extender_weight` × 10 × the advisor extender's 0..10 score.
 
     `table` is what the scorer believes about speeds and sharing: predictions (`advisor`) or the truth (`oracle`).
+    Equal totals are broken at random (seeded), as kube-scheduler does.
     """
 
     def __init__(
@@ -157,9 +175,11 @@ class ExtenderJobPolicy:
         config: ScoringConfig,
         *,
         base: Predictors | None = None,
-        extender_weight: float = DEFAULT_EXTENDER_WEIGHT,
+        extender_weight: float = JCT_EXTENDER_WEIGHT,
+        seed: int | None = 0,
     ) -> None:
         self.name = name
+        self._rng = None if seed is None else np.random.default_rng(seed)
         self._table = table
         self._config = config
         self._bundle = predictors_for(table, base or Predictors.heuristic())
@@ -209,8 +229,9 @@ class ExtenderJobPolicy:
         scores = score_nodes(request, states, config=self._config, predictors=with_job(self._bundle, self._table, job))
         extender = np.array(extender_scores(scores), dtype=np.float64)
         extender[[not s.feasible for s in scores]] = -np.inf
-        kube = np.floor(100.0 * (1.0 - _used_ratio_after(state, candidates, (1 if share else gpus) * GPU_MILLI)))
-        best = int(np.argmax(kube + self._weight * 10.0 * extender[inverse]))
+        milli = SHARE_MILLI if share else gpus * GPU_MILLI
+        kube = np.floor(100.0 * (1.0 - _used_ratio_after(state, candidates, milli)))
+        best = best_index(kube + self._weight * 10.0 * extender[inverse], self._rng)
         chosen = scores[int(inverse[best])]
         if not chosen.feasible:
             return None
@@ -323,6 +344,25 @@ class _Engine:
         for run in self.running.values():
             run.remaining -= run.rate * dt
             self.gpu_milli_seconds += run.milli * sum(len(g) for _, g in run.parts) * dt
+
+
+def job_task_mix(jobs: Sequence[Job], per_node: int, sharing: bool) -> TaskMix:
+    """The requests a JCT run makes, as `ScoringConfig.task_mix` (what the packing component keeps room for): a 1-GPU
+    job asks half a GPU when jobs share, a job larger than a node one request per gang member."""
+    counts: dict[tuple[int, int], int] = {}
+    for job in jobs:
+        if sharing and job.num_gpus == 1:
+            shapes = [(1, SHARE_MILLI)]
+        elif job.num_gpus <= per_node:
+            shapes = [(job.num_gpus, GPU_MILLI)]
+        else:
+            shapes = [(size, GPU_MILLI) for size in _gang_sizes(job.num_gpus, per_node)]
+        for shape in shapes:
+            counts[shape] = counts.get(shape, 0) + 1
+    total = sum(counts.values())
+    if total == 0:
+        raise ValueError("the trace has no job")
+    return tuple((k, m, n / total) for (k, m), n in sorted(counts.items()))
 
 
 def _gang_sizes(gpus: int, per_node: int) -> list[int]:

@@ -14,7 +14,7 @@ from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
 from advisor.sim.fragmentation import task_mix_of
-from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, run_jct
+from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
     FRAGMENTATION_EXTENDER_WEIGHT,
@@ -97,16 +97,22 @@ def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> N
 
 
 def jct_policy(
-    name: str, cluster: Cluster, truth: RateTable | None, believed: RateTable | None, config: ScoringConfig
+    name: str,
+    cluster: Cluster,
+    truth: RateTable | None,
+    believed: RateTable | None,
+    config: ScoringConfig,
+    *,
+    seed: int = 0,
 ) -> JobPolicy:
     if name in ("spread", "binpack"):
-        return KubeJobPolicy(most=name == "binpack")
+        return KubeJobPolicy(most=name == "binpack", seed=seed)
     if name == "advisor":
-        return ExtenderJobPolicy("advisor", cluster, believed, config, base=Predictors.heuristic())
+        return ExtenderJobPolicy("advisor", cluster, believed, config, base=Predictors.heuristic(), seed=seed)
     if name == "oracle":
         if truth is None:
             raise SimConfigError("the oracle policy needs --throughputs (the true throughputs)")
-        return ExtenderJobPolicy("oracle", cluster, truth, config, base=Predictors.heuristic())
+        return ExtenderJobPolicy("oracle", cluster, truth, config, base=Predictors.heuristic(), seed=seed)
     raise SimConfigError(f"unknown jct policy {name!r}")
 
 
@@ -118,12 +124,19 @@ def run_jct_mode(
     truth: RateTable | None,
     believed: RateTable | None,
     config: ScoringConfig | None = None,
+    seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> list[JctResult]:
+    """Every policy on the same jobs; `seed` breaks placement ties (kube-scheduler picks among equal nodes at
+    random). The scorer's packing component keeps room for the trace's own requests unless `config` says otherwise."""
     if truth is not None:
         check_coverage(cluster, jobs, truth)
-    config = config or ScoringConfig()
-    built = [jct_policy(name, cluster, truth, believed, config) for name in policies]
+    if config is None:
+        runnable = [j for j in jobs if j.num_gpus <= cluster.total_gpus]
+        sharing = truth is not None and bool(truth.norm)
+        mix = job_task_mix(runnable, cluster.max_gpus_per_node, sharing) if runnable else None
+        config = ScoringConfig(task_mix=mix) if mix is not None else ScoringConfig()
+    built = [jct_policy(name, cluster, truth, believed, config, seed=seed) for name in policies]
     results = []
     for policy in built:
         if progress:

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from advisor.scoring import ScoringConfig
-from advisor.sim.jobs import ExtenderJobPolicy, KubeJobPolicy, run_jct
+from advisor.sim.heldout import prediction_errors
+from advisor.sim.jobs import ExtenderJobPolicy, JobState, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.loaders import load_throughputs
-from advisor.sim.model import Cluster, Job, SimNode
-from advisor.sim.rates import CROSS_NVLINK_GROUP_RATIO, truth_table
+from advisor.sim.model import GPU_MILLI, Cluster, Job, SimNode
+from advisor.sim.rates import CROSS_NVLINK_GROUP_RATIO, RateTable, truth_table
 from tests.advisor.sim.conftest import write
 
 SPREAD = KubeJobPolicy(most=False)
@@ -80,7 +81,30 @@ def test_heterogeneity_aware_oracle_puts_the_job_on_the_fast_gpu(gavel_json: Pat
     jobs = [Job("ja", "A (batch size 32)", 0.0, 1, 100.0)]
     oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig())
     assert run_jct(cluster, jobs, oracle, truth).avg_jct_s == pytest.approx(10.0)
-    assert run_jct(cluster, jobs, SPREAD, truth).avg_jct_s == pytest.approx(50.0)  # first of two equal nodes: K80
+    first = KubeJobPolicy(most=False, seed=None)  # ties to the first node listed: K80
+    assert run_jct(cluster, jobs, first, truth).avg_jct_s == pytest.approx(50.0)
+
+
+def test_spread_breaks_ties_between_equal_nodes_at_random_like_kube(gavel_json: Path) -> None:
+    truth = truth_table(load_throughputs(gavel_json))
+    cluster = Cluster((SimNode("slow", "K80", 1), SimNode("fast", "V100", 1)))
+    jobs = [Job("ja", "A (batch size 32)", 0.0, 1, 100.0)]
+    outcomes = {run_jct(cluster, jobs, KubeJobPolicy(most=False, seed=s), truth).avg_jct_s for s in range(20)}
+    assert sorted(outcomes) == pytest.approx([10.0, 50.0])  # sometimes the V100, sometimes the K80
+    again = {run_jct(cluster, jobs, KubeJobPolicy(most=False, seed=3), truth).avg_jct_s for _ in range(3)}
+    assert len(again) == 1  # a seed fixes the draws
+
+
+def test_the_advisors_kube_term_counts_a_share_as_half_a_gpu(gavel_json: Path) -> None:
+    truth = truth_table(load_throughputs(gavel_json))
+    cluster = Cluster((SimNode("one", "K80", 1), SimNode("two", "K80", 2)))
+    job = Job("ja", "A (batch size 32)", 0.0, 1, 100.0)
+    for seed in range(10):
+        state = JobState(cluster, truth)
+        state.assign(Job("whole", "B (batch size 64)", 0.0, 2, 1.0), 1, (0,), GPU_MILLI, None)
+        # LeastAllocated after half a GPU: "one" 50 % free, "two" 25 % free; counting a whole GPU made them tie at 0.
+        advisor = ExtenderJobPolicy("advisor", cluster, truth, ScoringConfig(), extender_weight=0.0, seed=seed)
+        assert advisor.choose(job, 1, True, None, state) == (0, (0,))
 
 
 def test_topology_aware_advisor_keeps_a_4_gpu_job_inside_one_nvlink_group() -> None:
@@ -113,3 +137,30 @@ def test_a_job_needing_both_nvlink_groups_is_not_slowed() -> None:
     r = run_jct(cluster, [Job("eight", "x", 0.0, 8, 100.0)], SPREAD, None)
     assert r.jct_s == pytest.approx([100.0])
     assert r.cross_nvlink_group_jobs == 0
+
+
+def test_the_task_mix_of_a_jct_run_counts_half_gpus_and_gang_members() -> None:
+    jobs = [
+        Job("a", "x", 0.0, 1, 1.0),
+        Job("b", "x", 0.0, 1, 1.0),
+        Job("c", "x", 0.0, 2, 1.0),
+        Job("d", "x", 0.0, 6, 1.0),
+    ]
+    # d runs as a gang of a 4-GPU and a 2-GPU member: 5 requests in all.
+    assert job_task_mix(jobs, 4, sharing=True) == ((1, 500, 0.4), (2, 1000, 0.4), (4, 1000, 0.2))
+    assert job_task_mix(jobs, 4, sharing=False) == ((1, 1000, 0.4), (2, 1000, 0.4), (4, 1000, 0.2))
+
+
+def test_prediction_errors_are_zero_for_the_truth_and_count_a_wrong_fastest_gpu(gavel_json: Path) -> None:
+    truth = truth_table(load_throughputs(gavel_json))
+    exact = prediction_errors(truth, truth)
+    assert exact["mape_k80"] == 0.0
+    assert exact["mape_v100"] == 0.0
+    assert exact["interference_mae"] == 0.0
+    assert (exact["wrong_fastest_model"], exact["job_types"]) == (0.0, 2.0)
+    # Believing job A is as fast on the K80 as on the V100 (2 steps/s) gets A's fastest GPU wrong (argmax: K80).
+    isolated = dict(truth.isolated)
+    isolated[("v100", "A (batch size 32)", 1, True)] = 2.0
+    wrong = prediction_errors(RateTable("guess", isolated, dict(truth.norm)), truth)
+    assert wrong["mape_v100"] == pytest.approx((8.0 / 10.0) / 2)
+    assert wrong["wrong_fastest_model"] == 1.0
