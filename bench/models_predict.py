@@ -2,11 +2,13 @@
 
 Trains the reference models from the bundled Gavel data (as `gpuadvisor up` does), then times single-threaded
 batch predictions (trees evaluated by `advisor.models._forest`, as the service does): interference for 500
-(resident, candidate) pairs given column-wise and as `SoloProfile` objects, throughput for 500 (workload, GPU model,
-count, batch) rows in three mixes (all on GPU types Gavel never measured; Gavel's rows at twice their batch size;
-Gavel's measured configurations themselves; in the last two every 100th row is on a GPU type never measured, which
-takes the cross-GPU estimate), JCT quantiles for 500 jobs. Prints the median and p95 wall time over the repetitions
-and the median CPU time of the calling thread, in milliseconds.
+(resident, candidate) pairs of Gavel's measured workloads given column-wise and as `SoloProfile` objects, and
+column-wise with both solo throughputs scaled ×1.37 (workloads near measured ones: both boosters behind the
+familiarity gate run) and ×40 (far from all: the general booster and the sharing classes); throughput for 500
+(workload, GPU model, count, batch) rows in three mixes (all on GPU types Gavel never measured; Gavel's rows at
+twice their batch size; Gavel's measured configurations themselves; in the last two every 100th row is on a GPU type
+never measured, which takes the cross-GPU estimate); JCT quantiles for 500 jobs. Prints the median and p95 wall
+time over the repetitions and the median CPU time of the calling thread, in milliseconds.
 
     .venv/bin/python bench/models_predict.py [--rows 500] [--reps 200]
 """
@@ -18,6 +20,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +71,8 @@ def main() -> None:
     pairs = gavel.colocations.iloc[rng.integers(0, len(gavel.colocations), args.rows)].reset_index(drop=True)
     a, b = side_columns_from_frame(pairs, "a"), side_columns_from_frame(pairs, "b")
     gpus = pairs["gpu_model"].tolist()
+    near_a, near_b = (replace(side, solo_throughput=1.37 * side.solo_throughput) for side in (a, b))
+    far_a, far_b = (replace(side, solo_throughput=40.0 * side.solo_throughput) for side in (a, b))
     profiles = [
         (
             SoloProfile(r.workload_a, r.solo_throughput_a, int(r.batch_size_a)),
@@ -86,8 +91,13 @@ def main() -> None:
     jobs = jobs.iloc[rng.integers(0, len(jobs), args.rows)].reset_index(drop=True)
     job_query = job_query_from_frame(jobs)
     cases: list[tuple[str, Callable[[], object]]] = [
-        ("interference, columns (predict_columns)", lambda: interference.predict_columns(a, b, gpus)),
-        ("interference, SoloProfile pairs (predict_pairs)", lambda: interference.predict_pairs(profiles, gpus)),
+        ("interference, measured (predict_columns)", lambda: interference.predict_columns(a, b, gpus)),
+        (
+            "interference, near measured x1.37 (predict_columns)",
+            lambda: interference.predict_columns(near_a, near_b, gpus),
+        ),
+        ("interference, far x40 (predict_columns)", lambda: interference.predict_columns(far_a, far_b, gpus)),
+        ("interference, measured, SoloProfile (predict_pairs)", lambda: interference.predict_pairs(profiles, gpus)),
         (
             "throughput, unseen GPU types (predict)",
             lambda: throughput.predict(thr_workloads, thr_gpus, thr_count, thr_batch),
@@ -105,7 +115,7 @@ def main() -> None:
     print(f"{args.rows} rows per call, {args.reps} calls, one thread")
     for name, fn in cases:
         median, p95, cpu = timed(fn, args.reps)
-        print(f"  {name:<50} median {median:6.2f} ms   p95 {p95:6.2f} ms   CPU median {cpu:6.2f} ms")
+        print(f"  {name:<52} median {median:6.2f} ms   p95 {p95:6.2f} ms   CPU median {cpu:6.2f} ms")
 
 
 if __name__ == "__main__":

@@ -225,21 +225,32 @@ class Profiles:
         ok = np.isfinite(points).all(axis=1)
         return cls.of({str(g): np.unique(points[ok & (names == g)], axis=0) for g in sorted(set(gpus))})
 
+    def code_of(self, gpu_model: str) -> int:
+        """The row of `log_thr`/`log_batch` for a GPU model in any spelling (the last row when it has none)."""
+        return self.codes.get(normalize_gpu_model(gpu_model), len(self.codes))
+
     def pair_distances(self, a: SideColumns, b: SideColumns, gpus: Sequence[str]) -> FloatArray:
         """Per pair, the L1 distances of both sides' profiles to the nearest training profile on the pair's GPU
         model, summed (inf when either side has no profile or no workload was seen on that GPU model)."""
-        n = len(a)
-        missing = len(self.codes)
-        of_name = {g: self.codes.get(normalize_gpu_model(g), missing) for g in dict.fromkeys(gpus)}
-        code = np.fromiter(map(of_name.__getitem__, gpus), np.int64, n)
-        nearest = []
-        for side in (a, b):
-            points = _profile_points(side)
-            gap = np.abs(points[:, 0:1] - self.log_thr[code]) + np.abs(points[:, 1:2] - self.log_batch[code])
-            nearest.append(gap.min(axis=1))
-        total = nearest[0] + nearest[1]
-        result: FloatArray = np.where(np.isnan(total), np.inf, total)
+        of_name = {g: self.code_of(g) for g in dict.fromkeys(gpus)}
+        code = np.fromiter(map(of_name.__getitem__, gpus), np.int64, len(a))
+        return summed_distances(self.nearest(a, code), self.nearest(b, code))
+
+    def nearest(self, side: SideColumns, code: npt.NDArray[np.int64]) -> FloatArray:
+        """Per row, the L1 distance of `side`'s profile to the nearest profile in row `code` (`code_of`) of the
+        tables (inf when none, NaN when the side has no profile)."""
+        points = _profile_points(side)
+        gap = np.abs(points[:, 0:1] - self.log_thr[code])
+        gap += np.abs(points[:, 1:2] - self.log_batch[code])
+        result: FloatArray = gap.min(axis=1)
         return result
+
+
+def summed_distances(this: FloatArray, other: FloatArray) -> FloatArray:
+    """The gate's distance of a pair from its sides' `Profiles.nearest` distances (inf where either is NaN)."""
+    total = this + other
+    result: FloatArray = np.where(np.isnan(total), np.inf, total)
+    return result
 
 
 def familiarity_weights(distance: FloatArray, scale: float) -> FloatArray:
@@ -357,38 +368,55 @@ class InterferenceModel(BoostedEstimator):
         return best[1], best[2], {"held_out_folds": len(held_out), "held_out_rows": len(truth), "mae": best[0]}
 
     def predict_columns(self, a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> FloatArray:
-        """(n, 2) array of (norm_a, norm_b) for n pairs given column-wise (the fast path)."""
+        """(n, 2) array of (norm_a, norm_b) for n pairs given column-wise (the fast path).
+
+        Each distinct (this side, other side, GPU model) row is predicted once and copied to its repeats: the
+        scorer's batches ask about one pod next to the same residents on many nodes, and a pair and its swap share
+        their two rows. Values are compared bit for bit, so a row is computed exactly as it would be alone.
+        """
         n = len(a)
         if n == 0:
             return np.empty((0, 2), dtype=np.float64)
-        features = np.vstack([interference_features(a, b, gpu_models), interference_features(b, a, gpu_models)])
-        if self.general_booster_ is not None:
-            weight = familiarity_weights(self.profiles_.pair_distances(a, b, gpu_models), self.familiarity_scale_)
-            if weight.min() < 1.0:
-                return self._blend(self.general_booster_, features, np.tile(weight, 2), a, b)
-        raw = np.clip(_lgbm.predict(self.booster_, features), NORM_MIN, NORM_MAX)
-        return np.column_stack([raw[:n], raw[n:]])
+        rows = _directed_rows(a, b, gpu_models)
+        values = self._predict_directed(rows)
+        out = values[rows.inverse]
+        return np.column_stack([out[:n], out[n:]])
 
-    def _blend(
-        self, general: lgb.Booster, features: FloatArray, weight: FloatArray, a: SideColumns, b: SideColumns
-    ) -> FloatArray:
-        """Gate-weighted specific and general predictions of stacked rows (both orders), each part evaluated only on
-        the rows that give it some weight: a batch of new workloads costs the small general booster and a lookup."""
-        n = len(a)
-        out = np.zeros(2 * n)
+    def _predict_directed(self, rows: _DirectedRows) -> FloatArray:
+        """Each row's normalised throughput: gate-weighted specific and general predictions, each part evaluated
+        only on the rows that give it some weight (a batch of new workloads costs the small general booster and a
+        lookup, one of measured workloads the specific booster alone)."""
+        features = interference_features(rows.this, rows.other, rows.gpu_models)
+        out = np.zeros(len(rows))
+        if self.general_booster_ is None:
+            weight = np.ones(len(rows))
+        else:
+            codes = np.array([self.profiles_.code_of(g) for g in rows.gpu_names], dtype=np.int64)
+            # Every row's swap is a row too: the other side's distance is the swapped row's own.
+            nearest = self.profiles_.nearest(rows.this, codes[rows.gpu])
+            distance = summed_distances(nearest, nearest[rows.swap])
+            weight = familiarity_weights(distance, self.familiarity_scale_)
         specific = np.flatnonzero(weight > 0)
         if len(specific):
-            predicted = np.clip(_lgbm.predict(self.booster_, features[specific]), NORM_MIN, NORM_MAX)
+            inputs = features if len(specific) == len(rows) else features[specific]
+            predicted = np.clip(_lgbm.predict(self.booster_, inputs), NORM_MIN, NORM_MAX)
             out[specific] = weight[specific] * predicted
         unfamiliar = np.flatnonzero(weight < 1)
-        fallback = self.blend_weight_ * np.clip(
-            _lgbm.predict(general, general_features(features[unfamiliar])), NORM_MIN, NORM_MAX
-        ) + (1.0 - self.blend_weight_) * self.classes_.predict_sides(
-            _take(a, b, unfamiliar, n), _take(b, a, unfamiliar, n)
-        )
-        out[unfamiliar] += (1.0 - weight[unfamiliar]) * fallback
-        out = np.clip(out, NORM_MIN, NORM_MAX)
-        return np.column_stack([out[:n], out[n:]])
+        if len(unfamiliar) and self.general_booster_ is not None:
+            inputs = features if len(unfamiliar) == len(rows) else features[unfamiliar]
+            # β·general + (1 − β)·classes; a part with no weight is skipped (adding its 0 changes nothing).
+            blend = self.blend_weight_
+            fallback = np.zeros(len(unfamiliar))
+            if blend > 0:
+                general = _lgbm.predict(self.general_booster_, general_features(inputs))
+                fallback = blend * np.clip(general, NORM_MIN, NORM_MAX)
+            if blend < 1:
+                this, other = _rows_of(rows.this, unfamiliar), _rows_of(rows.other, unfamiliar)
+                classes = (1.0 - blend) * self.classes_.predict_sides(this, other)
+                fallback = classes if blend <= 0 else fallback + classes
+            out[unfamiliar] += (1.0 - weight[unfamiliar]) * fallback
+        result: FloatArray = np.clip(out, NORM_MIN, NORM_MAX)
+        return result
 
     def predict_pairs(
         self, pairs: Sequence[tuple[SoloProfile, SoloProfile]], gpu_models: Sequence[str] | str
@@ -487,10 +515,79 @@ def _frame_sides(frame: pd.DataFrame) -> tuple[SideColumns, SideColumns, list[st
     return side_columns_from_frame(frame, "a"), side_columns_from_frame(frame, "b"), gpu_names(frame)
 
 
-def _take(first: SideColumns, second: SideColumns, rows: np.ndarray[Any, Any], n: int) -> SideColumns:
-    """Rows of the stacked sides (`first` then `second`, n each) as one `SideColumns`."""
-    names = ("solo_throughput", "batch_size", "sm_util", "mem_bw_util", "mem_bytes", "amp")
-    return SideColumns(*(np.concatenate([getattr(first, c), getattr(second, c)])[rows] for c in names))
+_SIDE_COLUMNS = ("solo_throughput", "batch_size", "sm_util", "mem_bw_util", "mem_bytes", "amp")
+
+
+def _rows_of(side: SideColumns, rows: npt.NDArray[np.int64]) -> SideColumns:
+    return SideColumns(*(getattr(side, c)[rows] for c in _SIDE_COLUMNS))
+
+
+@dataclass(frozen=True)
+class _DirectedRows:
+    """The distinct rows (this side, other side, GPU model) of a batch of n pairs stacked in both orders —
+    (a, b) then (b, a) — with, for each of the 2n stacked rows, the index of its distinct row (`inverse`) and, for
+    each distinct row, the index of its swap (`swap`: the row with the sides exchanged).
+
+    `gpu` indexes `gpu_names`, the batch's distinct GPU model names.
+    """
+
+    this: SideColumns
+    other: SideColumns
+    gpu: npt.NDArray[np.int64]
+    gpu_names: list[str]
+    inverse: npt.NDArray[np.int64]
+    swap: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return len(self.gpu)
+
+    @property
+    def gpu_models(self) -> list[str]:
+        """The GPU model name of each row."""
+        return list(map(self.gpu_names.__getitem__, self.gpu.tolist()))
+
+
+_WIDTH = len(_SIDE_COLUMNS)
+# Odd 64-bit multipliers of `_row_hashes`, one per column of `_directed_rows`' table.
+_HASH_MULTIPLIERS = 2 * np.random.default_rng(20261121).integers(1, 1 << 62, 2 * _WIDTH + 1, dtype=np.uint64) + 1
+
+
+def _row_hashes(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """A 64-bit hash of each column of `bits` (columns × rows → rows); rows with equal hashes are compared in full."""
+    hashes: npt.NDArray[np.uint64] = _HASH_MULTIPLIERS.dot(bits)
+    return hashes
+
+
+def _directed_rows(a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> _DirectedRows:
+    """`_DirectedRows` of the pairs (a[i], b[i]) on `gpu_models[i]`; rows are equal when all their bits are.
+
+    Rows are grouped by a hash of their bits and each group is checked bit for bit; should two different rows ever
+    share a hash, no row is merged.
+    """
+    n = len(a)
+    distinct = {g: i for i, g in enumerate(dict.fromkeys(gpu_models))}
+    sides = [np.vstack([getattr(side, c) for c in _SIDE_COLUMNS]) for side in (a, b)]
+    table = np.empty((2 * _WIDTH + 1, 2 * n), dtype=np.float64)  # columns × stacked rows
+    table[:_WIDTH, :n], table[:_WIDTH, n:] = sides
+    table[_WIDTH:-1, :n], table[_WIDTH:-1, n:] = sides[1], sides[0]
+    table[-1, :n] = np.fromiter(map(distinct.__getitem__, gpu_models), np.int64, n)
+    table[-1, n:] = table[-1, :n]
+    bits = table.view(np.uint64)
+    _, first, inverse = np.unique(_row_hashes(bits), return_index=True, return_inverse=True)
+    if np.array_equal(bits[:, first[inverse]], bits):
+        table = table[:, first]
+    else:
+        inverse = np.arange(2 * n)
+    swap = np.empty(table.shape[1], dtype=np.int64)
+    swap[inverse[:n]], swap[inverse[n:]] = inverse[n:], inverse[:n]
+    return _DirectedRows(
+        SideColumns(*table[:_WIDTH]),
+        SideColumns(*table[_WIDTH : 2 * _WIDTH]),
+        table[-1].astype(np.int64),
+        list(distinct),
+        inverse,
+        swap,
+    )
 
 
 def _predict_parts(fitted: _Fitted, a: SideColumns, b: SideColumns, gpus: Sequence[str]) -> _Parts:
