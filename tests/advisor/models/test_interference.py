@@ -6,52 +6,41 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
-from advisor.datasets import GavelData
 from advisor.features import SoloProfile
 from advisor.models.artifact import load_artifact, save_artifact
 from advisor.models.interference import NORM_MAX, NORM_MIN, InterferenceModel
 from advisor.models.training import evaluate, splits
-
-FAST = {"num_boost_round": 120, "num_threads": 1}
-
-
-@pytest.fixture(scope="module")
-def v100_pairs(gavel: GavelData) -> pd.DataFrame:
-    return gavel.colocations[gavel.colocations["gpu_model"] == "v100"].reset_index(drop=True)
+from tests.advisor.models.conftest import FAST
 
 
-@pytest.fixture(scope="module")
-def model(v100_pairs: pd.DataFrame) -> InterferenceModel:
-    return InterferenceModel(**FAST).fit(v100_pairs)
-
-
-def test_swapping_the_pair_swaps_the_prediction(model: InterferenceModel) -> None:
+def test_swapping_the_pair_swaps_the_prediction(v100_interference: InterferenceModel) -> None:
     a = SoloProfile("resnet", solo_throughput=800.0, batch_size=64, sm_util_ratio=0.9)
     b = SoloProfile("lstm", solo_throughput=300.0, batch_size=20)
-    ab = model.predict_pairs([(a, b)], "Tesla V100-SXM2-16GB")
-    ba = model.predict_pairs([(b, a)], "v100")
+    ab = v100_interference.predict_pairs([(a, b)], "Tesla V100-SXM2-16GB")
+    ba = v100_interference.predict_pairs([(b, a)], "v100")
     assert ab[0, 0] == ba[0, 1]
     assert ab[0, 1] == ba[0, 0]
 
 
-def test_predictions_stay_in_the_sane_range(model: InterferenceModel) -> None:
+def test_predictions_stay_in_the_sane_range(v100_interference: InterferenceModel) -> None:
     extreme = [
         (SoloProfile("x", 1e-6, 1), SoloProfile("y", 1e9, 1 << 20)),
         (SoloProfile("x", 1e9, 1), SoloProfile("y", 0.0, 0)),
     ]
-    out = model.predict_pairs(extreme, ["NVIDIA H100 80GB HBM3", "some unknown gpu"])
+    out = v100_interference.predict_pairs(extreme, ["NVIDIA H100 80GB HBM3", "some unknown gpu"])
     assert out.shape == (2, 2)
     assert (out >= NORM_MIN).all()
     assert (out <= NORM_MAX).all()
 
 
-def test_a_saved_model_predicts_the_same(model: InterferenceModel, v100_pairs: pd.DataFrame, tmp_path: Path) -> None:
-    save_artifact(model.to_artifact(), tmp_path / "m")
+def test_a_saved_model_predicts_the_same(
+    v100_interference: InterferenceModel, v100_pairs: pd.DataFrame, tmp_path: Path
+) -> None:
+    save_artifact(v100_interference.to_artifact(), tmp_path / "m")
     assert not list((tmp_path / "m").glob("*.pkl"))
     loaded = InterferenceModel.from_artifact(load_artifact(tmp_path / "m", kind="interference"))
-    np.testing.assert_array_equal(loaded.predict_frame(v100_pairs), model.predict_frame(v100_pairs))
+    np.testing.assert_array_equal(loaded.predict_frame(v100_pairs), v100_interference.predict_frame(v100_pairs))
 
 
 def test_pair_split_keeps_both_orders_of_a_pair_together(v100_pairs: pd.DataFrame) -> None:

@@ -8,30 +8,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from advisor.datasets import GavelData, side_columns_from_frame
+from advisor.datasets import side_columns_from_frame
 from advisor.features import SideColumns
 from advisor.models import interference
 from advisor.models.interference import InterferenceModel, familiarity_weights, gpu_names
 
-FAST = {"num_boost_round": 120, "num_threads": 1}
 COLUMNS = ("solo_throughput", "batch_size", "sm_util", "mem_bw_util", "mem_bytes", "amp")
 Batch = tuple[SideColumns, SideColumns, list[str]]
 
 
 @pytest.fixture(scope="module")
-def v100_pairs(gavel: GavelData) -> pd.DataFrame:
-    return gavel.colocations[gavel.colocations["gpu_model"] == "v100"].reset_index(drop=True)
-
-
-@pytest.fixture(scope="module")
-def fitted(v100_pairs: pd.DataFrame) -> InterferenceModel:
-    return InterferenceModel(**FAST).fit(v100_pairs)
-
-
-@pytest.fixture(scope="module")
-def loaded(fitted: InterferenceModel) -> InterferenceModel:
+def loaded(v100_interference: InterferenceModel) -> InterferenceModel:
     """As the service has it: boosters read back from text and compiled (`advisor.models._forest`)."""
-    return InterferenceModel.from_artifact(fitted.to_artifact())
+    return InterferenceModel.from_artifact(v100_interference.to_artifact())
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +70,10 @@ def _alone(model: InterferenceModel, batch: Batch) -> np.ndarray:
     )
 
 
-def test_the_batch_takes_every_branch_of_the_gate(fitted: InterferenceModel, batch: Batch) -> None:
-    weight = familiarity_weights(fitted.profiles_.pair_distances(*batch), fitted.familiarity_scale_)
+def test_the_batch_takes_every_branch_of_the_gate(v100_interference: InterferenceModel, batch: Batch) -> None:
+    weight = familiarity_weights(
+        v100_interference.profiles_.pair_distances(*batch), v100_interference.familiarity_scale_
+    )
     assert (weight == 1).any()
     assert ((weight > 0) & (weight < 1)).any()
     assert (weight == 0).any()
@@ -90,9 +81,9 @@ def test_the_batch_takes_every_branch_of_the_gate(fitted: InterferenceModel, bat
 
 @pytest.mark.parametrize("which", ["fitted", "loaded"])
 def test_a_batch_with_repeats_predicts_each_pair_as_alone(
-    which: str, fitted: InterferenceModel, loaded: InterferenceModel, batch: Batch
+    which: str, v100_interference: InterferenceModel, loaded: InterferenceModel, batch: Batch
 ) -> None:
-    model = fitted if which == "fitted" else loaded
+    model = v100_interference if which == "fitted" else loaded
     together = model.predict_columns(*batch)
     np.testing.assert_array_equal(together, _alone(model, batch))
     a, b, gpus = batch

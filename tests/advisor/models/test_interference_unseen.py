@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from advisor.datasets import GavelData, side_columns_from_frame
 from advisor.features import FloatArray, SoloProfile, interference_features, side_columns
@@ -23,8 +22,8 @@ from advisor.models.interference import (
     gpu_names,
 )
 from advisor.models.training import evaluate
+from tests.advisor.models.conftest import FAST
 
-FAST = {"num_boost_round": 120, "num_threads": 1}
 # Nothing like these was measured by Gavel: throughputs far from every Gavel job type on the V100.
 NEW_PAIRS = [
     (
@@ -35,53 +34,51 @@ NEW_PAIRS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def v100_pairs(gavel: GavelData) -> pd.DataFrame:
-    return gavel.colocations[gavel.colocations["gpu_model"] == "v100"].reset_index(drop=True)
+def test_the_blend_is_chosen_from_the_grid_on_the_training_data(v100_interference: InterferenceModel) -> None:
+    assert v100_interference.blend_weight_ in BLEND_GRID
+    assert v100_interference.familiarity_scale_ in FAMILIARITY_SCALE_GRID
+    assert v100_interference.check_["held_out_folds"] > 0
 
 
-@pytest.fixture(scope="module")
-def model(v100_pairs: pd.DataFrame) -> InterferenceModel:
-    return InterferenceModel(**FAST).fit(v100_pairs)
-
-
-def test_the_blend_is_chosen_from_the_grid_on_the_training_data(model: InterferenceModel) -> None:
-    assert model.blend_weight_ in BLEND_GRID
-    assert model.familiarity_scale_ in FAMILIARITY_SCALE_GRID
-    assert model.check_["held_out_folds"] > 0
-
-
-def test_new_workloads_are_symmetric_and_in_range(model: InterferenceModel) -> None:
+def test_new_workloads_are_symmetric_and_in_range(v100_interference: InterferenceModel) -> None:
     swapped = [(b, a) for a, b in NEW_PAIRS]
     for gpu in ("v100", "NVIDIA H100 80GB HBM3", "some unknown gpu"):
-        ab = model.predict_pairs(NEW_PAIRS, gpu)
-        ba = model.predict_pairs(swapped, gpu)
+        ab = v100_interference.predict_pairs(NEW_PAIRS, gpu)
+        ba = v100_interference.predict_pairs(swapped, gpu)
         np.testing.assert_array_equal(ab, ba[:, ::-1])
         assert ((ab >= NORM_MIN) & (ab <= NORM_MAX)).all()
 
 
-def test_measured_workloads_get_the_specific_booster(model: InterferenceModel, v100_pairs: pd.DataFrame) -> None:
+def test_measured_workloads_get_the_specific_booster(
+    v100_interference: InterferenceModel, v100_pairs: pd.DataFrame
+) -> None:
     """A pair of profiled workloads is predicted as accurately as the single-booster model would."""
-    pred = model.predict_frame(v100_pairs)
-    alone = np.clip(_lgbm.predict(model.booster_, _stacked_features(v100_pairs)), NORM_MIN, NORM_MAX)
+    pred = v100_interference.predict_frame(v100_pairs)
+    alone = np.clip(_lgbm.predict(v100_interference.booster_, _stacked_features(v100_pairs)), NORM_MIN, NORM_MAX)
     np.testing.assert_array_equal(np.concatenate([pred[:, 0], pred[:, 1]]), alone)
 
 
-def test_any_spelling_of_a_gpu_model_finds_its_profiles(model: InterferenceModel, v100_pairs: pd.DataFrame) -> None:
+def test_any_spelling_of_a_gpu_model_finds_its_profiles(
+    v100_interference: InterferenceModel, v100_pairs: pd.DataFrame
+) -> None:
     a, b = side_columns_from_frame(v100_pairs, "a"), side_columns_from_frame(v100_pairs, "b")
-    spelled = model.predict_columns(a, b, ["Tesla V100-SXM2-16GB"] * len(v100_pairs))
-    np.testing.assert_array_equal(spelled, model.predict_frame(v100_pairs))
+    spelled = v100_interference.predict_columns(a, b, ["Tesla V100-SXM2-16GB"] * len(v100_pairs))
+    np.testing.assert_array_equal(spelled, v100_interference.predict_frame(v100_pairs))
 
 
-def test_a_saved_model_predicts_new_workloads_the_same(model: InterferenceModel, tmp_path: Path) -> None:
-    save_artifact(model.to_artifact(), tmp_path / "m")
+def test_a_saved_model_predicts_new_workloads_the_same(v100_interference: InterferenceModel, tmp_path: Path) -> None:
+    save_artifact(v100_interference.to_artifact(), tmp_path / "m")
     loaded = InterferenceModel.from_artifact(load_artifact(tmp_path / "m", kind="interference"))
     for gpu in ("v100", "t4"):
-        np.testing.assert_array_equal(loaded.predict_pairs(NEW_PAIRS, gpu), model.predict_pairs(NEW_PAIRS, gpu))
+        np.testing.assert_array_equal(
+            loaded.predict_pairs(NEW_PAIRS, gpu), v100_interference.predict_pairs(NEW_PAIRS, gpu)
+        )
 
 
-def test_an_artifact_saved_before_the_general_part_still_predicts(model: InterferenceModel, tmp_path: Path) -> None:
-    artifact = model.to_artifact()
+def test_an_artifact_saved_before_the_general_part_still_predicts(
+    v100_interference: InterferenceModel, tmp_path: Path
+) -> None:
+    artifact = v100_interference.to_artifact()
     old = replace(
         artifact,
         state={k: artifact.state[k] for k in ("n_pairs", "norm_range", "features")},
@@ -89,7 +86,9 @@ def test_an_artifact_saved_before_the_general_part_still_predicts(model: Interfe
     )
     save_artifact(old, tmp_path / "old")
     loaded = InterferenceModel.from_artifact(load_artifact(tmp_path / "old", kind="interference"))
-    expected = np.clip(_lgbm.predict(model.booster_, _profile_features(NEW_PAIRS, "v100")), NORM_MIN, NORM_MAX)
+    expected = np.clip(
+        _lgbm.predict(v100_interference.booster_, _profile_features(NEW_PAIRS, "v100")), NORM_MIN, NORM_MAX
+    )
     got = loaded.predict_pairs(NEW_PAIRS, "v100")
     np.testing.assert_array_equal(np.concatenate([got[:, 0], got[:, 1]]), expected)
 
