@@ -80,22 +80,7 @@ class ContainerResources:
 
 def parse_quantity(value: object, field: str) -> int:
     """A non-negative Kubernetes quantity (`4`, `"4"`, `"10Gi"`, `"1500m"` rounds up) as an integer."""
-    if isinstance(value, bool):
-        raise PodSpecError(f"{field}: expected a quantity, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise PodSpecError(f"{field}: must be >= 0, got {value}")
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value) or value < 0:
-            raise PodSpecError(f"{field}: must be >= 0, got {value}")
-        return math.ceil(value)
-    if not isinstance(value, str):
-        raise PodSpecError(f"{field}: expected a quantity, got {type(value).__name__}")
-    scaled = quantity_value(value)
-    if scaled is None or scaled < 0:
-        raise PodSpecError(f"{field}: {value!r} is not a non-negative quantity")
-    return int(scaled.to_integral_value(rounding=ROUND_CEILING))
+    return _scaled_quantity(value, field, _ONE)
 
 
 def _gpus_of(resources: ContainerResources, field: str) -> int:
@@ -122,11 +107,13 @@ def _int_annotation(annotations: Mapping[str, str], key: str, *, quantity: bool)
     return value
 
 
+_ONE = Decimal(1)
 _MIB = Decimal(2**20)
 
 
-def _resource(value: object, field: str, scale: Decimal, *, rounding: str = ROUND_CEILING) -> int:
-    """A CPU or memory quantity ("500m", "2", "1e3", "512Mi", …) times `scale`, rounded up (by default)."""
+def _scaled_quantity(value: object, field: str, scale: Decimal, *, rounding: str = ROUND_CEILING) -> int:
+    """A non-negative quantity (JSON number or string: "500m", "2", "1e3", "512Mi", …) times `scale`, rounded up
+    (by default) to an integer."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise PodSpecError(f"{field}: expected a quantity, got {value!r}")
     if isinstance(value, str):
@@ -138,7 +125,7 @@ def _resource(value: object, field: str, scale: Decimal, *, rounding: str = ROUN
     else:
         amount = Decimal(value)
     if amount < 0:
-        raise PodSpecError(f"{field}: {value!r} is not a non-negative quantity")
+        raise PodSpecError(f"{field}: must be >= 0, got {value!r}")
     return int((amount * scale).to_integral_value(rounding=rounding))
 
 
@@ -146,9 +133,9 @@ def _cpu_memory_of(resources: ContainerResources, field: str) -> tuple[int, int]
     out = []
     for name, scale in (("cpu", Decimal(1000)), ("memory", 1 / _MIB)):
         if name in resources.requests:
-            out.append(_resource(resources.requests[name], f"{field}.resources.requests.{name}", scale))
+            out.append(_scaled_quantity(resources.requests[name], f"{field}.resources.requests.{name}", scale))
         elif name in resources.limits:
-            out.append(_resource(resources.limits[name], f"{field}.resources.limits.{name}", scale))
+            out.append(_scaled_quantity(resources.limits[name], f"{field}.resources.limits.{name}", scale))
         else:
             out.append(0)
     return out[0], out[1]
@@ -184,8 +171,8 @@ def allocatable_of(allocatable: Mapping[str, object]) -> tuple[int, int] | None:
     if "cpu" not in allocatable or "memory" not in allocatable:
         return None
     try:
-        cpu = _resource(allocatable["cpu"], "status.allocatable.cpu", Decimal(1000), rounding=ROUND_FLOOR)
-        memory = _resource(allocatable["memory"], "status.allocatable.memory", 1 / _MIB, rounding=ROUND_FLOOR)
+        cpu = _scaled_quantity(allocatable["cpu"], "status.allocatable.cpu", Decimal(1000), rounding=ROUND_FLOOR)
+        memory = _scaled_quantity(allocatable["memory"], "status.allocatable.memory", 1 / _MIB, rounding=ROUND_FLOOR)
     except PodSpecError:
         return None
     return cpu, memory

@@ -1036,15 +1036,14 @@ def extender_priorities(
         if value is None:
             scores.append(unknown_int)
             unknown += 1
-        elif value >= 0.0:
-            scores.append(max(1, round(10.0 - 10.0 * (best - value) / EXTENDER_SPAN_POINTS)))
-            scored += 1
-        elif value == _INFEASIBLE:
-            scores.append(0)
-            infeasible += 1
         else:
-            scores.append(round(_NEUTRAL_BASE - value))
-            unknown += 1
+            scores.append(_extender_int(value, best))
+            if value >= 0.0:
+                scored += 1
+            elif value == _INFEASIBLE:
+                infeasible += 1
+            else:
+                unknown += 1
     return ExtenderVerdict(scores, scored, infeasible, unknown)
 
 
@@ -1063,17 +1062,20 @@ def extender_node_scores(
     raws = _evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
     totals = _extender_totals(pod, raws, config, predictors)
     best = max(totals, default=-1.0)
-    return [
-        max(1, round(10.0 - 10.0 * (best - v) / EXTENDER_SPAN_POINTS))
-        if v >= 0.0
-        else (0 if v == _INFEASIBLE else round(_NEUTRAL_BASE - v))
-        for v in totals
-    ]
+    return [_extender_int(v, best) for v in totals]
 
 
 _INFEASIBLE = -1.0
 _NEUTRAL_BASE = -2.0
 """`_extender_totals` codes: -1 for an infeasible node, -2 - n for a neutral/unknown verdict whose integer is n."""
+
+
+def _extender_int(total: float, best: float) -> int:
+    """The extender's integer for one `_extender_totals` value: 1..10 by distance to the batch's best feasible total
+    (one step per `EXTENDER_SPAN_POINTS` / 10), 0 if infeasible, the coded integer for a neutral/unknown verdict."""
+    if total >= 0.0:
+        return max(1, round(10.0 - 10.0 * (best - total) / EXTENDER_SPAN_POINTS))
+    return 0 if total == _INFEASIBLE else round(_NEUTRAL_BASE - total)
 
 
 def _extender_totals(
