@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from advisor.sim.jobs import JctResult
 from advisor.sim.packing import FragmentationResult
@@ -25,13 +27,7 @@ def plot_allocation(results: Sequence[FragmentationResult], path: Path, title: s
     ax.axvline(1.0, color="grey", linewidth=0.8)
     ax.set_xlabel("arrived GPU demand / cluster GPUs")
     ax.set_ylabel("allocated GPUs / cluster GPUs")
-    ax.set_title(title or "GPU allocation as demand grows")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, title or "GPU allocation as demand grows", path)
 
 
 def plot_jct_cdf(results: Sequence[JctResult], path: Path, title: str = "") -> Path:
@@ -50,7 +46,12 @@ def plot_jct_cdf(results: Sequence[JctResult], path: Path, title: str = "") -> P
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (s)")
     ax.set_ylabel("fraction of jobs")
-    ax.set_title(title or "JCT CDF")
+    return _save(fig, ax, title or "JCT CDF", path)
+
+
+def _save(fig: Figure, ax: Axes, title: str, path: Path) -> Path:
+    """Title, grid and legend, then write the PNG and free the figure."""
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
