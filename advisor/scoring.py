@@ -320,6 +320,7 @@ class ScoringConfig:
     unknown_node_score: float = 50.0
     task_mix: TaskMix = DEFAULT_TASK_MIX
     task_sizes: tuple[tuple[int, float], ...] | None = None
+    extender_span_points: float = 40.0
     resources: MixResources | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -335,6 +336,8 @@ class ScoringConfig:
                 raise ScoringInputError(f"{name} must be >= 0")
         if self.staleness_seconds <= 0:
             raise ScoringInputError("staleness_seconds must be > 0")
+        if not self.extender_span_points > 0:
+            raise ScoringInputError("extender_span_points must be > 0")
         if not 0 <= self.unknown_node_score <= 100:
             raise ScoringInputError("unknown_node_score must be within 0..100")
 
@@ -381,15 +384,13 @@ class NodeScore(NamedTuple):
         return min(10, max(0, round(self.score / 10.0)))
 
 
-EXTENDER_SPAN_POINTS = 40.0
-
-
-def extender_scores(scores: Sequence[NodeScore]) -> list[int]:
+def extender_scores(scores: Sequence[NodeScore], *, span_points: float = 40.0) -> list[int]:
     """kube-scheduler's integer 0..10 for a batch, keeping the ranking that rounding `score / 10` would flatten.
 
-    The best feasible known node gets 10 and every other one loses 1 per 4 points (`EXTENDER_SPAN_POINTS` / 10) it is
-    behind, down to 1; infeasible nodes get 0 and unknown ones their own (neutral) score / 10. Components that are
-    equal on every node compress raw scores into a narrow band, and a float does not decode in the scheduler.
+    The best feasible known node gets 10 and every other one loses 1 per `span_points` / 10 points (the config's
+    `extender_span_points`, 4 by default) it is behind, down to 1; infeasible nodes get 0 and unknown ones their own
+    (neutral) score / 10. Components that are equal on every node compress raw scores into a narrow band, and a
+    float does not decode in the scheduler.
     """
     best = max((s.score for s in scores if s.known and s.feasible), default=None)
     out: list[int] = []
@@ -399,7 +400,7 @@ def extender_scores(scores: Sequence[NodeScore]) -> list[int]:
         elif not s.feasible or best is None:
             out.append(0)
         else:
-            out.append(max(1, round(10.0 - 10.0 * (best - s.score) / EXTENDER_SPAN_POINTS)))
+            out.append(max(1, round(10.0 - 10.0 * (best - s.score) / span_points)))
     return out
 
 
@@ -1037,7 +1038,7 @@ def extender_priorities(
             scores.append(unknown_int)
             unknown += 1
         else:
-            scores.append(_extender_int(value, best))
+            scores.append(_extender_int(value, best, config.extender_span_points))
             if value >= 0.0:
                 scored += 1
             elif value == _INFEASIBLE:
@@ -1062,7 +1063,8 @@ def extender_node_scores(
     raws = _evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
     totals = _extender_totals(pod, raws, config, predictors)
     best = max(totals, default=-1.0)
-    return [_extender_int(v, best) for v in totals]
+    span = config.extender_span_points
+    return [_extender_int(v, best, span) for v in totals]
 
 
 _INFEASIBLE = -1.0
@@ -1070,11 +1072,11 @@ _NEUTRAL_BASE = -2.0
 """`_extender_totals` codes: -1 for an infeasible node, -2 - n for a neutral/unknown verdict whose integer is n."""
 
 
-def _extender_int(total: float, best: float) -> int:
+def _extender_int(total: float, best: float, span_points: float) -> int:
     """The extender's integer for one `_extender_totals` value: 1..10 by distance to the batch's best feasible total
-    (one step per `EXTENDER_SPAN_POINTS` / 10), 0 if infeasible, the coded integer for a neutral/unknown verdict."""
+    (one step per `span_points` / 10), 0 if infeasible, the coded integer for a neutral/unknown verdict."""
     if total >= 0.0:
-        return max(1, round(10.0 - 10.0 * (best - total) / EXTENDER_SPAN_POINTS))
+        return max(1, round(10.0 - 10.0 * (best - total) / span_points))
     return 0 if total == _INFEASIBLE else round(_NEUTRAL_BASE - total)
 
 

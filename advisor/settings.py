@@ -25,6 +25,10 @@ class AdvisorSettings(BaseSettings):
     weight_interference: float = Field(default=1.0, ge=0)
     weight_jct: float = Field(default=1.0, ge=0)
     unknown_node_score: float = Field(default=50.0, ge=0, le=100)
+    # How far (in points of the 0..100 score) a node may be behind the batch's best before the extender's integer
+    # drops from 10 to 1: one step per span / 10 points. Smaller = the advisor's ranking weighs more against
+    # kube-scheduler's own scores (docs/advisor.md, "Extender integers").
+    extender_span_points: float = Field(default=40.0, gt=0)
     # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
     # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],

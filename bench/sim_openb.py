@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/sim_openb.py [--seed N] [--plot DIR]
     .venv/bin/python bench/sim_openb.py --seed 1 --weights 0.5,1,1.5 [--variant full|gpu-pods-only|gpu-only]
+        [--profile packing|default]
 
 Runs `gpuadvisor simulate` on ../shared/data/openb (1,213 nodes, 6,212 GPUs, 8,152 pods) and prints the allocation
 at 100% arrived demand, the failed pods and the seconds each policy took (goal: < 60 s per policy on 2 cores).
@@ -9,7 +10,9 @@ at 100% arrived demand, the failed pods and the seconds each policy took (goal: 
 With `--weights`, runs only the advisor policy, in-process, once per extender weight (the validation sweep of
 docs/evaluation.md). `--variant`: `full` = the scorer sees node CPU/memory, the task mix gives CPU/memory and pods
 without GPU are scored (what `gpuadvisor simulate` runs); `gpu-pods-only` = the same but pods without GPU are left to
-kube-scheduler's score; `gpu-only` = the task mix without CPU/memory (the scorer sees GPUs only).
+kube-scheduler's score; `gpu-only` = the task mix without CPU/memory (the scorer sees GPUs only). `--profile`:
+`packing` = the scorer's packing component alone, one extender step per 2 points (`advisor.sim.packing.
+packing_profile`, what `gpuadvisor simulate` runs); `default` = the service's default weights and span.
 """
 
 from __future__ import annotations
@@ -26,18 +29,28 @@ DATA = ROOT.parent / "shared" / "data" / "openb"
 HEADER = f"{'policy':<8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}"
 
 
-def sweep(seed: int, weights: list[float], variant: str) -> None:
+def sweep(seed: int, weights: list[float], variant: str, profile: str) -> None:
     from advisor.scoring import ScoringConfig
     from advisor.sim.fragmentation import task_mix_of
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
-    from advisor.sim.packing import MAX_ARRIVED_RATIO, AdvisorPackPolicy, inflated_sequence, run_fragmentation
+    from advisor.sim.packing import (
+        MAX_ARRIVED_RATIO,
+        AdvisorPackPolicy,
+        inflated_sequence,
+        packing_profile,
+        run_fragmentation,
+    )
 
     cluster = load_cluster(DATA / "openb_node_list_gpu_node.csv")
     pods = [p for p in load_trace(DATA / "openb_pod_list_default.csv") if isinstance(p, Pod)]
     sequence = inflated_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
-    config = ScoringConfig(task_mix=task_mix_of(pods, with_resources=variant != "gpu-only"))
-    print(f"seed {seed}, advisor variant {variant}")
+    with_resources = variant != "gpu-only"
+    if profile == "packing":
+        config = packing_profile(pods, with_resources=with_resources)
+    else:
+        config = ScoringConfig(task_mix=task_mix_of(pods, with_resources=with_resources))
+    print(f"seed {seed}, advisor variant {variant}, {profile} profile")
     print(f"{'weight':>8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}")
     for weight in weights:
         policy = AdvisorPackPolicy(cluster, config, extender_weight=weight, score_pods_without_gpu=variant == "full")
@@ -55,11 +68,17 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None, help="write allocation.png here")
     parser.add_argument("--weights", default=None, help="comma-separated extender weights: advisor-only sweep")
     parser.add_argument("--variant", choices=("full", "gpu-pods-only", "gpu-only"), default="full")
+    parser.add_argument(
+        "--profile",
+        choices=("packing", "default"),
+        default="packing",
+        help="packing: what `simulate` runs (packing only, span 20); default: the service's default weights, span 40",
+    )
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"openb data not found at {DATA}")
     if args.weights is not None:
-        sweep(args.seed, [float(w) for w in args.weights.split(",")], args.variant)
+        sweep(args.seed, [float(w) for w in args.weights.split(",")], args.variant, args.profile)
         return
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",

@@ -43,6 +43,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         strict_staleness=settings.strict_staleness,
         unknown_node_score=settings.unknown_node_score,
         task_mix=settings.task_mix,
+        extender_span_points=settings.extender_span_points,
     )
 
 

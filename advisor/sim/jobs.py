@@ -227,7 +227,7 @@ class ExtenderJobPolicy:
         )
         states, inverse = self._interner.distinct(candidates)
         scores = score_nodes(request, states, config=self._config, predictors=with_job(self._bundle, self._table, job))
-        extender = np.array(extender_scores(scores), dtype=np.float64)
+        extender = np.array(extender_scores(scores, span_points=self._config.extender_span_points), dtype=np.float64)
         extender[[not s.feasible for s in scores]] = -np.inf
         milli = SHARE_MILLI if share else gpus * GPU_MILLI
         kube = np.floor(100.0 * (1.0 - _used_ratio_after(state, candidates, milli)))

@@ -28,7 +28,7 @@ from advisor.fragmentation import FloatArray, IntArray, MixResources, NodeCache,
 from advisor.predictors import Predictors
 from advisor.scoring import NodeState, PodRequest, ScoringConfig, allocate, extender_node_scores
 from advisor.sim.adapter import StateInterner, share_residents
-from advisor.sim.fragmentation import workload_of
+from advisor.sim.fragmentation import task_mix_of, workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 
 BoolArray = NDArray[np.bool_]
@@ -37,12 +37,27 @@ MAX_ARRIVED_RATIO = 1.3
 DEFAULT_EXTENDER_WEIGHT = 0.5
 """The extender's weight in kube-scheduler for the JCT experiments: the best of 0.25, 0.5, 1, 2, 3, 5, 10 on openb
 with seed 1 (validation) with the scorer of 10:03 UTC, kept for the JCT runs of docs/evaluation.md."""
-FRAGMENTATION_EXTENDER_WEIGHT = 1.5
-"""The extender's weight for fragmentation mode: the best of 0.5, 1, 1.5, 2, 2.5, 3, 5 on openb with seed 1
-(validation) with the FGD packing component seeing CPU and memory and pods without GPU scored;
-docs/evaluation.md reports seeds 0, 2 and 3 with it."""
+FRAGMENTATION_EXTENDER_WEIGHT = 2.0
+"""The extender's weight for fragmentation mode (an integer, as kube-scheduler's configuration needs): chosen with
+`FRAGMENTATION_SPAN_POINTS` and the packing-only weights on openb seeds 1, 10 and 11 (validation);
+docs/evaluation.md reports the other seeds with it."""
+FRAGMENTATION_SPAN_POINTS = 20.0
+"""`ScoringConfig.extender_span_points` of the fragmentation profile: one extender step per 2 points of the score."""
 SCORE_PODS_WITHOUT_GPU = True
 """Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
+
+
+def packing_profile(pods: Sequence[Pod], *, with_resources: bool = True) -> ScoringConfig:
+    """The scorer as an admin whose goal is allocation would configure it (docs/advisor.md, "Profiles"): the trace's
+    requests as the task mix, packing alone (affinity, interference and JCT weights 0: fragmentation mode has no
+    topology, co-location or run times to weigh), one extender step per `FRAGMENTATION_SPAN_POINTS` / 10 points."""
+    return ScoringConfig(
+        task_mix=task_mix_of(pods, with_resources=with_resources),
+        weight_affinity=0.0,
+        weight_interference=0.0,
+        weight_jct=0.0,
+        extender_span_points=FRAGMENTATION_SPAN_POINTS,
+    )
 
 
 class PackState:

@@ -13,7 +13,6 @@ import numpy as np
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
-from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
@@ -26,6 +25,7 @@ from advisor.sim.packing import (
     PackPolicy,
     RandomPolicy,
     inflated_sequence,
+    packing_profile,
     run_fragmentation,
 )
 from advisor.sim.rates import RateTable
@@ -59,9 +59,7 @@ def fragmentation_policy(name: str, cluster: Cluster, pods: Sequence[Pod], seed:
     if name == "fgd":
         return FgdPolicy()
     if name == "advisor":
-        return AdvisorPackPolicy(
-            cluster, ScoringConfig(task_mix=task_mix_of(pods)), extender_weight=FRAGMENTATION_EXTENDER_WEIGHT
-        )
+        return AdvisorPackPolicy(cluster, packing_profile(pods), extender_weight=FRAGMENTATION_EXTENDER_WEIGHT)
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 
 

@@ -380,3 +380,30 @@ def test_task_sizes_is_a_whole_gpu_shorthand_for_task_mix() -> None:
     assert ScoringConfig(task_sizes=((1, 0.5), (4, 0.5))).task_mix == ((1, 1000, 0.5), (4, 1000, 0.5))
     with pytest.raises(ScoringInputError, match=r"task_mix\[0\]: gpus"):
         ScoringConfig(task_mix=((0, 1000, 1.0),))
+
+
+def test_a_smaller_extender_span_spreads_the_same_ranking_over_more_integers() -> None:
+    nodes = [
+        node("nearly-full", allocated=whole(*range(7))),
+        node("half", allocated=whole(*range(4))),
+        node("seven-free", allocated=whole(0)),
+        node("empty"),
+    ]
+    scores = score_nodes(PodRequest(gpus=1), nodes, config=CONFIG)
+    wide = extender_scores(scores)
+    narrow = extender_scores(scores, span_points=10.0)
+    order = sorted(range(len(scores)), key=lambda i: -scores[i].score)
+    assert [wide[i] for i in order] == sorted(wide, reverse=True)
+    assert [narrow[i] for i in order] == sorted(narrow, reverse=True)
+    assert all(n <= w for n, w in zip(narrow, wide, strict=True))
+    assert len(set(narrow)) > len(set(wide))  # 1 step per point instead of per 4: fewer ties
+    fine = ScoringConfig(extender_span_points=10.0)
+    named = {n.name: n for n in nodes}
+    verdict = extender_priorities(PodRequest(gpus=1), list(named), named, config=fine)
+    assert verdict.scores == extender_scores(score_nodes(PodRequest(gpus=1), nodes, config=fine), span_points=10.0)
+
+
+@pytest.mark.parametrize("span", [0.0, -5.0, float("nan")])
+def test_the_extender_span_must_be_positive(span: float) -> None:
+    with pytest.raises(ScoringInputError, match="extender_span_points must be > 0"):
+        ScoringConfig(extender_span_points=span)

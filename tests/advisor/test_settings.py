@@ -54,3 +54,12 @@ def test_a_bad_setting_exits_2_naming_the_variable() -> None:
     assert "GPUADVISOR_TASK_MIX" in result.stderr
     assert "gpus 0 (a task without GPU) needs milli 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_extender_span_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scoring_config(AdvisorSettings()).extender_span_points == 40.0
+    monkeypatch.setenv("GPUADVISOR_EXTENDER_SPAN_POINTS", "20")
+    assert scoring_config(AdvisorSettings()).extender_span_points == 20.0
+    monkeypatch.setenv("GPUADVISOR_EXTENDER_SPAN_POINTS", "0")
+    with pytest.raises(ValueError, match="extender_span_points"):
+        AdvisorSettings()

@@ -4,6 +4,7 @@ the pieces fit together (selectors, ports, Secrets, RBAC with least privilege, t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -241,6 +242,14 @@ def test_second_scheduler_runs_the_extender_profile_against_the_advisor_service(
     assert extender["ignorable"] is True
     assert {"prioritizeVerb", "filterVerb"} <= extender.keys()
     assert [r["name"] for r in extender["managedResources"]] == ["nvidia.com/gpu"]
+    (fit,) = [c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
+    # the plugin score the simulator adds the extender's to: LeastAllocated over GPU, CPU and memory alike
+    assert fit["scoringStrategy"]["type"] == "LeastAllocated"
+    assert {r["name"]: r["weight"] for r in fit["scoringStrategy"]["resources"]} == {
+        "cpu": 1,
+        "memory": 1,
+        "nvidia.com/gpu": 1,
+    }
     election = config["leaderElection"]
     lease_role = find(objects, "Role", "gpuadvisor-scheduler-leader-election")
     assert election["resourceNamespace"] == lease_role["metadata"]["namespace"] == NAMESPACE
@@ -281,3 +290,40 @@ def test_dashboards_and_rules_ship_verbatim(objects: list[Obj]) -> None:
     assert rule["spec"]["groups"] == yaml.safe_load(rules_path.read_text())["groups"], (
         "deploy/monitoring/prometheusrule.yaml is out of date: copy the groups of the rules file into it"
     )
+
+
+def test_packing_profile_component_ships_the_configuration_the_openb_experiment_measured(tmp_path: Path) -> None:
+    from advisor.api.app import scoring_config
+    from advisor.settings import AdvisorSettings
+    from advisor.sim.model import Pod
+    from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, packing_profile
+
+    kubectl = require_binary("kubectl", "`kubectl kustomize` renders the packing profile overlay")
+    base = Path(os.path.relpath(DEPLOY, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(
+        f"resources: [{base}]\ncomponents: [{base / 'profiles' / 'packing'}]\n"
+    )
+    result = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    (advisor,) = [c for c in containers(find(rendered, "Deployment", "gpuadvisor-advisor")) if c["name"] == "advisor"]
+    env = {e["name"]: e.get("value") for e in advisor["env"]}
+    assert "GPUADVISOR_DB_URL" in env  # merged into the base's env, not replacing it
+    profile_env = {k: v for k, v in env.items() if v is not None and k != "GPUADVISOR_MODEL_DIR"}
+    shipped = scoring_config(
+        AdvisorSettings(**{k.removeprefix("GPUADVISOR_").lower(): v for k, v in profile_env.items()})
+    )
+    measured = packing_profile([Pod(name="p", num_gpu=1, gpu_milli=1000, cpu_milli=1000, memory_mib=1024)])
+    for field in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct", "extender_span_points"):
+        assert getattr(shipped, field) == getattr(measured, field), field
+
+    config_map = find(rendered, "ConfigMap", "gpuadvisor-scheduler-config")
+    (config,) = [yaml.safe_load(text) for text in config_map["data"].values()]
+    base_config = yaml.safe_load((DEPLOY / "scheduler" / "scheduler-config.yaml").read_text())
+    (extender,) = config["extenders"]
+    assert "managedResources" not in extender  # every pod of this scheduler goes to the advisor
+    assert extender["weight"] == FRAGMENTATION_EXTENDER_WEIGHT
+    base_config["extenders"][0].pop("managedResources")
+    assert config == base_config  # otherwise the same configuration as the base
