@@ -16,7 +16,7 @@ import lightgbm as lgb
 import numpy as np
 
 from advisor.features import FloatArray
-from advisor.models._forest import CompiledForest, compile_forest
+from advisor.models._forest import CompiledForest, RowGroup, compile_forest
 
 # The models default to one thread, and below this many rows a fit uses one whatever was asked: LightGBM's OpenMP
 # threads spin while they wait, and on a busy machine (or a CPU-limited pod) two threads made fits 5-40x slower.
@@ -97,15 +97,15 @@ def compiled(booster: lgb.Booster) -> CompiledForest | None:
         return _COMPILED[booster]
 
 
-def predict(booster: lgb.Booster, features: FloatArray) -> FloatArray:
+def predict(booster: lgb.Booster, features: FloatArray, groups: Sequence[RowGroup] = ()) -> FloatArray:
     """Prediction on a float64 matrix: the scorer's hot path (no pandas, no threads).
 
     A compiled booster (see `compiled`) is evaluated by its `CompiledForest` (the same values, 3-4× faster on 1,000
-    rows); any other by LightGBM with one thread.
+    rows; `groups` name columns that repeat across rows, see `RowGroup`); any other by LightGBM with one thread.
     """
     forest = _COMPILED.get(booster)
     if forest is not None:
-        return forest.predict(np.asarray(features, dtype=np.float64))
+        return forest.predict(np.asarray(features, dtype=np.float64), groups)
     result: FloatArray = np.asarray(booster.predict(features, num_threads=1, validate_features=False), dtype=np.float64)
     return result
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import product
+from itertools import chain, product
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from advisor.features import (
 )
 from advisor.gpus import normalize_gpu_model
 from advisor.models import _lgbm
+from advisor.models._forest import RowGroup
 from advisor.models._lgbm import BoostedEstimator
 from advisor.models.artifact import Artifact
 
@@ -132,11 +133,13 @@ class SharingClassInterference:
                     self.table_[i, j] = float(np.mean(norm[mask]))
         return self
 
+    def classes_of(self, side: SideColumns) -> npt.NDArray[np.int64]:
+        """Each row's class (`sharing_classes`) as an index of `table_`."""
+        return sharing_classes(side, self.throughput_edges_).astype(np.int64)
+
     def predict_sides(self, this: SideColumns, other: SideColumns) -> FloatArray:
         """`this` side's normalised throughput next to `other`, row by row."""
-        own = sharing_classes(this, self.throughput_edges_).astype(np.int64)
-        partner = sharing_classes(other, self.throughput_edges_).astype(np.int64)
-        result: FloatArray = self.table_[own, partner]
+        result: FloatArray = self.table_[self.classes_of(this), self.classes_of(other)]
         return result
 
     def predict_columns(self, a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> FloatArray:
@@ -175,6 +178,21 @@ GENERAL_FEATURES = (
     "sum_mem_fraction",
 )
 _GENERAL_COPIED = [_F[name] for name in GENERAL_FEATURES[3:]]
+
+
+def _keyed_columns(names: Sequence[str]) -> tuple[frozenset[int], frozenset[int]]:
+    """Which of the columns `names` depend only on this side and the GPU model (`self_*`, and `gpu_*`, on the GPU
+    model alone) and which only on the other side and the GPU model (`other_*`), as `interference_features` and
+    `general_features` build them: the boosters evaluate these once per distinct side (`advisor.models._forest`)."""
+
+    def starting(*prefixes: str) -> frozenset[int]:
+        return frozenset(i for i, name in enumerate(names) if name.startswith(prefixes))
+
+    return starting("self_", "gpu_"), starting("other_")
+
+
+SPECIFIC_KEYED = _keyed_columns(INTERFERENCE_FEATURES)
+GENERAL_KEYED = _keyed_columns(GENERAL_FEATURES)
 
 
 def general_features(features: FloatArray) -> FloatArray:
@@ -388,31 +406,39 @@ class InterferenceModel(BoostedEstimator):
         lookup, one of measured workloads the specific booster alone)."""
         features = interference_features(rows.this, rows.other, rows.gpu_models)
         out = np.zeros(len(rows))
+        # What depends on one side alone (the gate's search, the sharing class) is computed once per distinct side;
+        # the other side's is that of the swapped row, every row's swap being a row too.
+        sides = _rows_of(rows.this, rows.side_rows)
         if self.general_booster_ is None:
             weight = np.ones(len(rows))
         else:
             codes = np.array([self.profiles_.code_of(g) for g in rows.gpu_names], dtype=np.int64)
-            # Every row's swap is a row too: the other side's distance is the swapped row's own.
-            nearest = self.profiles_.nearest(rows.this, codes[rows.gpu])
+            nearest = self.profiles_.nearest(sides, codes[rows.gpu[rows.side_rows]])[rows.side]
             distance = summed_distances(nearest, nearest[rows.swap])
             weight = familiarity_weights(distance, self.familiarity_scale_)
         specific = np.flatnonzero(weight > 0)
         if len(specific):
-            inputs = features if len(specific) == len(rows) else features[specific]
-            predicted = np.clip(_lgbm.predict(self.booster_, inputs), NORM_MIN, NORM_MAX)
+            everything = len(specific) == len(rows)
+            inputs = features if everything else features[specific]
+            groups = rows.groups(SPECIFIC_KEYED, None if everything else specific)
+            predicted = np.clip(_lgbm.predict(self.booster_, inputs, groups), NORM_MIN, NORM_MAX)
             out[specific] = weight[specific] * predicted
         unfamiliar = np.flatnonzero(weight < 1)
         if len(unfamiliar) and self.general_booster_ is not None:
-            inputs = features if len(unfamiliar) == len(rows) else features[unfamiliar]
+            everything = len(unfamiliar) == len(rows)
+            inputs = features if everything else features[unfamiliar]
             # β·general + (1 − β)·classes; a part with no weight is skipped (adding its 0 changes nothing).
             blend = self.blend_weight_
             fallback = np.zeros(len(unfamiliar))
             if blend > 0:
-                general = _lgbm.predict(self.general_booster_, general_features(inputs))
+                groups = rows.groups(GENERAL_KEYED, None if everything else unfamiliar)
+                general = _lgbm.predict(self.general_booster_, general_features(inputs), groups)
                 fallback = blend * np.clip(general, NORM_MIN, NORM_MAX)
             if blend < 1:
-                this, other = _rows_of(rows.this, unfamiliar), _rows_of(rows.other, unfamiliar)
-                classes = (1.0 - blend) * self.classes_.predict_sides(this, other)
+                side_class = self.classes_.classes_of(sides)
+                own = side_class[rows.side[unfamiliar]]
+                partner = side_class[rows.side[rows.swap[unfamiliar]]]
+                classes = (1.0 - blend) * self.classes_.table_[own, partner]
                 fallback = classes if blend <= 0 else fallback + classes
             out[unfamiliar] += (1.0 - weight[unfamiliar]) * fallback
         result: FloatArray = np.clip(out, NORM_MIN, NORM_MAX)
@@ -425,14 +451,20 @@ class InterferenceModel(BoostedEstimator):
 
         `gpu_models` is one name for all pairs or one per pair, in any spelling (`advisor.gpus`).
         """
-        names = (
-            [normalize_gpu_model(gpu_models)] * len(pairs)
-            if isinstance(gpu_models, str)
-            else [normalize_gpu_model(g) for g in gpu_models]
-        )
+        if isinstance(gpu_models, str):
+            names = [normalize_gpu_model(gpu_models)] * len(pairs)
+        else:
+            normal = {g: normalize_gpu_model(g) for g in dict.fromkeys(gpu_models)}
+            names = list(map(normal.__getitem__, gpu_models))
         if len(names) != len(pairs):
             raise ValueError(f"gpu_models: {len(names)} names for {len(pairs)} pairs")
-        return self.predict_columns(side_columns([p[0] for p in pairs]), side_columns([p[1] for p in pairs]), names)
+        # Both sides in one pass: a[0], b[0], a[1], b[1], ...
+        sides = list(chain.from_iterable(pairs))
+        if len(sides) != 2 * len(pairs):
+            raise ValueError("pairs: expected (resident, candidate) pairs of two SoloProfiles each")
+        both = side_columns(sides)
+        a, b = (SideColumns(*(getattr(both, c)[i::2] for c in _SIDE_COLUMNS)) for i in (0, 1))
+        return self.predict_columns(a, b, names)
 
     def predict_frame(self, frame: pd.DataFrame) -> FloatArray:
         """(n, 2) predictions for the rows of a colocations frame, in order."""
@@ -516,6 +548,9 @@ def _frame_sides(frame: pd.DataFrame) -> tuple[SideColumns, SideColumns, list[st
 
 
 _SIDE_COLUMNS = ("solo_throughput", "batch_size", "sm_util", "mem_bw_util", "mem_bytes", "amp")
+_WIDTH = len(_SIDE_COLUMNS)
+# `_numbered` numbers integer keys below this many times their count with a table of flags instead of sorting them.
+DENSE_KEYS_PER_ROW = 16
 
 
 def _rows_of(side: SideColumns, rows: npt.NDArray[np.int64]) -> SideColumns:
@@ -528,15 +563,19 @@ class _DirectedRows:
     (a, b) then (b, a) — with, for each of the 2n stacked rows, the index of its distinct row (`inverse`) and, for
     each distinct row, the index of its swap (`swap`: the row with the sides exchanged).
 
-    `gpu` indexes `gpu_names`, the batch's distinct GPU model names.
+    `gpu` indexes `gpu_names`, the batch's distinct GPU model names. `side` numbers each row's this side with its
+    GPU model (equal bits, equal number), and `side_rows[k]` is a row whose this side is number k: the other side
+    of row i is number `side[swap[i]]`.
     """
 
     this: SideColumns
     other: SideColumns
     gpu: npt.NDArray[np.int64]
     gpu_names: list[str]
-    inverse: npt.NDArray[np.int64]
-    swap: npt.NDArray[np.int64]
+    inverse: npt.NDArray[np.intp]
+    swap: npt.NDArray[np.intp]
+    side: npt.NDArray[np.intp]
+    side_rows: npt.NDArray[np.intp]
 
     def __len__(self) -> int:
         return len(self.gpu)
@@ -544,12 +583,30 @@ class _DirectedRows:
     @property
     def gpu_models(self) -> list[str]:
         """The GPU model name of each row."""
-        return list(map(self.gpu_names.__getitem__, self.gpu.tolist()))
+        names: list[str] = np.array(self.gpu_names, dtype=object)[self.gpu].tolist()
+        return names
+
+    def groups(
+        self, keyed: tuple[frozenset[int], frozenset[int]], subset: npt.NDArray[np.intp] | None
+    ) -> tuple[RowGroup, RowGroup]:
+        """`RowGroup`s of a booster's input columns keyed by this side and by the other side (`_keyed_columns`), for
+        the rows `subset` of these rows (all when None)."""
+        this, other = self.side, self.side[self.swap]
+        if subset is not None:
+            this, other = this[subset], other[subset]
+        count = len(self.side_rows)
+        return RowGroup(keyed[0], this, _key_rows(this, count)), RowGroup(keyed[1], other, _key_rows(other, count))
 
 
-_WIDTH = len(_SIDE_COLUMNS)
-# Odd 64-bit multipliers of `_row_hashes`, one per column of `_directed_rows`' table.
-_HASH_MULTIPLIERS = 2 * np.random.default_rng(20261121).integers(1, 1 << 62, 2 * _WIDTH + 1, dtype=np.uint64) + 1
+def _key_rows(codes: npt.NDArray[np.intp], n_keys: int) -> npt.NDArray[np.intp]:
+    """For each key 0..n_keys-1, a row with that key (row 0 for a key no row has)."""
+    rows = np.zeros(n_keys, dtype=np.intp)
+    rows[codes] = np.arange(len(codes))
+    return rows
+
+
+# Odd 64-bit multipliers of `_row_hashes`, one per column of the side table of `_directed_rows`.
+_HASH_MULTIPLIERS = 2 * np.random.default_rng(20261121).integers(1, 1 << 62, _WIDTH + 1, dtype=np.uint64) + 1
 
 
 def _row_hashes(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -558,35 +615,56 @@ def _row_hashes(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return hashes
 
 
+def _numbered(keys: npt.NDArray[Any], below: int | None) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """(number of each key, for each number the index of a key with it): distinct keys get numbers 0..k-1.
+
+    Keys that are integers in [0, `below`) are numbered with a table of `below` flags when it is small next to the
+    keys (the scorer's batches: a few sides, many pairs of them), others by sorting.
+    """
+    if below is not None and len(keys) > 0 and below <= DENSE_KEYS_PER_ROW * len(keys):
+        present = np.zeros(below, dtype=bool)
+        present[keys] = True
+        running = np.cumsum(present) - 1
+        number, count = running[keys], int(running[-1]) + 1
+    else:
+        distinct, number = np.unique(keys, return_inverse=True)
+        count = len(distinct)
+    # Any key with the number will do (they are equal): repeated indices may assign in any order.
+    index = np.empty(count, dtype=np.intp)
+    index[number] = np.arange(len(keys))
+    return number, index
+
+
 def _directed_rows(a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> _DirectedRows:
     """`_DirectedRows` of the pairs (a[i], b[i]) on `gpu_models[i]`; rows are equal when all their bits are.
 
-    Rows are grouped by a hash of their bits and each group is checked bit for bit; should two different rows ever
-    share a hash, no row is merged.
+    The 2n sides (a then b, each with its pair's GPU model) are numbered first: grouped by a hash of their bits and
+    each group checked bit for bit (should two different sides ever share a hash, no side is merged). Stacked row r
+    is (side r, side (r + n) mod 2n), so rows are equal when their two side numbers are.
     """
     n = len(a)
     distinct = {g: i for i, g in enumerate(dict.fromkeys(gpu_models))}
-    sides = [np.vstack([getattr(side, c) for c in _SIDE_COLUMNS]) for side in (a, b)]
-    table = np.empty((2 * _WIDTH + 1, 2 * n), dtype=np.float64)  # columns × stacked rows
-    table[:_WIDTH, :n], table[:_WIDTH, n:] = sides
-    table[_WIDTH:-1, :n], table[_WIDTH:-1, n:] = sides[1], sides[0]
+    table = np.empty((_WIDTH + 1, 2 * n), dtype=np.float64)  # columns × stacked sides
+    for i, column in enumerate(_SIDE_COLUMNS):
+        table[i, :n], table[i, n:] = getattr(a, column), getattr(b, column)
     table[-1, :n] = np.fromiter(map(distinct.__getitem__, gpu_models), np.int64, n)
     table[-1, n:] = table[-1, :n]
     bits = table.view(np.uint64)
-    _, first, inverse = np.unique(_row_hashes(bits), return_index=True, return_inverse=True)
-    if np.array_equal(bits[:, first[inverse]], bits):
-        table = table[:, first]
-    else:
-        inverse = np.arange(2 * n)
-    swap = np.empty(table.shape[1], dtype=np.int64)
-    swap[inverse[:n]], swap[inverse[n:]] = inverse[n:], inverse[:n]
+    side, first = _numbered(_row_hashes(bits), None)
+    if not np.array_equal(bits.take(first[side], axis=1), bits):
+        side = first = np.arange(2 * n)
+    partner = np.concatenate([side[n:], side[:n]])
+    inverse, rows = _numbered(side * len(first) + partner, len(first) ** 2)
+    swapped = (rows + n) % (2 * n)
     return _DirectedRows(
-        SideColumns(*table[:_WIDTH]),
-        SideColumns(*table[_WIDTH : 2 * _WIDTH]),
-        table[-1].astype(np.int64),
+        SideColumns(*table[:_WIDTH, rows]),
+        SideColumns(*table[:_WIDTH, swapped]),
+        table[-1, rows].astype(np.int64),
         list(distinct),
         inverse,
-        swap,
+        inverse[swapped],
+        side[rows],
+        inverse[first],
     )
 
 

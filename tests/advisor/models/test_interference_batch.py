@@ -9,9 +9,16 @@ import pandas as pd
 import pytest
 
 from advisor.datasets import side_columns_from_frame
-from advisor.features import SideColumns
+from advisor.features import SideColumns, SoloProfile, interference_features, side_columns
 from advisor.models import interference
-from advisor.models.interference import InterferenceModel, familiarity_weights, gpu_names
+from advisor.models.interference import (
+    GENERAL_KEYED,
+    SPECIFIC_KEYED,
+    InterferenceModel,
+    familiarity_weights,
+    general_features,
+    gpu_names,
+)
 
 COLUMNS = ("solo_throughput", "batch_size", "sm_util", "mem_bw_util", "mem_bytes", "amp")
 Batch = tuple[SideColumns, SideColumns, list[str]]
@@ -109,3 +116,53 @@ def test_rows_sharing_a_hash_are_not_merged(
     monkeypatch.setattr(interference, "_row_hashes", lambda bits: np.zeros(bits.shape[1], dtype=np.uint64))
     assert len(interference._directed_rows(*batch)) == 2 * len(batch[0])
     np.testing.assert_array_equal(loaded.predict_columns(*batch), expected)
+
+
+def test_keyed_columns_depend_on_their_side_and_gpu_model_only(batch: Batch) -> None:
+    """The boosters read `SPECIFIC_KEYED`/`GENERAL_KEYED` columns once per distinct side: they must not change when
+    only the other side changes."""
+    a, b, gpus = batch
+    order = np.random.default_rng(3).permutation(len(a))
+    shuffled_a = SideColumns(*(getattr(a, c)[order] for c in COLUMNS))
+    shuffled_b = SideColumns(*(getattr(b, c)[order] for c in COLUMNS))
+    for keyed, build in ((SPECIFIC_KEYED, lambda f: f), (GENERAL_KEYED, general_features)):
+        this, other = sorted(keyed[0]), sorted(keyed[1])
+        assert this
+        assert other
+        base = build(interference_features(a, b, gpus))
+        np.testing.assert_array_equal(build(interference_features(a, shuffled_b, gpus))[:, this], base[:, this])
+        np.testing.assert_array_equal(build(interference_features(shuffled_a, b, gpus))[:, other], base[:, other])
+        # The rest depend on both sides: keying them would be wrong.
+        rest = sorted(set(range(base.shape[1])) - keyed[0] - keyed[1])
+        changed = build(interference_features(a, shuffled_b, gpus))[:, rest]
+        assert not np.array_equal(changed, base[:, rest], equal_nan=True)
+
+
+@pytest.mark.parametrize("below", [None, 40], ids=["sorted", "table"])
+def test_numbering_gives_equal_keys_equal_numbers(below: int | None) -> None:
+    keys = np.random.default_rng(5).integers(0, 40, 600)
+    number, index = interference._numbered(keys, below)
+    assert sorted(set(number.tolist())) == list(range(len(set(keys.tolist()))))
+    np.testing.assert_array_equal(keys[index[number]], keys)
+    same_key = keys[:, None] == keys[None, :]
+    np.testing.assert_array_equal(number[:, None] == number[None, :], same_key)
+
+
+def test_profiles_are_read_as_columns(loaded: InterferenceModel) -> None:
+    pairs = [
+        (SoloProfile("a", 800.0, 64, sm_util_ratio=0.9, amp=True), SoloProfile("b", 300.0)),
+        (SoloProfile("c", float("nan"), 0, mem_bw_util_ratio=0.2, mem_bytes=4e9), SoloProfile("d", 5.0, 8, amp=False)),
+    ]
+    a = side_columns([p[0] for p in pairs])
+    np.testing.assert_array_equal(a.solo_throughput, [800.0, np.nan])
+    np.testing.assert_array_equal(a.batch_size, [64.0, 0.0])
+    np.testing.assert_array_equal(a.sm_util, [0.9, np.nan])
+    np.testing.assert_array_equal(a.mem_bw_util, [np.nan, 0.2])
+    np.testing.assert_array_equal(a.mem_bytes, [np.nan, 4e9])
+    np.testing.assert_array_equal(a.amp, [1.0, np.nan])
+    b = side_columns([p[1] for p in pairs])
+    np.testing.assert_array_equal(b.amp, [np.nan, 0.0])
+    gpus = ["v100", "NVIDIA H100 80GB HBM3"]
+    np.testing.assert_array_equal(loaded.predict_pairs(pairs, gpus), loaded.predict_columns(a, b, gpus))
+    with pytest.raises(ValueError, match="pairs"):
+        loaded.predict_pairs([(pairs[0][0],)], "v100")  # type: ignore[list-item]
