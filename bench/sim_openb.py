@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sim_openb.py [--seed N] [--plot DIR]
     .venv/bin/python bench/sim_openb.py --seed 1 --weights 0.5,1,1.5 [--variant full|gpu-pods-only|gpu-only]
-        [--profile packing|default]
+        [--profile packing|default] [--span POINTS]
 
 Runs `gpuadvisor simulate` on ../shared/data/openb (1,213 nodes, 6,212 GPUs, 8,152 pods) and prints the allocation
 at 100% arrived demand, the failed pods and the seconds each policy took (goal: < 60 s per policy on 2 cores).
@@ -29,7 +29,9 @@ DATA = ROOT.parent / "shared" / "data" / "openb"
 HEADER = f"{'policy':<8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}"
 
 
-def sweep(seed: int, weights: list[float], variant: str, profile: str) -> None:
+def sweep(seed: int, weights: list[float], variant: str, profile: str, span: float | None) -> None:
+    from dataclasses import replace
+
     from advisor.scoring import ScoringConfig
     from advisor.sim.fragmentation import task_mix_of
     from advisor.sim.loaders import load_cluster, load_trace
@@ -50,7 +52,9 @@ def sweep(seed: int, weights: list[float], variant: str, profile: str) -> None:
         config = packing_profile(pods, with_resources=with_resources)
     else:
         config = ScoringConfig(task_mix=task_mix_of(pods, with_resources=with_resources))
-    print(f"seed {seed}, advisor variant {variant}, {profile} profile")
+    if span is not None:
+        config = replace(config, extender_span_points=span)
+    print(f"seed {seed}, advisor variant {variant}, {profile} profile, span {config.extender_span_points:g}")
     print(f"{'weight':>8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}")
     for weight in weights:
         policy = AdvisorPackPolicy(cluster, config, extender_weight=weight, score_pods_without_gpu=variant == "full")
@@ -74,11 +78,12 @@ def main() -> None:
         default="packing",
         help="packing: what `simulate` runs (packing only, span 20); default: the service's default weights, span 40",
     )
+    parser.add_argument("--span", type=float, default=None, help="the profile's extender span points, overridden")
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"openb data not found at {DATA}")
     if args.weights is not None:
-        sweep(args.seed, [float(w) for w in args.weights.split(",")], args.variant, args.profile)
+        sweep(args.seed, [float(w) for w in args.weights.split(",")], args.variant, args.profile, args.span)
         return
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
