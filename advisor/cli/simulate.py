@@ -17,7 +17,7 @@ from rich.table import Table
 
 from advisor.cli.common import err_console, fail
 from advisor.scoring import ScoringInputError
-from advisor.sim.jobs import JctResult
+from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, JctResult
 from advisor.sim.loaders import (
     SimInputError,
     jobs_from_pods,
@@ -27,9 +27,17 @@ from advisor.sim.loaders import (
     pods_from_jobs,
 )
 from advisor.sim.model import Job, Pod
-from advisor.sim.packing import FragmentationResult
+from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, FragmentationResult, packing_profile
 from advisor.sim.rates import truth_table
-from advisor.sim.run import SimConfigError, advisor_table, parse_policies, run_fragmentation_mode, run_jct_mode
+from advisor.sim.run import (
+    SimConfigError,
+    advisor_table,
+    jct_scoring_config,
+    parse_policies,
+    run_fragmentation_mode,
+    run_jct_mode,
+    scorer_setup,
+)
 
 _PIPE_WIDTH = 140
 
@@ -117,7 +125,13 @@ def simulate(
     jct: list[JctResult] = []
     try:
         if mode is Mode.fragmentation:
-            frag = run_fragmentation_mode(nodes, _as_pods(loaded), names, seed, progress)
+            pods = _as_pods(loaded)
+            if "advisor" in names:
+                report["advisor"] = {
+                    "profile": "packing",
+                    **scorer_setup(packing_profile(pods), FRAGMENTATION_EXTENDER_WEIGHT),
+                }
+            frag = run_fragmentation_mode(nodes, pods, names, seed, progress)
             report["policies"] = {r.policy: r.to_json() for r in frag}
             table = _fragmentation_table(frag)
         else:
@@ -125,7 +139,12 @@ def simulate(
             believed, how = advisor_table(throughputs) if "advisor" in names else (None, "")
             if how:
                 report["advisor_predictors"] = how
-            jct = run_jct_mode(nodes, jobs, names, truth=truth, believed=believed, seed=seed, progress=progress)
+            config = jct_scoring_config(nodes, jobs, truth)
+            if {"advisor", "oracle"} & set(names):
+                report["advisor"] = {"profile": "default", **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
+            jct = run_jct_mode(
+                nodes, jobs, names, truth=truth, believed=believed, config=config, seed=seed, progress=progress
+            )
             report["policies"] = {r.policy: r.to_json() for r in jct}
             table = _jct_table(jct)
     except (SimInputError, SimConfigError, ScoringInputError) as e:
@@ -150,6 +169,13 @@ def simulate(
     if not console.is_terminal:
         console = Console(width=_PIPE_WIDTH)  # a pipe or file gets whole column names, not an 80-column squeeze
     console.print(table)
+    setup = report.get("advisor")
+    if isinstance(setup, dict):
+        weights = ", ".join(f"{k} {v:g}" for k, v in setup["weights"].items())
+        console.print(
+            f"advisor: {setup['profile']} profile (weights {weights}; extender weight {setup['extender_weight']:g},"
+            f" span {setup['extender_span_points']:g} points)"
+        )
     if "advisor_predictors" in report:
         console.print(f"advisor predictors: {report['advisor_predictors']}")
     for path in plots:

@@ -130,10 +130,7 @@ def run_jct_mode(
     if truth is not None:
         check_coverage(cluster, jobs, truth)
     if config is None:
-        runnable = [j for j in jobs if j.num_gpus <= cluster.total_gpus]
-        sharing = truth is not None and bool(truth.norm)
-        mix = job_task_mix(runnable, cluster.max_gpus_per_node, sharing) if runnable else None
-        config = ScoringConfig(task_mix=mix) if mix is not None else ScoringConfig()
+        config = jct_scoring_config(cluster, jobs, truth)
     built = [jct_policy(name, cluster, truth, believed, config, seed=seed) for name in policies]
     results = []
     for policy in built:
@@ -141,6 +138,30 @@ def run_jct_mode(
             progress(policy.name)
         results.append(run_jct(cluster, jobs, policy, truth))
     return results
+
+
+def jct_scoring_config(cluster: Cluster, jobs: Sequence[Job], truth: RateTable | None) -> ScoringConfig:
+    """The advisor's scorer in JCT mode: the service's default weights and span, packing for the trace's requests."""
+    runnable = [j for j in jobs if j.num_gpus <= cluster.total_gpus]
+    sharing = truth is not None and bool(truth.norm)
+    mix = job_task_mix(runnable, cluster.max_gpus_per_node, sharing) if runnable else None
+    return ScoringConfig(task_mix=mix) if mix is not None else ScoringConfig()
+
+
+def scorer_setup(config: ScoringConfig, extender_weight: float) -> dict[str, object]:
+    """How the `advisor` and `oracle` policies were configured, for the report: what an admin would set to match."""
+    return {
+        "weights": {
+            "packing": config.weight_packing,
+            "affinity": config.weight_affinity,
+            "interference": config.weight_interference,
+            "jct": config.weight_jct,
+        },
+        "extender_span_points": config.extender_span_points,
+        "extender_weight": extender_weight,
+        "kube_scheduler_score": "NodeResourcesFit LeastAllocated",
+        "task_mix_entries": len(config.task_mix),
+    }
 
 
 def advisor_table(throughputs_path: Path | None) -> tuple[RateTable | None, str]:

@@ -60,6 +60,11 @@ def test_fragmentation_json_and_plot(small: dict[str, Path], tmp_path: Path) -> 
         assert result["failed_pods"] >= 0
         assert len(result["curve"]["arrived_demand_ratio"]) == len(result["curve"]["gpu_allocation_ratio"])
     assert (tmp_path / "plots" / "allocation.png").stat().st_size > 1000
+    # the advisor's configuration is reported: what an admin sets to score as it did (the packing profile)
+    assert report["advisor"]["profile"] == "packing"
+    assert report["advisor"]["weights"] == {"packing": 1.0, "affinity": 0.0, "interference": 0.0, "jct": 0.0}
+    assert report["advisor"]["extender_span_points"] == 20.0
+    assert report["advisor"]["extender_weight"] == 2.0
 
 
 def test_jct_table(small: dict[str, Path]) -> None:
@@ -76,6 +81,7 @@ def test_jct_table(small: dict[str, Path]) -> None:
     assert code == 0, out
     assert "avg_jct_s" in out
     assert "heuristic predictors" in out
+    assert "advisor: default profile (weights packing 1, affinity 1, interference 1, jct 1;" in out
 
 
 @pytest.mark.parametrize(
