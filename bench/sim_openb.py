@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sim_openb.py [--seed N] [--plot DIR]
     .venv/bin/python bench/sim_openb.py --seed 1 --weights 0.5,1,1.5 [--variant full|gpu-pods-only|gpu-only]
-        [--profile packing|default] [--span POINTS]
+        [--profile packing|default] [--span POINTS] [--ties random|first]
 
 Runs `gpuadvisor simulate` on ../shared/data/openb (1,213 nodes, 6,212 GPUs, 8,152 pods) and prints the allocation
 at 100% arrived demand, the failed pods and the seconds each policy took (goal: < 60 s per policy on 2 cores).
@@ -29,8 +29,10 @@ DATA = ROOT.parent / "shared" / "data" / "openb"
 HEADER = f"{'policy':<8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}"
 
 
-def sweep(seed: int, weights: list[float], variant: str, profile: str, span: float | None) -> None:
+def sweep(seed: int, weights: list[float], *, variant: str, profile: str, span: float | None, ties: str) -> None:
     from dataclasses import replace
+
+    import numpy as np
 
     from advisor.scoring import ScoringConfig
     from advisor.sim.fragmentation import task_mix_of
@@ -57,7 +59,13 @@ def sweep(seed: int, weights: list[float], variant: str, profile: str, span: flo
     print(f"seed {seed}, advisor variant {variant}, {profile} profile, span {config.extender_span_points:g}")
     print(f"{'weight':>8} {'gpu_allocation_ratio':>20} {'failed_pods':>11} {'fragmentation_ratio':>19} {'seconds':>8}")
     for weight in weights:
-        policy = AdvisorPackPolicy(cluster, config, extender_weight=weight, score_pods_without_gpu=variant == "full")
+        policy = AdvisorPackPolicy(
+            cluster,
+            config,
+            extender_weight=weight,
+            score_pods_without_gpu=variant == "full",
+            rng=np.random.default_rng(seed) if ties == "random" else None,
+        )
         r = run_fragmentation(cluster, pods, sequence, policy)
         print(
             f"{weight:>8g} {r.gpu_allocation_ratio:>20.4f} {r.failed_pods:>11} "
@@ -79,11 +87,24 @@ def main() -> None:
         help="packing: what `simulate` runs (packing only, span 20); default: the service's default weights, span 40",
     )
     parser.add_argument("--span", type=float, default=None, help="the profile's extender span points, overridden")
+    parser.add_argument(
+        "--ties",
+        choices=("random", "first"),
+        default="random",
+        help="equal totals: chosen among at random (seeded, as `simulate` and kube-scheduler do) or the first node",
+    )
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"openb data not found at {DATA}")
     if args.weights is not None:
-        sweep(args.seed, [float(w) for w in args.weights.split(",")], args.variant, args.profile, args.span)
+        sweep(
+            args.seed,
+            [float(w) for w in args.weights.split(",")],
+            variant=args.variant,
+            profile=args.profile,
+            span=args.span,
+            ties=args.ties,
+        )
         return
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",

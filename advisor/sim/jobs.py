@@ -28,7 +28,7 @@ from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import PodRequest, Resident, ScoringConfig, extender_scores, score_nodes
 from advisor.sim.adapter import StateInterner
-from advisor.sim.model import GPU_MILLI, Cluster, Job
+from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
 from advisor.sim.rates import Assignment, RateTable, crosses_nvlink_groups, predictors_for, true_rate, with_job
 
 SHARE_MILLI = GPU_MILLI // 2
@@ -114,16 +114,6 @@ def _used_ratio_after(state: JobState, nodes: IntArray, milli: int) -> np.ndarra
         state.capacity[nodes]
     )
     return used
-
-
-def best_index(values: np.ndarray, rng: np.random.Generator | None) -> int:
-    """The position of the largest of `values`, a tie broken uniformly at random as kube-scheduler's `selectHost`
-    does (the first one when `rng` is None). Without the random draw a tie always goes to the node listed first, and
-    on a cluster file listed K80 first that makes spread look slower than kube-scheduler is."""
-    top = np.flatnonzero(values >= np.max(values))
-    if rng is None or len(top) == 1:
-        return int(top[0])
-    return int(top[int(rng.integers(len(top)))])
 
 
 class KubeJobPolicy:

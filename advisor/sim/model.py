@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 GPU_MILLI = 1000
 """One whole GPU in milli-GPU units (openb's `gpu_milli`; DESIGN §5 annotation `gpuadvisor.io/gpu-milli`)."""
 
@@ -90,3 +92,13 @@ class Throughputs:
     @property
     def gpu_models(self) -> set[str]:
         return {k[0] for k in self.isolated}
+
+
+def best_index(values: np.ndarray, rng: np.random.Generator | None) -> int:
+    """The position of the largest of `values`, a tie broken uniformly at random as kube-scheduler's `selectHost`
+    does (the first one when `rng` is None). Without the random draw a tie always goes to the node listed first, and
+    on a cluster file listed K80 first that makes spread look slower than kube-scheduler is."""
+    top = np.flatnonzero(values >= np.max(values))
+    if rng is None or len(top) == 1:
+        return int(top[0])
+    return int(top[int(rng.integers(len(top)))])

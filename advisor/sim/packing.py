@@ -29,7 +29,7 @@ from advisor.predictors import Predictors
 from advisor.scoring import NodeState, PodRequest, ScoringConfig, allocate, extender_node_scores
 from advisor.sim.adapter import StateInterner, share_residents
 from advisor.sim.fragmentation import task_mix_of, workload_of
-from advisor.sim.model import GPU_MILLI, Cluster, Pod
+from advisor.sim.model import GPU_MILLI, Cluster, Pod, best_index
 
 BoolArray = NDArray[np.bool_]
 CURVE_STEP_RATIO = 0.01
@@ -158,15 +158,17 @@ class RandomPolicy:
 
 
 class AllocatedPolicy:
-    """Kubernetes' LeastAllocated (`spread`) or MostAllocated (`binpack`) node scoring."""
+    """Kubernetes' LeastAllocated (`spread`) or MostAllocated (`binpack`) node scoring; equal nodes chosen among at
+    random with `rng` (kube-scheduler's `selectHost`), else the first."""
 
-    def __init__(self, *, most: bool) -> None:
+    def __init__(self, *, most: bool, rng: np.random.Generator | None = None) -> None:
         self._most = most
+        self._rng = rng
         self.name = "binpack" if most else "spread"
 
     def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
         used = state.usage_ratio_after(candidates, pod)
-        node = int(candidates[np.argmax(used) if self._most else np.argmin(used)])
+        node = int(candidates[best_index(used if self._most else -used, self._rng)])
         if pod.num_gpu == 0:
             return node, ()
         if pod.gpu_milli < GPU_MILLI:
@@ -175,9 +177,13 @@ class AllocatedPolicy:
 
 
 class FgdPolicy:
-    """Fragmentation Gradient Descent: least increase of the expected fragmentation F_n(M)."""
+    """Fragmentation Gradient Descent: least increase of the expected fragmentation F_n(M); equal increases chosen
+    among at random with `rng`, else the first."""
 
     name = "fgd"
+
+    def __init__(self, rng: np.random.Generator | None = None) -> None:
+        self._rng = rng
 
     def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
         cache = state.cache
@@ -185,14 +191,14 @@ class FgdPolicy:
         memory_after = state.memory_free[candidates] - pod.memory_mib
         if pod.num_gpu == 0 or pod.gpu_milli >= GPU_MILLI:
             delta = cache.delta_whole(candidates, pod.num_gpu, cpu_after, memory_after)
-            node = int(candidates[np.argmin(delta)])
+            node = int(candidates[best_index(-delta, self._rng)])
             return node, state.whole_gpus(node, pod.num_gpu)
         rows, cols = np.nonzero(state.free[candidates] >= pod.gpu_milli)
         nodes = candidates[rows]
         delta = cache.delta_share(
             nodes, state.free[nodes, cols], float(pod.gpu_milli), cpu_after[rows], memory_after[rows]
         )
-        best = int(np.argmin(delta))
+        best = best_index(-delta, self._rng)
         return int(nodes[best]), (int(cols[best]),)
 
 
@@ -224,6 +230,7 @@ class AdvisorPackPolicy:
         *,
         extender_weight: float = FRAGMENTATION_EXTENDER_WEIGHT,
         score_pods_without_gpu: bool = SCORE_PODS_WITHOUT_GPU,
+        rng: np.random.Generator | None = None,
     ) -> None:
         self._nodes = cluster.nodes
         self._interner = StateInterner(cluster.nodes)
@@ -231,6 +238,7 @@ class AdvisorPackPolicy:
         self._config = config
         self._predictors = predictors or Predictors.heuristic()
         self._weight = extender_weight
+        self._rng = rng
         self._resources = config.resources
         self._score_without_gpu = score_pods_without_gpu and config.resources is not None
         self._with_resources: dict[tuple[int, float, float], NodeState] = {}
@@ -282,7 +290,7 @@ class AdvisorPackPolicy:
     def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
         kube = np.floor(100.0 * (1.0 - state.usage_ratio_after(candidates, pod)))
         if pod.num_gpu == 0 and not self._score_without_gpu:
-            return int(candidates[np.argmax(kube)]), ()
+            return int(candidates[best_index(kube, self._rng)]), ()
         self._sync(state)
         resources = self._resources
         cpu = round(pod.cpu_milli) if resources is not None else None
@@ -301,7 +309,7 @@ class AdvisorPackPolicy:
             extender_node_scores(request, states, config=self._config, predictors=self._predictors), dtype=np.float64
         )
         extender[extender == 0] = -np.inf  # infeasible (a feasible verdict scores at least 1)
-        best = int(np.argmax(kube + self._weight * 10.0 * extender[inverse]))
+        best = best_index(kube + self._weight * 10.0 * extender[inverse], self._rng)
         chosen = allocate(request, states[int(inverse[best])], config=self._config, predictors=self._predictors)
         if not chosen.feasible:
             raise RuntimeError(f"the scorer found no GPUs for {pod.name} on a node where it fits: {chosen.reason}")

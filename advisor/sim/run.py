@@ -52,14 +52,15 @@ def parse_policies(text: str, mode: str) -> list[str]:
 
 
 def fragmentation_policy(name: str, cluster: Cluster, pods: Sequence[Pod], seed: int) -> PackPolicy:
+    rng = np.random.default_rng(seed)  # every policy breaks ties at random, as kube-scheduler's selectHost does
     if name == "random":
-        return RandomPolicy(np.random.default_rng(seed))
+        return RandomPolicy(rng)
     if name in ("spread", "binpack"):
-        return AllocatedPolicy(most=name == "binpack")
+        return AllocatedPolicy(most=name == "binpack", rng=rng)
     if name == "fgd":
-        return FgdPolicy()
+        return FgdPolicy(rng)
     if name == "advisor":
-        return AdvisorPackPolicy(cluster, packing_profile(pods), extender_weight=FRAGMENTATION_EXTENDER_WEIGHT)
+        return AdvisorPackPolicy(cluster, packing_profile(pods), extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from advisor.sim.packing import (
     AdvisorPackPolicy,
     AllocatedPolicy,
     FgdPolicy,
+    PackPolicy,
     PackState,
     RandomPolicy,
     inflated_sequence,
@@ -199,3 +202,24 @@ def test_the_trace_task_mix_gives_every_request_with_cpu_and_memory() -> None:
         (2, 1000, 0.25, 16000.0, 65536.0),
     )
     assert task_mix_of(pods, with_resources=False) == ((1, 500, 2 / 3), (2, 1000, 1 / 3))
+
+
+def test_equal_nodes_are_chosen_among_at_random_like_kube_and_a_seed_fixes_the_draws() -> None:
+    cluster = Cluster(tuple(SimNode(f"n{i}", "V100", 8) for i in range(4)))
+    pods = [Pod("p", 1, 1000), Pod("q", 8, 1000)]
+    config = ScoringConfig(task_mix=task_mix_of(pods))
+    makers: dict[str, Callable[[np.random.Generator | None], PackPolicy]] = {
+        "spread": lambda rng: AllocatedPolicy(most=False, rng=rng),
+        "binpack": lambda rng: AllocatedPolicy(most=True, rng=rng),
+        "fgd": FgdPolicy,
+        "advisor": lambda rng: AdvisorPackPolicy(cluster, config, rng=rng),
+    }
+
+    def first_pick(policy: PackPolicy) -> int:
+        return policy.choose(pods[0], PackState(cluster, workload_of(pods)), np.arange(4))[0]
+
+    for name, make in makers.items():
+        picks = {first_pick(make(np.random.default_rng(seed))) for seed in range(12)}
+        assert len(picks) > 1, name  # four empty nodes tie: not always the first
+        assert len({first_pick(make(np.random.default_rng(5))) for _ in range(3)}) == 1, name  # a seed fixes it
+        assert first_pick(make(None)) == 0, name  # without a generator: the first of equal nodes
