@@ -297,6 +297,10 @@ class NodeState:
         return self.free_mask.bit_count()
 
 
+DEFAULT_EXTENDER_SPAN_POINTS = 40.0
+"""The extender's integer drops one step per this / 10 points a node is behind the batch's best (`extender_scores`)."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ScoringConfig:
     """Weights and policy.
@@ -320,7 +324,7 @@ class ScoringConfig:
     unknown_node_score: float = 50.0
     task_mix: TaskMix = DEFAULT_TASK_MIX
     task_sizes: tuple[tuple[int, float], ...] | None = None
-    extender_span_points: float = 40.0
+    extender_span_points: float = DEFAULT_EXTENDER_SPAN_POINTS
     resources: MixResources | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -384,7 +388,7 @@ class NodeScore(NamedTuple):
         return min(10, max(0, round(self.score / 10.0)))
 
 
-def extender_scores(scores: Sequence[NodeScore], *, span_points: float = 40.0) -> list[int]:
+def extender_scores(scores: Sequence[NodeScore], *, span_points: float = DEFAULT_EXTENDER_SPAN_POINTS) -> list[int]:
     """kube-scheduler's integer 0..10 for a batch, keeping the ranking that rounding `score / 10` would flatten.
 
     The best feasible known node gets 10 and every other one loses 1 per `span_points` / 10 points (the config's

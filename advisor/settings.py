@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from advisor.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, parse_task_mix
+from advisor.scoring import DEFAULT_EXTENDER_SPAN_POINTS
 from profiler.settings import DEFAULT_DB_URL
 
 
@@ -27,8 +28,8 @@ class AdvisorSettings(BaseSettings):
     unknown_node_score: float = Field(default=50.0, ge=0, le=100)
     # How far (in points of the 0..100 score) a node may be behind the batch's best before the extender's integer
     # drops from 10 to 1: one step per span / 10 points. Smaller = the advisor's ranking weighs more against
-    # kube-scheduler's own scores (docs/advisor.md, "Extender integers").
-    extender_span_points: float = Field(default=40.0, gt=0)
+    # kube-scheduler's own scores (docs/advisor.md, "Scoring" and "Profiles").
+    extender_span_points: float = Field(default=DEFAULT_EXTENDER_SPAN_POINTS, gt=0)
     # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
     # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],
