@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from functools import lru_cache
 from operator import attrgetter
 
 import numpy as np
@@ -25,6 +25,7 @@ FloatArray = npt.NDArray[np.float64]
 GPU_FEATURES = ("gpu_log2_fp16_tflops", "gpu_log2_fp32_tflops", "gpu_log2_bandwidth_gb_s", "gpu_memory_gib", "gpu_cc")
 
 
+@lru_cache(maxsize=1024)
 def _spec_row(name: str) -> tuple[float, float, float, float, float]:
     s = gpu_spec(name)
     return (
@@ -36,12 +37,17 @@ def _spec_row(name: str) -> tuple[float, float, float, float, float]:
     )
 
 
+def gpu_feature_table(names: Sequence[str]) -> FloatArray:
+    """One row of `GPU_FEATURES` per name of `names` (NaN for an unknown model): give it a batch's distinct names
+    and index it with each row's code, `gpu_features` without a lookup per row."""
+    return np.array([_spec_row(name) for name in names], dtype=np.float64).reshape(len(names), len(GPU_FEATURES))
+
+
 def gpu_features(gpu_models: Sequence[str]) -> FloatArray:
     """One row of `GPU_FEATURES` per GPU model name (NaN for an unknown model)."""
     index = {name: i for i, name in enumerate(dict.fromkeys(gpu_models))}
     codes = np.fromiter(map(index.__getitem__, gpu_models), np.int64, len(gpu_models))
-    rows = np.array([_spec_row(name) for name in index], dtype=np.float64).reshape(len(index), len(GPU_FEATURES))
-    return rows[codes]
+    return gpu_feature_table(list(index))[codes]
 
 
 def _log2_positive(values: FloatArray) -> FloatArray:
@@ -85,18 +91,27 @@ class SideColumns:
         return len(self.solo_throughput)
 
 
-# The fields of a `SoloProfile` that `SideColumns` holds, in its order.
-_SOLO_FIELDS = attrgetter("solo_throughput", "batch_size", "sm_util_ratio", "mem_bw_util_ratio", "mem_bytes", "amp")
+# Readers of the fields of a `SoloProfile` that `SideColumns` holds, in its order.
+_SOLO_FIELDS = tuple(
+    map(attrgetter, ("solo_throughput", "batch_size", "sm_util_ratio", "mem_bw_util_ratio", "mem_bytes", "amp"))
+)
 
 
 def side_columns(profiles: Sequence[SoloProfile]) -> SideColumns:
-    """Columns of `profiles`, in order (one pass over the objects: this is on the scorer's hot path).
+    """Columns of `profiles`, in order (this is on the scorer's hot path).
 
-    `np.fromiter` reads None as NaN, so the unknown optional fields need no test in Python.
+    Field by field: a field that no profile knows (all None, often the utilisation) is filled with NaN at once,
+    others are read with `np.fromiter`, which reads None as NaN, so the unknown values need no test in Python.
     """
     n = len(profiles)
-    values = np.fromiter(chain.from_iterable(map(_SOLO_FIELDS, profiles)), np.float64, 6 * n)
-    return SideColumns(*values.reshape(n, 6).T.copy())
+    values = np.empty((len(_SOLO_FIELDS), n), dtype=np.float64)
+    for row, field in zip(values, _SOLO_FIELDS, strict=True):
+        column = list(map(field, profiles))
+        if n and column[0] is None and column.count(None) == n:
+            row.fill(np.nan)
+        else:
+            row[:] = np.fromiter(column, np.float64, n)
+    return SideColumns(*values)
 
 
 INTERFERENCE_SIDE_FEATURES = (
@@ -120,12 +135,45 @@ INTERFERENCE_FEATURES = (
 )
 
 
-def _side_block(side: SideColumns, gpu_memory_bytes: FloatArray) -> FloatArray:
+_SIDE_WIDTH = len(INTERFERENCE_SIDE_FEATURES)
+IndexArray = npt.NDArray[np.intp] | npt.NDArray[np.int64]
+
+
+def interference_sides(side: SideColumns, gpu: FloatArray) -> FloatArray:
+    """What `interference_features` takes from each row of `side` on the GPU model whose `gpu_features` are the
+    same row of `gpu`: its `self_*` columns (`other_*` where it is the other side) then its `gpu_*` ones, as a
+    (columns × rows) table for `interference_features_of`.
+
+    They depend on that side and GPU model alone, so a batch that repeats sides computes them once per distinct side.
+    """
     log_thr = _log2_positive(side.solo_throughput)
     log_batch = _log2_positive(side.batch_size)
-    log_steps = np.where(np.isnan(log_batch), log_thr, log_thr - log_batch)
-    mem_fraction = side.mem_bytes / gpu_memory_bytes
-    return np.column_stack([log_thr, log_batch, log_steps, side.sm_util, side.mem_bw_util, mem_fraction, side.amp])
+    table = np.empty((_SIDE_WIDTH + len(GPU_FEATURES), len(side)), dtype=np.float64)
+    table[0], table[1] = log_thr, log_batch
+    table[2] = np.where(np.isnan(log_batch), log_thr, log_thr - log_batch)
+    table[3], table[4] = side.sm_util, side.mem_bw_util
+    table[5] = side.mem_bytes / (gpu[:, 3] * (1 << 30))
+    table[6] = side.amp
+    table[_SIDE_WIDTH:] = gpu.T
+    return table
+
+
+def interference_features_of(sides: FloatArray, this: IndexArray, other: IndexArray) -> FloatArray:
+    """`interference_features` of the rows (side `this[i]`, side `other[i]`) of a table of distinct sides
+    (`interference_sides`; a row's two sides are on the same GPU model).
+
+    Built column by column (each column of the result is contiguous, as the tree evaluator reads them).
+    """
+    w = _SIDE_WIDTH
+    out = np.empty((len(INTERFERENCE_FEATURES), len(this)), dtype=np.float64)
+    np.take(sides[:w], this, axis=1, out=out[:w])
+    np.take(sides[:w], other, axis=1, out=out[w : 2 * w])
+    # sum_sm_util, sum_mem_bw_util, sum_mem_fraction; log2_throughput_ratio, log2_batch_ratio
+    np.add(out[3:6], out[w + 3 : w + 6], out=out[2 * w : 2 * w + 3])
+    np.subtract(out[0:2], out[w : w + 2], out=out[2 * w + 3 : 2 * w + 5])
+    np.take(sides[w:], this, axis=1, out=out[2 * w + 5 :])
+    features: FloatArray = out.T
+    return features
 
 
 def interference_features(this: SideColumns, other: SideColumns, gpu_models: Sequence[str]) -> FloatArray:
@@ -135,13 +183,9 @@ def interference_features(this: SideColumns, other: SideColumns, gpu_models: Seq
     model's (A, B) and (B, A) predictions consistent.
     """
     gpu = gpu_features(gpu_models)
-    gpu_memory_bytes = gpu[:, 3] * (1 << 30)
-    a = _side_block(this, gpu_memory_bytes)
-    b = _side_block(other, gpu_memory_bytes)
-    pair = np.column_stack(
-        [a[:, 3] + b[:, 3], a[:, 4] + b[:, 4], a[:, 5] + b[:, 5], a[:, 0] - b[:, 0], a[:, 1] - b[:, 1]]
-    )
-    return np.hstack([a, b, pair, gpu])
+    n = len(this)
+    sides = np.hstack([interference_sides(this, gpu), interference_sides(other, gpu)])
+    return interference_features_of(sides, np.arange(n), np.arange(n, 2 * n))
 
 
 # ---------------------------------------------------------------------------------------------- throughput

@@ -39,7 +39,10 @@ from advisor.features import (
     FloatArray,
     SideColumns,
     SoloProfile,
+    gpu_feature_table,
     interference_features,
+    interference_features_of,
+    interference_sides,
     side_columns,
 )
 from advisor.gpus import normalize_gpu_model
@@ -197,12 +200,17 @@ GENERAL_KEYED = _keyed_columns(GENERAL_FEATURES)
 
 def general_features(features: FloatArray) -> FloatArray:
     """The general booster's inputs, derived from rows of `interference_features` (training and serving alike)."""
-    fp32 = features[:, _F["gpu_log2_fp32_tflops"]]
-    steps_self = features[:, _F["self_log2_steps_per_s"]]
-    steps_other = features[:, _F["other_log2_steps_per_s"]]
-    return np.column_stack(
-        [steps_self - fp32, steps_other - fp32, steps_self - steps_other, features[:, _GENERAL_COPIED]]
-    )
+    columns = features.T  # built column by column, as `advisor.features.interference_features_of` builds its own
+    fp32 = columns[_F["gpu_log2_fp32_tflops"]]
+    steps_self = columns[_F["self_log2_steps_per_s"]]
+    steps_other = columns[_F["other_log2_steps_per_s"]]
+    out = np.empty((len(GENERAL_FEATURES), len(features)), dtype=np.float64)
+    np.subtract(steps_self, fp32, out=out[0])
+    np.subtract(steps_other, fp32, out=out[1])
+    np.subtract(steps_self, steps_other, out=out[2])
+    np.take(columns, _GENERAL_COPIED, axis=0, out=out[3:])
+    result: FloatArray = out.T
+    return result
 
 
 def _profile_points(side: SideColumns) -> FloatArray:
@@ -392,10 +400,13 @@ class InterferenceModel(BoostedEstimator):
         scorer's batches ask about one pod next to the same residents on many nodes, and a pair and its swap share
         their two rows. Values are compared bit for bit, so a row is computed exactly as it would be alone.
         """
+        return self._predict_coded(a, b, GpuCodes.of(gpu_models))
+
+    def _predict_coded(self, a: SideColumns, b: SideColumns, gpus: GpuCodes) -> FloatArray:
         n = len(a)
         if n == 0:
             return np.empty((0, 2), dtype=np.float64)
-        rows = _directed_rows(a, b, gpu_models)
+        rows = _directed_rows(a, b, gpus)
         values = self._predict_directed(rows)
         out = values[rows.inverse]
         return np.column_stack([out[:n], out[n:]])
@@ -404,11 +415,12 @@ class InterferenceModel(BoostedEstimator):
         """Each row's normalised throughput: gate-weighted specific and general predictions, each part evaluated
         only on the rows that give it some weight (a batch of new workloads costs the small general booster and a
         lookup, one of measured workloads the specific booster alone)."""
-        features = interference_features(rows.this, rows.other, rows.gpu_models)
-        out = np.zeros(len(rows))
-        # What depends on one side alone (the gate's search, the sharing class) is computed once per distinct side;
-        # the other side's is that of the swapped row, every row's swap being a row too.
+        # What depends on one side alone (its features, the gate's search, the sharing class) is computed once per
+        # distinct side; the other side's is that of the swapped row, every row's swap being a row too.
         sides = _rows_of(rows.this, rows.side_rows)
+        side_table = interference_sides(sides, gpu_feature_table(rows.gpu_names)[rows.gpu[rows.side_rows]])
+        features = interference_features_of(side_table, rows.side, rows.side[rows.swap])
+        out = np.zeros(len(rows))
         if self.general_booster_ is None:
             weight = np.ones(len(rows))
         else:
@@ -451,20 +463,16 @@ class InterferenceModel(BoostedEstimator):
 
         `gpu_models` is one name for all pairs or one per pair, in any spelling (`advisor.gpus`).
         """
-        if isinstance(gpu_models, str):
-            names = [normalize_gpu_model(gpu_models)] * len(pairs)
-        else:
-            normal = {g: normalize_gpu_model(g) for g in dict.fromkeys(gpu_models)}
-            names = list(map(normal.__getitem__, gpu_models))
-        if len(names) != len(pairs):
-            raise ValueError(f"gpu_models: {len(names)} names for {len(pairs)} pairs")
+        gpus = GpuCodes.normalized(gpu_models, len(pairs))
+        if len(gpus.codes) != len(pairs):
+            raise ValueError(f"gpu_models: {len(gpus.codes)} names for {len(pairs)} pairs")
         # Both sides in one pass: a[0], b[0], a[1], b[1], ...
         sides = list(chain.from_iterable(pairs))
         if len(sides) != 2 * len(pairs):
             raise ValueError("pairs: expected (resident, candidate) pairs of two SoloProfiles each")
         both = side_columns(sides)
         a, b = (SideColumns(*(getattr(both, c)[i::2] for c in _SIDE_COLUMNS)) for i in (0, 1))
-        return self.predict_columns(a, b, names)
+        return self._predict_coded(a, b, gpus)
 
     def predict_frame(self, frame: pd.DataFrame) -> FloatArray:
         """(n, 2) predictions for the rows of a colocations frame, in order."""
@@ -580,12 +588,6 @@ class _DirectedRows:
     def __len__(self) -> int:
         return len(self.gpu)
 
-    @property
-    def gpu_models(self) -> list[str]:
-        """The GPU model name of each row."""
-        names: list[str] = np.array(self.gpu_names, dtype=object)[self.gpu].tolist()
-        return names
-
     def groups(
         self, keyed: tuple[frozenset[int], frozenset[int]], subset: npt.NDArray[np.intp] | None
     ) -> tuple[RowGroup, RowGroup]:
@@ -635,7 +637,33 @@ def _numbered(keys: npt.NDArray[Any], below: int | None) -> tuple[npt.NDArray[np
     return number, index
 
 
-def _directed_rows(a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> _DirectedRows:
+@dataclass(frozen=True)
+class GpuCodes:
+    """The GPU model of each row of a batch as an index (`codes`) of the batch's distinct names (`names`), found with
+    one pass over the rows' names."""
+
+    codes: npt.NDArray[np.int64]
+    names: list[str]
+
+    @classmethod
+    def of(cls, gpu_models: Sequence[str]) -> GpuCodes:
+        """The names as given (`names` in order of first appearance)."""
+        distinct = {g: i for i, g in enumerate(dict.fromkeys(gpu_models))}
+        return cls(np.fromiter(map(distinct.__getitem__, gpu_models), np.int64, len(gpu_models)), list(distinct))
+
+    @classmethod
+    def normalized(cls, gpu_models: Sequence[str] | str, n: int) -> GpuCodes:
+        """The names normalised (`advisor.gpus.normalize_gpu_model`): spellings of one model share a code. One name
+        (a `str`) stands for all `n` rows."""
+        if isinstance(gpu_models, str):
+            return cls(np.zeros(n, dtype=np.int64), [normalize_gpu_model(gpu_models)])
+        normal = {g: normalize_gpu_model(g) for g in dict.fromkeys(gpu_models)}
+        number = {name: i for i, name in enumerate(dict.fromkeys(normal.values()))}
+        code = {g: number[name] for g, name in normal.items()}
+        return cls(np.fromiter(map(code.__getitem__, gpu_models), np.int64, len(gpu_models)), list(number))
+
+
+def _directed_rows(a: SideColumns, b: SideColumns, gpu_models: Sequence[str] | GpuCodes) -> _DirectedRows:
     """`_DirectedRows` of the pairs (a[i], b[i]) on `gpu_models[i]`; rows are equal when all their bits are.
 
     The 2n sides (a then b, each with its pair's GPU model) are numbered first: grouped by a hash of their bits and
@@ -643,11 +671,13 @@ def _directed_rows(a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) ->
     is (side r, side (r + n) mod 2n), so rows are equal when their two side numbers are.
     """
     n = len(a)
-    distinct = {g: i for i, g in enumerate(dict.fromkeys(gpu_models))}
+    gpus = gpu_models if isinstance(gpu_models, GpuCodes) else GpuCodes.of(gpu_models)
+    if len(gpus.codes) != n:
+        raise ValueError(f"gpu_models: {len(gpus.codes)} names for {n} pairs")
     table = np.empty((_WIDTH + 1, 2 * n), dtype=np.float64)  # columns × stacked sides
     for i, column in enumerate(_SIDE_COLUMNS):
         table[i, :n], table[i, n:] = getattr(a, column), getattr(b, column)
-    table[-1, :n] = np.fromiter(map(distinct.__getitem__, gpu_models), np.int64, n)
+    table[-1, :n] = gpus.codes
     table[-1, n:] = table[-1, :n]
     bits = table.view(np.uint64)
     side, first = _numbered(_row_hashes(bits), None)
@@ -660,7 +690,7 @@ def _directed_rows(a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) ->
         SideColumns(*table[:_WIDTH, rows]),
         SideColumns(*table[:_WIDTH, swapped]),
         table[-1, rows].astype(np.int64),
-        list(distinct),
+        gpus.names,
         inverse,
         inverse[swapped],
         side[rows],

@@ -166,3 +166,22 @@ def test_profiles_are_read_as_columns(loaded: InterferenceModel) -> None:
     np.testing.assert_array_equal(loaded.predict_pairs(pairs, gpus), loaded.predict_columns(a, b, gpus))
     with pytest.raises(ValueError, match="pairs"):
         loaded.predict_pairs([(pairs[0][0],)], "v100")  # type: ignore[list-item]
+
+
+def test_gpu_spellings_of_profile_pairs_share_a_code(loaded: InterferenceModel) -> None:
+    names = ["Tesla V100-SXM2-16GB", "v100", "some unknown gpu", "V100", "NVIDIA H100 80GB HBM3", "v100"]
+    codes = interference.GpuCodes.normalized(names, len(names))
+    assert codes.names == ["v100", "some-unknown-gpu", "h100"]
+    np.testing.assert_array_equal(codes.codes, [0, 0, 1, 0, 2, 0])
+    one = interference.GpuCodes.normalized("Tesla V100-SXM2-16GB", 4)
+    assert one.names == ["v100"]
+    np.testing.assert_array_equal(one.codes, [0, 0, 0, 0])
+    pairs = [(SoloProfile("a", 100.0 * (i + 1), 32), SoloProfile("b", 50.0, 0, sm_util_ratio=0.4)) for i in range(6)]
+    a, b = side_columns([p[0] for p in pairs]), side_columns([p[1] for p in pairs])
+    normal = [gpu_names(pd.DataFrame({"gpu_model": [g]}))[0] for g in names]
+    np.testing.assert_array_equal(loaded.predict_pairs(pairs, names), loaded.predict_columns(a, b, normal))
+    np.testing.assert_array_equal(loaded.predict_pairs(pairs, "V100"), loaded.predict_columns(a, b, ["v100"] * 6))
+    with pytest.raises(ValueError, match="gpu_models"):
+        loaded.predict_pairs(pairs, names[:5])
+    with pytest.raises(ValueError, match="gpu_models"):
+        loaded.predict_columns(a, b, ["v100"])
