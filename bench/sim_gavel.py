@@ -1,6 +1,7 @@
 """Experiment 2 (docs/evaluation.md): JCT on a heterogeneous cluster with Gavel's traces and throughputs.
 
     .venv/bin/python bench/sim_gavel.py [--arrival-scales 1,1.5,2,3,4] [--seeds 0] [--plot DIR] [--json FILE]
+    .venv/bin/python bench/sim_gavel.py --validate [--validate-spans 40,20]
 
 36 K80 + 36 P100 + 36 V100 GPUs, 4 per node (bench/data/gavel_cluster.csv). Each of the three traces in
 ../shared/data/gavel/traces_seed0_top3.csv is run on its own with spread, binpack, advisor (models trained on held-out
@@ -98,12 +99,13 @@ def run_one(trace: Path, scale: float, seed: int, plot: Path | None, tmp: Path) 
     return policies
 
 
-def validate() -> None:
+def validate(spans: list[float] | None = None) -> None:
     """The knob choice of the JCT wiring (advisor.sim.jobs.JCT_EXTENDER_WEIGHT, the trace's task mix), in process:
-    avg JCT of advisor and oracle per extender weight, with the scorer's default task mix and with the trace's."""
+    avg JCT of advisor and oracle per extender weight, with the scorer's default task mix and with the trace's.
+    With `spans`: the trace's task mix at JCT_EXTENDER_WEIGHT, once per `ScoringConfig.extender_span_points`."""
     from advisor.scoring import ScoringConfig
     from advisor.sim.heldout import heldout_table
-    from advisor.sim.jobs import ExtenderJobPolicy, KubeJobPolicy, job_task_mix, run_jct
+    from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, ExtenderJobPolicy, KubeJobPolicy, job_task_mix, run_jct
     from advisor.sim.loaders import load_cluster, load_throughputs, load_trace
     from advisor.sim.rates import truth_table
 
@@ -119,9 +121,15 @@ def validate() -> None:
     seeds = (0, 1, 2)
     spread = [run_jct(cluster, jobs, KubeJobPolicy(most=False, seed=s), truth).avg_jct_s for s in seeds]
     print(f"{VALIDATION_TRACE} x{VALIDATION_SCALE:g}, seeds {seeds}: spread avg JCT {statistics.fmean(spread):,.0f} s")
-    mixes = {"default": ScoringConfig(), "trace": ScoringConfig(task_mix=job_task_mix(jobs, 4, sharing=True))}
-    for mix, config in mixes.items():
-        for weight in VALIDATION_WEIGHTS:
+    trace_mix = job_task_mix(jobs, 4, sharing=True)
+    if spans:
+        grid = [(f"trace, span {x:g}", ScoringConfig(task_mix=trace_mix, extender_span_points=x)) for x in spans]
+        weights: tuple[float, ...] = (JCT_EXTENDER_WEIGHT,)
+    else:
+        grid = [("default", ScoringConfig()), ("trace", ScoringConfig(task_mix=trace_mix))]
+        weights = VALIDATION_WEIGHTS
+    for mix, config in grid:
+        for weight in weights:
             avg = {
                 name: statistics.fmean(
                     run_jct(
@@ -242,6 +250,9 @@ def main() -> None:
         "--validate", action="store_true", help="only run the knob choice: extender weights and task mixes on the "
         f"validation run ({VALIDATION_TRACE} at arrivals x{VALIDATION_SCALE:g}, seeds 0-2)"
     )  # fmt: skip
+    parser.add_argument(
+        "--validate-spans", default=None, help="with --validate: compare these extender spans (comma-separated) instead"
+    )
     args = parser.parse_args()
     if args.report:
         print_report([run for path in args.report for run in json.loads(path.read_text())])
@@ -252,7 +263,7 @@ def main() -> None:
         print_model_errors()
         return
     if args.validate:
-        validate()
+        validate([float(x) for x in values(args.validate_spans)] if args.validate_spans else None)
         return
     runs: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as name:
