@@ -345,31 +345,6 @@ class ClusterState:
             for node in touched:
                 self._rebuild(node)
 
-    def set_allocation(self, allocation: PodAllocation) -> None:
-        """Record (or move) a bound pod's GPU allocation and refresh the affected nodes."""
-        if self._allocations.get(allocation.pod) == allocation:
-            return
-        touched: set[str] = set()
-        with self._lock:
-            self._put_allocation(allocation.pod, allocation, touched)
-            for node in touched:
-                self._rebuild(node)
-
-    def remove_allocation(self, pod: str) -> None:
-        """Forget a pod's GPU allocation (it finished or was deleted)."""
-        touched: set[str] = set()
-        with self._lock:
-            self._put_allocation(pod, None, touched)
-            for node in touched:
-                self._rebuild(node)
-
-    def replace_allocations(self, allocations: Iterable[PodAllocation]) -> None:
-        """Swap in a full list of GPU allocations (CPU/memory requests untouched) and refresh every node."""
-        with self._lock:
-            self._set_allocations(allocations)
-            for node in list(self._records):
-                self._rebuild(node)
-
     def _set_allocations(self, allocations: Iterable[PodAllocation]) -> None:
         self._allocations = {a.pod: a for a in allocations}
         self._by_node = {}

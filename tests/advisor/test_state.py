@@ -67,18 +67,18 @@ def test_host_processes_hold_nothing_but_are_residents() -> None:
 def test_kube_allocations_reserve_granted_gpus_not_yet_in_use_and_record_gangs() -> None:
     state = ClusterState()
     ingest(state, snapshot("n1", busy={0: [process("w-0")]}))
-    state.set_allocation(PodAllocation(pod="ml/w-0", node="n1", gpus=4, gang="job-a"))
+    state.update_pod("ml/w-0", PodAllocation(pod="ml/w-0", node="n1", gpus=4, gang="job-a"), None)
     node = state.nodes["n1"]
     assert node.free_gpus == 4
     assert node.gangs == frozenset({"job-a"})
-    state.remove_allocation("ml/w-0")
+    state.update_pod("ml/w-0", None, None)
     assert state.nodes["n1"].free_gpus == 7
     assert state.nodes["n1"].gangs == frozenset()
 
 
 def test_kube_share_allocation_sets_the_share() -> None:
     state = ClusterState()
-    state.replace_allocations([PodAllocation(pod="ml/a", node="n1", gpu_milli=300)])
+    state.replace_pods([PodAllocation(pod="ml/a", node="n1", gpu_milli=300)], [])
     ingest(state, snapshot("n1", busy={0: [process("a")]}))
     assert state.nodes["n1"].gpus[0].allocated_milli == 300
 

@@ -77,15 +77,3 @@ def test_a_re_list_replaces_every_pod_and_a_deleted_node_forgets_its_allocatable
     state.remove_node("n1")
     state.ingest(NodeSnapshot.model_validate(snapshot("n1")))
     assert cpu_memory(state, "n1") == (None, None, None, None)
-
-
-def test_the_gpu_only_allocation_calls_leave_cpu_and_memory_alone() -> None:
-    state = with_nodes("n1")
-    state.replace_allocatable({"n1": (8000, 65536)})
-    state.replace_pods([], [PodResources("ml/a", "n1", 1000, 1)])
-    state.set_allocation(PodAllocation(pod="ml/g", node="n1", gpus=1))
-    state.replace_allocations([PodAllocation(pod="ml/g", node="n1", gpus=3)])
-    assert cpu_memory(state, "n1") == (8000, 7000, 65536, 65535)
-    assert state.nodes["n1"].free_gpus == 5
-    state.remove_allocation("ml/g")
-    assert state.nodes["n1"].free_gpus == 8
