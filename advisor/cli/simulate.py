@@ -17,6 +17,7 @@ from rich.table import Table
 
 from advisor.cli.common import err_console, fail
 from advisor.scoring import ScoringInputError
+from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, JctResult
 from advisor.sim.loaders import (
     SimInputError,
@@ -27,7 +28,7 @@ from advisor.sim.loaders import (
     pods_from_jobs,
 )
 from advisor.sim.model import Job, Pod
-from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, FragmentationResult, packing_profile
+from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, FragmentationResult, scoring_profile
 from advisor.sim.rates import truth_table
 from advisor.sim.run import (
     SimConfigError,
@@ -45,6 +46,12 @@ _PIPE_WIDTH = 140
 class Mode(StrEnum):
     fragmentation = "fragmentation"
     jct = "jct"
+
+
+class AdvisorProfile(StrEnum):
+    auto = "auto"
+    default = "default"
+    packing = "packing"
 
 
 def _as_pods(trace: list[Pod] | list[Job]) -> list[Pod]:
@@ -105,6 +112,13 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed of the pod sampling, the random policy and placement ties.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write PNG plots into this directory.")] = None,
+    advisor_profile: Annotated[
+        AdvisorProfile,
+        typer.Option(
+            help="The advisor's scoring profile (docs/advisor.md): auto = packing in fragmentation mode, default in"
+            " jct mode."
+        ),
+    ] = AdvisorProfile.auto,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
     try:
@@ -126,12 +140,11 @@ def simulate(
     try:
         if mode is Mode.fragmentation:
             pods = _as_pods(loaded)
+            profile = "packing" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
             if "advisor" in names:
-                report["advisor"] = {
-                    "profile": "packing",
-                    **scorer_setup(packing_profile(pods), FRAGMENTATION_EXTENDER_WEIGHT),
-                }
-            frag = run_fragmentation_mode(nodes, pods, names, seed, progress)
+                config = scoring_profile(profile, task_mix_of(pods))
+                report["advisor"] = {"profile": profile, **scorer_setup(config, FRAGMENTATION_EXTENDER_WEIGHT)}
+            frag = run_fragmentation_mode(nodes, pods, names, seed, progress, profile=profile)
             report["policies"] = {r.policy: r.to_json() for r in frag}
             table = _fragmentation_table(frag)
         else:
@@ -139,9 +152,10 @@ def simulate(
             believed, how = advisor_table(throughputs) if "advisor" in names else (None, "")
             if how:
                 report["advisor_predictors"] = how
-            config = jct_scoring_config(nodes, jobs, truth)
+            profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
+            config = jct_scoring_config(nodes, jobs, truth, profile)
             if {"advisor", "oracle"} & set(names):
-                report["advisor"] = {"profile": "default", **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
+                report["advisor"] = {"profile": profile, **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
             jct = run_jct_mode(
                 nodes, jobs, names, truth=truth, believed=believed, config=config, seed=seed, progress=progress
             )

@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from advisor.fragmentation import FloatArray, IntArray, MixResources, NodeCache, Workload
+from advisor.fragmentation import DEFAULT_TASK_MIX, FloatArray, IntArray, MixResources, NodeCache, TaskMix, Workload
 from advisor.predictors import Predictors
 from advisor.scoring import NodeState, PodRequest, ScoringConfig, allocate, extender_node_scores
 from advisor.sim.adapter import StateInterner, share_residents
@@ -47,17 +47,33 @@ SCORE_PODS_WITHOUT_GPU = True
 """Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
 
 
+PROFILES = ("default", "packing")
+"""The scorer's profiles (docs/advisor.md, "Profiles"): the service's defaults, or packing alone."""
+
+
+def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig:
+    """The scorer configured as profile `name` with `task_mix` as the requests packing keeps room for (None: the
+    service's default mix). `packing` is what an admin whose goal is allocation would set (deploy/profiles/packing):
+    packing alone (affinity, interference and JCT weights 0) and one extender step per `FRAGMENTATION_SPAN_POINTS` / 10
+    points; `default` the service's defaults."""
+    mix = DEFAULT_TASK_MIX if task_mix is None else task_mix
+    if name == "packing":
+        return ScoringConfig(
+            task_mix=mix,
+            weight_affinity=0.0,
+            weight_interference=0.0,
+            weight_jct=0.0,
+            extender_span_points=FRAGMENTATION_SPAN_POINTS,
+        )
+    if name == "default":
+        return ScoringConfig(task_mix=mix)
+    raise ValueError(f"unknown scoring profile {name!r}; choose from {', '.join(PROFILES)}")
+
+
 def packing_profile(pods: Sequence[Pod], *, with_resources: bool = True) -> ScoringConfig:
-    """The scorer as an admin whose goal is allocation would configure it (docs/advisor.md, "Profiles"): the trace's
-    requests as the task mix, packing alone (affinity, interference and JCT weights 0: fragmentation mode has no
-    topology, co-location or run times to weigh), one extender step per `FRAGMENTATION_SPAN_POINTS` / 10 points."""
-    return ScoringConfig(
-        task_mix=task_mix_of(pods, with_resources=with_resources),
-        weight_affinity=0.0,
-        weight_interference=0.0,
-        weight_jct=0.0,
-        extender_span_points=FRAGMENTATION_SPAN_POINTS,
-    )
+    """The packing profile with the trace's requests as the task mix (fragmentation mode has no topology,
+    co-location or run times to weigh)."""
+    return scoring_profile("packing", task_mix_of(pods, with_resources=with_resources))
 
 
 class PackState:

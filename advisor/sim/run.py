@@ -13,6 +13,7 @@ import numpy as np
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
+from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
@@ -25,8 +26,8 @@ from advisor.sim.packing import (
     PackPolicy,
     RandomPolicy,
     inflated_sequence,
-    packing_profile,
     run_fragmentation,
+    scoring_profile,
 )
 from advisor.sim.rates import RateTable
 
@@ -51,7 +52,9 @@ def parse_policies(text: str, mode: str) -> list[str]:
     return names
 
 
-def fragmentation_policy(name: str, cluster: Cluster, pods: Sequence[Pod], seed: int) -> PackPolicy:
+def fragmentation_policy(
+    name: str, cluster: Cluster, pods: Sequence[Pod], seed: int, profile: str = "packing"
+) -> PackPolicy:
     rng = np.random.default_rng(seed)  # every policy breaks ties at random, as kube-scheduler's selectHost does
     if name == "random":
         return RandomPolicy(rng)
@@ -60,7 +63,8 @@ def fragmentation_policy(name: str, cluster: Cluster, pods: Sequence[Pod], seed:
     if name == "fgd":
         return FgdPolicy(rng)
     if name == "advisor":
-        return AdvisorPackPolicy(cluster, packing_profile(pods), extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
+        config = scoring_profile(profile, task_mix_of(pods))
+        return AdvisorPackPolicy(cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 
 
@@ -70,6 +74,8 @@ def run_fragmentation_mode(
     policies: Sequence[str],
     seed: int,
     progress: Callable[[str], None] | None = None,
+    *,
+    profile: str = "packing",
 ) -> list[FragmentationResult]:
     """Every policy on the same inflated pod sequence (seeded)."""
     try:
@@ -80,7 +86,8 @@ def run_fragmentation_mode(
     for name in policies:
         if progress:
             progress(name)
-        results.append(run_fragmentation(cluster, pods, sequence, fragmentation_policy(name, cluster, pods, seed)))
+        policy = fragmentation_policy(name, cluster, pods, seed, profile)
+        results.append(run_fragmentation(cluster, pods, sequence, policy))
     return results
 
 
@@ -141,12 +148,15 @@ def run_jct_mode(
     return results
 
 
-def jct_scoring_config(cluster: Cluster, jobs: Sequence[Job], truth: RateTable | None) -> ScoringConfig:
-    """The advisor's scorer in JCT mode: the service's default weights and span, packing for the trace's requests."""
+def jct_scoring_config(
+    cluster: Cluster, jobs: Sequence[Job], truth: RateTable | None, profile: str = "default"
+) -> ScoringConfig:
+    """The advisor's scorer in JCT mode: `profile` (the service's defaults unless told), packing for the trace's
+    requests."""
     runnable = [j for j in jobs if j.num_gpus <= cluster.total_gpus]
     sharing = truth is not None and bool(truth.norm)
     mix = job_task_mix(runnable, cluster.max_gpus_per_node, sharing) if runnable else None
-    return ScoringConfig(task_mix=mix) if mix is not None else ScoringConfig()
+    return scoring_profile(profile, mix)
 
 
 def scorer_setup(config: ScoringConfig, extender_weight: float) -> dict[str, object]:

@@ -156,3 +156,16 @@ def test_real_openb_sample(tmp_path: Path) -> None:
     policies = json.loads(out)["policies"]
     assert policies["fgd"]["gpu_allocation_ratio"] > policies["random"]["gpu_allocation_ratio"]
     assert policies["advisor"]["gpu_allocation_ratio"] > policies["random"]["gpu_allocation_ratio"]
+
+
+def test_the_advisor_profile_can_be_chosen_and_a_bad_one_exits_2(small: dict[str, Path]) -> None:
+    common = ["--cluster", str(small["cluster"]), "--trace", str(small["pods"]), "--mode", "fragmentation"]
+    code, out = _run(*common, "--policies", "advisor", "--json", "--advisor-profile", "default")
+    assert code == 0, out
+    setup = json.loads(out)["advisor"]
+    assert setup["profile"] == "default"
+    assert setup["weights"] == {"packing": 1.0, "affinity": 1.0, "interference": 1.0, "jct": 1.0}
+    assert setup["extender_span_points"] == 40.0
+    code, out = _run(*common, "--policies", "advisor", "--advisor-profile", "tight")
+    assert code == 2
+    assert "'tight' is not one of" in out
