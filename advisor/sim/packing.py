@@ -34,9 +34,6 @@ from advisor.sim.model import GPU_MILLI, Cluster, Pod, best_index
 BoolArray = NDArray[np.bool_]
 CURVE_STEP_RATIO = 0.01
 MAX_ARRIVED_RATIO = 1.3
-DEFAULT_EXTENDER_WEIGHT = 0.5
-"""The extender's weight in kube-scheduler for the JCT experiments: the best of 0.25, 0.5, 1, 2, 3, 5, 10 on openb
-with seed 1 (validation) with the scorer of 10:03 UTC, kept for the JCT runs of docs/evaluation.md."""
 FRAGMENTATION_EXTENDER_WEIGHT = 2.0
 """The extender's weight for fragmentation mode (an integer, as kube-scheduler's configuration needs): chosen with
 `FRAGMENTATION_SPAN_POINTS` and the packing-only weights on openb seeds 1, 10 and 11 (validation);
