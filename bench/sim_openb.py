@@ -12,7 +12,7 @@ docs/evaluation.md). `--variant`: `full` = the scorer sees node CPU/memory, the 
 without GPU are scored (what `gpuadvisor simulate` runs); `gpu-pods-only` = the same but pods without GPU are left to
 kube-scheduler's score; `gpu-only` = the task mix without CPU/memory (the scorer sees GPUs only). `--profile`:
 `packing` = the scorer's packing component alone, one extender step per 2 points (`advisor.sim.packing.
-packing_profile`, what `gpuadvisor simulate` runs); `default` = the service's default weights and span.
+scoring_profile`, what `gpuadvisor simulate` runs); `default` = the service's default weights and span.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ def sweep(seed: int, weights: list[float], *, variant: str, profile: str, span: 
 
     import numpy as np
 
-    from advisor.scoring import ScoringConfig
     from advisor.sim.fragmentation import task_mix_of
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
@@ -42,18 +41,14 @@ def sweep(seed: int, weights: list[float], *, variant: str, profile: str, span: 
         MAX_ARRIVED_RATIO,
         AdvisorPackPolicy,
         inflated_sequence,
-        packing_profile,
         run_fragmentation,
+        scoring_profile,
     )
 
     cluster = load_cluster(DATA / "openb_node_list_gpu_node.csv")
     pods = [p for p in load_trace(DATA / "openb_pod_list_default.csv") if isinstance(p, Pod)]
     sequence = inflated_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
-    with_resources = variant != "gpu-only"
-    if profile == "packing":
-        config = packing_profile(pods, with_resources=with_resources)
-    else:
-        config = ScoringConfig(task_mix=task_mix_of(pods, with_resources=with_resources))
+    config = scoring_profile(profile, task_mix_of(pods, with_resources=variant != "gpu-only"))
     if span is not None:
         config = replace(config, extender_span_points=span)
     print(f"seed {seed}, advisor variant {variant}, {profile} profile, span {config.extender_span_points:g}")

@@ -17,7 +17,6 @@ from rich.table import Table
 
 from advisor.cli.common import err_console, fail
 from advisor.scoring import ScoringInputError
-from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, JctResult
 from advisor.sim.loaders import (
     SimInputError,
@@ -28,11 +27,12 @@ from advisor.sim.loaders import (
     pods_from_jobs,
 )
 from advisor.sim.model import Job, Pod
-from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, FragmentationResult, scoring_profile
+from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, FragmentationResult
 from advisor.sim.rates import truth_table
 from advisor.sim.run import (
     SimConfigError,
     advisor_table,
+    fragmentation_scoring_config,
     jct_scoring_config,
     parse_policies,
     run_fragmentation_mode,
@@ -141,10 +141,10 @@ def simulate(
         if mode is Mode.fragmentation:
             pods = _as_pods(loaded)
             profile = "packing" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
+            frag_config = fragmentation_scoring_config(pods, profile)
             if "advisor" in names:
-                config = scoring_profile(profile, task_mix_of(pods))
-                report["advisor"] = {"profile": profile, **scorer_setup(config, FRAGMENTATION_EXTENDER_WEIGHT)}
-            frag = run_fragmentation_mode(nodes, pods, names, seed, progress, profile=profile)
+                report["advisor"] = {"profile": profile, **scorer_setup(frag_config, FRAGMENTATION_EXTENDER_WEIGHT)}
+            frag = run_fragmentation_mode(nodes, pods, names, seed, progress, config=frag_config)
             report["policies"] = {r.policy: r.to_json() for r in frag}
             table = _fragmentation_table(frag)
         else:

@@ -28,7 +28,7 @@ from advisor.fragmentation import DEFAULT_TASK_MIX, FloatArray, IntArray, MixRes
 from advisor.predictors import Predictors
 from advisor.scoring import NodeState, PodRequest, ScoringConfig, allocate, extender_node_scores
 from advisor.sim.adapter import StateInterner, share_residents
-from advisor.sim.fragmentation import task_mix_of, workload_of
+from advisor.sim.fragmentation import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod, best_index
 
 BoolArray = NDArray[np.bool_]
@@ -65,12 +65,6 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
     if name == "default":
         return ScoringConfig(task_mix=mix)
     raise ValueError(f"unknown scoring profile {name!r}; choose from {', '.join(PROFILES)}")
-
-
-def packing_profile(pods: Sequence[Pod], *, with_resources: bool = True) -> ScoringConfig:
-    """The packing profile with the trace's requests as the task mix (fragmentation mode has no topology,
-    co-location or run times to weigh)."""
-    return scoring_profile("packing", task_mix_of(pods, with_resources=with_resources))
 
 
 class PackState:

@@ -52,9 +52,8 @@ def parse_policies(text: str, mode: str) -> list[str]:
     return names
 
 
-def fragmentation_policy(
-    name: str, cluster: Cluster, pods: Sequence[Pod], seed: int, profile: str = "packing"
-) -> PackPolicy:
+def fragmentation_policy(name: str, cluster: Cluster, config: ScoringConfig, seed: int) -> PackPolicy:
+    """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`)."""
     rng = np.random.default_rng(seed)  # every policy breaks ties at random, as kube-scheduler's selectHost does
     if name == "random":
         return RandomPolicy(rng)
@@ -63,7 +62,6 @@ def fragmentation_policy(
     if name == "fgd":
         return FgdPolicy(rng)
     if name == "advisor":
-        config = scoring_profile(profile, task_mix_of(pods))
         return AdvisorPackPolicy(cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 
@@ -75,20 +73,28 @@ def run_fragmentation_mode(
     seed: int,
     progress: Callable[[str], None] | None = None,
     *,
-    profile: str = "packing",
+    config: ScoringConfig | None = None,
 ) -> list[FragmentationResult]:
-    """Every policy on the same inflated pod sequence (seeded)."""
+    """Every policy on the same inflated pod sequence (seeded); the advisor scores with `config` (default: the packing
+    profile for the trace's requests)."""
     try:
         sequence = inflated_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
     except ValueError as e:
         raise SimConfigError(str(e)) from e
+    if config is None:
+        config = fragmentation_scoring_config(pods)
     results = []
     for name in policies:
         if progress:
             progress(name)
-        policy = fragmentation_policy(name, cluster, pods, seed, profile)
+        policy = fragmentation_policy(name, cluster, config, seed)
         results.append(run_fragmentation(cluster, pods, sequence, policy))
     return results
+
+
+def fragmentation_scoring_config(pods: Sequence[Pod], profile: str = "packing") -> ScoringConfig:
+    """The advisor's scorer in fragmentation mode: `profile` (packing unless told), packing for the trace's requests."""
+    return scoring_profile(profile, task_mix_of(pods))
 
 
 def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> None:

@@ -296,7 +296,8 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
     from advisor.api.app import scoring_config
     from advisor.settings import AdvisorSettings
     from advisor.sim.model import Pod
-    from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, packing_profile
+    from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT
+    from advisor.sim.run import fragmentation_scoring_config
 
     kubectl = require_binary("kubectl", "`kubectl kustomize` renders the packing profile overlay")
     base = Path(os.path.relpath(DEPLOY, tmp_path))
@@ -315,7 +316,7 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
     shipped = scoring_config(
         AdvisorSettings(**{k.removeprefix("GPUADVISOR_").lower(): v for k, v in profile_env.items()})
     )
-    measured = packing_profile([Pod(name="p", num_gpu=1, gpu_milli=1000, cpu_milli=1000, memory_mib=1024)])
+    measured = fragmentation_scoring_config([Pod(name="p", num_gpu=1, gpu_milli=1000, cpu_milli=1000, memory_mib=1024)])
     for field in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct", "extender_span_points"):
         assert getattr(shipped, field) == getattr(measured, field), field
 
