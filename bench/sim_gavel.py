@@ -1,6 +1,7 @@
 """Experiment 2 (docs/evaluation.md): JCT on a heterogeneous cluster with Gavel's traces and throughputs.
 
-    .venv/bin/python bench/sim_gavel.py [--arrival-scales 1,1.5,2,3,4] [--seeds 0] [--plot DIR] [--json FILE]
+    .venv/bin/python bench/sim_gavel.py [--arrival-scales 1,1.5,2,3,4] [--seeds 0] [--knowledge cold|profiled]
+                                        [--plot DIR] [--json FILE]
     .venv/bin/python bench/sim_gavel.py --validate [--validate-spans 40,20]
 
 36 K80 + 36 P100 + 36 V100 GPUs, 4 per node (bench/data/gavel_cluster.csv). Each of the three traces in
@@ -13,6 +14,10 @@ by each value in turn (1 = the published traces, which ask for more GPU time tha
 job on its fastest GPU; 2 = half the arrival rate). `--seeds` are the `gpuadvisor simulate --seed` values (they break
 placement ties at random, as kube-scheduler does). Prints the exact command of every run, its table, and a summary
 of the goal per trace, scale and seed. Plots are named with the scale.
+
+`--knowledge` sets what the advisor's held-out models know of each job (`simulate --advisor-knowledge`): `cold`, a
+trial run on the K80 only (the protocol of the goal), or `profiled`, 1-GPU trial runs on every GPU type as the
+profiler's GPU-type matrix gives (multi-GPU speeds and all co-location still predicted from other job families).
 """
 
 from __future__ import annotations
@@ -69,12 +74,15 @@ def values(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def run_one(trace: Path, scale: float, seed: int, plot: Path | None, tmp: Path) -> dict[str, dict[str, float]]:
+def run_one(
+    trace: Path, scale: float, seed: int, plot: Path | None, tmp: Path, *, knowledge: str = "cold"
+) -> dict[str, dict[str, float]]:
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
         "--cluster", str(CLUSTER), "--trace", str(trace),
         "--throughputs", str(DATA / "simulation_throughputs.json"),
         "--policies", POLICIES, "--mode", "jct", "--seed", str(seed), "--json",
+        "--advisor-knowledge", knowledge,
     ]  # fmt: skip
     if plot is not None:
         command += ["--plot", str(tmp)]
@@ -243,6 +251,11 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None, help="write gavel_<trace>_x<scale>_s<seed>_jct_cdf.png here")
     parser.add_argument("--json", type=Path, default=None, help="write every run's per-policy figures here")
     parser.add_argument(
+        "--knowledge", choices=("cold", "profiled"), default="cold",
+        help="what the advisor's models know of each job (simulate --advisor-knowledge): a K80 trial run, or 1-GPU"
+        " trial runs on every GPU type",
+    )  # fmt: skip
+    parser.add_argument(
         "--model-errors", action="store_true", help="only print the held-out models' errors and each trace's load"
     )
     parser.add_argument("--report", type=Path, nargs="+", help="only print markdown tables of earlier --json files")
@@ -271,8 +284,16 @@ def main() -> None:
         for scale in map(float, values(args.arrival_scales)):
             for trace in split_traces(DATA / "traces_seed0_top3.csv", tmp, scale):
                 for seed in map(int, values(args.seeds)):
-                    policies = run_one(trace, scale, seed, args.plot, tmp)
-                    runs.append({"trace": trace.stem, "arrival_scale": scale, "seed": seed, "policies": policies})
+                    policies = run_one(trace, scale, seed, args.plot, tmp, knowledge=args.knowledge)
+                    runs.append(
+                        {
+                            "trace": trace.stem,
+                            "arrival_scale": scale,
+                            "seed": seed,
+                            "knowledge": args.knowledge,
+                            "policies": policies,
+                        }
+                    )
     print("\nsummary (avg JCT ratios; goal: advisor/spread <= 0.7 and advisor/oracle <= 1.15)")
     print(f"{'trace':<14} {'scale':>5} {'seed':>4} {'adv/spread':>10} {'adv/oracle':>10} {'orc/spread':>10}  goals")
     met = 0

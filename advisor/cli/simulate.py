@@ -48,6 +48,11 @@ class Mode(StrEnum):
     jct = "jct"
 
 
+class Knowledge(StrEnum):
+    cold = "cold"
+    profiled = "profiled"
+
+
 class AdvisorProfile(StrEnum):
     auto = "auto"
     default = "default"
@@ -119,6 +124,13 @@ def simulate(
             " jct mode."
         ),
     ] = AdvisorProfile.auto,
+    advisor_knowledge: Annotated[
+        Knowledge,
+        typer.Option(
+            help="With a Gavel JSON in jct mode, what the advisor's held-out models know of each job: cold = a trial"
+            " run on the cheapest GPU type, profiled = 1-GPU trial runs on every GPU type."
+        ),
+    ] = Knowledge.cold,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
     try:
@@ -149,7 +161,7 @@ def simulate(
             table = _fragmentation_table(frag)
         else:
             jobs = _as_jobs(loaded, trace)
-            believed, how = advisor_table(throughputs) if "advisor" in names else (None, "")
+            believed, how = advisor_table(throughputs, advisor_knowledge.value) if "advisor" in names else (None, "")
             if how:
                 report["advisor_predictors"] = how
             profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value

@@ -2,9 +2,13 @@
 the Gavel data, so that the advisor is not scored on numbers it has seen.
 
 * Throughput: the 7 job families are split in two halves (alternating, sorted by name). A job of one half is
-  predicted by a `ThroughputModel` trained on every measurement of the other half plus the job's own half measured
-  on the `reference_gpu` only (a trial run on the cheapest GPU type). So every P100/V100 speed of a job, for every
-  GPU count, is a prediction from its K80 profile and what the model learnt on other families.
+  predicted by a `ThroughputModel` trained on every measurement of the other half plus the job's own half's trial
+  runs, which depend on `knowledge`:
+  - `cold` (the default): the job measured on the `reference_gpu` only (a trial run on the cheapest GPU type), so
+    every P100/V100 speed of a job, for every GPU count, is a prediction from its K80 profile and what the model
+    learnt on other families;
+  - `profiled`: also measured on one GPU of every GPU type (the profiler's trial-run matrix of GPU types, DESIGN
+    §5), so the 1-GPU speeds are measurements and the multi-GPU ones predictions from them.
 * Interference: the pair (a, b) is predicted by an `InterferenceModel` trained on the pairs in which neither side
   belongs to a's or b's family (leave-both-families-out: 28 models for 7 families), with the solo throughputs of a
   and b replaced by their predicted ones.
@@ -26,6 +30,7 @@ from advisor.models.throughput import ThroughputModel
 from advisor.sim.rates import RateTable
 
 REFERENCE_GPU = "k80"
+KNOWLEDGE = ("cold", "profiled")
 _ROUNDS = 150
 _LEARNING_RATE = 0.1
 
@@ -38,7 +43,11 @@ def _steps_per_s(frame: pd.DataFrame, samples_per_s: np.ndarray) -> np.ndarray:
     return steps
 
 
-def heldout_table(gavel_json: Path, *, reference_gpu: str = REFERENCE_GPU, num_threads: int = 2) -> RateTable:
+def heldout_table(
+    gavel_json: Path, *, knowledge: str = "cold", reference_gpu: str = REFERENCE_GPU, num_threads: int = 2
+) -> RateTable:
+    if knowledge not in KNOWLEDGE:
+        raise ValueError(f"knowledge must be one of {', '.join(KNOWLEDGE)}, not {knowledge!r}")
     data = load_gavel(gavel_json)
     thr = data.throughputs.reset_index(drop=True)
     family = np.array([gavel_job(w)[0] for w in thr["workload"]])
@@ -47,7 +56,10 @@ def heldout_table(gavel_json: Path, *, reference_gpu: str = REFERENCE_GPU, num_t
     predicted = np.full(len(thr), np.nan)
     for half in halves:
         target = np.isin(family, list(half))
-        known = thr[~target | (thr["gpu_model"] == reference_gpu).to_numpy()]
+        trial = (thr["gpu_model"] == reference_gpu).to_numpy().copy()
+        if knowledge == "profiled":
+            trial |= ((thr["gpu_count"] == 1) & (thr["nodes"] == 1)).to_numpy()
+        known = thr[~target | trial]
         speeds = ThroughputModel(num_boost_round=_ROUNDS, learning_rate=_LEARNING_RATE, num_threads=num_threads)
         predicted[target] = speeds.fit(known.reset_index(drop=True)).predict_frame(thr[target].reset_index(drop=True))
     steps = _steps_per_s(thr, predicted)
@@ -90,7 +102,7 @@ def heldout_table(gavel_json: Path, *, reference_gpu: str = REFERENCE_GPU, num_t
             for r, (na, nb) in zip(rows.itertuples(index=False), out, strict=True):
                 norm[(str(r.gpu_model), str(r.workload_a), str(r.workload_b))] = float(na)
                 norm[(str(r.gpu_model), str(r.workload_b), str(r.workload_a))] = float(nb)
-    return RateTable("advisor.models (held out)", isolated, norm)
+    return RateTable(f"advisor.models (held out, {knowledge})", isolated, norm)
 
 
 def prediction_errors(believed: RateTable, truth: RateTable) -> dict[str, float]:

@@ -181,14 +181,20 @@ def scorer_setup(config: ScoringConfig, extender_weight: float) -> dict[str, obj
     }
 
 
-def advisor_table(throughputs_path: Path | None) -> tuple[RateTable | None, str]:
+def advisor_table(throughputs_path: Path | None, knowledge: str = "cold") -> tuple[RateTable | None, str]:
     """The advisor's beliefs for a JCT run, and how they were obtained (reported with the results).
 
-    With Gavel's JSON: `advisor.models` trained on a disjoint part of it (`advisor.sim.heldout`). Otherwise the
-    scorer's own heuristics (relative GPU speed, SM/bandwidth over-subscription).
+    With Gavel's JSON: `advisor.models` trained on a disjoint part of it (`advisor.sim.heldout`), each job known
+    from a K80 trial run (`knowledge` "cold") or from 1-GPU trial runs on every GPU type ("profiled"). Otherwise
+    the scorer's own heuristics (relative GPU speed, SM/bandwidth over-subscription).
     """
     if throughputs_path is not None and throughputs_path.suffix.lower() == ".json":
         from advisor.sim.heldout import heldout_table  # trains LightGBM models: imported only when needed
 
-        return heldout_table(throughputs_path), "advisor.models trained on held-out Gavel data (advisor.sim.heldout)"
+        trials = "1-GPU trial runs on every GPU type" if knowledge == "profiled" else "a K80 trial run"
+        return (
+            heldout_table(throughputs_path, knowledge=knowledge),
+            f"advisor.models trained on held-out Gavel data, each job known from {trials} (advisor.sim.heldout,"
+            f" knowledge {knowledge})",
+        )
     return None, "heuristic predictors (advisor.predictors): no model can be trained disjointly from this input"
