@@ -44,7 +44,12 @@ def _steps_per_s(frame: pd.DataFrame, samples_per_s: np.ndarray) -> np.ndarray:
 
 
 def heldout_table(
-    gavel_json: Path, *, knowledge: str = "cold", reference_gpu: str = REFERENCE_GPU, num_threads: int = 2
+    gavel_json: Path,
+    *,
+    knowledge: str = "cold",
+    reference_gpu: str = REFERENCE_GPU,
+    rounds: int = _ROUNDS,
+    num_threads: int = 2,
 ) -> RateTable:
     if knowledge not in KNOWLEDGE:
         raise ValueError(f"knowledge must be one of {', '.join(KNOWLEDGE)}, not {knowledge!r}")
@@ -60,7 +65,7 @@ def heldout_table(
         if knowledge == "profiled":
             trial |= ((thr["gpu_count"] == 1) & (thr["nodes"] == 1)).to_numpy()
         known = thr[~target | trial]
-        speeds = ThroughputModel(num_boost_round=_ROUNDS, learning_rate=_LEARNING_RATE, num_threads=num_threads)
+        speeds = ThroughputModel(num_boost_round=rounds, learning_rate=_LEARNING_RATE, num_threads=num_threads)
         predicted[target] = speeds.fit(known.reset_index(drop=True)).predict_frame(thr[target].reset_index(drop=True))
     steps = _steps_per_s(thr, predicted)
     isolated: dict[tuple[str, str, int, bool], float] = {}
@@ -95,7 +100,7 @@ def heldout_table(
                 continue
             disjoint = ~np.isin(fam_a, list(held)) & ~np.isin(fam_b, list(held))
             pairs_model = InterferenceModel(
-                num_boost_round=_ROUNDS, learning_rate=_LEARNING_RATE, num_threads=num_threads
+                num_boost_round=rounds, learning_rate=_LEARNING_RATE, num_threads=num_threads
             ).fit(data.colocations[disjoint].reset_index(drop=True))
             rows = pairs[query].reset_index(drop=True)
             out = pairs_model.predict_frame(rows)
