@@ -4,6 +4,9 @@
 every question without a model (or a store that cannot be read) keeps its documented heuristic
 (`advisor.predictors`), and `Predictors.names()` says which answered. Model calls are memoised: the scorer asks the
 same few questions (workload × GPU model × count, or a GPU's residents) over and over.
+
+`ServedModels` holds the bundle a replica serves and swaps it whole when the promotion changes; `ModelReloader` asks
+the registry every few seconds, so that every replica follows a training, rollback or CLI promotion made elsewhere.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from advisor.features import SoloProfile
 from advisor.gpus import normalize_gpu_model
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
-from advisor.models.registry import LoadedModels, load_promoted, register, save_trained, version_path
+from advisor.models.registry import (
+    LoadedModels,
+    load_promoted,
+    promoted_versions,
+    register,
+    save_trained,
+    version_path,
+)
 from advisor.models.throughput import ThroughputModel
 from advisor.models.training import train
 from advisor.predictors import (
@@ -268,6 +278,140 @@ def build_predictors(sessions: sessionmaker[Session]) -> Predictors:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# What this replica serves, and following promotions made elsewhere
+
+
+def _describe(versions: dict[str, int] | None) -> str:
+    if versions is None:
+        return "heuristics only"
+    return ", ".join(f"{kind} v{v}" for kind, v in sorted(versions.items())) or "no model"
+
+
+class ServedModels:
+    """The predictor bundle this replica serves and the promoted versions it was built from.
+
+    `load` (start-up) serves whatever of the promoted versions can be read, heuristics for the rest. `refresh` asks
+    the registry which versions are promoted and, only when that differs from the promotion it last acted on, builds
+    a new bundle and swaps it in whole. When a promoted artifact cannot be read, `refresh` keeps the current bundle,
+    logs it, and does not try that promotion again (the next promotion or a restart does): an artifact registered
+    from a path the replicas cannot see would otherwise be re-read and re-logged on every poll. Requests read
+    `predictors` without locking; the lock only keeps two reloads (the reloader's and a training's) from racing.
+    `refresh` also re-indexes the store's profiles when they changed (`repo.profiles_mark`: their count and newest
+    write), keeping the models, so a finished trial run is used without a training or a restart.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+        self._lock = threading.Lock()
+        self._predictors = Predictors.heuristic()
+        self._models: LoadedModels | None = None  # what the bundle was built from; None: heuristics only
+        self._served: dict[str, int] | None = None  # promoted versions in the bundle; None: heuristics only
+        self._seen: dict[str, int] | None = None  # the promotion last acted on; None: none read yet
+        self._profiles_mark: tuple[int, datetime | None] | None = None  # the profiles the bundle indexes
+        self._registry_failing = False
+
+    @property
+    def predictors(self) -> Predictors:
+        return self._predictors
+
+    def load(self) -> None:
+        """Serve the promoted versions that can be read, heuristics for the rest (start-up: nothing better to keep)."""
+        with self._lock:
+            self._reload(partial_ok=True)
+
+    def refresh(self) -> bool:
+        """Serve the promoted versions if they changed since the last look, and re-index the store's profiles if they
+        changed (a trial run finished, profiles were imported); True when the bundle was replaced."""
+        with self._lock:
+            return self._reload(partial_ok=False)
+
+    def _store_failed(self, e: SQLAlchemyError) -> bool:
+        if not self._registry_failing:
+            log.warning(
+                "model registry unreadable, still serving %s: %s", _describe(self._served), e.__class__.__name__
+            )
+        self._registry_failing = True
+        return False
+
+    def _reload(self, *, partial_ok: bool) -> bool:
+        try:
+            promoted = promoted_versions(self._sessions)
+            with self._sessions() as session:
+                mark = repo.profiles_mark(session=session)
+        except SQLAlchemyError as e:
+            return self._store_failed(e)
+        self._registry_failing = False
+        if partial_ok or promoted != self._seen:
+            return self._load_models(promoted, mark, partial_ok=partial_ok)
+        if mark == self._profiles_mark or self._models is None:
+            return False
+        try:
+            profiles = ProfileIndex.build(self._sessions, self._models.throughput)
+        except SQLAlchemyError as e:
+            return self._store_failed(e)
+        self._predictors = predictors_from(self._models, profiles)
+        self._profiles_mark = mark
+        log.info("profiles changed: %d solo profiles indexed, serving %s", len(profiles), _describe(self._served))
+        return True
+
+    def _load_models(self, promoted: dict[str, int], mark: tuple[int, datetime | None], *, partial_ok: bool) -> bool:
+        self._seen = promoted
+        try:
+            models = load_promoted(self._sessions)
+            profiles = ProfileIndex.build(self._sessions, models.throughput)
+        except SQLAlchemyError as e:
+            self._seen = None  # the store failed, not the artifacts: try again on the next poll
+            return self._store_failed(e)
+        # Not only ArtifactError (which load_promoted turns into a missing model): a truncated booster fails inside
+        # LightGBM. Whatever it is, requests keep the current bundle, and the same promotion is not tried again.
+        except Exception:
+            log.exception(
+                "loading promoted models %s failed, still serving %s", _describe(promoted), _describe(self._served)
+            )
+            return False
+        if not partial_ok and models.versions != promoted:
+            log.warning(
+                "promoted models %s could not all be loaded (read: %s), still serving %s until the next promotion",
+                _describe(promoted),
+                _describe(models.versions),
+                _describe(self._served),
+            )
+            return False
+        self._predictors = predictors_from(models, profiles)
+        self._models = models
+        self._served = dict(models.versions)
+        self._profiles_mark = mark
+        log.info("serving %s", _describe(self._served))
+        return True
+
+
+class ModelReloader:
+    """A daemon thread that calls `refresh` every `interval_seconds` until `stop()`."""
+
+    def __init__(self, served: ServedModels, interval_seconds: float) -> None:
+        if interval_seconds <= 0:
+            raise ValueError(f"interval_seconds must be > 0, got {interval_seconds}")
+        self._served = served
+        self._interval_seconds = interval_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="advisor-model-reload", daemon=True)
+
+    def start(self) -> ModelReloader:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the thread to finish and wait for a reload in progress (bounded: a hung store must not block exit)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_seconds):
+            self._served.refresh()
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Background training for POST /v1/models/train
 
 
@@ -293,10 +437,10 @@ def store_frame(sessions: sessionmaker[Session], kind: Kind) -> Any:
 
 
 class TrainingJobs:
-    """Runs one training at a time in a background thread; `on_done` reloads the served predictors."""
+    """One training at a time in a background thread; `on_done` (`ServedModels.refresh`) serves what it promotes."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], model_dir: Path, on_done: Callable[[], None] | None = None
+        self, sessions: sessionmaker[Session], model_dir: Path, on_done: Callable[[], object] | None = None
     ) -> None:
         self._sessions = sessions
         self._model_dir = model_dir

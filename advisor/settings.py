@@ -18,6 +18,10 @@ class AdvisorSettings(BaseSettings):
     db_url: str = DEFAULT_DB_URL
     api_token: str | None = None
     model_dir: Path = Path("./.gpuadvisor/models")
+    # How often each replica asks the registry which model versions are promoted, and loads them when they changed
+    # (a training on another replica, `gpuadvisor models rollback`, `models train --db`); 0 = only at start-up and
+    # after this replica's own trainings.
+    model_reload_seconds: float = Field(default=60.0, ge=0)
     staleness_seconds: float = Field(default=30.0, gt=0)
     strict_staleness: bool = False
     no_kube: bool = False

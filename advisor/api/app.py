@@ -1,7 +1,8 @@
 """App factory: wires settings, the store, the cluster state, the predictors and the routers.
 
 Nothing is built at import time. With `no_kube` unset the lifespan starts the Kubernetes watch of GPU pods and nodes
-(`advisor.kube`); otherwise allocations are inferred from telemetry alone.
+(`advisor.kube`); otherwise allocations are inferred from telemetry alone. With `model_reload_seconds` above 0 it
+also starts the model reloader (`advisor.serving.ModelReloader`), which serves versions promoted elsewhere.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from advisor.api.routes import extender, health, models, nodes, predict, score, 
 from advisor.api.topology_metrics import TopologyCollector
 from advisor.pods import PodSpecError
 from advisor.scoring import ScoringConfig
+from advisor.serving import ModelReloader
 from advisor.settings import AdvisorSettings
 from advisor.state import ClusterState
 from collector.snapshot import NodeSnapshot
@@ -79,6 +81,9 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ctx.reload_predictors()
+        reloader = None
+        if settings.model_reload_seconds > 0:
+            reloader = ModelReloader(ctx.models, settings.model_reload_seconds).start()
         watcher = None
         if not settings.no_kube:
             from advisor.kube import start_watch
@@ -89,6 +94,8 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         finally:
             if watcher is not None:
                 watcher.stop()
+            if reloader is not None:
+                reloader.stop()
             engine.dispose()
 
     app = FastAPI(

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from advisor.api.metrics import AdvisorMetrics
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
-from advisor.serving import TrainingJobs, build_predictors
+from advisor.serving import ServedModels, TrainingJobs
 from advisor.settings import AdvisorSettings
 from advisor.state import ClusterState
 
@@ -19,7 +19,8 @@ from advisor.state import ClusterState
 class AppContext:
     """Everything a request handler may need, built once per app by the factory.
 
-    `predictors` is replaced as a whole when a newly promoted model is loaded; handlers read it once per request.
+    `predictors` is replaced as a whole when a newly promoted model is loaded (`models`); handlers read it once per
+    request.
     """
 
     settings: AdvisorSettings
@@ -27,13 +28,18 @@ class AppContext:
     sessions: sessionmaker[Session]
     state: ClusterState = field(default_factory=ClusterState)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    predictors: Predictors = field(default_factory=Predictors.heuristic)
     metrics: AdvisorMetrics = field(default_factory=AdvisorMetrics)
+    models: ServedModels = field(init=False)
     training: TrainingJobs = field(init=False)
 
     def __post_init__(self) -> None:
-        self.training = TrainingJobs(self.sessions, self.settings.model_dir, on_done=self.reload_predictors)
+        self.models = ServedModels(self.sessions)
+        self.training = TrainingJobs(self.sessions, self.settings.model_dir, on_done=self.models.refresh)
+
+    @property
+    def predictors(self) -> Predictors:
+        return self.models.predictors
 
     def reload_predictors(self) -> None:
-        """Serve the currently promoted models (heuristics where none): at startup and after every training."""
-        self.predictors = build_predictors(self.sessions)
+        """Serve the currently promoted models (heuristics where none): at start-up and after `gpuadvisor up` trains."""
+        self.models.load()

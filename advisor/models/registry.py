@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import KINDS, Kind
@@ -25,6 +26,7 @@ from advisor.models.throughput import ThroughputModel
 from advisor.models.training import PRIMARY_METRIC, Model, Trained
 from profiler.store import repo
 from profiler.store.db import transaction
+from profiler.store.models import ModelVersion
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,14 @@ class LoadedModels:
     def describe(self) -> dict[str, str]:
         """Per kind, ``"<kind> v<N>"`` or ``"none"`` (reported with every score)."""
         return {k: f"{k} v{self.versions[k]}" if k in self.versions else "none" for k in KINDS}
+
+
+def promoted_versions(sessions: sessionmaker[Session]) -> dict[str, int]:
+    """The promoted version of each kind (kinds without one left out): one small query, for replicas that poll for
+    promotions made elsewhere without reading any artifact."""
+    with sessions() as session:
+        rows = session.execute(select(ModelVersion.kind, ModelVersion.version).where(ModelVersion.promoted))
+        return {row.kind: row.version for row in rows}
 
 
 def load_promoted(sessions: sessionmaker[Session], kinds: tuple[Kind, ...] = KINDS) -> LoadedModels:

@@ -119,6 +119,13 @@ def save_profile(*, session: Session, profile: ProfileRecord) -> int:
     return _upsert(session, Profile, values, key)
 
 
+def profiles_mark(*, session: Session) -> tuple[int, datetime | None]:
+    """(number of profiles, newest write): changes whenever a profile is added, rewritten (`save_profile` stamps
+    `created_at` on update too) or deleted, for readers that poll for new measurements without reading them."""
+    count, newest = session.execute(select(func.count(Profile.id), func.max(Profile.created_at))).one()
+    return int(count), newest
+
+
 def _profile_record(row: Profile) -> ProfileRecord:
     ref = (row.trial_run.namespace, row.trial_run.name) if row.trial_run is not None else None
     return ProfileRecord(
