@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -17,6 +18,9 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
 from profiler.controller import Controller
@@ -180,15 +184,37 @@ def _plain(body: Mapping[str, Any]) -> Obj:
 
 
 def build_registry(
-    *, controller: Controller, recorder: Recorder | None, interval_seconds: float
+    *,
+    controller: Controller,
+    recorder: Recorder | None,
+    sessions: sessionmaker[Session],
+    interval_seconds: float,
 ) -> kopf.OperatorRegistry:
-    """kopf handlers: reconcile TrialRuns on create/resume/spec change and on a timer; record finished pods.
+    """kopf handlers: reconcile TrialRuns on create/resume/spec change and on a timer; record finished pods;
+    report the store's health to the liveness endpoint.
 
     kopf logs in with the kubernetes client's credentials (in-cluster, else the kubeconfig), like `api_client`.
     """
     registry = kopf.OperatorRegistry()
     registry_kw: dict[str, Any] = {"registry": registry}
     kopf.on.login(**registry_kw)(kopf.login_via_client)
+
+    def store(**_: Any) -> dict[str, Any]:
+        """Whether the store answers a trivial query: the endpoint's `store` entry. Reported, not raised: a store
+        outage is not cured by restarting the profiler (whose start-up migration would then fail in a crash loop),
+        and the controller carries on from the TrialRuns' status once the store is back."""
+        started = time.monotonic()
+        try:
+            with sessions() as session:
+                session.execute(text("SELECT 1"))
+        except SQLAlchemyError as e:
+            log.warning("store unreachable: %s", e.__class__.__name__)
+            return {"reachable": False, "error": e.__class__.__name__}
+        return {"reachable": True, "latency_seconds": round(time.monotonic() - started, 4)}
+
+    # PERMANENT: any other failure answers HTTP 500 at once; kopf's default (retry after a delay) would hold the
+    # probe's request open until the kubelet times it out.
+    kopf.on.probe(id="store", errors=kopf.ErrorsMode.PERMANENT, **registry_kw)(store)
 
     def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         phase = (body.get("status") or {}).get("phase")
@@ -218,13 +244,29 @@ def build_registry(
 
 
 def run_operator(
-    *, controller: Controller, recorder: Recorder | None, namespace: str | None, interval_seconds: float
+    *,
+    controller: Controller,
+    recorder: Recorder | None,
+    sessions: sessionmaker[Session],
+    namespace: str | None,
+    interval_seconds: float,
+    liveness_endpoint: str,
 ) -> None:
-    """Run the controller (and the recorder) until interrupted; `namespace=None` watches the whole cluster."""
-    registry = build_registry(controller=controller, recorder=recorder, interval_seconds=interval_seconds)
+    """Run the controller (and the recorder) until interrupted; `namespace=None` watches the whole cluster.
+
+    kopf serves `liveness_endpoint` ("" for none): HTTP 200 with the probe handlers' results (the store's
+    reachability among them) while its event loop and handler threads run, no answer when they are stuck.
+    """
+    registry = build_registry(
+        controller=controller, recorder=recorder, sessions=sessions, interval_seconds=interval_seconds
+    )
+    # Every probe would log a success line (kopf) and an access line (aiohttp): keep only failures.
+    for name in ("kopf.activities.probe", "aiohttp.access"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     kopf.run(
         registry=registry,
         standalone=True,
         clusterwide=namespace is None,
         namespaces=[namespace] if namespace else [],
+        liveness_endpoint=liveness_endpoint or None,
     )

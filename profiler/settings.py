@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DB_URL = "sqlite:///./gpuadvisor.db"
 DEFAULT_MAX_TRIAL_DURATION_SECONDS = 1800
+# deploy/profiler/deployment.yaml probes this port and path.
+DEFAULT_LIVENESS_ENDPOINT = "http://0.0.0.0:8080/healthz"
 
 
 class ProfilerSettings(BaseSettings):
@@ -19,3 +23,20 @@ class ProfilerSettings(BaseSettings):
     reconcile_interval_seconds: float = Field(default=10.0, gt=0)
     sample_interval_seconds: float = Field(default=0.5, gt=0)
     history_source: str = Field(default="k8s", min_length=1)
+    # Where `profiler run` (kopf) serves its liveness probe; "" serves none.
+    liveness_endpoint: str = DEFAULT_LIVENESS_ENDPOINT
+
+    @field_validator("liveness_endpoint")
+    @classmethod
+    def _http_endpoint(cls, value: str) -> str:
+        # kopf would only fail on a bad endpoint once the operator runs, in a background task.
+        if not value:
+            return value
+        try:
+            parts = urlsplit(value)
+            port = parts.port
+        except ValueError as e:
+            raise ValueError(f"expected http://HOST:PORT/PATH, got {value!r}: {e}") from e
+        if parts.scheme != "http" or not parts.hostname or port is None or not parts.path.startswith("/"):
+            raise ValueError(f"expected http://HOST:PORT/PATH (or empty to serve none), got {value!r}")
+        return value

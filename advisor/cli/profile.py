@@ -275,6 +275,8 @@ def run_controller(
     run_operator(
         controller=controller,
         recorder=recorder,
+        sessions=sessions,
         namespace=namespace,
         interval_seconds=settings.reconcile_interval_seconds,
+        liveness_endpoint=settings.liveness_endpoint,
     )

@@ -9,11 +9,13 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from profiler.settings import DEFAULT_LIVENESS_ENDPOINT
 from tests.support.binaries import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,6 +167,21 @@ def test_collector_reads_the_host_without_extra_privileges(objects: list[Obj]) -
     assert container["resources"]["requests"]
     assert container["resources"]["limits"]["memory"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_profiler_probes_the_port_and_path_kopf_serves(objects: list[Obj]) -> None:
+    served = urlsplit(DEFAULT_LIVENESS_ENDPOINT)
+    (container,) = pod_spec(find(objects, "Deployment", "gpuadvisor-profiler"))["containers"]
+    assert "GPUADVISOR_LIVENESS_ENDPOINT" not in {e["name"] for e in container.get("env", [])}, "probes use the default"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ("startupProbe", "livenessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == served.path, probe
+        assert ports[get["port"]] == served.port, probe
+    liveness = container["livenessProbe"]
+    # generous: a slow start belongs to the startup probe, and one slow answer must not restart the operator
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+    assert "readinessProbe" not in container  # nothing routes traffic to the profiler
 
 
 def test_collectors_push_to_every_advisor_replica(objects: list[Obj]) -> None:

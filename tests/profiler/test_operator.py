@@ -1,18 +1,23 @@
 """`gpuadvisor profiler run` as deployed: kopf, the kubernetes client and the store, against a kmock API server.
 
-The command runs as a subprocess with a kubeconfig pointing at the stand-in; the test waits until the operator has
-created the TrialRun's Job and patched its status, and until the recorder has written the finished GPU pod.
+The command runs as a subprocess with a kubeconfig pointing at the stand-in; the tests wait until the operator has
+created the TrialRun's Job and patched its status, and until the recorder has written the finished GPU pod; they read
+kopf's liveness endpoint while the store answers and after it has gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kmock
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -20,6 +25,8 @@ from sqlalchemy.exc import OperationalError
 from profiler.store import db, repo
 from tests.profiler.specs import trialrun
 from tests.profiler.test_recorder import _pod
+from tests.support.net import free_port
+from tests.support.postgres import postgres_server
 
 pytestmark = pytest.mark.asyncio
 
@@ -52,19 +59,32 @@ def _kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-async def test_profiler_run_reconciles_trialruns_and_records_finished_pods(
-    kmock: kmock.KubernetesEmulator, tmp_path: Path
-) -> None:
-    _declare(kmock)
-    doc: dict[str, Any] = trialrun(matrix={"gpuCounts": [1]}, colocateWith=None)
-    doc["metadata"].update(uid="uid-run", resourceVersion="1")
-    kmock.objects[TRIALRUNS, "ml", "resnet-sweep"] = doc
-    kmock.objects[kmock.resource("", "v1", "pods"), "ml", "train-9"] = _pod("train-9", phase="Succeeded", gpus=1)
-    url = f"sqlite:///{tmp_path}/store.db"
+class Operator:
+    """A running `gpuadvisor profiler run`; `output` is its whole log once it has stopped."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, liveness_url: str) -> None:
+        self.proc = proc
+        self.liveness_url = liveness_url
+        self.output = ""
+
+    async def liveness(self) -> httpx.Response | None:
+        """kopf's liveness answer, or None while nothing listens yet."""
+        try:
+            async with httpx.AsyncClient(timeout=10.0) as http:
+                return await http.get(self.liveness_url)
+        except httpx.TransportError:
+            return None
+
+
+@asynccontextmanager
+async def profiler_run(k: kmock.KubernetesEmulator, tmp_path: Path, db_url: str) -> AsyncIterator[Operator]:
+    """Run the command against `k` and `db_url`, serving liveness on a free loopback port; SIGINT at the end."""
+    liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
     env = {
         **os.environ,
-        "KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))),
-        "GPUADVISOR_DB_URL": url,
+        "KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", str(k.url).rstrip("/"))),
+        "GPUADVISOR_DB_URL": db_url,
+        "GPUADVISOR_LIVENESS_ENDPOINT": liveness_url,
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -76,32 +96,92 @@ async def test_profiler_run_reconciles_trialruns_and_records_finished_pods(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+    operator = Operator(proc, liveness_url)
+    try:
+        yield operator
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+        output, _ = await asyncio.wait_for(proc.communicate(), 30)
+        operator.output = output.decode(errors="replace")
+
+
+async def _liveness_until(
+    operator: Operator, status_code: int, *, store_reachable: bool = True
+) -> httpx.Response | None:
+    """Poll the endpoint until it answers `status_code` with the store's reachability as given (or WAIT_SECONDS
+    pass); the last answer."""
+    response = None
+    for _ in range(int(WAIT_SECONDS / 0.2)):
+        response = await operator.liveness()
+        if (
+            response is not None
+            and response.status_code == status_code
+            and response.json().get("store", {}).get("reachable") is store_reachable
+        ):
+            break
+        await asyncio.sleep(0.2)
+    return response
+
+
+async def test_profiler_run_reconciles_trialruns_and_records_finished_pods(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    _declare(kmock)
+    doc: dict[str, Any] = trialrun(matrix={"gpuCounts": [1]}, colocateWith=None)
+    doc["metadata"].update(uid="uid-run", resourceVersion="1")
+    kmock.objects[TRIALRUNS, "ml", "resnet-sweep"] = doc
+    kmock.objects[kmock.resource("", "v1", "pods"), "ml", "train-9"] = _pod("train-9", phase="Succeeded", gpus=1)
+    url = f"sqlite:///{tmp_path}/store.db"
     engine = None
     try:
-        status: dict[str, Any] = {}
-        executions: list[Any] = []
-        for _ in range(int(WAIT_SECONDS / 0.2)):
-            await asyncio.sleep(0.2)
-            status = kmock.objects[TRIALRUNS, "ml", "resnet-sweep"].get("status", {}) or {}
-            if engine is None and Path(f"{tmp_path}/store.db").exists():
-                engine = db.make_engine(url)
-            if engine is not None:
-                # The file appears before the operator's migrations have created the tables: not ready yet.
-                try:
-                    with db.session_factory(engine)() as s:
-                        executions = await asyncio.to_thread(repo.list_executions, session=s)
-                except OperationalError:
-                    executions = []
-            if status.get("phase") and executions:
-                break
+        async with profiler_run(kmock, tmp_path, url) as operator:
+            status: dict[str, Any] = {}
+            executions: list[Any] = []
+            for _ in range(int(WAIT_SECONDS / 0.2)):
+                await asyncio.sleep(0.2)
+                status = kmock.objects[TRIALRUNS, "ml", "resnet-sweep"].get("status", {}) or {}
+                if engine is None and Path(f"{tmp_path}/store.db").exists():
+                    engine = db.make_engine(url)
+                if engine is not None:
+                    # The file appears before the operator's migrations have created the tables: not ready yet.
+                    try:
+                        with db.session_factory(engine)() as s:
+                            executions = await asyncio.to_thread(repo.list_executions, session=s)
+                    except OperationalError:
+                        executions = []
+                if status.get("phase") and executions:
+                    break
+            liveness = await _liveness_until(operator, 200)
     finally:
-        proc.send_signal(signal.SIGINT)
-        output, _ = await asyncio.wait_for(proc.communicate(), 30)
         if engine is not None:
             engine.dispose()
-    log = output.decode(errors="replace")[-4000:]
+    log = operator.output[-4000:]
     assert status.get("phase") == "Running", log
     assert [t["phase"] for t in status["trials"]] == ["Running"]
     job = kmock.objects[kmock.resource("batch", "v1", "jobs"), "ml", "resnet-sweep-t000"]
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-run"
     assert [e.job_id for e in executions] == ["ml/Job/train-9-job"], log
+    assert liveness is not None, log
+    assert liveness.status_code == 200, log
+    assert liveness.json()["store"]["reachable"] is True
+
+
+@pytest.mark.postgres
+async def test_profiler_liveness_reports_a_lost_store_without_failing(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    _declare(kmock)
+    with contextlib.ExitStack() as store:
+        url = store.enter_context(postgres_server())
+        async with profiler_run(kmock, tmp_path, url) as operator:
+            alive = await _liveness_until(operator, 200)
+            store.close()  # stops the PostgreSQL server and deletes its data; the operator keeps running
+            dead = await _liveness_until(operator, 200, store_reachable=False)
+    log = operator.output[-4000:]
+    assert alive is not None, log
+    assert alive.status_code == 200, log
+    assert alive.json()["store"]["reachable"] is True
+    assert dead is not None, log  # still alive: a restart would not bring the store back
+    assert dead.json()["store"] == {"reachable": False, "error": "OperationalError"}, log
+    assert "store unreachable: OperationalError" in operator.output, log
