@@ -32,7 +32,16 @@ COLOCATION_COLUMNS = (
 )
 THROUGHPUT_COLUMNS = ("workload", "gpu_model", "gpu_count", "nodes", "batch_size", "throughput")
 RATIO_COLUMNS = frozenset(
-    {"sm_util_a", "mem_bw_util_a", "sm_util_b", "mem_bw_util_b", "sm_util_mean", "sm_util_p95", "mem_bw_util"}
+    {
+        "sm_util_a",
+        "mem_bw_util_a",
+        "sm_util_b",
+        "mem_bw_util_b",
+        "sm_util",
+        "sm_util_mean",
+        "sm_util_p95",
+        "mem_bw_util",
+    }
 )
 TRUE_VALUES = frozenset({"1", "true", "yes", "y", "t"})
 FALSE_VALUES = frozenset({"0", "false", "no", "n", "f", ""})
@@ -138,9 +147,18 @@ def parse_colocations(lines: Iterable[str], *, source: str) -> list[ColocationRe
 
 def parse_throughputs(lines: Iterable[str], *, source: str) -> list[ProfileRecord]:
     """Throughput rows; optional columns `amp, step_time_seconds, sm_util_mean, sm_util_p95, mem_bw_util,
-    mem_bytes, power_watts` fill the profile's measurements when present."""
+    mem_bytes, power_watts` fill the profile's measurements when present. `sm_util`, the mean SM utilisation's name in
+    the models' throughputs CSV (docs/formats.md), is read as `sm_util_mean`, so a file made for `models train
+    throughput` imports whole; a file with both must agree."""
     out = []
     for row in _rows(lines, THROUGHPUT_COLUMNS):
+        sm_util_mean = row.optional_number("sm_util_mean")
+        sm_util = row.optional_number("sm_util")
+        if sm_util_mean is not None and sm_util is not None and sm_util_mean != sm_util:
+            raise CsvFormatError(
+                f"row {row.number}: columns 'sm_util' ({sm_util:g}) and 'sm_util_mean' ({sm_util_mean:g}) are the"
+                " same measurement and disagree"
+            )
         gpu_count = row.integer("gpu_count")
         if gpu_count == 0:
             raise CsvFormatError(f"row {row.number}, column 'gpu_count': must be at least 1")
@@ -155,7 +173,7 @@ def parse_throughputs(lines: Iterable[str], *, source: str) -> list[ProfileRecor
                 amp=row.flag("amp"),
                 source=source,
                 step_time_seconds=row.optional_number("step_time_seconds"),
-                sm_util_mean_ratio=row.optional_number("sm_util_mean"),
+                sm_util_mean_ratio=sm_util_mean if sm_util_mean is not None else sm_util,
                 sm_util_p95_ratio=row.optional_number("sm_util_p95"),
                 mem_bw_util_ratio=row.optional_number("mem_bw_util"),
                 peak_memory_bytes=row.optional_integer("mem_bytes"),

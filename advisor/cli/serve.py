@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from typing import Annotated
 
 import typer
@@ -38,7 +39,12 @@ GC_THRESHOLDS = (50_000, 20, 20)
 
 
 def run_server(settings: AdvisorSettings, host: str, port: int, log_level: str = "info") -> None:
-    """Migrate the store, build the app and serve it until interrupted."""
+    """Migrate the store, build the app and serve it until interrupted. The service's own log lines (model reloads,
+    the Kubernetes watch, trainings) go to stderr at `log_level`, as uvicorn's do."""
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin on every start
     try:
         engine = db.make_engine(settings.db_url)
         db.upgrade(engine)

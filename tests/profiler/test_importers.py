@@ -40,10 +40,25 @@ def test_throughputs_parse() -> None:
     ]
 
 
+def test_throughputs_in_the_models_csv_format_import_their_sm_utilisation() -> None:
+    """`sm_util` is what docs/formats.md (and `models train throughput`) call the mean SM utilisation."""
+    text = (
+        "workload,gpu_model,gpu_count,nodes,batch_size,throughput,sm_util,mem_bw_util,mem_bytes\n"
+        "b,a100,1,1,32,420,0.6,0.3,1024\n"
+    )
+    (row,) = parse_throughputs(io.StringIO(text), source="import:test")
+    assert (row.sm_util_mean_ratio, row.mem_bw_util_ratio, row.peak_memory_bytes) == (0.6, 0.3, 1024)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("workload,gpu_model,throughput\nx,A100,1\n", "missing required column(s): gpu_count, nodes, batch_size"),
+        (
+            "workload,gpu_model,gpu_count,nodes,batch_size,throughput,sm_util,sm_util_mean\nx,A,1,1,8,5,0.5,0.6\n",
+            "row 2: columns 'sm_util' (0.5) and 'sm_util_mean' (0.6) are the same measurement and disagree",
+        ),
+        ("workload,gpu_model,gpu_count,nodes,batch_size,throughput,sm_util\nx,A,1,1,8,5,81\n", "a ratio 0..1"),
         ("workload,gpu_model,gpu_count,nodes,batch_size,throughput\nx,A100,two,1,8,1\n", "row 2, column 'gpu_count'"),
         ("workload,gpu_model,gpu_count,nodes,batch_size,throughput\nx,A100,1,1,8,-5\n", "must not be negative"),
         ("workload,gpu_model,gpu_count,nodes,batch_size,throughput\n,A100,1,1,8,5\n", "column 'workload': must not"),
