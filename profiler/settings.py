@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_DB_URL = "sqlite:///./gpuadvisor.db"
 DEFAULT_MAX_TRIAL_DURATION_SECONDS = 1800
 # deploy/profiler/deployment.yaml probes this port and path.
-DEFAULT_LIVENESS_ENDPOINT = "http://0.0.0.0:8080/healthz"
+DEFAULT_LIVENESS_ENDPOINT = "http://0.0.0.0:8081/healthz"  # 8081: not the advisor's 8080, for both on one host
 
 
 class ProfilerSettings(BaseSettings):
