@@ -3,8 +3,10 @@
 Everything Kubernetes-specific sits behind `ClusterApi` (implemented with the kubernetes client in
 `profiler.kube`, where kopf calls `reconcile` on create, resume and a timer). State that must survive a restart
 lives in the TrialRun's status — each finished trial keeps its summaries there — so a reconcile only has to
-look at the status, the Jobs and their pods. Telemetry and progress seen while pods run are buffered in memory
-because a pod killed by its deadline may take its logs with it.
+look at the status, the Jobs and their pods. Progress is buffered in memory because a pod killed by its deadline
+may take its log with it. The collector's telemetry annotation only ever holds the latest sample, so each new
+sample (and each GPU a side was seen on) is also written to the store as it is seen: a restarted controller
+rebuilds a running trial's samples from there, and the rows go in the transaction that saves the trial's outcome.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from profiler.manifests import (
     sharing_nodes,
 )
 from profiler.progress import ProgressSample, parse_progress
+from profiler.records import TelemetryRecord, TrialSideRef, TrialSideTelemetry
 from profiler.results import Phase, TrialOutcome, save_results
 from profiler.spec import SpecError, TrialRun, parse_trialrun
-from profiler.store import db
+from profiler.store import db, repo
 from profiler.summary import DEFAULT_WARMUP_FRACTION, SummaryError, TelemetrySample, TrialSummary, summarise
 from profiler.trials import Trial, TrialKind, expand, solo_of
 
@@ -66,7 +69,10 @@ def _matches(obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 
 @dataclass
 class _SideState:
-    """What has been seen of one running trial side (in memory; rebuilt from logs after a restart)."""
+    """What has been seen of one running trial side.
+
+    After a restart, progress is read again from the pod log; telemetry and GPUs come back from the store.
+    """
 
     progress: tuple[ProgressSample, ...] = ()
     telemetry: list[TelemetrySample] = field(default_factory=list)
@@ -74,16 +80,34 @@ class _SideState:
     gpus: set[str] = field(default_factory=set)
     node: str | None = None
 
+    @classmethod
+    def stored(cls, kept: TrialSideTelemetry) -> _SideState:
+        return cls(
+            telemetry=[_sample(r) for r in kept.samples],
+            telemetry_stamps={r.stamp for r in kept.samples},
+            gpus=set(kept.gpus),
+        )
+
+
+def _sample(record: TelemetryRecord) -> TelemetrySample:
+    return TelemetrySample(
+        t_seconds=record.t_seconds,
+        sm_utilization_ratio=record.sm_utilization_ratio,
+        memory_used_bytes=record.memory_used_bytes,
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class _Pass:
-    """One reconcile of one TrialRun: the parsed run, its trials, the nodes, and the outcomes decided so far."""
+    """One reconcile of one TrialRun: the parsed run, its trials, the nodes, the outcomes decided so far, and the
+    Jobs of decided trials, deleted only once their outcomes are committed."""
 
     run: TrialRun
     uid: str
     trials: list[Trial]
     nodes: list[Obj]
     outcomes: list[TrialOutcome]
+    finished_jobs: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def _summary_from_status(data: Mapping[str, Any]) -> TrialSummary:
@@ -106,6 +130,10 @@ def outcome_from_status(trial: Trial, entry: Mapping[str, Any]) -> TrialOutcome:
 def status_entry_extras(outcome: TrialOutcome) -> dict[str, Any]:
     """What the status keeps per finished trial beyond the shared fields, so later reconciles can rebuild it."""
     return {"summaries": [s.as_dict() for s in outcome.summaries], "notes": outcome.notes}
+
+
+def _side_ref(run: TrialRun, trial: Trial, side: int) -> TrialSideRef:
+    return TrialSideRef(namespace=run.metadata.namespace, trial_run=run.metadata.name, trial=trial.id, side=side)
 
 
 def _parse_time(value: str) -> float:
@@ -144,7 +172,7 @@ class Controller:
         self.sessions = sessions
         self.max_duration_seconds = max_duration_seconds
         self.warmup_fraction = warmup_fraction
-        self._sides: dict[tuple[str, str, str, int], _SideState] = {}
+        self._sides: dict[TrialSideRef, _SideState] = {}
         # kopf may call create, resume and timer handlers of one run from different threads at once.
         self._lock = threading.Lock()
 
@@ -169,15 +197,24 @@ class Controller:
         trials = expand(run.spec)
         nodes = self.cluster.list_nodes()
         outcomes: list[TrialOutcome] = []
+        decided: list[str] = []
         this = _Pass(run, uid, trials, nodes, outcomes)
         for trial in trials:
             entry = previous.get(trial.id)
             if entry is not None and entry.get("phase") in (Phase.SUCCEEDED, Phase.FAILED):
                 outcomes.append(outcome_from_status(trial, entry))
                 continue
-            outcomes.append(self._advance(this, trial))
+            outcome = self._advance(this, trial)
+            outcomes.append(outcome)
+            if outcome.done:
+                decided.append(trial.id)
         with db.transaction(self.sessions) as session:
             status = save_results(session=session, run=run, trials=trials, outcomes=outcomes)
+            repo.delete_trial_telemetry(
+                session=session, namespace=run.metadata.namespace, trial_run=run.metadata.name, trials=decided
+            )
+        # Only now: had the save failed, the Jobs (and their pods' logs) would still be there for the next reconcile.
+        self._cleanup(run.metadata.namespace, this.finished_jobs)
         by_id = {o.trial.id: o for o in outcomes}
         for entry in status["trials"]:
             outcome = by_id[entry["trial"]]
@@ -203,12 +240,12 @@ class Controller:
         if trial.kind is TrialKind.PAIR:
             mismatch = self._sharing_problem(run, trial)
             if mismatch is not None:
-                self._cleanup(namespace, jobs)
+                this.finished_jobs.extend(jobs)
                 return self._fail(run, trial, mismatch)
         if len(finished) < len(trial.sides) or any(state is None for state in finished.values()):
             return TrialOutcome(trial, Phase.RUNNING, "running")
         outcome = self._finish(run, trial, finished, this.nodes)
-        self._cleanup(namespace, jobs)
+        this.finished_jobs.extend(jobs)
         return outcome
 
     def _start(self, this: _Pass, trial: Trial) -> TrialOutcome:
@@ -242,8 +279,14 @@ class Controller:
         return TrialOutcome(trial, Phase.RUNNING, f"created {len(trial.sides)} job(s){where}")
 
     def _state(self, run: TrialRun, trial: Trial, side: int) -> _SideState:
-        key = (run.metadata.namespace, run.metadata.name, trial.id, side)
-        return self._sides.setdefault(key, _SideState())
+        """The side's state; the first time this controller instance needs it, what earlier ones stored."""
+        key = _side_ref(run, trial, side)
+        state = self._sides.get(key)
+        if state is None:
+            with self.sessions() as session:
+                state = _SideState.stored(repo.trial_side_telemetry(session=session, side=key))
+            self._sides[key] = state
+        return state
 
     def _observe(self, run: TrialRun, trial: Trial, pod: Mapping[str, Any]) -> None:
         """Buffer the pod's progress (from its log) and the collector's telemetry (from its annotations)."""
@@ -251,7 +294,8 @@ class Controller:
         side_label = (meta.get("labels", {}) or {}).get(LABEL_SIDE)
         if side_label not in ("a", "b"):
             return
-        state = self._state(run, trial, "ab".index(side_label))
+        side = "ab".index(side_label)
+        state = self._state(run, trial, side)
         state.node = (pod.get("spec", {}) or {}).get("nodeName") or state.node
         phase = (pod.get("status", {}) or {}).get("phase")
         if phase in ("Running", "Succeeded", "Failed"):
@@ -260,19 +304,29 @@ class Controller:
                 state.progress = stream.samples
         annotations = meta.get("annotations", {}) or {}
         stamp = annotations.get(ANNOTATION_UPDATED_AT)
+        sample: TelemetryRecord | None = None
         if stamp and stamp not in state.telemetry_stamps and ANNOTATION_UTILIZATION in annotations:
-            state.telemetry_stamps.add(stamp)
             memory = annotations.get(ANNOTATION_MEMORY)
-            state.telemetry.append(
-                TelemetrySample(
-                    t_seconds=_parse_time(stamp),
-                    sm_utilization_ratio=float(annotations[ANNOTATION_UTILIZATION]),
-                    memory_used_bytes=int(memory) if memory else None,
-                )
+            sample = TelemetryRecord(
+                stamp=stamp,
+                t_seconds=_parse_time(stamp),
+                sm_utilization_ratio=float(annotations[ANNOTATION_UTILIZATION]),
+                memory_used_bytes=int(memory) if memory else None,
             )
-        gpus = annotations.get(ANNOTATION_GPUS)
-        if gpus:
-            state.gpus.update(g.strip() for g in gpus.split(",") if g.strip())
+        listed = annotations.get(ANNOTATION_GPUS) or ""
+        new_gpus = {g.strip() for g in listed.split(",") if g.strip()} - state.gpus
+        if sample is None and not new_gpus:
+            return
+        # Stored before it is remembered: if the write fails, the next reconcile sees the sample as new again.
+        key = _side_ref(run, trial, side)
+        with db.transaction(self.sessions) as session:
+            if sample is not None:
+                repo.add_trial_telemetry(session=session, side=key, sample=sample)
+            repo.add_trial_gpus(session=session, side=key, uuids=new_gpus)
+        if sample is not None:
+            state.telemetry_stamps.add(sample.stamp)
+            state.telemetry.append(_sample(sample))
+        state.gpus.update(new_gpus)
 
     def _sharing_problem(self, run: TrialRun, trial: Trial) -> str | None:
         """Why the two sides of a pair demonstrably did not share one GPU, or None (shared, or not known yet)."""
@@ -319,8 +373,9 @@ class Controller:
         return TrialOutcome(trial, Phase.FAILED, message, gpu_model, node)
 
     def _forget(self, run: TrialRun, trial: Trial) -> None:
+        """Drop the in-memory state; the stored rows go when the outcome is saved (or are reloaded if that fails)."""
         for side in range(len(trial.sides)):
-            self._sides.pop((run.metadata.namespace, run.metadata.name, trial.id, side), None)
+            self._sides.pop(_side_ref(run, trial, side), None)
 
     def _cleanup(self, namespace: str, jobs: Sequence[Mapping[str, Any]]) -> None:
         for job in jobs:

@@ -99,3 +99,31 @@ class NodeRecord:
     name: str
     gpus: tuple[GpuRecord, ...] = ()
     labels: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSideRef:
+    """One side (0 = a, 1 = b) of one trial of a TrialRun: the key of what the controller keeps while it runs."""
+
+    namespace: str
+    trial_run: str
+    trial: str
+    side: int
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryRecord:
+    """One collector sample of a running trial side; `stamp` (the collector's updated-at) identifies it."""
+
+    stamp: str
+    t_seconds: float
+    sm_utilization_ratio: float
+    memory_used_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSideTelemetry:
+    """Everything stored for one running trial side: its samples in the order seen and the GPUs it ran on."""
+
+    samples: tuple[TelemetryRecord, ...] = ()
+    gpus: frozenset[str] = frozenset()

@@ -6,15 +6,23 @@ SQLite and PostgreSQL), so every ingestion path can be re-run without duplicatin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from profiler.records import ColocationRecord, ExecutionRecord, NodeRecord, ProfileRecord
+from profiler.records import (
+    ColocationRecord,
+    ExecutionRecord,
+    NodeRecord,
+    ProfileRecord,
+    TelemetryRecord,
+    TrialSideRef,
+    TrialSideTelemetry,
+)
 from profiler.store.models import (
     Base,
     Colocation,
@@ -23,7 +31,9 @@ from profiler.store.models import (
     ModelVersion,
     Node,
     Profile,
+    TrialGpu,
     TrialRun,
+    TrialTelemetry,
     Workload,
     utcnow,
 )
@@ -38,6 +48,15 @@ def _upsert(session: Session, model: type[Base], values: dict[str, Any], key: Se
     stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=updates or {key[0]: stmt.excluded[key[0]]})
     row_id: int = session.execute(stmt.returning(model.id)).scalar_one()  # type: ignore[attr-defined]
     return row_id
+
+
+def _insert_ignore(session: Session, model: type[Base], rows: Sequence[dict[str, Any]]) -> None:
+    """Insert `rows`, skipping any that a unique constraint says are already stored."""
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    session.execute(insert(model).values(list(rows)).on_conflict_do_nothing())
 
 
 def workload_id(session: Session, name: str) -> int:
@@ -368,3 +387,61 @@ def execution_exists(*, session: Session, source: str, job_id: str) -> bool:
     """Whether a job is already recorded (lets the recorder keep a measured utilisation it cannot re-measure)."""
     stmt = select(Execution.id).where(Execution.source == source, Execution.job_id == job_id)
     return session.execute(stmt).first() is not None
+
+
+def _side_values(side: TrialSideRef) -> dict[str, Any]:
+    return {"namespace": side.namespace, "trial_run": side.trial_run, "trial": side.trial, "side": side.side}
+
+
+def _of_side(model: type[TrialTelemetry] | type[TrialGpu], side: TrialSideRef) -> list[ColumnElement[bool]]:
+    return [
+        model.namespace == side.namespace,
+        model.trial_run == side.trial_run,
+        model.trial == side.trial,
+        model.side == side.side,
+    ]
+
+
+def add_trial_telemetry(*, session: Session, side: TrialSideRef, sample: TelemetryRecord) -> None:
+    """Keep one collector sample of a running trial side; a sample already stored (same stamp) is left as it is."""
+    values = {
+        **_side_values(side),
+        "stamp": sample.stamp,
+        "t_seconds": sample.t_seconds,
+        "sm_utilization_ratio": sample.sm_utilization_ratio,
+        "memory_used_bytes": sample.memory_used_bytes,
+    }
+    _insert_ignore(session, TrialTelemetry, [values])
+
+
+def add_trial_gpus(*, session: Session, side: TrialSideRef, uuids: Iterable[str]) -> None:
+    """Keep the GPUs a running trial side was seen on; ones already stored are left as they are."""
+    _insert_ignore(session, TrialGpu, [{**_side_values(side), "uuid": uuid} for uuid in sorted(set(uuids))])
+
+
+def trial_side_telemetry(*, session: Session, side: TrialSideRef) -> TrialSideTelemetry:
+    """What `add_trial_telemetry` and `add_trial_gpus` kept for one trial side, samples in the order added."""
+    rows = session.execute(select(TrialTelemetry).where(*_of_side(TrialTelemetry, side)).order_by(TrialTelemetry.id))
+    samples = tuple(
+        TelemetryRecord(
+            stamp=r.stamp,
+            t_seconds=r.t_seconds,
+            sm_utilization_ratio=r.sm_utilization_ratio,
+            memory_used_bytes=r.memory_used_bytes,
+        )
+        for r in rows.scalars()
+    )
+    gpus = frozenset(session.execute(select(TrialGpu.uuid).where(*_of_side(TrialGpu, side))).scalars())
+    return TrialSideTelemetry(samples=samples, gpus=gpus)
+
+
+def delete_trial_telemetry(*, session: Session, namespace: str, trial_run: str, trials: Collection[str]) -> None:
+    """Drop what was kept for these trials of a TrialRun (every side), once their outcomes are saved."""
+    if not trials:
+        return
+    for model in (TrialTelemetry, TrialGpu):
+        session.execute(
+            delete(model).where(
+                model.namespace == namespace, model.trial_run == trial_run, model.trial.in_(list(trials))
+            )
+        )

@@ -14,11 +14,12 @@ from typing import Any
 import kmock
 import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import OperationalError
 
 from profiler.controller import Controller
 from profiler.kube import KubeCluster, api_client
 from profiler.store import db, repo
-from profiler.store.models import Colocation, Profile
+from profiler.store.models import Colocation, Profile, TrialGpu, TrialTelemetry
 from tests.profiler.specs import trialrun
 
 pytestmark = pytest.mark.asyncio
@@ -214,3 +215,151 @@ async def test_a_gpu_model_no_node_has_fails_that_trial(kmock: kmock.KubernetesE
     assert status["trials"][0]["phase"] == "Failed"
     assert "'B200'" in status["trials"][0]["message"]
     assert _jobs(kmock) == {}
+
+
+def _put_pod(
+    k: kmock.KubernetesEmulator,
+    job: dict[str, Any],
+    *,
+    phase: str,
+    node: str,
+    rate: float,
+    batch: int,
+    annotations: dict[str, str],
+) -> None:
+    """Add or replace the Job's pod with these collector annotations (the collector rewrites them each sample)."""
+    name = job["metadata"]["name"]
+    pod = f"{name}-x7k2p"
+    k.objects[PODS, NS, pod] = {
+        "metadata": {
+            "name": pod,
+            "namespace": NS,
+            "uid": f"uid-{pod}",
+            "labels": {**job["spec"]["template"]["metadata"]["labels"], "job-name": name},
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }
+    k[f"get /api/v1/namespaces/{NS}/pods/{pod}/log"] << _progress_log(rate, batch)
+
+
+def _telemetry(stamp: str, utilization: float, memory_bytes: int, gpus: str | None = "GPU-1") -> dict[str, str]:
+    annotations = {
+        "gpuadvisor.io/gpu-utilization": str(utilization),
+        "gpuadvisor.io/gpu-memory-used-bytes": str(memory_bytes),
+        "gpuadvisor.io/updated-at": stamp,
+    }
+    if gpus is not None:
+        annotations["gpuadvisor.io/gpus"] = gpus
+    return annotations
+
+
+def _kept_rows(engine: Engine) -> tuple[int, int]:
+    with db.session_factory(engine)() as s:
+        return (
+            s.execute(select(func.count()).select_from(TrialTelemetry)).scalar_one(),
+            s.execute(select(func.count()).select_from(TrialGpu)).scalar_one(),
+        )
+
+
+def _complete(k: kmock.KubernetesEmulator, job: dict[str, Any]) -> None:
+    k.objects[JOBS, NS, job["metadata"]["name"]].patch(
+        {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
+    )
+
+
+async def test_telemetry_seen_before_a_controller_restart_is_in_the_summary(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)
+    doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]}, colocateWith=None)
+    before = _controller(kmock, engine)
+    await _reconcile(before, doc)
+    (job,) = _jobs(kmock).values()
+    for stamp, utilization in (("2025-11-21T10:00:05Z", 0.2), ("2025-11-21T10:00:15Z", 0.3)):
+        annotations = _telemetry(stamp, utilization, 9 << 30)
+        _put_pod(kmock, job, phase="Running", node="plain-1", rate=400.0, batch=32, annotations=annotations)
+        status = await _reconcile(before, doc)
+        await _reconcile(before, doc)  # the same annotation seen again is not a new sample
+    assert status["trials"][0]["phase"] == "Running"
+    assert _kept_rows(engine) == (2, 1)
+
+    after = _controller(kmock, engine)  # the profiler pod restarted: a fresh controller on the same store
+    _complete(kmock, job)
+    annotations = _telemetry("2025-11-21T10:00:25Z", 0.9, 6 << 30)
+    _put_pod(kmock, job, phase="Succeeded", node="plain-1", rate=400.0, batch=32, annotations=annotations)
+    status = await _reconcile(after, doc)
+
+    assert status["phase"] == "Succeeded", status["message"]
+    with db.session_factory(engine)() as s:
+        (profile,) = repo.list_profiles(session=s)
+    assert profile.extra["telemetry_samples"] == 3
+    assert profile.sm_util_mean_ratio == pytest.approx((0.2 + 0.3 + 0.9) / 3)  # 0.9 from the new controller alone
+    assert profile.peak_memory_bytes == 9 << 30
+    assert _kept_rows(engine) == (0, 0)
+
+
+async def test_a_pair_is_verified_with_gpus_reported_before_a_controller_restart(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)
+    doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]})
+    before = _controller(kmock, engine)
+    await _reconcile(before, doc)
+    for name, job in _jobs(kmock).items():
+        _finish_job(kmock, job, node="plain-1", gpu="GPU-1", rate=300.0, batch=20 if name.endswith("t001") else 32)
+    await _reconcile(before, doc)
+    pair = _jobs(kmock)
+    batches = {"resnet-sweep-t002-a": 32, "resnet-sweep-t002-b": 20}
+    for name, job in pair.items():
+        annotations = _telemetry("2025-11-21T10:00:05Z", 0.5, 3 << 30, gpus="GPU-s")
+        _put_pod(kmock, job, phase="Running", node="shared-1", rate=100.0, batch=batches[name], annotations=annotations)
+    assert (await _reconcile(before, doc))["phase"] == "Running"
+    assert _kept_rows(engine) == (2, 2)
+
+    after = _controller(kmock, engine)
+    for name, job in pair.items():  # the collector no longer lists GPUs for the finished pods
+        _complete(kmock, job)
+        annotations = _telemetry("2025-11-21T10:00:15Z", 0.4, 3 << 30, gpus=None)
+        _put_pod(
+            kmock, job, phase="Succeeded", node="shared-1", rate=100.0, batch=batches[name], annotations=annotations
+        )
+    status = await _reconcile(after, doc)
+
+    assert status["phase"] == "Succeeded", status["message"]
+    (pair_status,) = [t for t in status["trials"] if t["kind"] == "pair"]
+    assert pair_status["notes"]["shared_gpus"] == ["GPU-s"]
+    assert _kept_rows(engine) == (0, 0)
+
+
+async def test_a_failed_save_keeps_the_jobs_for_the_next_reconcile(
+    kmock: kmock.KubernetesEmulator, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished trial's Jobs are deleted only once its outcome is committed: a store that fails at that moment
+    costs nothing but a retry, not the trial's pods and logs (nor a second run of it)."""
+    _seed_nodes(kmock)
+    doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]}, colocateWith=None)
+    controller = _controller(kmock, engine)
+    await _reconcile(controller, doc)
+    (job,) = _jobs(kmock).values()
+    _complete(kmock, job)
+    annotations = _telemetry("2025-11-21T10:00:05Z", 0.6, 5 << 30)
+    _put_pod(kmock, job, phase="Succeeded", node="plain-1", rate=400.0, batch=32, annotations=annotations)
+
+    def store_down(**_: Any) -> dict[str, Any]:
+        raise OperationalError("INSERT INTO profiles", {}, Exception("connection refused"))
+
+    with monkeypatch.context() as m:
+        m.setattr("profiler.controller.save_results", store_down)
+        with pytest.raises(OperationalError):
+            await _reconcile(controller, doc)
+    assert list(_jobs(kmock)) == [job["metadata"]["name"]]  # still there
+
+    status = await _reconcile(controller, doc)
+    assert status["phase"] == "Succeeded", status["message"]
+    assert _jobs(kmock) == {}
+    with db.session_factory(engine)() as s:
+        (profile,) = repo.list_profiles(session=s)
+    assert profile.sm_util_mean_ratio == pytest.approx(0.6)
+    assert _kept_rows(engine) == (0, 0)
