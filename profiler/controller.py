@@ -377,6 +377,15 @@ class Controller:
         for side in range(len(trial.sides)):
             self._sides.pop(_side_ref(run, trial, side), None)
 
+    def forget_run(self, namespace: str, name: str) -> None:
+        """A TrialRun was deleted (its Jobs go with it, by owner reference): drop what was kept of its running
+        trials, in memory and in the store."""
+        with self._lock:
+            for key in [k for k in self._sides if (k.namespace, k.trial_run) == (namespace, name)]:
+                del self._sides[key]
+            with db.transaction(self.sessions) as session:
+                repo.delete_trial_telemetry(session=session, namespace=namespace, trial_run=name, trials=None)
+
     def _cleanup(self, namespace: str, jobs: Sequence[Mapping[str, Any]]) -> None:
         for job in jobs:
             self.cluster.delete_job(namespace, job["metadata"]["name"])

@@ -224,7 +224,13 @@ def build_registry(
         for key, value in status.items():
             patch.status[key] = value
 
+    def forget(name: str, namespace: str | None, **_: Any) -> None:
+        if namespace is not None:  # TrialRuns are namespaced
+            controller.forget_run(namespace, name)
+
     resource = (API_GROUP, API_VERSION, PLURAL)
+    # optional: no finalizer, so a deletion never waits for the profiler; missed while it is down, the rows stay.
+    kopf.on.delete(*resource, optional=True, **registry_kw)(forget)
     kopf.on.create(*resource, **registry_kw)(reconcile)
     kopf.on.resume(*resource, **registry_kw)(reconcile)
     kopf.on.update(*resource, field="spec", **registry_kw)(reconcile)

@@ -435,13 +435,13 @@ def trial_side_telemetry(*, session: Session, side: TrialSideRef) -> TrialSideTe
     return TrialSideTelemetry(samples=samples, gpus=gpus)
 
 
-def delete_trial_telemetry(*, session: Session, namespace: str, trial_run: str, trials: Collection[str]) -> None:
-    """Drop what was kept for these trials of a TrialRun (every side), once their outcomes are saved."""
-    if not trials:
+def delete_trial_telemetry(*, session: Session, namespace: str, trial_run: str, trials: Collection[str] | None) -> None:
+    """Drop what was kept for these trials of a TrialRun (every side), once their outcomes are saved; `None`: for
+    all its trials (the TrialRun was deleted)."""
+    if trials is not None and not trials:
         return
     for model in (TrialTelemetry, TrialGpu):
-        session.execute(
-            delete(model).where(
-                model.namespace == namespace, model.trial_run == trial_run, model.trial.in_(list(trials))
-            )
-        )
+        where = [model.namespace == namespace, model.trial_run == trial_run]
+        if trials is not None:
+            where.append(model.trial.in_(list(trials)))
+        session.execute(delete(model).where(*where))

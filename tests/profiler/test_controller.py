@@ -363,3 +363,20 @@ async def test_a_failed_save_keeps_the_jobs_for_the_next_reconcile(
         (profile,) = repo.list_profiles(session=s)
     assert profile.sm_util_mean_ratio == pytest.approx(0.6)
     assert _kept_rows(engine) == (0, 0)
+
+
+async def test_a_deleted_trialrun_leaves_no_kept_telemetry(kmock: kmock.KubernetesEmulator, engine: Engine) -> None:
+    _seed_nodes(kmock)
+    doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]}, colocateWith=None)
+    controller = _controller(kmock, engine)
+    await _reconcile(controller, doc)
+    (job,) = _jobs(kmock).values()
+    annotations = _telemetry("2025-11-21T10:00:05Z", 0.6, 5 << 30)
+    _put_pod(kmock, job, phase="Running", node="plain-1", rate=400.0, batch=32, annotations=annotations)
+    await _reconcile(controller, doc)
+    assert _kept_rows(engine) == (1, 1)
+
+    controller.forget_run(NS, "other-run")  # another TrialRun's deletion leaves this one's rows
+    assert _kept_rows(engine) == (1, 1)
+    controller.forget_run(NS, doc["metadata"]["name"])
+    assert _kept_rows(engine) == (0, 0)
