@@ -233,7 +233,17 @@ class ModelVersion(Base):
     promoted_at: Mapped[datetime | None]
 
 
-class TrialTelemetry(Base):
+class _TrialSide:
+    """The key columns of what is kept for one running trial side (`profiler.records.TrialSideRef`)."""
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(63))
+    trial_run: Mapped[str] = mapped_column(String(253))
+    trial: Mapped[str] = mapped_column(String(64))
+    side: Mapped[int] = mapped_column(Integer)
+
+
+class TrialTelemetry(_TrialSide, Base):
     """A collector sample of a running trial side, kept until the trial's outcome is saved.
 
     A pod annotation only holds the latest sample, so what a profiler pod saw before it restarted exists nowhere
@@ -245,26 +255,16 @@ class TrialTelemetry(Base):
         UniqueConstraint("namespace", "trial_run", "trial", "side", "stamp", name="uq_trial_telemetry_sample"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(63))
-    trial_run: Mapped[str] = mapped_column(String(253))
-    trial: Mapped[str] = mapped_column(String(64))
-    side: Mapped[int] = mapped_column(Integer)
     stamp: Mapped[str] = mapped_column(String(64))
     t_seconds: Mapped[float] = mapped_column(Float)
     sm_utilization_ratio: Mapped[float] = mapped_column(Float)
     memory_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
-class TrialGpu(Base):
+class TrialGpu(_TrialSide, Base):
     """A GPU the collector reported a running trial side on (the pair check needs every one seen), until saved."""
 
     __tablename__ = "trial_gpus"
     __table_args__ = (UniqueConstraint("namespace", "trial_run", "trial", "side", "uuid", name="uq_trial_gpus_gpu"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(63))
-    trial_run: Mapped[str] = mapped_column(String(253))
-    trial: Mapped[str] = mapped_column(String(64))
-    side: Mapped[int] = mapped_column(Integer)
     uuid: Mapped[str] = mapped_column(String(96))

@@ -70,28 +70,9 @@ def _finish_job(
     k: kmock.KubernetesEmulator, job: dict[str, Any], *, node: str, gpu: str, rate: float, batch: int
 ) -> None:
     """Mark the Job complete and add its finished pod, with telemetry annotations and a progress log."""
-    name = job["metadata"]["name"]
-    k.objects[JOBS, NS, name].patch(
-        {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
-    )
-    pod = f"{name}-x7k2p"
-    k.objects[PODS, NS, pod] = {
-        "metadata": {
-            "name": pod,
-            "namespace": NS,
-            "uid": f"uid-{pod}",
-            "labels": {**job["spec"]["template"]["metadata"]["labels"], "job-name": name},
-            "annotations": {
-                "gpuadvisor.io/gpus": gpu,
-                "gpuadvisor.io/gpu-utilization": "0.75",
-                "gpuadvisor.io/gpu-memory-used-bytes": str(6 << 30),
-                "gpuadvisor.io/updated-at": "2025-11-21T10:00:05Z",
-            },
-        },
-        "spec": {"nodeName": node},
-        "status": {"phase": "Succeeded"},
-    }
-    k[f"get /api/v1/namespaces/{NS}/pods/{pod}/log"] << _progress_log(rate, batch)
+    _complete(k, job)
+    annotations = _telemetry("2025-11-21T10:00:05Z", 0.75, 6 << 30, gpus=gpu)
+    _put_pod(k, job, phase="Succeeded", node=node, rate=rate, batch=batch, annotations=annotations)
 
 
 def _jobs(k: kmock.KubernetesEmulator) -> dict[str, dict[str, Any]]:

@@ -75,3 +75,15 @@ def test_the_trial_telemetry_migration_downgrades_and_upgrades_again(store_url: 
         assert repo.trial_side_telemetry(session=s, side=A) == TrialSideTelemetry()
         repo.add_trial_telemetry(session=s, side=A, sample=_sample("s1", 10.0, 0.5))
     engine.dispose()
+
+
+def test_the_migrations_build_exactly_the_models_schema(store_engine: Engine) -> None:
+    """Alembic's own comparison of the migrated database with `profiler.store.models`: a column or constraint added
+    to a model without a migration (or the other way round) shows up here."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from profiler.store.models import Base
+
+    with store_engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
