@@ -2,7 +2,8 @@
 
 The command runs as a subprocess with a kubeconfig pointing at the stand-in; the tests wait until the operator has
 created the TrialRun's Job and patched its status, and until the recorder has written the finished GPU pod; they read
-kopf's liveness endpoint while the store answers and after it has gone.
+kopf's liveness endpoint while the store answers and after it has gone; and they delete a TrialRun through the API
+and wait for the telemetry kept for it to go.
 """
 
 from __future__ import annotations
@@ -185,3 +186,66 @@ async def test_profiler_liveness_reports_a_lost_store_without_failing(
     assert dead is not None, log  # still alive: a restart would not bring the store back
     assert dead.json()["store"] == {"reachable": False, "error": "OperationalError"}, log
     assert "store unreachable: OperationalError" in operator.output, log
+
+
+def _kept_samples(engine: Any) -> int:
+    from sqlalchemy import func, select
+
+    from profiler.store.models import TrialTelemetry
+
+    try:
+        with db.session_factory(engine)() as s:
+            return int(s.execute(select(func.count()).select_from(TrialTelemetry)).scalar_one())
+    except OperationalError:  # the operator has not migrated the store yet
+        return -1
+
+
+async def _until(predicate: Any) -> bool:
+    for _ in range(int(WAIT_SECONDS / 0.2)):
+        if await asyncio.to_thread(predicate):
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def test_deleting_a_trialrun_drops_the_telemetry_kept_for_it(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    _declare(kmock)
+    doc: dict[str, Any] = trialrun(matrix={"gpuCounts": [1]}, colocateWith=None)
+    doc["metadata"].update(uid="uid-run", resourceVersion="1")
+    kmock.objects[TRIALRUNS, "ml", "resnet-sweep"] = doc
+    jobs = kmock.resource("batch", "v1", "jobs")
+    url = f"sqlite:///{tmp_path}/store.db"
+    engine = db.make_engine(url)
+    try:
+        async with profiler_run(kmock, tmp_path, url) as operator:
+            created = await _until(lambda: (jobs, "ml", "resnet-sweep-t000") in kmock.objects)
+            assert created, operator.output
+            job = dict(kmock.objects[jobs, "ml", "resnet-sweep-t000"].raw)
+            kmock.objects[kmock.resource("", "v1", "pods"), "ml", "resnet-sweep-t000-x7k2p"] = {
+                "metadata": {
+                    "name": "resnet-sweep-t000-x7k2p",
+                    "namespace": "ml",
+                    "uid": "uid-trial-pod",
+                    "labels": {**job["spec"]["template"]["metadata"]["labels"], "job-name": "resnet-sweep-t000"},
+                    "annotations": {
+                        "gpuadvisor.io/gpu-utilization": "0.6",
+                        "gpuadvisor.io/updated-at": "2025-11-21T10:00:05Z",
+                    },
+                },
+                "spec": {"nodeName": "gpu-1"},
+                "status": {"phase": "Pending"},
+            }
+            kept = await _until(lambda: _kept_samples(engine) == 1)  # seen on the operator's next timer pass
+            async with httpx.AsyncClient() as http:
+                gone = await http.delete(
+                    f"{str(kmock.url).rstrip('/')}/apis/gpuadvisor.io/v1alpha1/namespaces/ml/trialruns/resnet-sweep"
+                )
+            dropped = await _until(lambda: _kept_samples(engine) == 0)
+    finally:
+        engine.dispose()
+    log = operator.output[-4000:]
+    assert kept, log
+    assert gone.status_code == 200, gone.text
+    assert dropped, log
