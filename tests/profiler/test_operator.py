@@ -49,6 +49,14 @@ def _declare(k: kmock.KubernetesEmulator) -> None:
         k.resources[key] = {"kind": kind, "namespaced": namespaced, "verbs": ["get", "list", "watch", "patch"]}
 
 
+def _declare_with_trialrun(k: kmock.KubernetesEmulator) -> None:
+    """`_declare`, and the TrialRun ml/resnet-sweep of one 1-GPU solo trial."""
+    _declare(k)
+    doc: dict[str, Any] = trialrun(matrix={"gpuCounts": [1]}, colocateWith=None)
+    doc["metadata"].update(uid="uid-run", resourceVersion="1")
+    k.objects[TRIALRUNS, "ml", "resnet-sweep"] = doc
+
+
 def _kubeconfig(path: Path, server: str) -> Path:
     path.write_text(
         "apiVersion: v1\nkind: Config\n"
@@ -128,10 +136,7 @@ async def _liveness_until(
 async def test_profiler_run_reconciles_trialruns_and_records_finished_pods(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
-    _declare(kmock)
-    doc: dict[str, Any] = trialrun(matrix={"gpuCounts": [1]}, colocateWith=None)
-    doc["metadata"].update(uid="uid-run", resourceVersion="1")
-    kmock.objects[TRIALRUNS, "ml", "resnet-sweep"] = doc
+    _declare_with_trialrun(kmock)
     kmock.objects[kmock.resource("", "v1", "pods"), "ml", "train-9"] = _pod("train-9", phase="Succeeded", gpus=1)
     url = f"sqlite:///{tmp_path}/store.db"
     engine = None
@@ -211,10 +216,7 @@ async def _until(predicate: Any) -> bool:
 async def test_deleting_a_trialrun_drops_the_telemetry_kept_for_it(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
-    _declare(kmock)
-    doc: dict[str, Any] = trialrun(matrix={"gpuCounts": [1]}, colocateWith=None)
-    doc["metadata"].update(uid="uid-run", resourceVersion="1")
-    kmock.objects[TRIALRUNS, "ml", "resnet-sweep"] = doc
+    _declare_with_trialrun(kmock)
     jobs = kmock.resource("batch", "v1", "jobs")
     url = f"sqlite:///{tmp_path}/store.db"
     engine = db.make_engine(url)
