@@ -156,7 +156,7 @@ def validate(spans: list[float] | None = None) -> None:
             )
 
 
-def print_model_errors() -> None:
+def print_model_errors(knowledge: str = "cold") -> None:
     """What the advisor gets wrong: its held-out predictions (advisor.sim.heldout) against Gavel's measurements."""
     from advisor.sim.heldout import heldout_table, prediction_errors
     from advisor.sim.loaders import load_throughputs
@@ -167,9 +167,14 @@ def print_model_errors() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for trace in split_traces(DATA / "traces_seed0_top3.csv", Path(tmp), 1.0):
             print(f"{trace.stem}: least load at arrivals x1 (no co-location): {least_load(trace, truth):.2f}")
-    believed = heldout_table(path)
+    believed = heldout_table(path, knowledge=knowledge)
     for name, value in prediction_errors(believed, truth).items():
         print(f"{name:<22} {value:.3f}")
+    for model in ("p100", "v100"):
+        for label, counts in (("1 GPU", (1,)), ("2-8 GPUs, one node", (2, 4, 8))):
+            keys = [k for k in truth.isolated if k[0] == model and k[2] in counts and k[3] and k in believed.isolated]
+            ape = [abs(believed.isolated[k] / truth.isolated[k] - 1) for k in keys]
+            print(f"mape_{model}, {label}: {statistics.fmean(ape):.3f} ({len(keys)} job types x counts)")
     types = sorted({k[1] for k in truth.isolated if k[2] == 1 and k[3]})
     for table in (believed, truth):
         ratios = [(table.speed("v100", t, 1, True) or 0.0) / (table.speed("k80", t, 1, True) or 1.0) for t in types]
@@ -273,7 +278,7 @@ def main() -> None:
     if not DATA.exists():
         sys.exit(f"Gavel data not found at {DATA}")
     if args.model_errors:
-        print_model_errors()
+        print_model_errors(args.knowledge)
         return
     if args.validate:
         validate([float(x) for x in values(args.validate_spans)] if args.validate_spans else None)

@@ -16,6 +16,10 @@ ratio of the two GPUs and the GPU-count ratio.
   the training data (`_choose_spec_scaling`). The learned correction is not applied there: checked the same way on
   Sia (docs/models.md), it did not carry over to a GPU type it was not trained on.
 
+Whichever of the two, a query on a GPU type the workload was measured on, in a configuration another GPU type measured
+for it on the same number of nodes, takes that type's measured ratio instead (`ReferenceTable.transfers`): e.g. a
+1-GPU trial run on every type plus a GPU-count sweep on one.
+
 A query matching a measured configuration exactly returns the measurement. A workload with no measurement at all
 gets the `fallback` booster, trained on absolute throughputs from the GPU specifications and configuration only.
 """
@@ -143,6 +147,44 @@ class ReferenceTable:
         return np.asarray(self.gpu_models, dtype=object)
 
     @cached_property
+    def transfers(self) -> dict[tuple[str, str, float, float, float], float]:
+        """Estimates for configurations a workload was not measured in on a GPU type it *was* measured on:
+        keyed (workload, GPU model, GPU count, nodes, batch size).
+
+        The speed on this GPU type at a measured configuration c0 times the ratio c / c0 that another GPU type
+        measured for the same workload — c0 on the same number of nodes, the configuration nearest c (log2 GPU count
+        plus log2 batch size) that both types measured; the geometric median over the other types. So a trial run on
+        one GPU of each type plus a GPU-count sweep on one of them gives every type's counts (Gavel, 2-8 GPUs on one
+        node: 20 % / 34 % MAPE on P100 / V100, against 54 % / 59 % for the spec-scaled estimate; docs/models.md).
+        Only within one node count: how a job scales over nodes differs between GPU types."""
+        measured: dict[str, dict[str, dict[tuple[float, float, float], float]]] = {}
+        for w, g, k, n, b, y in zip(
+            self.workloads, self.gpu_models, self.gpu_count, self.nodes, self.batch_size, self.throughput, strict=True
+        ):
+            measured.setdefault(w, {}).setdefault(g, {})[(float(k), float(n), float(b))] = float(y)
+        out: dict[tuple[str, str, float, float, float], float] = {}
+        for workload, by_gpu in measured.items():
+            if len(by_gpu) < 2:
+                continue
+            for gpu, own in by_gpu.items():
+                by_nodes: dict[float, list[tuple[float, float, float]]] = defaultdict(list)
+                for config in own:
+                    by_nodes[config[1]].append(config)
+                logs: dict[tuple[float, float, float], list[float]] = defaultdict(list)
+                for other_gpu, other in by_gpu.items():
+                    if other_gpu == gpu:
+                        continue
+                    for config, y in other.items():
+                        bridges = [c0 for c0 in by_nodes.get(config[1], ()) if c0 in other]
+                        if config in own or not bridges:
+                            continue
+                        c0 = min(bridges, key=lambda c: _config_distance(c, config))
+                        logs[config].append(float(np.log2(own[c0] * y / other[c0])))
+                for (k, n, b), values in logs.items():
+                    out[(workload, gpu, k, n, b)] = float(np.exp2(np.median(values)))
+        return out
+
+    @cached_property
     def candidates(self) -> _Candidates:
         return _candidates(self.rows_by_workload())
 
@@ -166,6 +208,11 @@ class ReferenceTable:
     def as_query(self) -> ThroughputQuery:
         """The table's configurations as a query (for checks that predict measured rows)."""
         return ThroughputQuery(self.workloads, self.gpu_models, self.gpu_count, self.nodes, self.batch_size)
+
+
+def _config_distance(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """|Δ log2 GPU count| + |Δ log2 batch size| between two (count, nodes, batch) configurations (0 = unknown)."""
+    return sum(abs(float(np.log2(max(x, 1.0)) - np.log2(max(y, 1.0)))) for x, y in ((a[0], b[0]), (a[2], b[2])))
 
 
 def _log2_fp32(names: Sequence[str]) -> FloatArray:
@@ -805,6 +852,19 @@ class ThroughputModel(BoostedEstimator):
             none = ~has_anchor
             features = throughput_features(_subset(query, none), _gather(table, found.picked[none]))
             result[none] = np.exp2(_lgbm.predict(self.fallback_, features))
+        transfers = table.transfers
+        if transfers:
+            for i in np.flatnonzero(~exact).tolist():
+                key = (
+                    query.workloads[i],
+                    query.gpu_models[i],
+                    float(query.gpu_count[i]),
+                    float(query.nodes[i]),
+                    float(query.batch_size[i]),
+                )
+                transferred = transfers.get(key)
+                if transferred is not None:
+                    result[i] = transferred
         return result
 
     def predict(

@@ -159,6 +159,10 @@ def _one_row_at_a_time(model: ThroughputModel, query: ThroughputQuery) -> np.nda
         else:
             features = throughput_features(row, anchors)[:, _CORRECTION_COLUMNS]
             out[i] = nearest_gpu_estimate(row, anchors)[0] * np.exp2(_lgbm.predict(model.booster_, features))[0]
+        exact = np.isfinite(cost[0]) and anchors.gpu_models[0] == row.gpu_models[0] and cost[0] == 0.0
+        key = (row.workloads[0], row.gpu_models[0], *(float(a[0]) for a in (row.gpu_count, row.nodes, row.batch_size)))
+        if not exact and key in model.table_.transfers:
+            out[i] = model.table_.transfers[key]
     return out
 
 
@@ -233,3 +237,39 @@ def test_the_anchor_is_the_closest_measurement(model: ThroughputModel, gavel: Ga
             has = rows >= 0
             np.testing.assert_array_equal(np.isfinite(by_gpu.cost[k]), has)
             np.testing.assert_array_equal(by_gpu.throughput[k][has], model.table_.throughput[rows[has]])
+
+
+def _profiled(rows: list[tuple[str, int, int, int, float]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["gpu_model", "gpu_count", "nodes", "batch_size", "throughput"]).assign(
+        workload="job"
+    )
+
+
+def test_a_gpu_count_measured_on_another_gpu_type_carries_over_within_one_node() -> None:
+    """One GPU measured on each type, a GPU-count sweep on the K80: the V100's 4-GPU speed is its 1-GPU speed times
+    the K80's 4-GPU / 1-GPU ratio (nearest measured batch size), not a spec-scaled guess; across nodes it is not."""
+    data = _profiled(
+        [
+            ("k80", 1, 1, 32, 100.0),
+            ("k80", 4, 1, 128, 300.0),
+            ("k80", 4, 4, 128, 350.0),
+            ("v100", 1, 1, 32, 500.0),
+            ("p100", 1, 1, 32, 250.0),
+        ]
+    )
+    other = _synthetic_throughputs(v100_slowdown_of_a=1.0)  # other workloads, for the model's correction
+    model = ThroughputModel(**FAST).fit(pd.concat([data, other], ignore_index=True))
+    query = pd.DataFrame(
+        {
+            "workload": ["job"] * 3,
+            "gpu_model": ["v100", "p100", "v100"],
+            "gpu_count": [4.0, 4.0, 4.0],
+            "nodes": [1.0, 1.0, 4.0],
+            "batch_size": [128.0, 128.0, 128.0],
+        }
+    )
+    single_node_v100, single_node_p100, over_nodes = model.predict_frame(query)
+    assert single_node_v100 == pytest.approx(500.0 * 300.0 / 100.0)
+    assert single_node_p100 == pytest.approx(250.0 * 300.0 / 100.0)
+    assert over_nodes != pytest.approx(500.0 * 350.0 / 100.0)  # no 4-node configuration on the V100 to bridge from
+    assert model.predict_frame(data.head(1)) == pytest.approx([100.0])  # measurements still come back as measured
