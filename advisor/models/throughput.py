@@ -26,6 +26,7 @@ gets the `fallback` booster, trained on absolute throughputs from the GPU specif
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -174,11 +175,13 @@ class ReferenceTable:
                 for other_gpu, other in by_gpu.items():
                     if other_gpu == gpu:
                         continue
+                    # Per node count, the configurations both types measured: the candidate c0 of every c there.
+                    bridges = {n: [c0 for c0 in configs if c0 in other] for n, configs in by_nodes.items()}
                     for config, y in other.items():
-                        bridges = [c0 for c0 in by_nodes.get(config[1], ()) if c0 in other]
-                        if config in own or not bridges:
+                        candidates = bridges.get(config[1])
+                        if not candidates or config in own:
                             continue
-                        c0 = min(bridges, key=lambda c: _config_distance(c, config))
+                        c0 = min(candidates, key=lambda c: _config_distance(c, config))
                         logs[config].append(float(np.log2(own[c0] * y / other[c0])))
                 for (k, n, b), values in logs.items():
                     out[(workload, gpu, k, n, b)] = float(np.exp2(np.median(values)))
@@ -212,7 +215,9 @@ class ReferenceTable:
 
 def _config_distance(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
     """|Δ log2 GPU count| + |Δ log2 batch size| between two (count, nodes, batch) configurations (0 = unknown)."""
-    return sum(abs(float(np.log2(max(x, 1.0)) - np.log2(max(y, 1.0)))) for x, y in ((a[0], b[0]), (a[2], b[2])))
+    return abs(math.log2(max(a[0], 1.0)) - math.log2(max(b[0], 1.0))) + abs(
+        math.log2(max(a[2], 1.0)) - math.log2(max(b[2], 1.0))
+    )
 
 
 def _log2_fp32(names: Sequence[str]) -> FloatArray:
@@ -910,4 +915,5 @@ class ThroughputModel(BoostedEstimator):
         model.table_ = ReferenceTable.from_json(artifact.state["reference"])
         model.n_rows_ = int(artifact.state["n_rows"])
         model.scaling_ = SpecScaling.from_json(artifact.state["spec_scaling"])
+        _ = model.table_.transfers  # built at load (a third of a second for Sia's table), not by the first request
         return model
