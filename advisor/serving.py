@@ -305,7 +305,6 @@ class ServedModels:
         self._lock = threading.Lock()
         self._predictors = Predictors.heuristic()
         self._models: LoadedModels | None = None  # what the bundle was built from; None: heuristics only
-        self._served: dict[str, int] | None = None  # promoted versions in the bundle; None: heuristics only
         self._seen: dict[str, int] | None = None  # the promotion last acted on; None: none read yet
         self._profiles_mark: tuple[int, datetime | None] | None = None  # the profiles the bundle indexes
         self._registry_failing = False
@@ -313,6 +312,11 @@ class ServedModels:
     @property
     def predictors(self) -> Predictors:
         return self._predictors
+
+    @property
+    def _serving(self) -> dict[str, int] | None:
+        """The promoted versions in the bundle; None: heuristics only."""
+        return self._models.versions if self._models is not None else None
 
     def load(self) -> None:
         """Serve the promoted versions that can be read, heuristics for the rest (start-up: nothing better to keep)."""
@@ -328,7 +332,7 @@ class ServedModels:
     def _store_failed(self, e: SQLAlchemyError) -> bool:
         if not self._registry_failing:
             log.warning(
-                "model registry unreadable, still serving %s: %s", _describe(self._served), e.__class__.__name__
+                "model registry unreadable, still serving %s: %s", _describe(self._serving), e.__class__.__name__
             )
         self._registry_failing = True
         return False
@@ -351,7 +355,7 @@ class ServedModels:
             return self._store_failed(e)
         self._predictors = predictors_from(self._models, profiles)
         self._profiles_mark = mark
-        log.info("profiles changed: %d solo profiles indexed, serving %s", len(profiles), _describe(self._served))
+        log.info("profiles changed: %d solo profiles indexed, serving %s", len(profiles), _describe(self._serving))
         return True
 
     def _load_models(self, promoted: dict[str, int], mark: tuple[int, datetime | None], *, partial_ok: bool) -> bool:
@@ -366,7 +370,7 @@ class ServedModels:
         # LightGBM. Whatever it is, requests keep the current bundle, and the same promotion is not tried again.
         except Exception:
             log.exception(
-                "loading promoted models %s failed, still serving %s", _describe(promoted), _describe(self._served)
+                "loading promoted models %s failed, still serving %s", _describe(promoted), _describe(self._serving)
             )
             return False
         if not partial_ok and models.versions != promoted:
@@ -374,14 +378,13 @@ class ServedModels:
                 "promoted models %s could not all be loaded (read: %s), still serving %s until the next promotion",
                 _describe(promoted),
                 _describe(models.versions),
-                _describe(self._served),
+                _describe(self._serving),
             )
             return False
         self._predictors = predictors_from(models, profiles)
         self._models = models
-        self._served = dict(models.versions)
         self._profiles_mark = mark
-        log.info("serving %s", _describe(self._served))
+        log.info("serving %s", _describe(self._serving))
         return True
 
 
