@@ -24,6 +24,13 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
 * jct — predicted completion time on this node's GPU model, slowdown included, relative to the best candidate
   (`best / this`). Without a JCT estimate the ratio of `slowdown / relative GPU speed` is used (heterogeneity only).
 
+Waiting for a faster GPU (`wait_verdicts`, the extender filter): a pod that would finish sooner by waiting for room on
+a faster GPU model than by starting now on a slower one is kept off the slower nodes. From the JCT predictor: `run[m]`,
+the pod's predicted run time on model m; `room[m]`, the least time until some node of model m has room for it (each
+resident's predicted end, `RemainingSeconds`; a GPU whose residents' ends are unknown never frees as far as the advisor
+knows). A node of model m fails when `run[m] > ScoringConfig.wait_slack × min over m' of (room[m'] + run[m'])`. No JCT
+estimate, a gang member, or a single GPU model in the cluster: nobody waits.
+
 Nodes whose last snapshot is older than `ScoringConfig.staleness_seconds` are scored as unknown
 (`unknown_node_score`, neutral by default) with that reason; so are nodes the advisor never heard of.
 kube-scheduler's integer 0..10 comes from `extender_scores` (or, without building verdicts, `extender_priorities`).
@@ -32,7 +39,7 @@ kube-scheduler's integer 0..10 comes from `extender_scores` (or, without buildin
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import combinations, count
@@ -54,6 +61,10 @@ from collector.snapshot import LINK_RANK, LinkLevel
 
 WHOLE_GPU_MILLI = 1000
 WORST_LINK_RANK = LINK_RANK[LinkLevel.SYSTEM]
+DEFAULT_WAIT_SLACK = 1.5
+"""`ScoringConfig.wait_slack` of the service: pass a node over when the pod would finish there more than 1.5x later
+than by waiting for a faster GPU model (chosen among off, 1, 1.5 and 2 on the Gavel validation run,
+`bench/sim_gavel.py --validate --validate-slacks`; docs/evaluation.md, experiment 2)."""
 _EXHAUSTIVE_SET_LIMIT = 4096
 _GREEDY_STARTS = 8
 _MEMO_LIMIT = 64
@@ -122,7 +133,8 @@ class PodRequest:
 
 @dataclass(frozen=True, slots=True)
 class Resident:
-    """A process (usually a pod) on a GPU, as the last snapshot saw it."""
+    """A process (usually a pod) on a GPU, as the last snapshot saw it; `started_seconds` is when its pod started
+    (the advisor's clock, None when unknown)."""
 
     pod: str
     workload: str | None = None
@@ -130,6 +142,7 @@ class Resident:
     sm_utilization_ratio: float = 0.0
     memory_bandwidth_utilization_ratio: float = 0.0
     memory_used_bytes: int = 0
+    started_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +323,9 @@ class ScoringConfig:
     the trace's own mix). `task_sizes`, whole-GPU (GPUs, probability) pairs, is the older shorthand: when given it
     replaces `task_mix` with whole-GPU requests of those sizes. Entries of `task_mix` may give the task's CPU
     (milli) and memory (MiB) request, and tasks without GPU (0, 0, p, cpu, memory): then `resources` is their
-    CPU/memory side and nodes with known free CPU/memory are scored with it.
+    CPU/memory side and nodes with known free CPU/memory are scored with it. `wait_slack` is the filter's patience
+    (`wait_verdicts`): a node is passed over when the pod's predicted run time there exceeds `wait_slack` × the
+    soonest predicted finish after waiting for room on any GPU model; None never waits.
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -325,6 +340,7 @@ class ScoringConfig:
     task_mix: TaskMix = DEFAULT_TASK_MIX
     task_sizes: tuple[tuple[int, float], ...] | None = None
     extender_span_points: float = DEFAULT_EXTENDER_SPAN_POINTS
+    wait_slack: float | None = DEFAULT_WAIT_SLACK
     resources: MixResources | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -344,6 +360,8 @@ class ScoringConfig:
             raise ScoringInputError("extender_span_points must be > 0")
         if not 0 <= self.unknown_node_score <= 100:
             raise ScoringInputError("unknown_node_score must be within 0..100")
+        if self.wait_slack is not None and not self.wait_slack > 0:
+            raise ScoringInputError("wait_slack must be > 0 (None turns waiting for a faster GPU off)")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -1129,16 +1147,25 @@ def filter_nodes(
     *,
     config: ScoringConfig,
     now_seconds: float | None = None,
+    predictors: Predictors | None = None,
+    remaining: RemainingSeconds | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
     A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share), or — where known —
-    free CPU or memory for the pod's own request. Unknown or stale nodes
+    free CPU or memory for the pod's own request, or (with `predictors` and `remaining`, `wait_verdicts`) when the
+    pod would finish sooner by waiting for a faster GPU model. Unknown or stale nodes
     pass unless `config.strict_staleness`.
     """
     k = pod.whole_gpus
     passed: list[str] = []
     failed: dict[str, str] = {}
+    if predictors is not None and remaining is not None:
+        wait = wait_verdicts(
+            pod, names, nodes, config=config, predictors=predictors, remaining=remaining, now_seconds=now_seconds
+        )
+    else:
+        wait = {}
     for name in names:
         node = nodes.get(name)
         if node is None or _is_stale(node, config, now_seconds):
@@ -1170,5 +1197,105 @@ def filter_nodes(
         ):
             failed[name] = "no healthy GPU has room for the requested share"
             continue
+        if name in wait:
+            failed[name] = wait[name]
+            continue
         passed.append(name)
     return passed, failed
+
+
+RemainingSeconds = Callable[[NodeState, Resident], float | None]
+"""Predicted seconds until `Resident` leaves its node (None: unknown, e.g. no JCT estimate or already overdue)."""
+
+
+def jct_remaining(predictors: Predictors, now_seconds: float) -> RemainingSeconds:
+    """The service's `RemainingSeconds`: a resident's predicted JCT (its workload on the node's GPU model, on as many
+    GPUs as it holds there) minus the time since its pod started; None without a start time or an estimate, or once
+    the prediction has run out (a job running late gives no basis for when it ends)."""
+
+    def remaining(node: NodeState, resident: Resident) -> float | None:
+        if resident.started_seconds is None or resident.workload is None:
+            return None
+        held = sum(any(r.pod == resident.pod for r in g.residents) for g in node.gpus)
+        predicted = predictors.jct.jct_seconds(resident.workload, node.gpu_model, max(held, 1))
+        if predicted is None:
+            return None
+        left = predicted - (now_seconds - resident.started_seconds)
+        return left if left > 0 else None
+
+    return remaining
+
+
+def room_seconds(node: NodeState, pod: PodRequest, remaining: RemainingSeconds) -> float:
+    """Predicted seconds until `node` has room for `pod` (0 now; inf when it never will as far as is known): a whole-GPU
+    request waits for its k-th healthy GPU to empty, a share for the first GPU with room or, failing that, the first
+    GPU to empty (shares freed one by one are not counted: the estimate errs toward waiting less)."""
+    k = pod.whole_gpus
+    times: list[float] = []
+    for g in node.gpus:
+        if not g.healthy:
+            continue
+        if g.allocated_milli == 0 or (not k and g.allocated_milli + pod.share_milli <= WHOLE_GPU_MILLI):
+            times.append(0.0)
+            continue
+        pods = [r for r in g.residents if r.gpu_milli or r.workload or r.started_seconds is not None]
+        ends = [remaining(node, r) for r in pods]
+        known = [e for e in ends if e is not None]
+        times.append(max(known) if pods and len(known) == len(ends) else math.inf)
+    need = max(k, 1)
+    if len(times) < need:
+        return math.inf
+    return sorted(times)[need - 1]
+
+
+def wait_verdicts(
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    remaining: RemainingSeconds,
+    now_seconds: float | None = None,
+) -> dict[str, str]:
+    """{node: reason} for the candidates `names` that `pod` should pass over to wait for a faster GPU model (module
+    docstring); room is looked for on every fresh node of `nodes`, not only the candidates."""
+    if config.wait_slack is None or pod.gang is not None or (not pod.whole_gpus and not pod.is_share):
+        return {}
+    fresh = [n for n in nodes.values() if n.gpu_model and not _is_stale(n, config, now_seconds)]
+    count = max(pod.whole_gpus, 1)
+    run: dict[str, float] = {}
+    for model in {n.gpu_model for n in fresh}:
+        seconds = predictors.jct.jct_seconds(pod.workload, model, count)
+        if seconds is None or not seconds > 0:
+            return {}
+        run[model] = seconds
+    candidates = {nodes[n].gpu_model for n in names if n in nodes and nodes[n].gpu_model in run}
+    if len(run) < 2 or not candidates:
+        return {}
+    quickest = min(run.values())
+    slack = config.wait_slack
+    if all(run[m] <= slack * quickest for m in candidates):
+        return {}  # no candidate is slow enough that any wait could pay
+    worst = max(run[m] for m in candidates)
+    room: dict[str, float] = {}
+    for node in fresh:
+        model = node.gpu_model
+        if run[model] * slack < worst and room.get(model, math.inf) > 0:
+            room[model] = min(room.get(model, math.inf), room_seconds(node, pod, remaining))
+    finish = {m: room[m] + run[m] for m in room if math.isfinite(room[m])}
+    if not finish:
+        return {}
+    best = min(finish, key=lambda m: finish[m])
+    verdicts: dict[str, str] = {}
+    for name in names:
+        state = nodes.get(name)
+        if state is None or state.gpu_model not in run or _is_stale(state, config, now_seconds):
+            continue
+        here = run[state.gpu_model]
+        if here > slack * finish[best]:
+            verdicts[name] = (
+                f"waiting for a {best} finishes sooner: room in ~{room[best]:.0f} s, done ~{finish[best]:.0f} s from "
+                f"now there vs ~{here:.0f} s on this {state.gpu_model}"
+            )
+    return verdicts

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sim_gavel.py [--arrival-scales 1,1.5,2,3,4] [--seeds 0] [--knowledge cold|profiled]
                                         [--plot DIR] [--json FILE]
-    .venv/bin/python bench/sim_gavel.py --validate [--validate-spans 40,20]
+    .venv/bin/python bench/sim_gavel.py --validate [--validate-spans 40,20 | --validate-slacks off,1,1.5,2]
 
 36 K80 + 36 P100 + 36 V100 GPUs, 4 per node (bench/data/gavel_cluster.csv). Each of the three traces in
 ../shared/data/gavel/traces_seed0_top3.csv is run on its own with spread, binpack, advisor (models trained on held-out
@@ -75,13 +75,20 @@ def values(text: str) -> list[str]:
 
 
 def run_one(
-    trace: Path, scale: float, seed: int, plot: Path | None, tmp: Path, *, knowledge: str = "cold"
+    trace: Path,
+    scale: float,
+    seed: int,
+    plot: Path | None,
+    tmp: Path,
+    *,
+    knowledge: str = "cold",
+    policies: str = POLICIES,
 ) -> dict[str, dict[str, float]]:
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
         "--cluster", str(CLUSTER), "--trace", str(trace),
         "--throughputs", str(DATA / "simulation_throughputs.json"),
-        "--policies", POLICIES, "--mode", "jct", "--seed", str(seed), "--json",
+        "--policies", policies, "--mode", "jct", "--seed", str(seed), "--json",
         "--advisor-knowledge", knowledge,
     ]  # fmt: skip
     if plot is not None:
@@ -92,25 +99,26 @@ def run_one(
     if plot is not None:
         plot.mkdir(parents=True, exist_ok=True)
         (tmp / "jct_cdf.png").replace(plot / f"gavel_{trace.stem}_x{scale:g}_s{seed}_jct_cdf.png")
-    policies: dict[str, dict[str, float]] = report["policies"]
-    spread, oracle = policies["spread"]["avg_jct_s"], policies["oracle"]["avg_jct_s"]
+    results: dict[str, dict[str, float]] = report["policies"]
+    spread, oracle = results["spread"]["avg_jct_s"], results["oracle"]["avg_jct_s"]
     print(f"trace {trace.stem}: {report['trace']['entries']} jobs, arrivals x{scale:g}, seed {seed}")
     print(f"{'policy':<8} {'avg_jct_s':>11} {'p95_jct_s':>11} {'makespan_s':>12} {'avg_queue_s':>11} "
           f"{'gpu_util':>8} {'/spread':>7} {'/oracle':>7} {'seconds':>7}")  # fmt: skip
-    for name, r in policies.items():
+    for name, r in results.items():
         print(
             f"{name:<8} {r['avg_jct_s']:>11.0f} {r['p95_jct_s']:>11.0f} {r['makespan_s']:>12.0f} "
             f"{r['avg_queue_s']:>11.0f} {r['gpu_utilization']:>8.3f} {r['avg_jct_s'] / spread:>7.3f} "
             f"{r['avg_jct_s'] / oracle:>7.3f} {r['seconds']:>7.1f}",
             flush=True,
         )
-    return policies
+    return results
 
 
-def validate(spans: list[float] | None = None) -> None:
+def validate(spans: list[float] | None = None, slacks: list[float | None] | None = None) -> None:
     """The knob choice of the JCT wiring (advisor.sim.jobs.JCT_EXTENDER_WEIGHT, the trace's task mix), in process:
     avg JCT of advisor and oracle per extender weight, with the scorer's default task mix and with the trace's.
-    With `spans`: the trace's task mix at JCT_EXTENDER_WEIGHT, once per `ScoringConfig.extender_span_points`."""
+    With `spans`: the trace's task mix at JCT_EXTENDER_WEIGHT, once per `ScoringConfig.extender_span_points`; with
+    `slacks`, once per `ScoringConfig.wait_slack` (None: the filter never waits for a faster GPU)."""
     from advisor.scoring import ScoringConfig
     from advisor.sim.heldout import heldout_table
     from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, ExtenderJobPolicy, KubeJobPolicy, job_task_mix, run_jct
@@ -130,9 +138,11 @@ def validate(spans: list[float] | None = None) -> None:
     spread = [run_jct(cluster, jobs, KubeJobPolicy(most=False, seed=s), truth).avg_jct_s for s in seeds]
     print(f"{VALIDATION_TRACE} x{VALIDATION_SCALE:g}, seeds {seeds}: spread avg JCT {statistics.fmean(spread):,.0f} s")
     trace_mix = job_task_mix(jobs, 4, sharing=True)
+    weights: tuple[float, ...] = (JCT_EXTENDER_WEIGHT,)
     if spans:
         grid = [(f"trace, span {x:g}", ScoringConfig(task_mix=trace_mix, extender_span_points=x)) for x in spans]
-        weights: tuple[float, ...] = (JCT_EXTENDER_WEIGHT,)
+    elif slacks:
+        grid = [(f"trace, wait slack {x}", ScoringConfig(task_mix=trace_mix, wait_slack=x)) for x in slacks]
     else:
         grid = [("default", ScoringConfig()), ("trace", ScoringConfig(task_mix=trace_mix))]
         weights = VALIDATION_WEIGHTS
@@ -222,7 +232,7 @@ def print_report(runs: list[dict[str, Any]]) -> None:
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for run in runs:
         groups.setdefault((run["trace"], run["arrival_scale"]), []).append(run)
-    names = ("spread", "binpack", "advisor", "oracle")
+    names = tuple(n for n in ("spread", "binpack", "advisor", "oracle") if all(n in r["policies"] for r in runs))
     print("| trace | arrivals | seeds | " + " | ".join(f"{n} avg JCT (s)" for n in names) + " | advisor / spread "
           "| advisor / oracle | oracle / spread | both goals |")  # fmt: skip
     print("|---" * (len(names) + 7) + "|")
@@ -256,6 +266,9 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None, help="write gavel_<trace>_x<scale>_s<seed>_jct_cdf.png here")
     parser.add_argument("--json", type=Path, default=None, help="write every run's per-policy figures here")
     parser.add_argument(
+        "--policies", default=POLICIES, help=f"simulate --policies (default {POLICIES}; spread and oracle are needed)"
+    )
+    parser.add_argument(
         "--knowledge", choices=("cold", "profiled"), default="cold",
         help="what the advisor's models know of each job (simulate --advisor-knowledge): a K80 trial run, or 1-GPU"
         " trial runs on every GPU type",
@@ -271,6 +284,10 @@ def main() -> None:
     parser.add_argument(
         "--validate-spans", default=None, help="with --validate: compare these extender spans (comma-separated) instead"
     )
+    parser.add_argument(
+        "--validate-slacks", default=None,
+        help="with --validate: compare these wait slacks (comma-separated; 'off' never waits) instead",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.report:
         print_report([run for path in args.report for run in json.loads(path.read_text())])
@@ -281,7 +298,10 @@ def main() -> None:
         print_model_errors(args.knowledge)
         return
     if args.validate:
-        validate([float(x) for x in values(args.validate_spans)] if args.validate_spans else None)
+        validate(
+            [float(x) for x in values(args.validate_spans)] if args.validate_spans else None,
+            [None if x == "off" else float(x) for x in values(args.validate_slacks)] if args.validate_slacks else None,
+        )
         return
     runs: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as name:
@@ -289,7 +309,9 @@ def main() -> None:
         for scale in map(float, values(args.arrival_scales)):
             for trace in split_traces(DATA / "traces_seed0_top3.csv", tmp, scale):
                 for seed in map(int, values(args.seeds)):
-                    policies = run_one(trace, scale, seed, args.plot, tmp, knowledge=args.knowledge)
+                    policies = run_one(
+                        trace, scale, seed, args.plot, tmp, knowledge=args.knowledge, policies=args.policies
+                    )
                     runs.append(
                         {
                             "trace": trace.stem,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,10 +26,26 @@ import numpy as np
 from advisor.fragmentation import IntArray, TaskMix
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
-from advisor.scoring import PodRequest, Resident, ScoringConfig, extender_scores, score_nodes
+from advisor.scoring import (
+    NodeState,
+    PodRequest,
+    Resident,
+    ScoringConfig,
+    extender_scores,
+    score_nodes,
+    wait_verdicts,
+)
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
-from advisor.sim.rates import Assignment, RateTable, crosses_nvlink_groups, predictors_for, true_rate, with_job
+from advisor.sim.rates import (
+    Assignment,
+    JobJct,
+    RateTable,
+    crosses_nvlink_groups,
+    predictors_for,
+    true_rate,
+    with_job,
+)
 
 SHARE_MILLI = GPU_MILLI // 2
 JCT_EXTENDER_WEIGHT = 2.0
@@ -56,6 +72,8 @@ class JobState:
         self.residents: dict[tuple[int, int], list[Job]] = {}
         self.gangs: list[dict[str, int]] = [{} for _ in range(n)]
         self.version = np.zeros(n, dtype=np.int64)
+        self.now = 0.0
+        self.started: dict[str, tuple[Job, float]] = {}
         self._models = [normalize_gpu_model(x.gpu_model) for x in cluster.nodes]
         self._truth = truth
 
@@ -86,6 +104,7 @@ class JobState:
             self.residents.setdefault((node, g), []).append(job)
         if gang is not None:
             self.gangs[node][gang] = self.gangs[node].get(gang, 0) + 1
+        self.started.setdefault(job.job_id, (job, self.now))
         self.version[node] += 1
 
     def release(self, job: Job, node: int, gpus: Sequence[int], milli: int, gang: str | None) -> None:
@@ -196,6 +215,44 @@ class ExtenderJobPolicy:
             out.append((milli, residents))
         return out
 
+    def _remaining(self, state: JobState) -> Callable[[NodeState, Resident], float | None]:
+        """What the scorer believes of a resident's remaining time: its work over the table's speed, from its start."""
+
+        def remaining(node: NodeState, resident: Resident) -> float | None:
+            if self._table is None or resident.pod not in state.started:
+                return None
+            job, started = state.started[resident.pod]
+            predicted = JobJct(self._table, job).jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
+            left = None if predicted is None else started + predicted - state.now
+            return left if left is not None and left > 0 else None
+
+        return remaining
+
+    def _waiting(self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, share: bool) -> IntArray:
+        """The candidates left once the extender's filter has passed over those on which the job would finish later
+        than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, every node's state given)."""
+        if self._config.wait_slack is None or self._table is None or request.gang is not None:
+            return candidates
+        for n in range(len(state.nodes)):
+            self._interner.update(n, self._node_gpus(state, n, job, share))
+        nodes = {
+            state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
+            for n in range(len(state.nodes))
+        }
+        names = [state.nodes[int(n)].name for n in candidates]
+        verdicts = wait_verdicts(
+            request,
+            names,
+            nodes,
+            config=self._config,
+            predictors=with_job(self._bundle, self._table, job),
+            remaining=self._remaining(state),
+        )
+        if not verdicts:
+            return candidates
+        keep: IntArray = candidates[[name not in verdicts for name in names]]
+        return keep
+
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
@@ -205,9 +262,6 @@ class ExtenderJobPolicy:
             candidates = np.flatnonzero(state.free_whole() >= gpus)
         if len(candidates) == 0:
             return None
-        for n in candidates:
-            gangs = frozenset([gang]) if gang is not None and gang in state.gangs[int(n)] else frozenset()
-            self._interner.update(int(n), self._node_gpus(state, int(n), job, share), gangs)
         request = PodRequest(
             name=job.job_id,
             gpus=0 if share else gpus,
@@ -215,6 +269,12 @@ class ExtenderJobPolicy:
             workload=job.job_type,
             gang=gang,
         )
+        candidates = self._waiting(job, request, candidates, state, share)
+        if len(candidates) == 0:
+            return None
+        for n in candidates:
+            gangs = frozenset([gang]) if gang is not None and gang in state.gangs[int(n)] else frozenset()
+            self._interner.update(int(n), self._node_gpus(state, int(n), job, share), gangs)
         states, inverse = self._interner.distinct(candidates)
         scores = score_nodes(request, states, config=self._config, predictors=with_job(self._bundle, self._table, job))
         extender = np.array(extender_scores(scores, span_points=self._config.extender_span_points), dtype=np.float64)
@@ -297,11 +357,13 @@ class _Engine:
         gang = job.job_id if len(sizes) > 1 else None
         milli = SHARE_MILLI if share else GPU_MILLI
         parts: list[tuple[int, tuple[int, ...]]] = []
+        self.state.now = now
         for size in sizes:
             choice = self.policy.choose(job, size, share, gang, self.state)
             if choice is None:
                 for node, gpus in parts:
                     self.state.release(job, node, gpus, milli, gang)
+                self.state.started.pop(job.job_id, None)
                 return False
             self.state.assign(job, choice[0], choice[1], milli, gang)
             parts.append(choice)
@@ -323,6 +385,7 @@ class _Engine:
     def finish(self, run: _Running) -> None:
         for node, gpus in run.parts:
             self.state.release(run.job, node, gpus, run.milli, run.gang)
+        self.state.started.pop(run.job.job_id, None)
         del self.running[run.job.job_id]
         if run.partner is not None:
             run.partner.partner = None

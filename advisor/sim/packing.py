@@ -51,8 +51,8 @@ PROFILES = ("default", "packing")
 def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig:
     """The scorer configured as profile `name` with `task_mix` as the requests packing keeps room for (None: the
     service's default mix). `packing` is what an admin whose goal is allocation would set (deploy/profiles/packing):
-    packing alone (affinity, interference and JCT weights 0) and one extender step per `FRAGMENTATION_SPAN_POINTS` / 10
-    points; `default` the service's defaults."""
+    packing alone (affinity, interference and JCT weights 0), one extender step per `FRAGMENTATION_SPAN_POINTS` / 10
+    points, and no waiting for a faster GPU (it would leave GPUs idle); `default` the service's defaults."""
     mix = DEFAULT_TASK_MIX if task_mix is None else task_mix
     if name == "packing":
         return ScoringConfig(
@@ -61,6 +61,7 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
             weight_interference=0.0,
             weight_jct=0.0,
             extender_span_points=FRAGMENTATION_SPAN_POINTS,
+            wait_slack=None,
         )
     if name == "default":
         return ScoringConfig(task_mix=mix)

@@ -164,3 +164,45 @@ def test_prediction_errors_are_zero_for_the_truth_and_count_a_wrong_fastest_gpu(
     wrong = prediction_errors(RateTable("guess", isolated, dict(truth.norm)), truth)
     assert wrong["mape_v100"] == pytest.approx((8.0 / 10.0) / 2)
     assert wrong["wrong_fastest_model"] == 1.0
+
+
+def _fast_and_slow() -> tuple[Cluster, RateTable]:
+    cluster = Cluster((SimNode("slow", "K80", 1), SimNode("fast", "V100", 1)))
+    return cluster, RateTable("truth", {("k80", "x", 1, True): 1.0, ("v100", "x", 1, True): 4.0})
+
+
+@pytest.mark.parametrize(
+    ("first_work", "expected_second_jct"),
+    [
+        (400.0, 190.0),  # the V100 frees at 100: waiting, 100 + 100 = 200 (190 after arrival), beats 400 on the K80
+        (4000.0, 400.0),  # it frees at 1000: waiting would finish at 1100, the K80 at 410
+    ],
+)
+def test_the_extender_filter_makes_a_job_wait_for_a_faster_gpu_when_that_finishes_sooner(
+    first_work: float, expected_second_jct: float
+) -> None:
+    cluster, truth = _fast_and_slow()
+    jobs = [Job("first", "x", 0.0, 1, first_work), Job("second", "x", 10.0, 1, 400.0)]
+    oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig())
+    r = run_jct(cluster, jobs, oracle, truth)
+    assert sorted(r.jct_s) == pytest.approx(sorted([first_work / 4, expected_second_jct]))
+
+
+def test_without_wait_slack_the_job_takes_the_slow_gpu_at_once() -> None:
+    cluster, truth = _fast_and_slow()
+    jobs = [Job("first", "x", 0.0, 1, 400.0), Job("second", "x", 10.0, 1, 400.0)]
+    oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig(wait_slack=None))
+    assert sorted(run_jct(cluster, jobs, oracle, truth).jct_s) == pytest.approx([100.0, 400.0])
+
+
+def test_a_job_waits_on_what_the_advisor_believes_not_on_the_truth() -> None:
+    cluster, truth = _fast_and_slow()
+    # The advisor believes the V100 only 1.1x faster: at 10 s, waiting for it (room in 100 / 1.1 - 10 = 81 s, then
+    # 400 / 1.1 = 364 s) loses to the K80's 400 s, so the second job takes the K80 although the truth says waiting
+    # (the V100 truly frees at 25 s) would have finished it at 125 s.
+    believed = RateTable("believed", {("k80", "x", 1, True): 1.0, ("v100", "x", 1, True): 1.1})
+    jobs = [Job("first", "x", 0.0, 1, 100.0), Job("second", "x", 10.0, 1, 400.0)]
+    advisor = ExtenderJobPolicy("advisor", cluster, believed, ScoringConfig())
+    assert sorted(run_jct(cluster, jobs, advisor, truth).jct_s) == pytest.approx([25.0, 400.0])
+    oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig())
+    assert sorted(run_jct(cluster, jobs, oracle, truth).jct_s) == pytest.approx([25.0, 115.0])
