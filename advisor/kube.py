@@ -3,10 +3,11 @@
 
 The only advisor module that imports the kubernetes client. A background thread lists, then watches, pods with a
 `spec.nodeName` (bound) and feeds `ClusterState.replace_pods` / `update_pod`: GPU pods that are Pending or Running
-become allocations, and every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler
-counts it until it is gone) that requests CPU or memory becomes a `PodResources` record. A second thread lists, then
-watches, nodes for their `status.allocatable` cpu/memory and forgets deleted ones. Errors are logged once per kind and
-retried with a capped backoff; an expired resource version re-lists.
+become allocations (with their `status.startTime`, from which the extender filter predicts when they leave), and
+every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler counts it until it is gone)
+that requests CPU or memory becomes a `PodResources` record. A second thread lists, then watches, nodes for their
+`status.allocatable` cpu/memory and forgets deleted ones. Errors are logged once per kind and retried with a capped
+backoff; an expired resource version re-lists.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -73,7 +75,29 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
         gpu_memory_bytes=request.gpu_memory_bytes,
         workload=request.workload,
         gang=request.gang,
+        started_seconds=_started_seconds(pod),
     )
+
+
+def _started_seconds(pod: Mapping[str, Any]) -> float | None:
+    """`status.startTime` (RFC 3339; the client's serialiser writes `+00:00` for `Z`) as Unix seconds, the clock of
+    `ClusterState.now`; None when absent (not started yet) or unreadable (logged: the pod then counts as never
+    leaving its GPUs)."""
+    raw = (pod.get("status") or {}).get("startTime")
+    if raw is None:
+        return None
+    try:
+        started = datetime.fromisoformat(raw) if isinstance(raw, str) else None
+    except ValueError:
+        started = None
+    if started is None:
+        meta = pod.get("metadata") or {}
+        log.warning(
+            "pod %s/%s: status.startTime %r is not an RFC 3339 time", meta.get("namespace"), meta.get("name"), raw
+        )
+        return None
+    # Kubernetes writes UTC; a time without an offset is read as UTC, not as this host's local time.
+    return (started if started.tzinfo is not None else started.replace(tzinfo=UTC)).timestamp()
 
 
 def _resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerResources]:

@@ -360,8 +360,9 @@ class ScoringConfig:
             raise ScoringInputError("extender_span_points must be > 0")
         if not 0 <= self.unknown_node_score <= 100:
             raise ScoringInputError("unknown_node_score must be within 0..100")
-        if self.wait_slack is not None and not self.wait_slack > 0:
-            raise ScoringInputError("wait_slack must be > 0 (None turns waiting for a faster GPU off)")
+        if self.wait_slack is not None and not self.wait_slack >= 1:
+            # Below 1 even the node with the soonest finish would be passed over.
+            raise ScoringInputError("wait_slack must be >= 1 (None turns waiting for a faster GPU off)")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -1213,11 +1214,18 @@ def jct_remaining(predictors: Predictors, now_seconds: float) -> RemainingSecond
     GPUs as it holds there) minus the time since its pod started; None without a start time or an estimate, or once
     the prediction has run out (a job running late gives no basis for when it ends)."""
 
+    held_on: dict[int, dict[str, int]] = {}  # per node (by identity, alive for the call): GPUs each pod holds
+
     def remaining(node: NodeState, resident: Resident) -> float | None:
         if resident.started_seconds is None or resident.workload is None:
             return None
-        held = sum(any(r.pod == resident.pod for r in g.residents) for g in node.gpus)
-        predicted = predictors.jct.jct_seconds(resident.workload, node.gpu_model, max(held, 1))
+        held = held_on.get(id(node))
+        if held is None:
+            held = held_on[id(node)] = {}
+            for g in node.gpus:
+                for pod in {r.pod for r in g.residents}:
+                    held[pod] = held.get(pod, 0) + 1
+        predicted = predictors.jct.jct_seconds(resident.workload, node.gpu_model, max(held.get(resident.pod, 0), 1))
         if predicted is None:
             return None
         left = predicted - (now_seconds - resident.started_seconds)

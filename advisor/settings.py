@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from advisor.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, parse_task_mix
-from advisor.scoring import DEFAULT_EXTENDER_SPAN_POINTS
+from advisor.scoring import DEFAULT_EXTENDER_SPAN_POINTS, DEFAULT_WAIT_SLACK
 from profiler.settings import DEFAULT_DB_URL
 
 
@@ -39,6 +39,17 @@ class AdvisorSettings(BaseSettings):
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],
     # [8, 1000, 0.3]]' (advisor.fragmentation). CPU/memory only count on nodes whose free CPU/memory is known.
     task_mix: TaskMix = DEFAULT_TASK_MIX
+    # The extender filter keeps a pod off a node when its predicted run time there exceeds wait_slack × its predicted
+    # finish after waiting for room on a faster GPU model (JCT model needed; docs/advisor.md, "Waiting for a faster
+    # GPU"); 0 = never wait. Below 1 even the node with the soonest finish would fail, so 0 < value < 1 is refused.
+    wait_slack: float = Field(default=DEFAULT_WAIT_SLACK, ge=0)
+
+    @field_validator("wait_slack")
+    @classmethod
+    def _valid_wait_slack(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError(f"must be 0 (never wait for a faster GPU) or >= 1, got {value}")
+        return value
 
     @field_validator("task_mix", mode="before")
     @classmethod

@@ -11,6 +11,8 @@ Allocation (which GPU is held by which pod):
 * A pod known from the Kubernetes API (`PodAllocation`) holds what it requested: a whole GPU for each GPU it runs a
   process on, its `gpu_milli` on a shared GPU (a memory-only share counts as its fraction of the GPU memory). Whole
   GPUs it was granted but does not use yet are reserved among the free GPUs without processes (lowest index first).
+  Its start time goes into each of its residents (`Resident.started_seconds`: the extender filter predicts from it
+  when the pod leaves, `advisor.scoring.jct_remaining`).
 * A pod seen only in telemetry (`--no-kube`, tests, `make up`, or a watch that lags): alone on its GPU it holds the
   whole GPU; sharing with other pods, each holds its share of the GPU memory (at least 100 milli, in steps of 50,
   capped so the GPU is at most full).
@@ -42,7 +44,9 @@ _SHARE_STEP_MILLI = 50
 
 @dataclass(frozen=True, slots=True)
 class PodAllocation:
-    """A pod bound to a node that holds GPUs (from the Kubernetes API)."""
+    """A pod bound to a node that holds GPUs (from the Kubernetes API); `started_seconds` is its `status.startTime`
+    in Unix seconds — the clock of a default `ClusterState` (`time.time`), against which `jct_remaining` measures
+    how long it has run — or None before the kubelet has started it."""
 
     pod: str
     node: str
@@ -51,6 +55,7 @@ class PodAllocation:
     gpu_memory_bytes: int | None = None
     workload: str | None = None
     gang: str | None = None
+    started_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,7 @@ def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tu
                 sm_utilization_ratio=min(1.0, sm),
                 memory_bandwidth_utilization_ratio=min(1.0, gpu_bw * bw_share),
                 memory_used_bytes=use.memory_bytes,
+                started_seconds=alloc.started_seconds if alloc else None,
             )
         )
     state = GpuState(

@@ -46,6 +46,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         unknown_node_score=settings.unknown_node_score,
         task_mix=settings.task_mix,
         extender_span_points=settings.extender_span_points,
+        wait_slack=settings.wait_slack or None,
     )
 
 

@@ -4,7 +4,10 @@ against kmock (a Kubernetes API stand-in)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kmock
@@ -163,5 +166,58 @@ async def test_the_watch_tracks_free_cpu_and_memory_of_every_bound_pod(kmock: km
         await asyncio.to_thread(api.patch_node, "n1", {"status": {"allocatable": {"cpu": "16"}}})
         assert await _eventually(lambda: free() == (12500, 55296))
         assert {r.pod for r in state.pod_resources()} == {"ml/train-0", "ml/batch"}
+    finally:
+        await asyncio.to_thread(watch.stop)
+
+
+@pytest.fixture
+def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process in a time zone 9 hours off UTC, so local-time readings show."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("tokyo")
+def test_a_started_pod_carries_its_start_time_in_unix_seconds(caplog: pytest.LogCaptureFixture) -> None:
+    expected = datetime(2026, 11, 21, 10, 0, tzinfo=UTC).timestamp()
+    # `Z` as the API server writes it, `+00:00` as the client's serialiser does, an offset, and no offset (UTC).
+    for raw in (
+        "2026-11-21T10:00:00Z",
+        "2026-11-21T10:00:00+00:00",
+        "2026-11-21T11:00:00+01:00",
+        "2026-11-21T10:00:00",
+    ):
+        manifest = pod("a")
+        manifest["status"]["startTime"] = raw
+        allocation = allocation_from_pod(manifest)
+        assert allocation is not None
+        assert allocation.started_seconds == expected, raw
+    pending = allocation_from_pod(pod("p", phase="Pending"))  # the kubelet has not started it
+    assert pending is not None
+    assert pending.started_seconds is None
+    for bad in ("yesterday", 1763719200):
+        manifest = pod("bad")
+        manifest["status"]["startTime"] = bad
+        with caplog.at_level(logging.WARNING, logger="advisor.kube"):
+            allocation = allocation_from_pod(manifest)
+        assert allocation is not None  # still holds its GPUs
+        assert allocation.started_seconds is None
+        assert f"pod ml/bad: status.startTime {bad!r} is not an RFC 3339 time" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_the_watch_reads_start_times_through_the_client(kmock: kmock.KubernetesEmulator) -> None:
+    started = pod("train-0")
+    started["status"]["startTime"] = "2026-11-21T10:00:00Z"
+    kmock.objects["v1/pods", "ml", "train-0"] = started
+    state = ClusterState()
+    watch = KubeWatch(state, AdvisorMetrics(), _api(kmock), read_timeout_seconds=0.5).start()
+    try:
+        assert await _eventually(lambda: len(state.allocations()) == 1)
+        [allocation] = state.allocations()
+        assert allocation.started_seconds == datetime(2026, 11, 21, 10, 0, tzinfo=UTC).timestamp()
     finally:
         await asyncio.to_thread(watch.stop)

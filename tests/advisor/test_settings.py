@@ -10,6 +10,7 @@ import pytest
 
 from advisor.api.app import scoring_config
 from advisor.fragmentation import DEFAULT_TASK_MIX
+from advisor.scoring import DEFAULT_WAIT_SLACK
 from advisor.settings import AdvisorSettings
 
 
@@ -63,3 +64,22 @@ def test_the_extender_span_comes_from_the_environment(monkeypatch: pytest.Monkey
     monkeypatch.setenv("GPUADVISOR_EXTENDER_SPAN_POINTS", "0")
     with pytest.raises(ValueError, match="extender_span_points"):
         AdvisorSettings()
+
+
+def test_the_wait_slack_comes_from_the_environment_and_zero_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scoring_config(AdvisorSettings()).wait_slack == DEFAULT_WAIT_SLACK
+    monkeypatch.setenv("GPUADVISOR_WAIT_SLACK", "1.5")
+    assert scoring_config(AdvisorSettings()).wait_slack == 1.5
+    monkeypatch.setenv("GPUADVISOR_WAIT_SLACK", "0")
+    assert scoring_config(AdvisorSettings()).wait_slack is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1", "greater than or equal to 0"), ("0.5", "must be 0 (never wait for a faster GPU) or >= 1")],
+)
+def test_a_bad_wait_slack_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch, value: str, message: str) -> None:
+    monkeypatch.setenv("GPUADVISOR_WAIT_SLACK", value)
+    with pytest.raises(ValueError, match="wait_slack") as caught:
+        AdvisorSettings()
+    assert message in str(caught.value)

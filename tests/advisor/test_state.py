@@ -116,3 +116,15 @@ def test_a_deleted_node_is_forgotten() -> None:
     state.remove_node("n1")
     assert "n1" not in state.nodes
     assert state.record("n1") is None
+
+
+def test_a_pods_start_time_goes_into_each_of_its_residents() -> None:
+    state = ClusterState()
+    state.replace_pods([PodAllocation(pod="ml/w", node="n1", gpus=2, workload="bert", started_seconds=1234.5)], [])
+    ingest(state, snapshot("n1", busy={0: [process("w")], 1: [process("w"), process("seen-only")], 2: []}))
+    gpus = state.nodes["n1"].gpus
+    assert [(r.pod, r.started_seconds) for r in gpus[0].residents] == [("ml/w", 1234.5)]
+    # A pod the watch does not know (telemetry only) has no start time.
+    assert {r.pod: r.started_seconds for r in gpus[1].residents} == {"ml/w": 1234.5, "ml/seen-only": None}
+    state.update_pod("ml/w", PodAllocation(pod="ml/w", node="n1", gpus=2, workload="bert"), None)
+    assert state.nodes["n1"].gpus[0].residents[0].started_seconds is None

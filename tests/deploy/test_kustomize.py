@@ -334,7 +334,15 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
         AdvisorSettings(**{k.removeprefix("GPUADVISOR_").lower(): v for k, v in profile_env.items()})
     )
     measured = fragmentation_scoring_config([Pod(name="p", num_gpu=1, gpu_milli=1000, cpu_milli=1000, memory_mib=1024)])
-    for field in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct", "extender_span_points"):
+    fields = (
+        "weight_packing",
+        "weight_affinity",
+        "weight_interference",
+        "weight_jct",
+        "extender_span_points",
+        "wait_slack",
+    )
+    for field in fields:
         assert getattr(shipped, field) == getattr(measured, field), field
 
     config_map = find(rendered, "ConfigMap", "gpuadvisor-scheduler-config")

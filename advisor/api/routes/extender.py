@@ -3,10 +3,14 @@
 Every candidate node is answered: nodes the advisor has no fresh telemetry for get the neutral score (and pass the
 filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot. The
 pod's own CPU/memory requests go into its `PodRequest`; full node objects (a scheduler that is not
-`nodeCacheCapable`) hand their allocatable CPU/memory to the state.
+`nodeCacheCapable`) hand their allocatable CPU/memory to the state. The filter also passes over nodes on which the
+pod would finish later than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, from the served JCT
+model and the residents' start times), counting only on nodes the pod can reach (`_waitable`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 import pydantic_core
 from fastapi import APIRouter
@@ -15,7 +19,7 @@ from fastapi.responses import Response
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.scoring import extender_priorities, filter_nodes
+from advisor.scoring import NodeState, PodRequest, extender_priorities, filter_nodes, jct_remaining
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
@@ -27,6 +31,26 @@ def _take_allocatable(args: ExtenderArgs, ctx: AppContext) -> None:
         allocatable = node.allocatable()
         if allocatable is not None and node.metadata.name:
             ctx.state.set_allocatable(node.metadata.name, allocatable)
+
+
+def _has_room_now(node: NodeState, pod: PodRequest) -> bool:
+    """`room_seconds(node, pod, …) == 0` without asking for anyone's end: k healthy GPUs with nothing allocated, or
+    for a share a healthy GPU with its `share_milli` free (any healthy GPU for a memory-only share)."""
+    if pod.whole_gpus:
+        return node.free_gpus >= pod.whole_gpus
+    if pod.share_milli:
+        return max(node.free_milli, default=0) >= pod.share_milli
+    return node.healthy_count > 0
+
+
+def _waitable(pod: PodRequest, names: Sequence[str], nodes: Mapping[str, NodeState]) -> Mapping[str, NodeState]:
+    """The nodes whose room the wait rule may count on: every candidate, and other nodes only while they have no room
+    for the pod. A node with room now that kube-scheduler did not offer is closed to this pod for a reason the advisor
+    does not see (a node selector or affinity, a taint, CPU or memory, kube-scheduler's own GPU accounting): waiting
+    for it could keep the pod pending for ever. In the simulator every node with room is a candidate, so the two
+    agree there."""
+    offered = set(names)
+    return {name: node for name, node in nodes.items() if name in offered or not _has_room_now(node, pod)}
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -55,11 +79,24 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
 
 @router.post("/filter", response_model=ExtenderFilterResult, response_model_exclude_none=True)
 def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
-    """ExtenderFilterResult: the nodes that can run the pod and, for the others, why not."""
+    """ExtenderFilterResult: the nodes that can run the pod and, for the others, why not (too few free GPUs, CPU or
+    memory, or — with a JCT model — a faster GPU model that frees up soon enough to finish the pod sooner)."""
     pod = args.Pod.to_request()
     names = args.candidates()
     _take_allocatable(args, ctx)
-    passed, failed = filter_nodes(pod, names, ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
+    predictors = ctx.predictors
+    now = ctx.state.now()
+    nodes = ctx.state.nodes
+    waits = ctx.scoring.wait_slack is not None and pod.gang is None and (pod.whole_gpus > 0 or pod.is_share)
+    passed, failed = filter_nodes(
+        pod,
+        names,
+        _waitable(pod, names, nodes) if waits else nodes,
+        config=ctx.scoring,
+        now_seconds=now,
+        predictors=predictors,
+        remaining=jct_remaining(predictors, now),
+    )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)
         items = [n.model_dump(mode="json") for n in args.Nodes.items or [] if n.metadata.name in keep]

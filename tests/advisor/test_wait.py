@@ -1,0 +1,431 @@
+"""Waiting for a faster GPU: when the pod's residents leave (`jct_remaining`), when a node has room
+(`room_seconds`), which candidates the filter passes over (`wait_verdicts`), and the same through `/extender/filter`
+with a served JCT model and start times from the Kubernetes watch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from advisor.api import create_app
+from advisor.api.routes.extender import _has_room_now
+from advisor.datasets import gavel_trace_executions, load_gavel
+from advisor.models.jct import JctModel
+from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir
+from advisor.models.registry import register, save_trained
+from advisor.models.training import Trained
+from advisor.predictors import HeuristicInterference, HeuristicJct, HeuristicUsage, Predictors, SpecSpeed
+from advisor.scoring import (
+    WHOLE_GPU_MILLI,
+    GpuState,
+    NodeState,
+    PodRequest,
+    RemainingSeconds,
+    Resident,
+    ScoringConfig,
+    ScoringInputError,
+    Topology,
+    filter_nodes,
+    jct_remaining,
+    room_seconds,
+    wait_verdicts,
+)
+from advisor.settings import AdvisorSettings
+from advisor.state import ClusterState, PodAllocation
+from collector.snapshot import LinkLevel
+from profiler.store import db
+from tests.advisor.factories import H100, process, snapshot, v1_pod
+
+FAST = H100
+SLOW = "Tesla T4"
+NOW = 10_000.0
+CONFIG = ScoringConfig()
+
+
+class TableJct:
+    """`bert` runs 1000 s on the fast model and 4000 s on the slow one; `resnet` 500 s / 2000 s; per GPU count."""
+
+    name = "jct table"
+
+    def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
+        base = {"bert": 1000.0, "resnet": 500.0}.get(workload or "")
+        if base is None:
+            return None
+        return base * (1.0 if gpu_model == FAST else 4.0) / gpu_count
+
+
+PREDICTORS = Predictors(speed=SpecSpeed(), interference=HeuristicInterference(), jct=TableJct(), usage=HeuristicUsage())
+POD = PodRequest(name="ml/new", gpus=1, workload="bert")
+
+
+def resident(pod: str, *, milli: int = 0, started: float | None = None, workload: str | None = "resnet") -> Resident:
+    return Resident(pod=pod, workload=workload, gpu_milli=milli, started_seconds=started)
+
+
+def gpu_node(
+    name: str,
+    model: str = FAST,
+    *,
+    gpus: int = 2,
+    held: Mapping[int, tuple[Resident, ...]] | None = None,
+    allocated: Mapping[int, int] | None = None,
+    unhealthy: tuple[int, ...] = (),
+    observed_at: float = NOW,
+) -> NodeState:
+    """A node whose GPUs in `held` are allocated to their residents (whole, or the sum of their shares)."""
+    held = held or {}
+    allocated = dict(allocated or {})
+    for index, residents in held.items():
+        shares = sum(r.gpu_milli for r in residents)
+        allocated.setdefault(index, shares or WHOLE_GPU_MILLI)
+    return NodeState(
+        name=name,
+        gpus=tuple(
+            GpuState(
+                index=i,
+                model=model,
+                healthy=i not in unhealthy,
+                memory_total_bytes=80 << 30,
+                memory_used_bytes=0,
+                allocated_milli=allocated.get(i, 0),
+                residents=held.get(i, ()),
+            )
+            for i in range(gpus)
+        ),
+        topology=Topology.uniform(gpus, LinkLevel.NVLINK),
+        observed_at_seconds=observed_at,
+    )
+
+
+def ends(seconds: Mapping[str, float | None]) -> RemainingSeconds:
+    """A `RemainingSeconds` that knows each resident's end by its pod name (None: unknown)."""
+    return lambda node, r: seconds.get(r.pod)
+
+
+def full_fast() -> NodeState:
+    """A fast node with both GPUs held, by ml/a and ml/b."""
+    return gpu_node("fast", held={0: (resident("ml/a"),), 1: (resident("ml/b"),)})
+
+
+def verdicts(
+    nodes: list[NodeState],
+    remaining: Mapping[str, float | None],
+    *,
+    names: list[str] | None = None,
+    pod: PodRequest = POD,
+    config: ScoringConfig = CONFIG,
+    predictors: Predictors = PREDICTORS,
+) -> dict[str, str]:
+    by_name = {n.name: n for n in nodes}
+    return wait_verdicts(
+        pod,
+        names if names is not None else ["slow"],
+        by_name,
+        config=config,
+        predictors=predictors,
+        remaining=ends(remaining),
+        now_seconds=NOW,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# room_seconds
+
+
+def test_room_is_now_with_free_gpus_else_when_the_kth_gpu_empties() -> None:
+    node = gpu_node(
+        "n",
+        gpus=4,
+        held={1: (resident("ml/a"),), 2: (resident("ml/b"),), 3: (resident("ml/c"),)},
+    )
+    remaining = ends({"ml/a": 50.0, "ml/b": 200.0, "ml/c": None})
+    assert room_seconds(node, PodRequest(gpus=1), remaining) == 0.0
+    assert room_seconds(node, PodRequest(gpus=2), remaining) == 50.0
+    assert room_seconds(node, PodRequest(gpus=3), remaining) == 200.0
+    assert room_seconds(node, PodRequest(gpus=4), remaining) == math.inf  # ml/c's end is unknown: never frees
+    assert room_seconds(node, PodRequest(gpus=5), remaining) == math.inf
+
+
+def test_an_unhealthy_gpu_never_gives_room() -> None:
+    node = gpu_node("n", gpus=2, held={1: (resident("ml/a"),)}, unhealthy=(0,))
+    assert room_seconds(node, PodRequest(gpus=1), ends({"ml/a": 30.0})) == 30.0
+    assert room_seconds(node, PodRequest(gpus=2), ends({"ml/a": 30.0})) == math.inf
+
+
+def test_a_gpu_held_without_a_known_pod_on_it_never_frees() -> None:
+    reserved = gpu_node("n", gpus=1, allocated={0: WHOLE_GPU_MILLI})  # granted to a pod that runs no process yet
+    host_only = gpu_node("h", gpus=1, allocated={0: WHOLE_GPU_MILLI}, held={0: (Resident(pod="host"),)})
+    for node in (reserved, host_only):
+        assert room_seconds(node, PodRequest(gpus=1), ends({})) == math.inf
+
+
+def test_a_share_fits_beside_shares_now_or_waits_for_the_whole_gpu_to_empty() -> None:
+    node = gpu_node("n", gpus=1, held={0: (resident("ml/a", milli=300), resident("ml/b", milli=300))})
+    remaining = ends({"ml/a": 100.0, "ml/b": 400.0})
+    assert room_seconds(node, PodRequest(gpu_milli=400), remaining) == 0.0
+    # 500 would fit once ml/a leaves (100 s), but shares freed one by one are not counted: the GPU empties at 400 s.
+    assert room_seconds(node, PodRequest(gpu_milli=500), remaining) == 400.0
+    assert room_seconds(node, PodRequest(gpu_milli=500), ends({"ml/a": 100.0, "ml/b": None})) == math.inf
+
+
+def test_the_routes_room_now_agrees_with_room_seconds() -> None:
+    nodes = [
+        gpu_node("free", gpus=2),
+        gpu_node("half", gpus=2, held={0: (resident("ml/a"),)}),
+        gpu_node("full", gpus=2, held={0: (resident("ml/a"),), 1: (resident("ml/b"),)}),
+        gpu_node("sick", gpus=2, held={1: (resident("ml/a"),)}, unhealthy=(0,)),
+        gpu_node("shared", gpus=1, held={0: (resident("ml/a", milli=700),)}),
+        gpu_node("packed", gpus=1, held={0: (resident("ml/a", milli=1000),)}),
+    ]
+    pods = [
+        PodRequest(gpus=1),
+        PodRequest(gpus=2),
+        PodRequest(gpu_milli=300),
+        PodRequest(gpu_milli=500),
+        PodRequest(gpu_memory_bytes=1 << 30),
+    ]
+    unknown = ends({})
+    for node in nodes:
+        for pod in pods:
+            assert _has_room_now(node, pod) == (room_seconds(node, pod, unknown) == 0.0), (node.name, pod)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# wait_verdicts
+
+
+def test_a_slow_candidate_fails_when_the_fast_model_frees_soon_enough() -> None:
+    slow = gpu_node("slow", SLOW)
+    failed = verdicts([full_fast(), slow], {"ml/a": 100.0, "ml/b": 5000.0})
+    assert set(failed) == {"slow"}
+    assert failed["slow"].startswith(f"waiting for a {FAST} finishes sooner: room in ~100 s, done ~1100 s")
+    assert failed["slow"].endswith(f"vs ~4000 s on this {SLOW}")
+
+
+def test_a_slow_candidate_passes_when_the_fast_model_frees_too_late() -> None:
+    assert verdicts([full_fast(), gpu_node("slow", SLOW)], {"ml/a": 10_000.0, "ml/b": 20_000.0}) == {}
+
+
+def test_the_slack_sets_how_much_sooner_waiting_must_finish() -> None:
+    nodes = [full_fast(), gpu_node("slow", SLOW)]
+    remaining = {"ml/a": 1700.0}  # done on the fast model in 2700 s; 4000 s on the slow one
+    assert set(verdicts(nodes, remaining, config=ScoringConfig(wait_slack=1.0))) == {"slow"}
+    assert verdicts(nodes, remaining, config=ScoringConfig(wait_slack=1.5)) == {}  # 4000 < 1.5 × 2700
+
+
+def test_a_fast_candidate_is_never_passed_over() -> None:
+    nodes = [full_fast(), gpu_node("slow", SLOW), gpu_node("fast-free", FAST)]
+    failed = verdicts(nodes, {"ml/a": 100.0}, names=["slow", "fast-free"])
+    assert set(failed) == {"slow"}
+    assert "room in ~0 s" in failed["slow"]
+
+
+@pytest.mark.parametrize(
+    ("case", "pod", "config", "predictors"),
+    [
+        ("no JCT estimate (heuristics)", POD, CONFIG, Predictors.heuristic()),
+        ("no workload", PodRequest(gpus=1), CONFIG, PREDICTORS),
+        ("gang member", PodRequest(gpus=1, workload="bert", gang="job-1"), CONFIG, PREDICTORS),
+        ("waiting turned off", POD, ScoringConfig(wait_slack=None), PREDICTORS),
+    ],
+)
+def test_nobody_waits_without_an_estimate_in_a_gang_or_when_off(
+    case: str, pod: PodRequest, config: ScoringConfig, predictors: Predictors
+) -> None:
+    assert isinstance(Predictors.heuristic().jct, HeuristicJct)
+    nodes = [full_fast(), gpu_node("slow", SLOW)]
+    assert verdicts(nodes, {"ml/a": 100.0}, pod=pod, config=config, predictors=predictors) == {}, case
+
+
+def test_nobody_waits_in_a_cluster_of_one_gpu_model() -> None:
+    busy = gpu_node("busy", SLOW, held={0: (resident("ml/a"),), 1: (resident("ml/b"),)})
+    assert verdicts([busy, gpu_node("slow", SLOW)], {"ml/a": 1.0, "ml/b": 1.0}) == {}
+
+
+def test_stale_nodes_are_neither_waited_for_nor_passed_over() -> None:
+    stale_fast = gpu_node("fast", held={0: (resident("ml/a"),), 1: (resident("ml/b"),)}, observed_at=NOW - 3600)
+    assert verdicts([stale_fast, gpu_node("slow", SLOW)], {"ml/a": 1.0}) == {}
+    stale_slow = gpu_node("slow", SLOW, observed_at=NOW - 3600)
+    assert verdicts([full_fast(), stale_slow], {"ml/a": 1.0}) == {}
+
+
+def test_a_resident_whose_end_is_unknown_never_frees_its_gpu() -> None:
+    assert verdicts([full_fast(), gpu_node("slow", SLOW)], {"ml/a": None, "ml/b": None}) == {}
+
+
+def test_the_filter_gives_the_wait_reason_only_with_predictors_and_remaining() -> None:
+    nodes = {n.name: n for n in (full_fast(), gpu_node("slow", SLOW), gpu_node("tiny", SLOW, gpus=1))}
+    pod = PodRequest(gpus=2, workload="bert")
+    remaining = ends({"ml/a": 100.0, "ml/b": 150.0})
+    passed, failed = filter_nodes(
+        pod,
+        ["slow", "tiny", "unknown"],
+        nodes,
+        config=CONFIG,
+        now_seconds=NOW,
+        predictors=PREDICTORS,
+        remaining=remaining,
+    )
+    assert passed == ["unknown"]
+    assert failed["slow"].startswith(f"waiting for a {FAST} finishes sooner: room in ~150 s")
+    assert failed["tiny"] == "needs 2 free GPUs, has 1"  # too small anyway: that reason comes first
+    passed, failed = filter_nodes(pod, ["slow", "tiny", "unknown"], nodes, config=CONFIG, now_seconds=NOW)
+    assert passed == ["slow", "unknown"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# jct_remaining
+
+
+def test_a_resident_has_its_predicted_jct_left_minus_the_time_it_has_run() -> None:
+    one = resident("ml/a", started=NOW - 100)
+    two = resident("ml/b", started=NOW - 100)
+    node = gpu_node("n", gpus=3, held={0: (one,), 1: (two,), 2: (two,)})
+    remaining = jct_remaining(PREDICTORS, NOW)
+    assert remaining(node, one) == pytest.approx(500.0 - 100)
+    assert remaining(node, two) == pytest.approx(500.0 / 2 - 100)  # predicted on the two GPUs it holds here
+    slow = gpu_node("s", SLOW, gpus=1, held={0: (one,)})
+    assert remaining(slow, one) == pytest.approx(2000.0 - 100)
+
+
+@pytest.mark.parametrize(
+    ("case", "who"),
+    [
+        ("overdue", resident("ml/a", started=NOW - 600)),
+        ("not started", resident("ml/a", started=None)),
+        ("no workload", resident("ml/a", started=NOW - 100, workload=None)),
+        ("no estimate", resident("ml/a", started=NOW - 100, workload="never-seen")),
+    ],
+)
+def test_a_resident_without_a_basis_for_its_end_has_none(case: str, who: Resident) -> None:
+    node = gpu_node("n", gpus=1, held={0: (who,)})
+    assert jct_remaining(PREDICTORS, NOW)(node, who) is None, case
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Through the API: a served JCT model, start times from the watch
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+WORKLOAD = "ResNet-50 (batch size 64)"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A store whose promoted JCT model is small (fast to fit), trained on the bundled Gavel trace."""
+    root = tmp_path_factory.mktemp("wait")
+    url = f"sqlite:///{root}/store.db"
+    engine = db.make_engine(url)
+    db.upgrade(engine)
+    gavel = load_gavel(bundled_gavel_dir() / GAVEL_THROUGHPUTS)
+    executions = gavel_trace_executions(bundled_gavel_dir() / GAVEL_TRACES, gavel.throughputs).head(400)
+    model = JctModel(num_boost_round=20, num_threads=1).fit(executions)
+    save_trained(Trained(model=model, metrics={}, training_summary={}), root / "jct")
+    register(db.session_factory(engine), "jct", root / "jct")
+    engine.dispose()
+    return url, root
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def state(clock: Clock) -> ClusterState:
+    return ClusterState(clock=clock)
+
+
+@pytest.fixture
+def client(store: tuple[str, Path], state: ClusterState) -> Iterator[TestClient]:
+    settings = AdvisorSettings(db_url=store[0], no_kube=True, model_dir=store[1] / "trained")
+    with TestClient(create_app(settings, state=state)) as c:
+        yield c
+
+
+def fill_fast_node(client: TestClient, state: ClusterState, *, started: float | None) -> None:
+    """`fast` (H100): every GPU held by a one-GPU pod of WORKLOAD that started at `started`; `slow` (T4): idle."""
+    pods = [f"r{i}" for i in range(8)]
+    state.replace_pods(
+        [PodAllocation(pod=f"ml/{p}", node="fast", gpus=1, workload=WORKLOAD, started_seconds=started) for p in pods],
+        [],
+    )
+    for raw in (
+        snapshot("fast", busy={i: [process(p, workload=WORKLOAD)] for i, p in enumerate(pods)}),
+        snapshot("slow", model=SLOW),
+    ):
+        assert client.post("/v1/telemetry", json=raw).status_code == 202
+
+
+def filter_(client: TestClient, names: list[str], workload: str = WORKLOAD) -> dict[str, Any]:
+    body = {"Pod": v1_pod(gpus=1, labels={"gpuadvisor.io/workload": workload}), "NodeNames": names}
+    response = client.post("/extender/filter", json=body)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def test_the_extender_filter_keeps_a_pod_off_the_slow_node_while_the_fast_one_frees_soon(
+    client: TestClient, state: ClusterState, clock: Clock
+) -> None:
+    assert client.get("/v1/models").json()["serving"]["jct"] == "jct v1"
+    fill_fast_node(client, state, started=clock.now - 60)
+    answer = filter_(client, ["slow", "never-seen"])
+    assert answer["NodeNames"] == ["never-seen"]
+    failed = answer["FailedNodes"]
+    assert set(failed) == {"slow"}
+    assert failed["slow"].startswith(f"waiting for a {FAST} finishes sooner: room in ~")
+    assert failed["slow"].endswith(f"on this {SLOW}")
+
+
+def test_the_extender_filter_passes_the_slow_node_when_the_fast_pods_ends_are_unknown(
+    client: TestClient, state: ClusterState, clock: Clock
+) -> None:
+    fill_fast_node(client, state, started=None)  # not started per the API: no basis for when they leave
+    answer = filter_(client, ["slow"])
+    assert answer["NodeNames"] == ["slow"]
+    fill_fast_node(client, state, started=clock.now - 365 * 86400)  # long overdue: no basis either
+    assert filter_(client, ["slow"])["NodeNames"] == ["slow"]
+
+
+def test_a_fast_node_with_room_that_the_scheduler_did_not_offer_is_not_waited_for(
+    client: TestClient, state: ClusterState, clock: Clock
+) -> None:
+    fill_fast_node(client, state, started=None)  # `fast` never frees: only `fast-free` could be waited for
+    assert client.post("/v1/telemetry", json=snapshot("fast-free")).status_code == 202
+    # Not offered (a node selector, a taint, …): waiting for it could last for ever.
+    assert filter_(client, ["slow"])["NodeNames"] == ["slow"]
+    offered = filter_(client, ["slow", "fast-free"])
+    assert offered["NodeNames"] == ["fast-free"]
+    assert set(offered["FailedNodes"]) == {"slow"}
+
+
+def test_the_extender_filter_answers_every_candidate_for_a_pod_without_a_workload(
+    client: TestClient, state: ClusterState, clock: Clock
+) -> None:
+    fill_fast_node(client, state, started=clock.now - 60)
+    pod = v1_pod(gpus=1)
+    del pod["metadata"]["labels"]["gpuadvisor.io/workload"]
+    response = client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["slow", "fast", "never-seen"]})
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["NodeNames"] == ["slow", "never-seen"]
+    assert answer["FailedNodes"] == {"fast": "needs 1 free GPUs, has 0"}
+
+
+@pytest.mark.parametrize("slack", [0.0, 0.5, 0.999])
+def test_a_wait_slack_below_one_is_refused_naming_it(slack: float) -> None:
+    with pytest.raises(ScoringInputError, match="wait_slack must be >= 1"):
+        ScoringConfig(wait_slack=slack)
