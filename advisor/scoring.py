@@ -1246,14 +1246,23 @@ def room_seconds(node: NodeState, pod: PodRequest, remaining: RemainingSeconds) 
         if g.allocated_milli == 0 or (not k and g.allocated_milli + pod.share_milli <= WHOLE_GPU_MILLI):
             times.append(0.0)
             continue
-        pods = [r for r in g.residents if r.gpu_milli or r.workload or r.started_seconds is not None]
-        ends = [remaining(node, r) for r in pods]
-        known = [e for e in ends if e is not None]
-        times.append(max(known) if pods and len(known) == len(ends) else math.inf)
+        times.append(_empty_in(node, g, remaining))
     need = max(k, 1)
     if len(times) < need:
         return math.inf
     return sorted(times)[need - 1]
+
+
+def _empty_in(node: NodeState, gpu: GpuState, remaining: RemainingSeconds) -> float:
+    """Seconds until the last pod on a busy GPU leaves; inf when no pod is seen on it or one's end is unknown."""
+    latest = -1.0
+    for r in gpu.residents:
+        if r.gpu_milli or r.workload or r.started_seconds is not None:  # a pod, not a bare host process
+            end = remaining(node, r)
+            if end is None:
+                return math.inf
+            latest = max(latest, end)
+    return latest if latest >= 0 else math.inf
 
 
 def wait_verdicts(
