@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from advisor.scoring import GpuState, NodeState, Resident, Topology
 from collector.snapshot import LinkLevel
 
 GIB = 1 << 30
@@ -133,3 +134,38 @@ def v1_pod(
         },
         "status": {"phase": "Pending", "qosClass": "Burstable"},
     }
+
+
+def node_state(
+    name: str,
+    *,
+    allocated: dict[int, int] | None = None,
+    residents: dict[int, tuple[Resident, ...]] | None = None,
+    topology: Topology | None = None,
+    model: str = H100,
+    gpus: int = 8,
+    observed_at: float | None = 1000.0,
+    gangs: frozenset[str] = frozenset(),
+    unhealthy: tuple[int, ...] = (),
+) -> NodeState:
+    """A scoring `NodeState`: `allocated` milli-GPU and `residents` per GPU index."""
+    allocated = allocated or {}
+    residents = residents or {}
+    return NodeState(
+        name=name,
+        gpus=tuple(
+            GpuState(
+                index=i,
+                model=model,
+                healthy=i not in unhealthy,
+                memory_total_bytes=80 * GIB,
+                memory_used_bytes=sum(r.memory_used_bytes for r in residents.get(i, ())),
+                allocated_milli=allocated.get(i, 0),
+                residents=residents.get(i, ()),
+            )
+            for i in range(gpus)
+        ),
+        topology=topology or Topology.uniform(gpus, LinkLevel.NVLINK),
+        observed_at_seconds=observed_at,
+        gangs=gangs,
+    )

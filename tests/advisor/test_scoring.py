@@ -6,8 +6,6 @@ import pytest
 
 from advisor.predictors import HEURISTIC, HeuristicInterference, HeuristicUsage, Predictors, SpecSpeed
 from advisor.scoring import (
-    GpuState,
-    NodeState,
     PodRequest,
     Resident,
     ScoringConfig,
@@ -23,10 +21,10 @@ from advisor.scoring import (
     unknown_score,
 )
 from collector.snapshot import LINK_RANK, LinkLevel
+from tests.advisor.factories import GIB, H100
+from tests.advisor.factories import node_state as node
 
-H100 = "NVIDIA H100 80GB HBM3"
 T4 = "Tesla T4"
-GIB = 1 << 30
 CONFIG = ScoringConfig()
 
 
@@ -45,40 +43,6 @@ def two_socket(gpus: int = 8) -> Topology:
 
 def busy(pod: str, sm: float = 0.6, bw: float = 0.4) -> tuple[Resident, ...]:
     return (Resident(pod=pod, sm_utilization_ratio=sm, memory_bandwidth_utilization_ratio=bw, memory_used_bytes=GIB),)
-
-
-def node(
-    name: str,
-    *,
-    allocated: dict[int, int] | None = None,
-    residents: dict[int, tuple[Resident, ...]] | None = None,
-    topology: Topology | None = None,
-    model: str = H100,
-    gpus: int = 8,
-    observed_at: float | None = 1000.0,
-    gangs: frozenset[str] = frozenset(),
-    unhealthy: tuple[int, ...] = (),
-) -> NodeState:
-    allocated = allocated or {}
-    residents = residents or {}
-    return NodeState(
-        name=name,
-        gpus=tuple(
-            GpuState(
-                index=i,
-                model=model,
-                healthy=i not in unhealthy,
-                memory_total_bytes=80 * GIB,
-                memory_used_bytes=sum(r.memory_used_bytes for r in residents.get(i, ())),
-                allocated_milli=allocated.get(i, 0),
-                residents=residents.get(i, ()),
-            )
-            for i in range(gpus)
-        ),
-        topology=topology or Topology.uniform(gpus, LinkLevel.NVLINK),
-        observed_at_seconds=observed_at,
-        gangs=gangs,
-    )
 
 
 def whole(*indices: int) -> dict[int, int]:

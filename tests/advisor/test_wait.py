@@ -22,14 +22,12 @@ from advisor.models.training import Trained
 from advisor.predictors import HeuristicInterference, HeuristicJct, HeuristicUsage, Predictors, SpecSpeed
 from advisor.scoring import (
     WHOLE_GPU_MILLI,
-    GpuState,
     NodeState,
     PodRequest,
     RemainingSeconds,
     Resident,
     ScoringConfig,
     ScoringInputError,
-    Topology,
     filter_nodes,
     jct_remaining,
     room_seconds,
@@ -37,9 +35,8 @@ from advisor.scoring import (
 )
 from advisor.settings import AdvisorSettings
 from advisor.state import ClusterState, PodAllocation
-from collector.snapshot import LinkLevel
 from profiler.store import db
-from tests.advisor.factories import H100, process, snapshot, v1_pod
+from tests.advisor.factories import H100, node_state, process, snapshot, v1_pod
 
 FAST = H100
 SLOW = "Tesla T4"
@@ -83,22 +80,14 @@ def gpu_node(
     for index, residents in held.items():
         shares = sum(r.gpu_milli for r in residents)
         allocated.setdefault(index, shares or WHOLE_GPU_MILLI)
-    return NodeState(
-        name=name,
-        gpus=tuple(
-            GpuState(
-                index=i,
-                model=model,
-                healthy=i not in unhealthy,
-                memory_total_bytes=80 << 30,
-                memory_used_bytes=0,
-                allocated_milli=allocated.get(i, 0),
-                residents=held.get(i, ()),
-            )
-            for i in range(gpus)
-        ),
-        topology=Topology.uniform(gpus, LinkLevel.NVLINK),
-        observed_at_seconds=observed_at,
+    return node_state(
+        name,
+        allocated=allocated,
+        residents=dict(held),
+        model=model,
+        gpus=gpus,
+        observed_at=observed_at,
+        unhealthy=unhealthy,
     )
 
 
