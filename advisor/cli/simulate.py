@@ -200,9 +200,16 @@ def simulate(
         weights = ", ".join(f"{k} {v:g}" for k, v in setup["weights"].items())
         console.print(
             f"advisor: {setup['profile']} profile (weights {weights}; extender weight {setup['extender_weight']:g},"
-            f" span {setup['extender_span_points']:g} points)"
+            f" span {setup['extender_span_points']:g} points; {_waiting(setup.get('wait_slack'))})"
         )
     if "advisor_predictors" in report:
         console.print(f"advisor predictors: {report['advisor_predictors']}")
     for path in plots:
         console.print(f"plot: {path}")
+
+
+def _waiting(slack: object) -> str:
+    """How the report's `wait_slack` reads in the table's setup line."""
+    if isinstance(slack, int | float):
+        return f"waits for a faster GPU at slack {slack:g}"
+    return "never waits for a faster GPU"

@@ -65,6 +65,7 @@ def test_fragmentation_json_and_plot(small: dict[str, Path], tmp_path: Path) -> 
     assert report["advisor"]["weights"] == {"packing": 1.0, "affinity": 0.0, "interference": 0.0, "jct": 0.0}
     assert report["advisor"]["extender_span_points"] == 20.0
     assert report["advisor"]["extender_weight"] == 2.0
+    assert report["advisor"]["wait_slack"] is None  # the packing profile never holds a pod back
 
 
 def test_jct_table(small: dict[str, Path]) -> None:
@@ -82,6 +83,7 @@ def test_jct_table(small: dict[str, Path]) -> None:
     assert "avg_jct_s" in out
     assert "heuristic predictors" in out
     assert "advisor: default profile (weights packing 1, affinity 1, interference 1, jct 1;" in out
+    assert "waits for a faster GPU at slack 1.5)" in " ".join(out.split())  # however the console wraps it
 
 
 @pytest.mark.parametrize(
