@@ -1253,6 +1253,16 @@ def room_seconds(node: NodeState, pod: PodRequest, remaining: RemainingSeconds) 
     return sorted(times)[need - 1]
 
 
+def _has_room_now(node: NodeState, pod: PodRequest) -> bool:
+    """`room_seconds(node, pod, …) == 0` without asking for anyone's end: k healthy GPUs with nothing allocated, or
+    for a share a healthy GPU with its `share_milli` free (any healthy GPU for a memory-only share)."""
+    if pod.whole_gpus:
+        return node.free_gpus >= pod.whole_gpus
+    if pod.share_milli:
+        return max(node.free_milli, default=0) >= pod.share_milli
+    return node.healthy_count > 0
+
+
 def _empty_in(node: NodeState, gpu: GpuState, remaining: RemainingSeconds) -> float:
     """Seconds until the last pod on a busy GPU leaves; inf when no pod is seen on it or one's end is unknown."""
     latest = -1.0
@@ -1276,10 +1286,18 @@ def wait_verdicts(
     now_seconds: float | None = None,
 ) -> dict[str, str]:
     """{node: reason} for the candidates `names` that `pod` should pass over to wait for a faster GPU model (module
-    docstring); room is looked for on every fresh node of `nodes`, not only the candidates."""
+    docstring); room is looked for on every fresh node of `nodes`, not only the candidates, but a node that has room
+    now and is not a candidate is not counted on."""
     if config.wait_slack is None or pod.gang is not None or (not pod.whole_gpus and not pod.is_share):
         return {}
-    fresh = [n for n in nodes.values() if n.gpu_model and not _is_stale(n, config, now_seconds)]
+    offered = set(names)
+    # A node with room now that is not offered is closed to this pod for a reason the advisor does not see (a node
+    # selector or affinity, a taint, CPU or memory): counting on it could keep the pod pending for ever.
+    fresh = [
+        n
+        for n in nodes.values()
+        if n.gpu_model and not _is_stale(n, config, now_seconds) and (n.name in offered or not _has_room_now(n, pod))
+    ]
     count = max(pod.whole_gpus, 1)
     run: dict[str, float] = {}
     for model in {n.gpu_model for n in fresh}:
@@ -1298,8 +1316,9 @@ def wait_verdicts(
     room: dict[str, float] = {}
     for node in fresh:
         model = node.gpu_model
-        if run[model] * slack < worst and room.get(model, math.inf) > 0:
-            room[model] = min(room.get(model, math.inf), room_seconds(node, pod, remaining))
+        if run[model] * slack >= worst or room.get(model, math.inf) == 0:
+            continue
+        room[model] = min(room.get(model, math.inf), room_seconds(node, pod, remaining))
     finish = {m: room[m] + run[m] for m in room if math.isfinite(room[m])}
     if not finish:
         return {}

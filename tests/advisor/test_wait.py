@@ -13,7 +13,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from advisor.api import create_app
-from advisor.api.routes.extender import _has_room_now
 from advisor.datasets import gavel_trace_executions, load_gavel
 from advisor.models.jct import JctModel
 from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir
@@ -28,6 +27,7 @@ from advisor.scoring import (
     Resident,
     ScoringConfig,
     ScoringInputError,
+    _has_room_now,
     filter_nodes,
     jct_remaining,
     room_seconds,

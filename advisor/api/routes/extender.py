@@ -5,12 +5,10 @@ filter unless strict staleness is configured), so a new or silent node is never 
 pod's own CPU/memory requests go into its `PodRequest`; full node objects (a scheduler that is not
 `nodeCacheCapable`) hand their allocatable CPU/memory to the state. The filter also passes over nodes on which the
 pod would finish later than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, from the served JCT
-model and the residents' start times), counting only on nodes the pod can reach (`_waitable`).
+model and the residents' start times).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
 
 import pydantic_core
 from fastapi import APIRouter
@@ -19,7 +17,7 @@ from fastapi.responses import Response
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.scoring import NodeState, PodRequest, extender_priorities, filter_nodes, jct_remaining
+from advisor.scoring import extender_priorities, filter_nodes, jct_remaining
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
@@ -31,26 +29,6 @@ def _take_allocatable(args: ExtenderArgs, ctx: AppContext) -> None:
         allocatable = node.allocatable()
         if allocatable is not None and node.metadata.name:
             ctx.state.set_allocatable(node.metadata.name, allocatable)
-
-
-def _has_room_now(node: NodeState, pod: PodRequest) -> bool:
-    """`room_seconds(node, pod, …) == 0` without asking for anyone's end: k healthy GPUs with nothing allocated, or
-    for a share a healthy GPU with its `share_milli` free (any healthy GPU for a memory-only share)."""
-    if pod.whole_gpus:
-        return node.free_gpus >= pod.whole_gpus
-    if pod.share_milli:
-        return max(node.free_milli, default=0) >= pod.share_milli
-    return node.healthy_count > 0
-
-
-def _waitable(pod: PodRequest, names: Sequence[str], nodes: Mapping[str, NodeState]) -> Mapping[str, NodeState]:
-    """The nodes whose room the wait rule may count on: every candidate, and other nodes only while they have no room
-    for the pod. A node with room now that kube-scheduler did not offer is closed to this pod for a reason the advisor
-    does not see (a node selector or affinity, a taint, CPU or memory, kube-scheduler's own GPU accounting): waiting
-    for it could keep the pod pending for ever. In the simulator every node with room is a candidate, so the two
-    agree there."""
-    offered = set(names)
-    return {name: node for name, node in nodes.items() if name in offered or not _has_room_now(node, pod)}
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -86,12 +64,10 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     _take_allocatable(args, ctx)
     predictors = ctx.predictors
     now = ctx.state.now()
-    nodes = ctx.state.nodes
-    waits = ctx.scoring.wait_slack is not None and pod.gang is None and (pod.whole_gpus > 0 or pod.is_share)
     passed, failed = filter_nodes(
         pod,
         names,
-        _waitable(pod, names, nodes) if waits else nodes,
+        ctx.state.nodes,
         config=ctx.scoring,
         now_seconds=now,
         predictors=predictors,
