@@ -27,7 +27,7 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
 Waiting for a faster GPU (`wait_verdicts`, the extender filter): a pod that would finish sooner by waiting for room on
 a faster GPU model than by starting now on a slower one is kept off the slower nodes. From the JCT predictor: `run[m]`,
 the pod's predicted run time on model m; `room[m]`, the least time until some node of model m has room for it (each
-resident's predicted end, `RemainingSeconds`; a GPU whose residents' ends are unknown never frees as far as the advisor
+resident's predicted end, `LeaveTimes`; a GPU whose residents' ends are unknown never frees as far as the advisor
 knows). A node of model m fails when `run[m] > ScoringConfig.wait_slack × min over m' of (room[m'] + run[m'])`. No JCT
 estimate, a gang member, or a single GPU model in the cluster: nobody waits.
 
@@ -259,6 +259,7 @@ class NodeState:
     share_positions: tuple[int, ...] = field(init=False)
     natural_indices: bool = field(init=False)
     memo: dict[int, _Raw] = field(init=False, repr=False)
+    leave_memo: dict[int, tuple[object, _GpuEnds]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.topology.gpu_count != len(self.gpus):
@@ -296,6 +297,7 @@ class NodeState:
         object.__setattr__(self, "share_positions", tuple(share))
         object.__setattr__(self, "natural_indices", all(g.index == pos for pos, g in enumerate(self.gpus)))
         object.__setattr__(self, "memo", {})
+        object.__setattr__(self, "leave_memo", {})
         object.__setattr__(self, "free_mask", free)
         object.__setattr__(
             self,
@@ -1149,21 +1151,21 @@ def filter_nodes(
     config: ScoringConfig,
     now_seconds: float | None = None,
     predictors: Predictors | None = None,
-    remaining: RemainingSeconds | None = None,
+    leaving: LeaveTimes | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
     A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share), or — where known —
-    free CPU or memory for the pod's own request, or (with `predictors` and `remaining`, `wait_verdicts`) when the
+    free CPU or memory for the pod's own request, or (with `predictors` and `leaving`, `wait_verdicts`) when the
     pod would finish sooner by waiting for a faster GPU model. Unknown or stale nodes
     pass unless `config.strict_staleness`.
     """
     k = pod.whole_gpus
     passed: list[str] = []
     failed: dict[str, str] = {}
-    if predictors is not None and remaining is not None:
+    if predictors is not None and leaving is not None:
         wait = wait_verdicts(
-            pod, names, nodes, config=config, predictors=predictors, remaining=remaining, now_seconds=now_seconds
+            pod, names, nodes, config=config, predictors=predictors, leaving=leaving, now_seconds=now_seconds
         )
     else:
         wait = {}
@@ -1205,18 +1207,45 @@ def filter_nodes(
     return passed, failed
 
 
-RemainingSeconds = Callable[[NodeState, Resident], float | None]
-"""Predicted seconds until `Resident` leaves its node (None: unknown, e.g. no JCT estimate or already overdue)."""
+ResidentEnd = Callable[[NodeState, Resident], float | None]
+"""Predicted time (seconds, on the clock of `LeaveTimes.now_seconds`) at which `Resident` leaves its node; None when
+there is no basis for it (no JCT estimate, no start time)."""
 
 
-def jct_remaining(predictors: Predictors, now_seconds: float) -> RemainingSeconds:
-    """The service's `RemainingSeconds`: a resident's predicted JCT (its workload on the node's GPU model, on as many
-    GPUs as it holds there) minus the time since its pod started; None without a start time or an estimate, or once
-    the prediction has run out (a job running late gives no basis for when it ends)."""
+@dataclass(frozen=True, slots=True)
+class LeaveTimes:
+    """When residents leave, as the wait rule sees it: `end` of each resident, and `now_seconds`. A resident whose
+    predicted end has passed (a job running late) gives no basis for when it ends: its GPU counts as never freeing.
+
+    `cache_key` is what `end` depends on besides the node (the service's JCT predictor): with one, each node's GPU end
+    times are memoised on its `NodeState` under it (a node's residents and their start times change only with a new
+    snapshot, hence a new `NodeState`), so a filter call costs a lookup per node rather than a prediction per busy GPU.
+    None: nothing is memoised (the simulator, whose node states are reused across time).
+    """
+
+    end: ResidentEnd
+    now_seconds: float
+    cache_key: object | None = None
+
+
+class _GpuEnds(NamedTuple):
+    """A node's busy healthy GPUs (allocated to some pod) and when each empties: `spans` (first, last) resident end
+    per GPU (inf, inf when a resident's end is unknown or no pod is seen on it); `lasts` the last ends ascending;
+    `first` the earliest first end (while it is in the future no GPU has an overdue resident)."""
+
+    spans: tuple[tuple[float, float], ...]
+    lasts: tuple[float, ...]
+    first: float
+
+
+def jct_leave_times(predictors: Predictors, now_seconds: float) -> LeaveTimes:
+    """The service's `LeaveTimes`: a resident leaves at its pod's start plus its predicted JCT (its workload on the
+    node's GPU model, on as many GPUs as it holds there); no end without a start time or an estimate. Memoised per node
+    under the JCT predictor, which a model reload replaces."""
 
     held_on: dict[int, dict[str, int]] = {}  # per node (by identity, alive for the call): GPUs each pod holds
 
-    def remaining(node: NodeState, resident: Resident) -> float | None:
+    def end(node: NodeState, resident: Resident) -> float | None:
         if resident.started_seconds is None or resident.workload is None:
             return None
         held = held_on.get(id(node))
@@ -1226,53 +1255,63 @@ def jct_remaining(predictors: Predictors, now_seconds: float) -> RemainingSecond
                 for pod in {r.pod for r in g.residents}:
                     held[pod] = held.get(pod, 0) + 1
         predicted = predictors.jct.jct_seconds(resident.workload, node.gpu_model, max(held.get(resident.pod, 0), 1))
-        if predicted is None:
-            return None
-        left = predicted - (now_seconds - resident.started_seconds)
-        return left if left > 0 else None
+        return None if predicted is None else resident.started_seconds + predicted
 
-    return remaining
+    return LeaveTimes(end, now_seconds, cache_key=predictors.jct)
 
 
-def room_seconds(node: NodeState, pod: PodRequest, remaining: RemainingSeconds) -> float:
+def _gpu_ends(node: NodeState, leaving: LeaveTimes) -> _GpuEnds:
+    key = leaving.cache_key
+    if key is not None:
+        memo = node.leave_memo.get(id(key))
+        if memo is not None and memo[0] is key:
+            return memo[1]
+    spans = tuple(_gpu_span(node, g, leaving.end) for g in node.gpus if g.healthy and g.allocated_milli)
+    ends = _GpuEnds(spans, tuple(sorted(last for _, last in spans)), min((f for f, _ in spans), default=math.inf))
+    if key is not None:
+        if len(node.leave_memo) > 3:  # predictors replaced by a model reload: the old entries are dead
+            node.leave_memo.clear()
+        node.leave_memo[id(key)] = (key, ends)
+    return ends
+
+
+def _gpu_span(node: NodeState, gpu: GpuState, end: ResidentEnd) -> tuple[float, float]:
+    """(first, last) end of the pods on a busy GPU, (inf, inf) if no pod is seen on it or an end is unknown."""
+    first, last = math.inf, -math.inf
+    for r in gpu.residents:
+        if r.gpu_milli or r.workload or r.started_seconds is not None:  # a pod, not a bare host process
+            at = end(node, r)
+            if at is None:
+                return math.inf, math.inf
+            first, last = min(first, at), max(last, at)
+    return (first, last) if last > -math.inf else (math.inf, math.inf)
+
+
+def room_seconds(node: NodeState, pod: PodRequest, leaving: LeaveTimes) -> float:
     """Predicted seconds until `node` has room for `pod` (0 now; inf when it never will as far as is known): a whole-GPU
     request waits for its k-th healthy GPU to empty, a share for the first GPU with room or, failing that, the first
     GPU to empty (shares freed one by one are not counted: the estimate errs toward waiting less)."""
-    k = pod.whole_gpus
-    times: list[float] = []
-    for g in node.gpus:
-        if not g.healthy:
-            continue
-        if g.allocated_milli == 0 or (not k and g.allocated_milli + pod.share_milli <= WHOLE_GPU_MILLI):
-            times.append(0.0)
-            continue
-        times.append(_empty_in(node, g, remaining))
-    need = max(k, 1)
-    if len(times) < need:
+    if _has_room_now(node, pod):
+        return 0.0
+    need = max(pod.whole_gpus, 1) - (node.free_gpus if pod.whole_gpus else 0)
+    ends = _gpu_ends(node, leaving)
+    if len(ends.lasts) < need:
         return math.inf
-    return sorted(times)[need - 1]
+    now = leaving.now_seconds
+    if ends.first > now:  # nobody overdue: the k-th GPU to empty is the k-th last end
+        return ends.lasts[need - 1] - now
+    times = sorted(last - now if first > now else math.inf for first, last in ends.spans)
+    return times[need - 1]
 
 
 def _has_room_now(node: NodeState, pod: PodRequest) -> bool:
-    """`room_seconds(node, pod, …) == 0` without asking for anyone's end: k healthy GPUs with nothing allocated, or
-    for a share a healthy GPU with its `share_milli` free (any healthy GPU for a memory-only share)."""
+    """k healthy GPUs with nothing allocated, or for a share a healthy GPU with its `share_milli` free (any healthy
+    GPU for a memory-only share)."""
     if pod.whole_gpus:
         return node.free_gpus >= pod.whole_gpus
     if pod.share_milli:
         return max(node.free_milli, default=0) >= pod.share_milli
     return node.healthy_count > 0
-
-
-def _empty_in(node: NodeState, gpu: GpuState, remaining: RemainingSeconds) -> float:
-    """Seconds until the last pod on a busy GPU leaves; inf when no pod is seen on it or one's end is unknown."""
-    latest = -1.0
-    for r in gpu.residents:
-        if r.gpu_milli or r.workload or r.started_seconds is not None:  # a pod, not a bare host process
-            end = remaining(node, r)
-            if end is None:
-                return math.inf
-            latest = max(latest, end)
-    return latest if latest >= 0 else math.inf
 
 
 def wait_verdicts(
@@ -1282,7 +1321,7 @@ def wait_verdicts(
     *,
     config: ScoringConfig,
     predictors: Predictors,
-    remaining: RemainingSeconds,
+    leaving: LeaveTimes,
     now_seconds: float | None = None,
 ) -> dict[str, str]:
     """{node: reason} for the candidates `names` that `pod` should pass over to wait for a faster GPU model (module
@@ -1318,7 +1357,7 @@ def wait_verdicts(
         model = node.gpu_model
         if run[model] * slack >= worst or room.get(model, math.inf) == 0:
             continue
-        room[model] = min(room.get(model, math.inf), room_seconds(node, pod, remaining))
+        room[model] = min(room.get(model, math.inf), room_seconds(node, pod, leaving))
     finish = {m: room[m] + run[m] for m in room if math.isfinite(room[m])}
     if not finish:
         return {}

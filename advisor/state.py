@@ -12,7 +12,7 @@ Allocation (which GPU is held by which pod):
   process on, its `gpu_milli` on a shared GPU (a memory-only share counts as its fraction of the GPU memory). Whole
   GPUs it was granted but does not use yet are reserved among the free GPUs without processes (lowest index first).
   Its start time goes into each of its residents (`Resident.started_seconds`: the extender filter predicts from it
-  when the pod leaves, `advisor.scoring.jct_remaining`).
+  when the pod leaves, `advisor.scoring.jct_leave_times`).
 * A pod seen only in telemetry (`--no-kube`, tests, `make up`, or a watch that lags): alone on its GPU it holds the
   whole GPU; sharing with other pods, each holds its share of the GPU memory (at least 100 milli, in steps of 50,
   capped so the GPU is at most full).
@@ -45,7 +45,7 @@ _SHARE_STEP_MILLI = 50
 @dataclass(frozen=True, slots=True)
 class PodAllocation:
     """A pod bound to a node that holds GPUs (from the Kubernetes API); `started_seconds` is its `status.startTime`
-    in Unix seconds — the clock of a default `ClusterState` (`time.time`), against which `jct_remaining` measures
+    in Unix seconds — the clock of a default `ClusterState` (`time.time`), against which `jct_leave_times` measures
     how long it has run — or None before the kubelet has started it."""
 
     pod: str

@@ -27,7 +27,7 @@ from advisor.scoring import (
     ScoringConfig,
     Topology,
     filter_nodes,
-    jct_remaining,
+    jct_leave_times,
 )
 from collector.snapshot import LinkLevel
 
@@ -86,10 +86,8 @@ def main() -> None:
     config, off = ScoringConfig(), ScoringConfig(wait_slack=None)
 
     def with_rule() -> tuple[list[str], dict[str, str]]:
-        remaining = jct_remaining(predictors, NOW)
-        return filter_nodes(
-            pod, names, nodes, config=config, now_seconds=NOW, predictors=predictors, remaining=remaining
-        )
+        leaving = jct_leave_times(predictors, NOW)
+        return filter_nodes(pod, names, nodes, config=config, now_seconds=NOW, predictors=predictors, leaving=leaving)
 
     passed, failed = with_rule()
     print(f"{args.nodes} nodes, {len(names)} candidates: {len(failed)} passed over for a faster GPU, {len(passed)} not")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,6 +27,7 @@ from advisor.fragmentation import IntArray, TaskMix
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import (
+    LeaveTimes,
     NodeState,
     PodRequest,
     Resident,
@@ -215,18 +216,18 @@ class ExtenderJobPolicy:
             out.append((milli, residents))
         return out
 
-    def _remaining(self, state: JobState) -> Callable[[NodeState, Resident], float | None]:
-        """What the scorer believes of a resident's remaining time: its work over the table's speed, from its start."""
+    def _leave_times(self, state: JobState) -> LeaveTimes:
+        """What the scorer believes of when a resident leaves: its start plus its work over the table's speed (not
+        memoised: a node state is reused across time)."""
 
-        def remaining(node: NodeState, resident: Resident) -> float | None:
+        def end(node: NodeState, resident: Resident) -> float | None:
             if self._table is None or resident.pod not in state.started:
                 return None
             job, started = state.started[resident.pod]
             predicted = JobJct(self._table, job).jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
-            left = None if predicted is None else started + predicted - state.now
-            return left if left is not None and left > 0 else None
+            return None if predicted is None else started + predicted
 
-        return remaining
+        return LeaveTimes(end, state.now)
 
     def _waiting(self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, share: bool) -> IntArray:
         """The candidates left once the extender's filter has passed over those on which the job would finish later
@@ -246,7 +247,7 @@ class ExtenderJobPolicy:
             nodes,
             config=self._config,
             predictors=with_job(self._bundle, self._table, job),
-            remaining=self._remaining(state),
+            leaving=self._leave_times(state),
         )
         if not verdicts:
             return candidates

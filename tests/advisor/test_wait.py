@@ -1,11 +1,13 @@
-"""Waiting for a faster GPU: when the pod's residents leave (`jct_remaining`), when a node has room
+"""Waiting for a faster GPU: when the pod's residents leave (`jct_leave_times`), when a node has room
 (`room_seconds`), which candidates the filter passes over (`wait_verdicts`), and the same through `/extender/filter`
 with a served JCT model and start times from the Kubernetes watch."""
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +23,15 @@ from advisor.models.training import Trained
 from advisor.predictors import HeuristicInterference, HeuristicJct, HeuristicUsage, Predictors, SpecSpeed
 from advisor.scoring import (
     WHOLE_GPU_MILLI,
+    LeaveTimes,
     NodeState,
     PodRequest,
-    RemainingSeconds,
     Resident,
     ScoringConfig,
     ScoringInputError,
     _has_room_now,
     filter_nodes,
-    jct_remaining,
+    jct_leave_times,
     room_seconds,
     wait_verdicts,
 )
@@ -91,9 +93,14 @@ def gpu_node(
     )
 
 
-def ends(seconds: Mapping[str, float | None]) -> RemainingSeconds:
-    """A `RemainingSeconds` that knows each resident's end by its pod name (None: unknown)."""
-    return lambda node, r: seconds.get(r.pod)
+def ends(seconds: Mapping[str, float | None]) -> LeaveTimes:
+    """`LeaveTimes` at NOW that know each resident's end, in seconds from NOW, by its pod name (None: unknown)."""
+
+    def end(node: NodeState, r: Resident) -> float | None:
+        left = seconds.get(r.pod)
+        return None if left is None else NOW + left
+
+    return LeaveTimes(end, NOW)
 
 
 def full_fast() -> NodeState:
@@ -117,7 +124,7 @@ def verdicts(
         by_name,
         config=config,
         predictors=predictors,
-        remaining=ends(remaining),
+        leaving=ends(remaining),
         now_seconds=NOW,
     )
 
@@ -247,10 +254,10 @@ def test_a_resident_whose_end_is_unknown_never_frees_its_gpu() -> None:
     assert verdicts([full_fast(), gpu_node("slow", SLOW)], {"ml/a": None, "ml/b": None}) == {}
 
 
-def test_the_filter_gives_the_wait_reason_only_with_predictors_and_remaining() -> None:
+def test_the_filter_gives_the_wait_reason_only_with_predictors_and_leave_times() -> None:
     nodes = {n.name: n for n in (full_fast(), gpu_node("slow", SLOW), gpu_node("tiny", SLOW, gpus=1))}
     pod = PodRequest(gpus=2, workload="bert")
-    remaining = ends({"ml/a": 100.0, "ml/b": 150.0})
+    leaving = ends({"ml/a": 100.0, "ml/b": 150.0})
     passed, failed = filter_nodes(
         pod,
         ["slow", "tiny", "unknown"],
@@ -258,7 +265,7 @@ def test_the_filter_gives_the_wait_reason_only_with_predictors_and_remaining() -
         config=CONFIG,
         now_seconds=NOW,
         predictors=PREDICTORS,
-        remaining=remaining,
+        leaving=leaving,
     )
     assert passed == ["unknown"]
     assert failed["slow"].startswith(f"waiting for a {FAST} finishes sooner: room in ~150 s")
@@ -268,24 +275,23 @@ def test_the_filter_gives_the_wait_reason_only_with_predictors_and_remaining() -
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# jct_remaining
+# jct_leave_times, and its memo
 
 
-def test_a_resident_has_its_predicted_jct_left_minus_the_time_it_has_run() -> None:
+def test_a_resident_leaves_at_its_start_plus_its_predicted_jct() -> None:
     one = resident("ml/a", started=NOW - 100)
     two = resident("ml/b", started=NOW - 100)
     node = gpu_node("n", gpus=3, held={0: (one,), 1: (two,), 2: (two,)})
-    remaining = jct_remaining(PREDICTORS, NOW)
-    assert remaining(node, one) == pytest.approx(500.0 - 100)
-    assert remaining(node, two) == pytest.approx(500.0 / 2 - 100)  # predicted on the two GPUs it holds here
+    leaving = jct_leave_times(PREDICTORS, NOW)
+    assert leaving.end(node, one) == pytest.approx(NOW - 100 + 500.0)
+    assert leaving.end(node, two) == pytest.approx(NOW - 100 + 500.0 / 2)  # predicted on the two GPUs it holds here
     slow = gpu_node("s", SLOW, gpus=1, held={0: (one,)})
-    assert remaining(slow, one) == pytest.approx(2000.0 - 100)
+    assert leaving.end(slow, one) == pytest.approx(NOW - 100 + 2000.0)
 
 
 @pytest.mark.parametrize(
     ("case", "who"),
     [
-        ("overdue", resident("ml/a", started=NOW - 600)),
         ("not started", resident("ml/a", started=None)),
         ("no workload", resident("ml/a", started=NOW - 100, workload=None)),
         ("no estimate", resident("ml/a", started=NOW - 100, workload="never-seen")),
@@ -293,7 +299,103 @@ def test_a_resident_has_its_predicted_jct_left_minus_the_time_it_has_run() -> No
 )
 def test_a_resident_without_a_basis_for_its_end_has_none(case: str, who: Resident) -> None:
     node = gpu_node("n", gpus=1, held={0: (who,)})
-    assert jct_remaining(PREDICTORS, NOW)(node, who) is None, case
+    assert jct_leave_times(PREDICTORS, NOW).end(node, who) is None, case
+    assert room_seconds(node, PodRequest(gpus=1), jct_leave_times(PREDICTORS, NOW)) == math.inf, case
+
+
+def test_an_overdue_resident_never_frees_its_gpu_even_from_the_memo() -> None:
+    node = gpu_node("n", gpus=2, held={0: (resident("ml/a", started=NOW - 100),), 1: (resident("ml/b", started=NOW),)})
+    pod = PodRequest(gpus=1, workload="bert")
+    assert room_seconds(node, pod, jct_leave_times(PREDICTORS, NOW)) == pytest.approx(
+        400.0
+    )  # ml/a: 500 s from NOW - 100
+    later = jct_leave_times(PREDICTORS, NOW + 450)  # ml/a overdue by 50 s; ml/b 50 s left
+    assert room_seconds(node, pod, later) == pytest.approx(50.0)
+    assert room_seconds(node, PodRequest(gpus=2), later) == math.inf
+
+
+class CountingJct(TableJct):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
+        self.calls += 1
+        return super().jct_seconds(workload, gpu_model, gpu_count)
+
+
+def test_each_nodes_leave_times_are_predicted_once_per_jct_predictor() -> None:
+    busy = gpu_node("fast", gpus=2, held={0: (resident("ml/a", started=NOW),), 1: (resident("ml/b", started=NOW),)})
+    nodes = {n.name: n for n in (busy, gpu_node("slow", SLOW))}
+    counting = CountingJct()
+    predictors = replace(PREDICTORS, jct=counting)
+
+    def wait(now: float, predictors: Predictors = predictors) -> dict[str, str]:
+        leaving = jct_leave_times(predictors, now)
+        return wait_verdicts(POD, ["slow"], nodes, config=CONFIG, predictors=predictors, leaving=leaving)
+
+    assert "room in ~500 s" in wait(NOW)["slow"]
+    residents_predicted = counting.calls - 2  # the rest: the pod itself on each GPU model
+    assert residents_predicted == 2
+    assert "room in ~400 s" in wait(NOW + 100)["slow"]  # the same memo, a later now
+    assert counting.calls - 4 == residents_predicted
+    reloaded = CountingJct()
+    assert "room in ~400 s" in wait(NOW + 100, replace(PREDICTORS, jct=reloaded))["slow"]
+    assert reloaded.calls == 4  # a new predictor (a model reload) predicts afresh
+
+
+def test_leave_times_without_a_cache_key_are_not_memoised() -> None:
+    node = gpu_node("n", gpus=1, held={0: (resident("ml/a"),)})
+    left = {"ml/a": 100.0}
+    assert room_seconds(node, PodRequest(gpus=1), ends(left)) == 100.0
+    left["ml/a"] = 300.0
+    assert room_seconds(node, PodRequest(gpus=1), ends(left)) == 300.0
+    assert node.leave_memo == {}
+
+
+def reference_room(node: NodeState, pod: PodRequest, leaving: LeaveTimes) -> float:
+    """The rule's room, written out plainly: every healthy GPU's time to empty (0 when it has room for the pod now;
+    inf when a pod on it has no end or an end already passed), the k-th smallest."""
+    times = []
+    for g in node.gpus:
+        if not g.healthy:
+            continue
+        if g.allocated_milli == 0 or (not pod.whole_gpus and g.allocated_milli + pod.share_milli <= WHOLE_GPU_MILLI):
+            times.append(0.0)
+            continue
+        pods = [r for r in g.residents if r.gpu_milli or r.workload or r.started_seconds is not None]
+        at = [leaving.end(node, r) for r in pods]
+        if not pods or any(a is None or a <= leaving.now_seconds for a in at):
+            times.append(math.inf)
+        else:
+            times.append(max(a for a in at if a is not None) - leaving.now_seconds)
+    need = max(pod.whole_gpus, 1)
+    return sorted(times)[need - 1] if len(times) >= need else math.inf
+
+
+def test_room_from_the_memo_matches_the_rule_written_out() -> None:
+    rng = random.Random(7)
+    pods = [PodRequest(gpus=k, workload="bert") for k in (1, 2, 3, 4)] + [PodRequest(gpu_milli=m) for m in (300, 600)]
+    for case in range(200):
+        held: dict[int, tuple[Resident, ...]] = {}
+        for g in range(4):
+            if rng.random() < 0.75:
+                kind = rng.random()
+                started = None if kind < 0.1 else NOW - rng.uniform(0, 3000)
+                workload = None if kind > 0.95 else rng.choice(["bert", "resnet", "never-seen"])
+                milli = rng.choice([0, 0, 300, 500])
+                held[g] = tuple(
+                    resident(f"ml/{case}-{g}-{i}", milli=milli, started=started, workload=workload)
+                    for i in range(2 if milli and milli <= 500 else 1)
+                )
+        node = gpu_node("n", rng.choice([FAST, SLOW]), gpus=4, held=held, unhealthy=(3,) if rng.random() < 0.2 else ())
+        for now in (NOW, NOW + rng.uniform(0, 3000)):
+            leaving = jct_leave_times(PREDICTORS, now)
+            for pod in pods:
+                assert room_seconds(node, pod, leaving) == pytest.approx(reference_room(node, pod, leaving)), (
+                    case,
+                    now,
+                    pod,
+                )
 
 
 # --------------------------------------------------------------------------------------------------------------------

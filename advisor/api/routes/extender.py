@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.scoring import extender_priorities, filter_nodes, jct_remaining
+from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
@@ -71,7 +71,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         config=ctx.scoring,
         now_seconds=now,
         predictors=predictors,
-        remaining=jct_remaining(predictors, now),
+        leaving=jct_leave_times(predictors, now),
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)
