@@ -1,13 +1,13 @@
 """Kubernetes adapter of the advisor: watch bound pods (→ GPU allocations, CPU/memory requests) and nodes
-(→ allocatable CPU/memory, deletions).
+(→ allocatable CPU/memory, labels, deletions).
 
 The only advisor module that imports the kubernetes client. A background thread lists, then watches, pods with a
 `spec.nodeName` (bound) and feeds `ClusterState.replace_pods` / `update_pod`: GPU pods that are Pending or Running
 become allocations (with their `status.startTime`, from which the extender filter predicts when they leave), and
 every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler counts it until it is gone)
 that requests CPU or memory becomes a `PodResources` record. A second thread lists, then watches, nodes for their
-`status.allocatable` cpu/memory and forgets deleted ones. Errors are logged once per kind and retried with a capped
-backoff; an expired resource version re-lists.
+`status.allocatable` cpu/memory and labels (for pods' node selectors in the extender filter) and forgets deleted
+ones. Errors are logged once per kind and retried with a capped backoff; an expired resource version re-lists.
 """
 
 from __future__ import annotations
@@ -241,11 +241,16 @@ class KubeWatch:
     def _watch_nodes(self) -> None:
         listed = self._api.list_node(_request_timeout=self._request_timeout)
         allocatable: dict[str, tuple[int, int]] = {}
+        labels: dict[str, dict[str, str]] = {}
         for n in listed.items:
+            if n.metadata is None or not n.metadata.name:
+                continue
             value = _allocatable_of_model(n)
-            if value is not None and n.metadata is not None and n.metadata.name:
+            if value is not None:
                 allocatable[n.metadata.name] = value
+            labels[n.metadata.name] = n.metadata.labels or {}
         self._state.replace_allocatable(allocatable)
+        self._state.replace_node_labels(labels)
         w = watch.Watch()  # type: ignore[no-untyped-call]
         try:
             for event in w.stream(  # type: ignore[no-untyped-call]
@@ -261,6 +266,7 @@ class KubeWatch:
                     self._state.remove_node(name)
                 else:
                     self._state.set_allocatable(name, _allocatable_of_model(event["object"]))
+                    self._state.set_node_labels(name, event["object"].metadata.labels or {})
         except ApiException as e:
             if e.status != _HTTP_GONE:
                 raise

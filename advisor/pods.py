@@ -223,3 +223,110 @@ def pod_request(
 def pod_key(namespace: str, name: str) -> str:
     """How the advisor names a pod everywhere: `namespace/name`."""
     return f"{namespace}/{name}"
+
+
+# Node placement: the pod's own constraints on nodes (kube-scheduler's NodeAffinity plugin, required part).
+
+_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+_FIELD_OPERATORS = frozenset({"In", "NotIn"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One `matchExpressions` (node labels) or `matchFields` (`metadata.name`) entry of a node selector term."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, value: str | None) -> bool:
+        """Whether a node whose label `key` is `value` (None: absent) meets it, as `k8s.io/api/core/v1` defines."""
+        if self.operator == "In":
+            return value is not None and value in self.values
+        if self.operator == "NotIn":
+            return value is None or value not in self.values
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        number, bound = _int_or_none(value), _int_or_none(self.values[0] if len(self.values) == 1 else None)
+        if number is None or bound is None:
+            return False
+        return number > bound if self.operator == "Gt" else number < bound
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """A `nodeSelectorTerms` entry: every expression on the node's labels and every field requirement hold (a term
+    with neither matches no node, as in Kubernetes)."""
+
+    expressions: tuple[NodeRequirement, ...] = ()
+    fields: tuple[NodeRequirement, ...] = ()
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        if not self.expressions and not self.fields:
+            return False
+        return all(r.matches(labels.get(r.key)) for r in self.expressions) and all(
+            r.matches(name if r.key == "metadata.name" else None) for r in self.fields
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlacement:
+    """Where a pod may run by its own spec: `spec.nodeSelector` (every label equal) and, when given, the terms of
+    `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` (any one term). Taints, preferred
+    affinity and inter-pod affinity are not read."""
+
+    selector: Mapping[str, str]
+    terms: tuple[NodeSelectorTerm, ...] | None = None
+
+    def admits(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Whether a node called `name` with these labels meets the pod's constraints."""
+        if any(labels.get(k) != v for k, v in self.selector.items()):
+            return False
+        return self.terms is None or any(t.matches(name, labels) for t in self.terms)
+
+
+def node_placement(
+    node_selector: Mapping[str, str] | None, required_terms: Sequence[object] | None
+) -> NodePlacement | None:
+    """The pod's `NodePlacement`, None when it constrains nothing — or when a term uses an operator this reader does not
+    know (the API server validates them; an unreadable constraint is better ignored than guessed at: the caller then
+    treats every node as one the pod may use)."""
+    if not node_selector and required_terms is None:
+        return None
+    terms: list[NodeSelectorTerm] | None = None
+    if required_terms is not None:
+        terms = []
+        for term in required_terms:
+            if not isinstance(term, Mapping):
+                return None
+            expressions = _requirements(term.get("matchExpressions"), _OPERATORS)
+            fields = _requirements(term.get("matchFields"), _FIELD_OPERATORS)
+            if expressions is None or fields is None:
+                return None
+            terms.append(NodeSelectorTerm(expressions, fields))
+    return NodePlacement(dict(node_selector or {}), None if terms is None else tuple(terms))
+
+
+def _requirements(raw: object, operators: frozenset[str]) -> tuple[NodeRequirement, ...] | None:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list | tuple):
+        return None
+    out: list[NodeRequirement] = []
+    for r in raw:
+        if not isinstance(r, Mapping):
+            return None
+        key, operator, values = r.get("key"), r.get("operator"), r.get("values") or ()
+        if not isinstance(key, str) or operator not in operators or not isinstance(values, list | tuple):
+            return None
+        out.append(NodeRequirement(key, str(operator), tuple(str(v) for v in values)))
+    return tuple(out)

@@ -1152,20 +1152,28 @@ def filter_nodes(
     now_seconds: float | None = None,
     predictors: Predictors | None = None,
     leaving: LeaveTimes | None = None,
+    usable: Callable[[NodeState], bool] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
     A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share), or — where known —
     free CPU or memory for the pod's own request, or (with `predictors` and `leaving`, `wait_verdicts`) when the
-    pod would finish sooner by waiting for a faster GPU model. Unknown or stale nodes
-    pass unless `config.strict_staleness`.
+    pod would finish sooner by waiting for a faster GPU model (on a node `usable` does not rule out). Unknown or
+    stale nodes pass unless `config.strict_staleness`.
     """
     k = pod.whole_gpus
     passed: list[str] = []
     failed: dict[str, str] = {}
     if predictors is not None and leaving is not None:
         wait = wait_verdicts(
-            pod, names, nodes, config=config, predictors=predictors, leaving=leaving, now_seconds=now_seconds
+            pod,
+            names,
+            nodes,
+            config=config,
+            predictors=predictors,
+            leaving=leaving,
+            now_seconds=now_seconds,
+            usable=usable,
         )
     else:
         wait = {}
@@ -1323,10 +1331,12 @@ def wait_verdicts(
     predictors: Predictors,
     leaving: LeaveTimes,
     now_seconds: float | None = None,
+    usable: Callable[[NodeState], bool] | None = None,
 ) -> dict[str, str]:
     """{node: reason} for the candidates `names` that `pod` should pass over to wait for a faster GPU model (module
     docstring); room is looked for on every fresh node of `nodes`, not only the candidates, but a node that has room
-    now and is not a candidate is not counted on."""
+    now and is not a candidate is not counted on, nor one that `usable` (the pod's node selector and affinity, where
+    known) rules out."""
     if config.wait_slack is None or pod.gang is not None or (not pod.whole_gpus and not pod.is_share):
         return {}
     offered = set(names)
@@ -1335,7 +1345,9 @@ def wait_verdicts(
     fresh = [
         n
         for n in nodes.values()
-        if n.gpu_model and not _is_stale(n, config, now_seconds) and (n.name in offered or not _has_room_now(n, pod))
+        if n.gpu_model
+        and not _is_stale(n, config, now_seconds)
+        and (n.name in offered or (not _has_room_now(n, pod) and (usable is None or usable(n))))
     ]
     count = max(pod.whole_gpus, 1)
     run: dict[str, float] = {}

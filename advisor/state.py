@@ -264,6 +264,7 @@ class ClusterState:
         self._requested: dict[str, tuple[int, int, int]] = {}  # node → (milli-CPU, MiB, pods)
         self._requests_known = False
         self._allocatable: dict[str, tuple[int, int]] = {}  # node → (milli-CPU, MiB)
+        self._labels: dict[str, Mapping[str, str]] = {}  # node → its labels (from the node watch)
         self.out_of_order_dropped = 0
 
     def now(self) -> float:
@@ -390,12 +391,26 @@ class ClusterState:
             for node in changed:
                 self._rebuild(node)
 
+    def set_node_labels(self, node: str, labels: Mapping[str, str]) -> None:
+        """A node's labels (for pods' node selectors and affinity; they do not change how the node scores)."""
+        if self._labels.get(node) != labels:
+            self._labels[node] = dict(labels)
+
+    def replace_node_labels(self, labels: Mapping[str, Mapping[str, str]]) -> None:
+        """Swap in every node's labels (after a node re-list)."""
+        self._labels = {n: dict(v) for n, v in labels.items()}
+
+    def node_labels(self, node: str) -> Mapping[str, str] | None:
+        """A node's labels, None when the advisor has not seen the node object (no watch, or not listed yet)."""
+        return self._labels.get(node)
+
     def remove_node(self, node: str) -> None:
         """Forget a node deleted from the cluster."""
         with self._lock:
             self._records.pop(node, None)
             self._nodes.pop(node, None)
             self._allocatable.pop(node, None)
+            self._labels.pop(node, None)
 
     @property
     def nodes(self) -> Mapping[str, NodeState]:

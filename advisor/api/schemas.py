@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.pods import ContainerResources, PodSpecError, allocatable_of, pod_request
+from advisor.pods import ContainerResources, NodePlacement, PodSpecError, allocatable_of, node_placement, pod_request
 from advisor.scoring import PodRequest, ScoringInputError
 
 
@@ -54,6 +54,11 @@ class PodSpec(_In):
     initContainers: list[Container] | None = None  # noqa: N815 — Kubernetes' JSON name
     nodeName: str | None = None  # noqa: N815
     overhead: dict[str, Quantity] | None = None
+    nodeSelector: dict[str, str] | None = None  # noqa: N815
+    affinity: dict[str, Any] | None = None
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 class V1Pod(_In):
@@ -76,6 +81,15 @@ class V1Pod(_In):
             init_containers=[_resources(c) for c in self.spec.initContainers or []],
             overhead=self.spec.overhead,
         )
+
+    def placement(self) -> NodePlacement | None:
+        """The pod's node selector and required node affinity (None: it may run on any node as far as they go)."""
+        if self.spec is None:
+            return None
+        node_affinity = (self.spec.affinity or {}).get("nodeAffinity")
+        required = node_affinity.get(_REQUIRED) if isinstance(node_affinity, dict) else None
+        terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+        return node_placement(self.spec.nodeSelector, terms if isinstance(terms, list) else None)
 
 
 def _resources(container: Container) -> ContainerResources:
@@ -100,6 +114,9 @@ class V1Node(BaseModel):
         if not isinstance(cpu, int | float | str) or not isinstance(memory, int | float | str):
             return None
         return _allocatable(cpu, memory)
+
+    def labels(self) -> dict[str, str]:
+        return self.metadata.labels or {}
 
 
 @functools.lru_cache(maxsize=4096)

@@ -72,12 +72,16 @@ async def test_the_kube_watch_makes_a_cpu_exhausted_node_infeasible_through_the_
         await asyncio.to_thread(watch.stop)
 
 
-def test_node_objects_from_a_non_cache_capable_scheduler_give_allocatable(
+def test_node_objects_from_a_non_cache_capable_scheduler_give_allocatable_and_labels(
     state_and_client: tuple[ClusterState, TestClient],
 ) -> None:
     state, client = state_and_client
     state.replace_pods([], [PodResources("ml/web", "busy-cpu", 7500, 1024)])  # what the pod watch would feed
-    nodes = {"items": [node("busy-cpu", "8", "64Gi"), node("idle", "8", "64Gi")]}
+    labelled = node("idle", "8", "64Gi")
+    labelled["metadata"]["labels"] = {"zone": "a"}
+    nodes = {"items": [node("busy-cpu", "8", "64Gi"), labelled]}
     client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=1), "Nodes": nodes})
     assert state.nodes["busy-cpu"].cpu_allocatable_milli == 8000
+    assert state.node_labels("idle") == {"zone": "a"}
+    assert state.node_labels("busy-cpu") == {}
     _check_cpu_fit(client, nodes)

@@ -170,6 +170,27 @@ async def test_the_watch_tracks_free_cpu_and_memory_of_every_bound_pod(kmock: km
         await asyncio.to_thread(watch.stop)
 
 
+@pytest.mark.asyncio
+async def test_the_watch_keeps_every_nodes_labels_for_node_selectors(kmock: kmock.KubernetesEmulator) -> None:
+    t4 = node("t4")
+    t4["metadata"]["labels"] = {"nvidia.com/gpu.product": "Tesla-T4"}
+    kmock.objects["v1/nodes", None, "t4"] = t4
+    kmock.objects["v1/nodes", None, "bare"] = node("bare")
+    api = _api(kmock)
+    state = ClusterState()
+    watch = KubeWatch(state, AdvisorMetrics(), api, read_timeout_seconds=0.5).start()
+    try:
+        assert await _eventually(lambda: state.node_labels("t4") == {"nvidia.com/gpu.product": "Tesla-T4"})
+        assert state.node_labels("bare") == {}  # seen, without labels
+        assert state.node_labels("never-listed") is None
+        await asyncio.to_thread(api.patch_node, "bare", {"metadata": {"labels": {"zone": "a"}}})
+        assert await _eventually(lambda: state.node_labels("bare") == {"zone": "a"})
+        await asyncio.to_thread(api.delete_node, "t4")
+        assert await _eventually(lambda: state.node_labels("t4") is None)
+    finally:
+        await asyncio.to_thread(watch.stop)
+
+
 @pytest.fixture
 def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """This process in a time zone 9 hours off UTC, so local-time readings show."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from advisor.api.schemas import V1Pod
-from advisor.pods import ContainerResources, PodSpecError, parse_quantity, pod_request
+from advisor.pods import ContainerResources, NodePlacement, PodSpecError, node_placement, parse_quantity, pod_request
 from tests.advisor.factories import v1_pod
 
 
@@ -93,3 +93,122 @@ def test_quantities(value: object, expected: int) -> None:
 def test_bad_quantities_are_rejected(value: object) -> None:
     with pytest.raises(PodSpecError, match=r"^f:"):
         parse_quantity(value, "f")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Node placement: spec.nodeSelector and the required node affinity
+
+
+def placement_of(spec: dict[str, object]) -> NodePlacement | None:
+    manifest = v1_pod(gpus=1)
+    manifest["spec"].update(spec)
+    return V1Pod.model_validate(manifest).placement()
+
+
+def required(*terms: object) -> dict[str, object]:
+    return {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}
+        }
+    }
+
+
+def expr(key: str, operator: str, *values: str) -> dict[str, object]:
+    return {"key": key, "operator": operator, **({"values": list(values)} if values else {})}
+
+
+T4 = {"nvidia.com/gpu.product": "Tesla-T4", "zone": "a", "gpus": "8"}
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "zone": "b", "gpus": "8"}
+
+
+def test_a_pod_without_node_constraints_has_no_placement() -> None:
+    assert placement_of({}) is None
+    assert placement_of({"nodeSelector": {}}) is None
+    assert placement_of({"affinity": {"podAntiAffinity": {}}}) is None  # inter-pod affinity is not read
+
+
+def test_a_node_selector_needs_every_label_equal() -> None:
+    placement = placement_of({"nodeSelector": {"nvidia.com/gpu.product": "Tesla-T4", "zone": "a"}})
+    assert placement is not None
+    assert placement.admits("t4", T4)
+    assert not placement.admits("h100", H100)
+    assert not placement.admits("bare", {})
+
+
+@pytest.mark.parametrize(
+    ("requirement", "admits_t4", "admits_h100"),
+    [
+        (expr("nvidia.com/gpu.product", "In", "Tesla-T4", "Tesla-V100"), True, False),
+        (expr("nvidia.com/gpu.product", "NotIn", "Tesla-T4"), False, True),
+        (expr("zone", "Exists"), True, True),
+        (expr("spot", "DoesNotExist"), True, True),
+        (expr("zone", "DoesNotExist"), False, False),
+        (expr("gpus", "Gt", "4"), True, True),
+        (expr("gpus", "Lt", "4"), False, False),
+        (expr("zone", "Gt", "4"), False, False),  # not an integer: Gt/Lt never match
+        (expr("missing", "NotIn", "x"), True, True),  # an absent label is not in any set
+    ],
+)
+def test_match_expressions_follow_the_kubernetes_operators(
+    requirement: dict[str, object], admits_t4: bool, admits_h100: bool
+) -> None:
+    placement = placement_of(required({"matchExpressions": [requirement]}))
+    assert placement is not None
+    assert (placement.admits("t4", T4), placement.admits("h100", H100)) == (admits_t4, admits_h100)
+
+
+def test_terms_are_alternatives_and_their_expressions_all_hold() -> None:
+    placement = placement_of(
+        required(
+            {
+                "matchExpressions": [
+                    expr("zone", "In", "a"),
+                    expr("nvidia.com/gpu.product", "In", "NVIDIA-H100-80GB-HBM3"),
+                ]
+            },
+            {"matchFields": [expr("metadata.name", "In", "t4")]},
+        )
+    )
+    assert placement is not None
+    assert placement.admits("t4", T4)  # by its name (the second term)
+    assert not placement.admits("t4-other", T4)  # zone a but a T4: the first term fails too
+    assert not placement.admits("h100", H100)  # an H100 but zone b
+    assert placement.admits("h100", {**H100, "zone": "a"})
+
+
+def test_the_selector_and_the_affinity_must_both_hold() -> None:
+    placement = placement_of(
+        {"nodeSelector": {"zone": "a"}, **required({"matchExpressions": [expr("gpus", "In", "8")]})}
+    )
+    assert placement is not None
+    assert placement.admits("t4", T4)
+    assert not placement.admits("h100", H100)
+
+
+def test_an_empty_term_matches_no_node_as_in_kubernetes() -> None:
+    placement = placement_of(required({}))
+    assert placement is not None
+    assert not placement.admits("t4", T4)
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        {"matchExpressions": [expr("zone", "Near", "a")]},
+        {"matchFields": [expr("metadata.name", "Exists")]},  # fields take In / NotIn only
+        {"matchExpressions": [{"operator": "In", "values": ["a"]}]},  # no key
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": "a"}]},  # values not a list
+        {"matchExpressions": "zone=a"},
+        "zone=a",  # a term that is not an object
+    ],
+)
+def test_a_constraint_this_reader_cannot_read_is_ignored_rather_than_guessed(term: object) -> None:
+    assert placement_of(required(term)) is None
+
+
+def test_node_placement_without_a_pod() -> None:
+    assert node_placement(None, None) is None
+    placement = node_placement({"zone": "a"}, None)
+    assert placement is not None
+    assert placement.terms is None
+    assert placement.admits("any", {"zone": "a"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -236,6 +236,18 @@ def test_nobody_waits_without_an_estimate_in_a_gang_or_when_off(
     assert isinstance(Predictors.heuristic().jct, HeuristicJct)
     nodes = [full_fast(), gpu_node("slow", SLOW)]
     assert verdicts(nodes, {"ml/a": 100.0}, pod=pod, config=config, predictors=predictors) == {}, case
+
+
+def test_a_fast_node_the_pod_may_not_use_is_not_waited_for() -> None:
+    nodes = {n.name: n for n in (full_fast(), gpu_node("slow", SLOW))}
+    leaving = ends({"ml/a": 100.0, "ml/b": 5000.0})
+
+    def wait(usable: Callable[[NodeState], bool] | None) -> dict[str, str]:
+        return wait_verdicts(POD, ["slow"], nodes, config=CONFIG, predictors=PREDICTORS, leaving=leaving, usable=usable)
+
+    assert set(wait(None)) == {"slow"}
+    assert wait(lambda n: n.name != "fast") == {}  # e.g. a node selector that picks the slow model
+    assert set(wait(lambda n: n.name != "slow")) == {"slow"}  # offered by the scheduler: a candidate is never ruled out
 
 
 def test_nobody_waits_in_a_cluster_of_one_gpu_model() -> None:
@@ -501,6 +513,37 @@ def test_a_fast_node_with_room_that_the_scheduler_did_not_offer_is_not_waited_fo
     offered = filter_(client, ["slow", "fast-free"])
     assert offered["NodeNames"] == ["fast-free"]
     assert set(offered["FailedNodes"]) == {"slow"}
+
+
+def test_a_pod_pinned_to_the_slow_model_by_its_node_selector_does_not_wait_for_the_fast_one(
+    client: TestClient, state: ClusterState, clock: Clock
+) -> None:
+    fill_fast_node(client, state, started=clock.now - 60)
+    pinned = v1_pod(gpus=1, labels={"gpuadvisor.io/workload": WORKLOAD})
+    pinned["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Tesla-T4"}
+    body = {"Pod": pinned, "NodeNames": ["slow"]}
+    # The node watch has not reported the fast node's labels: it may be one the pod can use, so the pod waits.
+    assert set(client.post("/extender/filter", json=body).json()["FailedNodes"]) == {"slow"}
+    state.set_node_labels("fast", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    state.set_node_labels("slow", {"nvidia.com/gpu.product": "Tesla-T4"})
+    assert client.post("/extender/filter", json=body).json()["NodeNames"] == ["slow"]
+    # The same through a required node affinity; and a pod not pinned still waits.
+    del pinned["spec"]["nodeSelector"]
+    pinned["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["NVIDIA-H100-80GB-HBM3"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    assert client.post("/extender/filter", json=body).json()["NodeNames"] == ["slow"]
+    assert set(filter_(client, ["slow"])["FailedNodes"]) == {"slow"}
 
 
 def test_the_extender_filter_answers_every_candidate_for_a_pod_without_a_workload(

@@ -10,6 +10,8 @@ model and the residents' start times).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pydantic_core
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -17,18 +19,34 @@ from fastapi.responses import Response
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
+from advisor.scoring import NodeState, extender_priorities, filter_nodes, jct_leave_times
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
 
 def _take_allocatable(args: ExtenderArgs, ctx: AppContext) -> None:
     """Without `nodeCacheCapable` the scheduler sends full node objects: keep their `status.allocatable` cpu/memory
-    (the node watch gives the same; a node's state changes only when the value does)."""
+    and labels (the node watch gives the same; a node's state changes only when the value does)."""
     for node in args.Nodes.items or [] if args.Nodes is not None else []:
         allocatable = node.allocatable()
-        if allocatable is not None and node.metadata.name:
-            ctx.state.set_allocatable(node.metadata.name, allocatable)
+        if node.metadata.name:
+            ctx.state.set_node_labels(node.metadata.name, node.labels())
+            if allocatable is not None:
+                ctx.state.set_allocatable(node.metadata.name, allocatable)
+
+
+def _usable(args: ExtenderArgs, ctx: AppContext) -> Callable[[NodeState], bool] | None:
+    """The nodes the pod's node selector and required node affinity allow, by the labels of the node watch; a node
+    whose labels the advisor has not seen counts as allowed (None: the pod constrains nothing)."""
+    placement = args.Pod.placement()
+    if placement is None:
+        return None
+
+    def usable(node: NodeState) -> bool:
+        labels = ctx.state.node_labels(node.name)
+        return labels is None or placement.admits(node.name, labels)
+
+    return usable
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -72,6 +90,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         now_seconds=now,
         predictors=predictors,
         leaving=jct_leave_times(predictors, now),
+        usable=_usable(args, ctx),
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)
