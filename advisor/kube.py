@@ -1,5 +1,5 @@
-"""Kubernetes adapter of the advisor: watch bound pods (→ GPU allocations, CPU/memory requests) and nodes
-(→ allocatable CPU/memory, labels, deletions).
+"""Kubernetes adapter of the advisor: watch bound pods (→ GPU allocations, CPU/memory requests), nodes
+(→ allocatable CPU/memory, labels, deletions) and pending GPU pods (→ the queue the filter holds nodes for).
 
 The only advisor module that imports the kubernetes client. A background thread lists, then watches, pods with a
 `spec.nodeName` (bound) and feeds `ClusterState.replace_pods` / `update_pod`: GPU pods that are Pending or Running
@@ -7,7 +7,9 @@ become allocations (with their `status.startTime`, from which the extender filte
 every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler counts it until it is gone)
 that requests CPU or memory becomes a `PodResources` record. A second thread lists, then watches, nodes for their
 `status.allocatable` cpu/memory and labels (for pods' node selectors in the extender filter) and forgets deleted
-ones. Errors are logged once per kind and retried with a capped backoff; an expired resource version re-lists.
+ones. A third lists, then watches, unbound Pending pods and feeds `ClusterState.replace_pending` / `update_pending`
+with those that ask for GPUs (`PendingPod`: request, priority, creation time, node selector and affinity). Errors
+are logged once per kind and retried with a capped backoff; an expired resource version re-lists.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -25,14 +26,17 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from advisor.api.metrics import AdvisorMetrics
 from advisor.pods import (
+    DEFAULT_SCHEDULER,
     ContainerResources,
     PodSpecError,
     allocatable_of,
     cpu_memory_request,
+    placement_of_spec,
     pod_key,
     pod_request,
+    rfc3339_seconds,
 )
-from advisor.state import ClusterState, PodAllocation, PodResources
+from advisor.state import ClusterState, PendingPod, PodAllocation, PodResources
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ _TERMINATED_PHASES = {"Succeeded", "Failed"}
 _WATCH_TIMEOUT_SECONDS = 300
 _MAX_BACKOFF_SECONDS = 30.0
 _HTTP_GONE = 410
+_PENDING_SELECTOR = "spec.nodeName=,status.phase=Pending"
 
 
 def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
@@ -79,25 +84,54 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
     )
 
 
+def pending_from_pod(pod: Mapping[str, Any]) -> PendingPod | None:
+    """A pod object (API JSON form) waiting to be scheduled with a GPU request, or None (bound, not Pending, being
+    deleted, no GPU, or a request that cannot be read)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending" or meta.get("deletionTimestamp"):
+        return None
+    try:
+        request = pod_request(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            labels=meta.get("labels") or {},
+            annotations=meta.get("annotations") or {},
+            containers=_resources(spec.get("containers")),
+            init_containers=_resources(spec.get("initContainers")),
+            overhead=spec.get("overhead"),
+        )
+    except PodSpecError:
+        return None  # the bound pod's watch logs it once it is scheduled
+    if request.whole_gpus == 0 and not request.is_share:
+        return None
+    priority = spec.get("priority")
+    return PendingPod(
+        pod=request.name,
+        request=request,
+        scheduler=spec.get("schedulerName") or DEFAULT_SCHEDULER,
+        priority=priority if isinstance(priority, int) else 0,
+        created_seconds=_time_of(pod, meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+        placement=placement_of_spec(spec),
+    )
+
+
 def _started_seconds(pod: Mapping[str, Any]) -> float | None:
     """`status.startTime` (RFC 3339; the client's serialiser writes `+00:00` for `Z`) as Unix seconds, the clock of
     `ClusterState.now`; None when absent (not started yet) or unreadable (logged: the pod then counts as never
     leaving its GPUs)."""
-    raw = (pod.get("status") or {}).get("startTime")
+    return _time_of(pod, (pod.get("status") or {}).get("startTime"), "status.startTime")
+
+
+def _time_of(pod: Mapping[str, Any], raw: object, field: str) -> float | None:
+    """An RFC 3339 time of `pod` as Unix seconds; None when absent or unreadable (logged)."""
     if raw is None:
         return None
-    try:
-        started = datetime.fromisoformat(raw) if isinstance(raw, str) else None
-    except ValueError:
-        started = None
-    if started is None:
+    seconds = rfc3339_seconds(raw)
+    if seconds is None:
         meta = pod.get("metadata") or {}
-        log.warning(
-            "pod %s/%s: status.startTime %r is not an RFC 3339 time", meta.get("namespace"), meta.get("name"), raw
-        )
-        return None
-    # Kubernetes writes UTC; a time without an offset is read as UTC, not as this host's local time.
-    return (started if started.tzinfo is not None else started.replace(tzinfo=UTC)).timestamp()
+        log.warning("pod %s/%s: %s %r is not an RFC 3339 time", meta.get("namespace"), meta.get("name"), field, raw)
+    return seconds
 
 
 def _resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerResources]:
@@ -141,7 +175,7 @@ def _allocatable_of_model(node: Any) -> tuple[int, int] | None:
 
 
 class KubeWatch:
-    """Two daemon threads (pods, nodes) keeping `state` in step with the cluster until `stop()`."""
+    """Three daemon threads (bound pods, nodes, pending pods) keeping `state` in step with the cluster till `stop()`."""
 
     def __init__(
         self,
@@ -162,6 +196,7 @@ class KubeWatch:
         self._threads = [
             threading.Thread(target=self._loop, args=(self._watch_pods,), name="advisor-pods", daemon=True),
             threading.Thread(target=self._loop, args=(self._watch_nodes,), name="advisor-nodes", daemon=True),
+            threading.Thread(target=self._loop, args=(self._watch_pending,), name="advisor-pending", daemon=True),
         ]
 
     def start(self) -> KubeWatch:
@@ -232,6 +267,35 @@ class KubeWatch:
                     None if deleted else resources_from_pod(obj),
                 )
                 self._metrics.allocations.set(len(self._state.allocations()))
+        except ApiException as e:
+            if e.status != _HTTP_GONE:
+                raise
+        finally:
+            w.stop()  # type: ignore[no-untyped-call]
+
+    def _watch_pending(self) -> None:
+        """Pods not yet bound (the queue the extender filter holds nodes for)."""
+        listed = self._api.list_pod_for_all_namespaces(
+            field_selector=_PENDING_SELECTOR, _request_timeout=self._request_timeout
+        )
+        pending = [p for p in (pending_from_pod(self._as_dict(o)) for o in listed.items) if p is not None]
+        self._state.replace_pending(pending)
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                self._api.list_pod_for_all_namespaces,
+                field_selector=_PENDING_SELECTOR,
+                resource_version=listed.metadata.resource_version if listed.metadata else None,
+                timeout_seconds=_WATCH_TIMEOUT_SECONDS,
+                _request_timeout=self._request_timeout,
+            ):
+                if self._stop.is_set():
+                    return
+                obj = self._as_dict(event["object"])
+                meta = obj.get("metadata") or {}
+                key = pod_key(meta.get("namespace", ""), meta.get("name", ""))
+                # A pod that is bound leaves the selector: the API server sends it as DELETED.
+                self._state.update_pending(key, None if event["type"] == "DELETED" else pending_from_pod(obj))
         except ApiException as e:
             if e.status != _HTTP_GONE:
                 raise

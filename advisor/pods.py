@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from advisor.scoring import WHOLE_GPU_MILLI, PodRequest, ScoringInputError
@@ -29,6 +30,7 @@ GPU_MILLI_ANNOTATION = "gpuadvisor.io/gpu-milli"
 GPU_MEMORY_ANNOTATION = "gpuadvisor.io/gpu-memory-bytes"
 WORKLOAD_LABEL = "gpuadvisor.io/workload"
 GANG_KEYS = ("scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
+DEFAULT_SCHEDULER = "default-scheduler"
 
 # apimachinery's quantity grammar (resource.Quantity): a signed decimal number, then an exponent (`1e3`, `5E-1`) or
 # one SI suffix, binary (`Ki`..`Ei`) or decimal (`n`, `u`, `m`, `k`, `M`..`E`). Parsed here rather than with the
@@ -330,3 +332,31 @@ def _requirements(raw: object, operators: frozenset[str]) -> tuple[NodeRequireme
             return None
         out.append(NodeRequirement(key, str(operator), tuple(str(v) for v in values)))
     return tuple(out)
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def placement_of_spec(spec: Mapping[str, object]) -> NodePlacement | None:
+    """`node_placement` of a pod spec (API JSON form): its `nodeSelector` and required node affinity terms."""
+    selector = spec.get("nodeSelector")
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = node_affinity.get(_REQUIRED) if isinstance(node_affinity, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    return node_placement(
+        {str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else None,
+        terms if isinstance(terms, list) else None,
+    )
+
+
+def rfc3339_seconds(raw: object) -> float | None:
+    """An RFC 3339 time as Kubernetes writes it (`Z`, or `+00:00` as the client's serialiser does; a time without an
+    offset is UTC, not this host's local time) as Unix seconds; None when it is not one."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()

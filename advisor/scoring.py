@@ -327,7 +327,9 @@ class ScoringConfig:
     (milli) and memory (MiB) request, and tasks without GPU (0, 0, p, cpu, memory): then `resources` is their
     CPU/memory side and nodes with known free CPU/memory are scored with it. `wait_slack` is the filter's patience
     (`wait_verdicts`): a node is passed over when the pod's predicted run time there exceeds `wait_slack` × the
-    soonest predicted finish after waiting for room on any GPU model; None never waits.
+    soonest predicted finish after waiting for room on any GPU model; None never waits. `hold_for_blocked`: the
+    filter keeps pods off the nodes held for the first pending pod that has no room (`reserve`, `reserved_verdicts`)
+    unless they are predicted to finish before it starts.
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -343,6 +345,7 @@ class ScoringConfig:
     task_sizes: tuple[tuple[int, float], ...] | None = None
     extender_span_points: float = DEFAULT_EXTENDER_SPAN_POINTS
     wait_slack: float | None = DEFAULT_WAIT_SLACK
+    hold_for_blocked: bool = True
     resources: MixResources | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -1153,30 +1156,36 @@ def filter_nodes(
     predictors: Predictors | None = None,
     leaving: LeaveTimes | None = None,
     usable: Callable[[NodeState], bool] | None = None,
+    reservation: Reservation | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
     A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share), or — where known —
     free CPU or memory for the pod's own request, or (with `predictors` and `leaving`, `wait_verdicts`) when the
-    pod would finish sooner by waiting for a faster GPU model (on a node `usable` does not rule out). Unknown or
-    stale nodes pass unless `config.strict_staleness`.
+    pod would finish sooner by waiting for a faster GPU model (on a node `usable` does not rule out), or when it is
+    held by `reservation` for a blocked pod and the pod would not finish before that starts (`reserved_verdicts`; the
+    wait reason first). Unknown or stale nodes pass unless `config.strict_staleness`.
     """
     k = pod.whole_gpus
     passed: list[str] = []
     failed: dict[str, str] = {}
+    held: dict[str, str] = {}
+    if predictors is not None and reservation is not None:
+        held = reserved_verdicts(pod, sorted(reservation.nodes), nodes, reservation, predictors=predictors)
+    wait: dict[str, str] = {}
     if predictors is not None and leaving is not None:
+        # Room on a node held for another pod is not room for this one: it neither waits for it nor is offered it.
         wait = wait_verdicts(
             pod,
-            names,
+            [n for n in names if n not in held],
             nodes,
             config=config,
             predictors=predictors,
             leaving=leaving,
             now_seconds=now_seconds,
-            usable=usable,
+            usable=not_held(held, usable),
         )
-    else:
-        wait = {}
+    wait = held | wait
     for name in names:
         node = nodes.get(name)
         if node is None or _is_stale(node, config, now_seconds):
@@ -1386,3 +1395,125 @@ def wait_verdicts(
                 f"now there vs ~{here:.0f} s on this {state.gpu_model}"
             )
     return verdicts
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Holding nodes for a blocked pending pod (EASY backfilling)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held for `pod`, a pending pod (or the members of a gang) that has no room now: `nodes` of `gpu_model`
+    are where it is predicted to start first, `start_seconds` from now. Other pods may use them only if they are
+    predicted to finish before that (`reserved_verdicts`)."""
+
+    pod: str
+    gpu_model: str
+    nodes: frozenset[str]
+    start_seconds: float
+
+
+def _slots_in(node: NodeState, pod: PodRequest, leaving: LeaveTimes) -> list[float]:
+    """Predicted seconds until `node` has room for one, two, … pods like `pod` (ascending, inf where never): the j-th
+    whole-GPU request waits for the (j·k)-th healthy GPU to empty; a share counts one slot (`room_seconds`)."""
+    if not pod.whole_gpus:
+        return [room_seconds(node, pod, leaving)]
+    k = pod.whole_gpus
+    now = leaving.now_seconds
+    ends = _gpu_ends(node, leaving)
+    if ends.first > now:
+        busy = [last - now for last in ends.lasts]
+    else:
+        busy = sorted(last - now if first > now else math.inf for first, last in ends.spans)
+    times = [0.0] * node.free_gpus + busy
+    return times[k - 1 :: k]
+
+
+def reserve(
+    pod: PodRequest,
+    nodes: Mapping[str, NodeState],
+    *,
+    members: int = 1,
+    config: ScoringConfig,
+    predictors: Predictors,
+    leaving: LeaveTimes,
+    now_seconds: float | None = None,
+    usable: Callable[[NodeState], bool] | None = None,
+) -> Reservation | None:
+    """Where and when `members` pods like `pod` (1, or the pending members of its gang) are predicted to start
+    first: per GPU model, the `members`-th soonest slot over its fresh nodes (`_slots_in`, one node may give several);
+    the model on which the pod would finish first (its JCT estimate; without one, the soonest start). None when no
+    model is predicted to ever have room (ends unknown) — nothing is held then."""
+    slots: dict[str, list[tuple[float, str]]] = {}
+    for node in nodes.values():
+        if not node.gpu_model or _is_stale(node, config, now_seconds) or (usable is not None and not usable(node)):
+            continue
+        slots.setdefault(node.gpu_model, []).extend((t, node.name) for t in _slots_in(node, pod, leaving))
+    best: tuple[float, float, str, frozenset[str]] | None = None
+    for model, found in slots.items():
+        if len(found) < members:
+            continue
+        first = sorted(found)[:members]
+        start = first[-1][0]
+        if not math.isfinite(start):
+            continue
+        run = predictors.jct.jct_seconds(pod.workload, model, max(pod.whole_gpus, 1) * members)
+        finish = start + run if run is not None and run > 0 else start
+        if best is None or (finish, start) < best[:2]:
+            best = (finish, start, model, frozenset(name for _, name in first))
+    if best is None:
+        return None
+    return Reservation(pod=pod.name, gpu_model=best[2], nodes=best[3], start_seconds=best[1])
+
+
+def not_held(held: Mapping[str, str], usable: Callable[[NodeState], bool] | None) -> Callable[[NodeState], bool] | None:
+    """`usable` less the nodes in `held` (`reserved_verdicts` over a reservation's nodes)."""
+    if not held:
+        return usable
+    return lambda n: n.name not in held and (usable is None or usable(n))
+
+
+def reserved_verdicts(
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    reservation: Reservation,
+    *,
+    predictors: Predictors,
+) -> dict[str, str]:
+    """{node: reason} for the candidates held by `reservation` on which `pod` would still run when the held pod is
+    predicted to start (a pod without a JCT estimate counts as running past it)."""
+    verdicts: dict[str, str] = {}
+    for name in names:
+        state = nodes.get(name)
+        if name not in reservation.nodes or state is None:
+            continue
+        run = predictors.jct.jct_seconds(pod.workload, state.gpu_model, max(pod.whole_gpus, 1))
+        if run is None or run > reservation.start_seconds:
+            why = "this pod has no JCT estimate" if run is None else f"this pod would run ~{run:.0f} s"
+            verdicts[name] = (
+                f"held for {reservation.pod}, pending and predicted to start here in "
+                f"~{reservation.start_seconds:.0f} s; {why}"
+            )
+    return verdicts
+
+
+def fits_now(
+    pod: PodRequest,
+    nodes: Mapping[str, NodeState],
+    *,
+    members: int = 1,
+    config: ScoringConfig,
+    now_seconds: float | None = None,
+    usable: Callable[[NodeState], bool] | None = None,
+) -> bool:
+    """Whether `members` pods like `pod` (1, or a gang's) have room now on the fresh nodes that `usable` allows (GPUs
+    only: CPU and memory are not counted)."""
+    room = 0
+    for n in nodes.values():
+        if not _has_room_now(n, pod) or _is_stale(n, config, now_seconds) or (usable is not None and not usable(n)):
+            continue
+        room += n.free_gpus // pod.whole_gpus if pod.whole_gpus else 1
+        if room >= members:
+            return True
+    return False

@@ -43,6 +43,10 @@ class AdvisorSettings(BaseSettings):
     # finish after waiting for room on a faster GPU model (JCT model needed; docs/advisor.md, "Waiting for a faster
     # GPU"); 0 = never wait. Below 1 even the node with the soonest finish would fail, so 0 < value < 1 is refused.
     wait_slack: float = Field(default=DEFAULT_WAIT_SLACK, ge=0)
+    # The extender filter holds nodes for the first pending GPU pod (queue order: priority, then age) that has no room
+    # anywhere, from when it is predicted to start there, and lets others onto them only if they are predicted to
+    # finish first (EASY backfilling; docs/advisor.md, "Holding nodes for a blocked pod"). Needs the pod watch.
+    hold_for_blocked: bool = True
 
     @field_validator("wait_slack")
     @classmethod

@@ -33,13 +33,35 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from advisor.pods import pod_key
-from advisor.scoring import WHOLE_GPU_MILLI, GpuState, NodeState, Resident, Topology
+from advisor.pods import DEFAULT_SCHEDULER, NodePlacement, pod_key
+from advisor.scoring import WHOLE_GPU_MILLI, GpuState, NodeState, PodRequest, Resident, Topology
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 
 HOST_RESIDENT = "host"
 _MIN_INFERRED_SHARE_MILLI = 100
 _SHARE_STEP_MILLI = 50
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A GPU pod waiting to be scheduled (from the Kubernetes API): its request, where it may run, and its place in
+    kube-scheduler's queue (higher `priority` first, then older `created_seconds`, Unix seconds; None: unknown)."""
+
+    pod: str
+    request: PodRequest
+    scheduler: str = DEFAULT_SCHEDULER
+    priority: int = 0
+    created_seconds: float | None = None
+    placement: NodePlacement | None = None
+
+    def queue_key(self) -> tuple[int, float, str]:
+        """Sorts as kube-scheduler's default queue does (PrioritySort: priority, then the time it was queued)."""
+        return queue_key(self.pod, self.priority, self.created_seconds)
+
+
+def queue_key(pod: str, priority: int, created_seconds: float | None) -> tuple[int, float, str]:
+    """A pod's place in kube-scheduler's default queue: higher priority first, then older (unknown age: last)."""
+    return (-priority, created_seconds if created_seconds is not None else math.inf, pod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +287,7 @@ class ClusterState:
         self._requests_known = False
         self._allocatable: dict[str, tuple[int, int]] = {}  # node → (milli-CPU, MiB)
         self._labels: dict[str, Mapping[str, str]] = {}  # node → its labels (from the node watch)
+        self._pending: dict[str, PendingPod] = {}  # pod → pending GPU pod (from the pending-pod watch)
         self.out_of_order_dropped = 0
 
     def now(self) -> float:
@@ -403,6 +426,21 @@ class ClusterState:
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         """A node's labels, None when the advisor has not seen the node object (no watch, or not listed yet)."""
         return self._labels.get(node)
+
+    def update_pending(self, pod: str, pending: PendingPod | None) -> None:
+        """Record (or forget: None, once bound or deleted) a pending GPU pod."""
+        if pending is None:
+            self._pending.pop(pod, None)
+        else:
+            self._pending[pod] = pending
+
+    def replace_pending(self, pending: Iterable[PendingPod]) -> None:
+        """Swap in the full list of pending GPU pods (after a re-list)."""
+        self._pending = {p.pod: p for p in pending}
+
+    def pending(self) -> list[PendingPod]:
+        """Pending GPU pods in kube-scheduler's queue order."""
+        return sorted(self._pending.values(), key=PendingPod.queue_key)
 
     def remove_node(self, node: str) -> None:
         """Forget a node deleted from the cluster."""

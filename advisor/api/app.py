@@ -47,6 +47,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         task_mix=settings.task_mix,
         extender_span_points=settings.extender_span_points,
         wait_slack=settings.wait_slack or None,
+        hold_for_blocked=settings.hold_for_blocked,
     )
 
 

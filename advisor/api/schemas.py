@@ -13,8 +13,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.pods import ContainerResources, NodePlacement, PodSpecError, allocatable_of, node_placement, pod_request
+from advisor.pods import (
+    DEFAULT_SCHEDULER,
+    ContainerResources,
+    NodePlacement,
+    PodSpecError,
+    allocatable_of,
+    placement_of_spec,
+    pod_request,
+    rfc3339_seconds,
+)
 from advisor.scoring import PodRequest, ScoringInputError
+from advisor.state import queue_key
 
 
 class _In(BaseModel):
@@ -37,6 +47,7 @@ class ObjectMeta(_In):
     uid: str = ""
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+    creationTimestamp: str | None = None  # noqa: N815
 
 
 class ResourceRequirements(_In):
@@ -56,9 +67,8 @@ class PodSpec(_In):
     overhead: dict[str, Quantity] | None = None
     nodeSelector: dict[str, str] | None = None  # noqa: N815
     affinity: dict[str, Any] | None = None
-
-
-_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+    priority: int | None = None
+    schedulerName: str | None = None  # noqa: N815
 
 
 class V1Pod(_In):
@@ -82,14 +92,19 @@ class V1Pod(_In):
             overhead=self.spec.overhead,
         )
 
+    def scheduler(self) -> str:
+        return (self.spec.schedulerName if self.spec else None) or DEFAULT_SCHEDULER
+
+    def queue_key(self, name: str) -> tuple[int, float, str]:
+        """Its place in kube-scheduler's queue (`advisor.state.queue_key`), under the advisor's pod name `name`."""
+        priority = self.spec.priority if self.spec is not None and self.spec.priority is not None else 0
+        return queue_key(name, priority, rfc3339_seconds(self.metadata.creationTimestamp))
+
     def placement(self) -> NodePlacement | None:
         """The pod's node selector and required node affinity (None: it may run on any node as far as they go)."""
         if self.spec is None:
             return None
-        node_affinity = (self.spec.affinity or {}).get("nodeAffinity")
-        required = node_affinity.get(_REQUIRED) if isinstance(node_affinity, dict) else None
-        terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
-        return node_placement(self.spec.nodeSelector, terms if isinstance(terms, list) else None)
+        return placement_of_spec({"nodeSelector": self.spec.nodeSelector, "affinity": self.spec.affinity})
 
 
 def _resources(container: Container) -> ContainerResources:

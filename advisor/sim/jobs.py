@@ -30,9 +30,14 @@ from advisor.scoring import (
     LeaveTimes,
     NodeState,
     PodRequest,
+    Reservation,
     Resident,
     ScoringConfig,
     extender_scores,
+    fits_now,
+    not_held,
+    reserve,
+    reserved_verdicts,
     score_nodes,
     wait_verdicts,
 )
@@ -128,6 +133,11 @@ class JobPolicy(Protocol):
         """A node and GPU indices for `gpus` whole GPUs (or one half GPU when `share`), or None if nothing fits."""
         ...
 
+    def hold(self, job: Job | None, state: JobState) -> bool:
+        """Called with each job of the queue that could not be placed in this scheduling pass, in order, until it
+        answers True (`job` blocked: the head, for which nodes may be held); None starts a new pass."""
+        ...
+
 
 def _used_ratio_after(state: JobState, nodes: IntArray, milli: int) -> np.ndarray:
     used: np.ndarray = (state.allocated[nodes].sum(axis=1) - (~state.exists[nodes]).sum(axis=1) * GPU_MILLI + milli) / (
@@ -146,6 +156,10 @@ class KubeJobPolicy:
         self._most = most
         self._rng = None if seed is None else np.random.default_rng(seed)
         self.name = "binpack" if most else "spread"
+
+    def hold(self, job: Job | None, state: JobState) -> bool:
+        """kube-scheduler holds nothing for a blocked pod."""
+        return job is not None
 
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
@@ -195,6 +209,8 @@ class ExtenderJobPolicy:
         self._bundle = predictors_for(table, base or Predictors.heuristic())
         self._weight = extender_weight
         self._interner = StateInterner(cluster.nodes)
+        self._per_node = cluster.max_gpus_per_node
+        self._held: Reservation | None = None
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -229,17 +245,69 @@ class ExtenderJobPolicy:
 
         return LeaveTimes(end, state.now)
 
-    def _waiting(self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, share: bool) -> IntArray:
+    def _all_nodes(self, state: JobState, job: Job, share: bool, gang: str | None) -> dict[str, NodeState]:
+        """Every node's state as `job` sees it (GPUs it may not share count as full)."""
+        for n in range(len(state.nodes)):
+            gangs = frozenset([gang]) if gang is not None and gang in state.gangs[n] else frozenset()
+            self._interner.update(n, self._node_gpus(state, n, job, share), gangs)
+        return {
+            state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
+            for n in range(len(state.nodes))
+        }
+
+    def hold(self, job: Job | None, state: JobState) -> bool:
+        """Hold nodes for the first job of the pass that has no room now (`advisor.holding`: one that only waits for
+        a faster GPU is not blocked) where it is predicted to start first (`advisor.scoring.reserve`, with what the
+        policy believes of speeds and ends), when `ScoringConfig.hold_for_blocked`."""
+        if job is None:
+            self._held = None
+            return False
+        if not self._config.hold_for_blocked or self._table is None:
+            return True
+        share = bool(self._table.norm) and job.num_gpus == 1
+        sizes = [job.num_gpus] if job.num_gpus <= self._per_node else _gang_sizes(job.num_gpus, self._per_node)
+        request = PodRequest(
+            name=job.job_id,
+            gpus=0 if share else sizes[0],
+            gpu_milli=SHARE_MILLI if share else 0,
+            workload=job.job_type,
+            gang=job.job_id if len(sizes) > 1 else None,
+        )
+        nodes = self._all_nodes(state, job, share, None)
+        if fits_now(request, nodes, members=len(sizes), config=self._config):
+            return False
+        self._held = reserve(
+            request,
+            nodes,
+            members=len(sizes),
+            config=self._config,
+            predictors=with_job(self._bundle, self._table, job),
+            leaving=self._leave_times(state),
+        )
+        return True
+
+    def _held_off(self, job: Job, request: PodRequest, state: JobState) -> dict[str, str]:
+        """The nodes held for the head (`hold`) that this job may not use: it would still run when the head starts."""
+        held = self._held
+        if held is None or held.pod == job.job_id:
+            return {}
+        by_name = {
+            node.name: self._interner.states[int(self._interner.node_state[n])]
+            for n, node in enumerate(state.nodes)
+            if node.name in held.nodes
+        }
+        return reserved_verdicts(
+            request, sorted(held.nodes), by_name, held, predictors=with_job(self._bundle, self._table, job)
+        )
+
+    def _waiting(
+        self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, *, share: bool, held: dict[str, str]
+    ) -> IntArray:
         """The candidates left once the extender's filter has passed over those on which the job would finish later
         than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, every node's state given)."""
         if self._config.wait_slack is None or self._table is None or request.gang is not None:
             return candidates
-        for n in range(len(state.nodes)):
-            self._interner.update(n, self._node_gpus(state, n, job, share))
-        nodes = {
-            state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
-            for n in range(len(state.nodes))
-        }
+        nodes = self._all_nodes(state, job, share, request.gang)
         names = [state.nodes[int(n)].name for n in candidates]
         verdicts = wait_verdicts(
             request,
@@ -248,6 +316,7 @@ class ExtenderJobPolicy:
             config=self._config,
             predictors=with_job(self._bundle, self._table, job),
             leaving=self._leave_times(state),
+            usable=not_held(held, None),
         )
         if not verdicts:
             return candidates
@@ -270,7 +339,11 @@ class ExtenderJobPolicy:
             workload=job.job_type,
             gang=gang,
         )
-        candidates = self._waiting(job, request, candidates, state, share)
+        held = self._held_off(job, request, state)
+        if held:
+            names = [state.nodes[int(n)].name for n in candidates]
+            candidates = candidates[[name not in held for name in names]]
+        candidates = self._waiting(job, request, candidates, state, share=share, held=held)
         if len(candidates) == 0:
             return None
         for n in candidates:
@@ -455,8 +528,10 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
             queue.append(arrivals[i])
             i += 1
         waiting: list[Job] = []
+        head = policy.hold(None, engine.state)
         for job in queue:
             if failed_at.get(job.job_id) == releases or not engine.try_place(job, now):
+                head = head or policy.hold(job, engine.state)
                 failed_at[job.job_id] = releases
                 waiting.append(job)
             else:

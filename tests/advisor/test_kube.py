@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client as k8s
 
 from advisor.api.metrics import AdvisorMetrics
-from advisor.kube import KubeWatch, allocatable_from_node, allocation_from_pod, resources_from_pod
+from advisor.kube import KubeWatch, allocatable_from_node, allocation_from_pod, pending_from_pod, resources_from_pod
 from advisor.state import ClusterState, PodAllocation, PodResources
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot
@@ -187,6 +187,65 @@ async def test_the_watch_keeps_every_nodes_labels_for_node_selectors(kmock: kmoc
         assert await _eventually(lambda: state.node_labels("bare") == {"zone": "a"})
         await asyncio.to_thread(api.delete_node, "t4")
         assert await _eventually(lambda: state.node_labels("t4") is None)
+    finally:
+        await asyncio.to_thread(watch.stop)
+
+
+def waiting(name: str, **changes: Any) -> dict[str, Any]:
+    """An unbound Pending GPU pod with a priority, a creation time and a node selector."""
+    manifest = pod(name, node=None, phase="Pending")
+    manifest["metadata"]["creationTimestamp"] = "2026-11-21T10:00:00Z"
+    manifest["spec"].update({"priority": 10, "schedulerName": "gpuadvisor-scheduler", "nodeSelector": {"zone": "a"}})
+    manifest["spec"].update(changes)
+    return manifest
+
+
+def test_an_unbound_pending_gpu_pod_is_in_the_queue() -> None:
+    queued = pending_from_pod(waiting("w"))
+    assert queued is not None
+    assert (queued.pod, queued.request.whole_gpus, queued.request.gang) == ("ml/w", 2, "job-1")
+    assert (queued.scheduler, queued.priority) == ("gpuadvisor-scheduler", 10)
+    assert queued.created_seconds == datetime(2026, 11, 21, 10, 0, tzinfo=UTC).timestamp()
+    assert queued.placement is not None
+    assert queued.placement.admits("n", {"zone": "a"})
+    plain = pending_from_pod(pod("p", node=None, phase="Pending"))
+    assert plain is not None
+    assert (plain.scheduler, plain.priority, plain.created_seconds, plain.placement) == (
+        "default-scheduler",
+        0,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        pod("bound", phase="Pending"),
+        pod("cpu", node=None, gpus=None, phase="Pending"),
+        pod("r", node=None),
+        pod("bad", node=None, gpus=-1, phase="Pending"),
+    ],
+)
+def test_bound_gpu_less_running_or_unreadable_pods_are_not_queued(manifest: dict[str, Any]) -> None:
+    assert pending_from_pod(manifest) is None
+
+
+@pytest.mark.asyncio
+async def test_the_watch_keeps_the_pending_gpu_pods_until_they_are_bound(kmock: kmock.KubernetesEmulator) -> None:
+    kmock.objects["v1/pods", "ml", "w"] = waiting("w")
+    kmock.objects["v1/pods", "ml", "running"] = pod("running")
+    api = _api(kmock)
+    state = ClusterState()
+    watch = KubeWatch(state, AdvisorMetrics(), api, read_timeout_seconds=0.5).start()
+    try:
+        assert await _eventually(lambda: [p.pod for p in state.pending()] == ["ml/w"])
+        await asyncio.to_thread(api.create_namespaced_pod, "ml", cast(Any, waiting("urgent", priority=100)))
+        assert await _eventually(lambda: [p.pod for p in state.pending()] == ["ml/urgent", "ml/w"])  # queue order
+        await asyncio.to_thread(api.patch_namespaced_pod, "w", "ml", {"spec": {"nodeName": "n1"}})
+        assert await _eventually(lambda: [p.pod for p in state.pending()] == ["ml/urgent"])
+        await asyncio.to_thread(api.delete_namespaced_pod, "urgent", "ml")
+        assert await _eventually(lambda: state.pending() == [])
     finally:
         await asyncio.to_thread(watch.stop)
 

@@ -74,6 +74,15 @@ def test_the_wait_slack_comes_from_the_environment_and_zero_turns_it_off(monkeyp
     assert scoring_config(AdvisorSettings()).wait_slack is None
 
 
+def test_holding_nodes_for_a_blocked_pod_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scoring_config(AdvisorSettings()).hold_for_blocked
+    monkeypatch.setenv("GPUADVISOR_HOLD_FOR_BLOCKED", "false")
+    assert not scoring_config(AdvisorSettings()).hold_for_blocked
+    monkeypatch.setenv("GPUADVISOR_HOLD_FOR_BLOCKED", "sometimes")
+    with pytest.raises(ValueError, match="hold_for_blocked"):
+        AdvisorSettings()
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [("-1", "greater than or equal to 0"), ("0.5", "must be 0 (never wait for a faster GPU) or >= 1")],

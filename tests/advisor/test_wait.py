@@ -8,6 +8,7 @@ import math
 import random
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from advisor.models.jct import JctModel
 from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir
 from advisor.models.registry import register, save_trained
 from advisor.models.training import Trained
+from advisor.pods import NodePlacement
 from advisor.predictors import HeuristicInterference, HeuristicJct, HeuristicUsage, Predictors, SpecSpeed
 from advisor.scoring import (
     WHOLE_GPU_MILLI,
@@ -36,7 +38,7 @@ from advisor.scoring import (
     wait_verdicts,
 )
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState, PodAllocation
+from advisor.state import ClusterState, PendingPod, PodAllocation
 from profiler.store import db
 from tests.advisor.factories import H100, node_state, process, snapshot, v1_pod
 
@@ -544,6 +546,50 @@ def test_a_pod_pinned_to_the_slow_model_by_its_node_selector_does_not_wait_for_t
     }
     assert client.post("/extender/filter", json=body).json()["NodeNames"] == ["slow"]
     assert set(filter_(client, ["slow"])["FailedNodes"]) == {"slow"}
+
+
+def test_the_extender_filter_holds_the_nodes_where_a_blocked_pending_pod_starts_first(
+    client: TestClient, state: ClusterState, clock: Clock
+) -> None:
+    """`fast` is full; `fast2` has 4 of 8 GPUs free and its pods started a second earlier, so it frees first; ml/big
+    (8 GPUs, pinned to H100s) is pending and older than the pod filtered: `fast2` is held for it."""
+    full = [f"r{i}" for i in range(8)]
+    half = [f"h{i}" for i in range(4)]
+    started = {"fast": clock.now, "fast2": clock.now - 1}
+    state.replace_pods(
+        [
+            PodAllocation(pod=f"ml/{p}", node=node, gpus=1, workload=WORKLOAD, started_seconds=started[node])
+            for node, pods in (("fast", full), ("fast2", half))
+            for p in pods
+        ],
+        [],
+    )
+    for raw in (
+        snapshot("fast", busy={i: [process(p, workload=WORKLOAD)] for i, p in enumerate(full)}),
+        snapshot("fast2", busy={i: [process(p, workload=WORKLOAD)] for i, p in enumerate(half)}),
+        snapshot("slow", model=SLOW),
+    ):
+        assert client.post("/v1/telemetry", json=raw).status_code == 202
+    for node, product in (("fast", "H100"), ("fast2", "H100"), ("slow", "Tesla-T4")):
+        state.set_node_labels(node, {"nvidia.com/gpu.product": product})
+    big = PodRequest(name="ml/big", gpus=8, workload=WORKLOAD)
+    h100 = NodePlacement({"nvidia.com/gpu.product": "H100"})
+    pod = v1_pod("new", gpus=1, labels={"gpuadvisor.io/workload": WORKLOAD})
+    scheduler = pod["spec"]["schedulerName"]
+    queued = PendingPod(pod="ml/big", request=big, scheduler=scheduler, created_seconds=clock.now - 300, placement=h100)
+    state.update_pending("ml/big", queued)
+    pod["metadata"]["creationTimestamp"] = datetime.fromtimestamp(clock.now - 10, UTC).isoformat()
+    answer = client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["fast2"]}).json()
+    assert answer["NodeNames"] == []
+    assert answer["FailedNodes"]["fast2"].startswith("held for ml/big, pending and predicted to start here in ~")
+    pod["spec"]["priority"] = 100  # ahead of ml/big in the queue: nothing is held for it
+    assert client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["fast2"]}).json()["NodeNames"] == ["fast2"]
+    del pod["spec"]["priority"]
+    pod["spec"]["schedulerName"] = "another-scheduler"  # ml/big is not in its queue
+    assert client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["fast2"]}).json()["NodeNames"] == ["fast2"]
+    pod["spec"]["schedulerName"] = scheduler
+    state.update_pending("ml/big", None)  # bound or deleted
+    assert client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["fast2"]}).json()["NodeNames"] == ["fast2"]
 
 
 def test_the_extender_filter_answers_every_candidate_for_a_pod_without_a_workload(

@@ -10,8 +10,6 @@ model and the residents' start times).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pydantic_core
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -19,7 +17,8 @@ from fastapi.responses import Response
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.scoring import NodeState, extender_priorities, filter_nodes, jct_leave_times
+from advisor.holding import head_reservation, usable_nodes
+from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
@@ -33,20 +32,6 @@ def _take_allocatable(args: ExtenderArgs, ctx: AppContext) -> None:
             ctx.state.set_node_labels(node.metadata.name, node.labels())
             if allocatable is not None:
                 ctx.state.set_allocatable(node.metadata.name, allocatable)
-
-
-def _usable(args: ExtenderArgs, ctx: AppContext) -> Callable[[NodeState], bool] | None:
-    """The nodes the pod's node selector and required node affinity allow, by the labels of the node watch; a node
-    whose labels the advisor has not seen counts as allowed (None: the pod constrains nothing)."""
-    placement = args.Pod.placement()
-    if placement is None:
-        return None
-
-    def usable(node: NodeState) -> bool:
-        labels = ctx.state.node_labels(node.name)
-        return labels is None or placement.admits(node.name, labels)
-
-    return usable
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -82,15 +67,35 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     _take_allocatable(args, ctx)
     predictors = ctx.predictors
     now = ctx.state.now()
+    nodes = ctx.state.nodes
+    leaving = jct_leave_times(predictors, now)
+    pending = ctx.state.pending()
+    held = (
+        head_reservation(
+            pod,
+            args.Pod.queue_key(pod.name),
+            args.Pod.scheduler(),
+            pending,
+            nodes,
+            labels=ctx.state.node_labels,
+            config=ctx.scoring,
+            predictors=predictors,
+            leaving=leaving,
+            now_seconds=now,
+        )
+        if pending
+        else None
+    )
     passed, failed = filter_nodes(
         pod,
         names,
-        ctx.state.nodes,
+        nodes,
         config=ctx.scoring,
         now_seconds=now,
         predictors=predictors,
-        leaving=jct_leave_times(predictors, now),
-        usable=_usable(args, ctx),
+        leaving=leaving,
+        usable=usable_nodes(args.Pod.placement(), ctx.state.node_labels),
+        reservation=held,
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)

@@ -206,3 +206,31 @@ def test_a_job_waits_on_what_the_advisor_believes_not_on_the_truth() -> None:
     assert sorted(run_jct(cluster, jobs, advisor, truth).jct_s) == pytest.approx([25.0, 400.0])
     oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig())
     assert sorted(run_jct(cluster, jobs, oracle, truth).jct_s) == pytest.approx([25.0, 115.0])
+
+
+@pytest.mark.parametrize(
+    ("hold", "expected"),
+    [
+        # The 2-GPU job is blocked at 1 s (one GPU free). Held: node a is its from 100 s (when j1 ends); the long job
+        # (1000 s) may not take the free GPU, the short one (50 s, done before 100 s) may; big runs 100-200 s.
+        (True, {"j1": 100.0, "big": 199.0, "long": 1198.0, "short": 50.0}),
+        # Not held: the long job takes the free GPU at 2 s and big waits for it to end (1002 s).
+        (False, {"j1": 100.0, "big": 1101.0, "long": 1000.0, "short": 147.0}),
+    ],
+)
+def test_a_blocked_job_holds_the_nodes_it_starts_on_first_and_short_jobs_backfill(
+    hold: bool, expected: dict[str, float]
+) -> None:
+    cluster = Cluster((SimNode("a", "K80", 2),))
+    truth = RateTable("truth", {("k80", "x", 1, True): 1.0, ("k80", "x", 2, True): 2.0})
+    jobs = [
+        Job("j1", "x", 0.0, 1, 100.0),
+        Job("big", "x", 1.0, 2, 200.0),
+        Job("long", "x", 2.0, 1, 1000.0),
+        Job("short", "x", 3.0, 1, 50.0),
+    ]
+    oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig(hold_for_blocked=hold))
+    r = run_jct(cluster, jobs, oracle, truth)
+    assert sorted(r.jct_s) == pytest.approx(sorted(expected.values()))
+    spread = run_jct(cluster, jobs, KubeJobPolicy(most=False), truth)  # kube-scheduler holds nothing
+    assert sorted(spread.jct_s) == pytest.approx(sorted([100.0, 1101.0, 1000.0, 147.0]))

@@ -1,0 +1,88 @@
+"""Holding nodes for a blocked pending pod: EASY backfilling through the kube-scheduler extender's filter.
+
+kube-scheduler reserves nothing for a pod that does not fit: while a 16-GPU gang waits for whole nodes, each GPU that
+frees goes to the next small pod, and the gang can wait for ever. With `ScoringConfig.hold_for_blocked` the filter
+finds the *head* — the first pending GPU pod in kube-scheduler's queue order (priority, then age) ahead of the pod
+being filtered that has no room on any node it may use — and holds for it the nodes where it is predicted to start
+first (`advisor.scoring.reserve`: its own members' count for a gang, the residents' predicted ends). The filtered
+pod fails on a held node unless it is predicted to finish there before the head starts
+(`advisor.scoring.reserved_verdicts`); elsewhere it is not affected. As in EASY backfilling only the head holds nodes,
+so no pod waits on more than one reservation.
+
+The queue comes from the pending-pod watch (`advisor.kube`); without it (`--no-kube`) nothing is held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from advisor.pods import NodePlacement
+from advisor.predictors import Predictors
+from advisor.scoring import LeaveTimes, NodeState, PodRequest, Reservation, ScoringConfig, fits_now, reserve
+from advisor.state import PendingPod
+
+HEAD_SCAN = 64
+"""At most this many pending pods ahead of the filtered one are looked at for the head (each costs a pass over the
+nodes); past them nothing is held."""
+
+Labels = Callable[[str], Mapping[str, str] | None]
+
+
+def usable_nodes(placement: NodePlacement | None, labels: Labels) -> Callable[[NodeState], bool] | None:
+    """The nodes a pod's node selector and required affinity allow, by the node labels the advisor has seen; a node
+    whose labels it has not seen counts as allowed (None: the pod constrains nothing)."""
+    if placement is None:
+        return None
+
+    def usable(node: NodeState) -> bool:
+        known = labels(node.name)
+        return known is None or placement.admits(node.name, known)
+
+    return usable
+
+
+def head_reservation(
+    pod: PodRequest,
+    queue_key: tuple[int, float, str],
+    scheduler: str,
+    pending: Sequence[PendingPod],
+    nodes: Mapping[str, NodeState],
+    *,
+    labels: Labels,
+    config: ScoringConfig,
+    predictors: Predictors,
+    leaving: LeaveTimes,
+    now_seconds: float | None = None,
+) -> Reservation | None:
+    """The nodes held for the head of the queue ahead of `pod` (module docstring), None when nothing is held: no
+    pending pod of the same scheduler ahead of it lacks room, or the head's start cannot be predicted.
+
+    `pending` is in queue order (`ClusterState.pending`); `queue_key` is the filtered pod's own
+    (`PendingPod.queue_key`). Members of the filtered pod's own gang are never its head."""
+    if not config.hold_for_blocked:
+        return None
+    ahead = [
+        p
+        for p in pending
+        if p.queue_key() < queue_key
+        and p.pod != pod.name
+        and p.scheduler == scheduler
+        and (pod.gang is None or p.request.gang != pod.gang)
+    ]
+    for head in ahead[:HEAD_SCAN]:
+        usable = usable_nodes(head.placement, labels)
+        gang = head.request.gang
+        members = sum(1 for p in pending if p.request.gang == gang) if gang is not None else 1
+        if fits_now(head.request, nodes, members=members, config=config, now_seconds=now_seconds, usable=usable):
+            continue  # it fits now (or is only waiting for a faster GPU): kube-scheduler will place it
+        return reserve(
+            head.request,
+            nodes,
+            members=members,
+            config=config,
+            predictors=predictors,
+            leaving=leaving,
+            now_seconds=now_seconds,
+            usable=usable,
+        )
+    return None
