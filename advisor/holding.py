@@ -3,11 +3,11 @@
 kube-scheduler reserves nothing for a pod that does not fit: while a 16-GPU gang waits for whole nodes, each GPU that
 frees goes to the next small pod, and the gang can wait for ever. With `ScoringConfig.hold_for_blocked` the filter
 finds the *head* — the first pending GPU pod in kube-scheduler's queue order (priority, then age) ahead of the pod
-being filtered that has no room on any node it may use — and holds for it the nodes where it is predicted to start
-first (`advisor.scoring.reserve`: its own members' count for a gang, the residents' predicted ends). The filtered
-pod fails on a held node unless it is predicted to finish there before the head starts
-(`advisor.scoring.reserved_verdicts`); elsewhere it is not affected. As in EASY backfilling only the head holds nodes,
-so no pod waits on more than one reservation.
+being filtered that has no room on any node it may use and whose start can be predicted — and holds for it the
+nodes where it is predicted to start first (`advisor.scoring.reserve`: room for each pending member of a gang, from
+the residents' predicted ends). The filtered pod fails on a held node unless it is predicted to finish there before
+the head starts (`advisor.scoring.reserved_verdicts`), and does not wait for room on one; elsewhere it is not
+affected. As in EASY backfilling only the head holds nodes, so no pod waits on more than one reservation.
 
 The queue comes from the pending-pod watch (`advisor.kube`); without it (`--no-kube`) nothing is held.
 """
@@ -55,7 +55,7 @@ def head_reservation(
     now_seconds: float | None = None,
 ) -> Reservation | None:
     """The nodes held for the head of the queue ahead of `pod` (module docstring), None when nothing is held: no
-    pending pod of the same scheduler ahead of it lacks room, or the head's start cannot be predicted.
+    pending pod of the same scheduler ahead of it lacks room and has a predictable start.
 
     `pending` is in queue order (`ClusterState.pending`); `queue_key` is the filtered pod's own
     (`PendingPod.queue_key`). Members of the filtered pod's own gang are never its head."""
@@ -75,7 +75,7 @@ def head_reservation(
         members = sum(1 for p in pending if p.request.gang == gang) if gang is not None else 1
         if fits_now(head.request, nodes, members=members, config=config, now_seconds=now_seconds, usable=usable):
             continue  # it fits now (or is only waiting for a faster GPU): kube-scheduler will place it
-        return reserve(
+        held = reserve(
             head.request,
             nodes,
             members=members,
@@ -85,4 +85,6 @@ def head_reservation(
             now_seconds=now_seconds,
             usable=usable,
         )
+        if held is not None:
+            return held
     return None

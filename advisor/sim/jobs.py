@@ -135,7 +135,7 @@ class JobPolicy(Protocol):
 
     def hold(self, job: Job | None, state: JobState) -> bool:
         """Called with each job of the queue that could not be placed in this scheduling pass, in order, until it
-        answers True (`job` blocked: the head, for which nodes may be held); None starts a new pass."""
+        answers True (nodes are held for `job`, or the policy holds nothing this pass); None starts a new pass."""
         ...
 
 
@@ -256,9 +256,10 @@ class ExtenderJobPolicy:
         }
 
     def hold(self, job: Job | None, state: JobState) -> bool:
-        """Hold nodes for the first job of the pass that has no room now (`advisor.holding`: one that only waits for
-        a faster GPU is not blocked) where it is predicted to start first (`advisor.scoring.reserve`, with what the
-        policy believes of speeds and ends), when `ScoringConfig.hold_for_blocked`."""
+        """Hold nodes for the first job of the pass that has no room now and whose start can be predicted
+        (`advisor.holding`: one that only waits for a faster GPU is not blocked) where it is predicted to start first
+        (`advisor.scoring.reserve`, with what the policy believes of speeds and ends), when
+        `ScoringConfig.hold_for_blocked`."""
         if job is None:
             self._held = None
             return False
@@ -284,7 +285,7 @@ class ExtenderJobPolicy:
             predictors=with_job(self._bundle, self._table, job),
             leaving=self._leave_times(state),
         )
-        return True
+        return self._held is not None
 
     def _held_off(self, job: Job, request: PodRequest, state: JobState) -> dict[str, str]:
         """The nodes held for the head (`hold`) that this job may not use: it would still run when the head starts."""

@@ -233,3 +233,12 @@ def test_a_pod_does_not_wait_for_room_on_a_node_held_for_another() -> None:
     assert filtered(None)[0] == []  # waits for fast, which frees in 100 s
     held = Reservation(pod="ml/big", gpu_model=FAST, nodes=frozenset({"fast"}), start_seconds=100.0)
     assert filtered(held) == (["slow"], {})  # fast frees for ml/big, not for it
+
+
+def test_a_blocked_pod_whose_start_cannot_be_predicted_holds_nothing_and_the_next_one_is_the_head() -> None:
+    never = PodRequest(name="ml/never", gpus=3, workload="bert")  # no node has 3 GPUs: no start can be predicted
+    queue = [pending("ml/never", never, created=NOW - 200), pending("ml/big", BLOCKED, created=NOW - 100)]
+    held = head(queue, ME)
+    assert held is not None
+    assert held.pod == "ml/big"
+    assert head(queue[:1], ME) is None
