@@ -28,15 +28,15 @@ nodes); past them nothing is held."""
 Labels = Callable[[str], Mapping[str, str] | None]
 
 
-def usable_nodes(placement: NodePlacement | None, labels: Labels) -> Callable[[NodeState], bool] | None:
+def usable_nodes(placement: NodePlacement | None, labels: Labels) -> Callable[[str], bool] | None:
     """The nodes a pod's node selector and required affinity allow, by the node labels the advisor has seen; a node
     whose labels it has not seen counts as allowed (None: the pod constrains nothing)."""
     if placement is None:
         return None
 
-    def usable(node: NodeState) -> bool:
-        known = labels(node.name)
-        return known is None or placement.admits(node.name, known)
+    def usable(node: str) -> bool:
+        known = labels(node)
+        return known is None or placement.admits(node, known)
 
     return usable
 

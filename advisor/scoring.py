@@ -1155,7 +1155,7 @@ def filter_nodes(
     now_seconds: float | None = None,
     predictors: Predictors | None = None,
     leaving: LeaveTimes | None = None,
-    usable: Callable[[NodeState], bool] | None = None,
+    usable: Callable[[str], bool] | None = None,
     reservation: Reservation | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
@@ -1340,7 +1340,7 @@ def wait_verdicts(
     predictors: Predictors,
     leaving: LeaveTimes,
     now_seconds: float | None = None,
-    usable: Callable[[NodeState], bool] | None = None,
+    usable: Callable[[str], bool] | None = None,
 ) -> dict[str, str]:
     """{node: reason} for the candidates `names` that `pod` should pass over to wait for a faster GPU model (module
     docstring); room is looked for on every fresh node of `nodes`, not only the candidates, but a node that has room
@@ -1353,10 +1353,10 @@ def wait_verdicts(
     # selector or affinity, a taint, CPU or memory): counting on it could keep the pod pending for ever.
     fresh = [
         n
-        for n in nodes.values()
+        for name, n in nodes.items()  # by key: one state may stand for several alike nodes (the simulator's)
         if n.gpu_model
         and not _is_stale(n, config, now_seconds)
-        and (n.name in offered or (not _has_room_now(n, pod) and (usable is None or usable(n))))
+        and (name in offered or (not _has_room_now(n, pod) and (usable is None or usable(name))))
     ]
     count = max(pod.whole_gpus, 1)
     run: dict[str, float] = {}
@@ -1438,17 +1438,17 @@ def reserve(
     predictors: Predictors,
     leaving: LeaveTimes,
     now_seconds: float | None = None,
-    usable: Callable[[NodeState], bool] | None = None,
+    usable: Callable[[str], bool] | None = None,
 ) -> Reservation | None:
     """Where and when `members` pods like `pod` (1, or the pending members of its gang) are predicted to start
     first: per GPU model, the `members`-th soonest slot over its fresh nodes (`_slots_in`, one node may give several);
     the model on which the pod would finish first (its JCT estimate; without one, the soonest start). None when no
     model is predicted to ever have room (ends unknown) — nothing is held then."""
     slots: dict[str, list[tuple[float, str]]] = {}
-    for node in nodes.values():
-        if not node.gpu_model or _is_stale(node, config, now_seconds) or (usable is not None and not usable(node)):
+    for name, node in nodes.items():  # by key: one state may stand for several alike nodes (the simulator's)
+        if not node.gpu_model or _is_stale(node, config, now_seconds) or (usable is not None and not usable(name)):
             continue
-        slots.setdefault(node.gpu_model, []).extend((t, node.name) for t in _slots_in(node, pod, leaving))
+        slots.setdefault(node.gpu_model, []).extend((t, name) for t in _slots_in(node, pod, leaving))
     best: tuple[float, float, str, frozenset[str]] | None = None
     for model, found in slots.items():
         if len(found) < members:
@@ -1466,11 +1466,11 @@ def reserve(
     return Reservation(pod=pod.name, gpu_model=best[2], nodes=best[3], start_seconds=best[1])
 
 
-def not_held(held: Mapping[str, str], usable: Callable[[NodeState], bool] | None) -> Callable[[NodeState], bool] | None:
+def not_held(held: Mapping[str, str], usable: Callable[[str], bool] | None) -> Callable[[str], bool] | None:
     """`usable` less the nodes in `held` (`reserved_verdicts` over a reservation's nodes)."""
     if not held:
         return usable
-    return lambda n: n.name not in held and (usable is None or usable(n))
+    return lambda name: name not in held and (usable is None or usable(name))
 
 
 def reserved_verdicts(
@@ -1505,13 +1505,13 @@ def fits_now(
     members: int = 1,
     config: ScoringConfig,
     now_seconds: float | None = None,
-    usable: Callable[[NodeState], bool] | None = None,
+    usable: Callable[[str], bool] | None = None,
 ) -> bool:
     """Whether `members` pods like `pod` (1, or a gang's) have room now on the fresh nodes that `usable` allows (GPUs
     only: CPU and memory are not counted)."""
     room = 0
-    for n in nodes.values():
-        if not _has_room_now(n, pod) or _is_stale(n, config, now_seconds) or (usable is not None and not usable(n)):
+    for name, n in nodes.items():
+        if not _has_room_now(n, pod) or _is_stale(n, config, now_seconds) or (usable is not None and not usable(name)):
             continue
         room += n.free_gpus // pod.whole_gpus if pod.whole_gpus else 1
         if room >= members:

@@ -113,8 +113,8 @@ def test_fits_now_counts_room_for_every_member() -> None:
     assert fits_now(one, nodes, members=2, config=CONFIG)
     assert not fits_now(one, nodes, members=3, config=CONFIG)
     assert not fits_now(BIG, nodes, config=CONFIG)
-    assert fits_now(one, nodes, config=CONFIG, usable=lambda n: n.name == "slow")
-    assert not fits_now(one, nodes, config=CONFIG, usable=lambda n: n.name == "fast-a")
+    assert fits_now(one, nodes, config=CONFIG, usable=lambda name: name == "slow")
+    assert not fits_now(one, nodes, config=CONFIG, usable=lambda name: name == "fast-a")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -244,12 +244,14 @@ def test_a_fast_node_the_pod_may_not_use_is_not_waited_for() -> None:
     nodes = {n.name: n for n in (full_fast(), gpu_node("slow", SLOW))}
     leaving = ends({"ml/a": 100.0, "ml/b": 5000.0})
 
-    def wait(usable: Callable[[NodeState], bool] | None) -> dict[str, str]:
+    def wait(usable: Callable[[str], bool] | None) -> dict[str, str]:
         return wait_verdicts(POD, ["slow"], nodes, config=CONFIG, predictors=PREDICTORS, leaving=leaving, usable=usable)
 
     assert set(wait(None)) == {"slow"}
-    assert wait(lambda n: n.name != "fast") == {}  # e.g. a node selector that picks the slow model
-    assert set(wait(lambda n: n.name != "slow")) == {"slow"}  # offered by the scheduler: a candidate is never ruled out
+    assert wait(lambda name: name != "fast") == {}  # e.g. a node selector that picks the slow model
+    assert set(wait(lambda name: name != "slow")) == {
+        "slow"
+    }  # offered by the scheduler: a candidate is never ruled out
 
 
 def test_nobody_waits_in_a_cluster_of_one_gpu_model() -> None:
