@@ -327,9 +327,9 @@ class ScoringConfig:
     (milli) and memory (MiB) request, and tasks without GPU (0, 0, p, cpu, memory): then `resources` is their
     CPU/memory side and nodes with known free CPU/memory are scored with it. `wait_slack` is the filter's patience
     (`wait_verdicts`): a node is passed over when the pod's predicted run time there exceeds `wait_slack` × the
-    soonest predicted finish after waiting for room on any GPU model; None never waits. `hold_for_blocked`: the
-    filter keeps pods off the nodes held for the first pending pod that has no room (`reserve`, `reserved_verdicts`)
-    unless they are predicted to finish before it starts.
+    soonest predicted finish after waiting for room on any GPU model; None never waits. `hold_for_blocked` (off by
+    default): the filter keeps pods off the nodes held for the first pending pod that has no room (`reserve`,
+    `reserved_verdicts`) unless they are predicted to finish before it starts.
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -345,7 +345,7 @@ class ScoringConfig:
     task_sizes: tuple[tuple[int, float], ...] | None = None
     extender_span_points: float = DEFAULT_EXTENDER_SPAN_POINTS
     wait_slack: float | None = DEFAULT_WAIT_SLACK
-    hold_for_blocked: bool = True
+    hold_for_blocked: bool = False
     resources: MixResources | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

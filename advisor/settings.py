@@ -45,8 +45,9 @@ class AdvisorSettings(BaseSettings):
     wait_slack: float = Field(default=DEFAULT_WAIT_SLACK, ge=0)
     # The extender filter holds nodes for the first pending GPU pod (queue order: priority, then age) that has no room
     # anywhere, from when it is predicted to start there, and lets others onto them only if they are predicted to
-    # finish first (EASY backfilling; docs/advisor.md, "Holding nodes for a blocked pod"). Needs the pod watch.
-    hold_for_blocked: bool = True
+    # finish first (EASY backfilling; docs/advisor.md, "Holding nodes for a blocked pod"). Needs the pod watch. Off by
+    # default: on the Gavel traces it helped at high load on two traces and hurt on a third (docs/evaluation.md).
+    hold_for_blocked: bool = False
 
     @field_validator("wait_slack")
     @classmethod

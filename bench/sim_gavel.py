@@ -83,6 +83,7 @@ def run_one(
     *,
     knowledge: str = "cold",
     policies: str = POLICIES,
+    hold: bool = False,
 ) -> dict[str, dict[str, float]]:
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
@@ -91,6 +92,8 @@ def run_one(
         "--policies", policies, "--mode", "jct", "--seed", str(seed), "--json",
         "--advisor-knowledge", knowledge,
     ]  # fmt: skip
+    if hold:
+        command.append("--hold-for-blocked")
     if plot is not None:
         command += ["--plot", str(tmp)]
     print(f"$ {shlex.join(command)}   # arrivals x{scale:g}", flush=True)
@@ -274,6 +277,10 @@ def main() -> None:
         " trial runs on every GPU type",
     )  # fmt: skip
     parser.add_argument(
+        "--hold", action="store_true",
+        help="the advisor and oracle hold nodes for the first blocked job (simulate --hold-for-blocked)",
+    )  # fmt: skip
+    parser.add_argument(
         "--model-errors", action="store_true", help="only print the held-out models' errors and each trace's load"
     )
     parser.add_argument("--report", type=Path, nargs="+", help="only print markdown tables of earlier --json files")
@@ -310,14 +317,16 @@ def main() -> None:
             for trace in split_traces(DATA / "traces_seed0_top3.csv", tmp, scale):
                 for seed in map(int, values(args.seeds)):
                     policies = run_one(
-                        trace, scale, seed, args.plot, tmp, knowledge=args.knowledge, policies=args.policies
-                    )
+                        trace, scale, seed, args.plot, tmp, knowledge=args.knowledge, policies=args.policies,
+                        hold=args.hold,
+                    )  # fmt: skip
                     runs.append(
                         {
                             "trace": trace.stem,
                             "arrival_scale": scale,
                             "seed": seed,
                             "knowledge": args.knowledge,
+                            "hold_for_blocked": args.hold,
                             "policies": policies,
                         }
                     )

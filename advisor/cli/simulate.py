@@ -7,6 +7,7 @@ Bad input exits 2 with one line naming the file, row and column.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -131,6 +132,13 @@ def simulate(
             " run on the cheapest GPU type, profiled = 1-GPU trial runs on every GPU type."
         ),
     ] = Knowledge.cold,
+    hold_for_blocked: Annotated[
+        bool,
+        typer.Option(
+            help="In jct mode, the advisor and oracle hold nodes for the first blocked job as the service does with"
+            " GPUADVISOR_HOLD_FOR_BLOCKED=true (docs/advisor.md)."
+        ),
+    ] = False,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
     try:
@@ -166,6 +174,8 @@ def simulate(
                 report["advisor_predictors"] = how
             profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
             config = jct_scoring_config(nodes, jobs, truth, profile)
+            if hold_for_blocked:
+                config = replace(config, hold_for_blocked=True)
             if {"advisor", "oracle"} & set(names):
                 report["advisor"] = {"profile": profile, **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
             jct = run_jct_mode(

@@ -23,8 +23,9 @@ from advisor.scoring import (
     reserved_verdicts,
 )
 from advisor.state import PendingPod
-from tests.advisor.test_wait import CONFIG, FAST, NOW, PREDICTORS, SLOW, ends, gpu_node, resident
+from tests.advisor.test_wait import FAST, NOW, PREDICTORS, SLOW, ends, gpu_node, resident
 
+CONFIG = ScoringConfig(hold_for_blocked=True)
 BIG = PodRequest(name="ml/big", gpus=2, workload="bert")  # 1000 s on FAST, 4000 s on SLOW (per GPU count: / 2)
 
 

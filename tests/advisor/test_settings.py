@@ -74,10 +74,10 @@ def test_the_wait_slack_comes_from_the_environment_and_zero_turns_it_off(monkeyp
     assert scoring_config(AdvisorSettings()).wait_slack is None
 
 
-def test_holding_nodes_for_a_blocked_pod_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert scoring_config(AdvisorSettings()).hold_for_blocked
-    monkeypatch.setenv("GPUADVISOR_HOLD_FOR_BLOCKED", "false")
+def test_holding_nodes_for_a_blocked_pod_is_off_unless_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not scoring_config(AdvisorSettings()).hold_for_blocked
+    monkeypatch.setenv("GPUADVISOR_HOLD_FOR_BLOCKED", "true")
+    assert scoring_config(AdvisorSettings()).hold_for_blocked
     monkeypatch.setenv("GPUADVISOR_HOLD_FOR_BLOCKED", "sometimes")
     with pytest.raises(ValueError, match="hold_for_blocked"):
         AdvisorSettings()

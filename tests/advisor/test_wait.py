@@ -457,7 +457,7 @@ def state(clock: Clock) -> ClusterState:
 
 @pytest.fixture
 def client(store: tuple[str, Path], state: ClusterState) -> Iterator[TestClient]:
-    settings = AdvisorSettings(db_url=store[0], no_kube=True, model_dir=store[1] / "trained")
+    settings = AdvisorSettings(db_url=store[0], no_kube=True, model_dir=store[1] / "trained", hold_for_blocked=True)
     with TestClient(create_app(settings, state=state)) as c:
         yield c
 
