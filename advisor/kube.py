@@ -36,6 +36,7 @@ from advisor.pods import (
     pod_request,
     rfc3339_seconds,
 )
+from advisor.scoring import PodRequest
 from advisor.state import ClusterState, PendingPod, PodAllocation, PodResources
 
 log = logging.getLogger(__name__)
@@ -56,21 +57,12 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
     node = spec.get("nodeName")
     if not node or phase not in _ACTIVE_PHASES or meta.get("deletionTimestamp"):
         return None
-
     try:
-        request = pod_request(
-            namespace=meta.get("namespace", ""),
-            name=meta.get("name", ""),
-            labels=meta.get("labels") or {},
-            annotations=meta.get("annotations") or {},
-            containers=_resources(spec.get("containers")),
-            init_containers=_resources(spec.get("initContainers")),
-            overhead=spec.get("overhead"),
-        )
+        request = _gpu_request(meta, spec)
     except PodSpecError as e:
         log.warning("pod %s/%s: GPU request unreadable: %s", meta.get("namespace"), meta.get("name"), e)
         return None
-    if request.whole_gpus == 0 and not request.is_share:
+    if request is None:
         return None
     return PodAllocation(
         pod=pod_key(meta.get("namespace", ""), meta.get("name", "")),
@@ -84,6 +76,20 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
     )
 
 
+def _gpu_request(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> PodRequest | None:
+    """The pod's `PodRequest`, None when it asks for no GPU; `PodSpecError` when it cannot be read."""
+    request = pod_request(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        labels=meta.get("labels") or {},
+        annotations=meta.get("annotations") or {},
+        containers=_resources(spec.get("containers")),
+        init_containers=_resources(spec.get("initContainers")),
+        overhead=spec.get("overhead"),
+    )
+    return request if request.whole_gpus or request.is_share else None
+
+
 def pending_from_pod(pod: Mapping[str, Any]) -> PendingPod | None:
     """A pod object (API JSON form) waiting to be scheduled with a GPU request, or None (bound, not Pending, being
     deleted, no GPU, or a request that cannot be read)."""
@@ -92,18 +98,10 @@ def pending_from_pod(pod: Mapping[str, Any]) -> PendingPod | None:
     if spec.get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending" or meta.get("deletionTimestamp"):
         return None
     try:
-        request = pod_request(
-            namespace=meta.get("namespace", ""),
-            name=meta.get("name", ""),
-            labels=meta.get("labels") or {},
-            annotations=meta.get("annotations") or {},
-            containers=_resources(spec.get("containers")),
-            init_containers=_resources(spec.get("initContainers")),
-            overhead=spec.get("overhead"),
-        )
+        request = _gpu_request(meta, spec)
     except PodSpecError:
         return None  # the bound pod's watch logs it once it is scheduled
-    if request.whole_gpus == 0 and not request.is_share:
+    if request is None:
         return None
     priority = spec.get("priority")
     return PendingPod(
