@@ -244,11 +244,22 @@ class KubeWatch:
                 resources.append(r)
         self._state.replace_pods(allocations, resources)
         self._metrics.allocations.set(len(allocations))
+
+        def bound(key: str, obj: dict[str, Any] | None) -> None:
+            self._state.update_pod(
+                key, None if obj is None else allocation_from_pod(obj), None if obj is None else resources_from_pod(obj)
+            )
+            self._metrics.allocations.set(len(self._state.allocations()))
+
+        self._stream_pods("spec.nodeName!=", listed, bound)
+
+    def _stream_pods(self, selector: str, listed: Any, handle: Callable[[str, dict[str, Any] | None], None]) -> None:
+        """Watch pods matching `selector` from `listed`'s resource version; `handle(key, object or None if deleted)`."""
         w = watch.Watch()  # type: ignore[no-untyped-call]
         try:
             for event in w.stream(  # type: ignore[no-untyped-call]
                 self._api.list_pod_for_all_namespaces,
-                field_selector="spec.nodeName!=",
+                field_selector=selector,
                 resource_version=listed.metadata.resource_version if listed.metadata else None,
                 timeout_seconds=_WATCH_TIMEOUT_SECONDS,
                 _request_timeout=self._request_timeout,
@@ -257,14 +268,10 @@ class KubeWatch:
                     return
                 obj = self._as_dict(event["object"])
                 meta = obj.get("metadata") or {}
-                key = pod_key(meta.get("namespace", ""), meta.get("name", ""))
-                deleted = event["type"] == "DELETED"
-                self._state.update_pod(
-                    key,
-                    None if deleted else allocation_from_pod(obj),
-                    None if deleted else resources_from_pod(obj),
+                handle(
+                    pod_key(meta.get("namespace", ""), meta.get("name", "")),
+                    None if event["type"] == "DELETED" else obj,
                 )
-                self._metrics.allocations.set(len(self._state.allocations()))
         except ApiException as e:
             if e.status != _HTTP_GONE:
                 raise
@@ -278,27 +285,12 @@ class KubeWatch:
         )
         pending = [p for p in (pending_from_pod(self._as_dict(o)) for o in listed.items) if p is not None]
         self._state.replace_pending(pending)
-        w = watch.Watch()  # type: ignore[no-untyped-call]
-        try:
-            for event in w.stream(  # type: ignore[no-untyped-call]
-                self._api.list_pod_for_all_namespaces,
-                field_selector=_PENDING_SELECTOR,
-                resource_version=listed.metadata.resource_version if listed.metadata else None,
-                timeout_seconds=_WATCH_TIMEOUT_SECONDS,
-                _request_timeout=self._request_timeout,
-            ):
-                if self._stop.is_set():
-                    return
-                obj = self._as_dict(event["object"])
-                meta = obj.get("metadata") or {}
-                key = pod_key(meta.get("namespace", ""), meta.get("name", ""))
-                # A pod that is bound leaves the selector: the API server sends it as DELETED.
-                self._state.update_pending(key, None if event["type"] == "DELETED" else pending_from_pod(obj))
-        except ApiException as e:
-            if e.status != _HTTP_GONE:
-                raise
-        finally:
-            w.stop()  # type: ignore[no-untyped-call]
+        # A pod that is bound leaves the selector: the API server sends it as DELETED.
+        self._stream_pods(
+            _PENDING_SELECTOR,
+            listed,
+            lambda key, obj: self._state.update_pending(key, None if obj is None else pending_from_pod(obj)),
+        )
 
     def _watch_nodes(self) -> None:
         listed = self._api.list_node(_request_timeout=self._request_timeout)
