@@ -14,7 +14,9 @@ The queue comes from the pending-pod watch (`advisor.kube`); without it (`--no-k
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 
 from advisor.pods import NodePlacement
 from advisor.predictors import Predictors
@@ -61,18 +63,19 @@ def head_reservation(
     (`PendingPod.queue_key`). Members of the filtered pod's own gang are never its head."""
     if not config.hold_for_blocked:
         return None
-    ahead = [
+    ahead = (
         p
         for p in pending
         if p.queue_key() < queue_key
         and p.pod != pod.name
         and p.scheduler == scheduler
         and (pod.gang is None or p.request.gang != pod.gang)
-    ]
-    for head in ahead[:HEAD_SCAN]:
+    )
+    gangs = Counter(p.request.gang for p in pending if p.request.gang is not None)
+    for head in islice(ahead, HEAD_SCAN):
         usable = usable_nodes(head.placement, labels)
         gang = head.request.gang
-        members = sum(1 for p in pending if p.request.gang == gang) if gang is not None else 1
+        members = gangs[gang] if gang is not None else 1
         if fits_now(head.request, nodes, members=members, config=config, now_seconds=now_seconds, usable=usable):
             continue  # it fits now (or is only waiting for a faster GPU): kube-scheduler will place it
         held = reserve(

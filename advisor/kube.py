@@ -7,9 +7,10 @@ become allocations (with their `status.startTime`, from which the extender filte
 every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler counts it until it is gone)
 that requests CPU or memory becomes a `PodResources` record. A second thread lists, then watches, nodes for their
 `status.allocatable` cpu/memory and labels (for pods' node selectors in the extender filter) and forgets deleted
-ones. A third lists, then watches, unbound Pending pods and feeds `ClusterState.replace_pending` / `update_pending`
-with those that ask for GPUs (`PendingPod`: request, priority, creation time, node selector and affinity). Errors
-are logged once per kind and retried with a capped backoff; an expired resource version re-lists.
+ones. A third (only when the filter holds nodes for blocked pods) lists, then watches, unbound Pending pods and
+feeds `ClusterState.replace_pending` / `update_pending` with those that ask for GPUs (`PendingPod`: request, priority,
+creation time, node selector and affinity). Errors are logged once per kind and retried with a capped backoff; an
+expired resource version re-lists.
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ def _allocatable_of_model(node: Any) -> tuple[int, int] | None:
 
 
 class KubeWatch:
-    """Three daemon threads (bound pods, nodes, pending pods) keeping `state` in step with the cluster till `stop()`."""
+    """Daemon threads (bound pods, nodes, and with `pending` unbound GPU pods) keeping `state` in step with the
+    cluster until `stop()`."""
 
     def __init__(
         self,
@@ -182,6 +184,7 @@ class KubeWatch:
         api: client.CoreV1Api,
         *,
         read_timeout_seconds: float = _WATCH_TIMEOUT_SECONDS + 30,
+        pending: bool = True,
     ) -> None:
         self._state = state
         self._metrics = metrics
@@ -194,8 +197,11 @@ class KubeWatch:
         self._threads = [
             threading.Thread(target=self._loop, args=(self._watch_pods,), name="advisor-pods", daemon=True),
             threading.Thread(target=self._loop, args=(self._watch_nodes,), name="advisor-nodes", daemon=True),
-            threading.Thread(target=self._loop, args=(self._watch_pending,), name="advisor-pending", daemon=True),
         ]
+        if pending:  # only the filter's holding for blocked pods reads the queue
+            self._threads.append(
+                threading.Thread(target=self._loop, args=(self._watch_pending,), name="advisor-pending", daemon=True)
+            )
 
     def start(self) -> KubeWatch:
         for t in self._threads:
@@ -328,8 +334,9 @@ class KubeWatch:
             w.stop()  # type: ignore[no-untyped-call]
 
 
-def start_watch(state: ClusterState, metrics: AdvisorMetrics) -> KubeWatch | None:
-    """Load in-cluster (else local kubeconfig) credentials and start watching; None when neither is available."""
+def start_watch(state: ClusterState, metrics: AdvisorMetrics, *, pending: bool = True) -> KubeWatch | None:
+    """Load in-cluster (else local kubeconfig) credentials and start watching (the pending pods only with `pending`);
+    None when neither is available."""
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except ConfigException:
@@ -338,4 +345,4 @@ def start_watch(state: ClusterState, metrics: AdvisorMetrics) -> KubeWatch | Non
         except (ConfigException, OSError) as e:
             log.warning("no Kubernetes configuration (%s): allocations are inferred from telemetry only", e)
             return None
-    return KubeWatch(state, metrics, client.CoreV1Api()).start()
+    return KubeWatch(state, metrics, client.CoreV1Api(), pending=pending).start()

@@ -90,7 +90,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         if not settings.no_kube:
             from advisor.kube import start_watch
 
-            watcher = start_watch(ctx.state, metrics)
+            watcher = start_watch(ctx.state, metrics, pending=settings.hold_for_blocked)
         try:
             yield
         finally:

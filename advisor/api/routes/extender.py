@@ -69,13 +69,12 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     now = ctx.state.now()
     nodes = ctx.state.nodes
     leaving = jct_leave_times(predictors, now)
-    pending = ctx.state.pending()
     held = (
         head_reservation(
             pod,
             args.Pod.queue_key(pod.name),
             args.Pod.scheduler(),
-            pending,
+            ctx.state.pending(),
             nodes,
             labels=ctx.state.node_labels,
             config=ctx.scoring,
@@ -83,7 +82,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
             leaving=leaving,
             now_seconds=now,
         )
-        if pending
+        if ctx.scoring.hold_for_blocked
         else None
     )
     passed, failed = filter_nodes(
