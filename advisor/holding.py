@@ -9,7 +9,11 @@ the residents' predicted ends). The filtered pod fails on a held node unless it 
 the head starts (`advisor.scoring.reserved_verdicts`), and does not wait for room on one; elsewhere it is not
 affected. As in EASY backfilling only the head holds nodes, so no pod waits on more than one reservation.
 
-The queue comes from the pending-pod watch (`advisor.kube`); without it (`--no-kube`) nothing is held.
+With `ScoringConfig.shortest_first` the same queue is served by response ratio rather than by age (`queue_claims`):
+each pending pod's ratio is (time waited + predicted run time) / predicted run time, and the filtered pod is kept off
+room that the pods with a higher ratio are expected to take (`advisor.scoring.claims`, `yield_verdicts`).
+
+The queue comes from the pending-pod watch (`advisor.kube`); without it (`--no-kube`) nothing is held or yielded.
 """
 
 from __future__ import annotations
@@ -20,7 +24,19 @@ from itertools import islice
 
 from advisor.pods import NodePlacement
 from advisor.predictors import Predictors
-from advisor.scoring import LeaveTimes, NodeState, PodRequest, Reservation, ScoringConfig, fits_now, reserve
+from advisor.scoring import (
+    Claim,
+    Claimant,
+    LeaveTimes,
+    NodeState,
+    PodRequest,
+    Reservation,
+    ScoringConfig,
+    claims,
+    fits_now,
+    is_fresh,
+    reserve,
+)
 from advisor.state import PendingPod
 
 HEAD_SCAN = 64
@@ -91,3 +107,52 @@ def head_reservation(
         if held is not None:
             return held
     return None
+
+
+def queue_claims(
+    pod: PodRequest,
+    created_seconds: float | None,
+    scheduler: str,
+    pending: Sequence[PendingPod],
+    nodes: Mapping[str, NodeState],
+    *,
+    labels: Labels,
+    config: ScoringConfig,
+    predictors: Predictors,
+    now_seconds: float,
+) -> tuple[list[Claim], float | None]:
+    """The room the pending pods of `scheduler` with a higher response ratio than `pod` are expected to take
+    (`advisor.scoring.claims`, for `yield_verdicts`), and `pod`'s own ratio (None, and no claims: it is a gang member,
+    or has no JCT estimate — it yields to nobody). A pod's run time is its JCT estimate on each GPU model of the fresh
+    nodes, its wait the time since it was created (unknown: none). Gang members take no room ahead of others."""
+    if not config.shortest_first or pod.gang is not None:
+        return [], None
+    models = sorted({n.gpu_model for n in nodes.values() if n.gpu_model and is_fresh(n, config, now_seconds)})
+    runs_of: dict[tuple[str | None, int], dict[str, float]] = {}
+
+    def claimant(
+        name: str, request: PodRequest, created: float | None, usable: Callable[[str], bool] | None
+    ) -> Claimant | None:
+        key = (request.workload, max(request.whole_gpus, 1))
+        runs = runs_of.get(key)
+        if runs is None:
+            figures = {m: predictors.jct.jct_seconds(request.workload, m, key[1]) for m in models}
+            runs = runs_of[key] = {m: r for m, r in figures.items() if r is not None and r > 0}
+        if not runs:
+            return None
+        waited = now_seconds - created if created is not None else 0.0
+        return Claimant(name, request, waited_seconds=waited, runs=runs, usable=usable)
+
+    own = claimant(pod.name, pod, created_seconds, None)
+    if own is None:
+        return [], None
+    ahead = [
+        c
+        for p in pending
+        if p.scheduler == scheduler
+        and p.pod != pod.name
+        and p.request.gang is None
+        and (c := claimant(p.pod, p.request, p.created_seconds, usable_nodes(p.placement, labels))) is not None
+        and c.ratio > own.ratio
+    ]
+    return claims(ahead, nodes, config=config, now_seconds=now_seconds), own.ratio

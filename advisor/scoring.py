@@ -329,7 +329,9 @@ class ScoringConfig:
     (`wait_verdicts`): a node is passed over when the pod's predicted run time there exceeds `wait_slack` × the
     soonest predicted finish after waiting for room on any GPU model; None never waits. `hold_for_blocked` (off by
     default): the filter keeps pods off the nodes held for the first pending pod that has no room (`reserve`,
-    `reserved_verdicts`) unless they are predicted to finish before it starts.
+    `reserved_verdicts`) unless they are predicted to finish before it starts. `shortest_first` (off by default): the
+    filter keeps a pod off room that pending pods with a higher response ratio are expected to take (`claims`,
+    `yield_verdicts`).
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -346,6 +348,7 @@ class ScoringConfig:
     extender_span_points: float = DEFAULT_EXTENDER_SPAN_POINTS
     wait_slack: float | None = DEFAULT_WAIT_SLACK
     hold_for_blocked: bool = False
+    shortest_first: bool = False
     resources: MixResources | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -775,6 +778,11 @@ def _neutral_without_gpu(name: str) -> NodeScore:
     return NodeScore(name, 50.0, True, False, 0.5, 0.5, 1.0, 0.5, (), 1.0, None, _NO_GPU_DETAIL)
 
 
+def is_fresh(node: NodeState, config: ScoringConfig, now_seconds: float | None) -> bool:
+    """Whether the node's telemetry is recent enough to act on (`ScoringConfig.staleness_seconds`)."""
+    return not _is_stale(node, config, now_seconds)
+
+
 def _is_stale(node: NodeState, config: ScoringConfig, now_seconds: float | None) -> bool:
     if node.observed_at_seconds is None:
         return True
@@ -1157,14 +1165,18 @@ def filter_nodes(
     leaving: LeaveTimes | None = None,
     usable: Callable[[str], bool] | None = None,
     reservation: Reservation | None = None,
+    claim_log: Sequence[Claim] = (),
+    ratio: float | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
     A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share), or — where known —
     free CPU or memory for the pod's own request, or (with `predictors` and `leaving`, `wait_verdicts`) when the
     pod would finish sooner by waiting for a faster GPU model (on a node `usable` does not rule out), or when it is
-    held by `reservation` for a blocked pod and the pod would not finish before that starts (`reserved_verdicts`; the
-    wait reason first). Unknown or stale nodes pass unless `config.strict_staleness`.
+    held by `reservation` for a blocked pod and the pod would not finish before that starts (`reserved_verdicts`),
+    or when its room is expected to go to pending pods with a higher response ratio than the pod's `ratio`
+    (`claim_log`, `yield_verdicts`); the wait reason first. Unknown or stale nodes pass unless
+    `config.strict_staleness`.
     """
     k = pod.whole_gpus
     passed: list[str] = []
@@ -1172,6 +1184,8 @@ def filter_nodes(
     held: dict[str, str] = {}
     if predictors is not None and reservation is not None:
         held = reserved_verdicts(pod, sorted(reservation.nodes), nodes, reservation, predictors=predictors)
+    if claim_log and ratio is not None:
+        held = yield_verdicts(pod, names, nodes, claim_log, ratio=ratio) | held
     wait: dict[str, str] = {}
     if predictors is not None and leaving is not None:
         # Room on a node held for another pod is not room for this one: it neither waits for it nor is offered it.
@@ -1517,3 +1531,164 @@ def fits_now(
         if room >= members:
             return True
     return False
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Shortest first: pending pods that waiting has slowed most take the room first (highest response ratio next)
+
+
+def response_ratio(waited_seconds: float, run_seconds: float) -> float:
+    """(wait + run) / run: the slowdown a pending pod ends with if it starts now. Highest first (HRRN, Brinch Hansen
+    1971) puts short pods first, as shortest-job-first does, and lets every pod's ratio grow while it waits, so a
+    long pod is not passed over for ever."""
+    return (max(waited_seconds, 0.0) + run_seconds) / run_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Claimant:
+    """A pending pod that may take room ahead of others: its request (never a gang member's), how long it has waited,
+    its predicted run time per GPU model (`runs`, models without an estimate left out; not empty), and the nodes its
+    node selector and affinity allow (None: any). `ratio` is its `response_ratio` on its quickest model."""
+
+    pod: str
+    request: PodRequest
+    waited_seconds: float
+    runs: Mapping[str, float]
+    usable: Callable[[str], bool] | None = None
+    run_seconds: float = field(init=False)
+    ratio: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        quickest = min(self.runs.values())
+        object.__setattr__(self, "run_seconds", quickest)
+        object.__setattr__(self, "ratio", response_ratio(self.waited_seconds, quickest))
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Room on `node` that `claimant` is expected to take (`claims`)."""
+
+    claimant: Claimant
+    node: str
+
+
+class _Room:
+    """Free milli-GPU per GPU of one node (0 for an unhealthy GPU) while claims are laid on it."""
+
+    __slots__ = ("milli",)
+
+    def __init__(self, node: NodeState) -> None:
+        self.milli = list(node.free_milli)
+
+    def left_after(self, pod: PodRequest) -> int | None:
+        """The milli-GPU left on the node once `pod` takes its room (best fit: less is tighter), None if it does not
+        fit. A memory-only share takes no SM room."""
+        if pod.whole_gpus:
+            free = [i for i, m in enumerate(self.milli) if m == WHOLE_GPU_MILLI]
+            return sum(self.milli) - pod.whole_gpus * WHOLE_GPU_MILLI if len(free) >= pod.whole_gpus else None
+        fits = [m for m in self.milli if m >= max(pod.share_milli, 1)]
+        return sum(self.milli) - pod.share_milli if fits else None
+
+    def take(self, pod: PodRequest) -> None:
+        if pod.whole_gpus:
+            free = [i for i, m in enumerate(self.milli) if m == WHOLE_GPU_MILLI][: pod.whole_gpus]
+            for i in free:
+                self.milli[i] = 0
+            return
+        # A share goes to the fullest GPU it fits on (as the scorer prefers), leaving whole GPUs whole.
+        gpu = min((m, i) for i, m in enumerate(self.milli) if m >= max(pod.share_milli, 1))[1]
+        self.milli[gpu] -= pod.share_milli
+
+
+CLAIM_SCAN = 256
+"""At most this many pending pods, in response-ratio order, are laid on the nodes by `claims` (each costs a pass over
+the GPU models and the nodes with room); those after them take no room ahead of anyone."""
+
+
+def claims(
+    claimants: Sequence[Claimant],
+    nodes: Mapping[str, NodeState],
+    *,
+    config: ScoringConfig,
+    now_seconds: float | None = None,
+) -> list[Claim]:
+    """Where the pending pods, taken in response-ratio order (highest first; `claimants` order breaks ties), are
+    expected to go: each takes room on the GPU model where it is predicted to run fastest among those with room for it
+    and within `wait_slack` of its quickest (a slower model it would pass over, waiting), on the node there it fits
+    most tightly. The log of those that found room; a pod with none takes nothing. Fresh nodes only; CPU and memory
+    are checked against each node's free amounts as known, not decremented by claims."""
+    ordered = sorted(claimants, key=lambda c: -c.ratio)[:CLAIM_SCAN]
+    by_model: dict[str, list[str]] = {}
+    rooms: dict[str, _Room] = {}
+    for name in sorted(nodes):  # by key: one state may stand for several alike nodes (the simulator's)
+        node = nodes[name]
+        if node.gpu_model and any(node.free_milli) and not _is_stale(node, config, now_seconds):
+            by_model.setdefault(node.gpu_model, []).append(name)
+            rooms[name] = _Room(node)
+    if not rooms:
+        return []
+    log: list[Claim] = []
+    full: set[tuple[int, int, frozenset[str]]] = set()  # shapes found no room: room only shrinks, later ones neither
+    for claimant in ordered:
+        pod = claimant.request
+        runs = claimant.runs
+        limit = claimant.run_seconds * (config.wait_slack if config.wait_slack is not None else math.inf)
+        models = sorted((m for m in by_model if m in runs and runs[m] <= limit), key=lambda m: (runs[m], m))
+        shape = (pod.whole_gpus, pod.share_milli, frozenset(models))
+        if claimant.usable is None and shape in full:
+            continue
+        taken: str | None = None
+        for model in models:
+            best: tuple[int, str] | None = None
+            for name in by_model[model]:
+                left = rooms[name].left_after(pod)
+                if left is None or (best is not None and left >= best[0]):
+                    continue
+                if (claimant.usable is None or claimant.usable(name)) and _resources_short(nodes[name], pod) is None:
+                    best = (left, name)
+            if best is not None:
+                taken = best[1]
+                break
+        if taken is None:
+            if claimant.usable is None:
+                full.add(shape)
+            continue
+        rooms[taken].take(pod)
+        log.append(Claim(claimant, taken))
+    return log
+
+
+def yield_verdicts(
+    pod: PodRequest, names: Sequence[str], nodes: Mapping[str, NodeState], log: Sequence[Claim], *, ratio: float
+) -> dict[str, str]:
+    """{node: reason} for the candidates on which `pod` (response ratio `ratio`) has room now but not once the pending
+    pods with a higher ratio take theirs (the first claims of `log`, `claims`). A gang member never yields."""
+    if pod.gang is not None:
+        return {}
+    rooms: dict[str, _Room] = {}
+    last: dict[str, Claim] = {}
+    for claim in log:
+        if not claim.claimant.ratio > ratio:
+            break  # the log is in ratio order
+        if claim.claimant.pod == pod.name:
+            continue
+        state = nodes.get(claim.node)
+        if state is None:
+            continue
+        room = rooms.get(claim.node)
+        if room is None:
+            room = rooms[claim.node] = _Room(state)
+        room.take(claim.claimant.request)
+        last[claim.node] = claim
+    verdicts: dict[str, str] = {}
+    for name in names:
+        room = rooms.get(name)
+        state = nodes.get(name)
+        if room is None or state is None or room.left_after(pod) is not None or _Room(state).left_after(pod) is None:
+            continue
+        c = last[name].claimant
+        verdicts[name] = (
+            f"room kept for {c.pod}, pending ~{c.waited_seconds:.0f} s for a ~{c.run_seconds:.0f} s run: response "
+            f"ratio {c.ratio:.2f} vs this pod's {ratio:.2f} (shortest first)"
+        )
+    return verdicts

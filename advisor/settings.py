@@ -48,6 +48,10 @@ class AdvisorSettings(BaseSettings):
     # finish first (EASY backfilling; docs/advisor.md, "Holding nodes for a blocked pod"). Needs the pod watch. Off by
     # default: on the Gavel traces it helped at high load on two traces and hurt on a third (docs/evaluation.md).
     hold_for_blocked: bool = False
+    # The extender filter serves pending GPU pods by response ratio ((waited + predicted run) / predicted run, highest
+    # first) instead of by age: a pod is kept off room that pods with a higher ratio are expected to take. Short pods
+    # go first and long ones age until they do (docs/advisor.md, "Shortest first"). Needs the pod watch.
+    shortest_first: bool = False
 
     @field_validator("wait_slack")
     @classmethod

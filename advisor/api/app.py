@@ -48,6 +48,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         extender_span_points=settings.extender_span_points,
         wait_slack=settings.wait_slack or None,
         hold_for_blocked=settings.hold_for_blocked,
+        shortest_first=settings.shortest_first,
     )
 
 
@@ -90,7 +91,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         if not settings.no_kube:
             from advisor.kube import start_watch
 
-            watcher = start_watch(ctx.state, metrics, pending=settings.hold_for_blocked)
+            watcher = start_watch(ctx.state, metrics, pending=settings.hold_for_blocked or settings.shortest_first)
         try:
             yield
         finally:

@@ -27,12 +27,15 @@ from advisor.fragmentation import IntArray, TaskMix
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import (
+    Claim,
+    Claimant,
     LeaveTimes,
     NodeState,
     PodRequest,
     Reservation,
     Resident,
     ScoringConfig,
+    claims,
     extender_scores,
     fits_now,
     not_held,
@@ -40,6 +43,7 @@ from advisor.scoring import (
     reserved_verdicts,
     score_nodes,
     wait_verdicts,
+    yield_verdicts,
 )
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
@@ -133,9 +137,13 @@ class JobPolicy(Protocol):
         """A node and GPU indices for `gpus` whole GPUs (or one half GPU when `share`), or None if nothing fits."""
         ...
 
-    def hold(self, job: Job | None, state: JobState) -> bool:
+    def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
+        """Called before each scheduling pass with the jobs waiting, in queue order (arrival)."""
+        ...
+
+    def hold(self, job: Job, state: JobState) -> bool:
         """Called with each job of the queue that could not be placed in this scheduling pass, in order, until it
-        answers True (nodes are held for `job`, or the policy holds nothing this pass); None starts a new pass."""
+        answers True (nodes are held for `job`, or the policy holds nothing this pass)."""
         ...
 
 
@@ -157,9 +165,12 @@ class KubeJobPolicy:
         self._rng = None if seed is None else np.random.default_rng(seed)
         self.name = "binpack" if most else "spread"
 
-    def hold(self, job: Job | None, state: JobState) -> bool:
+    def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
+        """kube-scheduler's queue is first come, first served (within a priority)."""
+
+    def hold(self, job: Job, state: JobState) -> bool:
         """kube-scheduler holds nothing for a blocked pod."""
-        return job is not None
+        return True
 
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
@@ -211,6 +222,10 @@ class ExtenderJobPolicy:
         self._interner = StateInterner(cluster.nodes)
         self._per_node = cluster.max_gpus_per_node
         self._held: Reservation | None = None
+        self._models = sorted({n.gpu_model for n in cluster.nodes})
+        self._job_runs: dict[str, dict[str, float]] = {}
+        self._claimants: dict[str, Claimant] = {}
+        self._log: tuple[int, dict[str, NodeState], list[Claim]] | None = None
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -255,32 +270,79 @@ class ExtenderJobPolicy:
             for n in range(len(state.nodes))
         }
 
-    def hold(self, job: Job | None, state: JobState) -> bool:
-        """Hold nodes for the first job of the pass that has no room now and whose start can be predicted
-        (`advisor.holding`: one that only waits for a faster GPU is not blocked) where it is predicted to start first
-        (`advisor.scoring.reserve`, with what the policy believes of speeds and ends), when
-        `ScoringConfig.hold_for_blocked`."""
-        if job is None:
-            self._held = None
-            return False
-        if not self._config.hold_for_blocked or self._table is None:
-            return True
+    def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
+        """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
+        with their response ratios (`advisor.scoring.Claimant`: waited since arrival, quickest believed run time)."""
+        self._held = None
+        self._log = None
+        if not self._config.shortest_first or self._table is None:
+            return
+        self._claimants = {}
+        for job in queue:
+            if job.num_gpus > self._per_node:
+                continue
+            runs = self._runs(job)
+            if runs:
+                self._claimants[job.job_id] = Claimant(
+                    job.job_id, self._request(job), waited_seconds=now - job.arrival_s, runs=runs
+                )
+
+    def _runs(self, job: Job) -> dict[str, float]:
+        """The job's believed run time per GPU model of the cluster (models without a figure left out)."""
+        runs = self._job_runs.get(job.job_id)
+        if runs is None:
+            assert self._table is not None
+            predict = JobJct(self._table, job)
+            figures = {m: predict.jct_seconds(job.job_type, m, job.num_gpus) for m in self._models}
+            runs = self._job_runs[job.job_id] = {m: r for m, r in figures.items() if r is not None and r > 0}
+        return runs
+
+    def _request(self, job: Job) -> PodRequest:
+        """The pod request of `job` (of each gang member when it spans nodes)."""
+        assert self._table is not None
         share = bool(self._table.norm) and job.num_gpus == 1
         sizes = [job.num_gpus] if job.num_gpus <= self._per_node else _gang_sizes(job.num_gpus, self._per_node)
-        request = PodRequest(
+        return PodRequest(
             name=job.job_id,
             gpus=0 if share else sizes[0],
             gpu_milli=SHARE_MILLI if share else 0,
             workload=job.job_type,
             gang=job.job_id if len(sizes) > 1 else None,
         )
-        nodes = self._all_nodes(state, job, share, None)
-        if fits_now(request, nodes, members=len(sizes), config=self._config):
+
+    def _yielded(self, job: Job, request: PodRequest, state: JobState) -> dict[str, str]:
+        """The nodes whose room waiting jobs with a higher response ratio are expected to take
+        (`advisor.scoring.claims`, `yield_verdicts`), when `ScoringConfig.shortest_first`."""
+        own = self._claimants.get(job.job_id) if self._config.shortest_first else None
+        if own is None:
+            return {}
+        version = int(state.version.sum())  # every assign and release bumps a node's version
+        if self._log is None or self._log[0] != version:
+            # Room as it is, whatever the job (GPUs it may not share are not marked full): the same for every job.
+            nodes = self._all_nodes(state, job, False, None)
+            waiting = [c for c in self._claimants.values() if c.pod not in state.started]
+            self._log = (version, nodes, claims(waiting, nodes, config=self._config))
+        _, nodes, log = self._log
+        if not log or not log[0].claimant.ratio > own.ratio:
+            return {}
+        return yield_verdicts(request, list(nodes), nodes, log, ratio=own.ratio)
+
+    def hold(self, job: Job, state: JobState) -> bool:
+        """Hold nodes for the first job of the pass that has no room now and whose start can be predicted
+        (`advisor.holding`: one that only waits for a faster GPU is not blocked) where it is predicted to start first
+        (`advisor.scoring.reserve`, with what the policy believes of speeds and ends), when
+        `ScoringConfig.hold_for_blocked`."""
+        if not self._config.hold_for_blocked or self._table is None:
+            return True
+        request = self._request(job)
+        members = 1 if request.gang is None else len(_gang_sizes(job.num_gpus, self._per_node))
+        nodes = self._all_nodes(state, job, request.is_share, None)
+        if fits_now(request, nodes, members=members, config=self._config):
             return False
         self._held = reserve(
             request,
             nodes,
-            members=len(sizes),
+            members=members,
             config=self._config,
             predictors=with_job(self._bundle, self._table, job),
             leaving=self._leave_times(state),
@@ -340,10 +402,12 @@ class ExtenderJobPolicy:
             workload=job.job_type,
             gang=gang,
         )
-        held = self._held_off(job, request, state)
+        held = self._held_off(job, request, state) | self._yielded(job, request, state)
         if held:
             names = [state.nodes[int(n)].name for n in candidates]
             candidates = candidates[[name not in held for name in names]]
+            if len(candidates) == 0:
+                return None
         candidates = self._waiting(job, request, candidates, state, share=share, held=held)
         if len(candidates) == 0:
             return None
@@ -529,7 +593,8 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
             queue.append(arrivals[i])
             i += 1
         waiting: list[Job] = []
-        head = policy.hold(None, engine.state)
+        policy.begin_pass(queue, now, engine.state)
+        head = False
         for job in queue:
             if failed_at.get(job.job_id) == releases or not engine.try_place(job, now):
                 head = head or policy.hold(job, engine.state)

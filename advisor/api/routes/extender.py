@@ -5,7 +5,9 @@ filter unless strict staleness is configured), so a new or silent node is never 
 pod's own CPU/memory requests go into its `PodRequest`; full node objects (a scheduler that is not
 `nodeCacheCapable`) hand their allocatable CPU/memory to the state. The filter also passes over nodes on which the
 pod would finish later than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, from the served JCT
-model and the residents' start times).
+model and the residents' start times), and — when configured — keeps pods off nodes held for a blocked pod
+(`advisor.holding.head_reservation`) or off room that pending pods with a higher response ratio are expected to take
+(`advisor.holding.queue_claims`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from fastapi.responses import Response
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.holding import head_reservation, usable_nodes
+from advisor.holding import head_reservation, queue_claims, usable_nodes
+from advisor.pods import rfc3339_seconds
 from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
@@ -85,6 +88,17 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         if ctx.scoring.hold_for_blocked
         else None
     )
+    claim_log, ratio = queue_claims(
+        pod,
+        rfc3339_seconds(args.Pod.metadata.creationTimestamp),
+        args.Pod.scheduler(),
+        ctx.state.pending() if ctx.scoring.shortest_first else [],
+        nodes,
+        labels=ctx.state.node_labels,
+        config=ctx.scoring,
+        predictors=predictors,
+        now_seconds=now,
+    )
     passed, failed = filter_nodes(
         pod,
         names,
@@ -95,6 +109,8 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         leaving=leaving,
         usable=usable_nodes(args.Pod.placement(), ctx.state.node_labels),
         reservation=held,
+        claim_log=claim_log,
+        ratio=ratio,
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)

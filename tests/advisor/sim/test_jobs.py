@@ -234,3 +234,35 @@ def test_a_blocked_job_holds_the_nodes_it_starts_on_first_and_short_jobs_backfil
     assert sorted(r.jct_s) == pytest.approx(sorted(expected.values()))
     spread = run_jct(cluster, jobs, KubeJobPolicy(most=False), truth)  # kube-scheduler holds nothing
     assert sorted(spread.jct_s) == pytest.approx(sorted([100.0, 1101.0, 1000.0, 147.0]))
+
+
+@pytest.mark.parametrize(
+    ("shortest_first", "expected"),
+    [
+        # At 100 s the GPU frees: `long` (1000 s) has waited 90 s, ratio 1.09; `short` (10 s) 50 s, ratio 6. Served
+        # by ratio, short runs 100-110 s and long 110-1110 s.
+        (True, {"r": 100.0, "long": 1100.0, "short": 60.0}),
+        # First come, first served: long runs 100-1100 s, short 1100-1110 s.
+        (False, {"r": 100.0, "long": 1090.0, "short": 1060.0}),
+    ],
+)
+def test_shortest_first_serves_the_queue_by_response_ratio(shortest_first: bool, expected: dict[str, float]) -> None:
+    cluster = Cluster((SimNode("a", "K80", 1),))
+    truth = RateTable("truth", {("k80", "x", 1, True): 1.0})
+    jobs = [Job("r", "x", 0.0, 1, 100.0), Job("long", "x", 10.0, 1, 1000.0), Job("short", "x", 50.0, 1, 10.0)]
+    oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig(shortest_first=shortest_first))
+    assert sorted(run_jct(cluster, jobs, oracle, truth).jct_s) == pytest.approx(sorted(expected.values()))
+
+
+def test_shortest_first_lets_a_long_job_go_once_its_wait_outgrows_the_short_ones() -> None:
+    """Shorts (10 s) arrive every 10 s on one GPU behind a long job (100 s): they do not pass it for ever."""
+    cluster = Cluster((SimNode("a", "K80", 1),))
+    truth = RateTable("truth", {("k80", "x", 1, True): 1.0})
+    shorts = [Job(f"s{i}", "x", 5.0 + 10.0 * i, 1, 10.0) for i in range(40)]
+    jobs = [Job("r", "x", 0.0, 1, 10.0), Job("long", "x", 1.0, 1, 100.0), *shorts]
+    oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig(shortest_first=True))
+    result = run_jct(cluster, jobs, oracle, truth)
+    assert result.jobs == len(jobs)
+    # Each release finds a short that has waited 5 s (ratio 1.5) until long has waited over 50 s: at 60 s its ratio
+    # is 1.59 and it runs 60-160 s (JCT 159 s, the longest); after it the backlog of shorts is served oldest first.
+    assert max(result.jct_s) == pytest.approx(159.0)
