@@ -105,7 +105,8 @@ def test_a_pod_yields_the_room_pods_with_a_higher_ratio_take_and_keeps_the_rest(
     # ml/older takes fast-a (first of two equal fits); fast-b stays free for ml/new; `full` has no room anyway.
     assert list(verdicts) == ["fast-a"]
     assert verdicts["fast-a"] == (
-        "room kept for ml/older, pending ~400 s for a ~100 s run: response ratio 5.00 vs this pod's 1.00 (shortest first)"
+        "room kept for ml/older, pending ~400 s for a ~100 s run: "
+        "response ratio 5.00 vs this pod's 1.00 (shortest first)"
     )
     assert yield_verdicts(pod, ["fast-a"], nodes, log, ratio=5.0) == {}  # an equal ratio does not yield
     assert yield_verdicts(PodRequest(name="ml/g", gpus=1, gang="g"), ["fast-a"], nodes, log, ratio=1.0) == {}
@@ -128,9 +129,17 @@ def test_queue_claims_takes_the_pods_ahead_by_ratio_of_the_same_scheduler_and_no
     nodes = nodes_of(gpu_node("fast", gpus=4), gpu_node("slow", SLOW, gpus=4))
     bert = PodRequest(name="ml/new", gpus=1, workload="bert")  # 1000 s on FAST
 
-    def queued(pod: str, waited: float, **kw: object) -> PendingPod:
-        request = PodRequest(name=pod, gpus=1, workload=str(kw.pop("workload", "bert")), gang=kw.pop("gang", None))  # type: ignore[arg-type]
-        return PendingPod(pod=pod, request=request, created_seconds=NOW - waited, **kw)  # type: ignore[arg-type]
+    def queued(
+        pod: str,
+        waited: float,
+        *,
+        workload: str = "bert",
+        gang: str | None = None,
+        scheduler: str = "default-scheduler",
+        placement: NodePlacement | None = None,
+    ) -> PendingPod:
+        request = PodRequest(name=pod, gpus=1, workload=workload, gang=gang)
+        return PendingPod(pod, request, scheduler=scheduler, created_seconds=NOW - waited, placement=placement)
 
     pending = [
         queued("ml/a", 5000.0),  # ratio 6: ahead
