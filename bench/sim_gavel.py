@@ -84,6 +84,7 @@ def run_one(
     knowledge: str = "cold",
     policies: str = POLICIES,
     hold: bool = False,
+    shortest_first: bool = False,
 ) -> dict[str, dict[str, float]]:
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
@@ -94,6 +95,8 @@ def run_one(
     ]  # fmt: skip
     if hold:
         command.append("--hold-for-blocked")
+    if shortest_first:
+        command.append("--shortest-first")
     if plot is not None:
         command += ["--plot", str(tmp)]
     print(f"$ {shlex.join(command)}   # arrivals x{scale:g}", flush=True)
@@ -281,6 +284,10 @@ def main() -> None:
         help="the advisor and oracle hold nodes for the first blocked job (simulate --hold-for-blocked)",
     )  # fmt: skip
     parser.add_argument(
+        "--shortest-first", action="store_true",
+        help="the advisor and oracle serve the queue by response ratio (simulate --shortest-first)",
+    )  # fmt: skip
+    parser.add_argument(
         "--model-errors", action="store_true", help="only print the held-out models' errors and each trace's load"
     )
     parser.add_argument("--report", type=Path, nargs="+", help="only print markdown tables of earlier --json files")
@@ -318,7 +325,7 @@ def main() -> None:
                 for seed in map(int, values(args.seeds)):
                     policies = run_one(
                         trace, scale, seed, args.plot, tmp, knowledge=args.knowledge, policies=args.policies,
-                        hold=args.hold,
+                        hold=args.hold, shortest_first=args.shortest_first,
                     )  # fmt: skip
                     runs.append(
                         {
@@ -327,6 +334,7 @@ def main() -> None:
                             "seed": seed,
                             "knowledge": args.knowledge,
                             "hold_for_blocked": args.hold,
+                            "shortest_first": args.shortest_first,
                             "policies": policies,
                         }
                     )

@@ -139,6 +139,13 @@ def simulate(
             " GPUADVISOR_HOLD_FOR_BLOCKED=true (docs/advisor.md)."
         ),
     ] = False,
+    shortest_first: Annotated[
+        bool,
+        typer.Option(
+            help="In jct mode, the advisor and oracle serve the queue by response ratio, (waited + predicted run) /"
+            " predicted run, as the service does with GPUADVISOR_SHORTEST_FIRST=true (docs/advisor.md)."
+        ),
+    ] = False,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
     try:
@@ -174,8 +181,11 @@ def simulate(
                 report["advisor_predictors"] = how
             profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
             config = jct_scoring_config(nodes, jobs, truth, profile)
-            if hold_for_blocked:
-                config = replace(config, hold_for_blocked=True)
+            config = replace(
+                config,
+                hold_for_blocked=config.hold_for_blocked or hold_for_blocked,
+                shortest_first=config.shortest_first or shortest_first,
+            )
             if {"advisor", "oracle"} & set(names):
                 report["advisor"] = {"profile": profile, **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
             jct = run_jct_mode(

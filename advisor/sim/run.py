@@ -178,6 +178,7 @@ def scorer_setup(config: ScoringConfig, extender_weight: float) -> dict[str, obj
         "extender_weight": extender_weight,
         "wait_slack": config.wait_slack,
         "hold_for_blocked": config.hold_for_blocked,
+        "shortest_first": config.shortest_first,
         "kube_scheduler_score": "NodeResourcesFit LeastAllocated",
         "task_mix_entries": len(config.task_mix),
     }
