@@ -39,6 +39,13 @@ from advisor.scoring import (
 )
 from advisor.state import PendingPod
 
+CLAIM_GRACE_SECONDS = 300.0
+"""A pending pod expected to take room ahead of others (shortest first) that is still pending this long after it was
+first so expected takes no room ahead of anyone any more: something the advisor does not see (a taint, inter-pod
+affinity, a volume's zone) keeps it off the nodes it was expected on, and the pods that yielded to it would otherwise
+wait on idle GPUs. kube-scheduler retries an unschedulable pod at least every 5 minutes, and at once when a pod
+leaves."""
+
 HEAD_SCAN = 64
 """At most this many pending pods ahead of the filtered one are looked at for the head (each costs a pass over the
 nodes); past them nothing is held."""
@@ -120,11 +127,14 @@ def queue_claims(
     config: ScoringConfig,
     predictors: Predictors,
     now_seconds: float,
+    claimed_since: Callable[[str], float | None] | None = None,
 ) -> tuple[list[Claim], float | None]:
     """The room the pending pods of `scheduler` with a higher response ratio than `pod` are expected to take
     (`advisor.scoring.claims`, for `yield_verdicts`), and `pod`'s own ratio (None, and no claims: it is a gang member,
     or has no JCT estimate — it yields to nobody). A pod's run time is its JCT estimate on each GPU model of the fresh
-    nodes, its wait the time since it was created (unknown: none). Gang members take no room ahead of others."""
+    nodes, its wait the time since it was created (unknown: none). Gang members take no room ahead of others, nor a
+    pod first expected to take room more than `CLAIM_GRACE_SECONDS` ago (`claimed_since`: when, for a pending pod;
+    the caller records it, `ClusterState.note_claims`)."""
     if not config.shortest_first or pod.gang is not None:
         return [], None
     models = sorted({n.gpu_model for n in nodes.values() if n.gpu_model and is_fresh(n, config, now_seconds)})
@@ -152,6 +162,7 @@ def queue_claims(
         if p.scheduler == scheduler
         and p.pod != pod.name
         and p.request.gang is None
+        and (claimed_since is None or now_seconds - (claimed_since(p.pod) or now_seconds) <= CLAIM_GRACE_SECONDS)
         and (c := claimant(p.pod, p.request, p.created_seconds, usable_nodes(p.placement, labels))) is not None
         and c.ratio > own.ratio
     ]

@@ -288,6 +288,7 @@ class ClusterState:
         self._allocatable: dict[str, tuple[int, int]] = {}  # node → (milli-CPU, MiB)
         self._labels: dict[str, Mapping[str, str]] = {}  # node → its labels (from the node watch)
         self._pending: dict[str, PendingPod] = {}  # pod → pending GPU pod (from the pending-pod watch)
+        self._claimed: dict[str, float] = {}  # pending pod → when it was first expected to take room ahead of others
         self.out_of_order_dropped = 0
 
     def now(self) -> float:
@@ -431,12 +432,25 @@ class ClusterState:
         """Record (or forget: None, once bound or deleted) a pending GPU pod."""
         if pending is None:
             self._pending.pop(pod, None)
+            self._claimed.pop(pod, None)
         else:
             self._pending[pod] = pending
 
     def replace_pending(self, pending: Iterable[PendingPod]) -> None:
         """Swap in the full list of pending GPU pods (after a re-list)."""
         self._pending = {p.pod: p for p in pending}
+        self._claimed = {pod: at for pod, at in self._claimed.items() if pod in self._pending}
+
+    def note_claims(self, pods: Iterable[str], now_seconds: float) -> None:
+        """Record when each of these pending pods was first expected to take room ahead of others (shortest first,
+        `advisor.holding.queue_claims`); forgotten once it is bound or deleted."""
+        for pod in pods:
+            if pod in self._pending:
+                self._claimed.setdefault(pod, now_seconds)
+
+    def claimed_since(self, pod: str) -> float | None:
+        """When `pod`, still pending, was first expected to take room ahead of others (None: never)."""
+        return self._claimed.get(pod)
 
     def pending(self) -> list[PendingPod]:
         """Pending GPU pods in kube-scheduler's queue order."""

@@ -92,3 +92,12 @@ def test_a_bad_wait_slack_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(ValueError, match="wait_slack") as caught:
         AdvisorSettings()
     assert message in str(caught.value)
+
+
+def test_shortest_first_is_off_unless_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not scoring_config(AdvisorSettings()).shortest_first
+    monkeypatch.setenv("GPUADVISOR_SHORTEST_FIRST", "true")
+    assert scoring_config(AdvisorSettings()).shortest_first
+    monkeypatch.setenv("GPUADVISOR_SHORTEST_FIRST", "maybe")
+    with pytest.raises(ValueError, match="shortest_first"):
+        AdvisorSettings()

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from advisor.api import create_app
 from advisor.datasets import gavel_trace_executions, load_gavel
+from advisor.holding import CLAIM_GRACE_SECONDS
 from advisor.models.jct import JctModel
 from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir
 from advisor.models.registry import register, save_trained
@@ -611,3 +612,40 @@ def test_the_extender_filter_answers_every_candidate_for_a_pod_without_a_workloa
 def test_a_wait_slack_below_one_is_refused_naming_it(slack: float) -> None:
     with pytest.raises(ScoringInputError, match="wait_slack must be >= 1"):
         ScoringConfig(wait_slack=slack)
+
+
+def test_with_shortest_first_the_filter_keeps_a_new_pod_off_room_an_older_pending_pod_takes(
+    store: tuple[str, Path], state: ClusterState, clock: Clock
+) -> None:
+    """`fast` has one free GPU; ml/old (same workload, pending for an hour) has the higher response ratio: the pod
+    filtered, 10 s old, yields it — until ml/old has been expected there for CLAIM_GRACE_SECONDS without binding."""
+    settings = AdvisorSettings(db_url=store[0], no_kube=True, model_dir=store[1] / "trained", shortest_first=True)
+    with TestClient(create_app(settings, state=state)) as client:
+        busy = [f"r{i}" for i in range(7)]
+        state.replace_pods(
+            [
+                PodAllocation(pod=f"ml/{p}", node="fast", gpus=1, workload=WORKLOAD, started_seconds=clock.now)
+                for p in busy
+            ],
+            [],
+        )
+        raw = snapshot("fast", busy={i: [process(p, workload=WORKLOAD)] for i, p in enumerate(busy)})
+        assert client.post("/v1/telemetry", json=raw).status_code == 202
+        pod = v1_pod("new", gpus=1, labels={"gpuadvisor.io/workload": WORKLOAD})
+        pod["metadata"]["creationTimestamp"] = datetime.fromtimestamp(clock.now - 10, UTC).isoformat()
+        old = PodRequest(name="ml/old", gpus=1, workload=WORKLOAD)
+        scheduler = pod["spec"]["schedulerName"]
+        state.update_pending("ml/old", PendingPod("ml/old", old, scheduler=scheduler, created_seconds=clock.now - 3600))
+        answer = client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["fast"]}).json()
+        assert answer["NodeNames"] == []
+        assert answer["FailedNodes"]["fast"].startswith("room kept for ml/old, pending ~3600 s for a ~")
+        assert answer["FailedNodes"]["fast"].endswith("(shortest first)")
+        pod["spec"]["schedulerName"] = "another-scheduler"  # ml/old is not in its queue
+        assert client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["fast"]}).json()["NodeNames"] == ["fast"]
+        pod["spec"]["schedulerName"] = scheduler
+        clock.now += CLAIM_GRACE_SECONDS + 1  # ml/old never bound: something unseen keeps it off `fast`
+        raw = snapshot("fast", busy={i: [process(p, workload=WORKLOAD)] for i, p in enumerate(busy)})
+        assert client.post("/v1/telemetry", json=raw).status_code == 202
+        assert client.post("/extender/filter", json={"Pod": pod, "NodeNames": ["fast"]}).json()["NodeNames"] == ["fast"]
+        state.update_pending("ml/old", None)
+        assert state.claimed_since("ml/old") is None

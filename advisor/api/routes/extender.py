@@ -98,7 +98,9 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         config=ctx.scoring,
         predictors=predictors,
         now_seconds=now,
+        claimed_since=ctx.state.claimed_since,
     )
+    ctx.state.note_claims((c.claimant.pod for c in claim_log), now)
     passed, failed = filter_nodes(
         pod,
         names,
