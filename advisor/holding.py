@@ -18,6 +18,7 @@ The queue comes from the pending-pod watch (`advisor.kube`); without it (`--no-k
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
@@ -118,7 +119,7 @@ def head_reservation(
 
 def queue_claims(
     pod: PodRequest,
-    created_seconds: float | None,
+    queue_key: tuple[int, float, str],
     scheduler: str,
     pending: Sequence[PendingPod],
     nodes: Mapping[str, NodeState],
@@ -128,20 +129,21 @@ def queue_claims(
     predictors: Predictors,
     now_seconds: float,
     claimed_since: Callable[[str], float | None] | None = None,
-) -> tuple[list[Claim], float | None]:
-    """The room the pending pods of `scheduler` with a higher response ratio than `pod` are expected to take
-    (`advisor.scoring.claims`, for `yield_verdicts`), and `pod`'s own ratio (None, and no claims: it is a gang member,
-    or has no JCT estimate — it yields to nobody). A pod's run time is its JCT estimate on each GPU model of the fresh
-    nodes, its wait the time since it was created (unknown: none). Gang members take no room ahead of others, nor a
-    pod first expected to take room more than `CLAIM_GRACE_SECONDS` ago (`claimed_since`: when, for a pending pod;
-    the caller records it, `ClusterState.note_claims`)."""
+) -> tuple[list[Claim], tuple[int, float] | None]:
+    """The room the pending pods of `scheduler` ranked above `pod` — higher priority, or the same and a higher
+    response ratio — are expected to take (`advisor.scoring.claims`, for `yield_verdicts`), and `pod`'s own rank
+    (None, and no claims: it is a gang member, or has no JCT estimate — it yields to nobody). `queue_key` is the pod's
+    (`PendingPod.queue_key`: its priority and creation time). A pod's run time is its JCT estimate on each GPU model
+    of the fresh nodes, its wait the time since it was created (unknown: none). Gang members take no room ahead of
+    others, nor a pod first expected to take room more than `CLAIM_GRACE_SECONDS` ago (`claimed_since`: when, for a
+    pending pod; the caller records it, `ClusterState.note_claims`)."""
     if not config.shortest_first or pod.gang is not None:
         return [], None
     models = sorted({n.gpu_model for n in nodes.values() if n.gpu_model and is_fresh(n, config, now_seconds)})
     runs_of: dict[tuple[str | None, int], dict[str, float]] = {}
 
     def claimant(
-        name: str, request: PodRequest, created: float | None, usable: Callable[[str], bool] | None
+        name: str, request: PodRequest, created: float | None, priority: int, usable: Callable[[str], bool] | None
     ) -> Claimant | None:
         key = (request.workload, max(request.whole_gpus, 1))
         runs = runs_of.get(key)
@@ -150,10 +152,10 @@ def queue_claims(
             runs = runs_of[key] = {m: r for m, r in figures.items() if r is not None and r > 0}
         if not runs:
             return None
-        waited = now_seconds - created if created is not None else 0.0
-        return Claimant(name, request, waited_seconds=waited, runs=runs, usable=usable)
+        waited = now_seconds - created if created is not None and math.isfinite(created) else 0.0
+        return Claimant(name, request, waited_seconds=waited, runs=runs, usable=usable, priority=priority)
 
-    own = claimant(pod.name, pod, created_seconds, None)
+    own = claimant(pod.name, pod, queue_key[1], -queue_key[0], None)
     if own is None:
         return [], None
     ahead = [
@@ -163,7 +165,8 @@ def queue_claims(
         and p.pod != pod.name
         and p.request.gang is None
         and (claimed_since is None or now_seconds - (claimed_since(p.pod) or now_seconds) <= CLAIM_GRACE_SECONDS)
-        and (c := claimant(p.pod, p.request, p.created_seconds, usable_nodes(p.placement, labels))) is not None
-        and c.ratio > own.ratio
+        and (c := claimant(p.pod, p.request, p.created_seconds, p.priority, usable_nodes(p.placement, labels)))
+        is not None
+        and c.rank > own.rank
     ]
-    return claims(ahead, nodes, config=config, now_seconds=now_seconds), own.ratio
+    return claims(ahead, nodes, config=config, now_seconds=now_seconds), own.rank

@@ -1166,7 +1166,7 @@ def filter_nodes(
     usable: Callable[[str], bool] | None = None,
     reservation: Reservation | None = None,
     claim_log: Sequence[Claim] = (),
-    ratio: float | None = None,
+    rank: tuple[int, float] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
@@ -1174,8 +1174,8 @@ def filter_nodes(
     free CPU or memory for the pod's own request, or (with `predictors` and `leaving`, `wait_verdicts`) when the
     pod would finish sooner by waiting for a faster GPU model (on a node `usable` does not rule out), or when it is
     held by `reservation` for a blocked pod and the pod would not finish before that starts (`reserved_verdicts`),
-    or when its room is expected to go to pending pods with a higher response ratio than the pod's `ratio`
-    (`claim_log`, `yield_verdicts`); the wait reason first. Unknown or stale nodes pass unless
+    or when its room is expected to go to pending pods ranked above the pod's `rank` (priority, then response ratio;
+    `claim_log`, `yield_verdicts`); the wait reason first. Unknown or stale nodes pass unless
     `config.strict_staleness`.
     """
     k = pod.whole_gpus
@@ -1184,8 +1184,8 @@ def filter_nodes(
     held: dict[str, str] = {}
     if predictors is not None and reservation is not None:
         held = reserved_verdicts(pod, sorted(reservation.nodes), nodes, reservation, predictors=predictors)
-    if claim_log and ratio is not None:
-        held = yield_verdicts(pod, names, nodes, claim_log, ratio=ratio) | held
+    if claim_log and rank is not None:
+        held = yield_verdicts(pod, names, nodes, claim_log, rank=rank) | held
     wait: dict[str, str] = {}
     if predictors is not None and leaving is not None:
         # Room on a node held for another pod is not room for this one: it neither waits for it nor is offered it.
@@ -1547,14 +1547,16 @@ def response_ratio(waited_seconds: float, run_seconds: float) -> float:
 @dataclass(frozen=True, slots=True)
 class Claimant:
     """A pending pod that may take room ahead of others: its request (never a gang member's), how long it has waited,
-    its predicted run time per GPU model (`runs`, models without an estimate left out; not empty), and the nodes its
-    node selector and affinity allow (None: any). `ratio` is its `response_ratio` on its quickest model."""
+    its predicted run time per GPU model (`runs`, models without an estimate left out; not empty), the nodes its node
+    selector and affinity allow (None: any), and its priority. `ratio` is its `response_ratio` on its quickest model;
+    pods go by `rank`: higher priority first, then higher ratio."""
 
     pod: str
     request: PodRequest
     waited_seconds: float
     runs: Mapping[str, float]
     usable: Callable[[str], bool] | None = None
+    priority: int = 0
     run_seconds: float = field(init=False)
     ratio: float = field(init=False)
 
@@ -1562,6 +1564,10 @@ class Claimant:
         quickest = min(self.runs.values())
         object.__setattr__(self, "run_seconds", quickest)
         object.__setattr__(self, "ratio", response_ratio(self.waited_seconds, quickest))
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        return (self.priority, self.ratio)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1612,12 +1618,13 @@ def claims(
     config: ScoringConfig,
     now_seconds: float | None = None,
 ) -> list[Claim]:
-    """Where the pending pods, taken in response-ratio order (highest first; `claimants` order breaks ties), are
+    """Where the pending pods, taken by rank (higher priority, then higher response ratio, first; `claimants` order
+    breaks ties), are
     expected to go: each takes room on the GPU model where it is predicted to run fastest among those with room for it
     and within `wait_slack` of its quickest (a slower model it would pass over, waiting), on the node there it fits
     most tightly. The log of those that found room; a pod with none takes nothing. Fresh nodes only; CPU and memory
     are checked against each node's free amounts as known, not decremented by claims."""
-    ordered = sorted(claimants, key=lambda c: -c.ratio)[:CLAIM_SCAN]
+    ordered = sorted(claimants, key=lambda c: (-c.priority, -c.ratio))[:CLAIM_SCAN]
     by_model: dict[str, list[str]] = {}
     rooms: dict[str, _Room] = {}
     for name in sorted(nodes):  # by key: one state may stand for several alike nodes (the simulator's)
@@ -1659,17 +1666,23 @@ def claims(
 
 
 def yield_verdicts(
-    pod: PodRequest, names: Sequence[str], nodes: Mapping[str, NodeState], log: Sequence[Claim], *, ratio: float
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    log: Sequence[Claim],
+    *,
+    rank: tuple[int, float],
 ) -> dict[str, str]:
-    """{node: reason} for the candidates on which `pod` (response ratio `ratio`) has room now but not once the pending
-    pods with a higher ratio take theirs (the first claims of `log`, `claims`). A gang member never yields."""
+    """{node: reason} for the candidates on which `pod` (its priority and response ratio: `rank`) has room now but not
+    once the pending pods ranked above it take theirs (the first claims of `log`, `claims`). A gang member never
+    yields."""
     if pod.gang is not None:
         return {}
     rooms: dict[str, _Room] = {}
     last: dict[str, Claim] = {}
     for claim in log:
-        if not claim.claimant.ratio > ratio:
-            break  # the log is in ratio order
+        if not claim.claimant.rank > rank:
+            break  # the log is in rank order
         if claim.claimant.pod == pod.name:
             continue
         state = nodes.get(claim.node)
@@ -1687,8 +1700,13 @@ def yield_verdicts(
         if room is None or state is None or room.left_after(pod) is not None or _Room(state).left_after(pod) is None:
             continue
         c = last[name].claimant
+        why = (
+            f"priority {c.priority} vs this pod's {rank[0]}"
+            if c.priority > rank[0]
+            else f"response ratio {c.ratio:.2f} vs this pod's {rank[1]:.2f}"
+        )
         verdicts[name] = (
-            f"room kept for {c.pod}, pending ~{c.waited_seconds:.0f} s for a ~{c.run_seconds:.0f} s run: response "
-            f"ratio {c.ratio:.2f} vs this pod's {ratio:.2f} (shortest first)"
+            f"room kept for {c.pod}, pending ~{c.waited_seconds:.0f} s for a ~{c.run_seconds:.0f} s run: {why} "
+            "(shortest first)"
         )
     return verdicts

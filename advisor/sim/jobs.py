@@ -323,9 +323,9 @@ class ExtenderJobPolicy:
             waiting = [c for c in self._claimants.values() if c.pod not in state.started]
             self._log = (version, nodes, claims(waiting, nodes, config=self._config))
         _, nodes, log = self._log
-        if not log or not log[0].claimant.ratio > own.ratio:
+        if not log or not log[0].claimant.rank > own.rank:
             return {}
-        return yield_verdicts(request, list(nodes), nodes, log, ratio=own.ratio)
+        return yield_verdicts(request, list(nodes), nodes, log, rank=own.rank)
 
     def hold(self, job: Job, state: JobState) -> bool:
         """Hold nodes for the first job of the pass that has no room now and whose start can be predicted

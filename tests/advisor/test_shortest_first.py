@@ -80,7 +80,7 @@ def test_a_pod_claims_only_nodes_its_placement_allows_and_shares_go_to_the_fulle
     assert log == [Claim(pinned, "fast-a"), Claim(share, "fast-b"), Claim(again, "fast-b")]
     # ml/share filled fast-b's half-used GPU, ml/again its free one: no whole GPU is left for another pod.
     whole = PodRequest(name="ml/whole", gpus=1)
-    assert set(yield_verdicts(whole, ["fast-a", "fast-b"], nodes, log, ratio=1.0)) == {"fast-a", "fast-b"}
+    assert set(yield_verdicts(whole, ["fast-a", "fast-b"], nodes, log, rank=(0, 1.0))) == {"fast-a", "fast-b"}
     # Alone, a share goes to the node it fills most: fast-a's free GPU leaves less than fast-b's half GPU and a whole.
     assert claims([share], nodes, config=CONFIG) == [Claim(share, "fast-a")]
 
@@ -101,17 +101,17 @@ def test_a_pod_yields_the_room_pods_with_a_higher_ratio_take_and_keeps_the_rest(
     older = claimant("ml/older", 400.0, runs)  # ratio 5
     log = claims([older], nodes, config=CONFIG)
     pod = PodRequest(name="ml/new", gpus=1)
-    verdicts = yield_verdicts(pod, ["fast-a", "fast-b", "full"], nodes, log, ratio=1.0)
+    verdicts = yield_verdicts(pod, ["fast-a", "fast-b", "full"], nodes, log, rank=(0, 1.0))
     # ml/older takes fast-a (first of two equal fits); fast-b stays free for ml/new; `full` has no room anyway.
     assert list(verdicts) == ["fast-a"]
     assert verdicts["fast-a"] == (
         "room kept for ml/older, pending ~400 s for a ~100 s run: "
         "response ratio 5.00 vs this pod's 1.00 (shortest first)"
     )
-    assert yield_verdicts(pod, ["fast-a"], nodes, log, ratio=5.0) == {}  # an equal ratio does not yield
-    assert yield_verdicts(PodRequest(name="ml/g", gpus=1, gang="g"), ["fast-a"], nodes, log, ratio=1.0) == {}
+    assert yield_verdicts(pod, ["fast-a"], nodes, log, rank=(0, 5.0)) == {}  # an equal ratio does not yield
+    assert yield_verdicts(PodRequest(name="ml/g", gpus=1, gang="g"), ["fast-a"], nodes, log, rank=(0, 1.0)) == {}
     own = claims([claimant("ml/new", 400.0, runs)], nodes, config=CONFIG)
-    assert yield_verdicts(pod, ["fast-a"], nodes, own, ratio=1.0) == {}  # its own claim is not another's
+    assert yield_verdicts(pod, ["fast-a"], nodes, own, rank=(0, 1.0)) == {}  # its own claim is not another's
 
 
 def test_a_long_pod_stops_yielding_once_it_has_waited_long_enough() -> None:
@@ -121,8 +121,8 @@ def test_a_long_pod_stops_yielding_once_it_has_waited_long_enough() -> None:
     long_run, short = 10_000.0, claimant("ml/short", 60.0, {FAST: 100.0})  # ratio 1.6
     log = claims([short], nodes, config=CONFIG)
     pod = PodRequest(name="ml/long", gpus=1)
-    assert set(yield_verdicts(pod, ["fast"], nodes, log, ratio=response_ratio(1_000.0, long_run))) == {"fast"}
-    assert yield_verdicts(pod, ["fast"], nodes, log, ratio=response_ratio(7_000.0, long_run)) == {}
+    assert set(yield_verdicts(pod, ["fast"], nodes, log, rank=(0, response_ratio(1_000.0, long_run)))) == {"fast"}
+    assert yield_verdicts(pod, ["fast"], nodes, log, rank=(0, response_ratio(7_000.0, long_run))) == {}
 
 
 def test_queue_claims_takes_the_pods_ahead_by_ratio_of_the_same_scheduler_and_not_gangs() -> None:
@@ -152,26 +152,26 @@ def test_queue_claims_takes_the_pods_ahead_by_ratio_of_the_same_scheduler_and_no
         queued("ml/new", 5000.0),  # the filtered pod itself, as the watch lists it
     ]
     labels = {"fast": {"zone": "a"}, "slow": {"zone": "b"}}
-    log, ratio = queue_claims(
-        bert, NOW - 100.0, "default-scheduler", pending, nodes,
+    log, rank = queue_claims(
+        bert, (0, NOW - 100.0, "ml/new"), "default-scheduler", pending, nodes,
         labels=labels.get, config=CONFIG, predictors=PREDICTORS, now_seconds=NOW,
     )  # fmt: skip
-    assert ratio == pytest.approx(1.1)
+    assert rank == (0, pytest.approx(1.1))
     assert [(c.claimant.pod, c.node) for c in log] == [("ml/a", "fast")]
     assert log[0].claimant.runs == {FAST: 1000.0, SLOW: 4000.0}
     patient = ScoringConfig(shortest_first=True, wait_slack=None)  # never waits: ml/f takes the slow node it may use
     log, _ = queue_claims(
-        bert, NOW - 100.0, "default-scheduler", pending, nodes,
+        bert, (0, NOW - 100.0, "ml/new"), "default-scheduler", pending, nodes,
         labels=labels.get, config=patient, predictors=PREDICTORS, now_seconds=NOW,
     )  # fmt: skip
     assert [(c.claimant.pod, c.node) for c in log] == [("ml/a", "fast"), ("ml/f", "slow")]
     off = queue_claims(
-        bert, NOW, "default-scheduler", pending, nodes,
+        bert, (0, NOW, "ml/new"), "default-scheduler", pending, nodes,
         labels=labels.get, config=ScoringConfig(), predictors=PREDICTORS, now_seconds=NOW,
     )  # fmt: skip
     assert off == ([], None)
     anon = queue_claims(
-        PodRequest(name="ml/anon", gpus=1), NOW, "default-scheduler", pending, nodes,
+        PodRequest(name="ml/anon", gpus=1), (0, NOW, "ml/anon"), "default-scheduler", pending, nodes,
         labels=labels.get, config=CONFIG, predictors=PREDICTORS, now_seconds=NOW,
     )  # fmt: skip
     assert anon == ([], None)  # no estimate for the filtered pod: it yields to nobody
@@ -181,8 +181,28 @@ def test_the_filter_fails_yielded_nodes_with_the_reason_and_passes_others() -> N
     nodes = nodes_of(gpu_node("fast", gpus=1), gpu_node("fast2", gpus=1))
     log = claims([claimant("ml/old", 900.0, {FAST: 100.0})], nodes, config=CONFIG)
     pod = PodRequest(name="ml/new", gpus=1)
-    passed, failed = filter_nodes(pod, ["fast", "fast2"], nodes, config=CONFIG, claim_log=log, ratio=1.0)
+    passed, failed = filter_nodes(pod, ["fast", "fast2"], nodes, config=CONFIG, claim_log=log, rank=(0, 1.0))
     assert passed == ["fast2"]
     assert failed["fast"].startswith("room kept for ml/old, pending ~900 s")
     passed, failed = filter_nodes(pod, ["fast", "fast2"], nodes, config=CONFIG)  # no claims given: nothing yields
     assert (passed, failed) == (["fast", "fast2"], {})
+
+
+def test_priority_comes_before_the_response_ratio() -> None:
+    nodes = nodes_of(gpu_node("fast", gpus=1))
+    urgent = Claimant("ml/urgent", PodRequest(name="ml/urgent", gpus=1), 0.0, {FAST: 100.0}, priority=10)  # ratio 1
+    starved = claimant("ml/starved", 9_000.0, {FAST: 100.0})  # ratio 91, priority 0
+    log = claims([starved, urgent], nodes, config=CONFIG)
+    assert log == [Claim(urgent, "fast")]  # the one GPU goes to the higher priority
+    pod = PodRequest(name="ml/new", gpus=1)
+    verdicts = yield_verdicts(pod, ["fast"], nodes, log, rank=(0, 50.0))
+    assert verdicts["fast"].endswith("~100 s run: priority 10 vs this pod's 0 (shortest first)")
+    assert yield_verdicts(pod, ["fast"], nodes, log, rank=(10, 1.5)) == {}  # same priority, higher ratio
+    # Through the queue: a lower-priority pod however starved takes no room ahead of the filtered one.
+    queued = [PendingPod("ml/starved", PodRequest(name="ml/starved", gpus=1, workload="bert"), created_seconds=0.0)]
+    bert = PodRequest(name="ml/new", gpus=1, workload="bert")
+    log, rank = queue_claims(
+        bert, (-10, NOW, "ml/new"), "default-scheduler", queued, nodes,
+        labels=lambda _: None, config=CONFIG, predictors=PREDICTORS, now_seconds=NOW,
+    )  # fmt: skip
+    assert (log, rank) == ([], (10, 1.0))

@@ -20,7 +20,6 @@ from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
 from advisor.holding import head_reservation, queue_claims, usable_nodes
-from advisor.pods import rfc3339_seconds
 from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
@@ -88,9 +87,9 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         if ctx.scoring.hold_for_blocked
         else None
     )
-    claim_log, ratio = queue_claims(
+    claim_log, rank = queue_claims(
         pod,
-        rfc3339_seconds(args.Pod.metadata.creationTimestamp),
+        args.Pod.queue_key(pod.name),
         args.Pod.scheduler(),
         ctx.state.pending() if ctx.scoring.shortest_first else [],
         nodes,
@@ -112,7 +111,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         usable=usable_nodes(args.Pod.placement(), ctx.state.node_labels),
         reservation=held,
         claim_log=claim_log,
-        ratio=ratio,
+        rank=rank,
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)
