@@ -35,7 +35,6 @@ from advisor.scoring import (
     ScoringConfig,
     claims,
     fits_now,
-    is_fresh,
     reserve,
 )
 from advisor.state import PendingPod
@@ -139,7 +138,7 @@ def queue_claims(
     pending pod; the caller records it, `ClusterState.note_claims`)."""
     if not config.shortest_first or pod.gang is not None:
         return [], None
-    models = sorted({n.gpu_model for n in nodes.values() if n.gpu_model and is_fresh(n, config, now_seconds)})
+    models = sorted({n.gpu_model for n in nodes.values() if n.gpu_model})  # stale nodes' too: claims skip them
     runs_of: dict[tuple[str | None, int], dict[str, float]] = {}
 
     def claimant(

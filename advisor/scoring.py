@@ -39,6 +39,7 @@ kube-scheduler's integer 0..10 comes from `extender_scores` (or, without buildin
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -776,11 +777,6 @@ _NO_GPU_DETAIL = "pod requests no GPU; neutral score"
 
 def _neutral_without_gpu(name: str) -> NodeScore:
     return NodeScore(name, 50.0, True, False, 0.5, 0.5, 1.0, 0.5, (), 1.0, None, _NO_GPU_DETAIL)
-
-
-def is_fresh(node: NodeState, config: ScoringConfig, now_seconds: float | None) -> bool:
-    """Whether the node's telemetry is recent enough to act on (`ScoringConfig.staleness_seconds`)."""
-    return not _is_stale(node, config, now_seconds)
 
 
 def _is_stale(node: NodeState, config: ScoringConfig, now_seconds: float | None) -> bool:
@@ -1619,49 +1615,64 @@ def claims(
     now_seconds: float | None = None,
 ) -> list[Claim]:
     """Where the pending pods, taken by rank (higher priority, then higher response ratio, first; `claimants` order
-    breaks ties), are
-    expected to go: each takes room on the GPU model where it is predicted to run fastest among those with room for it
-    and within `wait_slack` of its quickest (a slower model it would pass over, waiting), on the node there it fits
-    most tightly. The log of those that found room; a pod with none takes nothing. Fresh nodes only; CPU and memory
-    are checked against each node's free amounts as known, not decremented by claims."""
+    breaks ties), are expected to go: each takes room on the GPU model where it is predicted to run fastest among those
+    with room for it and within `wait_slack` of its quickest (a slower model it would pass over, waiting), on the node
+    there it fits most tightly (least free milli-GPU; then by name). The log of those that found room; a pod with none
+    takes nothing. Fresh nodes only; CPU and memory are checked against each node's free amounts as known, not
+    decremented by claims."""
     ordered = sorted(claimants, key=lambda c: (-c.priority, -c.ratio))[:CLAIM_SCAN]
-    by_model: dict[str, list[str]] = {}
-    rooms: dict[str, _Room] = {}
-    for name in sorted(nodes):  # by key: one state may stand for several alike nodes (the simulator's)
-        node = nodes[name]
-        if node.gpu_model and any(node.free_milli) and not _is_stale(node, config, now_seconds):
-            by_model.setdefault(node.gpu_model, []).append(name)
-            rooms[name] = _Room(node)
-    if not rooms:
+    if not ordered:
         return []
+    by_model: dict[str, list[tuple[int, str]]] = {}  # per GPU model, (free milli-GPU, node) ascending
+    for name, node in nodes.items():  # by key: one state may stand for several alike nodes (the simulator's)
+        free = sum(node.free_milli)
+        if free and node.gpu_model and not _is_stale(node, config, now_seconds):
+            by_model.setdefault(node.gpu_model, []).append((free, name))
+    for index in by_model.values():
+        index.sort()
+    rooms: dict[str, _Room] = {}  # the nodes claims were tried on, as the claims leave them
+
+    def room(name: str) -> _Room:
+        found = rooms.get(name)
+        if found is None:
+            found = rooms[name] = _Room(nodes[name])
+        return found
+
     log: list[Claim] = []
-    full: set[tuple[int, int, frozenset[str]]] = set()  # shapes found no room: room only shrinks, later ones neither
+    full: set[tuple[object, ...]] = set()  # shapes that found no room: room only shrinks, so later ones neither
     for claimant in ordered:
         pod = claimant.request
         runs = claimant.runs
         limit = claimant.run_seconds * (config.wait_slack if config.wait_slack is not None else math.inf)
         models = sorted((m for m in by_model if m in runs and runs[m] <= limit), key=lambda m: (runs[m], m))
-        shape = (pod.whole_gpus, pod.share_milli, frozenset(models))
+        shape = (pod.whole_gpus, pod.share_milli, pod.cpu_milli, pod.memory_mib, *models)
         if claimant.usable is None and shape in full:
             continue
-        taken: str | None = None
+        need = pod.whole_gpus * WHOLE_GPU_MILLI or max(pod.share_milli, 1)
         for model in models:
-            best: tuple[int, str] | None = None
-            for name in by_model[model]:
-                left = rooms[name].left_after(pod)
-                if left is None or (best is not None and left >= best[0]):
-                    continue
-                if (claimant.usable is None or claimant.usable(name)) and _resources_short(nodes[name], pod) is None:
-                    best = (left, name)
-            if best is not None:
-                taken = best[1]
+            index = by_model[model]
+            at = bisect_left(index, (need, ""))
+            found = next(
+                (
+                    i
+                    for i in range(at, len(index))
+                    if room(index[i][1]).left_after(pod) is not None
+                    and (claimant.usable is None or claimant.usable(index[i][1]))
+                    and _resources_short(nodes[index[i][1]], pod) is None
+                ),
+                None,
+            )
+            if found is not None:
+                _, taken = index.pop(found)
+                left = room(taken)
+                left.take(pod)
+                if sum(left.milli):
+                    insort(index, (sum(left.milli), taken))
+                log.append(Claim(claimant, taken))
                 break
-        if taken is None:
+        else:
             if claimant.usable is None:
                 full.add(shape)
-            continue
-        rooms[taken].take(pod)
-        log.append(Claim(claimant, taken))
     return log
 
 

@@ -4,9 +4,12 @@ The rule looks at every fresh node of a faster GPU model, not only the candidate
 nodes of the faster models. Worst case measured here: `--nodes` nodes × 8 GPUs, half H100 and every H100 full (8
 residents each, with start times), half T4 with random occupancy; the pod asks one GPU; the candidates are the first
 500 T4 nodes with a free GPU. The JCT predictor answers from a table, as the served model's cache does once warm.
-Prints p50/p99 of `filter_nodes` with the rule and without it.
+Prints p50/p99 of `filter_nodes` with the rule and without it, and with shortest first on top
+(`advisor.holding.queue_claims`): `--pending` pending one-GPU pods, all older than the filtered one, of a workload that
+runs about as fast on a T4 as on an H100, so every one of them is laid on the T4 nodes with room before the filter
+answers.
 
-Usage: python bench/filter_wait.py [--nodes 5000] [--iterations 50]
+Usage: python bench/filter_wait.py [--nodes 5000] [--iterations 50] [--pending 256]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from advisor.holding import queue_claims
 from advisor.predictors import Predictors
 from advisor.scoring import (
     GpuState,
@@ -29,6 +33,7 @@ from advisor.scoring import (
     filter_nodes,
     jct_leave_times,
 )
+from advisor.state import PendingPod
 from collector.snapshot import LinkLevel
 
 FAST, SLOW = "NVIDIA H100 80GB HBM3", "Tesla T4"
@@ -39,7 +44,8 @@ class TableJct:
     name = "table"
 
     def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
-        return {FAST: 3_000.0, SLOW: 12_000.0}[gpu_model] / gpu_count
+        table = {FAST: 1_000.0, SLOW: 1_200.0} if workload == "v" else {FAST: 3_000.0, SLOW: 12_000.0}
+        return table[gpu_model] / gpu_count
 
 
 def cluster(size: int, rng: random.Random) -> dict[str, NodeState]:
@@ -78,6 +84,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--pending", type=int, default=256)
     args = parser.parse_args()
     nodes = cluster(args.nodes, random.Random(0))
     names = [n for n, s in nodes.items() if s.free_gpus >= 1][:500]
@@ -89,11 +96,33 @@ def main() -> None:
         leaving = jct_leave_times(predictors, NOW)
         return filter_nodes(pod, names, nodes, config=config, now_seconds=NOW, predictors=predictors, leaving=leaving)
 
+    rng = random.Random(1)
+    pending = [
+        PendingPod(f"q{i}", PodRequest(name=f"q{i}", gpus=1, workload="v"), created_seconds=NOW - rng.uniform(60, 6000))
+        for i in range(args.pending)
+    ]
+    ordered = replace(config, shortest_first=True)
+
+    def with_shortest_first() -> tuple[list[str], dict[str, str]]:
+        leaving = jct_leave_times(predictors, NOW)
+        log, rank = queue_claims(
+            pod, (0, NOW, pod.name), "default-scheduler", pending, nodes,
+            labels=lambda _: None, config=ordered, predictors=predictors, now_seconds=NOW,
+        )  # fmt: skip
+        return filter_nodes(
+            pod, names, nodes, config=ordered, now_seconds=NOW, predictors=predictors, leaving=leaving,
+            claim_log=log, rank=rank,
+        )  # fmt: skip
+
     passed, failed = with_rule()
     print(f"{args.nodes} nodes, {len(names)} candidates: {len(failed)} passed over for a faster GPU, {len(passed)} not")
+    passed, failed = with_shortest_first()
+    yielded = sum(reason.startswith("room kept") for reason in failed.values())
+    print(f"with shortest first and {args.pending} older pending pods: {yielded} candidates yielded to them")
     for label, call in (
         ("filter with the wait rule", with_rule),
         ("filter without it", lambda: filter_nodes(pod, names, nodes, config=off, now_seconds=NOW)),
+        ("filter with the wait rule and shortest first", with_shortest_first),
     ):
         p50, p99 = timed(call, args.iterations)
         print(f"{label:<44} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms")
