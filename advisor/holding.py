@@ -133,7 +133,7 @@ def queue_claims(
     response ratio — are expected to take (`advisor.scoring.claims`, for `yield_verdicts`), and `pod`'s own rank
     (None, and no claims: it is a gang member, or has no JCT estimate — it yields to nobody). `queue_key` is the pod's
     (`PendingPod.queue_key`: its priority and creation time). A pod's run time is its JCT estimate on each GPU model
-    of the fresh nodes, its wait the time since it was created (unknown: none). Gang members take no room ahead of
+    of the nodes, its wait the time since it was created (unknown: none). Gang members take no room ahead of
     others, nor a pod first expected to take room more than `CLAIM_GRACE_SECONDS` ago (`claimed_since`: when, for a
     pending pod; the caller records it, `ClusterState.note_claims`)."""
     if not config.shortest_first or pod.gang is not None:
