@@ -7,10 +7,10 @@ become allocations (with their `status.startTime`, from which the extender filte
 every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler counts it until it is gone)
 that requests CPU or memory becomes a `PodResources` record. A second thread lists, then watches, nodes for their
 `status.allocatable` cpu/memory and labels (for pods' node selectors in the extender filter) and forgets deleted
-ones. A third (only when the filter holds nodes for blocked pods) lists, then watches, unbound Pending pods and
-feeds `ClusterState.replace_pending` / `update_pending` with those that ask for GPUs (`PendingPod`: request, priority,
-creation time, node selector and affinity). Errors are logged once per kind and retried with a capped backoff; an
-expired resource version re-lists.
+ones. A third (only when the filter holds nodes for blocked pods or serves the queue shortest first) lists, then
+watches, unbound Pending pods and feeds `ClusterState.replace_pending` / `update_pending` with those that ask for GPUs
+(`PendingPod`: request, priority, creation time, node selector and affinity). Errors are logged once per kind and
+retried with a capped backoff; an expired resource version re-lists.
 """
 
 from __future__ import annotations

@@ -71,12 +71,15 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     now = ctx.state.now()
     nodes = ctx.state.nodes
     leaving = jct_leave_times(predictors, now)
+    key, scheduler = args.Pod.queue_key(pod.name), args.Pod.scheduler()
+    # The queue is sorted once per call, and only when a rule reads it.
+    pending = ctx.state.pending() if ctx.scoring.hold_for_blocked or ctx.scoring.shortest_first else []
     held = (
         head_reservation(
             pod,
-            args.Pod.queue_key(pod.name),
-            args.Pod.scheduler(),
-            ctx.state.pending(),
+            key,
+            scheduler,
+            pending,
             nodes,
             labels=ctx.state.node_labels,
             config=ctx.scoring,
@@ -89,9 +92,9 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     )
     claim_log, rank = queue_claims(
         pod,
-        args.Pod.queue_key(pod.name),
-        args.Pod.scheduler(),
-        ctx.state.pending() if ctx.scoring.shortest_first else [],
+        key,
+        scheduler,
+        pending,
         nodes,
         labels=ctx.state.node_labels,
         config=ctx.scoring,
