@@ -143,20 +143,64 @@ class ProfileIndex:
         return self._usage_any.get(workload or "")
 
 
+class WorkloadSpeed:
+    """How much faster one workload runs on one GPU model than on another, from what is known of that workload.
+
+    The same job can run 3× faster on one GPU type than on another while the data sheets rank the two the other way
+    (on Gavel's measurements, the Recommendation jobs are slowest on the V100). So, in this order:
+
+    1. "measured": the workload's single-GPU throughputs on both GPU models at one batch size (`profiles`: the
+       store's profiles — its trial runs — and the throughput model's training measurements) — for a single-GPU pod;
+    2. "throughput model": the promoted throughput model, for a workload it was trained on: its estimates on both
+       GPU models at this GPU count and the workload's usual batch size (a measurement where there is one, else
+       carried over from the workload's measurements on other GPU types, `advisor.models.throughput`);
+    3. "data sheets": otherwise the data-sheet ratio of `spec`, the same for every workload.
+
+    `ratio` returns the speed on `gpu_model` over the speed on `reference` (> 1: faster) and which of the three
+    answered.
+    """
+
+    def __init__(self, spec: SpeedPredictor, throughput: ThroughputModel | None, profiles: ProfileIndex) -> None:
+        self._spec = spec
+        self._throughput = throughput
+        self._profiles = profiles
+        self._batch: dict[str, float] = {}
+        if throughput is not None:
+            table = throughput.table_
+            counts: dict[str, dict[float, int]] = {}
+            for workload, batch in zip(table.workloads, table.batch_size, strict=True):
+                per = counts.setdefault(workload, {})
+                per[float(batch)] = per.get(float(batch), 0) + 1
+            self._batch = {w: max(per, key=lambda b: (per[b], b)) for w, per in counts.items()}
+
+    def ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float, str]:
+        if gpu_count == 1:
+            here, there = self._profiles.solo(workload, gpu_model), self._profiles.solo(workload, reference)
+            if here is not None and there is not None and here.batch_size == there.batch_size and there.throughput > 0:
+                return here.throughput / there.throughput, "measured"
+        if self._throughput is not None and workload in self._batch:
+            here_there = self._throughput.predict(
+                [workload, workload], [gpu_model, reference], [gpu_count] * 2, [self._batch[workload]] * 2
+            )
+            if np.all(np.isfinite(here_there)) and here_there[1] > 0 and here_there[0] > 0:
+                return float(here_there[0] / here_there[1]), "throughput model"
+        return self._spec.relative_speed(gpu_model) / self._spec.relative_speed(reference), "data sheets"
+
+
 class ModelJct:
-    """JCT from the promoted JCT model (its p50) on a reference GPU, scaled to each GPU model by relative speed.
+    """JCT from the promoted JCT model (its p50) on a reference GPU, scaled to each GPU model by the workload's speed.
 
     A JCT model learns from the history of the cluster it was trained on; its trees cannot extrapolate to GPU types
     that history lacks (an H100 and an L4 would get the same answer). So the model answers how long the job is — on
-    the speed predictor's reference GPU — and the speed predictor answers how much faster or slower each candidate GPU
-    runs it. Memoised per (workload, GPU model, GPU count).
+    the reference GPU — and `WorkloadSpeed` how much faster or slower each candidate GPU runs that workload (its
+    profiles, the throughput model, else the data sheets). Memoised per (workload, GPU model, GPU count).
     """
 
     def __init__(
         self,
         model: JctModel,
         version: int,
-        speed: SpeedPredictor,
+        speed: WorkloadSpeed,
         *,
         reference_gpu: str = SPEED_REFERENCE_GPU,
         clock: Callable[[], float] = time.time,
@@ -167,6 +211,11 @@ class ModelJct:
         self._reference = reference_gpu
         self._clock = clock
         self._cache: dict[tuple[str, str, int], float | None] = {}
+
+    def relative_speed(self, workload: str, gpu_model: str, gpu_count: int) -> tuple[float, str]:
+        """How fast `workload` runs on `gpu_model` relative to the reference GPU, and what says so
+        (`WorkloadSpeed.ratio`)."""
+        return self._speed.ratio(workload, gpu_model, self._reference, gpu_count)
 
     def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
         if not workload:
@@ -182,7 +231,7 @@ class ModelJct:
             submit_time_s=[self._clock()],
         )
         on_reference = float(prediction.p50[0])
-        speed = self._speed.relative_speed(gpu_model) / self._speed.relative_speed(self._reference)
+        speed, _ = self.relative_speed(workload, gpu_model, gpu_count)
         value = on_reference / speed if speed > 0 else math.nan
         result = value if math.isfinite(value) and value > 0 else None
         if len(self._cache) >= _CACHE_LIMIT:
@@ -262,7 +311,8 @@ def predictors_from(models: LoadedModels, profiles: ProfileIndex | None) -> Pred
     speed = SpecSpeed(SPEED_REFERENCE_GPU)
     jct: JctPredictor = HeuristicJct()
     if models.jct is not None:
-        jct = ModelJct(models.jct, models.versions["jct"], speed)
+        workload_speed = WorkloadSpeed(speed, models.throughput, profiles or ProfileIndex({}))
+        jct = ModelJct(models.jct, models.versions["jct"], workload_speed)
     return Predictors(speed=speed, interference=interference, jct=jct, usage=usage)
 
 

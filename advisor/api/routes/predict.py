@@ -8,6 +8,7 @@ from advisor.api.deps import Ctx
 from advisor.api.schemas import InterferenceAnswer, InterferenceQuery, JctAnswer, JctQuery, UsageIn
 from advisor.predictors import UsageProfile, default_usage
 from advisor.scoring import WHOLE_GPU_MILLI, Resident
+from advisor.serving import ModelJct
 
 router = APIRouter(prefix="/v1/predict", tags=["predictions"])
 
@@ -21,6 +22,9 @@ def predict_jct(query: JctQuery, ctx: Ctx) -> JctAnswer:
     if jct is None:
         ctx.metrics.fallbacks.labels("jct").inc()
         reason = f"no JCT estimate ({predictors.jct.name}); relative GPU speed {speed:.2f} x V100 is all that is known"
+    elif isinstance(predictors.jct, ModelJct):
+        speed, source = predictors.jct.relative_speed(query.workload, query.gpu_model, query.gpu_count)
+        reason = f"JCT from {predictors.jct.name}; this workload runs {speed:.2f} x its V100 speed here ({source})"
     else:
         reason = f"JCT from {predictors.jct.name}"
     return JctAnswer(
