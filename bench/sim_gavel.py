@@ -1,7 +1,7 @@
 """Experiment 2 (docs/evaluation.md): JCT on a heterogeneous cluster with Gavel's traces and throughputs.
 
     .venv/bin/python bench/sim_gavel.py [--arrival-scales 1,1.5,2,3,4] [--seeds 0] [--knowledge cold|profiled]
-                                        [--plot DIR] [--json FILE]
+                                        [--lengths history|exact] [--plot DIR] [--json FILE]
     .venv/bin/python bench/sim_gavel.py --validate [--validate-spans 40,20 | --validate-slacks off,1,1.5,2]
 
 36 K80 + 36 P100 + 36 V100 GPUs, 4 per node (bench/data/gavel_cluster.csv). Each of the three traces in
@@ -14,6 +14,10 @@ by each value in turn (1 = the published traces, which ask for more GPU time tha
 job on its fastest GPU; 2 = half the arrival rate). `--seeds` are the `gpuadvisor simulate --seed` values (they break
 placement ties at random, as kube-scheduler does). Prints the exact command of every run, its table, and a summary
 of the goal per trace, scale and seed. Plots are named with the scale.
+
+`--lengths` sets what the advisor knows of each job's length: `history` (the default, the goal's protocol), the
+median of its job type over the other two traces, as the service's JCT model knows a workload from its history; or
+`exact`, each job's own (clairvoyant: every run before 2026-11-22 03:30 UTC).
 
 `--knowledge` sets what the advisor's held-out models know of each job (`simulate --advisor-knowledge`): `cold`, a
 trial run on the K80 only (the protocol of the goal), or `profiled`, 1-GPU trial runs on every GPU type as the
@@ -70,6 +74,19 @@ def split_traces(source: Path, directory: Path, arrival_scale: float) -> list[Pa
     return out
 
 
+def history_of(trace: Path, traces: list[Path], directory: Path) -> Path:
+    """The other traces' jobs in one file: the history from which the advisor knows job lengths (`simulate
+    --advisor-history`), disjoint from the jobs it places."""
+    path = directory / f"history_without_{trace.stem}.csv"
+    lines: list[str] = []
+    for other in traces:
+        if other != trace:
+            rows = other.read_text().splitlines()
+            lines += rows if not lines else rows[1:]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def values(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -85,6 +102,7 @@ def run_one(
     policies: str = POLICIES,
     hold: bool = False,
     shortest_first: bool = False,
+    history: Path | None = None,
 ) -> dict[str, dict[str, float]]:
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
@@ -97,6 +115,8 @@ def run_one(
         command.append("--hold-for-blocked")
     if shortest_first:
         command.append("--shortest-first")
+    if history is not None:
+        command += ["--advisor-history", str(history)]
     if plot is not None:
         command += ["--plot", str(tmp)]
     print(f"$ {shlex.join(command)}   # arrivals x{scale:g}", flush=True)
@@ -288,6 +308,11 @@ def main() -> None:
         help="the advisor and oracle serve the queue by response ratio (simulate --shortest-first)",
     )  # fmt: skip
     parser.add_argument(
+        "--lengths", choices=("history", "exact"), default="history",
+        help="what the advisor knows of each job's length: the median of its job type over the other two traces"
+        " (simulate --advisor-history; the goal's protocol), or each job's own (clairvoyant, as before 2026-11-22)",
+    )  # fmt: skip
+    parser.add_argument(
         "--model-errors", action="store_true", help="only print the held-out models' errors and each trace's load"
     )
     parser.add_argument("--report", type=Path, nargs="+", help="only print markdown tables of earlier --json files")
@@ -321,11 +346,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         for scale in map(float, values(args.arrival_scales)):
-            for trace in split_traces(DATA / "traces_seed0_top3.csv", tmp, scale):
+            traces = split_traces(DATA / "traces_seed0_top3.csv", tmp, scale)
+            for trace in traces:
+                history = history_of(trace, traces, tmp) if args.lengths == "history" else None
                 for seed in map(int, values(args.seeds)):
                     policies = run_one(
                         trace, scale, seed, args.plot, tmp, knowledge=args.knowledge, policies=args.policies,
-                        hold=args.hold, shortest_first=args.shortest_first,
+                        hold=args.hold, shortest_first=args.shortest_first, history=history,
                     )  # fmt: skip
                     runs.append(
                         {
@@ -335,6 +362,7 @@ def main() -> None:
                             "knowledge": args.knowledge,
                             "hold_for_blocked": args.hold,
                             "shortest_first": args.shortest_first,
+                            "lengths": args.lengths,
                             "policies": policies,
                         }
                     )

@@ -34,6 +34,7 @@ from advisor.sim.run import (
     SimConfigError,
     advisor_table,
     fragmentation_scoring_config,
+    history_lengths,
     jct_scoring_config,
     parse_policies,
     run_fragmentation_mode,
@@ -146,6 +147,14 @@ def simulate(
             " predicted run, as the service does with GPUADVISOR_SHORTEST_FIRST=true (docs/advisor.md)."
         ),
     ] = False,
+    advisor_history: Annotated[
+        Path | None,
+        typer.Option(
+            help="In jct mode, a trace of past jobs (any trace format): the advisor believes each job as long as the"
+            " median of its job type there, as the service's JCT model knows a workload from its history. Without"
+            " it the advisor knows each job's own length (clairvoyant)."
+        ),
+    ] = None,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
     try:
@@ -179,6 +188,15 @@ def simulate(
             believed, how = advisor_table(throughputs, advisor_knowledge.value) if "advisor" in names else (None, "")
             if how:
                 report["advisor_predictors"] = how
+            lengths = None
+            if advisor_history is not None:
+                past = _as_jobs(load_trace(advisor_history), advisor_history)
+                lengths = history_lengths(past, jobs)
+                report["advisor_lengths"] = (
+                    f"the median of each job's type over the {len(past)} jobs of {advisor_history}"
+                )
+            elif "advisor" in names:
+                report["advisor_lengths"] = "each job's own (clairvoyant; --advisor-history gives a history instead)"
             profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
             config = jct_scoring_config(nodes, jobs, truth, profile)
             config = replace(
@@ -189,7 +207,15 @@ def simulate(
             if {"advisor", "oracle"} & set(names):
                 report["advisor"] = {"profile": profile, **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
             jct = run_jct_mode(
-                nodes, jobs, names, truth=truth, believed=believed, config=config, seed=seed, progress=progress
+                nodes,
+                jobs,
+                names,
+                truth=truth,
+                believed=believed,
+                config=config,
+                seed=seed,
+                progress=progress,
+                lengths=lengths,
             )
             report["policies"] = {r.policy: r.to_json() for r in jct}
             table = _jct_table(jct)
@@ -224,6 +250,8 @@ def simulate(
         )
     if "advisor_predictors" in report:
         console.print(f"advisor predictors: {report['advisor_predictors']}")
+    if "advisor_lengths" in report:
+        console.print(f"advisor's job lengths: {report['advisor_lengths']}")
     for path in plots:
         console.print(f"plot: {path}")
 

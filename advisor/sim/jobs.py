@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -212,8 +212,10 @@ class ExtenderJobPolicy:
         base: Predictors | None = None,
         extender_weight: float = JCT_EXTENDER_WEIGHT,
         seed: int | None = 0,
+        lengths: Mapping[str, float] | None = None,
     ) -> None:
         self.name = name
+        self._lengths = lengths
         self._rng = None if seed is None else np.random.default_rng(seed)
         self._table = table
         self._config = config
@@ -255,7 +257,7 @@ class ExtenderJobPolicy:
             if self._table is None or resident.pod not in state.started:
                 return None
             job, started = state.started[resident.pod]
-            predicted = JobJct(self._table, job).jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
+            predicted = JobJct(self._table, self._believed(job)).jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
             return None if predicted is None else started + predicted
 
         return LeaveTimes(end, state.now)
@@ -287,12 +289,19 @@ class ExtenderJobPolicy:
                     job.job_id, self._request(job), waited_seconds=now - job.arrival_s, runs=runs
                 )
 
+    def _believed(self, job: Job) -> Job:
+        """`job` with the work the policy believes it has: its own, or its job type's from `lengths`."""
+        if self._lengths is None:
+            return job
+        work = self._lengths.get(job.job_type)
+        return job if work is None else replace(job, work=work)
+
     def _runs(self, job: Job) -> dict[str, float]:
         """The job's believed run time per GPU model of the cluster (models without a figure left out)."""
         runs = self._job_runs.get(job.job_id)
         if runs is None:
             assert self._table is not None
-            predict = JobJct(self._table, job)
+            predict = JobJct(self._table, self._believed(job))
             figures = {m: predict.jct_seconds(job.job_type, m, job.num_gpus) for m in self._models}
             runs = self._job_runs[job.job_id] = {m: r for m, r in figures.items() if r is not None and r > 0}
         return runs
@@ -344,7 +353,7 @@ class ExtenderJobPolicy:
             nodes,
             members=members,
             config=self._config,
-            predictors=with_job(self._bundle, self._table, job),
+            predictors=with_job(self._bundle, self._table, self._believed(job)),
             leaving=self._leave_times(state),
         )
         return self._held is not None
@@ -360,7 +369,11 @@ class ExtenderJobPolicy:
             if node.name in held.nodes
         }
         return reserved_verdicts(
-            request, sorted(held.nodes), by_name, held, predictors=with_job(self._bundle, self._table, job)
+            request,
+            sorted(held.nodes),
+            by_name,
+            held,
+            predictors=with_job(self._bundle, self._table, self._believed(job)),
         )
 
     def _waiting(
@@ -377,7 +390,7 @@ class ExtenderJobPolicy:
             names,
             nodes,
             config=self._config,
-            predictors=with_job(self._bundle, self._table, job),
+            predictors=with_job(self._bundle, self._table, self._believed(job)),
             leaving=self._leave_times(state),
             usable=not_held(held, None),
         )
@@ -415,7 +428,9 @@ class ExtenderJobPolicy:
             gangs = frozenset([gang]) if gang is not None and gang in state.gangs[int(n)] else frozenset()
             self._interner.update(int(n), self._node_gpus(state, int(n), job, share), gangs)
         states, inverse = self._interner.distinct(candidates)
-        scores = score_nodes(request, states, config=self._config, predictors=with_job(self._bundle, self._table, job))
+        scores = score_nodes(
+            request, states, config=self._config, predictors=with_job(self._bundle, self._table, self._believed(job))
+        )
         extender = np.array(extender_scores(scores, span_points=self._config.extender_span_points), dtype=np.float64)
         extender[[not s.feasible for s in scores]] = -np.inf
         milli = SHARE_MILLI if share else gpus * GPU_MILLI

@@ -5,7 +5,8 @@ Kept apart from the CLI so that bench/ scripts and tests drive exactly what `gpu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,19 @@ def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> N
                 )
 
 
+def history_lengths(history: Sequence[Job], jobs: Sequence[Job]) -> dict[str, float]:
+    """What the advisor believes of each job's length (its `work`) when it knows past jobs, not this one: the median
+    work of its job type over `history` (QSSF's per-key history estimate, as the service's JCT model), for every job
+    type of `jobs`; a type `history` lacks gets the median over all of `history`."""
+    if not history:
+        raise SimConfigError("the length history has no job")
+    by_type: dict[str, list[float]] = {}
+    for job in history:
+        by_type.setdefault(job.job_type, []).append(job.work)
+    overall = statistics.median(j.work for j in history)
+    return {t: statistics.median(by_type[t]) if t in by_type else overall for t in {j.job_type for j in jobs}}
+
+
 def jct_policy(
     name: str,
     cluster: Cluster,
@@ -116,11 +130,16 @@ def jct_policy(
     config: ScoringConfig,
     *,
     seed: int = 0,
+    lengths: Mapping[str, float] | None = None,
 ) -> JobPolicy:
+    """The policy `name`; the advisor believes `believed` of speeds and `lengths` of each job type's length (None:
+    each job's own, clairvoyant), the oracle the truth of both."""
     if name in ("spread", "binpack"):
         return KubeJobPolicy(most=name == "binpack", seed=seed)
     if name == "advisor":
-        return ExtenderJobPolicy("advisor", cluster, believed, config, base=Predictors.heuristic(), seed=seed)
+        return ExtenderJobPolicy(
+            "advisor", cluster, believed, config, base=Predictors.heuristic(), seed=seed, lengths=lengths
+        )
     if name == "oracle":
         if truth is None:
             raise SimConfigError("the oracle policy needs --throughputs (the true throughputs)")
@@ -138,14 +157,16 @@ def run_jct_mode(
     config: ScoringConfig | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    lengths: Mapping[str, float] | None = None,
 ) -> list[JctResult]:
     """Every policy on the same jobs; `seed` breaks placement ties (kube-scheduler picks among equal nodes at
-    random). The scorer's packing component keeps room for the trace's own requests unless `config` says otherwise."""
+    random). The scorer's packing component keeps room for the trace's own requests unless `config` says otherwise.
+    `lengths`: what the advisor believes of each job type's length (`history_lengths`; None: each job's own)."""
     if truth is not None:
         check_coverage(cluster, jobs, truth)
     if config is None:
         config = jct_scoring_config(cluster, jobs, truth)
-    built = [jct_policy(name, cluster, truth, believed, config, seed=seed) for name in policies]
+    built = [jct_policy(name, cluster, truth, believed, config, seed=seed, lengths=lengths) for name in policies]
     results = []
     for policy in built:
         if progress:

@@ -108,6 +108,20 @@ def test_bad_input_exits_2_with_one_line(
     assert "Traceback" not in out
 
 
+def test_the_advisor_knows_job_lengths_from_a_history_when_given_one(small: dict[str, Path], tmp_path: Path) -> None:
+    jct = ("--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct", "--json")
+    code, out = _run(*jct, "--policies", "spread,advisor")
+    assert code == 0, out
+    assert json.loads(out)["advisor_lengths"].startswith("each job's own (clairvoyant")
+    code, out = _run(*jct, "--policies", "spread,advisor", "--advisor-history", str(small["jobs"]))
+    assert code == 0, out
+    assert json.loads(out)["advisor_lengths"] == f"the median of each job's type over the 3 jobs of {small['jobs']}"
+    code, out = _run(*jct, "--policies", "advisor", "--advisor-history", str(small["cluster"]))
+    assert code == 2
+    assert f"{small['cluster']}: unrecognised columns" in out
+    assert "Traceback" not in out
+
+
 def test_oracle_without_throughputs_exits_2(small: dict[str, Path]) -> None:
     code, out = _run(
         "--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct", "--policies", "oracle"

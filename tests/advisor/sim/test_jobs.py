@@ -12,6 +12,7 @@ from advisor.sim.jobs import ExtenderJobPolicy, JobState, KubeJobPolicy, job_tas
 from advisor.sim.loaders import load_throughputs
 from advisor.sim.model import GPU_MILLI, Cluster, Job, SimNode
 from advisor.sim.rates import CROSS_NVLINK_GROUP_RATIO, RateTable, truth_table
+from advisor.sim.run import SimConfigError, history_lengths
 from tests.advisor.sim.conftest import write
 
 SPREAD = KubeJobPolicy(most=False)
@@ -252,6 +253,36 @@ def test_shortest_first_serves_the_queue_by_response_ratio(shortest_first: bool,
     jobs = [Job("r", "x", 0.0, 1, 100.0), Job("long", "x", 10.0, 1, 1000.0), Job("short", "x", 50.0, 1, 10.0)]
     oracle = ExtenderJobPolicy("oracle", cluster, truth, ScoringConfig(shortest_first=shortest_first))
     assert sorted(run_jct(cluster, jobs, oracle, truth).jct_s) == pytest.approx(sorted(expected.values()))
+
+
+@pytest.mark.parametrize(
+    ("lengths", "expected"),
+    [
+        # What a history says matches the jobs: as with each job's own length, short runs first.
+        ({"x": 1000.0, "y": 10.0}, {"r": 100.0, "long": 1100.0, "short": 60.0}),
+        # The history has x jobs short and y jobs long: at 100 s long's believed ratio is (90 + 10) / 10 = 10 and
+        # short's (50 + 1000) / 1000 = 1.05, so the advisor serves long first — first come, first served here.
+        ({"x": 10.0, "y": 1000.0}, {"r": 100.0, "long": 1090.0, "short": 1060.0}),
+    ],
+)
+def test_the_advisor_orders_by_the_lengths_it_believes_not_the_jobs_own(
+    lengths: dict[str, float], expected: dict[str, float]
+) -> None:
+    cluster = Cluster((SimNode("a", "K80", 1),))
+    truth = RateTable("truth", {("k80", "x", 1, True): 1.0, ("k80", "y", 1, True): 1.0})
+    jobs = [Job("r", "x", 0.0, 1, 100.0), Job("long", "x", 10.0, 1, 1000.0), Job("short", "y", 50.0, 1, 10.0)]
+    advisor = ExtenderJobPolicy("advisor", cluster, truth, ScoringConfig(shortest_first=True), lengths=lengths)
+    assert sorted(run_jct(cluster, jobs, advisor, truth).jct_s) == pytest.approx(sorted(expected.values()))
+
+
+def test_history_lengths_are_each_job_types_median_over_past_jobs() -> None:
+    past = [Job("p1", "x", 0.0, 1, 100.0), Job("p2", "x", 0.0, 1, 300.0), Job("p3", "x", 0.0, 1, 900.0)]
+    past += [Job("p4", "y", 0.0, 1, 20.0)]
+    jobs = [Job("j1", "x", 0.0, 1, 5.0), Job("j2", "y", 0.0, 1, 5.0), Job("j3", "z", 0.0, 1, 5.0)]
+    # z has no history: the median over every past job (100, 300, 900, 20 -> 200).
+    assert history_lengths(past, jobs) == {"x": 300.0, "y": 20.0, "z": 200.0}
+    with pytest.raises(SimConfigError, match="the length history has no job"):
+        history_lengths([], jobs)
 
 
 def test_shortest_first_lets_a_long_job_go_once_its_wait_outgrows_the_short_ones() -> None:
