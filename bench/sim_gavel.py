@@ -140,26 +140,33 @@ def run_one(
     return results
 
 
-def validate(spans: list[float] | None = None, slacks: list[float | None] | None = None) -> None:
+def validate(
+    spans: list[float] | None = None, slacks: list[float | None] | None = None, *, lengths: str = "history"
+) -> None:
     """The knob choice of the JCT wiring (advisor.sim.jobs.JCT_EXTENDER_WEIGHT, the trace's task mix), in process:
     avg JCT of advisor and oracle per extender weight, with the scorer's default task mix and with the trace's.
     With `spans`: the trace's task mix at JCT_EXTENDER_WEIGHT, once per `ScoringConfig.extender_span_points`; with
-    `slacks`, once per `ScoringConfig.wait_slack` (None: the filter never waits for a faster GPU)."""
+    `slacks`, once per `ScoringConfig.wait_slack` (None: the filter never waits for a faster GPU). `lengths` as
+    `--lengths`: the advisor knows job lengths from the other traces ("history") or each job's own ("exact")."""
     from advisor.scoring import ScoringConfig
     from advisor.sim.heldout import heldout_table
     from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, ExtenderJobPolicy, KubeJobPolicy, job_task_mix, run_jct
     from advisor.sim.loaders import load_cluster, load_throughputs, load_trace
     from advisor.sim.rates import truth_table
+    from advisor.sim.run import history_lengths
 
     path = DATA / "simulation_throughputs.json"
     truth, believed = truth_table(load_throughputs(path)), heldout_table(path)
     cluster = load_cluster(CLUSTER)
     with tempfile.TemporaryDirectory() as tmp:
-        trace = next(
-            t for t in split_traces(DATA / "traces_seed0_top3.csv", Path(tmp), VALIDATION_SCALE)
-            if t.stem == VALIDATION_TRACE
-        )  # fmt: skip
-        jobs = [j for j in load_trace(trace) if isinstance(j, Job)]
+        traces = {
+            t.stem: [j for j in load_trace(t) if isinstance(j, Job)]
+            for t in split_traces(DATA / "traces_seed0_top3.csv", Path(tmp), VALIDATION_SCALE)
+        }
+    jobs = traces[VALIDATION_TRACE]
+    past = [j for name, others in traces.items() if name != VALIDATION_TRACE for j in others]
+    known = history_lengths(past, jobs) if lengths == "history" else None
+    print(f"the advisor's job lengths: {lengths}")
     seeds = (0, 1, 2)
     spread = [run_jct(cluster, jobs, KubeJobPolicy(most=False, seed=s), truth).avg_jct_s for s in seeds]
     print(f"{VALIDATION_TRACE} x{VALIDATION_SCALE:g}, seeds {seeds}: spread avg JCT {statistics.fmean(spread):,.0f} s")
@@ -177,7 +184,11 @@ def validate(spans: list[float] | None = None, slacks: list[float | None] | None
             avg = {
                 name: statistics.fmean(
                     run_jct(
-                        cluster, jobs, ExtenderJobPolicy(name, cluster, table, config, extender_weight=weight, seed=s),
+                        cluster, jobs,
+                        ExtenderJobPolicy(
+                            name, cluster, table, config, extender_weight=weight, seed=s,
+                            lengths=known if name == "advisor" else None,
+                        ),
                         truth,
                     ).avg_jct_s
                     for s in seeds
@@ -340,6 +351,7 @@ def main() -> None:
         validate(
             [float(x) for x in values(args.validate_spans)] if args.validate_spans else None,
             [None if x == "off" else float(x) for x in values(args.validate_slacks)] if args.validate_slacks else None,
+            lengths=args.lengths,
         )
         return
     runs: list[dict[str, object]] = []
