@@ -104,6 +104,7 @@ def run_one(
     shortest_first: bool = False,
     history: Path | None = None,
 ) -> dict[str, dict[str, float]]:
+    """One `gpuadvisor simulate` run; the advisor knows job lengths from `history` (None: each job's own)."""
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
         "--cluster", str(CLUSTER), "--trace", str(trace),
@@ -115,8 +116,7 @@ def run_one(
         command.append("--hold-for-blocked")
     if shortest_first:
         command.append("--shortest-first")
-    if history is not None:
-        command += ["--advisor-history", str(history)]
+    command += ["--advisor-history", str(history)] if history is not None else ["--clairvoyant-lengths"]
     if plot is not None:
         command += ["--plot", str(tmp)]
     print(f"$ {shlex.join(command)}   # arrivals x{scale:g}", flush=True)

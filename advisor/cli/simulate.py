@@ -40,6 +40,7 @@ from advisor.sim.run import (
     run_fragmentation_mode,
     run_jct_mode,
     scorer_setup,
+    trace_lengths,
 )
 
 _PIPE_WIDTH = 140
@@ -152,9 +153,16 @@ def simulate(
         typer.Option(
             help="In jct mode, a trace of past jobs (any trace format): the advisor believes each job as long as the"
             " median of its job type there, as the service's JCT model knows a workload from its history. Without"
-            " it the advisor knows each job's own length (clairvoyant)."
+            " it, the median of the trace's other jobs of its type."
         ),
     ] = None,
+    clairvoyant_lengths: Annotated[
+        bool,
+        typer.Option(
+            help="In jct mode, the advisor knows each job's own length, which no service can (runs before"
+            " 2026-11-22 did)."
+        ),
+    ] = False,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
     try:
@@ -188,15 +196,9 @@ def simulate(
             believed, how = advisor_table(throughputs, advisor_knowledge.value) if "advisor" in names else (None, "")
             if how:
                 report["advisor_predictors"] = how
-            lengths = None
-            if advisor_history is not None:
-                past = _as_jobs(load_trace(advisor_history), advisor_history)
-                lengths = history_lengths(past, jobs)
-                report["advisor_lengths"] = (
-                    f"the median of each job's type over the {len(past)} jobs of {advisor_history}"
-                )
-            elif "advisor" in names:
-                report["advisor_lengths"] = "each job's own (clairvoyant; --advisor-history gives a history instead)"
+            lengths, told = _lengths(jobs, advisor_history, clairvoyant_lengths)
+            if "advisor" in names:
+                report["advisor_lengths"] = told
             profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
             config = jct_scoring_config(nodes, jobs, truth, profile)
             config = replace(
@@ -254,6 +256,18 @@ def simulate(
         console.print(f"advisor's job lengths: {report['advisor_lengths']}")
     for path in plots:
         console.print(f"plot: {path}")
+
+
+def _lengths(jobs: list[Job], history: Path | None, clairvoyant: bool) -> tuple[dict[str, float] | None, str]:
+    """What the advisor believes of each job's length, and how the report says it."""
+    if clairvoyant:
+        if history is not None:
+            raise SimConfigError("--clairvoyant-lengths and --advisor-history exclude each other")
+        return None, "each job's own (clairvoyant, --clairvoyant-lengths)"
+    if history is not None:
+        past = _as_jobs(load_trace(history), history)
+        return history_lengths(past, jobs), f"the median of each job's type over the {len(past)} jobs of {history}"
+    return trace_lengths(jobs), "the median of the trace's other jobs of each job's type (leave one out)"
 
 
 def _waiting(slack: object) -> str:

@@ -199,7 +199,9 @@ class ExtenderJobPolicy:
     """kube-scheduler's LeastAllocated + `extender_weight` × 10 × the advisor extender's 0..10 score.
 
     `table` is what the scorer believes about speeds and sharing: predictions (`advisor`) or the truth (`oracle`).
-    Equal totals are broken at random (seeded), as kube-scheduler does.
+    `lengths` what it believes of each job's length (its work, by job id; e.g. its type's median over past jobs,
+    `advisor.sim.run.history_lengths`); None, or a job it lacks: the job's own (clairvoyant). Equal totals are
+    broken at random (seeded), as kube-scheduler does.
     """
 
     def __init__(
@@ -290,10 +292,10 @@ class ExtenderJobPolicy:
                 )
 
     def _believed(self, job: Job) -> Job:
-        """`job` with the work the policy believes it has: its own, or its job type's from `lengths`."""
+        """`job` with the work the policy believes it has: `lengths`' (by job id), else its own."""
         if self._lengths is None:
             return job
-        work = self._lengths.get(job.job_type)
+        work = self._lengths.get(job.job_id)
         return job if work is None else replace(job, work=work)
 
     def _runs(self, job: Job) -> dict[str, float]:

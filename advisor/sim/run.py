@@ -109,17 +109,49 @@ def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> N
                 )
 
 
+def _median_without(values: Sequence[float], i: int) -> float:
+    """The median of `values` (sorted, at least two) less its `i`-th."""
+    n = len(values) - 1
+
+    def at(k: int) -> float:
+        return values[k if k < i else k + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
 def history_lengths(history: Sequence[Job], jobs: Sequence[Job]) -> dict[str, float]:
     """What the advisor believes of each job's length (its `work`) when it knows past jobs, not this one: the median
-    work of its job type over `history` (QSSF's per-key history estimate, as the service's JCT model), for every job
-    type of `jobs`; a type `history` lacks gets the median over all of `history`."""
+    work of its job type over `history` (QSSF's per-key history estimate, as the service's JCT model), by job id; a
+    type `history` lacks gets the median over all of `history`."""
     if not history:
         raise SimConfigError("the length history has no job")
     by_type: dict[str, list[float]] = {}
     for job in history:
         by_type.setdefault(job.job_type, []).append(job.work)
+    medians = {t: statistics.median(w) for t, w in by_type.items()}
     overall = statistics.median(j.work for j in history)
-    return {t: statistics.median(by_type[t]) if t in by_type else overall for t in {j.job_type for j in jobs}}
+    return {j.job_id: medians.get(j.job_type, overall) for j in jobs}
+
+
+def trace_lengths(jobs: Sequence[Job]) -> dict[str, float]:
+    """Each job's length as a history of the trace's *other* jobs gives it (leave one out, by job id): the median
+    work of the other jobs of its type, or of all other jobs when it is the only one of its type."""
+    by_type: dict[str, list[tuple[float, str]]] = {}
+    for job in jobs:
+        by_type.setdefault(job.job_type, []).append((job.work, job.job_id))
+    every = sorted((j.work, j.job_id) for j in jobs)
+    overall = {jid: i for i, (_, jid) in enumerate(every)}
+    works = [w for w, _ in every]
+    out: dict[str, float] = {}
+    for group in by_type.values():
+        group.sort()
+        values = [w for w, _ in group]
+        for i, (_, jid) in enumerate(group):
+            if len(values) > 1:
+                out[jid] = _median_without(values, i)
+            elif len(works) > 1:
+                out[jid] = _median_without(works, overall[jid])
+    return out
 
 
 def jct_policy(
@@ -132,8 +164,8 @@ def jct_policy(
     seed: int = 0,
     lengths: Mapping[str, float] | None = None,
 ) -> JobPolicy:
-    """The policy `name`; the advisor believes `believed` of speeds and `lengths` of each job type's length (None:
-    each job's own, clairvoyant), the oracle the truth of both."""
+    """The policy `name`; the advisor believes `believed` of speeds and `lengths` of each job's length (by job id:
+    `history_lengths`, `trace_lengths`; None or a job missing: its own, clairvoyant), the oracle the truth of both."""
     if name in ("spread", "binpack"):
         return KubeJobPolicy(most=name == "binpack", seed=seed)
     if name == "advisor":
@@ -161,7 +193,7 @@ def run_jct_mode(
 ) -> list[JctResult]:
     """Every policy on the same jobs; `seed` breaks placement ties (kube-scheduler picks among equal nodes at
     random). The scorer's packing component keeps room for the trace's own requests unless `config` says otherwise.
-    `lengths`: what the advisor believes of each job type's length (`history_lengths`; None: each job's own)."""
+    `lengths`: what the advisor believes of each job's length (by job id, `jct_policy`; None: each job's own)."""
     if truth is not None:
         check_coverage(cluster, jobs, truth)
     if config is None:

@@ -108,9 +108,12 @@ def test_bad_input_exits_2_with_one_line(
     assert "Traceback" not in out
 
 
-def test_the_advisor_knows_job_lengths_from_a_history_when_given_one(small: dict[str, Path], tmp_path: Path) -> None:
+def test_the_advisor_knows_job_lengths_from_a_history(small: dict[str, Path], tmp_path: Path) -> None:
     jct = ("--cluster", str(small["cluster"]), "--trace", str(small["jobs"]), "--mode", "jct", "--json")
     code, out = _run(*jct, "--policies", "spread,advisor")
+    assert code == 0, out
+    assert json.loads(out)["advisor_lengths"].startswith("the median of the trace's other jobs of each job's type")
+    code, out = _run(*jct, "--policies", "spread,advisor", "--clairvoyant-lengths")
     assert code == 0, out
     assert json.loads(out)["advisor_lengths"].startswith("each job's own (clairvoyant")
     code, out = _run(*jct, "--policies", "spread,advisor", "--advisor-history", str(small["jobs"]))
@@ -120,6 +123,9 @@ def test_the_advisor_knows_job_lengths_from_a_history_when_given_one(small: dict
     assert code == 2
     assert f"{small['cluster']}: unrecognised columns" in out
     assert "Traceback" not in out
+    code, out = _run(*jct, "--policies", "advisor", "--advisor-history", str(small["jobs"]), "--clairvoyant-lengths")
+    assert code == 2
+    assert "--clairvoyant-lengths and --advisor-history exclude each other" in out
 
 
 def test_oracle_without_throughputs_exits_2(small: dict[str, Path]) -> None:

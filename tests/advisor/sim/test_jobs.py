@@ -12,7 +12,7 @@ from advisor.sim.jobs import ExtenderJobPolicy, JobState, KubeJobPolicy, job_tas
 from advisor.sim.loaders import load_throughputs
 from advisor.sim.model import GPU_MILLI, Cluster, Job, SimNode
 from advisor.sim.rates import CROSS_NVLINK_GROUP_RATIO, RateTable, truth_table
-from advisor.sim.run import SimConfigError, history_lengths
+from advisor.sim.run import SimConfigError, history_lengths, trace_lengths
 from tests.advisor.sim.conftest import write
 
 SPREAD = KubeJobPolicy(most=False)
@@ -258,11 +258,11 @@ def test_shortest_first_serves_the_queue_by_response_ratio(shortest_first: bool,
 @pytest.mark.parametrize(
     ("lengths", "expected"),
     [
-        # What a history says matches the jobs: as with each job's own length, short runs first.
-        ({"x": 1000.0, "y": 10.0}, {"r": 100.0, "long": 1100.0, "short": 60.0}),
-        # The history has x jobs short and y jobs long: at 100 s long's believed ratio is (90 + 10) / 10 = 10 and
+        # What the advisor believes matches the jobs: short runs first.
+        ({"r": 100.0, "long": 1000.0, "short": 10.0}, {"r": 100.0, "long": 1100.0, "short": 60.0}),
+        # It believes long short and short long: at 100 s long's believed ratio is (90 + 10) / 10 = 10 and
         # short's (50 + 1000) / 1000 = 1.05, so the advisor serves long first — first come, first served here.
-        ({"x": 10.0, "y": 1000.0}, {"r": 100.0, "long": 1090.0, "short": 1060.0}),
+        ({"r": 100.0, "long": 10.0, "short": 1000.0}, {"r": 100.0, "long": 1090.0, "short": 1060.0}),
     ],
 )
 def test_the_advisor_orders_by_the_lengths_it_believes_not_the_jobs_own(
@@ -280,9 +280,18 @@ def test_history_lengths_are_each_job_types_median_over_past_jobs() -> None:
     past += [Job("p4", "y", 0.0, 1, 20.0)]
     jobs = [Job("j1", "x", 0.0, 1, 5.0), Job("j2", "y", 0.0, 1, 5.0), Job("j3", "z", 0.0, 1, 5.0)]
     # z has no history: the median over every past job (100, 300, 900, 20 -> 200).
-    assert history_lengths(past, jobs) == {"x": 300.0, "y": 20.0, "z": 200.0}
+    assert history_lengths(past, jobs) == {"j1": 300.0, "j2": 20.0, "j3": 200.0}
     with pytest.raises(SimConfigError, match="the length history has no job"):
         history_lengths([], jobs)
+
+
+def test_trace_lengths_leave_each_job_out_of_its_own_estimate() -> None:
+    works = {"a": 10.0, "b": 20.0, "c": 40.0, "d": 80.0}  # type x
+    jobs = [Job(k, "x", 0.0, 1, w) for k, w in works.items()] + [Job("solo", "y", 0.0, 1, 1000.0)]
+    # a: median of 20, 40, 80; b: of 10, 40, 80; c: of 10, 20, 80; d: of 10, 20, 40; solo, alone of its type: the
+    # median of the four others (30).
+    assert trace_lengths(jobs) == {"a": 40.0, "b": 40.0, "c": 20.0, "d": 20.0, "solo": 30.0}
+    assert trace_lengths([Job("only", "x", 0.0, 1, 5.0)]) == {}  # nothing else to learn from: its own
 
 
 def test_shortest_first_lets_a_long_job_go_once_its_wait_outgrows_the_short_ones() -> None:
