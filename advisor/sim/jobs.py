@@ -25,6 +25,7 @@ import numpy as np
 
 from advisor.fragmentation import IntArray, TaskMix
 from advisor.gpus import normalize_gpu_model
+from advisor.holding import HEAD_SCAN
 from advisor.predictors import Predictors
 from advisor.scoring import (
     Claim,
@@ -226,6 +227,7 @@ class ExtenderJobPolicy:
         self._interner = StateInterner(cluster.nodes)
         self._per_node = cluster.max_gpus_per_node
         self._held: Reservation | None = None
+        self._head_tries = 0  # blocked jobs of this pass tried as the head (`hold`)
         self._models = sorted({n.gpu_model for n in cluster.nodes})
         self._job_runs: dict[str, dict[str, float]] = {}
         self._claimants: dict[str, Claimant] = {}
@@ -278,6 +280,7 @@ class ExtenderJobPolicy:
         """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
         with their response ratios (`advisor.scoring.Claimant`: waited since arrival, quickest believed run time)."""
         self._held = None
+        self._head_tries = 0
         self._log = None
         if not self._config.shortest_first or self._table is None:
             return
@@ -342,8 +345,11 @@ class ExtenderJobPolicy:
         """Hold nodes for the first job of the pass that has no room now and whose start can be predicted
         (`advisor.holding`: one that only waits for a faster GPU is not blocked) where it is predicted to start first
         (`advisor.scoring.reserve`, with what the policy believes of speeds and ends), when
-        `ScoringConfig.hold_for_blocked`."""
+        `ScoringConfig.hold_for_blocked`. As the service, it looks at most `HEAD_SCAN` blocked jobs far for one."""
         if not self._config.hold_for_blocked or self._table is None:
+            return True
+        self._head_tries += 1
+        if self._head_tries > HEAD_SCAN:  # as the service looks no further for a head
             return True
         request = self._request(job)
         members = 1 if request.gang is None else len(_gang_sizes(job.num_gpus, self._per_node))
