@@ -219,6 +219,7 @@ class ExtenderJobPolicy:
     ) -> None:
         self.name = name
         self._lengths = lengths
+        self._believed_jobs: dict[str, Job] = {}
         self._rng = None if seed is None else np.random.default_rng(seed)
         self._table = table
         self._config = config
@@ -295,11 +296,15 @@ class ExtenderJobPolicy:
                 )
 
     def _believed(self, job: Job) -> Job:
-        """`job` with the work the policy believes it has: `lengths`' (by job id), else its own."""
+        """`job` with the work the policy believes it has: `lengths`' (by job id), else its own (built once per job:
+        this is on the scoring and leave-time paths)."""
         if self._lengths is None:
             return job
-        work = self._lengths.get(job.job_id)
-        return job if work is None else replace(job, work=work)
+        believed = self._believed_jobs.get(job.job_id)
+        if believed is None:
+            work = self._lengths.get(job.job_id)
+            believed = self._believed_jobs[job.job_id] = job if work is None else replace(job, work=work)
+        return believed
 
     def _runs(self, job: Job) -> dict[str, float]:
         """The job's believed run time per GPU model of the cluster (models without a figure left out)."""
