@@ -6,8 +6,8 @@
 
 36 K80 + 36 P100 + 36 V100 GPUs, 4 per node (bench/data/gavel_cluster.csv). Each of the three traces in
 ../shared/data/gavel/traces_seed0_top3.csv is run on its own with spread, binpack, advisor (models trained on held-out
-Gavel data, advisor.sim.heldout) and oracle (true throughputs). Goal: advisor avg JCT ≤ 0.7 × spread and within 15%
-of the oracle.
+Gavel data, advisor.sim.heldout) and oracle (true throughputs and co-location slowdowns, the same job lengths as the
+advisor). Goal: advisor avg JCT ≤ 0.7 × spread and within 15% of the oracle.
 
 Load sweep, as Gavel's own evaluation sweeps the job arrival rate: `--arrival-scales` multiplies every arrival time
 by each value in turn (1 = the published traces, which ask for more GPU time than the 108 GPUs have even with every
@@ -15,9 +15,10 @@ job on its fastest GPU; 2 = half the arrival rate). `--seeds` are the `gpuadviso
 placement ties at random, as kube-scheduler does). Prints the exact command of every run, its table, and a summary
 of the goal per trace, scale and seed. Plots are named with the scale.
 
-`--lengths` sets what the advisor knows of each job's length: `history` (the default, the goal's protocol), the
-median of its job type over the other two traces, as the service's JCT model knows a workload from its history; or
-`exact`, each job's own (clairvoyant: every run before 2026-11-22 03:30 UTC).
+`--lengths` sets what the advisor and the oracle know of each job's length: `history` (the default, the goal's
+protocol), the median of its job type over the other two traces, as the service's JCT model knows a workload from its
+history; or `exact`, each job's own (clairvoyant: every run before 2026-11-22 03:30 UTC, and the oracle's before
+2026-11-22 07:00 UTC).
 
 `--knowledge` sets what the advisor's held-out models know of each job (`simulate --advisor-knowledge`): `cold`, a
 trial run on the K80 only (the protocol of the goal), or `profiled`, 1-GPU trial runs on every GPU type as the
@@ -104,7 +105,8 @@ def run_one(
     shortest_first: bool = False,
     history: Path | None = None,
 ) -> dict[str, dict[str, float]]:
-    """One `gpuadvisor simulate` run; the advisor knows job lengths from `history` (None: each job's own)."""
+    """One `gpuadvisor simulate` run; the advisor and oracle know job lengths from `history` (None: each job's
+    own)."""
     command = [
         sys.executable, "-m", "advisor.cli", "simulate",
         "--cluster", str(CLUSTER), "--trace", str(trace),
@@ -147,7 +149,8 @@ def validate(
     avg JCT of advisor and oracle per extender weight, with the scorer's default task mix and with the trace's.
     With `spans`: the trace's task mix at JCT_EXTENDER_WEIGHT, once per `ScoringConfig.extender_span_points`; with
     `slacks`, once per `ScoringConfig.wait_slack` (None: the filter never waits for a faster GPU). `lengths` as
-    `--lengths`: the advisor knows job lengths from the other traces ("history") or each job's own ("exact")."""
+    `--lengths`: the advisor and oracle know job lengths from the other traces ("history") or each job's own
+    ("exact")."""
     from advisor.scoring import ScoringConfig
     from advisor.sim.heldout import heldout_table
     from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, ExtenderJobPolicy, KubeJobPolicy, job_task_mix, run_jct
@@ -166,7 +169,7 @@ def validate(
     jobs = traces[VALIDATION_TRACE]
     past = [j for name, others in traces.items() if name != VALIDATION_TRACE for j in others]
     known = history_lengths(past, jobs) if lengths == "history" else None
-    print(f"the advisor's job lengths: {lengths}")
+    print(f"the advisor's and oracle's job lengths: {lengths}")
     seeds = (0, 1, 2)
     spread = [run_jct(cluster, jobs, KubeJobPolicy(most=False, seed=s), truth).avg_jct_s for s in seeds]
     print(f"{VALIDATION_TRACE} x{VALIDATION_SCALE:g}, seeds {seeds}: spread avg JCT {statistics.fmean(spread):,.0f} s")
@@ -187,7 +190,7 @@ def validate(
                         cluster, jobs,
                         ExtenderJobPolicy(
                             name, cluster, table, config, extender_weight=weight, seed=s,
-                            lengths=known if name == "advisor" else None,
+                            lengths=known,
                         ),
                         truth,
                     ).avg_jct_s
@@ -320,8 +323,9 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--lengths", choices=("history", "exact"), default="history",
-        help="what the advisor knows of each job's length: the median of its job type over the other two traces"
-        " (simulate --advisor-history; the goal's protocol), or each job's own (clairvoyant, as before 2026-11-22)",
+        help="what the advisor and oracle know of each job's length: the median of its job type over the other two"
+        " traces (simulate --advisor-history; the goal's protocol), or each job's own (clairvoyant, as before"
+        " 2026-11-22)",
     )  # fmt: skip
     parser.add_argument(
         "--model-errors", action="store_true", help="only print the held-out models' errors and each trace's load"

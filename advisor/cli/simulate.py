@@ -151,16 +151,16 @@ def simulate(
     advisor_history: Annotated[
         Path | None,
         typer.Option(
-            help="In jct mode, a trace of past jobs (any trace format): the advisor believes each job as long as the"
-            " median of its job type there, as the service's JCT model knows a workload from its history. Without"
-            " it, the median of the trace's other jobs of its type."
+            help="In jct mode, a trace of past jobs (any trace format): the advisor and the oracle believe each job as"
+            " long as the median of its job type there, as the service's JCT model knows a workload from its history."
+            " Without it, the median of the trace's other jobs of its type."
         ),
     ] = None,
     clairvoyant_lengths: Annotated[
         bool,
         typer.Option(
-            help="In jct mode, the advisor knows each job's own length, which no service can (runs before"
-            " 2026-11-22 did)."
+            help="In jct mode, the advisor and the oracle know each job's own length, which no service can (runs"
+            " before 2026-11-22 did)."
         ),
     ] = False,
 ) -> None:
@@ -197,8 +197,8 @@ def simulate(
             if how:
                 report["advisor_predictors"] = how
             lengths, told = _lengths(jobs, advisor_history, clairvoyant_lengths)
-            if "advisor" in names:
-                report["advisor_lengths"] = told
+            if {"advisor", "oracle"} & set(names):
+                report["advisor_lengths"] = told  # the oracle's too
             profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
             config = jct_scoring_config(nodes, jobs, truth, profile)
             config = replace(
@@ -253,7 +253,7 @@ def simulate(
     if "advisor_predictors" in report:
         console.print(f"advisor predictors: {report['advisor_predictors']}")
     if "advisor_lengths" in report:
-        console.print(f"advisor's job lengths: {report['advisor_lengths']}")
+        console.print(f"advisor's and oracle's job lengths: {report['advisor_lengths']}")
     for path in plots:
         console.print(f"plot: {path}")
 

@@ -164,8 +164,10 @@ def jct_policy(
     seed: int = 0,
     lengths: Mapping[str, float] | None = None,
 ) -> JobPolicy:
-    """The policy `name`; the advisor believes `believed` of speeds and `lengths` of each job's length (by job id:
-    `history_lengths`, `trace_lengths`; None or a job missing: its own, clairvoyant), the oracle the truth of both."""
+    """The policy `name`. The advisor believes `believed` of speeds, the oracle the truth (the trace's true
+    throughputs and co-location slowdowns); both believe `lengths` of each job's length (by job id:
+    `history_lengths`, `trace_lengths`; None or a job missing: its own, clairvoyant). So the oracle is the advisor
+    with perfect models, and advisor / oracle is the price of the models' errors, not of not knowing the future."""
     if name in ("spread", "binpack"):
         return KubeJobPolicy(most=name == "binpack", seed=seed)
     if name == "advisor":
@@ -175,7 +177,9 @@ def jct_policy(
     if name == "oracle":
         if truth is None:
             raise SimConfigError("the oracle policy needs --throughputs (the true throughputs)")
-        return ExtenderJobPolicy("oracle", cluster, truth, config, base=Predictors.heuristic(), seed=seed)
+        return ExtenderJobPolicy(
+            "oracle", cluster, truth, config, base=Predictors.heuristic(), seed=seed, lengths=lengths
+        )
     raise SimConfigError(f"unknown jct policy {name!r}")
 
 
@@ -193,7 +197,8 @@ def run_jct_mode(
 ) -> list[JctResult]:
     """Every policy on the same jobs; `seed` breaks placement ties (kube-scheduler picks among equal nodes at
     random). The scorer's packing component keeps room for the trace's own requests unless `config` says otherwise.
-    `lengths`: what the advisor believes of each job's length (by job id, `jct_policy`; None: each job's own)."""
+    `lengths`: what the advisor and the oracle believe of each job's length (by job id, `jct_policy`; None: each
+    job's own)."""
     if truth is not None:
         check_coverage(cluster, jobs, truth)
     if config is None:

@@ -119,6 +119,7 @@ def test_the_advisor_knows_job_lengths_from_a_history(small: dict[str, Path], tm
     code, out = _run(*jct, "--policies", "spread,advisor", "--advisor-history", str(small["jobs"]))
     assert code == 0, out
     assert json.loads(out)["advisor_lengths"] == f"the median of each job's type over the 3 jobs of {small['jobs']}"
+    assert "advisor_lengths" not in json.loads(_run(*jct, "--policies", "spread,binpack")[1])  # neither uses them
     code, out = _run(*jct, "--policies", "advisor", "--advisor-history", str(small["cluster"]))
     assert code == 2
     assert f"{small['cluster']}: unrecognised columns" in out

@@ -12,7 +12,7 @@ from advisor.sim.jobs import ExtenderJobPolicy, JobState, KubeJobPolicy, job_tas
 from advisor.sim.loaders import load_throughputs
 from advisor.sim.model import GPU_MILLI, Cluster, Job, SimNode
 from advisor.sim.rates import CROSS_NVLINK_GROUP_RATIO, RateTable, truth_table
-from advisor.sim.run import SimConfigError, history_lengths, trace_lengths
+from advisor.sim.run import SimConfigError, history_lengths, jct_policy, trace_lengths
 from tests.advisor.sim.conftest import write
 
 SPREAD = KubeJobPolicy(most=False)
@@ -255,6 +255,7 @@ def test_shortest_first_serves_the_queue_by_response_ratio(shortest_first: bool,
     assert sorted(run_jct(cluster, jobs, oracle, truth).jct_s) == pytest.approx(sorted(expected.values()))
 
 
+@pytest.mark.parametrize("policy", ["advisor", "oracle"])  # the oracle knows the true speeds, not the lengths
 @pytest.mark.parametrize(
     ("lengths", "expected"),
     [
@@ -266,13 +267,13 @@ def test_shortest_first_serves_the_queue_by_response_ratio(shortest_first: bool,
     ],
 )
 def test_the_advisor_orders_by_the_lengths_it_believes_not_the_jobs_own(
-    lengths: dict[str, float], expected: dict[str, float]
+    policy: str, lengths: dict[str, float], expected: dict[str, float]
 ) -> None:
     cluster = Cluster((SimNode("a", "K80", 1),))
     truth = RateTable("truth", {("k80", "x", 1, True): 1.0, ("k80", "y", 1, True): 1.0})
     jobs = [Job("r", "x", 0.0, 1, 100.0), Job("long", "x", 10.0, 1, 1000.0), Job("short", "y", 50.0, 1, 10.0)]
-    advisor = ExtenderJobPolicy("advisor", cluster, truth, ScoringConfig(shortest_first=True), lengths=lengths)
-    assert sorted(run_jct(cluster, jobs, advisor, truth).jct_s) == pytest.approx(sorted(expected.values()))
+    chosen = jct_policy(policy, cluster, truth, truth, ScoringConfig(shortest_first=True), lengths=lengths)
+    assert sorted(run_jct(cluster, jobs, chosen, truth).jct_s) == pytest.approx(sorted(expected.values()))
 
 
 def test_history_lengths_are_each_job_types_median_over_past_jobs() -> None:
