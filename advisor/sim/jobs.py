@@ -233,6 +233,10 @@ class ExtenderJobPolicy:
         self._job_runs: dict[str, dict[str, float]] = {}
         self._claimants: dict[str, Claimant] = {}
         self._log: tuple[int, dict[str, NodeState], list[Claim]] | None = None
+        # Per node: its state version and, for that version, the interned state id per (job type where it shares,
+        # gang it runs members of) — a long queue asks for every node's state once per waiting job and pass.
+        self._node_memo: dict[int, tuple[int, dict[tuple[str | None, str | None], int]]] = {}
+        self._memo_state: JobState | None = None
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -254,6 +258,25 @@ class ExtenderJobPolicy:
             out.append((milli, residents))
         return out
 
+    def _intern(self, state: JobState, node: int, job: Job, share: bool, gang: str | None) -> None:
+        """Point the interner's `node` at its state as `job` sees it; what `_node_gpus` reads of the job is its type
+        (the memory filter, when sharing), so a node unchanged since it was last built for that type is reused."""
+        if self._memo_state is not state:  # versions count from 0 again in a new run
+            self._memo_state, self._node_memo = state, {}
+        gang = gang if gang is not None and gang in state.gangs[node] else None
+        key = (job.job_type if share else None, gang)
+        version = int(state.version[node])
+        seen = self._node_memo.get(node)
+        if seen is None or seen[0] != version:
+            seen = self._node_memo[node] = (version, {})
+        state_id = seen[1].get(key)
+        if state_id is None:
+            gangs = frozenset([gang]) if gang is not None else frozenset()
+            self._interner.update(node, self._node_gpus(state, node, job, share), gangs)
+            seen[1][key] = int(self._interner.node_state[node])
+        else:
+            self._interner.node_state[node] = state_id
+
     def _leave_times(self, state: JobState) -> LeaveTimes:
         """What the scorer believes of when a resident leaves: its start plus its work over the table's speed (not
         memoised: a node state is reused across time)."""
@@ -270,8 +293,7 @@ class ExtenderJobPolicy:
     def _all_nodes(self, state: JobState, job: Job, share: bool, gang: str | None) -> dict[str, NodeState]:
         """Every node's state as `job` sees it (GPUs it may not share count as full)."""
         for n in range(len(state.nodes)):
-            gangs = frozenset([gang]) if gang is not None and gang in state.gangs[n] else frozenset()
-            self._interner.update(n, self._node_gpus(state, n, job, share), gangs)
+            self._intern(state, n, job, share, gang)
         return {
             state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
             for n in range(len(state.nodes))
@@ -438,8 +460,7 @@ class ExtenderJobPolicy:
         if len(candidates) == 0:
             return None
         for n in candidates:
-            gangs = frozenset([gang]) if gang is not None and gang in state.gangs[int(n)] else frozenset()
-            self._interner.update(int(n), self._node_gpus(state, int(n), job, share), gangs)
+            self._intern(state, int(n), job, share, gang)
         states, inverse = self._interner.distinct(candidates)
         scores = score_nodes(
             request, states, config=self._config, predictors=with_job(self._bundle, self._table, self._believed(job))
