@@ -45,8 +45,13 @@ ANNOTATION_UPDATED_AT = "gpuadvisor.io/updated-at"
 Obj = dict[str, Any]
 
 
+class NamespaceForbiddenError(Exception):
+    """The cluster refuses the profiler the Jobs or logs of a namespace (RBAC): trials cannot run there."""
+
+
 class ClusterApi(Protocol):
-    """The few cluster operations the controller needs; objects are plain JSON dicts (camelCase)."""
+    """The few cluster operations the controller needs; objects are plain JSON dicts (camelCase). The namespaced
+    ones raise `NamespaceForbiddenError` when the profiler has no permission there."""
 
     def list_nodes(self) -> list[Obj]: ...
 
@@ -199,15 +204,23 @@ class Controller:
         outcomes: list[TrialOutcome] = []
         decided: list[str] = []
         this = _Pass(run, uid, trials, nodes, outcomes)
-        for trial in trials:
-            entry = previous.get(trial.id)
-            if entry is not None and entry.get("phase") in (Phase.SUCCEEDED, Phase.FAILED):
-                outcomes.append(outcome_from_status(trial, entry))
-                continue
-            outcome = self._advance(this, trial)
-            outcomes.append(outcome)
-            if outcome.done:
-                decided.append(trial.id)
+        try:
+            for trial in trials:
+                entry = previous.get(trial.id)
+                if entry is not None and entry.get("phase") in (Phase.SUCCEEDED, Phase.FAILED):
+                    outcomes.append(outcome_from_status(trial, entry))
+                    continue
+                outcome = self._advance(this, trial)
+                outcomes.append(outcome)
+                if outcome.done:
+                    decided.append(trial.id)
+        except NamespaceForbiddenError as e:
+            # Retrying cannot help until an admin allows the namespace; say how, once, in the TrialRun's status.
+            message = (
+                f"trials may not run in namespace {run.metadata.namespace!r}: {e}. An admin allows a namespace with "
+                "deploy/trial-namespace (docs/install.md)"
+            )
+            return {"phase": str(Phase.FAILED), "message": message, "trials": []}
         with db.transaction(self.sessions) as session:
             status = save_results(session=session, run=run, trials=trials, outcomes=outcomes)
             repo.delete_trial_telemetry(

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
-from profiler.controller import Controller
+from profiler.controller import Controller, NamespaceForbiddenError
 from profiler.recorder import Recorder
 from profiler.results import Phase
 from profiler.spec import API_GROUP, API_VERSION, PLURAL, TrialRun
@@ -42,11 +42,17 @@ class KubeError(Exception):
         self.temporary = temporary
 
 
+class KubeForbiddenError(KubeError, NamespaceForbiddenError):
+    """HTTP 403: the ServiceAccount lacks the permission (RBAC); permanent until an admin grants it."""
+
+
 def _error(action: str, e: Exception) -> KubeError:
     if isinstance(e, ApiException):
         reason = e.reason or ""
         with contextlib.suppress(ValueError, AttributeError):
             reason = json.loads(e.body or "{}").get("message") or reason
+        if e.status == 403:
+            return KubeForbiddenError(f"{action}: HTTP 403 {reason}".rstrip(), temporary=False)
         return KubeError(
             f"{action}: HTTP {e.status} {reason}".rstrip(), temporary=(e.status or 0) in TEMPORARY_STATUSES
         )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,9 +41,39 @@ def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
 GC_THRESHOLDS = (50_000, 20, 20)
 
 
-def run_server(settings: AdvisorSettings, host: str, port: int, log_level: str = "info") -> None:
-    """Migrate the store, build the app and serve it until interrupted. The service's own log lines (model reloads,
-    the Kubernetes watch, trainings) go to stderr at `log_level`, as uvicorn's do."""
+@dataclass(frozen=True, slots=True)
+class ServingCertificate:
+    """PEM files of the certificate (chain) and private key to serve HTTPS with (deploy/profiles/tls)."""
+
+    cert_file: Path
+    key_file: Path
+
+
+def check_certificate(cert_file: Path | None, key_file: Path | None) -> ServingCertificate | None:
+    """Both files or neither; they must load as a certificate and its key. A bad pair exits 2 naming the option,
+    before the store is migrated or the app built."""
+    if cert_file is None and key_file is None:
+        return None
+    if cert_file is None or key_file is None:
+        fail("--tls-cert-file and --tls-key-file go together: give both to serve HTTPS, or neither")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
+    except FileNotFoundError as e:
+        fail(f"--tls-cert-file/--tls-key-file: no such file: {e.filename}")
+    except (ssl.SSLError, OSError) as e:
+        fail(f"--tls-cert-file/--tls-key-file: cannot load {cert_file} with key {key_file}: {e}")
+    return ServingCertificate(cert_file, key_file)
+
+
+def run_server(
+    settings: AdvisorSettings,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    certificate: ServingCertificate | None = None,
+) -> None:
+    """Migrate the store, build the app and serve it until interrupted, over HTTPS with `certificate`. The service's
+    own log lines (model reloads, the Kubernetes watch, trainings) go to stderr at `log_level`, as uvicorn's do."""
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -54,15 +87,28 @@ def run_server(settings: AdvisorSettings, host: str, port: int, log_level: str =
         fail(str(e))
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
-    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(
+        api,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        ssl_certfile=certificate.cert_file if certificate else None,
+        ssl_keyfile=certificate.key_file if certificate else None,
+    )
 
 
 @app.command()
-def serve(
+def serve(  # noqa: PLR0917 - Typer maps every option to a parameter
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8080,
     db_url: Annotated[str | None, typer.Option("--db", help="Database URL.")] = None,
     no_kube: Annotated[bool, typer.Option("--no-kube", help="Run without a Kubernetes API.")] = False,
+    tls_cert_file: Annotated[
+        Path | None, typer.Option(help="PEM certificate (chain): serve HTTPS instead of HTTP (with --tls-key-file).")
+    ] = None,
+    tls_key_file: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert-file.")] = None,
 ) -> None:
     """Serve the scoring API, the scheduler extender and telemetry ingest."""
-    run_server(build_settings(db_url, no_kube=no_kube or None), host, port)
+    certificate = check_certificate(tls_cert_file, tls_key_file)
+    run_server(build_settings(db_url, no_kube=no_kube or None), host, port, certificate=certificate)

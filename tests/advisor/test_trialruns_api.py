@@ -97,3 +97,19 @@ def test_profiles_are_listed_with_their_colocations(tmp_path: Path) -> None:
     assert [p["workload"] for p in body["profiles"]] == ["bert"]
     assert body["colocations"][0]["norm_a"] == pytest.approx(0.5)
     assert len(TestClient(app).get("/v1/profiles").json()["profiles"]) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_trialrun_in_a_namespace_without_trials_is_a_403_naming_it(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    # the API server's answer where the advisor's ServiceAccount has no Role (deploy/trial-namespace)
+    kmock.resources["gpuadvisor.io/v1alpha1/trialruns"] = {}
+    kmock["post", kmock.namespace("ml")] << 403 << {"kind": "Status", "code": 403, "message": "trialruns is forbidden"}
+    app = _app(tmp_path)
+    app.dependency_overrides[get_submitter] = lambda: KubeCluster(api_client(str(kmock.url).rstrip("/")))
+
+    response = await asyncio.to_thread(TestClient(app).post, "/v1/trialruns", json=VALID, headers=AUTH)
+    assert response.status_code == 403
+    assert response.json()["detail"].startswith("metadata.namespace: trials are not allowed in namespace 'ml'")
+    assert (await asyncio.to_thread(TestClient(app).get, "/v1/trialruns")).json() == []

@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+GPU_RESOURCE_NAMES = ()  # TEMP
 from profiler.settings import DEFAULT_LIVENESS_ENDPOINT
 from tests.support.binaries import require_binary
 
@@ -25,6 +26,8 @@ NAMESPACE = "gpuadvisor"
 KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
 # Kinds of CRDs from other projects that the validator has no schema for; anything else must validate.
 FOREIGN_KINDS = {"ServiceMonitor", "PrometheusRule"}
+# Roles (and their bindings) rendered into each namespace where TrialRuns may run (deploy/trial-namespace/)
+TRIAL_ROLES = {"gpuadvisor-profiler-trials", "gpuadvisor-advisor-trials"}
 
 Obj = dict[str, Any]
 
@@ -78,7 +81,8 @@ def test_the_install_has_every_part(objects: list[Obj]) -> None:
     for name in ("gpuadvisor-advisor", "gpuadvisor-profiler", "gpuadvisor-scheduler"):
         find(objects, "Deployment", name)
     find(objects, "PodDisruptionBudget", "gpuadvisor-advisor")
-    find(objects, "NetworkPolicy", "gpuadvisor-advisor")
+    for name in ("gpuadvisor-advisor", "gpuadvisor-collector", "gpuadvisor-profiler", "gpuadvisor-scheduler"):
+        find(objects, "NetworkPolicy", name)
     find(objects, "ServiceMonitor", "gpuadvisor-collector")
     find(objects, "ServiceMonitor", "gpuadvisor-advisor")
     find(objects, "PrometheusRule", "gpuadvisor")
@@ -99,6 +103,8 @@ def test_namespaced_objects_live_in_the_gpuadvisor_namespace(objects: list[Obj])
             assert where is None, obj["metadata"]["name"]
         elif obj["kind"] == "RoleBinding" and obj["roleRef"]["name"] == "extension-apiserver-authentication-reader":
             assert where == "kube-system"
+        elif obj["metadata"]["name"] in TRIAL_ROLES:
+            assert where == "default", "the base allows trials in the default namespace only"
         else:
             assert where == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']} in {where}"
 
@@ -120,16 +126,72 @@ def test_rbac_is_least_privilege(objects: list[Obj]) -> None:
             assert "escalate" not in rule["verbs"]
             assert "bind" not in rule["verbs"]
     collector = _rules(objects, "gpuadvisor-collector")
-    assert _verbs(collector, "pods") == {"get", "list", "watch", "patch"}
-    assert _verbs(collector, "nodes") == {"get", "patch"}
+    # the pod index lists and watches; nothing reads a pod or the node by name
+    assert _verbs(collector, "pods") == {"list", "watch", "patch"}
+    assert _verbs(collector, "nodes") == {"patch"}
     advisor = _rules(objects, "gpuadvisor-advisor")
     assert {v for r in advisor for v in r["verbs"]} == {"get", "list", "watch"}
     assert _verbs(advisor, "pods") == _verbs(advisor, "nodes") == {"get", "list", "watch"}
     profiler = _rules(objects, "gpuadvisor-profiler")
-    assert "create" in _verbs(profiler, "jobs", "batch")
-    assert _verbs(profiler, "pods/log") == {"get"}
     assert "patch" in _verbs(profiler, "trialruns/status", "gpuadvisor.io")
     assert not _verbs(profiler, "pods") & {"create", "delete", "patch", "update"}
+    # cluster-wide, the profiler may not run Jobs nor read logs: only in the namespaces where trials are allowed
+    assert not _verbs(profiler, "jobs", "batch")
+    assert not _verbs(profiler, "pods/log")
+
+
+def _bound_rules(objects: list[Obj], account: str, namespace: str) -> list[Obj]:
+    """The rules a ServiceAccount of the install holds in `namespace` through RoleBindings there."""
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects if o["kind"] == "Role"}
+    rules: list[Obj] = []
+    for binding in (o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["namespace"] == namespace):
+        subjects = {(s["kind"], s.get("namespace"), s["name"]) for s in binding["subjects"]}
+        if ("ServiceAccount", NAMESPACE, account) in subjects and binding["roleRef"]["kind"] == "Role":
+            rules += roles[(namespace, binding["roleRef"]["name"])]["rules"]
+    return rules
+
+
+def test_trials_run_only_where_allowed_and_the_advisor_can_submit_them(objects: list[Obj]) -> None:
+    profiler = _bound_rules(objects, "gpuadvisor-profiler", "default")
+    assert _verbs(profiler, "jobs", "batch") == {"list", "create", "delete"}
+    assert _verbs(profiler, "pods/log") == {"get"}
+    # the trial Jobs' ownerReferences set blockOwnerDeletion (profiler/manifests.py)
+    assert _verbs(profiler, "trialruns/finalizers", "gpuadvisor.io") == {"update"}
+    # POST /v1/trialruns creates the TrialRun with the advisor's own ServiceAccount
+    assert _verbs(_bound_rules(objects, "gpuadvisor-advisor", "default"), "trialruns", "gpuadvisor.io") == {"create"}
+    for namespace in {o["metadata"].get("namespace") for o in objects} - {"default"}:
+        assert not _bound_rules(objects, "gpuadvisor-profiler", str(namespace)), namespace
+        assert not _bound_rules(objects, "gpuadvisor-advisor", str(namespace)), namespace
+
+
+def test_an_overlay_allows_trials_in_more_namespaces(tmp_path: Path) -> None:
+    rendered = _render_overlay(
+        tmp_path,
+        "resources: [{base}, trials-ml]\n",
+        {"trials-ml": f"namespace: ml\nresources: [{os.path.relpath(DEPLOY / 'trial-namespace', tmp_path / 'x')}]\n"},
+    )
+    for namespace in ("default", "ml"):
+        assert _verbs(_bound_rules(rendered, "gpuadvisor-profiler", namespace), "jobs", "batch") >= {"create"}
+        assert _verbs(_bound_rules(rendered, "gpuadvisor-advisor", namespace), "trialruns", "gpuadvisor.io") == {
+            "create"
+        }
+    assert not _bound_rules(rendered, "gpuadvisor-profiler", "kube-system")
+
+
+def _render_overlay(tmp_path: Path, kustomization: str, extra: dict[str, str] | None = None) -> list[Obj]:
+    """`kubectl kustomize` of an overlay in `tmp_path` (`{base}` is the relative path of deploy/), with more
+    kustomizations in subdirectories."""
+    kubectl = require_binary("kubectl", "`kubectl kustomize` renders overlays of the install")
+    base = Path(os.path.relpath(DEPLOY, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(kustomization.format(base=base))
+    for name, text in (extra or {}).items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "kustomization.yaml").write_text(text)
+    result = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 def test_collector_writes_are_scoped_to_its_own_node(objects: list[Obj]) -> None:
@@ -258,7 +320,16 @@ def test_second_scheduler_runs_the_extender_profile_against_the_advisor_service(
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is True
     assert {"prioritizeVerb", "filterVerb"} <= extender.keys()
-    assert [r["name"] for r in extender["managedResources"]] == ["nvidia.com/gpu"]
+    managed = {r["name"]: r["ignoredByScheduler"] for r in extender["managedResources"]}
+    # kube-scheduler sends a pod only if a container names one of these (HTTPExtender.IsInterested): every name a
+    # GPU pod carries, whole or shared, that the advisor reads (advisor/pods.py)
+    assert set(managed) == set(GPU_RESOURCE_NAMES)
+    # counts a device plugin advertises stay checked by NodeResourcesFit; amounts no node advertises must not be
+    assert [name for name, ignored in managed.items() if not ignored] == [
+        "nvidia.com/gpu",
+        "aliyun.com/gpu-mem",
+        "volcano.sh/vgpu-number",
+    ]
     (fit,) = [c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
     # the plugin score the simulator adds the extender's to: LeastAllocated over GPU, CPU and memory alike
     assert fit["scoringStrategy"]["type"] == "LeastAllocated"
@@ -353,3 +424,110 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
     assert extender["weight"] == FRAGMENTATION_EXTENDER_WEIGHT
     base_config["extenders"][0].pop("managedResources")
     assert config == base_config  # otherwise the same configuration as the base
+
+
+def test_every_component_is_isolated_by_a_network_policy(objects: list[Obj]) -> None:
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    for workload in (o for o in objects if o["kind"] in {"Deployment", "DaemonSet"}):
+        labels = pod_spec_labels(workload)
+        (policy,) = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+        assert "Ingress" in policy["spec"]["policyTypes"]
+        served = {p["name"] for c in containers(workload) for p in c.get("ports", [])}
+        for rule in policy["spec"]["ingress"]:
+            assert rule["from"], f"{policy['metadata']['name']}: a rule open to every source"
+            assert {p["port"] for p in rule["ports"]} <= served, policy["metadata"]["name"]
+    # nothing calls the profiler: no ingress rule at all
+    assert find(objects, "NetworkPolicy", "gpuadvisor-profiler")["spec"]["ingress"] == []
+
+
+def test_collector_may_change_only_gpuadvisor_annotations(objects: list[Obj]) -> None:
+    policy = find(objects, "ValidatingAdmissionPolicy", "gpuadvisor-collector-node-scope")
+    expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    for guarded in ("labels", "finalizers", "ownerReferences", "object.spec == oldObject.spec"):
+        assert guarded in expressions, guarded
+    assert "startsWith('gpuadvisor.io/')" in expressions
+    # every annotation the collector writes (collector/annotations.py) passes
+    import collector.annotations as written
+
+    names = [v for k, v in vars(written).items() if k.endswith("_ANNOTATION") and isinstance(v, str)]
+    assert len(names) >= 6
+    assert all(name.startswith("gpuadvisor.io/") for name in names), names
+
+
+def test_volcano_config_asks_the_advisor_to_filter_and_score_in_time() -> None:
+    kubectl = require_binary("kubectl", "`kubectl kustomize deploy/volcano` renders the Volcano configuration")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY / "volcano")], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    (config_map,) = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    kubernetes_validate.validate(config_map, KUBERNETES_VERSIONS[-1], strict=True)
+    config = yaml.safe_load(config_map["data"]["volcano-scheduler.conf"])
+    (extender,) = [p for tier in config["tiers"] for p in tier["plugins"] if p["name"] == "extender"]
+    arguments = extender["arguments"]
+    assert arguments["extender.urlPrefix"] == f"http://gpuadvisor-advisor.{NAMESPACE}.svc:8080/volcano"
+    # the routes the advisor serves (advisor/api/routes/volcano.py)
+    assert (arguments["extender.predicateVerb"], arguments["extender.prioritizeVerb"]) == ("predicate", "prioritize")
+    assert arguments["extender.ignorable"] is True
+    timeout = arguments["extender.httpTimeout"]
+    assert timeout.endswith("ms")
+    assert int(timeout.removesuffix("ms")) >= 500, "room for a 12 MB prioritize body"
+
+
+def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_prometheus(
+    objects: list[Obj], tmp_path: Path
+) -> None:
+    rendered = _render_overlay(tmp_path, "resources: [{base}]\ncomponents: [{base}/profiles/tls]\n")
+    for obj in rendered:
+        if not obj["apiVersion"].startswith(("cert-manager.io/", "monitoring.coreos.com/")):
+            kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
+    certificate = find(rendered, "Certificate", "gpuadvisor-advisor-tls")
+    secret = certificate["spec"]["secretName"]
+
+    def mounted(workload: Obj, container: Obj, path: str, key: str) -> None:
+        """`path` is file `key` of the certificate's Secret, mounted into `container`."""
+        volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
+        (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+        volume = volumes[mount["name"]]["secret"]
+        assert volume["secretName"] == secret
+        file_name = path.removeprefix(mount["mountPath"] + "/")
+        assert key == {i["path"]: i["key"] for i in volume.get("items", [])}.get(file_name, file_name)
+
+    advisor = find(rendered, "Deployment", "gpuadvisor-advisor")
+    (serving,) = [c for c in pod_spec(advisor)["containers"] if c["name"] == "advisor"]
+    options = dict(a.split("=", 1) for a in serving["args"] if a.startswith("--tls-"))
+    mounted(advisor, serving, options["--tls-cert-file"], "tls.crt")
+    mounted(advisor, serving, options["--tls-key-file"], "tls.key")
+    assert {serving[p]["httpGet"]["scheme"] for p in ("startupProbe", "livenessProbe", "readinessProbe")} == {"HTTPS"}
+
+    collector_set = find(rendered, "DaemonSet", "gpuadvisor-collector")
+    (collector,) = pod_spec(collector_set)["containers"]
+    (url,) = [a.split("=", 1)[1] for a in collector["args"] if a.startswith("--advisor-url=")]
+    env = {e["name"]: e.get("value") for e in collector["env"]}
+    mounted(collector_set, collector, env["SSL_CERT_FILE"], "ca.crt")
+    (base_collector,) = pod_spec(find(objects, "DaemonSet", "gpuadvisor-collector"))["containers"]
+    assert [a for a in collector["args"] if not a.startswith("--advisor-url=")] == [
+        a for a in base_collector["args"] if not a.startswith("--advisor-url=")
+    ], "the component repeats the collector's arguments: keep them in step with the base"
+
+    scheduler = find(rendered, "Deployment", "gpuadvisor-scheduler")
+    (kube_scheduler,) = pod_spec(scheduler)["containers"]
+    (config,) = [yaml.safe_load(t) for t in find(rendered, "ConfigMap", "gpuadvisor-scheduler-config")["data"].values()]
+    (extender,) = config["extenders"]
+    assert extender["enableHTTPS"] is True
+    mounted(scheduler, kube_scheduler, extender["tlsConfig"]["caFile"], "ca.crt")
+    base_config = yaml.safe_load((DEPLOY / "scheduler" / "scheduler-config.yaml").read_text())
+    (base_extender,) = base_config["extenders"]
+    assert {k: v for k, v in extender.items() if k not in {"urlPrefix", "enableHTTPS", "tlsConfig"}} == {
+        k: v for k, v in base_extender.items() if k not in {"urlPrefix", "enableHTTPS"}
+    }, "otherwise the base's extender configuration"
+
+    (endpoint,) = find(rendered, "ServiceMonitor", "gpuadvisor-advisor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": secret, "key": "ca.crt"}
+    # every host name a client verifies is in the certificate
+    for client_url in (url, extender["urlPrefix"]):
+        parts = urlsplit(client_url)
+        assert parts.scheme == "https"
+        assert parts.hostname in certificate["spec"]["dnsNames"]
+    assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]

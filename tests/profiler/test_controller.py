@@ -189,6 +189,23 @@ async def test_an_invalid_trialrun_fails_naming_the_field_and_creates_nothing(
     assert _jobs(kmock) == {}
 
 
+async def test_a_trialrun_where_trials_are_not_allowed_fails_saying_how_to_allow_them(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)
+    # the API server's answer where the profiler has no Role (deploy/trial-namespace): Jobs are forbidden in NS
+    (
+        kmock[f"/apis/batch/v1/namespaces/{NS}/jobs"]
+        << 403
+        << {"kind": "Status", "code": 403, "message": "jobs is forbidden"}
+    )
+    status = await _reconcile(_controller(kmock, engine), _run_doc())
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith(f"trials may not run in namespace {NS!r}")
+    assert "jobs is forbidden" in status["message"]
+    assert "deploy/trial-namespace" in status["message"]
+
+
 async def test_a_gpu_model_no_node_has_fails_that_trial(kmock: kmock.KubernetesEmulator, engine: Engine) -> None:
     _seed_nodes(kmock)
     doc = _run_doc(matrix={"gpuModels": ["B200"], "gpuCounts": [1]}, colocateWith=None)

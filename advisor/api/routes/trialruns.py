@@ -96,10 +96,15 @@ def create_trialrun(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             detail="this advisor runs without a Kubernetes API: run trials with `gpuadvisor profile request --local`",
         )
-    from profiler.kube import KubeError
+    from profiler.kube import KubeError, KubeForbiddenError
 
     try:
         submitter.submit_trialrun(run)
+    except KubeForbiddenError as e:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"metadata.namespace: trials are not allowed in namespace {run.metadata.namespace!r} ({e})",
+        ) from e
     except KubeError as e:
         code = status.HTTP_503_SERVICE_UNAVAILABLE if e.temporary else status.HTTP_409_CONFLICT
         raise HTTPException(code, detail=str(e)) from e
