@@ -28,6 +28,7 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 from advisor.api.metrics import AdvisorMetrics
 from advisor.pods import (
     DEFAULT_SCHEDULER,
+    RESTARTABLE,
     ContainerResources,
     PodSpecError,
     allocatable_of,
@@ -137,7 +138,13 @@ def _resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerReso
     out = []
     for c in containers or []:
         r = c.get("resources") or {}
-        out.append(ContainerResources(limits=r.get("limits") or {}, requests=r.get("requests") or {}))
+        out.append(
+            ContainerResources(
+                limits=r.get("limits") or {},
+                requests=r.get("requests") or {},
+                restartable=c.get("restartPolicy") == RESTARTABLE,
+            )
+        )
     return out
 
 

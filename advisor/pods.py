@@ -3,10 +3,19 @@
 Pure: the HTTP schemas and the Kubernetes watch both hand over plain values, and get a `scoring.PodRequest` or a
 `PodSpecError` whose message names the offending field (the API turns it into a 4xx).
 
-* whole GPUs: `resources.limits["nvidia.com/gpu"]` (or `requests` when no limit), summed over containers; an init
-  container runs alone, so the pod needs the larger of that sum and the biggest init container;
-* a GPU share: annotations `gpuadvisor.io/gpu-milli` (1..1000) and/or `gpuadvisor.io/gpu-memory-bytes` (bytes or a
-  Kubernetes quantity such as `10Gi`);
+* every resource as kube-scheduler sums it (component-helpers `PodRequests`): each container's `requests` (its
+  `limits` where it gives no request), summed over the containers; a restartable (sidecar) init container,
+  `restartPolicy: Always`, keeps running beside them and adds to that sum; an ordinary init container runs alone
+  (beside the sidecars started before it), so the pod needs the larger of the two;
+* whole GPUs: `nvidia.com/gpu`, or Volcano vGPU's `volcano.sh/vgpu-number`, alone;
+* a GPU share, in the names users already give it (`GPU_RESOURCE_NAMES`, docs/advisor.md "GPU requests"): HAMi's
+  `nvidia.com/gpu` with `nvidia.com/gpumem` (MiB), `nvidia.com/gpumem-percentage` or `nvidia.com/gpucores` (percent
+  of the GPU's memory or SMs), Volcano vGPU's `volcano.sh/vgpu-number` with `volcano.sh/vgpu-memory` (MiB) or
+  `volcano.sh/vgpu-cores` (percent), Alibaba gpushare's `aliyun.com/gpu-mem` (GiB), our resource
+  `gpuadvisor.io/gpu-milli` (thousandths of a GPU), or our annotations `gpuadvisor.io/gpu-milli` (1..1000) and/or
+  `gpuadvisor.io/gpu-memory-bytes` (bytes or a Kubernetes quantity such as `10Gi`). The advisor models a share of one
+  GPU: a share asked on several GPUs (HAMi `nvidia.com/gpu: 2` with `nvidia.com/gpumem`) is scored by its per-GPU
+  part, and the device plugin places the rest;
 * identity: label `gpuadvisor.io/workload`; gang: label (or annotation) `scheduling.x-k8s.io/pod-group`, else
   `volcano.sh/job-name`;
 * CPU and memory (`cpu_memory_request`): kube-scheduler's resource accounting, max(sum over containers, largest
@@ -26,11 +35,33 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from advisor.scoring import WHOLE_GPU_MILLI, PodRequest, ScoringInputError
 
 GPU_RESOURCE = "nvidia.com/gpu"
+HAMI_MEMORY_MIB_RESOURCE = "nvidia.com/gpumem"
+HAMI_MEMORY_PERCENT_RESOURCE = "nvidia.com/gpumem-percentage"
+HAMI_CORES_PERCENT_RESOURCE = "nvidia.com/gpucores"
+GPUSHARE_MEMORY_GIB_RESOURCE = "aliyun.com/gpu-mem"
+VOLCANO_NUMBER_RESOURCE = "volcano.sh/vgpu-number"
+VOLCANO_MEMORY_MIB_RESOURCE = "volcano.sh/vgpu-memory"
+VOLCANO_CORES_PERCENT_RESOURCE = "volcano.sh/vgpu-cores"
+GPU_MILLI_RESOURCE = "gpuadvisor.io/gpu-milli"
+# Every resource name a GPU pod may carry, whole or shared: deploy/scheduler/ lists them as the extender's
+# managedResources, since kube-scheduler sends a pod to the extender only if a container names one of them.
+GPU_RESOURCE_NAMES = (
+    GPU_RESOURCE,
+    HAMI_MEMORY_MIB_RESOURCE,
+    HAMI_MEMORY_PERCENT_RESOURCE,
+    HAMI_CORES_PERCENT_RESOURCE,
+    GPUSHARE_MEMORY_GIB_RESOURCE,
+    VOLCANO_NUMBER_RESOURCE,
+    VOLCANO_MEMORY_MIB_RESOURCE,
+    VOLCANO_CORES_PERCENT_RESOURCE,
+    GPU_MILLI_RESOURCE,
+)
 GPU_MILLI_ANNOTATION = "gpuadvisor.io/gpu-milli"
 GPU_MEMORY_ANNOTATION = "gpuadvisor.io/gpu-memory-bytes"
 WORKLOAD_LABEL = "gpuadvisor.io/workload"
 GANG_KEYS = ("scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
 DEFAULT_SCHEDULER = "default-scheduler"
+RESTARTABLE = "Always"  # an init container's restartPolicy that makes it a sidecar
 
 # apimachinery's quantity grammar (resource.Quantity): a signed decimal number, then an exponent (`1e3`, `5E-1`) or
 # one SI suffix, binary (`Ki`..`Ei`) or decimal (`n`, `u`, `m`, `k`, `M`..`E`). Parsed here rather than with the
@@ -74,23 +105,17 @@ class PodSpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ContainerResources:
-    """The resource maps of one container (`resources.limits` / `resources.requests`), values as in the JSON."""
+    """The resource maps of one container (`resources.limits` / `resources.requests`), values as in the JSON;
+    `restartable` for an init container with `restartPolicy: Always` (a sidecar)."""
 
     limits: Mapping[str, object]
     requests: Mapping[str, object]
+    restartable: bool = False
 
 
 def parse_quantity(value: object, field: str) -> int:
     """A non-negative Kubernetes quantity (`4`, `"4"`, `"10Gi"`, `"1500m"` rounds up) as an integer."""
     return _scaled_quantity(value, field, _ONE)
-
-
-def _gpus_of(resources: ContainerResources, field: str) -> int:
-    if GPU_RESOURCE in resources.limits:
-        return parse_quantity(resources.limits[GPU_RESOURCE], f"{field}.resources.limits.{GPU_RESOURCE}")
-    if GPU_RESOURCE in resources.requests:
-        return parse_quantity(resources.requests[GPU_RESOURCE], f"{field}.resources.requests.{GPU_RESOURCE}")
-    return 0
 
 
 def _int_annotation(annotations: Mapping[str, str], key: str, *, quantity: bool) -> int | None:
@@ -111,6 +136,8 @@ def _int_annotation(annotations: Mapping[str, str], key: str, *, quantity: bool)
 
 _ONE = Decimal(1)
 _MIB = Decimal(2**20)
+_MILLI_PER_CPU = Decimal(1000)
+_PERCENT_TO_MILLI = Decimal(10)
 
 
 def _scaled_quantity(value: object, field: str, scale: Decimal, *, rounding: str = ROUND_CEILING) -> int:
@@ -131,16 +158,34 @@ def _scaled_quantity(value: object, field: str, scale: Decimal, *, rounding: str
     return int((amount * scale).to_integral_value(rounding=rounding))
 
 
-def _cpu_memory_of(resources: ContainerResources, field: str) -> tuple[int, int]:
-    out = []
-    for name, scale in (("cpu", Decimal(1000)), ("memory", 1 / _MIB)):
-        if name in resources.requests:
-            out.append(_scaled_quantity(resources.requests[name], f"{field}.resources.requests.{name}", scale))
-        elif name in resources.limits:
-            out.append(_scaled_quantity(resources.limits[name], f"{field}.resources.limits.{name}", scale))
+def _amount_of(resources: ContainerResources, name: str, field: str, scale: Decimal) -> int:
+    """One container's amount of resource `name` (its request, else its limit, else 0) times `scale`, rounded up."""
+    if name in resources.requests:
+        return _scaled_quantity(resources.requests[name], f"{field}.resources.requests.{name}", scale)
+    if name in resources.limits:
+        return _scaled_quantity(resources.limits[name], f"{field}.resources.limits.{name}", scale)
+    return 0
+
+
+def pod_amount(
+    containers: Sequence[ContainerResources],
+    init_containers: Sequence[ContainerResources],
+    name: str,
+    scale: Decimal = _ONE,
+) -> int:
+    """What the pod asks of resource `name` as kube-scheduler counts it (component-helpers `PodRequests`), times
+    `scale`: the containers' sum plus the restartable (sidecar) init containers', or — if larger — what an ordinary
+    init container needs while it runs beside the sidecars started before it. `PodSpecError` names a wrong field."""
+    total = sum(_amount_of(c, name, f"spec.containers[{i}]", scale) for i, c in enumerate(containers))
+    sidecars = init_peak = 0
+    for i, c in enumerate(init_containers):
+        amount = _amount_of(c, name, f"spec.initContainers[{i}]", scale)
+        if c.restartable:
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
         else:
-            out.append(0)
-    return out[0], out[1]
+            init_peak = max(init_peak, sidecars + amount)
+    return max(total + sidecars, init_peak)
 
 
 def cpu_memory_request(
@@ -148,23 +193,75 @@ def cpu_memory_request(
     init_containers: Sequence[ContainerResources] = (),
     overhead: Mapping[str, object] | None = None,
 ) -> tuple[int, int]:
-    """(milli-CPU, MiB) a pod requests as kube-scheduler counts it; `PodSpecError` names a wrong field.
-
-    Per resource: max(sum over `containers`, largest of `init_containers`) plus the pod's `spec.overhead`. Sidecar
-    init containers (`restartPolicy: Always`) are counted like the others (not modelled).
-    """
-    cpu = memory = 0
-    for i, c in enumerate(containers):
-        c_cpu, c_memory = _cpu_memory_of(c, f"spec.containers[{i}]")
-        cpu += c_cpu
-        memory += c_memory
-    for i, c in enumerate(init_containers):
-        c_cpu, c_memory = _cpu_memory_of(c, f"spec.initContainers[{i}]")
-        cpu, memory = max(cpu, c_cpu), max(memory, c_memory)
+    """(milli-CPU, MiB) a pod requests as kube-scheduler counts it (`pod_amount`) plus its `spec.overhead`;
+    `PodSpecError` names a wrong field."""
+    cpu = pod_amount(containers, init_containers, "cpu", _MILLI_PER_CPU)
+    memory = pod_amount(containers, init_containers, "memory", 1 / _MIB)
     if overhead:
-        o_cpu, o_memory = _cpu_memory_of(ContainerResources(limits={}, requests=overhead), "spec.overhead")
-        cpu, memory = cpu + o_cpu, memory + o_memory
+        extra = ContainerResources(limits={}, requests=overhead)
+        cpu += _amount_of(extra, "cpu", "spec.overhead", _MILLI_PER_CPU)
+        memory += _amount_of(extra, "memory", "spec.overhead", 1 / _MIB)
     return cpu, memory
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAsk:
+    """A pod's GPU request read from its resources: `gpus` whole GPUs, or a share of one GPU (`milli`, thousandths
+    of its SMs, and/or `memory_bytes`), and the resource it was read from (for error messages)."""
+
+    gpus: int = 0
+    milli: int | None = None
+    memory_bytes: int | None = None
+    source: str = ""
+
+
+def _percent(containers: Sequence[ContainerResources], init: Sequence[ContainerResources], name: str) -> int:
+    """A percent-of-one-GPU resource (HAMi, Volcano) as milli-GPU, checked to be within 0..100 percent."""
+    milli = pod_amount(containers, init, name, _PERCENT_TO_MILLI)
+    if milli > WHOLE_GPU_MILLI:
+        raise PodSpecError(f"spec.containers[*].resources.limits.{name}: must be within 0..100 (percent of one GPU)")
+    return milli
+
+
+def gpu_ask(containers: Sequence[ContainerResources], init: Sequence[ContainerResources] = ()) -> GpuAsk:
+    """The GPU request a pod's resources make in any of `GPU_RESOURCE_NAMES` (see the module docstring); one
+    notation per pod. `PodSpecError` names the wrong field."""
+    amounts = {n: pod_amount(containers, init, n) for n in (GPU_RESOURCE, VOLCANO_NUMBER_RESOURCE)}
+    hami = {
+        "memory": pod_amount(containers, init, HAMI_MEMORY_MIB_RESOURCE, _MIB),
+        "percent": _percent(containers, init, HAMI_MEMORY_PERCENT_RESOURCE),
+        "cores": _percent(containers, init, HAMI_CORES_PERCENT_RESOURCE),
+    }
+    volcano = {
+        "memory": pod_amount(containers, init, VOLCANO_MEMORY_MIB_RESOURCE, _MIB),
+        "cores": _percent(containers, init, VOLCANO_CORES_PERCENT_RESOURCE),
+    }
+    gpushare_bytes = pod_amount(containers, init, GPUSHARE_MEMORY_GIB_RESOURCE, Decimal(2**30))
+    ours = pod_amount(containers, init, GPU_MILLI_RESOURCE)
+    asks: list[GpuAsk] = []
+    if any(hami.values()):
+        # a memory percentage is a fraction of the GPU like cores are; SMs, when given, are the share's milli
+        milli = hami["cores"] or hami["percent"] or None
+        asks.append(GpuAsk(milli=milli, memory_bytes=hami["memory"] or None, source=GPU_RESOURCE + " (HAMi)"))
+    elif amounts[GPU_RESOURCE]:
+        asks.append(GpuAsk(gpus=amounts[GPU_RESOURCE], source=GPU_RESOURCE))
+    if any(volcano.values()):
+        milli = volcano["cores"] or None
+        asks.append(GpuAsk(milli=milli, memory_bytes=volcano["memory"] or None, source=VOLCANO_NUMBER_RESOURCE))
+    elif amounts[VOLCANO_NUMBER_RESOURCE]:
+        asks.append(GpuAsk(gpus=amounts[VOLCANO_NUMBER_RESOURCE], source=VOLCANO_NUMBER_RESOURCE))
+    if gpushare_bytes:
+        asks.append(GpuAsk(memory_bytes=gpushare_bytes, source=GPUSHARE_MEMORY_GIB_RESOURCE))
+    if ours:
+        if ours > WHOLE_GPU_MILLI:
+            raise PodSpecError(f"spec.containers[*].resources.limits.{GPU_MILLI_RESOURCE}: must be within 1..1000")
+        asks.append(GpuAsk(milli=ours, source=GPU_MILLI_RESOURCE))
+    if len(asks) > 1:
+        raise PodSpecError(
+            f"spec.containers[*].resources: GPUs asked in several notations ({', '.join(a.source for a in asks)}); "
+            "use one"
+        )
+    return asks[0] if asks else GpuAsk()
 
 
 def allocatable_of(allocatable: Mapping[str, object]) -> tuple[int, int] | None:
@@ -173,7 +270,7 @@ def allocatable_of(allocatable: Mapping[str, object]) -> tuple[int, int] | None:
     if "cpu" not in allocatable or "memory" not in allocatable:
         return None
     try:
-        cpu = _scaled_quantity(allocatable["cpu"], "status.allocatable.cpu", Decimal(1000), rounding=ROUND_FLOOR)
+        cpu = _scaled_quantity(allocatable["cpu"], "status.allocatable.cpu", _MILLI_PER_CPU, rounding=ROUND_FLOOR)
         memory = _scaled_quantity(allocatable["memory"], "status.allocatable.memory", 1 / _MIB, rounding=ROUND_FLOOR)
     except PodSpecError:
         return None
@@ -193,9 +290,8 @@ def pod_request(
     """The `PodRequest` of a pod manifest (GPUs, share, CPU and memory); `PodSpecError` names the wrong field."""
     if not containers:
         raise PodSpecError("spec.containers: a pod needs at least one container")
-    gpus = sum(_gpus_of(c, f"spec.containers[{i}]") for i, c in enumerate(containers))
-    init = max((_gpus_of(c, f"spec.initContainers[{i}]") for i, c in enumerate(init_containers)), default=0)
-    gpus = max(gpus, init)
+    ask = gpu_ask(containers, init_containers)
+    gpus = ask.gpus
     milli = _int_annotation(annotations, GPU_MILLI_ANNOTATION, quantity=False)
     memory = _int_annotation(annotations, GPU_MEMORY_ANNOTATION, quantity=True)
     if milli is not None and not 1 <= milli <= WHOLE_GPU_MILLI:
@@ -203,8 +299,11 @@ def pod_request(
     if gpus and milli is not None and milli != WHOLE_GPU_MILLI:
         raise PodSpecError(
             f"metadata.annotations.{GPU_MILLI_ANNOTATION}: a GPU share cannot be combined with "
-            f"{GPU_RESOURCE}={gpus} whole GPUs"
+            f"{ask.source}={gpus} whole GPUs"
         )
+    # the resources name the share; our annotations fill in what they leave out (a memory need, say)
+    milli = ask.milli if ask.milli is not None else milli
+    memory = ask.memory_bytes if ask.memory_bytes is not None else memory
     gang = next((labels.get(k) or annotations.get(k) for k in GANG_KEYS if labels.get(k) or annotations.get(k)), None)
     cpu_milli, memory_mib = cpu_memory_request(containers, init_containers, overhead)
     try:

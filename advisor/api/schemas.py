@@ -11,10 +11,11 @@ from __future__ import annotations
 import functools
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from advisor.pods import (
     DEFAULT_SCHEDULER,
+    RESTARTABLE,
     ContainerResources,
     NodePlacement,
     PodSpecError,
@@ -58,6 +59,7 @@ class ResourceRequirements(_In):
 class Container(_In):
     name: str = ""
     resources: ResourceRequirements | None = None
+    restartPolicy: str | None = None  # noqa: N815 — "Always" on an init container: a sidecar
 
 
 class PodSpec(_In):
@@ -109,15 +111,30 @@ class V1Pod(_In):
 
 def _resources(container: Container) -> ContainerResources:
     r = container.resources
-    return ContainerResources(limits=(r.limits or {}) if r else {}, requests=(r.requests or {}) if r else {})
+    return ContainerResources(
+        limits=(r.limits or {}) if r else {},
+        requests=(r.requests or {}) if r else {},
+        restartable=container.restartPolicy == RESTARTABLE,
+    )
 
 
-class V1Node(BaseModel):
-    """A v1.Node; every field is kept so that a non-cache-capable filter can hand the object back."""
+class NodeMeta(ObjectMeta):
+    """A node's metadata, every field kept (`resourceVersion`, `finalizers`, `ownerReferences`, …)."""
 
     model_config = ConfigDict(extra="allow")
 
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+class V1Node(BaseModel):
+    """A v1.Node; every field is kept so that a non-cache-capable filter can hand the object back as it was sent
+    (`as_sent`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    metadata: NodeMeta = Field(default_factory=NodeMeta)
+
+    def as_sent(self) -> dict[str, Any]:
+        """The node's JSON with exactly the fields the scheduler sent (none added, none dropped)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
     def allocatable(self) -> tuple[int, int] | None:
         """`status.allocatable` cpu and memory as (milli-CPU, MiB), None when either is missing or unreadable."""
@@ -140,7 +157,11 @@ def _allocatable(cpu: Quantity, memory: Quantity) -> tuple[int, int] | None:
     return allocatable_of({"cpu": cpu, "memory": memory})
 
 
-class V1NodeList(_In):
+class V1NodeList(BaseModel):
+    """A v1.NodeList; its own fields (`metadata`, `kind`, `apiVersion`) are kept to be sent back too."""
+
+    model_config = ConfigDict(extra="allow")
+
     items: list[V1Node] | None = None
 
 
@@ -187,21 +208,43 @@ class ExtenderFilterResult(_Out):
 
 
 class VolcanoTask(_In):
+    """Volcano's api.TaskInfo; only its Pod is read."""
+
     Pod: V1Pod
 
 
 class VolcanoNode(_In):
+    """Volcano's api.NodeInfo; only its Name is read (and, for predicate, its Node's labels and allocatable)."""
+
     Name: str
+    Node: V1Node | None = None
 
 
 class VolcanoPriorityRequest(_In):
+    """PrioritizeRequest. Documents the body: the route decodes it itself, reading only the fields used."""
+
     task: VolcanoTask
     nodes: list[VolcanoNode] = Field(default_factory=list)
+
+
+class VolcanoPredicateRequest(_In):
+    """PredicateRequest: one candidate node per call. Documents the body, as `VolcanoPriorityRequest`."""
+
+    task: VolcanoTask
+    node: VolcanoNode
 
 
 class VolcanoPriorityResponse(_Out):
     nodeScore: dict[str, float]  # noqa: N815 — Volcano's JSON name
     errorMessage: str = ""  # noqa: N815
+
+
+class VolcanoPredicateResponse(_Out):
+    """PredicateResponse: `status` is the reason a node does not fit ("" when it does; Go name ErrorMessage),
+    `code` Volcano's api.Status code (0 success, 2 unschedulable, 3 unschedulable and unresolvable)."""
+
+    status: str = ""
+    code: int = 0
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -291,6 +334,39 @@ class AllocateResponse(_Out):
     score: float
     predicted_slowdown: float
     reason: str
+
+
+class ContainerPreferredAllocationRequest(_In):
+    """One container's part of the device plugin API's PreferredAllocationRequest (v1beta1; proto field names, or
+    protobuf JSON's lowerCamel ones)."""
+
+    available_deviceIDs: list[str] = Field(  # noqa: N815 — the device plugin API's names
+        default_factory=list, validation_alias=AliasChoices("available_deviceIDs", "availableDeviceIDs")
+    )
+    must_include_deviceIDs: list[str] = Field(  # noqa: N815
+        default_factory=list, validation_alias=AliasChoices("must_include_deviceIDs", "mustIncludeDeviceIDs")
+    )
+    allocation_size: int = Field(ge=0, validation_alias=AliasChoices("allocation_size", "allocationSize"))
+
+
+class PreferredAllocationRequest(_In):
+    """`POST /v1/allocate` as a device plugin's GetPreferredAllocation forwards it: the kubelet's request plus the
+    node the plugin runs on (the request itself names no pod and no node)."""
+
+    node: str = Field(min_length=1)
+    container_requests: list[ContainerPreferredAllocationRequest] = Field(
+        min_length=1, validation_alias=AliasChoices("container_requests", "containerRequests")
+    )
+
+
+class ContainerPreferredAllocationResponse(_Out):
+    deviceIDs: list[str]  # noqa: N815 — the device plugin API's name
+
+
+class PreferredAllocationResponse(_Out):
+    """The PreferredAllocationResponse to hand back to the kubelet, one entry per container request, in order."""
+
+    container_responses: list[ContainerPreferredAllocationResponse]
 
 
 class ResidentOut(_Out):

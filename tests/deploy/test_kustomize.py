@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-GPU_RESOURCE_NAMES = ()  # TEMP
+from advisor.pods import GPU_RESOURCE_NAMES
 from profiler.settings import DEFAULT_LIVENESS_ENDPOINT
 from tests.support.binaries import require_binary
 

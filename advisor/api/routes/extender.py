@@ -7,7 +7,9 @@ pod's own CPU/memory requests go into its `PodRequest`; full node objects (a sch
 pod would finish later than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, from the served JCT
 model and the residents' start times), and — when configured — keeps pods off nodes held for a blocked pod
 (`advisor.holding.head_reservation`) or off room that pending pods with a higher response ratio are expected to take
-(`advisor.holding.queue_claims`).
+(`advisor.holding.queue_claims`). Nodes that can never host the pod (`advisor.unresolvable`) are answered as
+`FailedAndUnresolvableNodes`, so that preemption does not evict pods there; without `nodeCacheCapable` the Node
+objects that pass come back exactly as sent.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
 from advisor.holding import head_reservation, queue_claims, usable_nodes
 from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
+from advisor.unresolvable import never_fits
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
@@ -65,11 +68,17 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     """ExtenderFilterResult: the nodes that can run the pod and, for the others, why not (too few free GPUs, CPU or
     memory, or — with a JCT model — a faster GPU model that frees up soon enough to finish the pod sooner)."""
     pod = args.Pod.to_request()
-    names = args.candidates()
     _take_allocatable(args, ctx)
     predictors = ctx.predictors
     now = ctx.state.now()
     nodes = ctx.state.nodes
+    placement = args.Pod.placement()
+    unresolvable = {
+        name: reason
+        for name in args.candidates()
+        if (node := nodes.get(name)) is not None and (reason := never_fits(pod, node, placement)) is not None
+    }
+    names = [n for n in args.candidates() if n not in unresolvable]
     leaving = jct_leave_times(predictors, now)
     key, scheduler = args.Pod.queue_key(pod.name), args.Pod.scheduler()
     # The queue is sorted once per call, and only when a rule reads it.
@@ -111,13 +120,16 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         now_seconds=now,
         predictors=predictors,
         leaving=leaving,
-        usable=usable_nodes(args.Pod.placement(), ctx.state.node_labels),
+        usable=usable_nodes(placement, ctx.state.node_labels),
         reservation=held,
         claim_log=claim_log,
         rank=rank,
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)
-        items = [n.model_dump(mode="json") for n in args.Nodes.items or [] if n.metadata.name in keep]
-        return ExtenderFilterResult(Nodes={"items": items}, NodeNames=passed, FailedNodes=failed)
-    return ExtenderFilterResult(NodeNames=passed, FailedNodes=failed)
+        node_list = args.Nodes.model_dump(mode="json", exclude_unset=True, exclude={"items"})
+        node_list["items"] = [n.as_sent() for n in args.Nodes.items or [] if n.metadata.name in keep]
+        return ExtenderFilterResult(
+            Nodes=node_list, NodeNames=passed, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable
+        )
+    return ExtenderFilterResult(NodeNames=passed, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable)

@@ -1,18 +1,24 @@
-"""Native scoring (`/v1/score`) and GPU choice on one node (`/v1/allocate`), with every score explained."""
+"""Native scoring (`/v1/score`) and GPU choice on one node (`/v1/allocate`, for a pod or for a device plugin's
+GetPreferredAllocation), with every score explained."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
 
+from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
     Components,
+    ContainerPreferredAllocationResponse,
     NodeScoreOut,
+    PreferredAllocationRequest,
+    PreferredAllocationResponse,
     ScoreRequest,
     ScoreResponse,
 )
+from advisor.devices import DeviceRequestError, check_request, preferred_devices
 from advisor.scoring import NodeScore, allocate, score_candidates
 
 router = APIRouter(prefix="/v1", tags=["scoring"])
@@ -65,9 +71,16 @@ def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     return ScoreResponse(scores=[_out(s) for s in ranked], models=models)
 
 
-@router.post("/allocate", response_model=AllocateResponse)
-def allocate_(body: AllocateRequest, ctx: Ctx) -> AllocateResponse:
-    """The best GPU indices on one node for the pod (topology and sharing), e.g. for GetPreferredAllocation."""
+@router.post("/allocate", response_model=AllocateResponse | PreferredAllocationResponse)
+def allocate_(
+    body: AllocateRequest | PreferredAllocationRequest, ctx: Ctx
+) -> AllocateResponse | PreferredAllocationResponse:
+    """The best GPUs on one node: for a pod (`{"pod", "node"}` → GPU indices, topology and sharing), or for a device
+    plugin's GetPreferredAllocation (`{"node", "container_requests": [{"available_deviceIDs",
+    "must_include_deviceIDs", "allocation_size"}]}` → `{"container_responses": [{"deviceIDs"}]}`, IDs from the
+    available ones, must-include ones kept). A node without telemetry gets the kubelet's own order."""
+    if isinstance(body, PreferredAllocationRequest):
+        return _preferred(body, ctx)
     pod = body.pod.to_request()
     node = ctx.state.nodes.get(body.node)
     if node is None:
@@ -82,3 +95,20 @@ def allocate_(body: AllocateRequest, ctx: Ctx) -> AllocateResponse:
         predicted_slowdown=round(verdict.predicted_slowdown, 4),
         reason=verdict.reason,
     )
+
+
+def _preferred(body: PreferredAllocationRequest, ctx: AppContext) -> PreferredAllocationResponse:
+    node = ctx.state.nodes.get(body.node)
+    record = ctx.state.record(body.node)
+    uuids = {g.index: g.uuid for g in record.snapshot.gpus} if record is not None else {}
+    responses = []
+    for i, request in enumerate(body.container_requests):
+        available, must, size = request.available_deviceIDs, request.must_include_deviceIDs, request.allocation_size
+        try:
+            check_request(available, must, size, f"container_requests[{i}]")
+        except DeviceRequestError as e:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(e)) from e
+        chosen = preferred_devices(node, uuids, available, must, size)
+        responses.append(ContainerPreferredAllocationResponse(deviceIDs=chosen))
+    ctx.metrics.count_scores("allocate", int(node is not None), 0, int(node is None))
+    return PreferredAllocationResponse(container_responses=responses)

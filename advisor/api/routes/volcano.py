@@ -1,21 +1,107 @@
-"""Volcano scheduler extender plugin: `task` / `nodes` in, `nodeScore` (0..100) / `errorMessage` out."""
+"""Volcano scheduler extender plugin: `predicate` (one node per call: does the task fit?) and `prioritize` (scores
+0..100 for every node of the call).
+
+Volcano sends each node as an api.NodeInfo with its resident tasks, each a full Pod: 500 nodes × 8 tasks is a 12 MB
+body, and decoding it whole took longer than Volcano's timeout. The bodies are decoded with msgspec into structs that
+declare only what is read (the task's Pod, each node's Name; for predicate the node's own Node object), so the rest
+is skipped without being built; the Pod alone then goes through the same pydantic model as the kube-scheduler
+extender's (`V1Pod`). The OpenAPI schema still documents the whole request (`VolcanoPriorityRequest`).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import TypeVar
 
+import msgspec
+from fastapi import APIRouter, HTTPException, Request, status
+from pydantic import ValidationError
+
+from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
-from advisor.api.schemas import VolcanoPriorityRequest, VolcanoPriorityResponse
-from advisor.scoring import score_candidates
+from advisor.api.schemas import (
+    V1Node,
+    V1Pod,
+    VolcanoPredicateRequest,
+    VolcanoPredicateResponse,
+    VolcanoPriorityRequest,
+    VolcanoPriorityResponse,
+)
+from advisor.scoring import PodRequest, filter_nodes, score_candidates
+from advisor.unresolvable import never_fits
 
 router = APIRouter(prefix="/volcano", tags=["volcano"])
 
+# Volcano's api.Status codes (the kube-scheduler framework's): a node that never fits is not worth preempting for.
+UNSCHEDULABLE = 2
+UNSCHEDULABLE_AND_UNRESOLVABLE = 3
 
-@router.post("/prioritize", response_model=VolcanoPriorityResponse)
-def prioritize(body: VolcanoPriorityRequest, ctx: Ctx) -> VolcanoPriorityResponse:
+
+class _Task(msgspec.Struct):
+    Pod: msgspec.Raw = msgspec.Raw()  # empty: absent
+
+
+class _NodeName(msgspec.Struct):
+    Name: str = ""
+
+
+class _PrioritizeBody(msgspec.Struct):
+    task: _Task | None = None
+    nodes: list[_NodeName] | None = None
+
+
+class _PredicateNode(msgspec.Struct):
+    Name: str = ""
+    Node: msgspec.Raw = msgspec.Raw()  # empty: absent
+
+
+class _PredicateBody(msgspec.Struct):
+    task: _Task | None = None
+    node: _PredicateNode | None = None
+
+
+_Body = TypeVar("_Body", _PrioritizeBody, _PredicateBody)
+_PRIORITIZE = msgspec.json.Decoder(_PrioritizeBody)
+_PREDICATE = msgspec.json.Decoder(_PredicateBody)
+
+
+def _decode(decoder: msgspec.json.Decoder[_Body], body: bytes) -> _Body:
+    """The body as the struct, or a 422 naming the field (msgspec says `... - at $.nodes[3].Name`)."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as e:
+        message, _, where = str(e).partition(" - at `$.")
+        field = where.rstrip("`") or "body"
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{field}: {message}") from e
+    except msgspec.DecodeError as e:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"body: not JSON ({e})") from e
+
+
+def _pod(task: _Task | None) -> V1Pod:
+    if task is None or not task.Pod:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "task.Pod: the task's pod is required")
+    try:
+        return V1Pod.model_validate_json(bytes(task.Pod))
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"task.Pod.{where}: {first['msg']}") from e
+
+
+@router.post(
+    "/prioritize",
+    response_model=VolcanoPriorityResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": VolcanoPriorityRequest.model_json_schema()}},
+        }
+    },
+)
+async def prioritize(request: Request, ctx: Ctx) -> VolcanoPriorityResponse:
     """Score every node of the request for the task's pod (unknown nodes get the neutral score)."""
-    pod = body.task.Pod.to_request()
-    names = [n.Name for n in body.nodes]
+    body = _decode(_PRIORITIZE, await request.body())
+    pod = _pod(body.task).to_request()
+    names = [n.Name for n in body.nodes or []]
     predictors = ctx.predictors
     scores = score_candidates(
         pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
@@ -25,3 +111,56 @@ def prioritize(body: VolcanoPriorityRequest, ctx: Ctx) -> VolcanoPriorityRespons
     ctx.metrics.count_scores("volcano", len(scores) - unknown - infeasible, infeasible, unknown)
     ctx.metrics.count_fallbacks(predictors.names())
     return VolcanoPriorityResponse(nodeScore={s.node: round(s.score, 3) for s in scores})
+
+
+@router.post(
+    "/predicate",
+    response_model=VolcanoPredicateResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": VolcanoPredicateRequest.model_json_schema()}},
+        }
+    },
+)
+async def predicate(request: Request, ctx: Ctx) -> VolcanoPredicateResponse:
+    """Whether the task's pod fits the node: `status` "" when it does (or the advisor has no telemetry for the node),
+    else why not, with code 3 for a node that can never host it (fewer or lost GPUs, too little GPU memory, a GPU model
+    its affinity excludes) and 2 for one that is full for now."""
+    body = _decode(_PREDICATE, await request.body())
+    v1_pod = _pod(body.task)
+    pod = v1_pod.to_request()
+    if body.node is None or not body.node.Name:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "node.Name: the candidate node is required")
+    name = body.node.Name
+    _take_node(body.node, ctx)
+    verdict = _fits(pod, v1_pod, name, ctx)
+    ctx.metrics.count_scores("volcano", int(verdict.code == 0), int(verdict.code != 0), 0)
+    return verdict
+
+
+def _take_node(info: _PredicateNode, ctx: AppContext) -> None:
+    """The NodeInfo's v1.Node carries the node's labels and allocatable CPU/memory: keep them, as the extender does
+    with full node objects (an unreadable Node is ignored: the node watch gives the same)."""
+    if not info.Node:
+        return
+    try:
+        node = V1Node.model_validate_json(bytes(info.Node))
+    except ValidationError:
+        return
+    ctx.state.set_node_labels(info.Name, node.labels())
+    allocatable = node.allocatable()
+    if allocatable is not None:
+        ctx.state.set_allocatable(info.Name, allocatable)
+
+
+def _fits(pod: PodRequest, v1_pod: V1Pod, name: str, ctx: AppContext) -> VolcanoPredicateResponse:
+    node = ctx.state.nodes.get(name)
+    if node is not None:
+        reason = never_fits(pod, node, v1_pod.placement())
+        if reason is not None:
+            return VolcanoPredicateResponse(status=reason, code=UNSCHEDULABLE_AND_UNRESOLVABLE)
+    _, failed = filter_nodes(pod, [name], ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
+    if name in failed:
+        return VolcanoPredicateResponse(status=failed[name], code=UNSCHEDULABLE)
+    return VolcanoPredicateResponse()
