@@ -62,7 +62,9 @@ def pod(
 ) -> Obj:
     """A full v1.Pod (Pending unless `node_name`): what the scheduler and Volcano put in their requests."""
     spec: Obj = {
-        "volumes": [{"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {}}]}}],
+        "volumes": [
+            {"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+        ],
         "containers": list(containers if containers is not None else [container(limits={"nvidia.com/gpu": "1"})]),
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 30,
@@ -110,17 +112,36 @@ def pod(
             ],
         },
         "spec": spec,
-        "status": (
-            {
-                "phase": "Running",
-                "hostIP": "10.0.0.7",
-                "podIP": "10.244.3.9",
-                "startTime": CREATED,
-                "qosClass": "Burstable",
-            }
-            if node_name
-            else {"phase": "Pending", "qosClass": "BestEffort"}
-        ),
+        "status": _running_status(spec) if node_name else {"phase": "Pending", "qosClass": "BestEffort"},
+    }
+
+
+def _running_status(spec: Obj) -> Obj:
+    """A running pod's status as the kubelet reports it: conditions and one status per container."""
+    conditions = [
+        {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": CREATED}
+        for kind in ("Initialized", "Ready", "PodScheduled")
+    ]
+    statuses = [
+        {
+            "name": c["name"],
+            "state": {"running": {"startedAt": CREATED}},
+            "ready": True,
+            "restartCount": 0,
+            "image": c["image"],
+            "containerID": "containerd://" + "f" * 64,
+            "started": True,
+        }
+        for c in spec["containers"]
+    ]
+    return {
+        "phase": "Running",
+        "conditions": conditions,
+        "hostIP": "10.0.0.7",
+        "podIP": "10.244.3.9",
+        "startTime": CREATED,
+        "containerStatuses": statuses,
+        "qosClass": "Burstable",
     }
 
 

@@ -1,0 +1,87 @@
+"""Volcano's extender calls at scale: `POST /volcano/prioritize` with 500 NodeInfos × 8 resident tasks (each a full
+Pod, ≈12 MB, as Volcano's extender plugin encodes api.NodeInfo), and `POST /volcano/predicate` (one NodeInfo).
+
+Against `gpuadvisor advisor serve --no-kube` in a subprocess on loopback, fed one synthetic snapshot per node: the
+wall time per request as Volcano's HTTP client sees it (sending the body included) — median, p99 and max — and the
+server's own CPU time per request. The bodies come from `tests.support.upstream` (the Go types' JSON field names).
+
+Run from the repository root: PYTHONPATH=. python bench/volcano_prioritize.py [--nodes 500] [--tasks 8]
+[--requests 60]. To measure another checkout's advisor with the same bodies, run it from that checkout's root
+(the served `advisor` package is the working directory's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from http.client import HTTPConnection
+from pathlib import Path
+
+from cluster import free_port, machine_note, post, process_cpu_seconds, start_advisor, synthetic_snapshot
+
+from tests.support import upstream
+
+NOT_FOUND = 404
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--tasks", type=int, default=8, help="resident tasks per NodeInfo")
+    parser.add_argument("--requests", type=int, default=60)
+    args = parser.parse_args()
+    print(machine_note())
+    rng = random.Random(7)
+    names = [f"node-{i:04d}" for i in range(args.nodes)]
+    snapshots = [synthetic_snapshot(n, rng) for n in names]
+    pod = upstream.pod(containers=[upstream.container(limits={"nvidia.com/gpu": "2", "cpu": "8", "memory": "64Gi"})])
+    task = upstream.volcano_task(pod, gpus=2)
+    node_infos = [upstream.volcano_node(n, tasks=args.tasks) for n in names]
+    prioritize = json.dumps(upstream.volcano_prioritize(task, node_infos)).encode()
+    predicate = json.dumps(upstream.volcano_predicate(task, node_infos[0])).encode()
+    print(f"prioritize body {len(prioritize) / 1e6:.1f} MB ({args.nodes} NodeInfos × {args.tasks} tasks)")
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = start_advisor(port, Path(tmp) / "bench.db")
+        try:
+            conn = HTTPConnection("127.0.0.1", port, timeout=30)
+            for raw in snapshots:
+                status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
+                assert status == 202, status
+            status, reply = post(conn, "/volcano/prioritize", prioritize)
+            assert status == 200, reply[:300]
+            scores = json.loads(reply)["nodeScore"]
+            assert set(scores) == set(names), "every node scored"
+            for path, body in (("/volcano/prioritize", prioritize), ("/volcano/predicate", predicate)):
+                if post(conn, path, body)[0] == NOT_FOUND:
+                    print(f"POST {path}: not served by this advisor")
+                    continue
+                for _ in range(3):  # warm-up
+                    post(conn, path, body)
+                times: list[float] = []
+                cpu0 = process_cpu_seconds(proc.pid)
+                for _ in range(args.requests):
+                    started = time.perf_counter()
+                    status, _ = post(conn, path, body)
+                    times.append(time.perf_counter() - started)
+                    assert status == 200, status
+                cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / args.requests * 1e3
+                ordered = sorted(times)
+                p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+                print(
+                    f"POST {path}: median {statistics.median(ordered) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms, "
+                    f"max {ordered[-1] * 1e3:.1f} ms wall; server CPU {cpu_ms:.1f} ms/request "
+                    f"({args.requests} requests)"
+                )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
