@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from collector.agent import CollectorAgent
-from collector.backend import GpuReading, NodeReading, ProcessReading
+from collector.backend import NodeReading
 from collector.nvml import NvmlBackend
 from collector.pods import PodInfo, StaticPods
 from collector.sim import SimulatedBackend
-from collector.snapshot import NodeSnapshot, PodRef
+from collector.snapshot import GpuSnapshot, NodeSnapshot, PodRef, ProcessSnapshot
 from tests.collector.conftest import ConfigureNvml, write_proc
 from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, FakeProcess
 from tests.support.net import wait_until
@@ -56,12 +56,16 @@ def test_processes_attributed_to_pods_through_proc_and_index(tmp_path: Path) -> 
     reading = NodeReading(
         driver_version="550",
         gpus=(
-            GpuReading(
+            GpuSnapshot(
                 index=0,
                 uuid="GPU-0",
                 model="m",
                 pci_bus_id="p",
-                processes=(ProcessReading(10, GIB, 0.5), ProcessReading(11, GIB, 0.1), ProcessReading(12, GIB, 0.2)),
+                processes=(
+                    ProcessSnapshot(pid=10, memory_used_bytes=GIB, sm_utilization_ratio=0.5),
+                    ProcessSnapshot(pid=11, memory_used_bytes=GIB, sm_utilization_ratio=0.1),
+                    ProcessSnapshot(pid=12, memory_used_bytes=GIB, sm_utilization_ratio=0.2),
+                ),
             ),
         ),
     )
