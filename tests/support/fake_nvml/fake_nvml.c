@@ -344,7 +344,9 @@ PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v2, 0, 0)
 PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, 1, 0)
 PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, 2, 0)
 #endif
+#ifndef OMIT_nvmlDeviceGetComputeRunningProcesses
 PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses, 0, 1)
+#endif
 PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses, 1, 1)
 PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses, 2, 1)
 
