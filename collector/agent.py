@@ -16,7 +16,14 @@ from typing import Protocol
 
 from collector.attribution import build_snapshot
 from collector.backend import GpuBackend
-from collector.podmap import CgroupIdentity, CgroupUnreadableError, PidResolver, ProcCgroupResolver, ProcessGoneError
+from collector.podmap import (
+    CgroupIdentity,
+    CgroupOversizedError,
+    CgroupUnreadableError,
+    PidResolver,
+    ProcCgroupResolver,
+    ProcessGoneError,
+)
 from collector.pods import NoPods, PodLookup
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
@@ -61,6 +68,7 @@ class CollectorAgent:
         self._latest: NodeSnapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cgroup_fault_logged = False
 
     @property
     def latest(self) -> NodeSnapshot | None:
@@ -74,25 +82,41 @@ class CollectorAgent:
             self.stats.add_error(kind, count)
         identities: dict[int, CgroupIdentity | None] = {}
         gone: set[int] = set()
+        unresolved: set[int] = set()
         for gpu in reading.gpus:
             for process in gpu.processes:
-                if process.pid in identities or process.pid in gone:
+                pid = process.pid
+                if pid in identities or pid in gone or pid in unresolved:
                     continue
                 try:
-                    identities[process.pid] = self.resolver.resolve(process.pid)
+                    identities[pid] = self.resolver.resolve(pid)
                 except ProcessGoneError:
-                    gone.add(process.pid)
+                    gone.add(pid)
                     self.stats.add_error("process_gone")
+                except CgroupOversizedError as e:
+                    identities[pid] = e.identity
+                    self._cgroup_fault(e)
                 except CgroupUnreadableError as e:
-                    identities[process.pid] = None
-                    self.stats.add_error("cgroup")
-                    log.debug("%s", e)
+                    unresolved.add(pid)  # where it runs is unknown: not counted as host use
+                    self._cgroup_fault(e)
         timestamp = datetime.fromtimestamp(self._clock(), tz=UTC)
         snapshot = build_snapshot(
-            self.node, timestamp=timestamp, reading=reading, identities=identities, pods=self.pods, gone=gone
+            self.node,
+            timestamp=timestamp,
+            reading=reading,
+            identities=identities,
+            pods=self.pods,
+            gone=gone,
+            unresolved=unresolved,
         )
         self._latest = snapshot
         return snapshot
+
+    def _cgroup_fault(self, error: CgroupUnreadableError) -> None:
+        self.stats.add_error("cgroup")
+        if not self._cgroup_fault_logged:
+            self._cgroup_fault_logged = True
+            log.warning('%s (further cgroup faults are only counted: errors_total{kind="cgroup"})', error)
 
     def run_cycle(self) -> NodeSnapshot | None:
         """One cycle with bookkeeping: never raises; a failed cycle is counted (kind `cycle`) and logged."""
