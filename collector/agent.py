@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from collector.access import GpuAccessMonitor
 from collector.attribution import build_snapshot
 from collector.backend import GpuBackend
 from collector.podmap import (
@@ -38,7 +39,8 @@ class SnapshotSink(Protocol):
 
 
 class CollectorAgent:
-    """One node's collector. `resolver` defaults to the cgroup files under `proc_root`, `pods` to UID-only pods."""
+    """One node's collector. `resolver` defaults to the cgroup files under `proc_root`, `pods` to UID-only pods;
+    `access` (when the node object can be read) checks every cycle that NVML sees the node's GPUs."""
 
     def __init__(
         self,
@@ -51,6 +53,7 @@ class CollectorAgent:
         sinks: Sequence[SnapshotSink] = (),
         interval_seconds: float = 5.0,
         stats: CollectorStats | None = None,
+        access: GpuAccessMonitor | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not node:
@@ -64,6 +67,7 @@ class CollectorAgent:
         self.sinks = list(sinks)
         self.interval_seconds = interval_seconds
         self.stats = stats if stats is not None else CollectorStats()
+        self.access = access
         self._clock = clock
         self._latest: NodeSnapshot | None = None
         self._stop = threading.Event()
@@ -80,6 +84,8 @@ class CollectorAgent:
         reading = self.backend.read()
         for kind, count in reading.error_counts:
             self.stats.add_error(kind, count)
+        if self.access is not None:
+            self.access.check(reading)
         identities: dict[int, CgroupIdentity | None] = {}
         gone: set[int] = set()
         unresolved: set[int] = set()
@@ -128,8 +134,10 @@ class CollectorAgent:
             self.stats.add_error("cycle")
             self.stats.record_cycle(time.perf_counter() - started, self._clock(), success=False)
             return None
-        for sink in self.sinks:
-            sink.submit(snapshot)
+        if self.access is None or self.access.problem is None:
+            # without GPU access the snapshot is empty: pushing it would tell the advisor the node has no GPUs
+            for sink in self.sinks:
+                sink.submit(snapshot)
         self.stats.record_cycle(time.perf_counter() - started, self._clock(), success=True)
         return snapshot
 

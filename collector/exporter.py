@@ -24,7 +24,18 @@ from collector.stats import CollectorStats
 GPU_LABELS = ("node", "gpu", "uuid")
 POD_LABELS = (*GPU_LABELS, "namespace", "pod", "container", "pod_uid", "owner_kind", "owner_name")
 HOST_OWNER_KIND = "host"
-ERROR_KINDS = ("nvml", "gpu_lost", "process_gone", "cgroup", "kube", "annotate", "push", "cycle")
+ERROR_KINDS = (
+    "nvml",
+    "gpu_lost",
+    "process_gone",
+    "cgroup",
+    "kube",
+    "annotate",
+    "push",
+    "push_retry",
+    "gpu_access",
+    "cycle",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +213,16 @@ class SnapshotCollector(Collector):
         )
         if view.last_success_timestamp_seconds is not None:
             last.add_metric([self._node], view.last_success_timestamp_seconds)
+        access = GaugeMetricFamily(
+            "gpuadvisor_collector_gpu_access_missing",
+            "1 when this collector cannot see the GPUs of its node (reason: nvml_unavailable, no_gpu_visible).",
+            labels=["node", "reason"],
+        )
+        access.add_metric([self._node, view.gpu_access_reason or ""], 0 if view.gpu_access_reason is None else 1)
         yield duration
         yield errors
         yield last
+        yield access
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -217,7 +235,8 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 
 class MetricsServer:
-    """`/metrics` (the registry) and `/healthz` (200 while the last successful cycle is recent, else 503)."""
+    """`/metrics` (the registry) and `/healthz` (200 while the last successful cycle is recent, else 503 with the
+    reason: no cycle yet, a stale one, or no GPU access)."""
 
     def __init__(
         self,
@@ -251,7 +270,10 @@ class MetricsServer:
         return [b"not found: try /metrics or /healthz\n"]
 
     def _health(self) -> tuple[str, str]:
-        last = self._stats.view().last_success_timestamp_seconds
+        view = self._stats.view()
+        if view.gpu_access_message is not None:
+            return "503 Service Unavailable", view.gpu_access_message + "\n"
+        last = view.last_success_timestamp_seconds
         if last is None:
             return "503 Service Unavailable", "no successful collection cycle yet\n"
         age_seconds = self._clock() - last
