@@ -235,8 +235,9 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 
 class MetricsServer:
-    """`/metrics` (the registry) and `/healthz` (200 while the last successful cycle is recent, else 503 with the
-    reason: no cycle yet, a stale one, or no GPU access)."""
+    """`/metrics` (the registry), `/healthz` (200 while the last successful cycle is recent, else 503 with the reason:
+    no cycle yet, a stale one, or no GPU access) and `/livez` (the same without GPU access: the DaemonSet's liveness
+    probe, since restarting a pod that has no GPU access would not give it any)."""
 
     def __init__(
         self,
@@ -260,18 +261,18 @@ class MetricsServer:
 
     def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
-        if path == "/healthz":
-            status, body = self._health()
+        if path in ("/healthz", "/livez"):
+            status, body = self._health(liveness=path == "/livez")
             start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
             return [body.encode()]
         if path in ("/metrics", "/"):
             return self._metrics(environ, start_response)  # type: ignore[no-any-return]
         start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"not found: try /metrics or /healthz\n"]
+        return [b"not found: try /metrics, /healthz or /livez\n"]
 
-    def _health(self) -> tuple[str, str]:
+    def _health(self, *, liveness: bool) -> tuple[str, str]:
         view = self._stats.view()
-        if view.gpu_access_message is not None:
+        if view.gpu_access_message is not None and not liveness:
             return "503 Service Unavailable", view.gpu_access_message + "\n"
         last = view.last_success_timestamp_seconds
         if last is None:

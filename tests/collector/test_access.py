@@ -133,8 +133,10 @@ def test_healthz_and_metric_name_the_reason() -> None:
     server.start()
     try:
         health = httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
+        live = httpx.get(f"http://127.0.0.1:{server.port}/livez", timeout=5)
     finally:
         server.stop()
+    assert live.status_code == 200  # restarting the pod would not give it GPU access
     assert health.status_code == 503
     assert "allocatable nvidia.com/gpu=8" in health.text
     assert "NVML library not found" in health.text
