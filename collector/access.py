@@ -79,8 +79,10 @@ class NoGpuBackend:
 
 
 class GpuAccessMonitor:
-    """Checks every cycle whether the GPUs NVML sees match the node's; the node object is re-read every
-    `recheck_seconds` (labels arrive after install) and asked for again each cycle while the API cannot answer.
+    """Checks every cycle whether the GPUs NVML sees match the node's. The node object is read only while NVML sees
+    none (a collector that sees GPUs has access, whatever the labels say), again every `recheck_seconds` (labels
+    arrive after install), and after a failed read no sooner than `retry_seconds`: an unreachable API server must
+    not slow every cycle down by its request timeout.
 
     `read_node` returns the Node object, or None when the API could not be reached (it counts that itself).
     """
@@ -92,30 +94,37 @@ class GpuAccessMonitor:
         stats: CollectorStats,
         nvml_error: str | None = None,
         recheck_seconds: float = 300.0,
+        retry_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read_node = read_node
         self._stats = stats
         self.nvml_error = nvml_error
         self._recheck_seconds = recheck_seconds
+        self._retry_seconds = retry_seconds
         self._clock = clock
         self._evidence: str | None = None
-        self._read_at: float | None = None
+        self._next_read_seconds: float | None = None
         self.problem: GpuAccessProblem | None = None
 
     def _refresh_evidence(self) -> None:
         now = self._clock()
-        if self._read_at is not None and now - self._read_at < self._recheck_seconds:
+        if self._next_read_seconds is not None and now < self._next_read_seconds:
             return
         node = self._read_node()
-        if node is not None:
-            self._evidence = node_gpu_evidence(node)
-            self._read_at = now
+        if node is None:
+            self._next_read_seconds = now + self._retry_seconds
+            return
+        self._evidence = node_gpu_evidence(node)
+        self._next_read_seconds = now + self._recheck_seconds
 
     def check(self, reading: NodeReading) -> GpuAccessProblem | None:
         """The problem of this cycle (counted as `gpu_access`); logs once when it appears and when it is gone."""
-        self._refresh_evidence()
-        problem = gpu_access_problem(self._evidence, len(reading.gpus), self.nvml_error)
+        if self.nvml_error is None and reading.gpus:
+            problem = None
+        else:
+            self._refresh_evidence()
+            problem = gpu_access_problem(self._evidence, len(reading.gpus), self.nvml_error)
         if problem != self.problem:
             if problem is not None:
                 log.error("%s", problem.message)

@@ -98,15 +98,19 @@ def test_a_node_whose_gpus_nvml_cannot_see_is_reported_and_not_pushed(caplog: py
     sink = _Recorder()
     agent = CollectorAgent(backend=backend, node="n1", sinks=[sink], stats=stats, access=monitor)
     with caplog.at_level(logging.INFO, logger="collector.access"):
-        agent.run_cycle()  # the API did not answer yet: nothing known, the (empty) snapshot goes out
-        assert len(sink.snapshots) == 1
+        agent.run_cycle()  # the API did not answer: nothing known, the (empty) snapshot goes out
+        now[0] = 10.0
+        agent.run_cycle()  # not asked again this soon
+        assert len(sink.snapshots) == 2
+        assert len(answers) == 1
+        now[0] = 40.0
         for _ in range(3):
             agent.run_cycle()
-        assert len(sink.snapshots) == 1  # the node has GPUs, NVML sees none: an empty snapshot would mislead
-        backend.reading = ONE_GPU  # access granted (the node object is not read again: labels are cached)
+        assert len(sink.snapshots) == 2  # the node has GPUs, NVML sees none: an empty snapshot would mislead
+        assert answers == []  # read once, then cached for recheck_seconds
+        backend.reading = ONE_GPU  # access granted
         agent.run_cycle()
-    assert len(sink.snapshots) == 2
-    assert answers == []
+    assert len(sink.snapshots) == 3
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1  # one line when it appears, not one per cycle
     assert "NVML sees no GPU" in errors[0]
@@ -224,3 +228,15 @@ async def test_daemonset_without_nvml_keeps_running_and_says_why(
     assert stderr.count("no GPU access") == 1, stderr
     assert "Traceback" not in stderr, stderr
     assert process.returncode == 0
+
+
+def test_a_collector_that_sees_gpus_never_reads_its_node() -> None:
+    def read_node() -> Mapping[str, Any] | None:
+        raise AssertionError("the node object is not needed while NVML sees GPUs")
+
+    stats = CollectorStats()
+    agent = CollectorAgent(
+        backend=_Backend(ONE_GPU), node="n1", stats=stats, access=GpuAccessMonitor(read_node, stats=stats)
+    )
+    assert agent.run_cycle() is not None
+    assert stats.view().errors == {}
