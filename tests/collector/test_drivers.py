@@ -27,6 +27,17 @@ UID = "0f0e0d0c-0b0a-4908-8706-050403020100"
 CID = "ef" * 32
 # an R470-era driver: no _v3 process lists, no nvmlDeviceGetMemoryInfo_v2
 R470 = ("v3", "nvmlDeviceGetMemoryInfo_v2")
+# only the first version of every entry point this collector uses
+OLDEST = (
+    "v3",
+    "v2",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlInitWithFlags",
+    "nvmlDeviceGetCount_v2",
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetPciInfo_v3",
+    "nvmlDeviceGetPciInfo_v2",
+)
 CONFIG = FakeNvmlConfig(
     driver_version="470.256.02",
     gpus=[
@@ -85,6 +96,7 @@ def _snapshot(result: subprocess.CompletedProcess[str]) -> NodeSnapshot:
         pytest.param(R470, id="r470-no-v3"),
         pytest.param(("v3", "v2", "nvmlDeviceGetMemoryInfo_v2"), id="v1-lists-only"),
         pytest.param(("nvmlDeviceGetHandleByIndex_v2",), id="no-handle-v2"),
+        pytest.param(OLDEST, id="oldest"),
     ],
 )
 def test_older_drivers_report_every_healthy_gpu_with_its_pod(
@@ -99,7 +111,8 @@ def test_older_drivers_report_every_healthy_gpu_with_its_pod(
     ]
     _, with_pod, idle = snapshot.gpus
     assert with_pod.memory_used_bytes == 21 * GIB
-    assert with_pod.pci_bus_id == "00000000:18:00.0"
+    # the v1 PCI info has only the legacy, 4-digit-domain bus id
+    assert with_pod.pci_bus_id == ("0000:18:00.0" if omit == OLDEST else "00000000:18:00.0")
     processes = {p.pid: p for p in with_pod.processes}
     # two entries in one list: the entry layout of each list version is read right
     assert {pid: p.memory_used_bytes for pid, p in processes.items()} == {4002: 20 * GIB, 4003: GIB, 4004: 2 * GIB}

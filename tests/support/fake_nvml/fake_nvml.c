@@ -180,15 +180,20 @@ static int put_str(const char *value, char *buf, unsigned len) {
     return OK;
 }
 
-int nvmlInitWithFlags(unsigned flags) {
-    (void)flags;
+static int init(void) {
     refresh();
     if (init_error) return init_error;
     initialized++;
     return OK;
 }
-int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
-int nvmlInit(void) { return nvmlInitWithFlags(0); }
+#ifndef OMIT_nvmlInitWithFlags
+int nvmlInitWithFlags(unsigned flags) {
+    (void)flags;
+    return init();
+}
+#endif
+int nvmlInit_v2(void) { return init(); }
+int nvmlInit(void) { return init(); }
 int nvmlShutdown(void) {
     if (!initialized) return UNINITIALIZED;
     initialized--;
@@ -210,12 +215,16 @@ int nvmlSystemGetNVMLVersion(char *buf, unsigned len) {
     refresh();
     return initialized ? put_str("12.550.54.15", buf, len) : UNINITIALIZED;
 }
-int nvmlDeviceGetCount_v2(unsigned *count) {
+static int device_count(unsigned *count) {
     refresh();
     if (!initialized) return UNINITIALIZED;
     *count = (unsigned)ngpus;
     return OK;
 }
+#ifndef OMIT_nvmlDeviceGetCount_v2
+int nvmlDeviceGetCount_v2(unsigned *count) { return device_count(count); }
+#endif
+int nvmlDeviceGetCount(unsigned *count) { return device_count(count); }
 /* A GPU that fell off the bus (Xid 79) has no handle at all: NVML answers GPU_IS_LOST for it. */
 static int handle_by_index(unsigned index, device_t **dev) {
     refresh();
@@ -243,12 +252,28 @@ int nvmlDeviceGetName(device_t *dev, char *buf, unsigned len) {
     int r = check(dev, E_NAME);
     return r ? r : put_str(dev->name, buf, len);
 }
-int nvmlDeviceGetPciInfo_v3(device_t *dev, pci_t *pci) {
+/* The legacy bus id has a 4-digit domain ("0000:17:00.0"); the configured one may have NVML's 8-digit form. */
+static const char *legacy_bus_id(const char *pci) { return strlen(pci) == 16 ? pci + 4 : pci; }
+static int pci_info(device_t *dev, pci_t *pci) {
     int r = check(dev, E_PCI);
     if (r) return r;
     memset(pci, 0, sizeof *pci);
     snprintf(pci->busId, sizeof pci->busId, "%.31s", dev->pci);
-    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", dev->pci);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", legacy_bus_id(dev->pci));
+    return OK;
+}
+#ifndef OMIT_nvmlDeviceGetPciInfo_v3
+int nvmlDeviceGetPciInfo_v3(device_t *dev, pci_t *pci) { return pci_info(dev, pci); }
+#endif
+#ifndef OMIT_nvmlDeviceGetPciInfo_v2
+int nvmlDeviceGetPciInfo_v2(device_t *dev, pci_t *pci) { return pci_info(dev, pci); }
+#endif
+/* v1 layout: the 16-byte bus id comes first (where v2 has busIdLegacy), then the same ids, then reserved words. */
+int nvmlDeviceGetPciInfo(device_t *dev, pci_t *pci) {
+    int r = check(dev, E_PCI);
+    if (r) return r;
+    memset(pci, 0, 52);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", legacy_bus_id(dev->pci));
     return OK;
 }
 int nvmlDeviceGetMemoryInfo(device_t *dev, mem_t *mem) {
