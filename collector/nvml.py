@@ -207,26 +207,23 @@ class _Driver:
             return pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2)
         return pynvml.nvmlDeviceGetMemoryInfo(handle)
 
-    def running_processes(self, which: int, handle: Any) -> list[tuple[int, int | None]]:
-        """(pid, used bytes or None) of process list `which` (0 compute, 1 graphics, 2 MPS)."""
-        chosen = self.process_lists[which]
-        if chosen is None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-        symbol, layout = chosen
-        fn = _symbol(symbol)
-        count = ctypes.c_uint(0)
-        code = fn(handle, ctypes.byref(count), None)
-        if code == pynvml.NVML_SUCCESS:
-            return []
-        if code != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-            raise pynvml.NVMLError(code)
-        count.value = count.value * 2 + 5  # room for processes started between the two calls
-        entries = (layout * count.value)()
-        _check(fn(handle, ctypes.byref(count), entries))
-        return [
-            (int(e.pid), None if e.usedGpuMemory == _NOT_AVAILABLE_ULL else int(e.usedGpuMemory))
-            for e in entries[: count.value]
-        ]
+
+def _running_processes(symbol: str, layout: type[ctypes.Structure], handle: Any) -> list[tuple[int, int | None]]:
+    """(pid, used bytes or None) of one process list, through `symbol` with its version's entry `layout`."""
+    fn = _symbol(symbol)
+    count = ctypes.c_uint(0)
+    code = fn(handle, ctypes.byref(count), None)
+    if code == pynvml.NVML_SUCCESS:
+        return []
+    if code != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise pynvml.NVMLError(code)
+    count.value = count.value * 2 + 5  # room for processes started between the two calls
+    entries = (layout * count.value)()
+    _check(fn(handle, ctypes.byref(count), entries))
+    return [
+        (int(e.pid), None if e.usedGpuMemory == _NOT_AVAILABLE_ULL else int(e.usedGpuMemory))
+        for e in entries[: count.value]
+    ]
 
 
 def _init_nvml() -> None:
@@ -356,10 +353,8 @@ class NvmlBackend:
 
     def _read_processes(self, index: int, handle: Any) -> tuple[ProcessSnapshot, ...]:
         memory_by_pid: dict[int, int | None] = {}
-        for which, chosen in enumerate(self._driver.process_lists):
-            if chosen is None:
-                continue
-            for pid, used in self._query.named(chosen[0], self._driver.running_processes, which, handle) or ():
+        for symbol, layout in filter(None, self._driver.process_lists):
+            for pid, used in self._query.named(symbol, _running_processes, symbol, layout, handle) or ():
                 previous = memory_by_pid.get(pid)
                 # a PID may be listed as compute and graphics; its memory is the same allocation, not a sum
                 memory_by_pid[pid] = used if previous is None else max(previous, used or 0)
