@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from advisor.api import create_app
 from advisor.cli.common import fail
 from advisor.settings import AdvisorSettings
+from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 from profiler.store import db
 
 app = typer.Typer(help="The advisor service.", no_args_is_help=True)
@@ -87,12 +88,14 @@ def run_server(
         fail(str(e))
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
+    # keep-alive above the collectors' push interval: a push never races the server closing the connection
     uvicorn.run(
         api,
         host=host,
         port=port,
         log_level=log_level,
         access_log=False,
+        timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS,
         ssl_certfile=certificate.cert_file if certificate else None,
         ssl_keyfile=certificate.key_file if certificate else None,
     )
