@@ -68,8 +68,9 @@ def preferred_devices(
         by_index = {g.index: pos for pos, g in enumerate(node.gpus)}
         positions = {uuid: by_index[i] for i, uuid in uuids.items() if i in by_index}
     devices = [_Device(d, order, positions.get(gpu_uuid(d))) for order, d in enumerate(dict.fromkeys(available))]
-    chosen = [d for d in devices if d.device_id in set(must_include)]
-    rest = [d for d in devices if d.device_id not in set(must_include)]
+    must = set(must_include)
+    chosen = [d for d in devices if d.device_id in must]
+    rest = [d for d in devices if d.device_id not in must]
     if node is None or size <= len(chosen):
         return [d.device_id for d in (chosen + rest)[:size]]
     # Without must-include devices, grow from every device and keep the best set; with them, from them.
