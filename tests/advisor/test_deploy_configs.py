@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from advisor.api import create_app
+from advisor.pods import GPU_RESOURCE_NAMES
 from advisor.settings import AdvisorSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -26,7 +27,8 @@ def test_kube_scheduler_profile_uses_the_advisor_as_extender(tmp_path: Path) -> 
     [extender] = config["extenders"]
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is True
-    assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    # every GPU pod, whole or shared, in any notation the advisor reads (tests/deploy checks which ones are ignored)
+    assert {r["name"] for r in extender["managedResources"]} == set(GPU_RESOURCE_NAMES)
     assert extender["weight"] > 0
     assert extender["httpTimeout"].endswith("ms")
     prefix = extender["urlPrefix"].split(":8080", 1)[1]
@@ -41,5 +43,7 @@ def test_volcano_extender_plugin_points_at_the_volcano_route(tmp_path: Path) -> 
     [extender] = [p for p in plugins if p["name"] == "extender"]
     args = extender["arguments"]
     prefix = args["extender.urlPrefix"].split(":8080", 1)[1]
-    assert f"{prefix}/{args['extender.prioritizeVerb']}" in advisor_paths(tmp_path)
+    paths = advisor_paths(tmp_path)
+    assert f"{prefix}/{args['extender.prioritizeVerb']}" in paths
+    assert f"{prefix}/{args['extender.predicateVerb']}" in paths
     assert args["extender.ignorable"] is True
