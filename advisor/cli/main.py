@@ -1,4 +1,4 @@
-"""Entry point of the `gpuadvisor` command: assembles the command groups of DESIGN §2.
+"""Entry point of the `gpuadvisor` command: assembles the command groups (docs/design.md, "CLI").
 
 Command groups are imported only when invoked: `gpuadvisor collector run` on a GPU node must not pay for (or need)
 pandas, LightGBM and FastAPI, and `gpuadvisor --help` should answer at once.
@@ -7,9 +7,11 @@ pandas, LightGBM and FastAPI, and `gpuadvisor --help` should answer at once.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 
 import typer
+from rich.markup import escape
 from typer import _click as click  # the click that Typer vendors; its classes are the ones TyperGroup derives from
 from typer.core import TyperCommand, TyperGroup
 
@@ -87,4 +89,22 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    """Run the command; a bad `GPUADVISOR_*` setting or a lost store/server connection, whichever command meets it,
+    ends as one `error:` line (exit 2, resp. 3) instead of a traceback."""
+    from pydantic import ValidationError
+
+    from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, err_console, settings_error, unavailable_error
+
+    try:
+        app()
+    except ValidationError as e:
+        if not e.title.endswith("Settings"):
+            raise
+        err_console.print(f"[bold red]error:[/] {escape(settings_error(e))}")
+        sys.exit(EXIT_USAGE)
+    except Exception as e:
+        message = unavailable_error(e)
+        if message is None:
+            raise
+        err_console.print(f"[bold red]error:[/] {escape(message)}")
+        sys.exit(EXIT_UNAVAILABLE)
