@@ -7,6 +7,7 @@ Long work shows its progress: a rich bar on a terminal, one line per stage other
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
@@ -61,10 +62,8 @@ def unavailable_error(e: BaseException) -> str | None:
     httpx = sys.modules.get("httpx")
     if httpx is not None and isinstance(e, httpx.TransportError):
         url = ""
-        try:
+        with contextlib.suppress(RuntimeError):  # an error raised before any request was built has no URL
             url = f" {e.request.url}"
-        except RuntimeError:  # an error raised before any request was built
-            pass
         return f"lost the connection to the server{url}: {e or type(e).__name__}"
     return None
 

@@ -8,9 +8,9 @@ Tables keep every column whole (no 80-column truncation when piped); `--json` is
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
