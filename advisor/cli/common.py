@@ -37,8 +37,11 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """Print `error: message` on stderr and exit with `code` (2: bad input, 3: a needed resource is missing)."""
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    """Print `error: message` on stderr and exit with `code` (2: bad input, 3: a needed resource is missing).
+
+    One line, whatever the message: a driver's multi-line text is joined, SQLAlchemy's link to its FAQ left out."""
+    lines = [line.strip() for line in message.splitlines() if not line.startswith("(Background on this error")]
+    err_console.print(f"[bold red]error:[/] {escape(' '.join(line for line in lines if line))}")
     raise typer.Exit(code)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 import typer
 from rich.markup import escape
@@ -89,22 +90,36 @@ def _root() -> None:
 
 
 def main() -> None:
-    """Run the command; a bad `GPUADVISOR_*` setting or a lost store/server connection, whichever command meets it,
-    ends as one `error:` line (exit 2, resp. 3) instead of a traceback."""
+    """Run the command. Whatever the command, a usage error, a bad `GPUADVISOR_*` setting (exit 2) or a lost store
+    or server connection (exit 3) ends as one `error:` line instead of a usage box or a traceback."""
     from pydantic import ValidationError
 
     from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, err_console, settings_error, unavailable_error
 
+    def error(message: str, code: int) -> NoReturn:
+        err_console.print(f"[bold red]error:[/] {escape(message)}")
+        sys.exit(code)
+
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:  # a group without its command: the help (printed as it was
+        if e.format_message().strip():  # built), exit 2 as click does
+            click.echo(e.format_message())
+        sys.exit(e.exit_code)
+    except click.exceptions.UsageError as e:
+        where = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        error(f"{' '.join(e.format_message().split())}{where}", e.exit_code)  # click wraps its choices
+    except click.exceptions.ClickException as e:
+        error(e.format_message(), e.exit_code)
+    except typer.Abort:
+        sys.exit(130)
     except ValidationError as e:
         if not e.title.endswith("Settings"):
             raise
-        err_console.print(f"[bold red]error:[/] {escape(settings_error(e))}")
-        sys.exit(EXIT_USAGE)
+        error(settings_error(e), EXIT_USAGE)
     except Exception as e:
         message = unavailable_error(e)
         if message is None:
             raise
-        err_console.print(f"[bold red]error:[/] {escape(message)}")
-        sys.exit(EXIT_UNAVAILABLE)
+        error(message, EXIT_UNAVAILABLE)
+    sys.exit(code if isinstance(code, int) else 0)

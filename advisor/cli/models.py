@@ -85,6 +85,8 @@ def _read(kind: Kind, path: Path, *, with_labels: bool) -> pd.DataFrame:
         return read_csv(path, FORMAT_OF_KIND[kind], with_labels=with_labels)
     except DatasetError as e:
         fail(str(e))
+    except OSError as e:
+        fail(f"{path}: {e.strerror or e}")
 
 
 def _store_frame(kind: Kind, db_url: str | None) -> pd.DataFrame:
@@ -360,6 +362,8 @@ def import_command(
             frame, fmt = load_philly(src), FORMAT_OF_KIND["jct"]
     except DatasetError as e:
         fail(str(e))
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        fail(f"{src}: not a readable {source.value} file ({' '.join(str(e).split())})")
     columns = [c for c in fmt.known if c in frame.columns]
     try:
         frame[columns].to_csv(out, index=False)

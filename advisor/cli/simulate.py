@@ -187,6 +187,8 @@ def simulate(
             truth = truth_table(load_throughputs(throughputs)) if throughputs is not None else None
     except (SimInputError, SimConfigError) as e:
         fail(str(e))
+    except OSError as e:
+        fail(f"{e.filename}: {e.strerror or e}")
     stages = Stages(quiet=as_json)
     report: dict[str, object] = {
         "mode": mode.value,
