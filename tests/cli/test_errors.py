@@ -7,11 +7,15 @@ Run as a subprocess through the real entry point, as a user runs `gpuadvisor`, s
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
 from tests.cli.test_cli_smoke import gpuadvisor
+from tests.support.net import wait_until
 
 GAVEL_JSON = Path(__file__).resolve().parents[2] / "advisor" / "data" / "gavel" / "simulation_throughputs.json"
 
@@ -120,3 +124,46 @@ def test_the_help_cites_no_design_file_and_no_history() -> None:
         assert result.returncode == 0
         assert "DESIGN" not in result.stdout
         assert "2026-" not in result.stdout
+
+
+@pytest.mark.postgres
+def test_profile_import_when_the_store_goes_away_mid_import(postgres_url: str, tmp_path: Path) -> None:
+    """The PostgreSQL server drops the import's connection while rows are being written (as a restart or failover
+    does): one `error:` line, exit 3, and nothing half-imported."""
+    admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text("DROP DATABASE IF EXISTS import_gone"))
+        conn.execute(sqlalchemy.text("CREATE DATABASE import_gone"))
+    url = postgres_url.rsplit("/", 1)[0] + "/import_gone"
+    assert gpuadvisor("db", "upgrade", "--db", url).returncode == 0  # the import's own check then migrates nothing
+    csv = tmp_path / "many.csv"
+    csv.write_text(
+        "workload,gpu_model,gpu_count,nodes,batch_size,throughput\n"
+        + "".join(f"w{i % 50},v100,{1 + i % 8},1,{i},{100 + i}\n" for i in range(20_000))
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor.cli", "profile", "import", str(csv), "--kind", "throughputs", "--db", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    writing = sqlalchemy.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = 'import_gone' AND query ILIKE '%INSERT INTO profiles%'"
+    )
+    kill = sqlalchemy.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'import_gone'")
+    try:
+        with admin.connect() as conn:
+            assert wait_until(lambda: proc.poll() is not None or conn.execute(writing).scalar_one() > 0, 60)
+            while proc.poll() is None:
+                conn.execute(kill)
+                time.sleep(0.2)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        admin.dispose()
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert_one_error_line(result, 3, "lost the connection to the store")
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as conn:
+        assert conn.execute(sqlalchemy.text("SELECT count(*) FROM profiles")).scalar_one() == 0
+    engine.dispose()
