@@ -90,12 +90,13 @@ class Stages:
         self.quiet = quiet
 
     @contextmanager
-    def stage(self, label: str) -> Iterator[None]:
-        with self.bar(label, None):
+    def stage(self, label: str, doing: str | None = None) -> Iterator[None]:
+        """`doing` shows while it runs (default `label…`), `✓ label (seconds)` once it is done."""
+        with self.bar(label, None, doing):
             yield
 
     @contextmanager
-    def bar(self, label: str, total: int | None) -> Iterator[_Advance]:
+    def bar(self, label: str, total: int | None, doing: str | None = None) -> Iterator[_Advance]:
         started = time.monotonic()
         if self.quiet:
             yield _Advance(None, None)
@@ -105,7 +106,7 @@ class Stages:
             if total is not None:
                 columns += [BarColumn(), MofNCompleteColumn()]
             with Progress(*columns, TimeElapsedColumn(), console=self.console, transient=True) as progress:
-                yield _Advance(progress, progress.add_task(f"{label}…", total=total))
+                yield _Advance(progress, progress.add_task(f"{doing or label}…", total=total))
         else:
             yield _Advance(None, None)
         self.console.print(f"[green]✓[/] {escape(label)} [dim]({time.monotonic() - started:.1f} s)[/]")

@@ -117,7 +117,7 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
         fail("--out DIR is required with --from-csv")
     if out is not None and not out.parent.is_dir():
         fail(f"--out: directory {out.parent} does not exist")
-    stages = Stages()
+    stages = Stages(quiet=as_json)  # --json: nothing but the JSON, even on stderr
     with stages.stage(f"read {'the store' if from_csv is None else from_csv}"):
         if from_csv is not None:
             frame = _read(k, from_csv, with_labels=True)
@@ -129,7 +129,7 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out = version_path(AdvisorSettings().model_dir, k, stamp)
     try:
-        with stages.stage(f"trained the {k} model"):
+        with stages.stage(f"trained the {k} model", f"training the {k} model"):
             trained = train(k, frame, source=source)
     except ValueError as e:  # DatasetError, or data a model cannot learn from (e.g. one configuration per workload)
         fail(f"{source}: cannot train the {k} model: {e}")
@@ -257,7 +257,8 @@ def evaluate_command(
     k = _kind(kind)
     frame = _read(k, from_csv, with_labels=True)
     try:
-        result = evaluate(k, frame, holdout_by).to_json()
+        with Stages(quiet=as_json).stage(f"evaluated the {k} model", f"cross-validating the {k} model"):
+            result = evaluate(k, frame, holdout_by).to_json()
     except DatasetError as e:
         fail(str(e))
     if as_json:

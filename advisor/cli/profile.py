@@ -296,7 +296,7 @@ def import_(
     tag = source or f"import:{file.name}"
     stages = Stages()
     try:
-        with stages.stage(f"read {file}"), file.open(newline="") as handle:
+        with stages.stage(f"read {file}", f"reading {file}"), file.open(newline="") as handle:
             if kind is ImportKind.COLOCATIONS:
                 colocations, profiles = parse_colocations(handle, source=tag), []
             else:
@@ -308,7 +308,7 @@ def import_(
     engine = open_store(db_url)
     rows = len(colocations) + len(profiles)
     with (
-        stages.bar(f"stored {rows:,} {kind.value} rows", rows) as advance,
+        stages.bar(f"stored {rows:,} {kind.value} rows", rows, f"storing {kind.value} rows") as advance,
         db.transaction(db.session_factory(engine)) as session,
     ):
         for c in colocations:

@@ -215,7 +215,10 @@ def simulate(
             jobs = _as_jobs(loaded, trace)
             believed, how = None, ""
             if "advisor" in names:
-                with stages.stage("the advisor's predictions ready"):  # trains held-out models with a Gavel JSON
+                with stages.stage(
+                    "the advisor's predictions ready",
+                    "preparing the advisor's predictions (held-out models with a Gavel JSON)",
+                ):  # trains held-out models with a Gavel JSON
                     believed, how = advisor_table(throughputs, advisor_knowledge.value)
             if how:
                 report["advisor_predictors"] = how
@@ -315,7 +318,7 @@ class _PolicyProgress:
     def _start(self, name: str) -> None:
         self.__exit__(None, None, None)
         position = f" ({self._names.index(name) + 1} of {len(self._names)})" if name in self._names else ""
-        self._current = self._stages.stage(f"policy {name}{position}")
+        self._current = self._stages.stage(f"policy {name}{position}", f"running policy {name}{position}")
         self._current.__enter__()
 
     def __exit__(
