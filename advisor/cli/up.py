@@ -314,7 +314,7 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
             )
             if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
                 fail("the advisor received no telemetry from the collectors", EXIT_UNAVAILABLE)
-        with stages.stage("models ready"):
+        with stages.stage("models ready", "models: training them from the bundled Gavel data on a first start"):
             models = serve_models(ctx, settings)
         print_summary(
             console,
