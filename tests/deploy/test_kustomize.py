@@ -532,3 +532,25 @@ def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_promethe
         assert parts.scheme == "https"
         assert parts.hostname in certificate["spec"]["dnsNames"]
     assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
+
+
+SHIPPED_VARIANTS = {
+    "packing profile": "resources: [{base}]\ncomponents: [{base}/profiles/packing]\n",
+    "TLS": "resources: [{base}]\ncomponents: [{base}/profiles/tls]\n",
+    "trials in another namespace": "namespace: ml\nresources: [{base}/trial-namespace]\n",
+    "Volcano": "resources: [{base}/volcano]\n",
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SHIPPED_VARIANTS))
+def test_every_shipped_variant_renders_objects_that_validate(variant: str, tmp_path: Path) -> None:
+    rendered = _render_overlay(tmp_path, SHIPPED_VARIANTS[variant])
+    assert rendered
+    for obj in rendered:
+        if obj["apiVersion"].startswith(("cert-manager.io/", "monitoring.coreos.com/")):
+            continue  # other projects' kinds: no schema
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{variant}: {obj['kind']}/{obj['metadata']['name']} invalid for {version}: {e.message}")
