@@ -189,23 +189,39 @@ def evaluate_command(
             "a side name like workload or family (leave one out), or any column.",
         ),
     ],
+    probes: Annotated[
+        int,
+        typer.Option(
+            "--probes",
+            help="Interference, held out by family or workload: each held-out workload's co-runs with K fixed "
+            "reference workloads move into training (what the profiler measures for a new workload).",
+        ),
+    ] = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Grouped cross-validation of the model and its baselines on the same folds."""
     k = _kind(kind)
     frame = _read(k, from_csv, with_labels=True)
     try:
-        result = evaluate(k, frame, holdout_by).to_json()
+        result = evaluate(k, frame, holdout_by, probes=probes).to_json()
     except DatasetError as e:
         fail(str(e))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
     metrics = list(result["model"])
-    table = Table("predictor", *metrics, title=f"{k}, holdout by {holdout_by}, {result['rows']} rows")
+    scored = f", {result['scored']}" if "scored" in result else ""
+    probed = f", {probes} probe co-runs per held-out workload" if probes else ""
+    table = Table("predictor", *metrics, title=f"{k}, holdout by {holdout_by}{scored}{probed}, {result['rows']} rows")
     for name, values in [("model", result["model"]), *result["baselines"].items()]:
         table.add_row(name, *(f"{values[m]:.4g}" for m in metrics))
     out_console.print(table)
+    metric = result["metric"]
+    names = ["model", *result["baselines"]]
+    per_fold = Table("fold", "test rows", *names, title=f"{metric} per fold")
+    for fold in result["folds"]:
+        per_fold.add_row(fold["fold"], str(fold["test_rows"]), *(f"{fold[n][metric]:.4g}" for n in names))
+    out_console.print(per_fold)
     typer.echo(f"model beats every baseline on {result['metric']}: {result['model_beats_every_baseline']}")
 
 

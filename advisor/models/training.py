@@ -17,16 +17,24 @@ Splits (`split_by`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
-from advisor.datasets import FORMAT_OF_KIND, DatasetError, Kind, run_seconds, side_columns_from_frame
+from advisor.datasets import FORMAT_OF_KIND, DatasetError, Kind, pair_families, run_seconds, side_columns_from_frame
 from advisor.features import FloatArray
 from advisor.models.baselines import MeanInterference, SharingClassInterference, UtilSumInterference
-from advisor.models.interference import InterferenceModel, gpu_names, norm_targets, usable_rows
+from advisor.models.interference import (
+    InterferenceModel,
+    gpu_names,
+    norm_targets,
+    probe_rows,
+    reference_workloads,
+    usable_rows,
+)
 from advisor.models.jct import JctModel, MedianJct
 from advisor.models.throughput import MeanThroughput, NearestGpuThroughput, ThroughputModel
 
@@ -68,6 +76,20 @@ def _random_folds(keys: list[str], seed: int) -> FloatArray:
     return np.array([fold_of[k] for k in keys], dtype=np.float64)
 
 
+def side_values(frame: pd.DataFrame, split_by: str) -> tuple[npt.NDArray[np.str_], npt.NDArray[np.str_]] | None:
+    """Each side's value of a side name (``family``: the column, else derived from the workload names; any ``X``
+    with ``X_a``/``X_b`` columns), or None when `split_by` names no side of a colocations frame."""
+    if "workload_a" not in frame.columns:
+        return None
+    if split_by == "family":
+        return pair_families(frame)
+    if f"{split_by}_a" in frame.columns and f"{split_by}_b" in frame.columns:
+        return frame[f"{split_by}_a"].astype(str).to_numpy(dtype=str), frame[f"{split_by}_b"].astype(str).to_numpy(
+            dtype=str
+        )
+    return None
+
+
 def splits(frame: pd.DataFrame, split_by: str, *, seed: int = 0) -> list[tuple[str, FloatArray, FloatArray]]:
     """(label, train row indices, test row indices) per fold; see the module doc for the split kinds."""
     n = len(frame)
@@ -97,9 +119,9 @@ def splits(frame: pd.DataFrame, split_by: str, *, seed: int = 0) -> list[tuple[s
             )
             for k in range(FOLDS)
         ]
-    if f"{split_by}_a" in frame.columns and f"{split_by}_b" in frame.columns:
-        side_a = frame[f"{split_by}_a"].astype(str).to_numpy()
-        side_b = frame[f"{split_by}_b"].astype(str).to_numpy()
+    sides = side_values(frame, split_by)
+    if sides is not None:
+        side_a, side_b = sides
         out = []
         for value in sorted(set(side_a) | set(side_b)):
             test = (side_a == value) | (side_b == value)
@@ -138,9 +160,13 @@ def splits(frame: pd.DataFrame, split_by: str, *, seed: int = 0) -> list[tuple[s
 # ------------------------------------------------------------------------------------------- scoring
 
 
-def _interference_errors(train: pd.DataFrame, test: pd.DataFrame, model: Model) -> dict[str, FloatArray]:
-    """Absolute errors of normalised throughput (both sides of every test pair) per predictor."""
+def _interference_errors(
+    train: pd.DataFrame, test: pd.DataFrame, model: Model, scored: npt.NDArray[np.bool_] | None = None
+) -> dict[str, FloatArray]:
+    """Absolute errors of normalised throughput per predictor: the sides `scored` (a-sides then b-sides of the test
+    pairs; every side when None). The model is given the workload names, the baselines the profiles alone."""
     truth = np.concatenate(norm_targets(test))
+    keep = np.ones(len(truth), dtype=bool) if scored is None else scored
     a, b = side_columns_from_frame(test, "a"), side_columns_from_frame(test, "b")
     gpus = gpu_names(test)
     predictors: dict[str, Any] = {
@@ -151,8 +177,9 @@ def _interference_errors(train: pd.DataFrame, test: pd.DataFrame, model: Model) 
     }
     out = {}
     for name, predictor in predictors.items():
-        pred = predictor.fit(train).predict_columns(a, b, gpus)
-        out[name] = np.abs(np.concatenate([pred[:, 0], pred[:, 1]]) - truth)
+        fitted = predictor.fit(train)
+        pred = fitted.predict_frame(test) if name == "model" else fitted.predict_columns(a, b, gpus)
+        out[name] = np.abs(np.concatenate([pred[:, 0], pred[:, 1]]) - truth)[keep]
     return out
 
 
@@ -204,11 +231,13 @@ class Evaluation:
     rows: int
     pooled: dict[str, dict[str, float]]
     folds: list[dict[str, Any]]
+    probes: int = 0
+    references: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         metric = PRIMARY_METRIC[self.kind]
         model = self.pooled["model"][metric]
-        return {
+        out = {
             "kind": self.kind,
             "holdout_by": self.split_by,
             "rows": self.rows,
@@ -218,6 +247,36 @@ class Evaluation:
             "model_beats_every_baseline": all(v[metric] > model for k, v in self.pooled.items() if k != "model"),
             "folds": self.folds,
         }
+        if self.kind == "interference":
+            out["scored"] = "held-out side" if self.references or _is_side_split(self.split_by) else "both sides"
+            out["model_at_or_below_util_sum_on_every_fold"] = all(
+                f["model"][metric] <= f["util_sum"][metric] for f in self.folds
+            )
+            out["probes"] = self.probes
+            if self.references:
+                out["reference_workloads"] = self.references
+        return out
+
+
+def _is_side_split(split_by: str) -> bool:
+    return split_by not in ("pair", "row", *TIME_COLUMNS)
+
+
+def _side_folds(
+    frame: pd.DataFrame, split_by: str
+) -> list[tuple[str, str, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]] | None:
+    """(label, held-out value, test-row mask, scored-side mask over a-sides then b-sides of the test rows) per value
+    of a side split of a colocations frame; None when `split_by` is not a side name."""
+    sides = side_values(frame, split_by)
+    if sides is None:
+        return None
+    side_a, side_b = sides
+    out = []
+    for value in sorted(set(side_a) | set(side_b)):
+        test = (side_a == value) | (side_b == value)
+        scored = np.concatenate([side_a[test] == value, side_b[test] == value])
+        out.append((f"{split_by}={value}", value, test, scored))
+    return out
 
 
 def evaluate(
@@ -225,30 +284,84 @@ def evaluate(
     frame: pd.DataFrame,
     split_by: str,
     *,
+    probes: int = 0,
     num_threads: int = 1,
     seed: int = 0,
     params: dict[str, Any] | None = None,
 ) -> Evaluation:
-    """Grouped cross-validation of the model and its baselines on the same folds; metrics pooled over all test rows."""
+    """Grouped cross-validation of the model and its baselines on the same folds; metrics pooled over all test rows.
+
+    Interference split by a side (``family``, ``workload``, ...) scores only the held-out side of each test pair.
+    `probes` K > 0 (interference, side splits only): for each held-out workload its pairs with K fixed reference
+    workloads (`advisor.models.interference.reference_workloads`, chosen among the training pairs of the fold) move
+    from the test set into training — what the profiler's probe co-runs give a new workload.
+    """
     frame = clean(kind, frame)
     fmt = FORMAT_OF_KIND[kind]
+    side_folds = _side_folds(frame, split_by) if kind == "interference" else None
+    if probes < 0:
+        raise DatasetError(f"--probes {probes}: expected a count of 0 or more")
+    if probes and side_folds is None:
+        raise DatasetError(
+            f"--probes needs interference data split by a side of the pair (family, workload), not --holdout-by {split_by}"
+        )
     pooled: dict[str, list[FloatArray]] = {}
     folds = []
-    for label, train_rows, test_rows in splits(frame, split_by, seed=seed):
-        train = frame.iloc[train_rows.astype(np.int64)].reset_index(drop=True)
-        test = frame.iloc[test_rows.astype(np.int64)].reset_index(drop=True)
+    references: dict[str, list[str]] = {}
+    if side_folds is not None:
+        fam_a, fam_b = pair_families(frame)
+        side_a, side_b = side_values(frame, split_by) or (fam_a, fam_b)
+        plan = []
+        for label, value, test, scored in side_folds:
+            moved = np.zeros(len(frame), dtype=bool)
+            if probes:
+                # No reference workload from a held-out workload's family (it would not be one a new job brings).
+                held_families = set(fam_a[side_a == value]) | set(fam_b[side_b == value])
+                refs = reference_workloads(frame[~test], probes, excluded_families=held_families)
+                references[label] = refs
+                moved = probe_rows(frame, test, refs)
+                keep = ~moved[test]
+                scored = scored[np.concatenate([keep, keep])]
+            plan.append((label, np.flatnonzero(~test | moved), np.flatnonzero(test & ~moved), scored))
+    else:
+        plan = [
+            (label, train_rows.astype(np.int64), test_rows.astype(np.int64), None)
+            for label, train_rows, test_rows in splits(frame, split_by, seed=seed)
+        ]
+    for label, train_rows, test_rows, scored in plan:
+        train = frame.iloc[train_rows].reset_index(drop=True)
+        test = frame.iloc[test_rows].reset_index(drop=True)
         if len(test) == 0 or len(train) < fmt.min_train_rows:
             continue
-        errors = _ERRORS[kind](train, test, new_model(kind, num_threads=num_threads, params=params))
+        model = new_model(kind, num_threads=num_threads, params=params)
+        if kind == "interference":
+            errors = _interference_errors(train, test, model, scored)
+        else:
+            errors = _ERRORS[kind](train, test, model)
         for name, e in errors.items():
             pooled.setdefault(name, []).append(e)
-        folds.append({"fold": label, "train_rows": len(train), "test_rows": len(test), **_summarise(kind, errors)})
+        scored_count = {"scored_sides": int(np.sum(scored))} if scored is not None else {}
+        folds.append(
+            {
+                "fold": label,
+                "train_rows": len(train),
+                "test_rows": len(test),
+                **scored_count,
+                **_summarise(kind, errors),
+            }
+        )
     if not folds:
         raise DatasetError(
             f"--holdout-by {split_by}: no fold leaves at least {fmt.min_train_rows} training rows and one test row"
         )
     return Evaluation(
-        kind, split_by, len(frame), _summarise(kind, {k: np.concatenate(v) for k, v in pooled.items()}), folds
+        kind,
+        split_by,
+        len(frame),
+        _summarise(kind, {k: np.concatenate(v) for k, v in pooled.items()}),
+        folds,
+        probes,
+        references,
     )
 
 
