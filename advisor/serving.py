@@ -35,8 +35,7 @@ from advisor.models.registry import (
     LoadedModels,
     load_promoted,
     promoted_versions,
-    register,
-    save_trained,
+    save_and_register,
     version_path,
 )
 from advisor.models.throughput import ThroughputModel
@@ -539,8 +538,7 @@ class TrainingJobs:
         except DatasetError as e:
             return {"kind": kind, "error": str(e)}
         out = version_path(self._model_dir, kind, datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
-        save_trained(trained, out)
-        registration = register(self._sessions, kind, out, force=force)
+        registration = save_and_register(trained, out, self._sessions, kind, force=force)
         return {
             "kind": kind,
             "version": registration.version,

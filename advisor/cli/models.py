@@ -37,7 +37,7 @@ from advisor.datasets import (
 from advisor.models.artifact import ArtifactError
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
-from advisor.models.registry import load_model, register, rollback, save_trained, version_path
+from advisor.models.registry import load_model, rollback, save_and_register, save_trained, version_path
 from advisor.models.training import evaluate, train
 from advisor.settings import AdvisorSettings
 from profiler.store import repo
@@ -122,11 +122,12 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
         trained = train(k, frame, source=source)
     except DatasetError as e:
         fail(str(e))
-    save_trained(trained, out)
     result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
     if db_url is not None or from_store:
-        registration = register(session_factory(open_store(db_url)), k, out, force=force)
+        registration = save_and_register(trained, out, session_factory(open_store(db_url)), k, force=force)
         result.update(version=registration.version, promoted=registration.promoted, reason=registration.reason)
+    else:
+        save_trained(trained, out)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return

@@ -115,7 +115,8 @@ class SharingClassInterference:
     """Mean normalised throughput per (own class, partner's class), learned from the training pairs.
 
     Classes come from SM utilisation (light < 0.3 ≤ medium < 0.7 ≤ heavy). Rows without utilisation (Gavel) are
-    classed by the terciles of log solo throughput in the training data instead. A baseline (`advisor.models.baselines`).
+    classed by the terciles of log solo throughput in the training data instead. A baseline
+    (`advisor.models.baselines`).
     """
 
     def fit(self, frame: pd.DataFrame) -> SharingClassInterference:
@@ -482,7 +483,7 @@ class InterferenceModel(BoostedEstimator):
         folds: dict[int, list[_CheckFold]] = {0: [], CHECK_PROBES: []}
         for family in families:
             held_out = (fam_a == family) | (fam_b == family)
-            for probes in folds:
+            for probes, held in folds.items():
                 moved = np.zeros(len(frame), dtype=bool)
                 if probes:
                     refs = reference_workloads(frame[~held_out], probes, excluded_families={family})
@@ -492,7 +493,7 @@ class InterferenceModel(BoostedEstimator):
                 if len(train) < MIN_CHECK_TRAIN_ROWS or not test_mask.any():
                     continue
                 scored = np.concatenate([fam_a[test_mask] == family, fam_b[test_mask] == family])
-                folds[probes].append(self._check_fold(train, frame[test_mask].reset_index(drop=True), scored))
+                held.append(self._check_fold(train, frame[test_mask].reset_index(drop=True), scored))
         if not folds[0] or not folds[CHECK_PROBES]:
             return DEFAULT_KNOBS, {"held_out_families": 0}
         best: tuple[float, tuple[float, float, float], dict[int, float]] | None = None

@@ -16,6 +16,7 @@ Splits (`split_by`):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,7 +304,8 @@ def evaluate(
         raise DatasetError(f"--probes {probes}: expected a count of 0 or more")
     if probes and side_folds is None:
         raise DatasetError(
-            f"--probes needs interference data split by a side of the pair (family, workload), not --holdout-by {split_by}"
+            "--probes needs interference data split by a side of the pair (family, workload), "
+            f"not --holdout-by {split_by}"
         )
     pooled: dict[str, list[FloatArray]] = {}
     folds = []
@@ -311,8 +313,9 @@ def evaluate(
     if side_folds is not None:
         fam_a, fam_b = pair_families(frame)
         side_a, side_b = side_values(frame, split_by) or (fam_a, fam_b)
-        plan = []
-        for label, value, test, scored in side_folds:
+        plan: list[tuple[str, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_] | None]] = []
+        for label, value, test, sides_scored in side_folds:
+            kept_sides = sides_scored
             moved = np.zeros(len(frame), dtype=bool)
             if probes:
                 # No reference workload from a held-out workload's family (it would not be one a new job brings).
@@ -321,8 +324,8 @@ def evaluate(
                 references[label] = refs
                 moved = probe_rows(frame, test, refs)
                 keep = ~moved[test]
-                scored = scored[np.concatenate([keep, keep])]
-            plan.append((label, np.flatnonzero(~test | moved), np.flatnonzero(test & ~moved), scored))
+                kept_sides = kept_sides[np.concatenate([keep, keep])]
+            plan.append((label, np.flatnonzero(~test | moved), np.flatnonzero(test & ~moved), kept_sides))
     else:
         plan = [
             (label, train_rows.astype(np.int64), test_rows.astype(np.int64), None)
@@ -330,14 +333,14 @@ def evaluate(
         ]
     for label, train_rows, test_rows, scored in plan:
         train = frame.iloc[train_rows].reset_index(drop=True)
-        test = frame.iloc[test_rows].reset_index(drop=True)
-        if len(test) == 0 or len(train) < fmt.min_train_rows:
+        test_part = frame.iloc[test_rows].reset_index(drop=True)
+        if len(test_part) == 0 or len(train) < fmt.min_train_rows:
             continue
         model = new_model(kind, num_threads=num_threads, params=params)
         if kind == "interference":
-            errors = _interference_errors(train, test, model, scored)
+            errors = _interference_errors(train, test_part, model, scored)
         else:
-            errors = _ERRORS[kind](train, test, model)
+            errors = _ERRORS[kind](train, test_part, model)
         for name, e in errors.items():
             pooled.setdefault(name, []).append(e)
         scored_count = {"scored_sides": int(np.sum(scored))} if scored is not None else {}
@@ -345,7 +348,7 @@ def evaluate(
             {
                 "fold": label,
                 "train_rows": len(train),
-                "test_rows": len(test),
+                "test_rows": len(test_part),
                 **scored_count,
                 **_summarise(kind, errors),
             }
@@ -369,13 +372,79 @@ def evaluate(
 
 
 @dataclass(frozen=True)
+class Validation:
+    """The rows a candidate was validated on (and, for interference, which sides were scored), so that the registry
+    can score the promoted version on exactly the same rows; `fingerprint` identifies the whole training data set."""
+
+    split: str
+    rows: pd.DataFrame
+    scored: npt.NDArray[np.bool_] | None
+    fingerprint: str
+
+
+@dataclass(frozen=True)
 class Trained:
     model: Model
     metrics: dict[str, Any]
     training_summary: dict[str, Any]
+    validation: Validation | None = None
 
 
-_VALIDATION_SPLIT: dict[Kind, str] = {"interference": "pair", "throughput": "row", "jct": "submit_time"}
+_VALIDATION_SPLIT: dict[Kind, str] = {"interference": "family", "throughput": "row", "jct": "submit_time"}
+VALIDATION_GROUP_FRACTION = 0.2
+MIN_VALIDATION_FAMILIES = 3
+
+
+def fingerprint(kind: Kind, frame: pd.DataFrame) -> str:
+    """A short hash of the rows of `frame` in the columns of `kind`'s format (order-independent)."""
+    columns = sorted(c for c in FORMAT_OF_KIND[kind].known if c in frame.columns)
+    hashes = np.sort(pd.util.hash_pandas_object(frame[columns].astype(str), index=False).to_numpy())
+    return hashlib.sha256(hashes.tobytes()).hexdigest()[:16]
+
+
+def _validation_fold(
+    kind: Kind, frame: pd.DataFrame, seed: int
+) -> tuple[str, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_] | None]:
+    """(split, train rows, validation rows, scored sides) of the held-out part `train` validates on.
+
+    Interference holds out whole job families (a fifth of them, at least one; `pair_families`) and scores their side
+    only, as a new workload is what the model is for; with fewer than three families, a fifth of the pairs. The
+    throughput model holds out a random fifth of the rows; the JCT model the last fifth by submit time.
+    """
+    if kind == "interference":
+        fam_a, fam_b = pair_families(frame)
+        families = sorted(set(fam_a) | set(fam_b))
+        if len(families) >= MIN_VALIDATION_FAMILIES:
+            order = np.random.default_rng(seed).permutation(len(families))
+            count = max(1, round(VALIDATION_GROUP_FRACTION * len(families)))
+            held = {families[i] for i in order[:count]}
+            test = np.isin(fam_a, list(held)) | np.isin(fam_b, list(held))
+            scored = np.concatenate([np.isin(fam_a[test], list(held)), np.isin(fam_b[test], list(held))])
+            return (
+                f"families {', '.join(sorted(held))} held out",
+                np.flatnonzero(~test),
+                np.flatnonzero(test),
+                scored,
+            )
+        _, train_rows, test_rows = splits(frame, "pair", seed=seed)[0]
+        return "a fifth of the pairs held out", train_rows.astype(np.int64), test_rows.astype(np.int64), None
+    label, train_rows, test_rows = splits(frame, _VALIDATION_SPLIT[kind], seed=seed)[0]
+    return label, train_rows.astype(np.int64), test_rows.astype(np.int64), None
+
+
+def score(kind: Kind, model: Model, validation: Validation) -> float:
+    """`kind`'s primary metric of an already fitted `model` on the validation rows (the registry's comparison)."""
+    rows = validation.rows
+    if isinstance(model, InterferenceModel):
+        pred = model.predict_frame(rows)
+        errors = np.abs(np.concatenate([pred[:, 0], pred[:, 1]]) - np.concatenate(norm_targets(rows)))
+        return float(np.mean(errors if validation.scored is None else errors[validation.scored]))
+    if isinstance(model, ThroughputModel):
+        truth = rows["throughput"].to_numpy(np.float64)
+        return float(np.mean(np.abs(model.predict_frame(rows) - truth) / truth))
+    truth = np.maximum(run_seconds(rows), 1.0)
+    p50 = np.maximum(model.predict_frame(rows).p50, 1.0)
+    return float(np.mean(np.abs(np.log(p50) - np.log(truth))))
 
 
 def train(
@@ -387,9 +456,9 @@ def train(
     seed: int = 0,
     params: dict[str, Any] | None = None,
 ) -> Trained:
-    """Fit `kind` on `frame`, with validation metrics from one held-out split (see `_VALIDATION_SPLIT`).
+    """Fit `kind` on `frame`, with validation metrics from one held-out part (see `_validation_fold`).
 
-    Interference and throughput hold out one random fold (pairs, rows), score model and baselines on it, then refit on
+    Interference and throughput fit on the rest, score model and baselines on the held-out part, then refit on
     everything; the JCT model's own chronological validation is used as is. Raises `DatasetError` when there are too
     few usable rows.
     """
@@ -401,19 +470,25 @@ def train(
         )
     metric = PRIMARY_METRIC[kind]
     model = new_model(kind, num_threads=num_threads, params=params)
+    split, train_rows, test_rows, scored = _validation_fold(kind, frame, seed)
+    test_part = frame.iloc[test_rows].reset_index(drop=True)
     if kind == "jct":
         assert isinstance(model, JctModel)
         model.fit(frame)
         metrics: dict[str, Any] = dict(model.validation_)
         metrics["baseline_mae_log"] = metrics["history_mae_log"]
     else:
-        _, train_rows, test_rows = splits(frame, _VALIDATION_SPLIT[kind], seed=seed)[0]
-        train_part = frame.iloc[train_rows.astype(np.int64)].reset_index(drop=True)
-        test_part = frame.iloc[test_rows.astype(np.int64)].reset_index(drop=True)
-        errors = _ERRORS[kind](train_part, test_part, new_model(kind, num_threads=num_threads, params=params))
+        train_part = frame.iloc[train_rows].reset_index(drop=True)
+        candidate = new_model(kind, num_threads=num_threads, params=params)
+        if kind == "interference":
+            errors = _interference_errors(train_part, test_part, candidate, scored)
+        else:
+            errors = _ERRORS[kind](train_part, test_part, candidate)
         summary = _summarise(kind, errors)
         metrics = {metric: summary["model"][metric], "baselines": {k: v for k, v in summary.items() if k != "model"}}
         model.fit(frame)
+    validation = Validation(split, test_part, scored, fingerprint(kind, frame))
+    metrics["validation"] = {"split": split, "rows": len(test_part), "data": validation.fingerprint}
     metrics["metric"] = metric
     summary_info: dict[str, Any] = {"source": source, "rows": len(frame)}
     if kind == "interference":
@@ -425,4 +500,4 @@ def train(
     else:
         summary_info["first_submit_s"] = float(frame["submit_time_s"].min())
         summary_info["last_submit_s"] = float(frame["submit_time_s"].max())
-    return Trained(model, metrics, summary_info)
+    return Trained(model, metrics, summary_info, validation)
