@@ -27,7 +27,6 @@ to a partner (the 99th percentile of its normalised throughputs at most 1.01), e
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, product
@@ -60,9 +59,13 @@ DEFAULT_UTIL_RATIO = 1.0
 
 # The grid of the leave-one-family-out check in `InterferenceModel.fit` (see the module doc).
 ALPHA_GRID = (0.0, 0.5, 1.0)
-SHRINKAGE_GRID = (1.0, 3.0, 10.0, math.inf)
+SHRINKAGE_GRID = (1.0, 3.0, 10.0)
+PARTNER_GRID = (True, False)
+# (α, λ, partner offsets, ω) and the grid point of the check's fits, (α, λ, partner offsets).
+_Knobs = tuple[float, float, bool, float]
+_Key = tuple[float, float, bool]
+DEFAULT_KNOBS: _Knobs = (1.0, 3.0, True, 0.5)
 NEIGHBOUR_GRID = (0.0, 0.5, 1.0)
-DEFAULT_KNOBS = (1.0, 3.0, 0.5)
 MIN_CHECK_FAMILIES = 3
 MIN_CHECK_TRAIN_ROWS = 20
 CHECK_PROBES = 3
@@ -232,12 +235,16 @@ def _shrunk_means(codes: npt.NDArray[np.intp], values: FloatArray, count: int, s
 
 
 def fit_offsets(
-    this: Sequence[str], other: Sequence[str], gpus: Sequence[str], residual: FloatArray, shrinkage: float
+    this: Sequence[str],
+    other: Sequence[str],
+    gpus: Sequence[str],
+    residual: FloatArray,
+    shrinkage: float,
+    *,
+    partners: bool = True,
 ) -> Offsets:
     """Backfit sensitivity and aggressiveness on `residual`, first per workload, then per workload and GPU model
-    (infinite `shrinkage`: no offsets at all)."""
-    if math.isinf(shrinkage):
-        return Offsets({}, {})
+    (without `partners`, sensitivities alone: a measured partner then counts as any other)."""
     sensitivity: dict[str, float] = {}
     aggressiveness: dict[str, float] = {}
     left = residual.copy()
@@ -256,26 +263,77 @@ def fit_offsets(
         aggr = np.zeros(len(names))
         for _ in range(BACKFIT_ROUNDS):
             sens = _shrunk_means(code_this, left - aggr[code_other], len(names), shrinkage)
-            aggr = _shrunk_means(code_other, left - sens[code_this], len(names), shrinkage)
+            if partners:
+                aggr = _shrunk_means(code_other, left - sens[code_this], len(names), shrinkage)
         left = left - sens[code_this] - aggr[code_other]
         sensitivity |= {name: float(v) for name, v in zip(names, sens, strict=True) if v != 0.0}
         aggressiveness |= {name: float(v) for name, v in zip(names, aggr, strict=True) if v != 0.0}
     return Offsets(sensitivity, aggressiveness)
 
 
+@dataclass(frozen=True)
+class NeighbourTable:
+    """Per GPU model, the neighbour correction of each (self, other) of workloads measured there: row index of self
+    (`rows`), column index of other (`columns`), and the values (NaN where there is none)."""
+
+    rows: dict[str, dict[str, int]]
+    columns: dict[str, dict[str, int]]
+    values: dict[str, FloatArray]
+
+    def lookup(self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> FloatArray:
+        """Each row's correction (0 where the table has none); names are looked up once per distinct side."""
+        sides = _SideCodes.of(this, other, gpus)
+        row = np.array([self.rows.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
+        column = np.array([self.columns.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
+        tables = list(self.values.values())
+        code = {gpu: k for k, gpu in enumerate(self.values)}
+        gpu_code = np.array([code.get(g, -1) for _, g in sides.distinct], dtype=np.intp)
+        out = np.zeros(len(sides.this))
+        this_row, other_column, this_gpu = row[sides.this], column[sides.other], gpu_code[sides.this]
+        usable = (this_row >= 0) & (other_column >= 0)
+        for k, table in enumerate(tables):
+            mask = usable & (this_gpu == k)
+            if mask.any():
+                out[mask] = np.nan_to_num(table[this_row[mask], other_column[mask]])
+        return out
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            gpu: {
+                "rows": list(self.rows[gpu]),
+                "columns": list(self.columns[gpu]),
+                "values": [[None if np.isnan(v) else float(v) for v in row] for row in values],
+            }
+            for gpu, values in self.values.items()
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> NeighbourTable:
+        return cls(
+            {gpu: {name: i for i, name in enumerate(t["rows"])} for gpu, t in state.items()},
+            {gpu: {name: j for j, name in enumerate(t["columns"])} for gpu, t in state.items()},
+            {
+                gpu: np.array(
+                    [[np.nan if v is None else v for v in row] for row in t["values"]], dtype=np.float64
+                ).reshape(len(t["rows"]), len(t["columns"]))
+                for gpu, t in state.items()
+            },
+        )
+
+
 def fit_neighbours(
     this: Sequence[str], other: Sequence[str], gpus: Sequence[str], residual: FloatArray
-) -> dict[str, float]:
-    """The neighbour correction of every (self, other) of workloads measured on a GPU model, keyed
-    ``self|other@gpu`` (see the module doc); `residual` is what the physical part and the offsets leave."""
-    out: dict[str, float] = {}
+) -> NeighbourTable:
+    """The neighbour correction of every (self, other) of workloads measured on a GPU model (see the module doc);
+    `residual` is what the physical part and the offsets leave."""
+    rows_of: dict[str, dict[str, int]] = {}
+    columns_of: dict[str, dict[str, int]] = {}
+    values_of: dict[str, FloatArray] = {}
     frame = pd.DataFrame({"this": this, "other": other, "gpu": gpus, "residual": residual})
     for gpu, rows in frame.groupby("gpu", sort=True):
         table = rows.pivot_table(index="this", columns="other", values="residual", aggfunc="mean")
-        names = list(table.index)
-        if len(names) < 2:
+        if len(table.index) < 2:
             continue
-        partners = list(table.columns)
         values = table.to_numpy(np.float64)  # this × partner, NaN where not measured
         known = ~np.isnan(values)
         filled = np.nan_to_num(values)
@@ -285,34 +343,21 @@ def fit_neighbours(
         shared = both.sum(axis=2)
         distance = np.where(shared > 0, diff.sum(axis=2) / np.maximum(shared, 1), np.inf)
         np.fill_diagonal(distance, np.inf)
-        for i, name in enumerate(names):
+        out = np.full(values.shape, np.nan)
+        for i in range(len(values)):
             order = np.argsort(distance[i], kind="stable")
             order = order[np.isfinite(distance[i, order])]
-            for j, partner in enumerate(partners):
-                near = [k for k in order if known[k, j]][:NEIGHBOURS]
-                if near:
-                    out[f"{name}|{partner}@{gpu}"] = float(np.mean(values[near, j]))
-    return out
-
-
-def _neighbour_values(
-    table: dict[str, float], this: Sequence[str], other: Sequence[str], gpus: Sequence[str]
-) -> FloatArray:
-    """Each row's neighbour correction (0 where the table has none), looked up once per distinct row."""
-    sides = _SideCodes.of(this, other, gpus)
-    pairs, inverse = np.unique(sides.this * len(sides.distinct) + sides.other, return_inverse=True)
-    get = table.get
-    width = len(sides.distinct)
-    values = np.fromiter(
-        (
-            get(f"{sides.distinct[p // width][0]}|{sides.distinct[p % width][0]}@{sides.distinct[p // width][1]}", 0.0)
-            for p in pairs.tolist()
-        ),
-        np.float64,
-        len(pairs),
-    )
-    result: FloatArray = values[inverse]
-    return result
+            # Per partner, the first `NEIGHBOURS` of the nearest workloads that were measured with it.
+            measured = known[order]
+            chosen = measured & (np.cumsum(measured, axis=0) <= NEIGHBOURS)
+            count = chosen.sum(axis=0)
+            total = (filled[order] * chosen).sum(axis=0)
+            out[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        name = str(gpu)
+        rows_of[name] = {str(w): k for k, w in enumerate(table.index)}
+        columns_of[name] = {str(w): k for k, w in enumerate(table.columns)}
+        values_of[name] = out
+    return NeighbourTable(rows_of, columns_of, values_of)
 
 
 # ------------------------------------------------------------------------------------------- probes
@@ -401,8 +446,8 @@ class _CheckFold:
 
     truth: FloatArray
     heuristic: FloatArray
-    base: dict[tuple[float, float], FloatArray]
-    neighbour: dict[tuple[float, float], FloatArray]
+    base: dict[_Key, FloatArray]
+    neighbour: dict[_Key, FloatArray]
 
 
 @dataclass(kw_only=True, eq=False)
@@ -440,10 +485,13 @@ class InterferenceModel(BoostedEstimator):
         target = np.concatenate(norm_targets(frame))
         high = float(np.quantile(target, CLIP_QUANTILE))
         self.norm_max_ = 1.0 if high <= 1.0 + CLIP_TOLERANCE else float(np.quantile(target, 0.999))
-        (self.alpha_, self.shrinkage_, self.neighbour_weight_), self.check_ = self._choose_knobs(frame)
+        knobs, self.check_ = self._choose_knobs(frame)
+        self.alpha_, self.shrinkage_, self.partner_offsets_, self.neighbour_weight_ = knobs
         self.booster_ = self._train_correction(stacked, target)
         base = stacked.heuristic + self.alpha_ * _lgbm.predict(self.booster_, stacked.features)
-        self.offsets_ = fit_offsets(stacked.this, stacked.other, stacked.gpus, target - base, self.shrinkage_)
+        self.offsets_ = fit_offsets(
+            stacked.this, stacked.other, stacked.gpus, target - base, self.shrinkage_, partners=self.partner_offsets_
+        )
         left = target - base - self.offsets_.of(stacked.this, stacked.other, stacked.gpus)
         self.neighbours_ = fit_neighbours(stacked.this, stacked.other, stacked.gpus, left)
         self.n_pairs_ = len(frame)
@@ -459,22 +507,24 @@ class InterferenceModel(BoostedEstimator):
         correction = _lgbm.predict(booster, stacked.features)
         test_stacked = _Stacked.of_frame(test)
         test_correction = _lgbm.predict(booster, test_stacked.features)
-        base: dict[tuple[float, float], FloatArray] = {}
-        neighbour: dict[tuple[float, float], FloatArray] = {}
-        for alpha, shrinkage in product(ALPHA_GRID, SHRINKAGE_GRID):
+        base: dict[_Key, FloatArray] = {}
+        neighbour: dict[_Key, FloatArray] = {}
+        for alpha, shrinkage, partners in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID):
             fitted_base = stacked.heuristic + alpha * correction
-            offsets = fit_offsets(stacked.this, stacked.other, stacked.gpus, target - fitted_base, shrinkage)
+            offsets = fit_offsets(
+                stacked.this, stacked.other, stacked.gpus, target - fitted_base, shrinkage, partners=partners
+            )
             left = target - fitted_base - offsets.of(stacked.this, stacked.other, stacked.gpus)
             table = fit_neighbours(stacked.this, stacked.other, stacked.gpus, left)
             predicted = test_stacked.heuristic + alpha * test_correction
             predicted = predicted + offsets.of(test_stacked.this, test_stacked.other, test_stacked.gpus)
-            base[(alpha, shrinkage)] = predicted[scored]
-            neighbour[(alpha, shrinkage)] = _neighbour_values(
-                table, test_stacked.this, test_stacked.other, test_stacked.gpus
+            base[(alpha, shrinkage, partners)] = predicted[scored]
+            neighbour[(alpha, shrinkage, partners)] = table.lookup(
+                test_stacked.this, test_stacked.other, test_stacked.gpus
             )[scored]
         return _CheckFold(np.concatenate(norm_targets(test))[scored], test_stacked.heuristic[scored], base, neighbour)
 
-    def _choose_knobs(self, frame: pd.DataFrame) -> tuple[tuple[float, float, float], dict[str, Any]]:
+    def _choose_knobs(self, frame: pd.DataFrame) -> tuple[_Knobs, dict[str, Any]]:
         """(α, λ, ω) with the lowest mean of the two leave-one-family-out MAEs (no probes; `CHECK_PROBES` probes)."""
         fam_a, fam_b = pair_families(frame)
         families = sorted(set(fam_a) | set(fam_b))
@@ -496,15 +546,16 @@ class InterferenceModel(BoostedEstimator):
                 held.append(self._check_fold(train, frame[test_mask].reset_index(drop=True), scored))
         if not folds[0] or not folds[CHECK_PROBES]:
             return DEFAULT_KNOBS, {"held_out_families": 0}
-        best: tuple[float, tuple[float, float, float], dict[int, float]] | None = None
-        for alpha, shrinkage, weight in product(ALPHA_GRID, SHRINKAGE_GRID, NEIGHBOUR_GRID):
+        best: tuple[float, _Knobs, dict[int, float]] | None = None
+        for alpha, shrinkage, partners, weight in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID, NEIGHBOUR_GRID):
+            key = (alpha, shrinkage, partners)
             maes = {}
             loses = False
             for probes, held in folds.items():
                 errors = [
                     np.abs(
                         np.clip(
-                            f.base[(alpha, shrinkage)] + weight * f.neighbour[(alpha, shrinkage)],
+                            f.base[key] + weight * f.neighbour[key],
                             NORM_MIN,
                             self.norm_max_,
                         )
@@ -520,9 +571,9 @@ class InterferenceModel(BoostedEstimator):
             score = float(np.mean(list(maes.values())))
             # A grid point that loses to the heuristic on a held-out family is out (α = 0, λ = ∞ is the heuristic).
             if not loses and (best is None or score < best[0]):
-                best = (score, (alpha, shrinkage, weight), maes)
+                best = (score, (alpha, shrinkage, partners, weight), maes)
         if best is None:
-            return (0.0, math.inf, 0.0), {"held_out_families": len(families), "every_grid_point_lost": True}
+            return (0.0, SHRINKAGE_GRID[-1], False, 0.0), {"held_out_families": len(families), "every_point_lost": True}
         summary = {
             "held_out_families": len(families),
             "mae_no_probes": best[2][0],
@@ -555,9 +606,7 @@ class InterferenceModel(BoostedEstimator):
         if workloads_a is not None or workloads_b is not None:
             out += self.offsets_.of(stacked.this, stacked.other, stacked.gpus)
             if self.neighbour_weight_ > 0:
-                out += self.neighbour_weight_ * _neighbour_values(
-                    self.neighbours_, stacked.this, stacked.other, stacked.gpus
-                )
+                out += self.neighbour_weight_ * self.neighbours_.lookup(stacked.this, stacked.other, stacked.gpus)
         out = np.clip(out, NORM_MIN, self.norm_max_)
         return np.column_stack([out[:n], out[n:]])
 
@@ -596,13 +645,14 @@ class InterferenceModel(BoostedEstimator):
             "features": list(PHYSICAL_FEATURES),
             "monotone_constraints": MONOTONE_CONSTRAINTS,
             "alpha": self.alpha_,
-            "shrinkage": None if math.isinf(self.shrinkage_) else self.shrinkage_,
+            "shrinkage": self.shrinkage_,
+            "partner_offsets": self.partner_offsets_,
             "neighbour_weight": self.neighbour_weight_,
             "norm_range": [NORM_MIN, self.norm_max_],
             "check": self.check_,
             "sensitivity": self.offsets_.sensitivity,
             "aggressiveness": self.offsets_.aggressiveness,
-            "neighbours": self.neighbours_,
+            "neighbours": self.neighbours_.to_state(),
         }
         return Artifact(
             kind=self.kind,
@@ -622,7 +672,8 @@ class InterferenceModel(BoostedEstimator):
         model.booster_ = _lgbm.from_text(artifact.boosters["interference"])
         model.n_pairs_ = int(state["n_pairs"])
         model.alpha_ = float(state["alpha"])
-        model.shrinkage_ = math.inf if state["shrinkage"] is None else float(state["shrinkage"])
+        model.shrinkage_ = float(state["shrinkage"])
+        model.partner_offsets_ = bool(state["partner_offsets"])
         model.neighbour_weight_ = float(state["neighbour_weight"])
         model.norm_max_ = float(state["norm_range"][1])
         model.check_ = dict(state["check"])
@@ -630,5 +681,5 @@ class InterferenceModel(BoostedEstimator):
             {str(k): float(v) for k, v in state["sensitivity"].items()},
             {str(k): float(v) for k, v in state["aggressiveness"].items()},
         )
-        model.neighbours_ = {str(k): float(v) for k, v in state["neighbours"].items()}
+        model.neighbours_ = NeighbourTable.from_state(state["neighbours"])
         return model
