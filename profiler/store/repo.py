@@ -17,7 +17,6 @@ from sqlalchemy.orm import Session
 from profiler.records import (
     ColocationRecord,
     ExecutionRecord,
-    NodeRecord,
     ProfileRecord,
     TelemetryRecord,
     TrialSideRef,
@@ -27,9 +26,7 @@ from profiler.store.models import (
     Base,
     Colocation,
     Execution,
-    Gpu,
     ModelVersion,
-    Node,
     Profile,
     TrialGpu,
     TrialRun,
@@ -295,41 +292,6 @@ def list_executions(*, session: Session, since: datetime | None = None) -> list[
             )
         )
     return out
-
-
-def upsert_node(*, session: Session, node: NodeRecord, seen_at: datetime | None = None) -> int:
-    seen = seen_at or utcnow()
-    models = {g.model for g in node.gpus}
-    values = {
-        "name": node.name,
-        "gpu_model": next(iter(models)) if len(models) == 1 else ("mixed" if models else None),
-        "gpu_count": len(node.gpus),
-        "labels": node.labels,
-        "first_seen": seen,
-        "last_seen": seen,
-    }
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(Node).values(**values)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["name"],
-        set_={k: stmt.excluded[k] for k in ("gpu_model", "gpu_count", "labels", "last_seen")},
-    )
-    node_id: int = session.execute(stmt.returning(Node.id)).scalar_one()
-    for gpu in node.gpus:
-        _upsert(
-            session,
-            Gpu,
-            {
-                "node_id": node_id,
-                "index": gpu.index,
-                "uuid": gpu.uuid,
-                "model": gpu.model,
-                "memory_total_bytes": gpu.memory_total_bytes,
-            },
-            ["uuid"],
-        )
-    return node_id
 
 
 def add_model_version(
