@@ -63,6 +63,7 @@ class LoadedModels:
     interference: InterferenceModel | None = None
     jct: JctModel | None = None
     versions: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, str]:
         """Per kind, ``"<kind> v<N>"`` or ``"none"`` (reported with every score)."""
@@ -81,6 +82,7 @@ def load_promoted(sessions: sessionmaker[Session], kinds: tuple[Kind, ...] = KIN
     """Load the promoted version of each kind; kinds without one (or with a broken artifact) are None."""
     loaded: dict[str, Any] = {}
     versions: dict[str, int] = {}
+    sources: dict[str, str] = {}
     with sessions() as session:
         rows = {k: repo.promoted_model_version(session=session, kind=k) for k in kinds}
     for kind, row in rows.items():
@@ -92,11 +94,13 @@ def load_promoted(sessions: sessionmaker[Session], kinds: tuple[Kind, ...] = KIN
             log.warning("promoted %s model v%d is unusable, serving without it: %s", kind, row.version, e)
             continue
         versions[kind] = row.version
+        sources[kind] = str((row.training_summary or {}).get("source", ""))
     return LoadedModels(
         throughput=loaded.get("throughput"),
         interference=loaded.get("interference"),
         jct=loaded.get("jct"),
         versions=versions,
+        sources=sources,
     )
 
 
