@@ -185,10 +185,15 @@ def _interference_errors(
 
 
 def _throughput_errors(train: pd.DataFrame, test: pd.DataFrame, model: Model) -> dict[str, FloatArray]:
-    """Absolute percentage errors (as ratios) per predictor."""
+    """Absolute percentage errors (as ratios) per predictor, and absolute log2 errors (keys ``<name>:log2``)."""
     truth = test["throughput"].to_numpy(np.float64)
     predictors: dict[str, Any] = {"model": model, "nearest_gpu": NearestGpuThroughput(), "mean": MeanThroughput()}
-    return {name: np.abs(p.fit(train).predict_frame(test) - truth) / truth for name, p in predictors.items()}
+    out: dict[str, FloatArray] = {}
+    for name, predictor in predictors.items():
+        predicted = predictor.fit(train).predict_frame(test)
+        out[name] = np.abs(predicted - truth) / truth
+        out[f"{name}:log2"] = np.abs(np.log2(np.maximum(predicted, 1e-12)) - np.log2(truth))
+    return out
 
 
 def _jct_errors(train: pd.DataFrame, test: pd.DataFrame, model: Model) -> dict[str, FloatArray]:
@@ -216,7 +221,15 @@ def _summarise(kind: Kind, errors: dict[str, FloatArray]) -> dict[str, dict[str,
     if kind == "interference":
         return {name: {"mae": float(np.mean(e))} for name, e in errors.items()}
     if kind == "throughput":
-        return {name: {"mape": float(np.mean(e)), "median_ape": float(np.median(e))} for name, e in errors.items()}
+        return {
+            name: {
+                "mape": float(np.mean(e)),
+                "median_ape": float(np.median(e)),
+                "mean_abs_log2_error": float(np.mean(errors[f"{name}:log2"])),
+            }
+            for name, e in errors.items()
+            if not name.endswith(":log2")
+        }
     out = {}
     for name, e in errors.items():
         if name.endswith(":log"):
@@ -256,6 +269,11 @@ class Evaluation:
             out["probes"] = self.probes
             if self.references:
                 out["reference_workloads"] = self.references
+        if self.kind == "throughput":
+            # The goal across GPU types: below nearest-GPU scaling on both typical-error measures in every fold.
+            out["model_beats_nearest_gpu_on_every_fold"] = all(
+                f["model"][m] < f["nearest_gpu"][m] for f in self.folds for m in ("median_ape", "mean_abs_log2_error")
+            )
         return out
 
 
