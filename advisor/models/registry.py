@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import KINDS, Kind
@@ -74,8 +73,7 @@ def promoted_versions(sessions: sessionmaker[Session]) -> dict[str, int]:
     """The promoted version of each kind (kinds without one left out): one small query, for replicas that poll for
     promotions made elsewhere without reading any artifact."""
     with sessions() as session:
-        rows = session.execute(select(ModelVersion.kind, ModelVersion.version).where(ModelVersion.promoted))
-        return {row.kind: row.version for row in rows}
+        return repo.promoted_versions(session=session)
 
 
 def load_promoted(sessions: sessionmaker[Session], kinds: tuple[Kind, ...] = KINDS) -> LoadedModels:

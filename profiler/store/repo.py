@@ -338,6 +338,12 @@ def promoted_model_version(*, session: Session, kind: str) -> ModelVersion | Non
     ).scalar_one_or_none()
 
 
+def promoted_versions(*, session: Session) -> dict[str, int]:
+    """The promoted version of each kind (kinds without one left out), in one small query."""
+    rows = session.execute(select(ModelVersion.kind, ModelVersion.version).where(ModelVersion.promoted))
+    return {row.kind: row.version for row in rows}
+
+
 def list_model_versions(*, session: Session, kind: str | None = None) -> list[ModelVersion]:
     stmt = select(ModelVersion).order_by(ModelVersion.kind, ModelVersion.version)
     if kind is not None:
