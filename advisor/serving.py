@@ -27,11 +27,12 @@ import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from advisor.datasets import DatasetError, Kind, colocations_frame, executions_frame, throughputs_frame
+from advisor.datasets import DatasetError, Kind
 from advisor.features import SoloProfile
 from advisor.gpus import normalize_gpu_model
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
+from advisor.models.kinds import MODEL_KINDS
 from advisor.models.registry import (
     LoadedModels,
     load_promoted,
@@ -531,11 +532,7 @@ class TrainingJob:
 def store_frame(sessions: sessionmaker[Session], kind: Kind) -> Any:
     """The store's training data of `kind` as the kind's frame."""
     with sessions() as session:
-        if kind == "interference":
-            return colocations_frame(repo.list_colocations(session=session))
-        if kind == "throughput":
-            return throughputs_frame(repo.list_profiles(session=session))
-        return executions_frame(repo.list_executions(session=session))
+        return MODEL_KINDS[kind].store_frame(session)
 
 
 class TrainingJobs:

@@ -13,7 +13,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import pandas as pd
 import typer
 from rich.console import Console
@@ -25,18 +24,14 @@ from advisor.datasets import (
     FORMAT_OF_KIND,
     DatasetError,
     Kind,
-    colocations_frame,
-    executions_frame,
     gavel_trace_executions,
     load_gavel,
     load_philly,
     load_sia,
     read_csv,
-    throughputs_frame,
 )
 from advisor.models.artifact import ArtifactError
-from advisor.models.interference import InterferenceModel
-from advisor.models.jct import JctModel
+from advisor.models.kinds import MODEL_KINDS
 from advisor.models.registry import load_model, rollback, save_and_register, save_trained, version_path
 from advisor.models.training import evaluate, train
 from advisor.settings import AdvisorSettings
@@ -86,11 +81,7 @@ def _read(kind: Kind, path: Path, *, with_labels: bool) -> pd.DataFrame:
 def _store_frame(kind: Kind, db_url: str | None) -> pd.DataFrame:
     sessions = session_factory(open_store(db_url))
     with sessions() as session:
-        if kind == "interference":
-            return colocations_frame(repo.list_colocations(session=session))
-        if kind == "throughput":
-            return throughputs_frame(repo.list_profiles(session=session))
-        return executions_frame(repo.list_executions(session=session))
+        return MODEL_KINDS[kind].store_frame(session)
 
 
 @app.command("train")
@@ -139,21 +130,6 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
         typer.echo(f"{state} as {k} v{result['version']}: {result['reason']}")
 
 
-def _predictions(k: Kind, model: Any, frame: pd.DataFrame) -> list[dict[str, float | None]]:
-    if k == "interference":
-        assert isinstance(model, InterferenceModel)
-        pairs = model.predict_frame(frame)
-        return [{"norm_a": _finite(a), "norm_b": _finite(b)} for a, b in pairs.tolist()]
-    if k == "jct":
-        assert isinstance(model, JctModel)
-        q = model.predict_frame(frame)
-        return [
-            {"p10": _finite(a), "p50": _finite(b), "p90": _finite(c)}
-            for a, b, c in zip(q.p10.tolist(), q.p50.tolist(), q.p90.tolist(), strict=True)
-        ]
-    return [{"throughput": _finite(v)} for v in np.asarray(model.predict_frame(frame)).tolist()]
-
-
 @app.command("predict")
 def predict_command(
     kind: Annotated[KindArg, typer.Argument(help="Which model.")],
@@ -168,7 +144,7 @@ def predict_command(
     except ArtifactError as e:
         fail(str(e))
     frame = _read(k, from_csv, with_labels=False)
-    rows = _predictions(k, model, frame)
+    rows = MODEL_KINDS[k].prediction_rows(model, frame)
     if as_json:
         typer.echo(json.dumps(rows))
         return

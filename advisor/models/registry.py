@@ -19,26 +19,17 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import KINDS, Kind
-from advisor.models.artifact import Artifact, ArtifactError, load_artifact, save_artifact
+from advisor.models.artifact import ArtifactError, load_artifact, save_artifact
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
+from advisor.models.kinds import PRIMARY_METRIC, Model, model_from_artifact
 from advisor.models.throughput import ThroughputModel
-from advisor.models.training import PRIMARY_METRIC, Model, Trained, Validation, score
+from advisor.models.training import Trained, Validation, score
 from profiler.store import repo
 from profiler.store.db import transaction
 from profiler.store.models import ModelVersion
 
 log = logging.getLogger(__name__)
-
-
-def model_from_artifact(artifact: Artifact) -> Model:
-    if artifact.kind == "interference":
-        return InterferenceModel.from_artifact(artifact)
-    if artifact.kind == "throughput":
-        return ThroughputModel.from_artifact(artifact)
-    if artifact.kind == "jct":
-        return JctModel.from_artifact(artifact)
-    raise ArtifactError(f"unknown model kind {artifact.kind!r}")
 
 
 def load_model(directory: Path, *, kind: Kind | None = None) -> Model:

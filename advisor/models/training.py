@@ -17,7 +17,6 @@ Splits (`split_by`):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,47 +24,23 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from advisor.datasets import FORMAT_OF_KIND, DatasetError, Kind, pair_families, run_seconds, side_columns_from_frame
+from advisor.datasets import FORMAT_OF_KIND, DatasetError, Kind, pair_families, run_seconds
 from advisor.features import FloatArray
-from advisor.models.baselines import MeanInterference, SharingClassInterference, UtilSumInterference
 from advisor.models.interference import (
     InterferenceModel,
-    gpu_names,
     norm_targets,
     probe_rows,
     reference_workloads,
-    usable_rows,
 )
-from advisor.models.jct import JctModel, MedianJct
-from advisor.models.throughput import MeanThroughput, NearestGpuThroughput, ThroughputModel
+from advisor.models.jct import JctModel
+from advisor.models.kinds import MODEL_KINDS, PRIMARY_METRIC, Model
+from advisor.models.throughput import ThroughputModel
 
-PRIMARY_METRIC: dict[Kind, str] = {"interference": "mae", "throughput": "mape", "jct": "mae_log"}
+__all__ = ["PRIMARY_METRIC", "Evaluation", "Model", "Trained", "Validation", "evaluate", "score", "splits", "train"]
+
 MAX_LEAVE_ONE_OUT_GROUPS = 12
 FOLDS = 5
 TIME_COLUMNS = ("submit_time", "start_time", "end_time")
-
-Model = InterferenceModel | ThroughputModel | JctModel
-
-
-def new_model(kind: Kind, *, num_threads: int = 1, params: dict[str, Any] | None = None) -> Model:
-    """A fresh estimator of `kind` with its default hyperparameters, overridden by `params`."""
-    options = {"num_threads": num_threads, **(params or {})}
-    if kind == "interference":
-        return InterferenceModel(**options)
-    if kind == "throughput":
-        return ThroughputModel(**options)
-    return JctModel(**options)
-
-
-def clean(kind: Kind, frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows of `frame` that carry a usable label for `kind`."""
-    if kind == "interference":
-        return usable_rows(frame)
-    if kind == "throughput":
-        return frame[frame["throughput"] > 0].reset_index(drop=True)
-    seconds = run_seconds(frame)
-    return frame[np.isfinite(seconds) & (seconds >= 0)].reset_index(drop=True)
-
 
 # ------------------------------------------------------------------------------------------- splits
 
@@ -161,83 +136,6 @@ def splits(frame: pd.DataFrame, split_by: str, *, seed: int = 0) -> list[tuple[s
 # ------------------------------------------------------------------------------------------- scoring
 
 
-def _interference_errors(
-    train: pd.DataFrame, test: pd.DataFrame, model: Model, scored: npt.NDArray[np.bool_] | None = None
-) -> dict[str, FloatArray]:
-    """Absolute errors of normalised throughput per predictor: the sides `scored` (a-sides then b-sides of the test
-    pairs; every side when None). The model is given the workload names, the baselines the profiles alone."""
-    truth = np.concatenate(norm_targets(test))
-    keep = np.ones(len(truth), dtype=bool) if scored is None else scored
-    a, b = side_columns_from_frame(test, "a"), side_columns_from_frame(test, "b")
-    gpus = gpu_names(test)
-    predictors: dict[str, Any] = {
-        "model": model,
-        "mean": MeanInterference(),
-        "util_sum": UtilSumInterference(),
-        "sharing_class": SharingClassInterference(),
-    }
-    out = {}
-    for name, predictor in predictors.items():
-        fitted = predictor.fit(train)
-        pred = fitted.predict_frame(test) if name == "model" else fitted.predict_columns(a, b, gpus)
-        out[name] = np.abs(np.concatenate([pred[:, 0], pred[:, 1]]) - truth)[keep]
-    return out
-
-
-def _throughput_errors(train: pd.DataFrame, test: pd.DataFrame, model: Model) -> dict[str, FloatArray]:
-    """Absolute percentage errors (as ratios) per predictor, and absolute log2 errors (keys ``<name>:log2``)."""
-    truth = test["throughput"].to_numpy(np.float64)
-    predictors: dict[str, Any] = {"model": model, "nearest_gpu": NearestGpuThroughput(), "mean": MeanThroughput()}
-    out: dict[str, FloatArray] = {}
-    for name, predictor in predictors.items():
-        predicted = predictor.fit(train).predict_frame(test)
-        out[name] = np.abs(predicted - truth) / truth
-        out[f"{name}:log2"] = np.abs(np.log2(np.maximum(predicted, 1e-12)) - np.log2(truth))
-    return out
-
-
-def _jct_errors(train: pd.DataFrame, test: pd.DataFrame, model: Model) -> dict[str, FloatArray]:
-    """Absolute errors in seconds and of natural-log run time (keys ``<name>:log``) per predictor."""
-    truth = np.maximum(run_seconds(test), 1.0)
-    assert isinstance(model, JctModel)
-    p50 = model.fit(train).predict_frame(test).p50
-    median = MedianJct().fit(train).predict_frame(test)
-    out = {}
-    for name, raw in (("model", p50), ("user_workload_median", median)):
-        pred = np.maximum(raw, 1.0)
-        out[name] = np.abs(pred - truth)
-        out[f"{name}:log"] = np.abs(np.log(pred) - np.log(truth))
-    return out
-
-
-_ERRORS: dict[Kind, Callable[[pd.DataFrame, pd.DataFrame, Model], dict[str, FloatArray]]] = {
-    "interference": _interference_errors,
-    "throughput": _throughput_errors,
-    "jct": _jct_errors,
-}
-
-
-def _summarise(kind: Kind, errors: dict[str, FloatArray]) -> dict[str, dict[str, float]]:
-    if kind == "interference":
-        return {name: {"mae": float(np.mean(e))} for name, e in errors.items()}
-    if kind == "throughput":
-        return {
-            name: {
-                "mape": float(np.mean(e)),
-                "median_ape": float(np.median(e)),
-                "mean_abs_log2_error": float(np.mean(errors[f"{name}:log2"])),
-            }
-            for name, e in errors.items()
-            if not name.endswith(":log2")
-        }
-    out = {}
-    for name, e in errors.items():
-        if name.endswith(":log"):
-            continue
-        out[name] = {"median_ae_seconds": float(np.median(e)), "mae_log": float(np.mean(errors[f"{name}:log"]))}
-    return out
-
-
 @dataclass(frozen=True)
 class Evaluation:
     kind: Kind
@@ -315,8 +213,9 @@ def evaluate(
     workloads (`advisor.models.interference.reference_workloads`, chosen among the training pairs of the fold) move
     from the test set into training — what the profiler's probe co-runs give a new workload.
     """
-    frame = clean(kind, frame)
-    fmt = FORMAT_OF_KIND[kind]
+    spec = MODEL_KINDS[kind]
+    frame = spec.labelled(frame)
+    fmt = spec.csv
     side_folds = _side_folds(frame, split_by) if kind == "interference" else None
     if probes < 0:
         raise DatasetError(f"--probes {probes}: expected a count of 0 or more")
@@ -354,11 +253,7 @@ def evaluate(
         test_part = frame.iloc[test_rows].reset_index(drop=True)
         if len(test_part) == 0 or len(train) < fmt.min_train_rows:
             continue
-        model = new_model(kind, num_threads=num_threads, params=params)
-        if kind == "interference":
-            errors = _interference_errors(train, test_part, model, scored)
-        else:
-            errors = _ERRORS[kind](train, test_part, model)
+        errors = spec.errors(train, test_part, spec.new_model(num_threads=num_threads, params=params), scored)
         for name, e in errors.items():
             pooled.setdefault(name, []).append(e)
         scored_count = {"scored_sides": int(np.sum(scored))} if scored is not None else {}
@@ -368,7 +263,7 @@ def evaluate(
                 "train_rows": len(train),
                 "test_rows": len(test_part),
                 **scored_count,
-                **_summarise(kind, errors),
+                **spec.summarise(errors),
             }
         )
     if not folds:
@@ -379,7 +274,7 @@ def evaluate(
         kind,
         split_by,
         len(frame),
-        _summarise(kind, {k: np.concatenate(v) for k, v in pooled.items()}),
+        spec.summarise({k: np.concatenate(v) for k, v in pooled.items()}),
         folds,
         probes,
         references,
@@ -480,14 +375,15 @@ def train(
     everything; the JCT model's own chronological validation is used as is. Raises `DatasetError` when there are too
     few usable rows.
     """
-    fmt = FORMAT_OF_KIND[kind]
-    frame = clean(kind, frame)
+    spec = MODEL_KINDS[kind]
+    fmt = spec.csv
+    frame = spec.labelled(frame)
     if len(frame) < fmt.min_train_rows:
         raise DatasetError(
             f"{source}: {len(frame)} usable row(s); training the {kind} model needs at least {fmt.min_train_rows}"
         )
     metric = PRIMARY_METRIC[kind]
-    model = new_model(kind, num_threads=num_threads, params=params)
+    model = spec.new_model(num_threads=num_threads, params=params)
     split, train_rows, test_rows, scored = _validation_fold(kind, frame, seed)
     test_part = frame.iloc[test_rows].reset_index(drop=True)
     if kind == "jct":
@@ -497,25 +393,12 @@ def train(
         metrics["baseline_mae_log"] = metrics["history_mae_log"]
     else:
         train_part = frame.iloc[train_rows].reset_index(drop=True)
-        candidate = new_model(kind, num_threads=num_threads, params=params)
-        if kind == "interference":
-            errors = _interference_errors(train_part, test_part, candidate, scored)
-        else:
-            errors = _ERRORS[kind](train_part, test_part, candidate)
-        summary = _summarise(kind, errors)
+        candidate = spec.new_model(num_threads=num_threads, params=params)
+        summary = spec.summarise(spec.errors(train_part, test_part, candidate, scored))
         metrics = {metric: summary["model"][metric], "baselines": {k: v for k, v in summary.items() if k != "model"}}
         model.fit(frame)
     validation = Validation(split, test_part, scored, fingerprint(kind, frame))
     metrics["validation"] = {"split": split, "rows": len(test_part), "data": validation.fingerprint}
     metrics["metric"] = metric
-    summary_info: dict[str, Any] = {"source": source, "rows": len(frame)}
-    if kind == "interference":
-        summary_info["gpu_models"] = sorted(set(gpu_names(frame)))
-        summary_info["workloads"] = len(set(frame["workload_a"]) | set(frame["workload_b"]))
-    elif kind == "throughput":
-        summary_info["gpu_models"] = sorted(set(frame["gpu_model"]))
-        summary_info["workloads"] = int(frame["workload"].nunique())
-    else:
-        summary_info["first_submit_s"] = float(frame["submit_time_s"].min())
-        summary_info["last_submit_s"] = float(frame["submit_time_s"].max())
+    summary_info: dict[str, Any] = {"source": source, "rows": len(frame), **spec.data_summary(frame)}
     return Trained(model, metrics, summary_info, validation)
