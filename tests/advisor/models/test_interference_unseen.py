@@ -158,8 +158,8 @@ def test_holding_out_a_family_scores_only_its_side(gavel: GavelData) -> None:
 
 
 def test_probes_move_reference_pairs_into_training(v100_pairs: pd.DataFrame) -> None:
-    plain = evaluate("interference", v100_pairs, "family", num_threads=1, params=FAST).to_json()
-    probed = evaluate("interference", v100_pairs, "family", probes=3, num_threads=1, params=FAST).to_json()
+    plain = evaluate("interference", v100_pairs, "family", num_threads=1).to_json()
+    probed = evaluate("interference", v100_pairs, "family", probes=3, num_threads=1).to_json()
     assert probed["probes"] == 3
     for before, after in zip(plain["folds"], probed["folds"], strict=True):
         refs = probed["reference_workloads"][after["fold"]]
