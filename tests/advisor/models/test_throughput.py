@@ -147,6 +147,16 @@ def test_a_workload_the_data_sheet_scaling_got_wrong_on_training_gpu_types_keeps
     assert estimate[1] != pytest.approx(baseline[1])
 
 
+def test_an_artifact_from_before_the_per_workload_weights_serves_the_spec_scaled_estimate_as_it_did() -> None:
+    data = _synthetic_throughputs(v100_slowdown_of_a=1.0)
+    artifact = ThroughputModel(**FAST).fit(data).to_artifact()
+    del artifact.state["spec_scaling"]["weights"]
+    old = ThroughputModel.from_artifact(artifact)
+    row = ThroughputQuery(["b"], ["rtx-6000"], np.array([2.0]), np.array([1.0]), np.array([64.0]))
+    spec_scaled = spec_scaled_estimate(row, anchors_by_gpu(row, old.table_), old.scaling_)
+    assert old.predict_query(row)[0] == pytest.approx(spec_scaled[0])
+
+
 def _mixed_batch(gavel: GavelData) -> ThroughputQuery:
     """What the scorer sends: measured configurations, other configurations, GPU types never measured for the
     workload, an unknown workload, and many repeated rows."""
