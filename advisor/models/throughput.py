@@ -274,12 +274,14 @@ def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
     held-out GPU types of the workload's mean absolute log2 error there (each type counts once: the question is an
     unseen GPU type); a tie goes to the smaller weight. Workloads never held out (measured on one GPU type) get the
     weight best by the same mean taken over all workloads' rows. With fewer than three GPU types of known
-    specification there is nothing to check it on: `DEFAULT_SHRINKAGE`, and the spec-scaled estimate alone.
+    specification there is nothing to check it on: `DEFAULT_SHRINKAGE`, and weight 0 for every workload (no
+    evidence that the spec scaling beats plain FP32 scaling, so the baseline's estimate).
     """
     known = _known_specs(table.gpu_models)
     gpus = sorted({g for g, k in zip(table.gpu_models, known, strict=True) if k})
     if len(gpus) < 3:
-        return fit_spec_scaling(table, DEFAULT_SHRINKAGE)
+        scaling = fit_spec_scaling(table, DEFAULT_SHRINKAGE)
+        return replace(scaling, weights=np.zeros_like(scaling.weights))
     models = np.asarray(table.gpu_models, dtype=object)
     error_sum = np.zeros(len(SHRINKAGES))
     folds = []

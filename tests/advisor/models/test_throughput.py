@@ -157,6 +157,17 @@ def test_an_artifact_from_before_the_per_workload_weights_serves_the_spec_scaled
     assert old.predict_query(row)[0] == pytest.approx(spec_scaled[0])
 
 
+def test_trained_on_two_gpu_types_an_unseen_gpu_type_gets_the_nearest_gpu_estimate() -> None:
+    """Two GPU types leave nothing to check the data-sheet scaling on (leave one out leaves one): the baseline."""
+    data = _synthetic_throughputs(v100_slowdown_of_a=1.0)
+    data = data[data["gpu_model"].isin(["t4", "a100-40gb"])].reset_index(drop=True)
+    query = pd.DataFrame(
+        {"workload": ["a", "b"], "gpu_model": ["v100", "h100"], "gpu_count": [1.0, 4.0], "nodes": [1.0, 1.0]}
+    ).assign(batch_size=[32.0, 64.0])
+    estimate = ThroughputModel(**FAST).fit(data).predict_frame(query)
+    np.testing.assert_allclose(estimate, NearestGpuThroughput().fit(data).predict_frame(query))
+
+
 def _mixed_batch(gavel: GavelData) -> ThroughputQuery:
     """What the scorer sends: measured configurations, other configurations, GPU types never measured for the
     workload, an unknown workload, and many repeated rows."""
