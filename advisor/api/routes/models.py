@@ -8,11 +8,12 @@ from fastapi import APIRouter, Body, HTTPException, status
 from sqlalchemy.exc import SQLAlchemyError
 
 from advisor.api.deps import Authorized, Ctx, DbSession
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import ModelsOut, ModelVersionOut, TrainingJobOut, TrainRequest
 from advisor.serving import TrainingJob
 from profiler.store import repo
 
-router = APIRouter(prefix="/v1/models", tags=["models"])
+router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 def _job_out(job: TrainingJob) -> TrainingJobOut:

@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import GpuOut, NodeListOut, NodeOut, ResidentOut
 from advisor.state import NodeRecord
 
-router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
+router = APIRouter(prefix="/v1/nodes", tags=["nodes"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 def _node_out(record: NodeRecord, now: float, staleness_seconds: float, *, detail: bool) -> NodeOut:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -15,7 +16,7 @@ from advisor.api.schemas import (
 )
 from advisor.scoring import NodeScore, allocate, score_candidates
 
-router = APIRouter(prefix="/v1", tags=["scoring"])
+router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 def _out(s: NodeScore) -> NodeScoreOut:
@@ -62,7 +63,15 @@ def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     models = predictors.names()
     ctx.metrics.count_fallbacks(models)
     ranked = sorted(scores, key=lambda s: -s.score)
-    return ScoreResponse(scores=[_out(s) for s in ranked], models=models)
+    hint = ""
+    if not names:
+        hint = (
+            "no node has sent telemetry to this advisor yet: point collectors at it (`gpuadvisor collector run "
+            "--advisor-url`, with the API token) or try `gpuadvisor up`"
+            if not state_nodes
+            else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
+        )
+    return ScoreResponse(scores=[_out(s) for s in ranked], models=models, hint=hint)
 
 
 @router.post("/allocate", response_model=AllocateResponse)

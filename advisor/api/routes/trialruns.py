@@ -12,12 +12,13 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
 
 from advisor.api.deps import Authorized, Ctx, DbSession
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from profiler import views
 from profiler.settings import ProfilerSettings
 from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import repo
 
-router = APIRouter(prefix="/v1", tags=["profiles"])
+router = APIRouter(prefix="/v1", tags=["profiles"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 TRIALRUN_EXAMPLE = {
     "apiVersion": "gpuadvisor.io/v1alpha1",
