@@ -137,6 +137,11 @@ def _has_surrogate(leaf: Any) -> bool:
     return isinstance(leaf, str) and any("\udc80" <= ch <= "\udcff" for ch in leaf)
 
 
+def _printable(part: str | int) -> str | int:
+    """A location part as it can be answered: the undecodable bytes of a key replaced by U+FFFD."""
+    return part.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if isinstance(part, str) else part
+
+
 def _non_finite(leaf: Any) -> bool:
     return isinstance(leaf, float) and not math.isfinite(leaf)
 
@@ -148,7 +153,8 @@ def parse_json(body: bytes) -> Any:
     except UnicodeDecodeError as e:
         where: Loc = ("body",)
         with contextlib.suppress(ValueError, RecursionError):
-            where = _first(json.loads(body.decode("utf-8", "surrogateescape")), _has_surrogate)
+            found = _first(json.loads(body.decode("utf-8", "surrogateescape")), _has_surrogate)
+            where = tuple(_printable(part) for part in found)
         raise BodyError(where, f"invalid UTF-8 (byte {e.start} of the body)", "utf8_invalid") from None
     non_finite = False
 
