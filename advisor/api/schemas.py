@@ -236,6 +236,9 @@ class PodQuery(_Native):
     memory_mib: int | None = Field(default=None, ge=0, description="The pod's memory request in MiB.")
     metadata: ObjectMeta | None = Field(default=None, description="A v1.Pod's metadata, instead of the plain fields.")
     spec: PodSpec | None = Field(default=None, description="A v1.Pod's spec, instead of the plain fields.")
+    apiVersion: str | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")  # noqa: N815
+    kind: str | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")
+    status: dict[str, Any] | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")
 
     def to_request(self) -> PodRequest:
         if self.spec is not None or self.metadata is not None:
