@@ -20,7 +20,7 @@ import random
 import tempfile
 import time
 from datetime import UTC, datetime
-from http.client import HTTPConnection
+from http.client import HTTPConnection, RemoteDisconnected
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,13 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def get(conn: HTTPConnection, path: str) -> bytes:
+def get(port: int, path: str) -> bytes:
+    """One GET on a fresh connection (a kept-alive one would be closed by the server between samples)."""
+    conn = HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("GET", path)
     response = conn.getresponse()
     body = response.read()
+    conn.close()
     if response.status != 200:
         raise SystemExit(f"GET {path}: {response.status} {body[:200]!r}")
     return body
@@ -89,7 +92,6 @@ def main() -> None:
         proc = start_advisor(port, Path(tmp) / "soak.db", env)
         try:
             push = HTTPConnection("127.0.0.1", port, timeout=30)
-            scrape = HTTPConnection("127.0.0.1", port, timeout=60)
             headers = {"Content-Type": "application/json"}
             start = time.monotonic()
             next_churn = start + args.churn_every_s
@@ -101,9 +103,9 @@ def main() -> None:
             while (now := time.monotonic()) < start + args.duration_s:
                 if now >= next_sample:
                     t0 = time.perf_counter()
-                    size = len(get(scrape, "/metrics"))
+                    size = len(get(port, "/metrics"))
                     scrape_ms = (time.perf_counter() - t0) * 1e3
-                    nodes = len(json.loads(get(scrape, "/v1/nodes"))["nodes"])
+                    nodes = len(json.loads(get(port, "/v1/nodes"))["nodes"])
                     print(
                         f"{now - start:6.0f} {rss_mib(proc.pid):10.1f} {size:17,d} {scrape_ms:12.1f} {nodes:6d} "
                         f"{pushed:8d}",
@@ -122,15 +124,21 @@ def main() -> None:
                     raw = live[cursor]
                     cursor += 1
                 raw["timestamp"] = datetime.now(UTC).isoformat()
-                push.request("POST", "/v1/telemetry", body=json.dumps(raw).encode(), headers=headers)
-                response = push.getresponse()
+                body = json.dumps(raw).encode()
+                try:
+                    push.request("POST", "/v1/telemetry", body=body, headers=headers)
+                    response = push.getresponse()
+                except (ConnectionError, RemoteDisconnected):  # idle past the server's keep-alive: once more
+                    push = HTTPConnection("127.0.0.1", port, timeout=30)
+                    push.request("POST", "/v1/telemetry", body=body, headers=headers)
+                    response = push.getresponse()
                 response.read()
                 if response.status != 202:
                     refused += 1
                 pushed += 1
                 time.sleep(max(0.0, start + pushed * per_push_s - time.monotonic()))
-            size = len(get(scrape, "/metrics"))
-            nodes = len(json.loads(get(scrape, "/v1/nodes"))["nodes"])
+            size = len(get(port, "/metrics"))
+            nodes = len(json.loads(get(port, "/v1/nodes"))["nodes"])
             print(
                 f"end: RSS {rss_mib(proc.pid):.1f} MiB, /metrics {size:,d} bytes, {nodes} nodes held, "
                 f"{pushed} snapshots pushed ({refused} refused), {serial + 1} distinct node names, "

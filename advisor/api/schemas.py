@@ -315,37 +315,37 @@ class AllocateResponse(_Out):
 
 
 class ResidentOut(_Out):
-    pod: str
-    workload: str | None
-    gpu_milli: int
-    sm_utilization_ratio: float
-    memory_bandwidth_utilization_ratio: float
-    memory_used_bytes: int
+    pod: str = Field(description="`namespace/name`, `uid:<pod UID>`, or `host` for processes without a pod.")
+    workload: str | None = Field(description="Workload signature, when known.")
+    gpu_milli: int = Field(description="The share of the GPU it was granted in thousandths (0: whole GPUs or none).")
+    sm_utilization_ratio: float = Field(description="Its SM utilisation, 0..1.")
+    memory_bandwidth_utilization_ratio: float = Field(description="Its estimated memory-bandwidth use, 0..1.")
+    memory_used_bytes: int = Field(description="GPU memory its processes use, bytes.")
 
 
 class GpuOut(_Out):
-    index: int
+    index: int = Field(description="GPU index on its node, as in the collector's `gpu` label.")
     model: str
     healthy: bool
-    memory_total_bytes: int
-    memory_used_bytes: int
-    utilization_ratio: float
-    memory_bandwidth_utilization_ratio: float
-    allocated_milli: int
+    memory_total_bytes: int = Field(description="Bytes.")
+    memory_used_bytes: int = Field(description="Bytes.")
+    utilization_ratio: float = Field(description="SM utilisation, 0..1.")
+    memory_bandwidth_utilization_ratio: float = Field(description="0..1.")
+    allocated_milli: int = Field(description="How much of the GPU is allocated, in thousandths (0..1000).")
     residents: list[ResidentOut]
 
 
 class NodeOut(_Out):
     name: str
-    stale: bool
-    age_seconds: float
-    snapshot_timestamp: str
+    stale: bool = Field(description="No snapshot for longer than `staleness_seconds`: scored as unknown.")
+    age_seconds: float = Field(description="Seconds since this replica received the node's last snapshot.")
+    snapshot_timestamp: str = Field(description="The last snapshot's own timestamp (RFC 3339).")
     gpu_model: str
     gpu_count: int
-    free_gpus: int
-    topology_known: bool
-    gangs: list[str]
-    gpus: list[GpuOut] | None = None
+    free_gpus: int = Field(description="GPUs with nothing allocated.")
+    topology_known: bool = Field(description="Whether the snapshot reported the GPUs' links.")
+    gangs: list[str] = Field(description="Pod groups with pods on this node.")
+    gpus: list[GpuOut] | None = Field(default=None, description="Every GPU (with `detail=true`, or for one node).")
 
 
 class NodeListOut(_Out):
@@ -355,8 +355,8 @@ class NodeListOut(_Out):
 
 class TelemetryAccepted(_Out):
     node: str
-    accepted: bool
-    reason: str = ""
+    accepted: bool = Field(description="False when older than the snapshot already held for the node (dropped).")
+    reason: str = Field(default="", description="Why it was dropped.")
 
 
 class JctQuery(_Native):
