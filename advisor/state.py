@@ -332,10 +332,12 @@ class ClusterState:
             self._next_sweep_seconds = now + min(self._expiry_seconds / 10, 60.0)
             cutoff = now - self._expiry_seconds
             gone = [n for n, r in self._records.items() if r.received_at_seconds < cutoff]
-            for node in gone:
-                del self._records[node]
-                self._nodes.pop(node, None)
-            self.expired_nodes += len(gone)
+            if gone:
+                # New mappings rather than deletions in place: a request may be iterating over the current ones.
+                dropped = set(gone)
+                self._records = {n: r for n, r in self._records.items() if n not in dropped}
+                self._nodes = {n: s for n, s in self._nodes.items() if n not in dropped}
+                self.expired_nodes += len(gone)
         return gone
 
     def ingest(self, snapshot: NodeSnapshot) -> bool:
