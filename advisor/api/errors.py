@@ -67,11 +67,20 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _printable(part: str | int) -> str | int:
+    """A location part or message as it can be answered: surrogates (undecodable bytes of the body, or unpaired
+    `\\udXXX` escapes) replaced by U+FFFD, which UTF-8 can encode."""
+    if isinstance(part, str) and not part.isascii() and any("\ud800" <= ch <= "\udfff" for ch in part):
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in part)
+    return part
+
+
 def field_error(loc: Sequence[str | int], msg: str, kind: str = "value_error") -> dict[str, Any]:
     """One `FieldError` as JSON, its message prefixed with the field's path (without the leading `body`)."""
-    path = ".".join(str(part) for part in (loc[1:] if loc and loc[0] in {"body", "query", "path"} else loc))
+    where = [_printable(part) for part in loc]
+    path = ".".join(str(part) for part in (where[1:] if where and where[0] in {"body", "query", "path"} else where))
     text = msg if not path else f"{path}: {msg}"
-    return {"loc": list(loc), "msg": text[:MAX_MESSAGE_CHARS], "type": kind}
+    return {"loc": where, "msg": str(_printable(text[:MAX_MESSAGE_CHARS])), "type": kind}
 
 
 def unprocessable(errors: Sequence[dict[str, Any]]) -> JSONResponse:
@@ -129,17 +138,14 @@ def _walk(value: Any, loc: Loc = ("body",)) -> Iterator[tuple[Loc, Any]]:
             yield where, item
 
 
-def _first(value: Any, bad: Callable[[Any], bool]) -> Loc:
-    return next((loc for loc, leaf in _walk(value) if bad(leaf)), ("body",))
+def _first(value: Any, bad: Callable[[Any], bool]) -> Loc | None:
+    return next((loc for loc, leaf in _walk(value) if bad(leaf)), None)
 
 
 def _has_surrogate(leaf: Any) -> bool:
-    return isinstance(leaf, str) and any("\udc80" <= ch <= "\udcff" for ch in leaf)
-
-
-def _printable(part: str | int) -> str | int:
-    """A location part as it can be answered: the undecodable bytes of a key replaced by U+FFFD."""
-    return part.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if isinstance(part, str) else part
+    """A key or string holding a surrogate: an undecodable byte (surrogateescape) or an unpaired `\\udXXX` escape
+    (a valid pair decodes to one character beyond U+FFFF)."""
+    return isinstance(leaf, str) and not leaf.isascii() and any("\ud800" <= ch <= "\udfff" for ch in leaf)
 
 
 def _non_finite(leaf: Any) -> bool:
@@ -151,11 +157,10 @@ def parse_json(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
-        where: Loc = ("body",)
+        where: Loc | None = None
         with contextlib.suppress(ValueError, RecursionError):
-            found = _first(json.loads(body.decode("utf-8", "surrogateescape")), _has_surrogate)
-            where = tuple(_printable(part) for part in found)
-        raise BodyError(where, f"invalid UTF-8 (byte {e.start} of the body)", "utf8_invalid") from None
+            where = _first(json.loads(body.decode("utf-8", "surrogateescape")), _has_surrogate)
+        raise BodyError(where or ("body",), f"invalid UTF-8 (byte {e.start} of the body)", "utf8_invalid") from None
     non_finite = False
 
     def on_float(raw: str) -> float:
@@ -177,9 +182,12 @@ def parse_json(body: bytes) -> Any:
         ) from None
     except (ValueError, RecursionError) as e:  # an integer of more than 4,300 digits; nesting past the stack
         raise BodyError(("body",), f"invalid JSON: {str(e)[:100]}", "json_invalid") from None
+    if ("\\ud" in text or "\\uD" in text) and (unpaired := _first(value, _has_surrogate)) is not None:
+        # Nothing downstream could encode it again (a 500 on the way out); only bodies with such escapes are walked.
+        raise BodyError(unpaired, "invalid Unicode: an unpaired surrogate escape", "unicode_invalid")
     if non_finite:
         raise BodyError(
-            _first(value, _non_finite),
+            _first(value, _non_finite) or ("body",),
             "must be a finite number (NaN, Infinity and overflowing numbers are not)",
             "finite_number",
         )
@@ -285,7 +293,7 @@ def install_handlers(app: FastAPI) -> None:
         if exc.status_code == status.HTTP_422_UNPROCESSABLE_CONTENT and isinstance(detail, str):
             return unprocessable([message_error(detail)])
         if isinstance(detail, str):
-            detail = detail.splitlines()[0][:MAX_MESSAGE_CHARS] if detail else ""
+            detail = str(_printable(detail.splitlines()[0][:MAX_MESSAGE_CHARS])) if detail else ""
         return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(SQLAlchemyError)

@@ -111,6 +111,25 @@ def test_invalid_utf8_is_a_422_naming_the_field_on_every_body(client: TestClient
     assert _only_error(key.json())["loc"] == ["body", "w\ufffd"]  # the key, its bad byte replaced
 
 
+def test_an_unpaired_surrogate_escape_is_a_422_naming_the_field(client: TestClient) -> None:
+    """Valid JSON, but no UTF-8 encoder can write it back: in a key of an error's `loc`, or in a Node object the
+    filter hands back, it was a 500 on the way out."""
+    key = client.post("/v1/score", content=rb'{"pod": {"gpus": 1, "\udcff": NaN}}', headers=JSON)
+    assert key.status_code == 422
+    error = _only_error(key.json())
+    assert (error["loc"], error["type"]) == (["body", "pod", "\ufffd"], "unicode_invalid")
+    node = {"metadata": {"name": "n1"}, "status": {"note": "\ud800"}}
+    echoed = client.post(
+        "/extender/filter", content=json.dumps({"Pod": v1_pod(), "Nodes": {"items": [node]}}), headers=JSON
+    )
+    assert echoed.status_code == 422
+    assert _only_error(echoed.json())["loc"] == ["body", "Nodes", "items", 0, "status", "note"]
+    emoji = client.post(
+        "/v1/predict/jct", content=json.dumps({"workload": "\U0001f600", "gpu_model": "V100"}), headers=JSON
+    )
+    assert emoji.status_code == 200  # a valid pair is one character, and fine
+
+
 def test_non_finite_readings_in_a_snapshot_are_refused(client: TestClient) -> None:
     raw = json.dumps(snapshot("n2", gpus=2)).replace('"power_watts": 300.0', '"power_watts": 1e400', 1)
     response = client.post("/v1/telemetry", content=raw.encode(), headers=AUTH)

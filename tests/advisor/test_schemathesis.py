@@ -2,9 +2,9 @@
 error body has its documented shape (422: a list of `{loc, msg, type}`; any other error: `{"detail": "..."}`).
 
 Two passes over every operation: schemathesis' own generated requests, and for every operation with a body, generated
-bodies with one value turned into a non-finite number (`NaN`, `Infinity`, `1e400`) or a string (or key) holding
-invalid UTF-8 — JSON that a generator from the schema never produces and that FastAPI's defaults answered with a 500.
-Those must be a 422 naming that value's location.
+bodies with one value turned into a non-finite number (`NaN`, `Infinity`, `1e400`), a string holding invalid UTF-8 or
+an unpaired surrogate escape (`"\\udcff"`) — JSON that a generator from the schema never produces and that FastAPI's
+defaults answered with a 500. Those must be a 422 naming that value's location.
 
 503 is exempt: it is the deliberate "a backend this instance needs is unavailable" answer (no Kubernetes API for
 `/v1/trialruns` under `--no-kube`, a store without its schema for `/readyz`), not a failure to handle the input.
@@ -126,14 +126,18 @@ def _replace(value: Any, loc: tuple[str | int, ...], new: Any) -> Any:
 
 
 def _mutated(body: Any, data: st.DataObject) -> tuple[bytes, list[str | int]]:
-    """`body` with one place (or a new key) made non-finite or invalid UTF-8, serialised; and where that is."""
+    """`body` with one place (or a new key) made non-finite, invalid UTF-8 or an unpaired surrogate escape (valid
+    JSON that no UTF-8 encoder can write back), serialised; and where that is."""
     body = body if isinstance(body, dict) and body else {"x": 1}
     places = [p for p in _places(body) if p]
     loc = data.draw(st.sampled_from(places))
-    if data.draw(st.booleans()):
+    kind = data.draw(st.sampled_from(["number", "utf8", "surrogate"]))
+    if kind == "number":
         number = data.draw(st.sampled_from(NON_FINITE))
         raw = json.dumps(_replace(body, loc, MARK)).replace(json.dumps(MARK), number)
         return raw.encode(), ["body", *loc]
+    if kind == "surrogate":
+        return json.dumps(_replace(body, loc, "ok\udcff")).encode(), ["body", *loc]
     raw = json.dumps(_replace(body, loc, f"ok{MARK}"), ensure_ascii=False)
     return raw.encode().replace(MARK.encode(), b"\xff\xfe"), ["body", *loc]
 
