@@ -97,11 +97,13 @@ def pydantic_errors(errors: Sequence[Any], prefix: Loc = ()) -> list[dict[str, A
 
 
 def message_error(message: str, prefix: Loc = ("body",)) -> dict[str, Any]:
-    """A `FieldError` from a message of the house form `field.path: what is wrong` (`PodSpecError`, `SpecError`)."""
+    """A `FieldError` from a message of the house form `field.path: what is wrong` (`PodSpecError`, `SpecError`).
+
+    The path stays one `loc` element as written: it is relative to the pod or resource, wherever that sits in the
+    body, and its keys may hold dots themselves (`limits.nvidia.com/gpu`)."""
     head, sep, rest = message.partition(": ")
     if sep and head and " " not in head:
-        parts: list[str | int] = [int(p) if p.isdigit() else p for p in head.split(".")]
-        return field_error((*prefix, *parts), rest)
+        return field_error((*prefix, head), rest)
     return field_error(prefix, message)
 
 

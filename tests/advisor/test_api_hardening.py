@@ -340,3 +340,13 @@ def test_openapi_fields_of_the_native_api_are_described(client: TestClient) -> N
     for model in ("PodQuery", "JctQuery", "InterferenceQuery", "NodeScoreOut", "InterferenceAnswer"):
         undescribed = [f for f, spec in schemas[model]["properties"].items() if "description" not in spec]
         assert not [f for f in undescribed if f not in {"node", "gpu_model", "pod", "components"}], model
+
+
+def test_a_pod_error_is_a_422_in_the_documented_shape_with_the_pod_field(client: TestClient) -> None:
+    pod = v1_pod(gpus=1)
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "-1"
+    response = client.post("/extender/prioritize", json={"Pod": pod, "NodeNames": ["n1"]})
+    assert response.status_code == 422
+    error = _only_error(response.json())
+    assert error["loc"] == ["body", "spec.containers[0].resources.limits.nvidia.com/gpu"]
+    assert str(error["msg"]).startswith("spec.containers[0].resources.limits.nvidia.com/gpu: ")
