@@ -75,6 +75,19 @@ def _printable(part: str | int) -> str | int:
     return part
 
 
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for a route's own error codes, each `{"detail": "..."}` (`ErrorOut`)."""
+    return {code: {"model": ErrorOut, "description": _WHY[code]} for code in codes}
+
+
+_WHY = {
+    401: "No valid bearer token (or none configured and unauthenticated writes not allowed).",
+    404: "The named node, run or job is not known.",
+    409: "Conflicts with what is running or exists.",
+    503: "A backend this instance needs (the store, the Kubernetes API) is unavailable; the reason is given.",
+}
+
+
 def field_error(loc: Sequence[str | int], msg: str, kind: str = "value_error") -> dict[str, Any]:
     """One `FieldError` as JSON, its message prefixed with the field's path (without the leading `body`)."""
     where = [_printable(part) for part in loc]

@@ -1,5 +1,6 @@
-"""Property tests over the advisor's OpenAPI schema: whatever a client sends, the answer is never a 5xx, and every
-error body has its documented shape (422: a list of `{loc, msg, type}`; any other error: `{"detail": "..."}`).
+"""Property tests over the advisor's OpenAPI schema: whatever a client sends, the answer is never a 5xx, its status
+is one the operation documents, and every error body has its documented shape (422: a list of `{loc, msg, type}`; any
+other error: `{"detail": "..."}`).
 
 Two passes over every operation: schemathesis' own generated requests, and for every operation with a body, generated
 bodies with one value turned into a non-finite number (`NaN`, `Infinity`, `1e400`), a string holding invalid UTF-8 or
@@ -87,12 +88,16 @@ def test_no_operation_answers_a_5xx(tmp_path: Path) -> None:
 
 
 def _fuzz(operation: Any, failures: list[str]) -> None:
+    documented = set(operation.definition.raw["responses"])
+
     @given(case=operation.as_strategy())
     @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
     def check(case: Any) -> None:
         response = case.call()
         if response.status_code >= 500 and response.status_code != UNAVAILABLE:
             failures.append(f"{operation.label}: {response.status_code} for {case.body!r:.300}")
+        if str(response.status_code) not in documented:
+            failures.append(f"{operation.label}: {response.status_code} is not among its documented {documented}")
         problem = _shape_problem(response)
         if problem is not None and response.status_code != UNAVAILABLE:
             failures.append(f"{operation.label}: {response.status_code} {problem}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 
 from advisor.api.deps import Ctx
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -38,7 +38,7 @@ def _out(s: NodeScore) -> NodeScoreOut:
     )
 
 
-@router.post("/score", response_model=ScoreResponse)
+@router.post("/score", response_model=ScoreResponse, responses=documented(404))
 def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first.
 
@@ -74,7 +74,7 @@ def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     return ScoreResponse(scores=[_out(s) for s in ranked], models=models, hint=hint)
 
 
-@router.post("/allocate", response_model=AllocateResponse)
+@router.post("/allocate", response_model=AllocateResponse, responses=documented(404))
 def allocate_(body: AllocateRequest, ctx: Ctx) -> AllocateResponse:
     """The best GPU indices on one node for the pod (topology and sharing), e.g. for GetPreferredAllocation."""
     pod = body.pod.to_request()
