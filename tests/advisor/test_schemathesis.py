@@ -174,8 +174,8 @@ def _fuzz_bad_values(operation: Any, client: TestClient, failures: list[str]) ->
         if problem is not None:
             failures.append(f"{where}: {problem}")
             return
-        found = response.json()["detail"][0]["loc"]
-        if found != loc:
-            failures.append(f"{where}: loc {found}, expected {loc}")
+        found = [error["loc"] for error in response.json()["detail"]]
+        if loc not in found:  # among them: a snapshot may also have, say, a GPU index twice
+            failures.append(f"{where}: locs {found}, expected {loc} among them")
 
     check()
