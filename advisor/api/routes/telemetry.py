@@ -54,10 +54,11 @@ def _strict_errors(body: bytes) -> list[dict[str, Any]]:
 
 
 def _suspect(body: bytes) -> bool:
-    """Whether a body that validated may still hold a `NaN`, an `Infinity` or invalid UTF-8 in a field the schema
-    ignores: a few microseconds (a regular expression for overflowing exponents would cost more than the ingest, and
-    a `1e400` there is never read; in the fields that are read, `_snapshot_errors` finds it)."""
-    if b"NaN" in body or b"Infinity" in body:
+    """Whether a body that validated may still hold a `NaN`, an `Infinity`, an unpaired surrogate escape or invalid
+    UTF-8 in a field the schema ignores: a few microseconds (a regular expression for overflowing exponents would cost
+    more than the ingest, and a `1e400` there is never read; in the fields that are read, `_snapshot_errors` finds
+    it)."""
+    if b"NaN" in body or b"Infinity" in body or b"\\ud" in body or b"\\uD" in body:
         return True
     if body.isascii():
         return False
