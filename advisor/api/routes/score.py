@@ -7,6 +7,7 @@ from fastapi import APIRouter, HTTPException, status
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -21,7 +22,7 @@ from advisor.api.schemas import (
 from advisor.devices import DeviceRequestError, check_request, preferred_devices
 from advisor.scoring import NodeScore, allocate, score_candidates
 
-router = APIRouter(prefix="/v1", tags=["scoring"])
+router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 def _out(s: NodeScore) -> NodeScoreOut:
@@ -43,7 +44,7 @@ def _out(s: NodeScore) -> NodeScoreOut:
     )
 
 
-@router.post("/score", response_model=ScoreResponse)
+@router.post("/score", response_model=ScoreResponse, responses=documented(404))
 def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first.
 
@@ -68,10 +69,18 @@ def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     models = predictors.names()
     ctx.metrics.count_fallbacks(models)
     ranked = sorted(scores, key=lambda s: -s.score)
-    return ScoreResponse(scores=[_out(s) for s in ranked], models=models)
+    hint = ""
+    if not names:
+        hint = (
+            "no node has sent telemetry to this advisor yet: point collectors at it (`gpuadvisor collector run "
+            "--advisor-url`, with the API token) or try `gpuadvisor up`"
+            if not state_nodes
+            else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
+        )
+    return ScoreResponse(scores=[_out(s) for s in ranked], models=models, hint=hint)
 
 
-@router.post("/allocate", response_model=AllocateResponse | PreferredAllocationResponse)
+@router.post("/allocate", response_model=AllocateResponse | PreferredAllocationResponse, responses=documented(404))
 def allocate_(
     body: AllocateRequest | PreferredAllocationRequest, ctx: Ctx
 ) -> AllocateResponse | PreferredAllocationResponse:

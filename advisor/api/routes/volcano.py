@@ -3,7 +3,7 @@
 
 Volcano sends each node as an api.NodeInfo with its resident tasks, each a full Pod: 500 nodes × 8 tasks is a 12 MB
 body, and decoding it whole took longer than Volcano's timeout. The bodies are decoded with msgspec into structs that
-declare only what is read (the task's Pod, each node's Name; for predicate the node's own Node object), so the rest
+declare only what is read (the task's Pod, each node's Name), so the rest
 is skipped without being built; the Pod alone then goes through the same pydantic model as the kube-scheduler
 extender's (`V1Pod`). The OpenAPI schema still documents the whole request (`VolcanoPriorityRequest`).
 """
@@ -18,8 +18,8 @@ from pydantic import ValidationError
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import (
-    V1Node,
     V1Pod,
     VolcanoPredicateRequest,
     VolcanoPredicateResponse,
@@ -29,7 +29,7 @@ from advisor.api.schemas import (
 from advisor.scoring import PodRequest, filter_nodes, score_candidates
 from advisor.unresolvable import never_fits
 
-router = APIRouter(prefix="/volcano", tags=["volcano"])
+router = APIRouter(prefix="/volcano", tags=["volcano"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 # Volcano's api.Status codes (the kube-scheduler framework's): a node that never fits is not worth preempting for.
 UNSCHEDULABLE = 2
@@ -51,7 +51,6 @@ class _PrioritizeBody(msgspec.Struct):
 
 class _PredicateNode(msgspec.Struct):
     Name: str = ""
-    Node: msgspec.Raw = msgspec.Raw()  # empty: absent
 
 
 class _PredicateBody(msgspec.Struct):
@@ -133,25 +132,9 @@ async def predicate(request: Request, ctx: Ctx) -> VolcanoPredicateResponse:
     if body.node is None or not body.node.Name:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "node.Name: the candidate node is required")
     name = body.node.Name
-    _take_node(body.node, ctx)
     verdict = _fits(pod, v1_pod, name, ctx)
     ctx.metrics.count_scores("volcano", int(verdict.code == 0), int(verdict.code != 0), 0)
     return verdict
-
-
-def _take_node(info: _PredicateNode, ctx: AppContext) -> None:
-    """The NodeInfo's v1.Node carries the node's labels and allocatable CPU/memory: keep them, as the extender does
-    with full node objects (an unreadable Node is ignored: the node watch gives the same)."""
-    if not info.Node:
-        return
-    try:
-        node = V1Node.model_validate_json(bytes(info.Node))
-    except ValidationError:
-        return
-    ctx.state.set_node_labels(info.Name, node.labels())
-    allocatable = node.allocatable()
-    if allocatable is not None:
-        ctx.state.set_allocatable(info.Name, allocatable)
 
 
 def _fits(pod: PodRequest, v1_pod: V1Pod, name: str, ctx: AppContext) -> VolcanoPredicateResponse:
