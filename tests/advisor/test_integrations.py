@@ -217,7 +217,8 @@ def test_volcano_predicate_vetoes_nodes_with_an_unresolvable_code(client: TestCl
     [
         ("/volcano/prioritize", {"task": {"Pod": up.pod()}, "nodes": [{"Name": 7}]}, "nodes[0].Name"),
         ("/volcano/prioritize", {"task": {}, "nodes": []}, "task.Pod"),
-        ("/volcano/prioritize", b"{not json", "body"),
+        ("/volcano/prioritize", b"{not json", "invalid JSON"),
+        ("/volcano/prioritize", b'{"task": {}, "nodes": [{"Name": "a", "Tasks": {"x": NaN}}]}', "nodes.0.Tasks.x"),
         ("/volcano/predicate", {"task": {"Pod": up.pod()}}, "node.Name"),
         ("/volcano/predicate", {"task": {"Pod": {"spec": {"containers": "x"}}}, "node": {"Name": "a"}}, "task.Pod"),
     ],

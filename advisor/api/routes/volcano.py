@@ -10,7 +10,7 @@ extender's (`V1Pod`). The OpenAPI schema still documents the whole request (`Vol
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import msgspec
 from fastapi import APIRouter, HTTPException, Request, status
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
+from advisor.api.errors import ERROR_RESPONSES, BodyError, StrictJsonRoute, parse_json
 from advisor.api.schemas import (
     V1Pod,
     VolcanoPredicateRequest,
@@ -63,27 +63,37 @@ _PRIORITIZE = msgspec.json.Decoder(_PrioritizeBody)
 _PREDICATE = msgspec.json.Decoder(_PredicateBody)
 
 
+def _reject(body: bytes, field: str, message: str) -> NoReturn:
+    """A 422 for a body that cannot be used. Its bad values first (invalid UTF-8, a non-finite number, an unpaired
+    surrogate: `parse_json` says where, as every route does), else `field: message`. Only a failing request pays for
+    that second, strict parse."""
+    try:
+        parse_json(body)
+    except BodyError as e:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[e.as_error()]) from None
+    raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{field}: {message}")
+
+
 def _decode(decoder: msgspec.json.Decoder[_Body], body: bytes) -> _Body:
     """The body as the struct, or a 422 naming the field (msgspec says `... - at $.nodes[3].Name`)."""
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as e:
         message, _, where = str(e).partition(" - at `$.")
-        field = where.rstrip("`") or "body"
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{field}: {message}") from e
+        _reject(body, where.rstrip("`") or "body", message)
     except msgspec.DecodeError as e:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"body: not JSON ({e})") from e
+        _reject(body, "body", f"not JSON ({e})")
 
 
-def _pod(task: _Task | None) -> V1Pod:
+def _pod(task: _Task | None, body: bytes) -> V1Pod:
     if task is None or not task.Pod:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "task.Pod: the task's pod is required")
+        _reject(body, "task.Pod", "the task's pod is required")
     try:
         return V1Pod.model_validate_json(bytes(task.Pod))
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"task.Pod.{where}: {first['msg']}") from e
+        _reject(body, f"task.Pod.{where}", str(first["msg"]))
 
 
 @router.post(
@@ -98,8 +108,9 @@ def _pod(task: _Task | None) -> V1Pod:
 )
 async def prioritize(request: Request, ctx: Ctx) -> VolcanoPriorityResponse:
     """Score every node of the request for the task's pod (unknown nodes get the neutral score)."""
-    body = _decode(_PRIORITIZE, await request.body())
-    pod = _pod(body.task).to_request()
+    raw = await request.body()
+    body = _decode(_PRIORITIZE, raw)
+    pod = _pod(body.task, raw).to_request()
     names = [n.Name for n in body.nodes or []]
     predictors = ctx.predictors
     scores = score_candidates(
@@ -126,11 +137,12 @@ async def predicate(request: Request, ctx: Ctx) -> VolcanoPredicateResponse:
     """Whether the task's pod fits the node: `status` "" when it does (or the advisor has no telemetry for the node),
     else why not, with code 3 for a node that can never host it (fewer or lost GPUs, too little GPU memory, a GPU model
     its affinity excludes) and 2 for one that is full for now."""
-    body = _decode(_PREDICATE, await request.body())
-    v1_pod = _pod(body.task)
+    raw = await request.body()
+    body = _decode(_PREDICATE, raw)
+    v1_pod = _pod(body.task, raw)
     pod = v1_pod.to_request()
     if body.node is None or not body.node.Name:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "node.Name: the candidate node is required")
+        _reject(raw, "node.Name", "the candidate node is required")
     name = body.node.Name
     verdict = _fits(pod, v1_pod, name, ctx)
     ctx.metrics.count_scores("volcano", int(verdict.code == 0), int(verdict.code != 0), 0)
