@@ -159,12 +159,16 @@ def _scaled_quantity(value: object, field: str, scale: Decimal, *, rounding: str
 
 
 def _amount_of(resources: ContainerResources, name: str, field: str, scale: Decimal) -> int:
-    """One container's amount of resource `name` (its request, else its limit, else 0) times `scale`, rounded up."""
+    """One container's amount of resource `name` (its request, else its limit, else 0) times `scale`, rounded up.
+    A limit is checked even where the request decides: a malformed one is still bad input."""
+    limit = (
+        _scaled_quantity(resources.limits[name], f"{field}.resources.limits.{name}", scale)
+        if name in resources.limits
+        else 0
+    )
     if name in resources.requests:
         return _scaled_quantity(resources.requests[name], f"{field}.resources.requests.{name}", scale)
-    if name in resources.limits:
-        return _scaled_quantity(resources.limits[name], f"{field}.resources.limits.{name}", scale)
-    return 0
+    return limit
 
 
 def pod_amount(
