@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -85,6 +85,10 @@ class PackState:
         self.memory_free = np.where(np.isnan(self.memory_capacity), np.inf, self.memory_capacity)
         self.cache = NodeCache(self.free, self.cpu_free, self.memory_free, workload)
         self.version = np.zeros(n, dtype=np.int64)
+        self.gpu_model = np.array([x.gpu_model for x in cluster.nodes])
+        self.name_rank = np.argsort(np.argsort(np.array([x.name for x in cluster.nodes]), kind="stable"))
+        """Each node's position in name order (the authors' scheduler takes the first of equal nodes by name)."""
+        self._model_ok: dict[tuple[str, ...], BoolArray] = {}
 
     @property
     def allocated_milli(self) -> float:
@@ -97,7 +101,18 @@ class PackState:
         gpu_ok: BoolArray = (
             self.cache.max1 >= pod.gpu_milli if pod.gpu_milli < GPU_MILLI else self.cache.full >= pod.num_gpu
         )
+        if pod.gpu_models:
+            return ok & gpu_ok & self.model_ok(pod.gpu_models)
         return ok & gpu_ok
+
+    def model_ok(self, models: tuple[str, ...]) -> BoolArray:
+        """Nodes whose GPU model is one of `models` (all nodes when empty)."""
+        found = self._model_ok.get(models)
+        if found is None:
+            found = self._model_ok[models] = (
+                np.isin(self.gpu_model, list(models)) if models else np.ones(len(self.gpu_model), dtype=bool)
+            )
+        return found
 
     def place(self, node: int, gpus: Sequence[int], pod: Pod) -> None:
         if pod.num_gpu and len(gpus) != pod.num_gpu:
@@ -376,14 +391,41 @@ def inflated_sequence(pods: Sequence[Pod], capacity_gpus: float, seed: int, max_
     return out
 
 
+def authors_sequence(pods: Sequence[Pod], capacity_gpus: float, seed: int, max_ratio: float) -> list[Pod]:
+    """The FGD authors' inflation order: every pod of the trace once, shuffled, then pods drawn with replacement
+    while the total GPU demand stays within `max_ratio` × capacity (a trace already beyond it loses pods drawn at
+    random until it is within). Seeded; the same for every policy."""
+    if not any(p.gpu_demand > 0 for p in pods):
+        raise ValueError("the trace has no pod that requests a GPU")
+    rng = np.random.default_rng(seed)
+    out = [pods[int(i)] for i in rng.permutation(len(pods))]
+    target = max_ratio * capacity_gpus
+    demand = sum(p.gpu_demand for p in out)
+    while demand > target:
+        demand -= out.pop(int(rng.integers(len(out)))).gpu_demand
+    while True:
+        pod = pods[int(rng.integers(len(pods)))]
+        if demand + pod.gpu_demand > target:
+            return out
+        out.append(pod)
+        demand += pod.gpu_demand
+
+
+SEQUENCES = {"authors": authors_sequence, "sampled": inflated_sequence}
+"""How the trace is replayed: the authors' order (the default) or every pod drawn with replacement (before)."""
+
+
 def run_fragmentation(
     cluster: Cluster,
     pods: Sequence[Pod],
     sequence: Sequence[Pod],
     policy: PackPolicy,
+    fragmentation_milli: Callable[[PackState], float] | None = None,
 ) -> FragmentationResult:
-    """Place `sequence` in order with `policy`; the target workload for fragmentation is the trace `pods`."""
+    """Place `sequence` in order with `policy`; the target workload for fragmentation is the trace `pods`, the
+    fragmentation reported at 100 % demand `fragmentation_milli(state)` (default: the advisor's definition)."""
     started = time.perf_counter()
+    measure = fragmentation_milli or (lambda s: float(s.cache.frag.sum()))
     workload = workload_of(pods)
     state = PackState(cluster, workload)
     capacity_milli = float(state.gpu_capacity.sum())
@@ -401,7 +443,7 @@ def run_fragmentation(
             allocation.append(state.allocated_milli / capacity_milli)
             failed_curve.append(failed)
             if at_full is None and next_mark >= 1.0 - 1e-9:
-                at_full = (state.allocated_milli / capacity_milli, failed, float(state.cache.frag.sum()))
+                at_full = (state.allocated_milli / capacity_milli, failed, measure(state))
             next_mark += CURVE_STEP_RATIO
         arrived_milli += demand
         candidates = np.flatnonzero(state.feasible(pod))
@@ -416,7 +458,7 @@ def run_fragmentation(
         failed_curve.append(failed)
         next_mark += CURVE_STEP_RATIO
     if at_full is None:
-        at_full = (state.allocated_milli / capacity_milli, failed, float(state.cache.frag.sum()))
+        at_full = (state.allocated_milli / capacity_milli, failed, measure(state))
     return FragmentationResult(
         policy=policy.name,
         gpu_allocation_ratio=at_full[0],

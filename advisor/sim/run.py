@@ -14,6 +14,17 @@ import numpy as np
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
+from advisor.sim.baselines import (
+    AuthorsFgd,
+    BestFit,
+    DotProd,
+    GpuClustering,
+    GpuPacking,
+    RandomFit,
+    TypicalPods,
+    fragmentation_milli,
+    typical_pods,
+)
 from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
@@ -22,17 +33,27 @@ from advisor.sim.packing import (
     MAX_ARRIVED_RATIO,
     AdvisorPackPolicy,
     AllocatedPolicy,
-    FgdPolicy,
     FragmentationResult,
     PackPolicy,
-    RandomPolicy,
-    inflated_sequence,
+    authors_sequence,
     run_fragmentation,
     scoring_profile,
 )
 from advisor.sim.rates import RateTable
 
-FRAGMENTATION_POLICIES = ("random", "spread", "binpack", "fgd", "advisor")
+FRAGMENTATION_POLICIES = (
+    "random",
+    "dotprod",
+    "gpuclustering",
+    "gpupacking",
+    "bestfit",
+    "fgd",
+    "spread",
+    "binpack",
+    "advisor",
+)
+"""The FGD paper's policies as its authors run them (`advisor.sim.baselines`), kube-scheduler's two
+`NodeResourcesFit` strategies, and the advisor."""
 JCT_POLICIES = ("spread", "binpack", "advisor", "oracle")
 
 
@@ -53,15 +74,27 @@ def parse_policies(text: str, mode: str) -> list[str]:
     return names
 
 
-def fragmentation_policy(name: str, cluster: Cluster, config: ScoringConfig, seed: int) -> PackPolicy:
-    """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`)."""
-    rng = np.random.default_rng(seed)  # every policy breaks ties at random, as kube-scheduler's selectHost does
+def fragmentation_policy(
+    name: str, cluster: Cluster, config: ScoringConfig, seed: int, typical: TypicalPods
+) -> PackPolicy:
+    """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`), `typical` the paper's
+    target workload. The paper's policies take the first of equal nodes by name, as the authors' simulator does;
+    spread, binpack and the advisor draw among equal nodes at random, as kube-scheduler's `selectHost` does."""
+    rng = np.random.default_rng(seed)
     if name == "random":
-        return RandomPolicy(rng)
+        return RandomFit(rng)
+    if name == "dotprod":
+        return DotProd()
+    if name == "gpuclustering":
+        return GpuClustering(len(cluster.nodes))
+    if name == "gpupacking":
+        return GpuPacking()
+    if name == "bestfit":
+        return BestFit()
+    if name == "fgd":
+        return AuthorsFgd(cluster, typical)
     if name in ("spread", "binpack"):
         return AllocatedPolicy(most=name == "binpack", rng=rng)
-    if name == "fgd":
-        return FgdPolicy(rng)
     if name == "advisor":
         return AdvisorPackPolicy(cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
@@ -79,17 +112,22 @@ def run_fragmentation_mode(
     """Every policy on the same inflated pod sequence (seeded); the advisor scores with `config` (default: the packing
     profile for the trace's requests)."""
     try:
-        sequence = inflated_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
+        sequence = authors_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
     except ValueError as e:
         raise SimConfigError(str(e)) from e
     if config is None:
         config = fragmentation_scoring_config(pods)
+    typical = typical_pods(pods)
     results = []
     for name in policies:
         if progress:
             progress(name)
-        policy = fragmentation_policy(name, cluster, config, seed)
-        results.append(run_fragmentation(cluster, pods, sequence, policy))
+        policy = fragmentation_policy(name, cluster, config, seed, typical)
+        results.append(
+            run_fragmentation(
+                cluster, pods, sequence, policy, lambda state: fragmentation_milli(typical, cluster, state)
+            )
+        )
     return results
 
 
