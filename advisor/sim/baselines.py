@@ -115,9 +115,11 @@ class TypicalFragmentation:
         self._access: BoolArray = np.column_stack(
             [np.isin(models, list(m)) if m else np.ones(len(models), dtype=bool) for m in typical.gpu_models]
         )
+        self._thresholds, column = np.unique(self._milli, return_inverse=True)
+        self._column = column.reshape(-1)
         n = len(cluster.nodes)
-        self.below = np.zeros((n, len(self._p)))
-        self.count = np.zeros((n, len(self._p)))
+        self.below = np.zeros((n, len(self._thresholds)))
+        self.count = np.zeros((n, len(self._thresholds)))
         self.total = np.zeros(n)
         self.cpu_free = np.array(cpu_free, dtype=np.float64)
         self.frag = np.zeros(n)
@@ -125,17 +127,20 @@ class TypicalFragmentation:
             self.refresh(i, free[i], float(cpu_free[i]))
 
     def _h(self, values: FloatArray) -> FloatArray:
-        """(C, M): a GPU's free share where it is below what task m needs from one GPU, else 0."""
-        return values[:, None] * (values[:, None] < self._milli[None, :])
+        """(C, T): a GPU's free share where it is below threshold t (what a task needs from one GPU), else 0."""
+        return values[:, None] * (values[:, None] < self._thresholds[None, :])
 
     def _ge(self, values: FloatArray) -> FloatArray:
-        """(C, M): 1 where a GPU has room for task m, else 0."""
-        return (values[:, None] >= self._milli[None, :]).astype(np.float64)
+        """(C, T): 1 where a GPU has room for threshold t, else 0."""
+        return (values[:, None] >= self._thresholds[None, :]).astype(np.float64)
 
     def fragmentation(
         self, nodes: IntArray, below: FloatArray, count: FloatArray, total: FloatArray, cpu: FloatArray
     ) -> FloatArray:
-        """F_n of nodes in the given state (per-task sums `below`, GPU counts with room `count`, free `total`)."""
+        """F_n of nodes in the given state (per-threshold sums `below` and GPU counts with room `count`, free
+        `total`)."""
+        below = below[:, self._column]
+        count = count[:, self._column]
         fits = self._access[nodes] & (count >= self._gpus[None, :]) & (cpu[:, None] >= self._cpu[None, :])
         cpu_fits = cpu[:, None] >= self._cpu[None, :]
         lost = np.where(self._no_gpu[None, :], self._cpu_only_all | ~cpu_fits, ~fits)
@@ -330,16 +335,23 @@ class AuthorsFgd:
         self._rng = rng
         self._frag: TypicalFragmentation | None = None
         self._version = np.full(len(cluster.nodes), -1, dtype=np.int64)
+        _, model_id = np.unique(np.array([n.gpu_model for n in cluster.nodes]), return_inverse=True)
+        self._model_id = model_id.reshape(-1)
+        self._ids: dict[tuple[float, ...], int] = {}
+        self._state_id = np.zeros(len(cluster.nodes), dtype=np.int64)
+        """Per node, an id shared by the nodes with the same GPU model, free CPU and free shares (as a multiset):
+        F and its change depend on nothing else, so each distinct state is scored once."""
 
     def _sync(self, state: PackState) -> TypicalFragmentation:
         if self._frag is None:
             self._frag = TypicalFragmentation(
                 self._typical, self._cluster, state.free, state.cpu_free, cpu_only_all_fragment=self._cpu_only_all
             )
-            self._version[:] = state.version
         for i in np.flatnonzero(state.version != self._version):
             self._frag.refresh(int(i), state.free[i], float(state.cpu_free[i]))
             self._version[i] = state.version[i]
+            key = (float(self._model_id[i]), float(state.cpu_free[i]), *sorted(state.free[i].tolist()))
+            self._state_id[i] = self._ids.setdefault(key, len(self._ids))
         return self._frag
 
     def _scores(self, before: FloatArray, after: FloatArray) -> FloatArray:
@@ -350,17 +362,29 @@ class AuthorsFgd:
 
     def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
         frag = self._sync(state)
-        cpu_after = state.cpu_free[candidates] - pod.cpu_milli
         if pod.num_gpu == 0 or pod.gpu_milli >= GPU_MILLI:
-            scores = self._scores(frag.frag[candidates], frag.after_whole(candidates, pod.num_gpu, cpu_after))
+            first, inverse = _distinct(self._state_id[candidates])
+            nodes = candidates[first]
+            after = frag.after_whole(nodes, pod.num_gpu, state.cpu_free[nodes] - pod.cpu_milli)
+            scores = self._scores(frag.frag[nodes], after)[inverse]
             node = int(candidates[first_best(scores, candidates, state, self._rng)])
             return node, state.whole_gpus(node, pod.num_gpu)
         rows, cols = np.nonzero(state.free[candidates] >= pod.gpu_milli)
         nodes = candidates[rows]
-        after = frag.after_share(nodes, state.free[nodes, cols], float(pod.gpu_milli), cpu_after[rows])
-        scores = self._scores(frag.frag[nodes], after)
+        gpu_free = state.free[nodes, cols]
+        first, inverse = _distinct(self._state_id[nodes] * (GPU_MILLI + 1) + np.round(gpu_free).astype(np.int64))
+        distinct = nodes[first]
+        cpu_after = state.cpu_free[distinct] - pod.cpu_milli
+        after = frag.after_share(distinct, gpu_free[first], float(pod.gpu_milli), cpu_after)
+        scores = self._scores(frag.frag[distinct], after)[inverse]
         best = first_best(scores, nodes, state, self._rng)
         return int(nodes[best]), (int(cols[best]),)
+
+
+def _distinct(key: IntArray) -> tuple[IntArray, IntArray]:
+    """Positions of the distinct keys and each entry's index into them."""
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def fragmentation_milli(typical: TypicalPods, cluster: Cluster, state: PackState) -> float:
