@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from advisor.sim.baselines import (
     fragmentation_milli,
     typical_pods,
 )
-from advisor.sim.fragmentation import task_mix_of
+from advisor.sim.fragmentation import task_mix_for_model, task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
@@ -75,11 +76,19 @@ def parse_policies(text: str, mode: str) -> list[str]:
 
 
 def fragmentation_policy(
-    name: str, cluster: Cluster, config: ScoringConfig, seed: int, typical: TypicalPods
+    name: str,
+    cluster: Cluster,
+    config: ScoringConfig,
+    seed: int,
+    typical: TypicalPods,
+    *,
+    model_configs: dict[str, ScoringConfig] | None = None,
 ) -> PackPolicy:
     """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`), `typical` the paper's
-    target workload. The paper's policies take the first of equal nodes by name, as the authors' simulator does;
-    spread, binpack and the advisor draw among equal nodes at random, as kube-scheduler's `selectHost` does."""
+    target workload, `model_configs` the advisor's scorer per GPU model where pods constrain the model
+    (`model_scoring_configs`). The paper's policies take the first of equal nodes by name, as the authors'
+    simulator does; spread, binpack and the advisor draw among equal nodes at random, as kube-scheduler's
+    `selectHost` does."""
     rng = np.random.default_rng(seed)
     if name == "random":
         return RandomFit(rng)
@@ -96,7 +105,9 @@ def fragmentation_policy(
     if name in ("spread", "binpack"):
         return AllocatedPolicy(most=name == "binpack", rng=rng)
     if name == "advisor":
-        return AdvisorPackPolicy(cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
+        return AdvisorPackPolicy(
+            cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng, model_configs=model_configs
+        )
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 
 
@@ -118,11 +129,12 @@ def run_fragmentation_mode(
     if config is None:
         config = fragmentation_scoring_config(pods)
     typical = typical_pods(pods)
+    model_configs = model_scoring_configs(cluster, pods, config)
     results = []
     for name in policies:
         if progress:
             progress(name)
-        policy = fragmentation_policy(name, cluster, config, seed, typical)
+        policy = fragmentation_policy(name, cluster, config, seed, typical, model_configs=model_configs)
         results.append(
             run_fragmentation(
                 cluster, pods, sequence, policy, lambda state: fragmentation_milli(typical, cluster, state)
@@ -134,6 +146,17 @@ def run_fragmentation_mode(
 def fragmentation_scoring_config(pods: Sequence[Pod], profile: str = "packing") -> ScoringConfig:
     """The advisor's scorer in fragmentation mode: `profile` (packing unless told), packing for the trace's requests."""
     return scoring_profile(profile, task_mix_of(pods))
+
+
+def model_scoring_configs(
+    cluster: Cluster, pods: Sequence[Pod], config: ScoringConfig
+) -> dict[str, ScoringConfig] | None:
+    """Where some pod accepts only some GPU models: `config` with each model's own task mix
+    (`task_mix_for_model`), what an admin sets per node pool; None when no pod constrains the model."""
+    if not any(p.gpu_models for p in pods) or config.resources is None:
+        return None
+    models = sorted({n.gpu_model for n in cluster.nodes if n.gpus})
+    return {m: replace(config, task_mix=task_mix_for_model(pods, m)) for m in models}
 
 
 def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from advisor.scoring import ScoringConfig
 from advisor.sim.baselines import (
     AuthorsFgd,
     BestFit,
@@ -20,7 +21,8 @@ from advisor.sim.baselines import (
 from advisor.sim.fragmentation import workload_of
 from advisor.sim.loaders import load_trace
 from advisor.sim.model import Cluster, Pod, SimNode
-from advisor.sim.packing import PackState, authors_sequence, run_fragmentation
+from advisor.sim.packing import AdvisorPackPolicy, PackState, authors_sequence, run_fragmentation
+from advisor.sim.run import fragmentation_scoring_config, model_scoring_configs
 from tests.advisor.sim.conftest import write
 
 
@@ -179,3 +181,23 @@ def test_fgd_allocates_more_than_random_on_a_share_heavy_run() -> None:
     fgd = run_fragmentation(cluster, pods, seq, AuthorsFgd(cluster, typical))
     random = run_fragmentation(cluster, pods, seq, RandomFit(np.random.default_rng(1)))
     assert fgd.gpu_allocation_ratio > random.gpu_allocation_ratio
+
+
+def test_the_advisor_with_per_model_task_mixes_keeps_room_on_the_model_constrained_pods_need() -> None:
+    """Most of the trace accepts only T4: an unconstrained pod goes to the equal P100 node once the advisor scores
+    each model's nodes with that model's task mix; without it the two nodes tie and either is drawn."""
+    cluster = Cluster((SimNode("t4", "T4", 2, 32000, 65536), SimNode("p100", "P100", 2, 32000, 65536)))
+    trace = [Pod(f"t{i}", 1, 1000, 4000, 8192, gpu_models=("T4",)) for i in range(8)]
+    trace += [Pod("any", 1, 1000, 4000, 8192)]
+    config = fragmentation_scoring_config(trace)
+    model_configs = model_scoring_configs(cluster, trace, config)
+    assert model_configs is not None
+    state = _state(cluster, trace)
+    both = np.array([0, 1])
+
+    def pick(configs: dict[str, ScoringConfig] | None, seed: int) -> int:
+        policy = AdvisorPackPolicy(cluster, config, rng=np.random.default_rng(seed), model_configs=configs)
+        return policy.choose(trace[-1], state, both)[0]
+
+    assert {pick(model_configs, s) for s in range(8)} == {1}
+    assert {pick(None, s) for s in range(8)} == {0, 1}
