@@ -21,7 +21,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "openb"
+DATA = next(
+    (p / "shared" / "data" / "openb" for p in ROOT.parents if (p / "shared" / "data" / "openb").exists()),
+    ROOT.parent / "shared" / "data" / "openb",
+)
+"""../shared/data/openb, looked for upward from the checkout (a worktree sits one level deeper)."""
 AUTHORS_FGD_PERCENT = {
     "default": 95.23,
     "gpushare40": 93.96,
