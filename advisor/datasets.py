@@ -1,4 +1,4 @@
-"""Training data: the CSV interchange formats of DESIGN §6, importers for the public sets, and store records.
+"""Training data: the CSV interchange formats of docs/design.md §6, importers for the public sets, and store records.
 
 Every path into a model goes through one of three frames — colocations, throughputs, executions — whose columns are
 documented in docs/formats.md. `read_csv` checks a file against its format before anything is trained: a missing

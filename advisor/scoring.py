@@ -404,10 +404,11 @@ class NodeScore(NamedTuple):
         """One line explaining the score (built on demand: the extender path never needs it)."""
         if not self.feasible or not self.known:
             return self.detail
+        run = f": ~{duration_text(self.predicted_jct_seconds)}" if self.predicted_jct_seconds is not None else ""
         return (
             f"GPUs {list(self.gpus)}{self.detail}; packing {self.packing:.2f}, affinity {self.affinity:.2f}, "
-            f"slowdown x{self.predicted_slowdown:.2f}, {self.gpu_model or 'unknown model'} {self.jct_basis} "
-            f"{self.jct:.2f}"
+            f"slowdown x{self.predicted_slowdown:.2f}; on {self.gpu_model or 'an unknown GPU model'} it runs at "
+            f"{self.jct:.2f} of the fastest candidate's speed ({self.jct_basis}{run})"
         )
 
     @property
@@ -804,6 +805,15 @@ def unknown_score(node: str, reason: str, config: ScoringConfig) -> NodeScore:
     )
 
 
+def duration_text(seconds: float) -> str:
+    """A predicted duration as a reason string shows it: whole seconds up to 90 s, then minutes, then hours."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
 def _stale_reason(node: NodeState, now_seconds: float | None) -> str:
     if node.observed_at_seconds is None:
         return "unknown: no telemetry from this node; neutral score"
@@ -969,7 +979,7 @@ def _finish(
     w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
     w_total = w_p + w_a + w_i + w_j
     scale = 100.0 / w_total if w_total > 0 else 0.0
-    jct_basis = "jct model" if use_jct else f"relative GPU speed (jct {predictors.jct.name}: no estimate)"
+    jct_basis = "jct model" if use_jct else f"relative GPU speed; {predictors.jct.name} has no estimate"
     make = NodeScore._make
     out: list[NodeScore] = []
     append = out.append
@@ -1400,10 +1410,16 @@ def wait_verdicts(
             continue
         here = run[state.gpu_model]
         if here > slack * finish[best]:
-            verdicts[name] = (
-                f"waiting for a {best} finishes sooner: room in ~{room[best]:.0f} s, done ~{finish[best]:.0f} s from "
-                f"now there vs ~{here:.0f} s on this {state.gpu_model}"
-            )
+            here_text = f"~{duration_text(here)} on this {state.gpu_model}"
+            if room[best] < 1.0:
+                verdicts[name] = (
+                    f"passed over: {best} has room now and finishes it in ~{duration_text(finish[best])} vs {here_text}"
+                )
+            else:
+                verdicts[name] = (
+                    f"passed over to wait for room on {best} in ~{duration_text(room[best])}: done in "
+                    f"~{duration_text(finish[best])} from now vs {here_text}"
+                )
     return verdicts
 
 

@@ -11,8 +11,9 @@ import uvicorn
 from pydantic import ValidationError
 
 from advisor.api import create_app
-from advisor.cli.common import fail
+from advisor.cli.common import fail, settings_error
 from advisor.settings import AdvisorSettings
+from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 from profiler.store import db
 
 app = typer.Typer(help="The advisor service.", no_args_is_help=True)
@@ -23,9 +24,7 @@ def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
     try:
         settings = AdvisorSettings()
     except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        fail(f"invalid setting GPUADVISOR_{str(first['loc'][0]).upper()} ({field}): {first['msg']}")
+        fail(settings_error(e))
     updates = {k: v for k, v in overrides.items() if v is not None}
     if db_url:
         updates["db_url"] = db_url
@@ -54,7 +53,10 @@ def run_server(settings: AdvisorSettings, host: str, port: int, log_level: str =
         fail(str(e))
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
-    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+    # keep-alive above the collectors' push interval: a push never races the server closing the connection
+    uvicorn.run(
+        api, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS
+    )
 
 
 @app.command()

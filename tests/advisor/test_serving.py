@@ -154,6 +154,7 @@ def test_the_service_serves_promoted_models_and_lists_them(store: tuple[str, Pat
         scored = client.post("/v1/score", json={"pod": {"metadata": pod["metadata"], "spec": pod["spec"]}}).json()
         [verdict] = scored["scores"]
         assert verdict["predicted_jct_seconds"] > 0
+        assert verdict["predicted_jct_seconds"] == round(verdict["predicted_jct_seconds"], 1)  # no 15 decimals
         assert "jct model" in verdict["reason"]
         assert scored["models"]["jct"] == "jct v1"
         answer = client.post("/v1/predict/jct", json={"workload": workload, "gpu_model": "V100"}).json()
