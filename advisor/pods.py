@@ -190,8 +190,10 @@ def pod_request(
     containers: Sequence[ContainerResources],
     init_containers: Sequence[ContainerResources] = (),
     overhead: Mapping[str, object] | None = None,
+    gpu_models: Sequence[str] = (),
 ) -> PodRequest:
-    """The `PodRequest` of a pod manifest (GPUs, share, CPU and memory); `PodSpecError` names the wrong field."""
+    """The `PodRequest` of a pod manifest (GPUs, share, CPU and memory; `gpu_models` the GPU models it accepts,
+    `accepted_gpu_models`); `PodSpecError` names the wrong field."""
     if not containers:
         raise PodSpecError("spec.containers: a pod needs at least one container")
     gpus = sum(_gpus_of(c, f"spec.containers[{i}]") for i, c in enumerate(containers))
@@ -218,6 +220,7 @@ def pod_request(
             gang=gang,
             cpu_milli=cpu_milli,
             memory_mib=memory_mib,
+            gpu_models=tuple(gpu_models),
         )
     except ScoringInputError as e:
         raise PodSpecError(str(e)) from e
