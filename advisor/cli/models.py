@@ -18,7 +18,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import pandas as pd
 import typer
 from rich.table import Table
@@ -29,19 +28,15 @@ from advisor.datasets import (
     FORMAT_OF_KIND,
     DatasetError,
     Kind,
-    colocations_frame,
-    executions_frame,
     gavel_trace_executions,
     load_gavel,
     load_philly,
     load_sia,
     read_csv,
-    throughputs_frame,
 )
 from advisor.models.artifact import ArtifactError
-from advisor.models.interference import InterferenceModel
-from advisor.models.jct import JctModel
-from advisor.models.registry import load_model, register, rollback, save_trained, version_path
+from advisor.models.kinds import MODEL_KINDS
+from advisor.models.registry import load_model, rollback, save_and_register, save_trained, version_path
 from advisor.models.training import evaluate, train
 from advisor.settings import AdvisorSettings
 from profiler.store import repo
@@ -92,11 +87,7 @@ def _read(kind: Kind, path: Path, *, with_labels: bool) -> pd.DataFrame:
 def _store_frame(kind: Kind, db_url: str | None) -> pd.DataFrame:
     sessions = session_factory(open_store(db_url))
     with sessions() as session:
-        if kind == "interference":
-            return colocations_frame(repo.list_colocations(session=session))
-        if kind == "throughput":
-            return throughputs_frame(repo.list_profiles(session=session))
-        return executions_frame(repo.list_executions(session=session))
+        return MODEL_KINDS[kind].store_frame(session)
 
 
 @app.command("train")
@@ -133,15 +124,17 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
             trained = train(k, frame, source=source)
     except ValueError as e:  # DatasetError, or data a model cannot learn from (e.g. one configuration per workload)
         fail(f"{source}: cannot train the {k} model: {e}")
+    result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
     try:
-        save_trained(trained, out)
+        if db_url is not None or from_store:
+            with stages.stage(f"registered in {'the store' if db_url is None else db_url}"):
+                # A registration that fails removes the artifact directory it wrote.
+                registration = save_and_register(trained, out, session_factory(open_store(db_url)), k, force=force)
+            result.update(version=registration.version, promoted=registration.promoted, reason=registration.reason)
+        else:
+            save_trained(trained, out)
     except OSError as e:
         fail(f"--out: cannot write {out}: {e.strerror or e}")
-    result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
-    if db_url is not None or from_store:
-        with stages.stage(f"registered in {'the store' if db_url is None else db_url}"):
-            registration = register(session_factory(open_store(db_url)), k, out, force=force)
-        result.update(version=registration.version, promoted=registration.promoted, reason=registration.reason)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
@@ -151,21 +144,6 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
     if "version" in result:
         state = "promoted" if result["promoted"] else "registered"
         typer.echo(f"{state} as {k} v{result['version']}: {result['reason']}")
-
-
-def _predictions(k: Kind, model: Any, frame: pd.DataFrame) -> list[dict[str, float | None]]:
-    if k == "interference":
-        assert isinstance(model, InterferenceModel)
-        pairs = model.predict_frame(frame)
-        return [{"norm_a": _finite(a), "norm_b": _finite(b)} for a, b in pairs.tolist()]
-    if k == "jct":
-        assert isinstance(model, JctModel)
-        q = model.predict_frame(frame)
-        return [
-            {"p10": _finite(a), "p50": _finite(b), "p90": _finite(c)}
-            for a, b, c in zip(q.p10.tolist(), q.p50.tolist(), q.p90.tolist(), strict=True)
-        ]
-    return [{"throughput": _finite(v)} for v in np.asarray(model.predict_frame(frame)).tolist()]
 
 
 @app.command("predict")
@@ -185,7 +163,7 @@ def predict_command(
     except Exception as e:  # a damaged model file: LightGBM, JSON and NumPy each raise their own kind
         fail(f"{model_dir}: cannot load the {k} model ({type(e).__name__}: {str(e).strip() or 'unreadable'})")
     frame = _read(k, from_csv, with_labels=False)
-    rows = _predictions(k, model, frame)
+    rows = MODEL_KINDS[k].prediction_rows(model, frame)
     if as_json:
         typer.echo(json.dumps(rows))
         return
@@ -251,6 +229,14 @@ def evaluate_command(
             "a side name like workload or family (leave one out), or any column.",
         ),
     ],
+    probes: Annotated[
+        int,
+        typer.Option(
+            "--probes",
+            help="Interference, held out by family or workload: each held-out workload's co-runs with K fixed "
+            "reference workloads move into training (what the profiler measures for a new workload).",
+        ),
+    ] = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Grouped cross-validation of the model and its baselines on the same folds."""
@@ -258,17 +244,25 @@ def evaluate_command(
     frame = _read(k, from_csv, with_labels=True)
     try:
         with Stages(quiet=as_json).stage(f"evaluated the {k} model", f"cross-validating the {k} model"):
-            result = evaluate(k, frame, holdout_by).to_json()
+            result = evaluate(k, frame, holdout_by, probes=probes).to_json()
     except DatasetError as e:
         fail(str(e))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
     metrics = list(result["model"])
-    table = Table("predictor", *metrics, title=f"{k}, holdout by {holdout_by}, {result['rows']} rows")
+    scored = f", {result['scored']}" if "scored" in result else ""
+    probed = f", {probes} probe co-runs per held-out workload" if probes else ""
+    table = Table("predictor", *metrics, title=f"{k}, holdout by {holdout_by}{scored}{probed}, {result['rows']} rows")
     for name, values in [("model", result["model"]), *result["baselines"].items()]:
         table.add_row(name, *(f"{values[m]:.4g}" for m in metrics))
     out_console.print(table)
+    metric = result["metric"]
+    names = ["model", *result["baselines"]]
+    per_fold = Table("fold", "test rows", *names, title=f"{metric} per fold")
+    for fold in result["folds"]:
+        per_fold.add_row(fold["fold"], str(fold["test_rows"]), *(f"{fold[n][metric]:.4g}" for n in names))
+    out_console.print(per_fold)
     typer.echo(f"model beats every baseline on {result['metric']}: {result['model_beats_every_baseline']}")
 
 

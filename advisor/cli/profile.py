@@ -25,7 +25,7 @@ from profiler.local import LocalRunner
 from profiler.records import ProfileRecord
 from profiler.results import Phase, save_results
 from profiler.settings import ProfilerSettings
-from profiler.spec import SpecError, TrialRun, load_trialrun
+from profiler.spec import SpecError, TrialRun, load_trialrun, with_reference_partners
 from profiler.store import db, repo
 
 app = typer.Typer(help="Request and read trial-run profiles.", no_args_is_help=True)
@@ -60,11 +60,21 @@ def _open_backend() -> tuple[GpuBackend | None, str]:
 def request(
     file: Annotated[Path, typer.Argument(help="TrialRun YAML or JSON.")],
     local: Annotated[bool, typer.Option("--local", help="Run the trials here as subprocesses (no cluster).")] = False,
+    references: Annotated[
+        bool,
+        typer.Option(
+            "--reference-partners/--no-reference-partners",
+            help="Without colocateWith in the file, co-run the workload with the bundled reference workloads "
+            "(cnn-bs64, transformer-bs32, recommender-bs256), which the interference model uses for a new workload.",
+        ),
+    ] = True,
     db_url: DbUrlOption = None,
 ) -> None:
     """Validate a TrialRun and run it locally, or submit it to the cluster's profiler."""
     settings = ProfilerSettings()
     run = _load(file, settings)
+    if references:
+        run = with_reference_partners(run, settings.reference_image)
     if not local:
         _submit(run)
         return
