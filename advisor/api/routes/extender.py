@@ -2,15 +2,17 @@
 
 Every candidate node is answered: nodes the advisor has no fresh telemetry for get the neutral score (and pass the
 filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot. The
-pod's own CPU/memory requests go into its `PodRequest`; full node objects (a scheduler that is not
-`nodeCacheCapable`) hand their allocatable CPU/memory to the state. The filter also passes over nodes on which the
-pod would finish later than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, from the served JCT
-model and the residents' start times), and — when configured — keeps pods off nodes held for a blocked pod
-(`advisor.holding.head_reservation`) or off room that pending pods with a higher response ratio are expected to take
-(`advisor.holding.queue_claims`).
+pod's own CPU/memory requests go into its `PodRequest`; the labels of full node objects (a scheduler that is not
+`nodeCacheCapable`) serve that request's node selectors where the node watch has none, and are never stored. The
+filter also passes over nodes on which the pod would finish later than by waiting for a faster GPU model
+(`advisor.scoring.wait_verdicts`, from the served JCT model and the residents' start times), and — when configured —
+keeps pods off nodes held for a blocked pod (`advisor.holding.head_reservation`) or off room that pending pods with a
+higher response ratio are expected to take (`advisor.holding.queue_claims`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 import pydantic_core
 from fastapi import APIRouter
@@ -18,22 +20,30 @@ from fastapi.responses import Response
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
 from advisor.holding import head_reservation, queue_claims, usable_nodes
 from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
 
-router = APIRouter(prefix="/extender", tags=["scheduler extender"])
+router = APIRouter(
+    prefix="/extender", tags=["scheduler extender"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES
+)
 
 
-def _take_allocatable(args: ExtenderArgs, ctx: AppContext) -> None:
-    """Without `nodeCacheCapable` the scheduler sends full node objects: keep their `status.allocatable` cpu/memory
-    and labels (the node watch gives the same; a node's state changes only when the value does)."""
-    for node in args.Nodes.items or [] if args.Nodes is not None else []:
-        allocatable = node.allocatable()
-        if node.metadata.name:
-            ctx.state.set_node_labels(node.metadata.name, node.labels())
-            if allocatable is not None:
-                ctx.state.set_allocatable(node.metadata.name, allocatable)
+def _labels(args: ExtenderArgs, ctx: AppContext) -> Callable[[str], Mapping[str, str] | None]:
+    """Each node's labels for this request: what the node watch knows, else (no watch, or a node it has not listed
+    yet) the labels of the Node object in the request. Never written to the state: a request's `Nodes` list is
+    whatever its sender says, and must not change how the advisor sees a node for anyone else."""
+    sent = {n.metadata.name: n.labels() for n in (args.Nodes.items or [] if args.Nodes is not None else [])}
+    known = ctx.state.node_labels
+    if not sent:
+        return known
+
+    def labels(node: str) -> Mapping[str, str] | None:
+        watched = known(node)
+        return watched if watched is not None else sent.get(node)
+
+    return labels
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -48,7 +58,6 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
     """
     pod = args.Pod.to_request()
     names = args.candidates()
-    _take_allocatable(args, ctx)
     predictors = ctx.predictors
     verdict = extender_priorities(
         pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
@@ -66,7 +75,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     memory, or — with a JCT model — a faster GPU model that frees up soon enough to finish the pod sooner)."""
     pod = args.Pod.to_request()
     names = args.candidates()
-    _take_allocatable(args, ctx)
+    labels = _labels(args, ctx)
     predictors = ctx.predictors
     now = ctx.state.now()
     nodes = ctx.state.nodes
@@ -81,7 +90,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
             scheduler,
             pending,
             nodes,
-            labels=ctx.state.node_labels,
+            labels=labels,
             config=ctx.scoring,
             predictors=predictors,
             leaving=leaving,
@@ -96,7 +105,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         scheduler,
         pending,
         nodes,
-        labels=ctx.state.node_labels,
+        labels=labels,
         config=ctx.scoring,
         predictors=predictors,
         now_seconds=now,
@@ -111,7 +120,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         now_seconds=now,
         predictors=predictors,
         leaving=leaving,
-        usable=usable_nodes(args.Pod.placement(), ctx.state.node_labels),
+        usable=usable_nodes(args.Pod.placement(), labels),
         reservation=held,
         claim_log=claim_log,
         rank=rank,
