@@ -31,6 +31,7 @@ from advisor.pods import (
     RESTARTABLE,
     ContainerResources,
     PodSpecError,
+    accepted_gpu_models,
     allocatable_of,
     cpu_memory_request,
     placement_of_spec,
@@ -88,6 +89,7 @@ def _gpu_request(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> PodRequest
         containers=_resources(spec.get("containers")),
         init_containers=_resources(spec.get("initContainers")),
         overhead=spec.get("overhead"),
+        gpu_models=accepted_gpu_models(placement_of_spec(spec)),
     )
     return request if request.whole_gpus or request.is_share else None
 

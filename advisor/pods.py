@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
+from advisor.gpus import normalize_gpu_model
 from advisor.scoring import WHOLE_GPU_MILLI, PodRequest, ScoringInputError
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -290,8 +291,10 @@ def pod_request(
     containers: Sequence[ContainerResources],
     init_containers: Sequence[ContainerResources] = (),
     overhead: Mapping[str, object] | None = None,
+    gpu_models: Sequence[str] = (),
 ) -> PodRequest:
-    """The `PodRequest` of a pod manifest (GPUs, share, CPU and memory); `PodSpecError` names the wrong field."""
+    """The `PodRequest` of a pod manifest (GPUs, share, CPU and memory; `gpu_models` the GPU models it accepts,
+    `accepted_gpu_models`); `PodSpecError` names the wrong field."""
     if not containers:
         raise PodSpecError("spec.containers: a pod needs at least one container")
     ask = gpu_ask(containers, init_containers)
@@ -320,6 +323,7 @@ def pod_request(
             gang=gang,
             cpu_milli=cpu_milli,
             memory_mib=memory_mib,
+            gpu_models=tuple(gpu_models),
         )
     except ScoringInputError as e:
         raise PodSpecError(str(e)) from e
@@ -451,6 +455,40 @@ def placement_of_spec(spec: Mapping[str, object]) -> NodePlacement | None:
         {str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else None,
         terms if isinstance(terms, list) else None,
     )
+
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""GPU feature discovery's node label naming the node's GPU model (e.g. `NVIDIA-A100-SXM4-40GB`)."""
+
+
+def accepted_gpu_models(placement: NodePlacement | None) -> tuple[str, ...]:
+    """The GPU models a pod accepts by its node selector and required node affinity on `GPU_PRODUCT_LABEL`,
+    normalised (`advisor.gpus.normalize_gpu_model`), sorted; () when it accepts any.
+
+    The selector pins one model; required terms are alternatives, so the pod accepts the union of their `In` values —
+    any model as soon as one term does not restrict the label with `In` (`NotIn`, `Exists` and the like are left to
+    kube-scheduler's NodeAffinity filter). Selector and terms must both hold: their intersection. A contradiction
+    (no model left) is also left to NodeAffinity, which then passes no node."""
+    if placement is None:
+        return ()
+    allowed: set[str] | None = None
+    pinned = placement.selector.get(GPU_PRODUCT_LABEL)
+    if pinned is not None:
+        allowed = {normalize_gpu_model(pinned)}
+    if placement.terms is not None:
+        union: set[str] = set()
+        for term in placement.terms:
+            models: set[str] | None = None
+            for r in term.expressions:
+                if r.key == GPU_PRODUCT_LABEL and r.operator == "In":
+                    values = {normalize_gpu_model(v) for v in r.values}
+                    models = values if models is None else models & values
+            if models is None:
+                break
+            union |= models
+        else:
+            allowed = union if allowed is None else allowed & union
+    return tuple(sorted(allowed)) if allowed else ()
 
 
 def rfc3339_seconds(raw: object) -> float | None:

@@ -57,6 +57,7 @@ from advisor.fragmentation import (
     validate_task_mix,
     whole_gpu_mix,
 )
+from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors, UsageProfile, default_usage
 from collector.snapshot import LINK_RANK, LinkLevel
 
@@ -88,7 +89,9 @@ class PodRequest:
     `gpus` whole GPUs, or a share of one GPU: `gpu_milli` in 1..999 (thousandths of a GPU) and/or `gpu_memory_bytes`.
     `workload` is the `gpuadvisor.io/workload` label (the key for profiles and models); `gang` the pod group.
     `cpu_milli` / `memory_mib` are the pod's CPU and memory requests (None: unknown, taken as 0); they matter only
-    on nodes whose free CPU / memory is known and with a task mix that gives CPU / memory.
+    on nodes whose free CPU / memory is known and with a task mix that gives CPU / memory. `gpu_models` are the GPU
+    models the pod accepts, normalised (`advisor.gpus.normalize_gpu_model`; from its node selector or required
+    affinity on `nvidia.com/gpu.product`); empty: any. A node of another model cannot run it.
     """
 
     name: str = ""
@@ -99,6 +102,7 @@ class PodRequest:
     gang: str | None = None
     cpu_milli: int | None = None
     memory_mib: int | None = None
+    gpu_models: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.gpus < 0:
@@ -463,7 +467,10 @@ def _fit(node: NodeState, pod: PodRequest, resources: MixResources | None) -> Fi
 
 
 def _resources_short(node: NodeState, pod: PodRequest) -> str | None:
-    """Why the node's free CPU / memory cannot hold the pod's own request, or None when it can (or is unknown)."""
+    """Why the node cannot hold the pod's own request — a GPU model the pod does not accept, too little free CPU or
+    memory (where known) — or None when it can."""
+    if pod.gpu_models and normalize_gpu_model(node.gpu_model) not in pod.gpu_models:
+        return f"GPU model {node.gpu_model or 'unknown'} is not one the pod accepts ({', '.join(pod.gpu_models)})"
     if pod.cpu_milli is not None and node.cpu_free_milli is not None and pod.cpu_milli > node.cpu_free_milli:
         return f"needs {pod.cpu_milli} milli-CPU, has {node.cpu_free_milli} free"
     if pod.memory_mib is not None and node.memory_free_mib is not None and pod.memory_mib > node.memory_free_mib:
@@ -871,6 +878,7 @@ def _evaluate_batch(
             gang_elsewhere,
             pod.cpu_milli,
             pod.memory_mib,
+            pod.gpu_models,
             config,
             predictors,
         )

@@ -1,6 +1,6 @@
 """Which pod and node annotations to write, and when (pure; `collector.kube.PodAnnotator` applies the patches).
 
-Pods using a GPU carry their current GPU use (DESIGN §3). To keep API traffic low a pod is patched only when a value
+Pods using a GPU carry their current GPU use (design §3). To keep API traffic low a pod is patched only when a value
 changed meaningfully (GPU set, job, memory by more than `memory_change_ratio` and `memory_change_min_bytes`,
 utilisation by more than `utilization_change`) or when its annotations are older than `refresh_seconds`.
 Annotations are removed once the pod has had no GPU process for `grace_seconds`.

@@ -1,4 +1,4 @@
-"""`gpuadvisor collector run`: the node agent's entrypoint (DESIGN §2/§3), registered in advisor/cli/main.py.
+"""`gpuadvisor collector run`: the node agent's entrypoint (docs/design.md §2/§3), registered in advisor/cli/main.py.
 
 Exit codes: 2 bad input, 3 a needed resource is missing (no NVML library, no Kubernetes API configuration). A
 long-running collector with the Kubernetes API does not exit when NVML is missing: it reports the missing GPU access

@@ -1,4 +1,4 @@
-"""Prometheus exposition of the latest snapshot (DESIGN §3 metric names and labels) and the /metrics + /healthz server.
+"""Prometheus exposition of the latest snapshot (docs/design.md §3) and the /metrics + /healthz server.
 
 `SnapshotCollector` is a custom prometheus-client Collector: every scrape builds fresh metric families from the
 latest NodeSnapshot, so series of vanished pods or GPUs disappear by themselves. Unknown values are left out.

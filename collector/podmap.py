@@ -1,4 +1,4 @@
-"""Host PID → pod UID and container ID, from `<proc-root>/<pid>/cgroup` (DESIGN §3).
+"""Host PID → pod UID and container ID, from `<proc-root>/<pid>/cgroup` (docs/design.md §3).
 
 NVML reports host PIDs; the kubelet puts every container in a cgroup whose path names the pod UID and the
 container's runtime ID. The parser is pure and total: any text gives an identity or None (a host process),

@@ -1,4 +1,4 @@
-"""Settings of the collector (env prefix GPUADVISOR_, DESIGN §2); CLI flags override them."""
+"""Settings of the collector (env prefix GPUADVISOR_, docs/design.md §2); CLI flags override them."""
 
 from __future__ import annotations
 

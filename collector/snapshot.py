@@ -1,4 +1,4 @@
-"""The NodeSnapshot wire format (DESIGN §3): what one collector cycle saw on one node.
+"""The NodeSnapshot wire format (docs/design.md §3): what one collector cycle saw on one node.
 
 Shared by the collector (producer) and the advisor (consumer) so both sides validate the same schema.
 Every quantity carries its unit in the field name; ratios are 0..1.

@@ -20,6 +20,7 @@ from advisor.pods import (
     ContainerResources,
     NodePlacement,
     PodSpecError,
+    accepted_gpu_models,
     allocatable_of,
     placement_of_spec,
     pod_request,
@@ -101,6 +102,7 @@ class V1Pod(_In):
             containers=[_resources(c) for c in self.spec.containers or []],
             init_containers=[_resources(c) for c in self.spec.initContainers or []],
             overhead=self.spec.overhead,
+            gpu_models=accepted_gpu_models(self.placement()),
         )
 
     def scheduler(self) -> str:

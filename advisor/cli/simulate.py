@@ -117,7 +117,13 @@ def simulate(
     *,
     cluster: Annotated[Path, typer.Option(help="Cluster CSV (node,gpu_model,gpus[,links]) or openb node list.")],
     trace: Annotated[Path, typer.Option(help="openb pod list, Philly CSV, Gavel trace or executions CSV.")],
-    policies: Annotated[str, typer.Option(help="Comma-separated: random,spread,binpack,fgd,advisor,oracle.")],
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated. fragmentation: random,dotprod,gpuclustering,gpupacking,bestfit,fgd,spread,"
+            "binpack,advisor; jct: spread,binpack,advisor,oracle."
+        ),
+    ],
     mode: Annotated[Mode, typer.Option(help="fragmentation (pods never leave) or jct (jobs run and leave).")],
     throughputs: Annotated[
         Path | None, typer.Option(help="True throughputs: Gavel JSON, or colocations/throughputs CSV.")

@@ -40,6 +40,24 @@ def task_mix_of(pods: Sequence[Pod], *, with_resources: bool = True) -> TaskMix:
     return tuple((k, m, n / total) for (k, m), n in sorted(shapes.items()))
 
 
+UNUSABLE_CPU_MILLI = 1e12
+"""The CPU request `task_mix_for_model` gives a request that cannot use a GPU model: no node has that much, so the
+scorer counts all of a node's free GPU share as fragment for it — FGD's rule for a node a task cannot use."""
+
+
+def task_mix_for_model(pods: Sequence[Pod], gpu_model: str) -> TaskMix:
+    """`task_mix_of(pods)` as seen from a node of `gpu_model`: a request whose acceptable GPU models (`Pod.gpu_models`)
+    leave `gpu_model` out asks for `UNUSABLE_CPU_MILLI`, so it fits none of that model's nodes."""
+    if not any(p.num_gpu > 0 for p in pods):
+        raise ValueError("the trace has no pod that requests a GPU")
+    counts: dict[tuple[int, int, float, float], int] = {}
+    for p in pods:
+        usable = not p.gpu_models or gpu_model in p.gpu_models
+        key = (p.num_gpu, _milli_of(p), float(p.cpu_milli) if usable else UNUSABLE_CPU_MILLI, float(p.memory_mib))
+        counts[key] = counts.get(key, 0) + 1
+    return tuple((k, m, n / len(pods), c, mem) for (k, m, c, mem), n in sorted(counts.items()))
+
+
 def _milli_of(pod: Pod) -> int:
     """Milli-GPU per GPU as the task mix writes it: a share's milli, 1000 for whole GPUs, 0 without GPU."""
     if pod.num_gpu == 0:

@@ -194,6 +194,7 @@ def _openb_pods(frame: pd.DataFrame, path: Path) -> list[Pod]:
     milli = _numbers(frame, "gpu_milli", path, minimum=0, integer=True)
     cpu = _numbers(frame, "cpu_milli", path, minimum=0) if "cpu_milli" in frame.columns else [0.0] * len(frame)
     mem = _numbers(frame, "memory_mib", path, minimum=0) if "memory_mib" in frame.columns else [0.0] * len(frame)
+    specs = [_gpu_spec(raw) for raw in frame["gpu_spec"]] if "gpu_spec" in frame.columns else [()] * len(frame)
     pods: list[Pod] = []
     for row, (name, k, m, c, mm) in enumerate(zip(names, num_gpu, milli, cpu, mem, strict=True), start=1):
         if m > GPU_MILLI:
@@ -202,8 +203,15 @@ def _openb_pods(frame: pd.DataFrame, path: Path) -> list[Pod]:
             raise SimInputError(f"{path}: row {row}: column 'gpu_milli': 0 with num_gpu {k:g}")
         if k > 1 and m < GPU_MILLI:
             raise SimInputError(f"{path}: row {row}: column 'gpu_milli': a GPU share ({m:g}) needs num_gpu 1")
-        pods.append(Pod(name, int(k), int(m) if k > 0 else 0, c, mm))
+        pods.append(Pod(name, int(k), int(m) if k > 0 else 0, c, mm, specs[row - 1] if k > 0 else ()))
     return pods
+
+
+def _gpu_spec(raw: object) -> tuple[str, ...]:
+    """openb's `gpu_spec`: the acceptable GPU models, `|`-separated (empty or missing: any)."""
+    if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+        return ()
+    return tuple(part.strip() for part in str(raw).split("|") if part.strip())
 
 
 def _gavel_jobs(frame: pd.DataFrame, path: Path) -> list[Job]:

@@ -44,13 +44,18 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Pod:
-    """A pod of a fragmentation run: `num_gpu` GPUs of `gpu_milli` each (a share of one GPU when below 1000)."""
+    """A pod of a fragmentation run: `num_gpu` GPUs of `gpu_milli` each (a share of one GPU when below 1000).
+
+    `gpu_models` are the GPU models the pod accepts (openb's `gpu_spec`, `|`-separated, as the node list writes the
+    model); empty: any. A model may appear twice, as in the trace: the authors' target workload tells such specs apart.
+    """
 
     name: str
     num_gpu: int
     gpu_milli: int
     cpu_milli: float = 0.0
     memory_mib: float = 0.0
+    gpu_models: tuple[str, ...] = ()
 
     @property
     def gpu_demand(self) -> float:

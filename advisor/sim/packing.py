@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -26,7 +26,16 @@ from numpy.typing import NDArray
 
 from advisor.fragmentation import DEFAULT_TASK_MIX, FloatArray, IntArray, MixResources, NodeCache, TaskMix, Workload
 from advisor.predictors import Predictors
-from advisor.scoring import NodeState, PodRequest, ScoringConfig, allocate, extender_node_scores
+from advisor.scoring import (
+    NodeScore,
+    NodeState,
+    PodRequest,
+    ScoringConfig,
+    allocate,
+    extender_node_scores,
+    extender_scores,
+    score_nodes,
+)
 from advisor.sim.adapter import StateInterner, share_residents
 from advisor.sim.fragmentation import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod, best_index
@@ -85,6 +94,10 @@ class PackState:
         self.memory_free = np.where(np.isnan(self.memory_capacity), np.inf, self.memory_capacity)
         self.cache = NodeCache(self.free, self.cpu_free, self.memory_free, workload)
         self.version = np.zeros(n, dtype=np.int64)
+        self.gpu_model = np.array([x.gpu_model for x in cluster.nodes])
+        self.name_rank = np.argsort(np.argsort(np.array([x.name for x in cluster.nodes]), kind="stable"))
+        """Each node's position in name order (the authors' scheduler takes the first of equal nodes by name)."""
+        self._model_ok: dict[tuple[str, ...], BoolArray] = {}
 
     @property
     def allocated_milli(self) -> float:
@@ -97,7 +110,18 @@ class PackState:
         gpu_ok: BoolArray = (
             self.cache.max1 >= pod.gpu_milli if pod.gpu_milli < GPU_MILLI else self.cache.full >= pod.num_gpu
         )
+        if pod.gpu_models:
+            return ok & gpu_ok & self.model_ok(pod.gpu_models)
         return ok & gpu_ok
+
+    def model_ok(self, models: tuple[str, ...]) -> BoolArray:
+        """Nodes whose GPU model is one of `models` (all nodes when empty)."""
+        found = self._model_ok.get(models)
+        if found is None:
+            found = self._model_ok[models] = (
+                np.isin(self.gpu_model, list(models)) if models else np.ones(len(self.gpu_model), dtype=bool)
+            )
+        return found
 
     def place(self, node: int, gpus: Sequence[int], pod: Pod) -> None:
         if pod.num_gpu and len(gpus) != pod.num_gpu:
@@ -239,7 +263,9 @@ class AdvisorPackPolicy:
         extender_weight: float = FRAGMENTATION_EXTENDER_WEIGHT,
         score_pods_without_gpu: bool = SCORE_PODS_WITHOUT_GPU,
         rng: np.random.Generator | None = None,
+        model_configs: dict[str, ScoringConfig] | None = None,
     ) -> None:
+        self._model_configs = model_configs or {}
         self._nodes = cluster.nodes
         self._interner = StateInterner(cluster.nodes)
         self._version = np.full(len(cluster.nodes), -1, dtype=np.int64)
@@ -313,15 +339,43 @@ class AdvisorPackPolicy:
             states, inverse = self._interner.distinct(candidates)
         else:
             states, inverse = self._distinct_with_resources(state, candidates, request, resources)
-        extender = np.array(
-            extender_node_scores(request, states, config=self._config, predictors=self._predictors), dtype=np.float64
-        )
+        extender = np.array(self._extender(request, states), dtype=np.float64)
         extender[extender == 0] = -np.inf  # infeasible (a feasible verdict scores at least 1)
         best = best_index(kube + self._weight * 10.0 * extender[inverse], self._rng)
-        chosen = allocate(request, states[int(inverse[best])], config=self._config, predictors=self._predictors)
+        state_chosen = states[int(inverse[best])]
+        config = self._config_of(state_chosen)
+        chosen = allocate(request, state_chosen, config=config, predictors=self._predictors)
         if not chosen.feasible:
             raise RuntimeError(f"the scorer found no GPUs for {pod.name} on a node where it fits: {chosen.reason}")
         return int(candidates[best]), chosen.gpus
+
+    def _config_of(self, state: NodeState) -> ScoringConfig:
+        """The scorer's configuration for a node: its GPU model's (`model_configs`) where given, else the one."""
+        model = state.gpus[0].model if state.gpus else ""
+        return self._model_configs.get(model, self._config)
+
+    def _extender(self, request: PodRequest, states: list[NodeState]) -> list[int]:
+        """The extender's integers for `states`. With `model_configs` each GPU model's nodes are scored with their
+        own task mix (the requests that cannot use that model count all free GPU share as fragment) and the integers
+        are taken over all of them together, as one extender call would."""
+        if not self._model_configs:
+            return extender_node_scores(request, states, config=self._config, predictors=self._predictors)
+        groups: dict[int, list[int]] = {}
+        configs: list[ScoringConfig] = []
+        for i, state in enumerate(states):
+            config = self._config_of(state)
+            key = next((j for j, c in enumerate(configs) if c is config), len(configs))
+            if key == len(configs):
+                configs.append(config)
+            groups.setdefault(key, []).append(i)
+        verdicts: list[NodeScore | None] = [None] * len(states)
+        for key, members in groups.items():
+            scored = score_nodes(
+                request, [states[i] for i in members], config=configs[key], predictors=self._predictors
+            )
+            for i, verdict in zip(members, scored, strict=True):
+                verdicts[i] = verdict
+        return extender_scores([v for v in verdicts if v is not None], span_points=self._config.extender_span_points)
 
 
 def _known(value: float) -> int | None:
@@ -376,14 +430,41 @@ def inflated_sequence(pods: Sequence[Pod], capacity_gpus: float, seed: int, max_
     return out
 
 
+def authors_sequence(pods: Sequence[Pod], capacity_gpus: float, seed: int, max_ratio: float) -> list[Pod]:
+    """The FGD authors' inflation order: every pod of the trace once, shuffled, then pods drawn with replacement
+    while the total GPU demand stays within `max_ratio` × capacity (a trace already beyond it loses pods drawn at
+    random until it is within). Seeded; the same for every policy."""
+    if not any(p.gpu_demand > 0 for p in pods):
+        raise ValueError("the trace has no pod that requests a GPU")
+    rng = np.random.default_rng(seed)
+    out = [pods[int(i)] for i in rng.permutation(len(pods))]
+    target = max_ratio * capacity_gpus
+    demand = sum(p.gpu_demand for p in out)
+    while demand > target:
+        demand -= out.pop(int(rng.integers(len(out)))).gpu_demand
+    while True:
+        pod = pods[int(rng.integers(len(pods)))]
+        if demand + pod.gpu_demand > target:
+            return out
+        out.append(pod)
+        demand += pod.gpu_demand
+
+
+SEQUENCES = {"authors": authors_sequence, "sampled": inflated_sequence}
+"""How the trace is replayed: the authors' order (the default) or every pod drawn with replacement (before)."""
+
+
 def run_fragmentation(
     cluster: Cluster,
     pods: Sequence[Pod],
     sequence: Sequence[Pod],
     policy: PackPolicy,
+    fragmentation_milli: Callable[[PackState], float] | None = None,
 ) -> FragmentationResult:
-    """Place `sequence` in order with `policy`; the target workload for fragmentation is the trace `pods`."""
+    """Place `sequence` in order with `policy`; the target workload for fragmentation is the trace `pods`, the
+    fragmentation reported at 100 % demand `fragmentation_milli(state)` (default: the advisor's definition)."""
     started = time.perf_counter()
+    measure = fragmentation_milli or (lambda s: float(s.cache.frag.sum()))
     workload = workload_of(pods)
     state = PackState(cluster, workload)
     capacity_milli = float(state.gpu_capacity.sum())
@@ -401,7 +482,7 @@ def run_fragmentation(
             allocation.append(state.allocated_milli / capacity_milli)
             failed_curve.append(failed)
             if at_full is None and next_mark >= 1.0 - 1e-9:
-                at_full = (state.allocated_milli / capacity_milli, failed, float(state.cache.frag.sum()))
+                at_full = (state.allocated_milli / capacity_milli, failed, measure(state))
             next_mark += CURVE_STEP_RATIO
         arrived_milli += demand
         candidates = np.flatnonzero(state.feasible(pod))
@@ -416,7 +497,7 @@ def run_fragmentation(
         failed_curve.append(failed)
         next_mark += CURVE_STEP_RATIO
     if at_full is None:
-        at_full = (state.allocated_milli / capacity_milli, failed, float(state.cache.frag.sum()))
+        at_full = (state.allocated_milli / capacity_milli, failed, measure(state))
     return FragmentationResult(
         policy=policy.name,
         gpu_allocation_ratio=at_full[0],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,18 @@ import numpy as np
 from advisor.gpus import normalize_gpu_model
 from advisor.predictors import Predictors
 from advisor.scoring import ScoringConfig
-from advisor.sim.fragmentation import task_mix_of
+from advisor.sim.baselines import (
+    AuthorsFgd,
+    BestFit,
+    DotProd,
+    GpuClustering,
+    GpuPacking,
+    RandomFit,
+    TypicalPods,
+    fragmentation_milli,
+    typical_pods,
+)
+from advisor.sim.fragmentation import task_mix_for_model, task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
@@ -22,17 +34,27 @@ from advisor.sim.packing import (
     MAX_ARRIVED_RATIO,
     AdvisorPackPolicy,
     AllocatedPolicy,
-    FgdPolicy,
     FragmentationResult,
     PackPolicy,
-    RandomPolicy,
-    inflated_sequence,
+    authors_sequence,
     run_fragmentation,
     scoring_profile,
 )
 from advisor.sim.rates import RateTable
 
-FRAGMENTATION_POLICIES = ("random", "spread", "binpack", "fgd", "advisor")
+FRAGMENTATION_POLICIES = (
+    "random",
+    "dotprod",
+    "gpuclustering",
+    "gpupacking",
+    "bestfit",
+    "fgd",
+    "spread",
+    "binpack",
+    "advisor",
+)
+"""The FGD paper's policies as its authors run them (`advisor.sim.baselines`), kube-scheduler's two
+`NodeResourcesFit` strategies, and the advisor."""
 JCT_POLICIES = ("spread", "binpack", "advisor", "oracle")
 
 
@@ -53,17 +75,39 @@ def parse_policies(text: str, mode: str) -> list[str]:
     return names
 
 
-def fragmentation_policy(name: str, cluster: Cluster, config: ScoringConfig, seed: int) -> PackPolicy:
-    """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`)."""
-    rng = np.random.default_rng(seed)  # every policy breaks ties at random, as kube-scheduler's selectHost does
+def fragmentation_policy(
+    name: str,
+    cluster: Cluster,
+    config: ScoringConfig,
+    seed: int,
+    typical: TypicalPods,
+    *,
+    model_configs: dict[str, ScoringConfig] | None = None,
+) -> PackPolicy:
+    """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`), `typical` the paper's
+    target workload, `model_configs` the advisor's scorer per GPU model where pods constrain the model
+    (`model_scoring_configs`). The paper's policies take the first of equal nodes by name, as the authors'
+    simulator does; spread, binpack and the advisor draw among equal nodes at random, as kube-scheduler's
+    `selectHost` does."""
+    rng = np.random.default_rng(seed)
     if name == "random":
-        return RandomPolicy(rng)
+        return RandomFit(rng)
+    if name == "dotprod":
+        return DotProd()
+    if name == "gpuclustering":
+        return GpuClustering(len(cluster.nodes))
+    if name == "gpupacking":
+        return GpuPacking()
+    if name == "bestfit":
+        return BestFit()
+    if name == "fgd":
+        return AuthorsFgd(cluster, typical)
     if name in ("spread", "binpack"):
         return AllocatedPolicy(most=name == "binpack", rng=rng)
-    if name == "fgd":
-        return FgdPolicy(rng)
     if name == "advisor":
-        return AdvisorPackPolicy(cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
+        return AdvisorPackPolicy(
+            cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng, model_configs=model_configs
+        )
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 
 
@@ -79,23 +123,40 @@ def run_fragmentation_mode(
     """Every policy on the same inflated pod sequence (seeded); the advisor scores with `config` (default: the packing
     profile for the trace's requests)."""
     try:
-        sequence = inflated_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
+        sequence = authors_sequence(pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
     except ValueError as e:
         raise SimConfigError(str(e)) from e
     if config is None:
         config = fragmentation_scoring_config(pods)
+    typical = typical_pods(pods)
+    model_configs = model_scoring_configs(cluster, pods, config)
     results = []
     for name in policies:
         if progress:
             progress(name)
-        policy = fragmentation_policy(name, cluster, config, seed)
-        results.append(run_fragmentation(cluster, pods, sequence, policy))
+        policy = fragmentation_policy(name, cluster, config, seed, typical, model_configs=model_configs)
+        results.append(
+            run_fragmentation(
+                cluster, pods, sequence, policy, lambda state: fragmentation_milli(typical, cluster, state)
+            )
+        )
     return results
 
 
 def fragmentation_scoring_config(pods: Sequence[Pod], profile: str = "packing") -> ScoringConfig:
     """The advisor's scorer in fragmentation mode: `profile` (packing unless told), packing for the trace's requests."""
     return scoring_profile(profile, task_mix_of(pods))
+
+
+def model_scoring_configs(
+    cluster: Cluster, pods: Sequence[Pod], config: ScoringConfig
+) -> dict[str, ScoringConfig] | None:
+    """Where some pod accepts only some GPU models: `config` with each model's own task mix
+    (`task_mix_for_model`), what an admin sets per node pool; None when no pod constrains the model."""
+    if not any(p.gpu_models for p in pods) or config.resources is None:
+        return None
+    models = sorted({n.gpu_model for n in cluster.nodes if n.gpus})
+    return {m: replace(config, task_mix=task_mix_for_model(pods, m)) for m in models}
 
 
 def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> None:

@@ -212,3 +212,35 @@ def test_node_placement_without_a_pod() -> None:
     assert placement is not None
     assert placement.terms is None
     assert placement.admits("any", {"zone": "a"})
+
+
+def _gpu_affinity(*terms: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+                }
+            }
+        }
+    }
+
+
+def test_the_gpu_models_a_pod_accepts_come_from_its_selector_and_required_affinity_on_gpu_product() -> None:
+    from advisor.pods import GPU_PRODUCT_LABEL, accepted_gpu_models, placement_of_spec
+
+    def accepted(spec: dict[str, object]) -> tuple[str, ...]:
+        return accepted_gpu_models(placement_of_spec(spec))
+
+    v100_or_t4 = {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": ["Tesla-V100-SXM2-16GB", "Tesla-T4"]}
+    a100 = {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": ["NVIDIA-A100-SXM4-40GB"]}
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+    assert accepted({}) == ()
+    assert accepted({"nodeSelector": {GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-40GB"}}) == ("a100-40gb",)
+    assert accepted(_gpu_affinity([v100_or_t4, zone])) == ("t4", "v100")
+    assert accepted(_gpu_affinity([v100_or_t4], [a100])) == ("a100-40gb", "t4", "v100")  # terms are alternatives
+    assert accepted(_gpu_affinity([v100_or_t4], [zone])) == ()  # the second term accepts any model
+    both = {"nodeSelector": {GPU_PRODUCT_LABEL: "Tesla-T4"}, **_gpu_affinity([v100_or_t4])}
+    assert accepted(both) == ("t4",)  # selector and affinity must both hold
+    not_in = {"key": GPU_PRODUCT_LABEL, "operator": "NotIn", "values": ["Tesla-T4"]}
+    assert accepted(_gpu_affinity([not_in])) == ()  # left to kube-scheduler's NodeAffinity

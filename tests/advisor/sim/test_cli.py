@@ -192,3 +192,25 @@ def test_the_advisor_profile_can_be_chosen_and_a_bad_one_exits_2(small: dict[str
     code, out = _run(*common, "--policies", "advisor", "--advisor-profile", "tight")
     assert code == 2
     assert "'tight' is not one of" in out
+
+
+def test_the_papers_policies_run_and_every_policy_honours_the_gpu_model_a_pod_accepts(tmp_path: Path) -> None:
+    """Every pod accepts only T4 and the cluster has one T4 GPU beside four P100s: at 100 % of demand no policy can
+    have allocated more than that one GPU (a fifth of the cluster)."""
+    cluster = write(
+        tmp_path / "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn1,32000,65536,1,T4\nn2,32000,65536,4,P100"
+    )
+    pods = write(
+        tmp_path / "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np1,1000,1024,1,1000,T4\np2,1000,1024,1,500,T4",
+    )
+    names = "random,dotprod,gpuclustering,gpupacking,bestfit,fgd,spread,binpack,advisor"
+    code, out = _run(
+        "--cluster", str(cluster), "--trace", str(pods), "--mode", "fragmentation", "--policies", names, "--json"
+    )  # fmt: skip
+    assert code == 0, out
+    report = json.loads(out)["policies"]
+    assert set(report) == set(names.split(","))
+    for name, result in report.items():
+        assert 0.0 < result["gpu_allocation_ratio"] <= 0.2, name
+        assert result["failed_pods"] > 0, name
