@@ -86,7 +86,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     unresolvable = {
         name: reason
         for name in candidates
-        if (node := nodes.get(name)) is not None and (reason := never_fits(pod, node, placement)) is not None
+        if (node := nodes.get(name)) is not None and (reason := never_fits(pod, node)) is not None
     }
     names = [n for n in candidates if n not in unresolvable]
     leaving = jct_leave_times(predictors, now)

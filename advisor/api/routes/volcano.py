@@ -139,20 +139,19 @@ async def predicate(request: Request, ctx: Ctx) -> VolcanoPredicateResponse:
     its affinity excludes) and 2 for one that is full for now."""
     raw = await request.body()
     body = _decode(_PREDICATE, raw)
-    v1_pod = _pod(body.task, raw)
-    pod = v1_pod.to_request()
+    pod = _pod(body.task, raw).to_request()
     if body.node is None or not body.node.Name:
         _reject(raw, "node.Name", "the candidate node is required")
     name = body.node.Name
-    verdict = _fits(pod, v1_pod, name, ctx)
+    verdict = _fits(pod, name, ctx)
     ctx.metrics.count_scores("volcano", int(verdict.code == 0), int(verdict.code != 0), 0)
     return verdict
 
 
-def _fits(pod: PodRequest, v1_pod: V1Pod, name: str, ctx: AppContext) -> VolcanoPredicateResponse:
+def _fits(pod: PodRequest, name: str, ctx: AppContext) -> VolcanoPredicateResponse:
     node = ctx.state.nodes.get(name)
     if node is not None:
-        reason = never_fits(pod, node, v1_pod.placement())
+        reason = never_fits(pod, node)
         if reason is not None:
             return VolcanoPredicateResponse(status=reason, code=UNSCHEDULABLE_AND_UNRESOLVABLE)
     _, failed = filter_nodes(pod, [name], ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
