@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.cli.common import err_console, fail
-from advisor.scoring import ScoringInputError
+from advisor.placement.types import ScoringInputError
 from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, JctResult
 from advisor.sim.loaders import (
     SimInputError,

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from advisor.gpus import normalize_gpu_model
+from advisor.placement.config import ScoringConfig
 from advisor.predictors import Predictors
-from advisor.scoring import ScoringConfig
 from advisor.sim.fragmentation import task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod

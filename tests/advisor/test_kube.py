@@ -15,8 +15,14 @@ import pytest
 from kubernetes import client as k8s
 
 from advisor.api.metrics import AdvisorMetrics
-from advisor.kube import KubeWatch, allocatable_from_node, allocation_from_pod, pending_from_pod, resources_from_pod
-from advisor.state import ClusterState, PodAllocation, PodResources
+from advisor.cluster.kube import (
+    KubeWatch,
+    allocatable_from_node,
+    allocation_from_pod,
+    pending_from_pod,
+    resources_from_pod,
+)
+from advisor.cluster.state import ClusterState, PodAllocation, PodResources
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot
 
@@ -281,7 +287,7 @@ def test_a_started_pod_carries_its_start_time_in_unix_seconds(caplog: pytest.Log
     for bad in ("yesterday", 1763719200):
         manifest = pod("bad")
         manifest["status"]["startTime"] = bad
-        with caplog.at_level(logging.WARNING, logger="advisor.kube"):
+        with caplog.at_level(logging.WARNING, logger="advisor.cluster.kube"):
             allocation = allocation_from_pod(manifest)
         assert allocation is not None  # still holds its GPUs
         assert allocation.started_seconds is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from advisor.api.schemas import V1Pod
-from advisor.pods import ContainerResources, NodePlacement, PodSpecError, node_placement, parse_quantity, pod_request
+from advisor.cluster.pods import ContainerResources, PodSpecError, node_placement, parse_quantity, pod_request
+from advisor.placement.queue import NodePlacement
 from tests.advisor.factories import v1_pod
 
 

@@ -3,11 +3,9 @@
 Every candidate node is answered: nodes the advisor has no fresh telemetry for get the neutral score (and pass the
 filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot. The
 pod's own CPU/memory requests go into its `PodRequest`; full node objects (a scheduler that is not
-`nodeCacheCapable`) hand their allocatable CPU/memory to the state. The filter also passes over nodes on which the
-pod would finish later than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, from the served JCT
-model and the residents' start times), and — when configured — keeps pods off nodes held for a blocked pod
-(`advisor.holding.head_reservation`) or off room that pending pods with a higher response ratio are expected to take
-(`advisor.holding.queue_claims`).
+`nodeCacheCapable`) hand their allocatable CPU/memory to the state. The filter is
+`advisor.placement.filter.extender_filter`: capacity, then the held, yielded and waiting rules over the pending pods
+the watch keeps in the state.
 """
 
 from __future__ import annotations
@@ -19,8 +17,8 @@ from fastapi.responses import Response
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.holding import head_reservation, queue_claims, usable_nodes
-from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
+from advisor.placement.extender import extender_priorities
+from advisor.placement.filter import extender_filter
 
 router = APIRouter(prefix="/extender", tags=["scheduler extender"])
 
@@ -67,54 +65,17 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     pod = args.Pod.to_request()
     names = args.candidates()
     _take_allocatable(args, ctx)
-    predictors = ctx.predictors
-    now = ctx.state.now()
-    nodes = ctx.state.nodes
-    leaving = jct_leave_times(predictors, now)
-    key, scheduler = args.Pod.queue_key(pod.name), args.Pod.scheduler()
-    # The queue is sorted once per call, and only when a rule reads it.
-    pending = ctx.state.pending() if ctx.scoring.hold_for_blocked or ctx.scoring.shortest_first else []
-    held = (
-        head_reservation(
-            pod,
-            key,
-            scheduler,
-            pending,
-            nodes,
-            labels=ctx.state.node_labels,
-            config=ctx.scoring,
-            predictors=predictors,
-            leaving=leaving,
-            now_seconds=now,
-        )
-        if ctx.scoring.hold_for_blocked
-        else None
-    )
-    claim_log, rank = queue_claims(
-        pod,
-        key,
-        scheduler,
-        pending,
-        nodes,
-        labels=ctx.state.node_labels,
-        config=ctx.scoring,
-        predictors=predictors,
-        now_seconds=now,
-        claimed_since=ctx.state.claimed_since,
-    )
-    ctx.state.note_claims((c.claimant.pod for c in claim_log), now)
-    passed, failed = filter_nodes(
+    passed, failed = extender_filter(
         pod,
         names,
-        nodes,
+        ctx.state.nodes,
+        ctx.state,
+        queue_key=args.Pod.queue_key(pod.name),
+        scheduler=args.Pod.scheduler(),
+        placement=args.Pod.placement(),
         config=ctx.scoring,
-        now_seconds=now,
-        predictors=predictors,
-        leaving=leaving,
-        usable=usable_nodes(args.Pod.placement(), ctx.state.node_labels),
-        reservation=held,
-        claim_log=claim_log,
-        rank=rank,
+        predictors=ctx.predictors,
+        now_seconds=ctx.state.now(),
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from advisor.api.deps import Ctx
 from advisor.api.schemas import GpuOut, NodeListOut, NodeOut, ResidentOut
-from advisor.state import NodeRecord
+from advisor.cluster.state import NodeRecord
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 

@@ -26,8 +26,7 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from advisor.api.metrics import AdvisorMetrics
-from advisor.pods import (
-    DEFAULT_SCHEDULER,
+from advisor.cluster.pods import (
     ContainerResources,
     PodSpecError,
     allocatable_of,
@@ -37,8 +36,9 @@ from advisor.pods import (
     pod_request,
     rfc3339_seconds,
 )
-from advisor.scoring import PodRequest
-from advisor.state import ClusterState, PendingPod, PodAllocation, PodResources
+from advisor.cluster.state import ClusterState, PodAllocation, PodResources
+from advisor.placement.queue import DEFAULT_SCHEDULER, PendingPod
+from advisor.placement.types import PodRequest
 
 log = logging.getLogger(__name__)
 
