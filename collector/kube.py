@@ -32,7 +32,8 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from collector.annotations import TOPOLOGY_ANNOTATION, AnnotationPlanner, topology_annotation
+from collector.annotations import AnnotationPlanner, topology_annotation
+from collector.keys import TOPOLOGY_ANNOTATION
 from collector.pods import PodInfo, controller_of, pod_info_from_manifest
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats

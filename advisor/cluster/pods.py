@@ -25,12 +25,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from advisor.placement.queue import NodePlacement, NodeRequirement, NodeSelectorTerm
 from advisor.placement.types import WHOLE_GPU_MILLI, PodRequest, ScoringInputError
-
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_MILLI_ANNOTATION = "gpuadvisor.io/gpu-milli"
-GPU_MEMORY_ANNOTATION = "gpuadvisor.io/gpu-memory-bytes"
-WORKLOAD_LABEL = "gpuadvisor.io/workload"
-GANG_KEYS = ("scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
+from collector.keys import GANG_KEYS, GPU_MEMORY_ANNOTATION, GPU_MILLI_ANNOTATION, GPU_RESOURCE, WORKLOAD_LABEL
 
 # apimachinery's quantity grammar (resource.Quantity): a signed decimal number, then an exponent (`1e3`, `5E-1`) or
 # one SI suffix, binary (`Ki`..`Ei`) or decimal (`n`, `u`, `m`, `k`, `M`..`E`). Parsed here rather than with the
