@@ -1,7 +1,7 @@
 """What a pod asks of the GPUs, read from the parts of its manifest that matter (DESIGN §5).
 
-Pure: the HTTP schemas and the Kubernetes watch both hand over plain values, and get a `scoring.PodRequest` or a
-`PodSpecError` whose message names the offending field (the API turns it into a 4xx).
+Pure: the HTTP schemas and the Kubernetes watch both hand over plain values, and get a `PodRequest`
+(`advisor.placement.types`) or a `PodSpecError` whose message names the offending field (the API turns it into a 4xx).
 
 * whole GPUs: `resources.limits["nvidia.com/gpu"]` (or `requests` when no limit), summed over containers; an init
   container runs alone, so the pod needs the larger of that sum and the biggest init container;
