@@ -9,9 +9,9 @@ CPU/memory where the node's free amounts are known — then on the filter's rule
 3. waiting (`advisor.placement.waiting`): a slower GPU model, when waiting for room on a faster one finishes sooner —
    room on a node held or yielded in 1–2 is not room this pod can wait for.
 
-The service answers a filter call with `extender_filter` (leave times, the head's reservation and the queue's claims
-from the pending pods it watches, then `filter_nodes`); the simulator finds the reservation and the claims from its
-own queue, once per pass, and runs the same rules through `pass_over` (`advisor.sim.jobs`).
+Both the service and the simulator call `run_filter`, each with its own inputs (`FilterInputs`): the service from
+the pending pods it watches, per call (`extender_filter`); the simulator from its own queue, the reservation and
+the claims found once per scheduling pass (`advisor.sim.jobs`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.holding import Labels, Reservation, head_reservation, not_held, reserved_verdicts, usable_nodes
+from advisor.placement.holding import Reservation, head_reservation, not_held, reserved_verdicts, usable_nodes
 from advisor.placement.queue import NodePlacement, PendingPod
 from advisor.placement.scoring import is_stale, memory_ok, resources_short, whole_eligible_mask
 from advisor.placement.shortest import Claim, queue_claims, yield_verdicts
@@ -98,6 +98,7 @@ def filter_nodes(
     reservation: Reservation | None = None,
     claim_log: Sequence[Claim] = (),
     rank: tuple[int, float] | None = None,
+    claim_nodes: Mapping[str, NodeState] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
@@ -106,8 +107,8 @@ def filter_nodes(
     pod would finish sooner by waiting for a faster GPU model (on a node `usable` does not rule out), or when it is
     held by `reservation` for a blocked pod and the pod would not finish before that starts (`reserved_verdicts`),
     or when its room is expected to go to pending pods ranked above the pod's `rank` (priority, then response ratio;
-    `claim_log`, `yield_verdicts`); the wait reason first. Unknown or stale nodes pass unless
-    `config.strict_staleness`.
+    `claim_log`, `yield_verdicts`; `claim_nodes` as `QueueRules`); the wait reason first. Unknown or stale nodes pass
+    unless `config.strict_staleness`.
     """
     k = pod.whole_gpus
     passed: list[str] = []
@@ -121,7 +122,7 @@ def filter_nodes(
         predictors=predictors,
         leaving=leaving,
         usable=usable,
-        queue=QueueRules(reservation, claim_log, rank),
+        queue=QueueRules(reservation, claim_log, rank, claim_nodes),
     )
     for name in names:
         node = nodes.get(name)
@@ -161,6 +162,47 @@ def filter_nodes(
     return passed, failed
 
 
+class FilterInputs(Protocol):
+    """What the filter's rules read besides the nodes, found by its caller: when residents leave (None: nothing is
+    waited for) and what the pending queue asks of the filtered pod (`QueueRules`, given the leave times)."""
+
+    def leave_times(self) -> LeaveTimes | None: ...
+
+    def queue_rules(self, leaving: LeaveTimes | None) -> QueueRules: ...
+
+
+def run_filter(
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    inputs: FilterInputs,
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    usable: Callable[[str], bool] | None = None,
+    now_seconds: float | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The extender filter, stage by stage: the leave times, then the queue's rules (the head's reservation, the
+    claims of pods ranked above), then `filter_nodes` (capacity, then held → yielded → waiting). The service calls it
+    through `extender_filter`; the simulator with the inputs of its own queue (`advisor.sim.jobs`)."""
+    leaving = inputs.leave_times()
+    queue = inputs.queue_rules(leaving)
+    return filter_nodes(
+        pod,
+        names,
+        nodes,
+        config=config,
+        now_seconds=now_seconds,
+        predictors=predictors,
+        leaving=leaving,
+        usable=usable,
+        reservation=queue.reservation,
+        claim_log=queue.claim_log,
+        rank=queue.rank,
+        claim_nodes=queue.claim_nodes,
+    )
+
+
 class PendingQueue(Protocol):
     """The pending pods the service watches and what it records of them (`advisor.cluster.state.ClusterState`)."""
 
@@ -171,6 +213,59 @@ class PendingQueue(Protocol):
     def claimed_since(self, pod: str) -> float | None: ...
 
     def note_claims(self, pods: Iterable[str], now_seconds: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _ServiceInputs:
+    """The service's `FilterInputs` for one filter call: leave times from the served JCT model, the queue from the
+    pending pods it watches."""
+
+    pod: PodRequest
+    nodes: Mapping[str, NodeState]
+    queue: PendingQueue
+    queue_key: tuple[int, float, str]
+    scheduler: str
+    config: ScoringConfig
+    predictors: Predictors
+    now_seconds: float
+
+    def leave_times(self) -> LeaveTimes:
+        return jct_leave_times(self.predictors, self.now_seconds)
+
+    def queue_rules(self, leaving: LeaveTimes | None) -> QueueRules:
+        config, labels = self.config, self.queue.node_labels
+        # The queue is sorted once per call, and only when a rule reads it.
+        pending = self.queue.pending() if config.hold_for_blocked or config.shortest_first else []
+        held = (
+            head_reservation(
+                self.pod,
+                self.queue_key,
+                self.scheduler,
+                pending,
+                self.nodes,
+                labels=labels,
+                config=config,
+                predictors=self.predictors,
+                leaving=leaving,
+                now_seconds=self.now_seconds,
+            )
+            if config.hold_for_blocked and leaving is not None
+            else None
+        )
+        claim_log, rank = queue_claims(
+            self.pod,
+            self.queue_key,
+            self.scheduler,
+            pending,
+            self.nodes,
+            labels=labels,
+            config=config,
+            predictors=self.predictors,
+            now_seconds=self.now_seconds,
+            claimed_since=self.queue.claimed_since,
+        )
+        self.queue.note_claims((c.claimant.pod for c in claim_log), self.now_seconds)
+        return QueueRules(held, claim_log, rank)
 
 
 def extender_filter(
@@ -186,54 +281,19 @@ def extender_filter(
     predictors: Predictors,
     now_seconds: float,
 ) -> tuple[list[str], dict[str, str]]:
-    """The service's filter call: residents' leave times from the served JCT model (`jct_leave_times`), the nodes held
-    for the head of `queue` ahead of `pod` (`head_reservation`, with `ScoringConfig.hold_for_blocked`), the room the
-    pods ranked above it are expected to take (`queue_claims`, with `ScoringConfig.shortest_first`; recorded in
-    `queue` for their grace period), then `filter_nodes`. `queue_key`, `scheduler` and `placement` are the pod's own
-    (`advisor.placement.queue`)."""
-    leaving = jct_leave_times(predictors, now_seconds)
-    labels: Labels = queue.node_labels
-    # The queue is sorted once per call, and only when a rule reads it.
-    pending = queue.pending() if config.hold_for_blocked or config.shortest_first else []
-    held = (
-        head_reservation(
-            pod,
-            queue_key,
-            scheduler,
-            pending,
-            nodes,
-            labels=labels,
-            config=config,
-            predictors=predictors,
-            leaving=leaving,
-            now_seconds=now_seconds,
-        )
-        if config.hold_for_blocked
-        else None
-    )
-    claim_log, rank = queue_claims(
-        pod,
-        queue_key,
-        scheduler,
-        pending,
-        nodes,
-        labels=labels,
-        config=config,
-        predictors=predictors,
-        now_seconds=now_seconds,
-        claimed_since=queue.claimed_since,
-    )
-    queue.note_claims((c.claimant.pod for c in claim_log), now_seconds)
-    return filter_nodes(
+    """The service's filter call (`run_filter`): residents' leave times from the served JCT model
+    (`jct_leave_times`), the nodes held for the head of `queue` ahead of `pod` (`head_reservation`, with
+    `ScoringConfig.hold_for_blocked`), the room the pods ranked above it are expected to take (`queue_claims`, with
+    `ScoringConfig.shortest_first`; recorded in `queue` for their grace period), then `filter_nodes`. `queue_key`,
+    `scheduler` and `placement` are the pod's own (`advisor.placement.queue`)."""
+    inputs = _ServiceInputs(pod, nodes, queue, queue_key, scheduler, config, predictors, now_seconds)
+    return run_filter(
         pod,
         names,
         nodes,
+        inputs,
         config=config,
-        now_seconds=now_seconds,
         predictors=predictors,
-        leaving=leaving,
-        usable=usable_nodes(placement, labels),
-        reservation=held,
-        claim_log=claim_log,
-        rank=rank,
+        usable=usable_nodes(placement, queue.node_labels),
+        now_seconds=now_seconds,
     )

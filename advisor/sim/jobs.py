@@ -26,7 +26,7 @@ import numpy as np
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_scores
-from advisor.placement.filter import QueueRules, pass_over
+from advisor.placement.filter import QueueRules, run_filter
 from advisor.placement.fragmentation import IntArray, TaskMix
 from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservation
 from advisor.placement.scoring import score_nodes
@@ -182,6 +182,22 @@ class KubeJobPolicy:
         node = int(nodes[best_index(used if self._most else -used, self._rng)])
         free = np.flatnonzero(state.allocated[node] == 0)[:gpus]
         return node, tuple(int(x) for x in free)
+
+
+@dataclass(frozen=True, slots=True)
+class _PassInputs:
+    """The simulated filter's inputs for one job (`advisor.placement.filter.FilterInputs`), found from the policy's
+    own queue: leave times as it believes them (None: the job does not wait), the head held this pass and the claims
+    of the waiting jobs ranked above it."""
+
+    leaving: LeaveTimes | None
+    queue: QueueRules
+
+    def leave_times(self) -> LeaveTimes | None:
+        return self.leaving
+
+    def queue_rules(self, leaving: LeaveTimes | None) -> QueueRules:
+        return self.queue
 
 
 class ExtenderJobPolicy:
@@ -379,37 +395,32 @@ class ExtenderJobPolicy:
     def _passed_over(
         self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, *, share: bool
     ) -> IntArray:
-        """The candidates left once the extender filter's rules (`advisor.placement.filter.pass_over`) have kept the
-        job off nodes held for the head (`hold`), off room that waiting jobs ranked above it are expected to take
-        (`_claims`) and off slower GPU models it would finish sooner by waiting for (every node's state given)."""
+        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, every node's state as the
+        job sees it): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
+        (`_claims`), not a slower GPU model it would finish sooner by waiting for. Candidates have room by
+        construction, so when no rule can apply the filter is not run."""
         held = self._held if self._held is not None and self._held.pod != job.job_id else None
-        queue = self._claims(job, state)
-        queue = QueueRules(held, queue.claim_log, queue.rank, queue.claim_nodes)
+        claimed = self._claims(job, state)
         waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
-        if held is None and not queue.claim_log and not waits:
+        if held is None and not claimed.claim_log and not waits:
             return candidates
-        # The reservation and the claims read only each node's GPU model; the wait rule, the node as the job sees it.
-        nodes = self._all_nodes(state, job, share, request.gang) if waits else self._current_nodes(state)
         names = [state.nodes[int(n)].name for n in candidates]
-        verdicts = pass_over(
+        passed, _ = run_filter(
             request,
             names,
-            nodes,
+            self._all_nodes(state, job, share, request.gang),
+            _PassInputs(
+                self._leave_times(state) if waits else None,
+                QueueRules(held, claimed.claim_log, claimed.rank, claimed.claim_nodes),
+            ),
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
-            leaving=self._leave_times(state) if waits else None,
-            queue=queue,
         )
-        if not verdicts:
+        if len(passed) == len(names):
             return candidates
-        keep: IntArray = candidates[[name not in verdicts for name in names]]
+        kept = set(passed)
+        keep: IntArray = candidates[[name in kept for name in names]]
         return keep
-
-    def _current_nodes(self, state: JobState) -> dict[str, NodeState]:
-        """Every node's state as last interned, whatever job it was interned for."""
-        return {
-            node.name: self._interner.states[int(self._interner.node_state[n])] for n, node in enumerate(state.nodes)
-        }
 
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
