@@ -14,9 +14,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from collector.access import GpuAccessMonitor
 from collector.attribution import build_snapshot
 from collector.backend import GpuBackend
-from collector.podmap import CgroupIdentity, CgroupUnreadableError, PidResolver, ProcCgroupResolver, ProcessGoneError
+from collector.podmap import (
+    CgroupIdentity,
+    CgroupOversizedError,
+    CgroupUnreadableError,
+    PidResolver,
+    ProcCgroupResolver,
+    ProcessGoneError,
+)
 from collector.pods import NoPods, PodLookup
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
@@ -31,7 +39,8 @@ class SnapshotSink(Protocol):
 
 
 class CollectorAgent:
-    """One node's collector. `resolver` defaults to the cgroup files under `proc_root`, `pods` to UID-only pods."""
+    """One node's collector. `resolver` defaults to the cgroup files under `proc_root`, `pods` to UID-only pods;
+    `access` (when the node object can be read) checks every cycle that NVML sees the node's GPUs."""
 
     def __init__(
         self,
@@ -44,6 +53,7 @@ class CollectorAgent:
         sinks: Sequence[SnapshotSink] = (),
         interval_seconds: float = 5.0,
         stats: CollectorStats | None = None,
+        access: GpuAccessMonitor | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not node:
@@ -57,10 +67,12 @@ class CollectorAgent:
         self.sinks = list(sinks)
         self.interval_seconds = interval_seconds
         self.stats = stats if stats is not None else CollectorStats()
+        self.access = access
         self._clock = clock
         self._latest: NodeSnapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cgroup_fault_logged = False
 
     @property
     def latest(self) -> NodeSnapshot | None:
@@ -72,27 +84,45 @@ class CollectorAgent:
         reading = self.backend.read()
         for kind, count in reading.error_counts:
             self.stats.add_error(kind, count)
+        if self.access is not None:
+            self.access.check(reading)
         identities: dict[int, CgroupIdentity | None] = {}
         gone: set[int] = set()
+        unresolved: set[int] = set()
         for gpu in reading.gpus:
             for process in gpu.processes:
-                if process.pid in identities or process.pid in gone:
+                pid = process.pid
+                if pid in identities or pid in gone or pid in unresolved:
                     continue
                 try:
-                    identities[process.pid] = self.resolver.resolve(process.pid)
+                    identities[pid] = self.resolver.resolve(pid)
                 except ProcessGoneError:
-                    gone.add(process.pid)
+                    gone.add(pid)
                     self.stats.add_error("process_gone")
+                except CgroupOversizedError as e:
+                    identities[pid] = e.identity
+                    self._cgroup_fault(e)
                 except CgroupUnreadableError as e:
-                    identities[process.pid] = None
-                    self.stats.add_error("cgroup")
-                    log.debug("%s", e)
+                    unresolved.add(pid)  # where it runs is unknown: not counted as host use
+                    self._cgroup_fault(e)
         timestamp = datetime.fromtimestamp(self._clock(), tz=UTC)
         snapshot = build_snapshot(
-            self.node, timestamp=timestamp, reading=reading, identities=identities, pods=self.pods, gone=gone
+            self.node,
+            timestamp=timestamp,
+            reading=reading,
+            identities=identities,
+            pods=self.pods,
+            gone=gone,
+            unresolved=unresolved,
         )
         self._latest = snapshot
         return snapshot
+
+    def _cgroup_fault(self, error: CgroupUnreadableError) -> None:
+        self.stats.add_error("cgroup")
+        if not self._cgroup_fault_logged:
+            self._cgroup_fault_logged = True
+            log.warning('%s (further cgroup faults are only counted: errors_total{kind="cgroup"})', error)
 
     def run_cycle(self) -> NodeSnapshot | None:
         """One cycle with bookkeeping: never raises; a failed cycle is counted (kind `cycle`) and logged."""
@@ -104,8 +134,10 @@ class CollectorAgent:
             self.stats.add_error("cycle")
             self.stats.record_cycle(time.perf_counter() - started, self._clock(), success=False)
             return None
-        for sink in self.sinks:
-            sink.submit(snapshot)
+        if self.access is None or self.access.problem is None:
+            # without GPU access the snapshot is empty: pushing it would tell the advisor the node has no GPUs
+            for sink in self.sinks:
+                sink.submit(snapshot)
         self.stats.record_cycle(time.perf_counter() - started, self._clock(), success=True)
         return snapshot
 

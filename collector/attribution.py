@@ -1,14 +1,22 @@
-"""Turns one backend reading plus PID→pod identities into a NodeSnapshot (pure: no /proc, no API, no NVML)."""
+"""Turns one backend reading plus PID→pod identities into a NodeSnapshot (pure: no /proc, no API, no NVML).
+
+A process is attributed to its pod (full identity from the pod index, or its UID alone), to the host (its cgroup
+names no pod), or, when its cgroup could not be read, to nobody: `owner_kind="unknown"`. An unreadable cgroup
+file says nothing about where the process runs, so it must not be counted as host use.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from datetime import datetime
 
-from collector.backend import GpuReading, NodeReading, ProcessReading
+from collector.backend import NodeReading
 from collector.podmap import CgroupIdentity
 from collector.pods import PodLookup
-from collector.snapshot import GpuSnapshot, Link, MigDeviceSnapshot, NodeSnapshot, PodRef, ProcessSnapshot
+from collector.snapshot import GpuSnapshot, NodeSnapshot, PodRef, ProcessSnapshot
+
+UNRESOLVED_OWNER_KIND = "unknown"
+UNRESOLVED = PodRef(owner_kind=UNRESOLVED_OWNER_KIND)
 
 
 def pod_ref(identity: CgroupIdentity | None, pods: PodLookup) -> PodRef | None:
@@ -29,44 +37,23 @@ def pod_ref(identity: CgroupIdentity | None, pods: PodLookup) -> PodRef | None:
     )
 
 
-def _process(reading: ProcessReading, identity: CgroupIdentity | None, pods: PodLookup) -> ProcessSnapshot:
-    return ProcessSnapshot(
-        pid=reading.pid,
-        memory_used_bytes=reading.memory_used_bytes,
-        sm_utilization_ratio=reading.sm_utilization_ratio,
-        pod=pod_ref(identity, pods),
-    )
-
-
-def _gpu(
-    gpu: GpuReading, identities: Mapping[int, CgroupIdentity | None], gone: Collection[int], pods: PodLookup
+def _attributed(
+    gpu: GpuSnapshot,
+    identities: Mapping[int, CgroupIdentity | None],
+    gone: Collection[int],
+    unresolved: Collection[int],
+    pods: PodLookup,
 ) -> GpuSnapshot:
-    return GpuSnapshot(
-        index=gpu.index,
-        uuid=gpu.uuid,
-        model=gpu.model,
-        pci_bus_id=gpu.pci_bus_id,
-        healthy=gpu.healthy,
-        memory_total_bytes=gpu.memory_total_bytes,
-        memory_used_bytes=gpu.memory_used_bytes,
-        utilization_ratio=gpu.utilization_ratio,
-        memory_bandwidth_utilization_ratio=gpu.memory_bandwidth_utilization_ratio,
-        power_watts=gpu.power_watts,
-        temperature_celsius=gpu.temperature_celsius,
-        energy_joules_total=gpu.energy_joules_total,
-        processes=tuple(_process(p, identities.get(p.pid), pods) for p in gpu.processes if p.pid not in gone),
-        mig_devices=tuple(
-            MigDeviceSnapshot(
-                index=m.index,
-                uuid=m.uuid,
-                gpu_instance_id=m.gpu_instance_id,
-                compute_instance_id=m.compute_instance_id,
-                memory_total_bytes=m.memory_total_bytes,
-                memory_used_bytes=m.memory_used_bytes,
-            )
-            for m in gpu.mig_devices
-        ),
-    )
+    if not gpu.processes:
+        return gpu
+    processes: list[ProcessSnapshot] = []
+    for process in gpu.processes:
+        if process.pid in gone:
+            continue
+        pod = UNRESOLVED if process.pid in unresolved else pod_ref(identities.get(process.pid), pods)
+        # validated when read: a copy with the pod filled in needs no second validation
+        processes.append(process.model_copy(update={"pod": pod}))
+    return gpu.model_copy(update={"processes": tuple(processes)})
 
 
 def build_snapshot(
@@ -77,12 +64,14 @@ def build_snapshot(
     identities: Mapping[int, CgroupIdentity | None],
     pods: PodLookup,
     gone: Collection[int] = (),
+    unresolved: Collection[int] = (),
 ) -> NodeSnapshot:
-    """The NodeSnapshot of one cycle. PIDs in `gone` exited before their cgroup was read and are left out."""
+    """The NodeSnapshot of one cycle. PIDs in `gone` exited before their cgroup was read and are left out; PIDs in
+    `unresolved` had a cgroup file that could not be read and are marked `owner_kind="unknown"`."""
     return NodeSnapshot(
         node=node,
         timestamp=timestamp,
         driver_version=reading.driver_version,
-        gpus=tuple(_gpu(g, identities, gone, pods) for g in reading.gpus),
-        links=tuple(Link(a=link.a, b=link.b, level=link.level) for link in reading.links),
+        gpus=tuple(_attributed(g, identities, gone, unresolved, pods) for g in reading.gpus),
+        links=reading.links,
     )

@@ -1,6 +1,8 @@
 """`gpuadvisor collector run`: the node agent's entrypoint (DESIGN §2/§3), registered in advisor/cli/main.py.
 
-Exit codes: 2 bad input, 3 a needed resource is missing (no NVML library, no Kubernetes API configuration).
+Exit codes: 2 bad input, 3 a needed resource is missing (no NVML library, no Kubernetes API configuration). A
+long-running collector with the Kubernetes API does not exit when NVML is missing: it reports the missing GPU access
+(`collector.access`) on /metrics and /healthz, where the DaemonSet's operators look.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Annotated, NoReturn, Protocol
 import typer
 from prometheus_client import CollectorRegistry, generate_latest
 
+from collector.access import GpuAccessMonitor, NoGpuBackend
 from collector.agent import CollectorAgent, SnapshotSink
 from collector.backend import BackendUnavailableError, GpuBackend
 from collector.exporter import MetricsServer, SnapshotCollector
@@ -105,6 +108,8 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     backend: GpuBackend
     resolver: PidResolver | None = None
     pods: PodLookup | None = None
+    nvml_error: str | None = None
+    access: GpuAccessMonitor | None = None
     if simulate is not None:
         simulated = SimulatedBackend(simulate, seed=seed, node=node_name)
         backend, resolver, pods = simulated, simulated, simulated.pods
@@ -114,7 +119,10 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
 
             backend = NvmlBackend(nvml_library or settings.nvml_library)
         except BackendUnavailableError as e:
-            fail(str(e), EXIT_UNAVAILABLE)
+            if once or not use_kube:
+                fail(str(e), EXIT_UNAVAILABLE)
+            # a DaemonSet pod without GPU access: keep serving /metrics and /healthz, which say so (collector.access)
+            backend, nvml_error = NoGpuBackend(), str(e)
 
     sinks: list[SnapshotSink] = []
     stoppables: list[_Stoppable] = []
@@ -128,6 +136,8 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
             fail(f"{e} (use --no-kube to run without it)", EXIT_UNAVAILABLE)
         index = kube.PodIndex(api, node_name, stats=stats)
         pods = index
+        if simulate is None:
+            access = GpuAccessMonitor(kube.NodeReader(api, node_name, stats=stats), stats=stats, nvml_error=nvml_error)
         if once:
             try:
                 index.refresh()
@@ -150,6 +160,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
         sinks=sinks,
         interval_seconds=interval_seconds,
         stats=stats,
+        access=access,
     )
     if once:
         snapshot = agent.run_cycle()

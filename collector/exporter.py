@@ -24,7 +24,18 @@ from collector.stats import CollectorStats
 GPU_LABELS = ("node", "gpu", "uuid")
 POD_LABELS = (*GPU_LABELS, "namespace", "pod", "container", "pod_uid", "owner_kind", "owner_name")
 HOST_OWNER_KIND = "host"
-ERROR_KINDS = ("nvml", "gpu_lost", "process_gone", "cgroup", "kube", "annotate", "push", "cycle")
+ERROR_KINDS = (
+    "nvml",
+    "gpu_lost",
+    "process_gone",
+    "cgroup",
+    "kube",
+    "annotate",
+    "push",
+    "push_retry",
+    "gpu_access",
+    "cycle",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +213,16 @@ class SnapshotCollector(Collector):
         )
         if view.last_success_timestamp_seconds is not None:
             last.add_metric([self._node], view.last_success_timestamp_seconds)
+        access = GaugeMetricFamily(
+            "gpuadvisor_collector_gpu_access_missing",
+            "1 when this collector cannot see the GPUs of its node (reason: nvml_unavailable, no_gpu_visible).",
+            labels=["node", "reason"],
+        )
+        access.add_metric([self._node, view.gpu_access_reason or ""], 0 if view.gpu_access_reason is None else 1)
         yield duration
         yield errors
         yield last
+        yield access
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -217,7 +235,9 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 
 class MetricsServer:
-    """`/metrics` (the registry) and `/healthz` (200 while the last successful cycle is recent, else 503)."""
+    """`/metrics` (the registry), `/healthz` (200 while the last successful cycle is recent, else 503 with the reason:
+    no cycle yet, a stale one, or no GPU access) and `/livez` (the same without GPU access: the DaemonSet's liveness
+    probe, since restarting a pod that has no GPU access would not give it any)."""
 
     def __init__(
         self,
@@ -241,17 +261,20 @@ class MetricsServer:
 
     def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
-        if path == "/healthz":
-            status, body = self._health()
+        if path in ("/healthz", "/livez"):
+            status, body = self._health(liveness=path == "/livez")
             start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
             return [body.encode()]
         if path in ("/metrics", "/"):
             return self._metrics(environ, start_response)  # type: ignore[no-any-return]
         start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [b"not found: try /metrics or /healthz\n"]
+        return [b"not found: try /metrics, /healthz or /livez\n"]
 
-    def _health(self) -> tuple[str, str]:
-        last = self._stats.view().last_success_timestamp_seconds
+    def _health(self, *, liveness: bool) -> tuple[str, str]:
+        view = self._stats.view()
+        if view.gpu_access_message is not None and not liveness:
+            return "503 Service Unavailable", view.gpu_access_message + "\n"
+        last = view.last_success_timestamp_seconds
         if last is None:
             return "503 Service Unavailable", "no successful collection cycle yet\n"
         age_seconds = self._clock() - last

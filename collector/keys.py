@@ -34,3 +34,5 @@ GANG_KEYS = ("scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
 # NVIDIA's device plugin and GPU feature discovery.
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"

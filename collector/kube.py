@@ -5,6 +5,7 @@
   TrialRun are top-level). An unreachable API server never empties the index: the last one is kept, errors are
   counted (kind `kube`) and the watch is retried with exponential backoff.
 - `PodAnnotator`: applies `collector.annotations` plans as JSON merge patches, on its own thread.
+- `NodeReader`: this node's object, whose labels and allocatable GPUs the GPU-access check compares with NVML.
 
 Shared by every Kubernetes adapter of the project (`profiler.kube`, `advisor.cluster.kube` import it; the collector
 is the lowest layer): loading the client's credentials (`load_client_config`, `make_api_client`) and one error tree —
@@ -108,6 +109,29 @@ def make_api_client(host: str | None = None) -> k8s.ApiClient:
 def _json(response: Any) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(response.data)
     return data
+
+
+class NodeReader:
+    """This node's object, for the GPU-access check (`collector.access`); None (counted, logged once) while the API
+    cannot answer."""
+
+    def __init__(self, api: k8s.ApiClient, node: str, *, stats: CollectorStats) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self.node = node
+        self._stats = stats
+        self._failing = False
+
+    def __call__(self) -> dict[str, Any] | None:
+        try:
+            node = _json(self._core.read_node(self.node, _preload_content=False, _request_timeout=10))
+        except TRANSIENT_ERRORS as e:
+            self._stats.add_error("kube")
+            if not self._failing:
+                self._failing = True
+                log.warning("cannot read node %s (GPU-access check waits for it): %s", self.node, e)
+            return None
+        self._failing = False
+        return node
 
 
 class OwnerResolver:

@@ -1,8 +1,15 @@
 """The NVML backend: the only module that imports pynvml (nvidia-ml-py).
 
+Drivers differ in which versions of an NVML function they export: an R470 driver has no `_v3` process lists and no
+`nvmlDeviceGetMemoryInfo_v2`, older ones lack `_v2` symbols too. nvidia-ml-py calls one fixed version (its
+unversioned process-list helpers raise `NVMLLibraryMismatchError`, which is no `NVMLError`). So, as nvitop does, the
+backend probes each versioned entry point once at start-up, newest first (`_v3`, `_v2`, then the unversioned v1
+symbol), and calls the one the driver has, with the structure layout of that version.
+
 Every query goes through `_Query.__call__`, which turns NVML "not supported" and "function not found" into None
 (the latter logged once per function), maps GPU_IS_LOST to an unhealthy GPU, and counts any other failure.
-Static facts (UUID, name, PCI bus id, topology) are read once at start-up; everything else each `read()`.
+Static facts (UUID, name, PCI bus id, topology) are read once at start-up; everything else each `read()`. A GPU
+that is lost before start-up (Xid 79: no handle at all) is reported unhealthy and asked for again every read.
 """
 
 from __future__ import annotations
@@ -18,15 +25,8 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from collector.backend import (
-    BackendUnavailableError,
-    GpuReading,
-    LinkReading,
-    MigReading,
-    NodeReading,
-    ProcessReading,
-)
-from collector.snapshot import LinkLevel
+from collector.backend import BackendUnavailableError, NodeReading
+from collector.snapshot import GpuSnapshot, Link, LinkLevel, MigDeviceSnapshot, ProcessSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,66 @@ _TOPOLOGY_LEVELS: dict[int, LinkLevel] = {
     pynvml.NVML_TOPOLOGY_NODE: LinkLevel.NUMA,
     pynvml.NVML_TOPOLOGY_SYSTEM: LinkLevel.SYSTEM,
 }
+_NOT_AVAILABLE_ULL = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t: what the unversioned process lists fill (drivers before the `_v2` functions)."""
+
+    _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
+
+
+class _ProcessInfoV2(ctypes.Structure):
+    """nvmlProcessInfo_v2_t: what `_v2` and `_v3` process lists fill (the layout nvidia-ml-py uses for both)."""
+
+    _fields_ = (
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    )
+
+
+# Each process list: (symbol, entry layout), newest first.
+_PROCESS_LISTS: tuple[tuple[tuple[str, type[ctypes.Structure]], ...], ...] = tuple(
+    ((f"{base}_v3", _ProcessInfoV2), (f"{base}_v2", _ProcessInfoV2), (base, _ProcessInfoV1))
+    for base in (
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+        "nvmlDeviceGetMPSComputeRunningProcesses",
+    )
+)
+# nvmlPciInfo_t v2/v3 carry the 32-character bus id in `busId`; v1 had a 16-character one where v2 has `busIdLegacy`.
+_PCI_INFO_VERSIONS = (
+    ("nvmlDeviceGetPciInfo_v3", "busId"),
+    ("nvmlDeviceGetPciInfo_v2", "busId"),
+    ("nvmlDeviceGetPciInfo", "busIdLegacy"),
+)
 
 
 class GpuLostError(Exception):
     """NVML answered GPU_IS_LOST for this device."""
+
+
+def _symbol(name: str) -> Any:
+    """The library's function `name`; raises NVMLError FUNCTION_NOT_FOUND when the driver does not export it."""
+    return pynvml._nvmlGetFunctionPointer(name)  # the bindings' own symbol cache and lock
+
+
+def _check(code: int) -> None:
+    if code != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(code)
+
+
+def _first_present(names: tuple[str, ...]) -> str | None:
+    """The first of `names` the loaded library exports (probed once at start-up: symbols do not come and go)."""
+    for name in names:
+        try:
+            _symbol(name)
+        except pynvml.NVMLError:
+            continue
+        return name
+    return None
 
 
 class _Query:
@@ -63,10 +119,18 @@ class _Query:
         self.errors: Counter[str] = Counter()
 
     def __call__(self, fn: Callable[..., T], *args: Any) -> T | None:
+        return self.named(fn.__name__, fn, *args)
+
+    def named(self, function: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """`fn(*args)`, with failures logged under the name `function`."""
         try:
             return fn(*args)
         except pynvml.NVMLError as e:
-            self.absorb(fn.__name__, e)
+            self.absorb(function, e)
+            return None
+        except pynvml.NVMLLibraryMismatchError:
+            # an unversioned helper of the bindings whose versioned symbol this driver lacks: function not found
+            self.absorb(function, pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND))
             return None
 
     def absorb(self, function: str, error: pynvml.NVMLError) -> None:
@@ -89,6 +153,9 @@ class _Identity:
     pci_bus_id: str
 
 
+_UNKNOWN = _Identity(uuid="", model="", pci_bus_id="")
+
+
 def _text(value: str | bytes | None) -> str:
     if value is None:
         return ""
@@ -97,6 +164,84 @@ def _text(value: str | bytes | None) -> str:
 
 def _ratio(percent: int | float | None) -> float | None:
     return None if percent is None else min(1.0, max(0.0, percent / 100.0))
+
+
+class _Driver:
+    """The entry points this driver has, chosen once, and calls through them with each version's layout."""
+
+    def __init__(self) -> None:
+        self.count_symbol = _first_present(("nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"))
+        self.handle_symbol = _first_present(("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"))
+        self.pci = next(((s, f) for s, f in _PCI_INFO_VERSIONS if _first_present((s,))), None)
+        self.memory_v2 = _first_present(("nvmlDeviceGetMemoryInfo_v2",)) is not None
+        self.process_lists = [
+            next(((s, layout) for s, layout in versions if _first_present((s,))), None) for versions in _PROCESS_LISTS
+        ]
+        chosen = [symbol for symbol, _ in filter(None, self.process_lists)]
+        log.info("NVML process lists through %s", ", ".join(chosen) or "no symbol: processes unknown")
+
+    def device_count(self) -> int:
+        if self.count_symbol is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        count = ctypes.c_uint(0)
+        _check(_symbol(self.count_symbol)(ctypes.byref(count)))
+        return int(count.value)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:  # noqa: N802 - named as the NVML call in the log
+        if self.handle_symbol is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        handle = pynvml.c_nvmlDevice_t()
+        _check(_symbol(self.handle_symbol)(ctypes.c_uint(index), ctypes.byref(handle)))
+        return handle
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> str:  # noqa: N802
+        if self.pci is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        symbol, field = self.pci
+        info = pynvml.nvmlPciInfo_t()  # the largest layout: v1's fields are a prefix of it
+        _check(_symbol(symbol)(handle, ctypes.byref(info)))
+        return _text(getattr(info, field))
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:  # noqa: N802
+        if self.memory_v2:
+            return pynvml.nvmlDeviceGetMemoryInfo(handle, pynvml.nvmlMemory_v2)
+        return pynvml.nvmlDeviceGetMemoryInfo(handle)
+
+
+def _running_processes(symbol: str, layout: type[ctypes.Structure], handle: Any) -> list[tuple[int, int | None]]:
+    """(pid, used bytes or None) of one process list, through `symbol` with its version's entry `layout`."""
+    fn = _symbol(symbol)
+    count = ctypes.c_uint(0)
+    code = fn(handle, ctypes.byref(count), None)
+    if code == pynvml.NVML_SUCCESS:
+        return []
+    if code != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise pynvml.NVMLError(code)
+    count.value = count.value * 2 + 5  # room for processes started between the two calls
+    entries = (layout * count.value)()
+    _check(fn(handle, ctypes.byref(count), entries))
+    return [
+        (int(e.pid), None if e.usedGpuMemory == _NOT_AVAILABLE_ULL else int(e.usedGpuMemory))
+        for e in entries[: count.value]
+    ]
+
+
+def _init_nvml() -> None:
+    """nvmlInit, with the older entry points for a library without nvmlInitWithFlags."""
+    try:
+        pynvml.nvmlInit()
+        return
+    except pynvml.NVMLError as e:
+        if e.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            raise
+    for name in ("nvmlInit_v2", "nvmlInit"):
+        try:
+            init = _symbol(name)
+        except pynvml.NVMLError:
+            continue
+        _check(init())
+        return
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
 
 class NvmlBackend:
@@ -114,39 +259,48 @@ class NvmlBackend:
             except OSError as e:
                 raise BackendUnavailableError(f"NVML library not found: {library_path} ({e})") from e
         try:
-            pynvml.nvmlInit()
+            _init_nvml()
         except pynvml.NVMLError_LibraryNotFound as e:
             raise BackendUnavailableError(f"NVML library not found: libnvidia-ml.so.1 ({e})") from e
         except pynvml.NVMLError as e:
             raise BackendUnavailableError(f"NVML initialisation failed: {e}") from e
         self._query = _Query()
         self._closed = False
+        self._driver = _Driver()
         self.driver_version = _text(self._query(pynvml.nvmlSystemGetDriverVersion))
         try:
-            count = pynvml.nvmlDeviceGetCount()
+            count = self._driver.device_count()
         except pynvml.NVMLError as e:
-            pynvml.nvmlShutdown()
+            self.close()
             raise BackendUnavailableError(f"NVML cannot list the GPUs: {e}") from e
-        self._handles: list[Any] = [self._query(pynvml.nvmlDeviceGetHandleByIndex, i) for i in range(count)]
+        self._handles: list[Any] = [None] * count
         self._identities: list[_Identity | None] = [None] * count
         self._last_sample_us = [0] * count
-        self._links: tuple[LinkReading, ...] | None = None
-        for index, handle in enumerate(self._handles):
-            if handle is not None:
-                # identities now, so a GPU lost later keeps its UUID label; a GPU lost already is counted by read()
-                with contextlib.suppress(GpuLostError):
-                    self._identity(index)
+        self._links: tuple[Link, ...] | None = None
+        for index in range(count):
+            # identities now, so a GPU lost later keeps its UUID label; a GPU lost already is counted by read()
+            with contextlib.suppress(GpuLostError):
+                self._handle(index)
+                self._identity(index)
+
+    def _handle(self, index: int) -> Any:
+        """The device handle, asked for again while NVML has none (raises GpuLostError while it cannot give one)."""
+        handle = self._handles[index]
+        if handle is None:
+            handle = self._handles[index] = self._query(self._driver.nvmlDeviceGetHandleByIndex, index)
+        if handle is None:
+            raise GpuLostError("nvmlDeviceGetHandleByIndex")
+        return handle
 
     def _identity(self, index: int) -> _Identity:
         known = self._identities[index]
         if known is not None:
             return known
         handle = self._handles[index]
-        pci = self._query(pynvml.nvmlDeviceGetPciInfo, handle)
         identity = _Identity(
             uuid=_text(self._query(pynvml.nvmlDeviceGetUUID, handle)),
             model=_text(self._query(pynvml.nvmlDeviceGetName, handle)),
-            pci_bus_id=_text(pci.busId) if pci is not None else "",
+            pci_bus_id=self._query(self._driver.nvmlDeviceGetPciInfo, handle) or "",
         )
         self._identities[index] = identity
         return identity
@@ -162,32 +316,25 @@ class NvmlBackend:
             error_counts=tuple(sorted(self._query.errors.items())),
         )
 
-    def _read_gpu(self, index: int) -> GpuReading:
-        handle = self._handles[index]
+    def _read_gpu(self, index: int) -> GpuSnapshot:
         try:
-            if handle is None:
-                handle = self._handles[index] = self._query(pynvml.nvmlDeviceGetHandleByIndex, index)
-            if handle is None:
-                raise GpuLostError("nvmlDeviceGetHandleByIndex")
-            identity = self._identity(index)
-            return self._read_healthy(index, handle, identity)
+            handle = self._handle(index)
+            return self._read_healthy(index, handle, self._identity(index))
         except GpuLostError:
             self._query.errors["gpu_lost"] += 1
-            known = self._identities[index] or _Identity(uuid="", model="", pci_bus_id="")
-            return GpuReading(
+            known = self._identities[index] or _UNKNOWN
+            return GpuSnapshot(
                 index=index, uuid=known.uuid, model=known.model, pci_bus_id=known.pci_bus_id, healthy=False
             )
 
-    def _read_healthy(self, index: int, handle: Any, identity: _Identity) -> GpuReading:
+    def _read_healthy(self, index: int, handle: Any, identity: _Identity) -> GpuSnapshot:
         q = self._query
-        memory = q(pynvml.nvmlDeviceGetMemoryInfo, handle, pynvml.nvmlMemory_v2) or q(
-            pynvml.nvmlDeviceGetMemoryInfo, handle
-        )
+        memory = q(self._driver.nvmlDeviceGetMemoryInfo, handle)
         rates = q(pynvml.nvmlDeviceGetUtilizationRates, handle)
         power_mw = q(pynvml.nvmlDeviceGetPowerUsage, handle)
         temperature = q(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
         energy_mj = q(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-        return GpuReading(
+        return GpuSnapshot(
             index=index,
             uuid=identity.uuid,
             model=identity.model,
@@ -204,22 +351,16 @@ class NvmlBackend:
             mig_devices=self._read_migs(handle),
         )
 
-    def _read_processes(self, index: int, handle: Any) -> tuple[ProcessReading, ...]:
-        q = self._query
+    def _read_processes(self, index: int, handle: Any) -> tuple[ProcessSnapshot, ...]:
         memory_by_pid: dict[int, int | None] = {}
-        for lister in (
-            pynvml.nvmlDeviceGetComputeRunningProcesses,
-            pynvml.nvmlDeviceGetGraphicsRunningProcesses,
-            pynvml.nvmlDeviceGetMPSComputeRunningProcesses,
-        ):
-            for info in q(lister, handle) or ():
-                used = None if info.usedGpuMemory is None else int(info.usedGpuMemory)
-                previous = memory_by_pid.get(info.pid)
+        for symbol, layout in filter(None, self._driver.process_lists):
+            for pid, used in self._query.named(symbol, _running_processes, symbol, layout, handle) or ():
+                previous = memory_by_pid.get(pid)
                 # a PID may be listed as compute and graphics; its memory is the same allocation, not a sum
-                memory_by_pid[info.pid] = used if previous is None else max(previous, used or 0)
+                memory_by_pid[pid] = used if previous is None else max(previous, used or 0)
         sm_by_pid = self._read_process_utilization(index, handle)
         return tuple(
-            ProcessReading(
+            ProcessSnapshot(
                 pid=pid,
                 memory_used_bytes=used,
                 sm_utilization_ratio=None if sm_by_pid is None else sm_by_pid.get(pid, 0.0),
@@ -249,12 +390,12 @@ class NvmlBackend:
             self._last_sample_us[index] = max(self._last_sample_us[index], sample.timeStamp)
         return {pid: ratio for pid, (_, ratio) in newest.items()}
 
-    def _read_migs(self, handle: Any) -> tuple[MigReading, ...]:
+    def _read_migs(self, handle: Any) -> tuple[MigDeviceSnapshot, ...]:
         q = self._query
         mode = q(pynvml.nvmlDeviceGetMigMode, handle)
         if not mode or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
             return ()
-        migs: list[MigReading] = []
+        migs: list[MigDeviceSnapshot] = []
         for slot in range(q(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
             try:
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
@@ -264,7 +405,7 @@ class NvmlBackend:
                 continue  # NOT_FOUND: no MIG device in this slot
             memory = q(pynvml.nvmlDeviceGetMemoryInfo, mig)
             migs.append(
-                MigReading(
+                MigDeviceSnapshot(
                     index=slot,
                     uuid=_text(q(pynvml.nvmlDeviceGetUUID, mig)),
                     gpu_instance_id=q(pynvml.nvmlDeviceGetGpuInstanceId, mig),
@@ -275,16 +416,16 @@ class NvmlBackend:
             )
         return tuple(migs)
 
-    def _read_links(self, gpus: tuple[GpuReading, ...]) -> tuple[LinkReading, ...]:
+    def _read_links(self, gpus: tuple[GpuSnapshot, ...]) -> tuple[Link, ...]:
         """Pairwise link levels between healthy GPUs; cached once every GPU answered (topology does not change)."""
-        links: list[LinkReading] = []
+        links: list[Link] = []
         for a in range(len(gpus)):
             for b in range(a + 1, len(gpus)):
                 if not (gpus[a].healthy and gpus[b].healthy):
                     continue
                 level = self._link_level(self._handles[a], self._handles[b])
                 if level is not None:
-                    links.append(LinkReading(a, b, level))
+                    links.append(Link(a=a, b=b, level=level))
         if all(g.healthy for g in gpus):
             self._links = tuple(links)
         return tuple(links)
@@ -303,4 +444,5 @@ class NvmlBackend:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._query(pynvml.nvmlShutdown)
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()

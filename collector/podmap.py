@@ -38,8 +38,21 @@ class ProcessGoneError(LookupError):
     """The PID has no /proc entry any more (it exited between the NVML read and the /proc read)."""
 
 
+# A kernel writes one short line per hierarchy (v1 has about a dozen); 64 KiB holds any real file many times over.
+CGROUP_READ_LIMIT_BYTES = 64 * 1024
+
+
 class CgroupUnreadableError(OSError):
-    """The cgroup file exists but cannot be read (permissions, I/O error)."""
+    """The cgroup file exists but cannot be read (permissions, I/O error), or is over the read limit without naming
+    a pod in the part that was read: where the process runs is then unknown (not "host")."""
+
+
+class CgroupOversizedError(CgroupUnreadableError):
+    """The cgroup file is over the read limit, but the part read names the process's pod (`identity`)."""
+
+    def __init__(self, message: str, identity: CgroupIdentity) -> None:
+        super().__init__(message)
+        self.identity = identity
 
 
 def parse_cgroup_path(path: str) -> CgroupIdentity | None:
@@ -79,19 +92,28 @@ def parse_cgroup(text: str) -> CgroupIdentity | None:
 
 
 def read_identity(proc_root: Path | str, pid: int) -> CgroupIdentity | None:
-    """Read and parse `<proc_root>/<pid>/cgroup`.
+    """Read and parse `<proc_root>/<pid>/cgroup`, at most CGROUP_READ_LIMIT_BYTES of it.
 
-    Raises ProcessGoneError when the process no longer exists, CgroupUnreadableError when the file cannot be read.
+    Raises ProcessGoneError when the process no longer exists, CgroupUnreadableError when the file cannot be read
+    or is over the limit without a pod in its complete lines, CgroupOversizedError (carrying the identity) when it is
+    over the limit but names a pod.
     """
     path = f"{proc_root}/{pid}/cgroup"  # string join: this runs for every GPU process every cycle
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(CGROUP_READ_LIMIT_BYTES + 1)
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as e:
         raise ProcessGoneError(f"process {pid} has no {path}") from e
     except OSError as e:
         raise CgroupUnreadableError(f"cannot read {path}: {e}") from e
-    return parse_cgroup(raw.decode("utf-8", errors="replace"))
+    if len(raw) <= CGROUP_READ_LIMIT_BYTES:
+        return parse_cgroup(raw.decode("utf-8", errors="replace"))
+    complete_lines = raw[:CGROUP_READ_LIMIT_BYTES].rpartition(b"\n")[0]
+    identity = parse_cgroup(complete_lines.decode("utf-8", errors="replace"))
+    why = f"{path} is over {CGROUP_READ_LIMIT_BYTES} bytes (read no further)"
+    if identity is None:
+        raise CgroupUnreadableError(f"{why}; no pod in what was read")
+    raise CgroupOversizedError(why, identity)
 
 
 class PidResolver(Protocol):

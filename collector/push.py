@@ -3,7 +3,8 @@
 The advisor runs as several replicas behind a headless Service and each replica must hold the whole cluster state,
 so the collector sends each snapshot to every A/AAAA record. Sending happens on a background thread fed by a small
 queue that drops the oldest snapshot when full: a slow or unreachable advisor never stalls the collection cycle.
-Failures and drops are counted as `gpuadvisor_collector_errors_total{kind="push"}`.
+Failures and drops are counted as `gpuadvisor_collector_errors_total{kind="push"}`. A push that finds its kept-alive
+connection closed by the advisor is sent once more on a fresh connection (counted as `kind="push_retry"`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from collector.stats import CollectorStats
 log = logging.getLogger(__name__)
 
 TELEMETRY_PATH = "/v1/telemetry"
+# How long the advisor keeps an idle connection open (uvicorn's timeout_keep_alive, set where `advisor serve` and
+# `up` start it): above any usual push interval, so a push seldom races the server closing the kept connection.
+ADVISOR_KEEP_ALIVE_SECONDS = 75
+# The server closed a kept-alive connection as the request went out: nothing was processed, a fresh connection works.
+_DISCONNECTS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +94,36 @@ class SnapshotPusher:
         self.advisor_url = advisor_url
         self._stats = stats
         self._resolve = resolve
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(timeout=timeout_seconds, headers=headers, transport=transport)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout_seconds = timeout_seconds
+        self._transport = transport
+        self._client = self._new_client()
         self._queue: queue.Queue[NodeSnapshot | None] = queue.Queue(maxsize=queue_size)
         self._thread = threading.Thread(target=self._run, name="collector-push", daemon=True)
         self._failing: set[str] = set()
         self.sent = 0
+
+    def _new_client(self) -> httpx.Client:
+        return httpx.Client(timeout=self._timeout_seconds, headers=self._headers, transport=self._transport)
+
+    def _post(self, target: PushTarget, body: bytes) -> httpx.Response:
+        """POST once; when the server dropped the kept connection, once more on a fresh one (counted `push_retry`)."""
+        try:
+            return self._send(target, body)
+        except _DISCONNECTS as e:
+            self._stats.add_error("push_retry")
+            log.debug("push to %s: %s; retrying on a fresh connection", target.url, e)
+        self._client.close()  # drops every pooled connection, so the retry cannot reuse a stale one
+        self._client = self._new_client()
+        return self._send(target, body)
+
+    def _send(self, target: PushTarget, body: bytes) -> httpx.Response:
+        return self._client.post(
+            target.url,
+            content=body,
+            headers={"Host": target.host_header, "Content-Type": "application/json"},
+            extensions={"sni_hostname": target.server_name},
+        )
 
     def submit(self, snapshot: NodeSnapshot) -> None:
         """Queue a snapshot without blocking; when the queue is full the oldest one is dropped and counted."""
@@ -119,12 +149,7 @@ class SnapshotPusher:
         accepted = 0
         for target in targets:
             try:
-                response = self._client.post(
-                    target.url,
-                    content=body,
-                    headers={"Host": target.host_header, "Content-Type": "application/json"},
-                    extensions={"sni_hostname": target.server_name},
-                )
+                response = self._post(target, body)
             except httpx.HTTPError as e:
                 self._note_failure(target.url, f"{type(e).__name__}: {e}")
                 continue

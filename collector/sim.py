@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collector.backend import GpuReading, LinkReading, NodeReading, ProcessReading
+from collector.backend import NodeReading
 from collector.keys import WORKLOAD_LABEL
 from collector.podmap import CgroupIdentity, ProcessGoneError
 from collector.pods import PodInfo, StaticPods
-from collector.snapshot import LinkLevel
+from collector.snapshot import GpuSnapshot, Link, LinkLevel, ProcessSnapshot
 
 GIB = 1024**3
 SIM_WORKLOADS: tuple[tuple[str, int], ...] = (
@@ -130,11 +130,11 @@ class SimulatedBackend:
         self._last_read_s = now
         self._reads += 1
         phase = self._reads / 7.0
-        gpus: list[GpuReading] = []
+        gpus: list[GpuSnapshot] = []
         for gpu in range(self.gpu_count):
             residents = [r for r in self._residents if r.gpu == gpu]
             processes = tuple(
-                ProcessReading(
+                ProcessSnapshot(
                     pid=r.pid,
                     memory_used_bytes=r.memory_bytes,
                     sm_utilization_ratio=_clamp(r.base_sm_ratio + 0.08 * math.sin(phase + r.pid)),
@@ -146,7 +146,7 @@ class SimulatedBackend:
             self._energy_joules[gpu] += power_watts * elapsed_s
             used_bytes = min(self.memory_total_bytes, sum(r.memory_bytes for r in residents) + (512 << 20))
             gpus.append(
-                GpuReading(
+                GpuSnapshot(
                     index=gpu,
                     uuid=self._uuids[gpu],
                     model=self.model,
@@ -162,7 +162,9 @@ class SimulatedBackend:
                 )
             )
         links = tuple(
-            LinkReading(a, b, sim_link_level(a, b)) for a in range(self.gpu_count) for b in range(a + 1, self.gpu_count)
+            Link(a=a, b=b, level=sim_link_level(a, b))
+            for a in range(self.gpu_count)
+            for b in range(a + 1, self.gpu_count)
         )
         return NodeReading(driver_version="550.54.15-sim", gpus=tuple(gpus), links=links)
 

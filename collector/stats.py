@@ -14,16 +14,19 @@ class StatsView:
     errors: dict[str, int] = field(default_factory=dict)
     cycle_duration_seconds: float | None = None
     last_success_timestamp_seconds: float | None = None
+    gpu_access_reason: str | None = None
+    gpu_access_message: str | None = None
 
 
 class CollectorStats:
-    """Thread-safe counters; error kinds: nvml, gpu_lost, process_gone, cgroup, kube, annotate, push, cycle."""
+    """Thread-safe counters (error kinds: `collector.exporter.ERROR_KINDS`) and the GPU-access problem, if any."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._errors: Counter[str] = Counter()
         self._cycle_duration_seconds: float | None = None
         self._last_success_timestamp_seconds: float | None = None
+        self._gpu_access: tuple[str | None, str | None] = (None, None)
 
     def add_error(self, kind: str, count: int = 1) -> None:
         if count <= 0:
@@ -37,10 +40,17 @@ class CollectorStats:
             if success:
                 self._last_success_timestamp_seconds = finished_at_seconds
 
+    def set_gpu_access_problem(self, reason: str | None, message: str | None) -> None:
+        """`collector.access`: why this collector cannot see its node's GPUs (metric label, text), or None twice."""
+        with self._lock:
+            self._gpu_access = (reason, message)
+
     def view(self) -> StatsView:
         with self._lock:
             return StatsView(
                 errors=dict(self._errors),
                 cycle_duration_seconds=self._cycle_duration_seconds,
                 last_success_timestamp_seconds=self._last_success_timestamp_seconds,
+                gpu_access_reason=self._gpu_access[0],
+                gpu_access_message=self._gpu_access[1],
             )

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from collector.backend import GpuBackend, GpuReading
+from collector.backend import GpuBackend
+from collector.snapshot import GpuSnapshot
 from profiler.progress import parse_progress
 from profiler.results import Phase, TrialOutcome
 from profiler.sampling import process_tree, telemetry_for
@@ -76,7 +77,7 @@ class LocalRunner:
             )
         return [self.run_trial(run, trial) for trial in self.trials(run)]
 
-    def _gpus(self) -> list[GpuReading]:
+    def _gpus(self) -> list[GpuSnapshot]:
         if self.backend is None:
             return []
         return sorted((g for g in self.backend.read().gpus if g.healthy), key=lambda g: g.index)

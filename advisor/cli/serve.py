@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from advisor.api import create_app
 from advisor.cli.common import fail
 from advisor.settings import AdvisorSettings
+from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 from profiler.store import db
 
 app = typer.Typer(help="The advisor service.", no_args_is_help=True)
@@ -54,7 +55,10 @@ def run_server(settings: AdvisorSettings, host: str, port: int, log_level: str =
         fail(str(e))
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
-    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+    # keep-alive above the collectors' push interval: a push never races the server closing the connection
+    uvicorn.run(
+        api, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS
+    )
 
 
 @app.command()

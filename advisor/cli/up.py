@@ -37,7 +37,7 @@ from advisor.models.reference import train_reference_models
 from advisor.settings import AdvisorSettings
 from collector.agent import CollectorAgent
 from collector.backend import BackendUnavailableError, GpuBackend
-from collector.push import SnapshotPusher
+from collector.push import ADVISOR_KEEP_ALIVE_SECONDS, SnapshotPusher
 from collector.settings import CollectorSettings
 from collector.sim import SimulatedBackend
 from collector.stats import CollectorStats
@@ -172,7 +172,9 @@ def wait_for(check: Callable[[], bool], timeout_seconds: float, alive: Callable[
 def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port: int) -> tuple[str, AppContext]:
     """Serve the advisor on a background thread (uvicorn leaves signals to the main thread); base URL and context."""
     app = create_app(settings)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS
+    )
     stack.server = uvicorn.Server(config)
     stack.server_thread = threading.Thread(target=stack.server.run, name="advisor", daemon=True)
     stack.server_thread.start()

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from collector.agent import CollectorAgent
-from collector.backend import GpuReading, NodeReading, ProcessReading
+from collector.backend import NodeReading
+from collector.exporter import SnapshotCollector
 from collector.nvml import NvmlBackend
 from collector.pods import PodInfo, StaticPods
 from collector.sim import SimulatedBackend
-from collector.snapshot import NodeSnapshot, PodRef
+from collector.snapshot import GpuSnapshot, NodeSnapshot, PodRef, ProcessSnapshot
 from tests.collector.conftest import ConfigureNvml, write_proc
 from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, FakeProcess
 from tests.support.net import wait_until
@@ -56,12 +59,16 @@ def test_processes_attributed_to_pods_through_proc_and_index(tmp_path: Path) -> 
     reading = NodeReading(
         driver_version="550",
         gpus=(
-            GpuReading(
+            GpuSnapshot(
                 index=0,
                 uuid="GPU-0",
                 model="m",
                 pci_bus_id="p",
-                processes=(ProcessReading(10, GIB, 0.5), ProcessReading(11, GIB, 0.1), ProcessReading(12, GIB, 0.2)),
+                processes=(
+                    ProcessSnapshot(pid=10, memory_used_bytes=GIB, sm_utilization_ratio=0.5),
+                    ProcessSnapshot(pid=11, memory_used_bytes=GIB, sm_utilization_ratio=0.1),
+                    ProcessSnapshot(pid=12, memory_used_bytes=GIB, sm_utilization_ratio=0.2),
+                ),
             ),
         ),
     )
@@ -169,3 +176,40 @@ def test_agent_loop_runs_until_stopped() -> None:
         agent.stop()
     count = len(recorder.snapshots)
     assert wait_until(lambda: len(recorder.snapshots) > count, timeout_s=0.2, interval_s=0.05) is False
+
+
+def test_unreadable_and_oversized_cgroups_are_counted_and_never_shown_as_host(
+    configure_nvml: ConfigureNvml, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the stand-in NVML and the Prometheus exposition: 20 GiB of a pod whose cgroup file cannot be read
+    is `owner_kind="unknown"`, not host; a huge cgroup file is read only as far as the limit."""
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(uuid="GPU-0", processes=[FakeProcess(10, 20 * GIB), FakeProcess(11, GIB), FakeProcess(12, GIB)])
+            ]
+        )
+    )
+    proc = write_proc(tmp_path / "proc", {11: f"0::/kubepods/besteffort/pod{UID}/{CID}\n" + "1:x:/y\n" * 20_000})
+    (proc / "10" / "cgroup").mkdir(parents=True)  # the file exists but cannot be read
+    (proc / "12").mkdir()
+    (proc / "12" / "cgroup").write_text("1:x:/y\n" * 20_000 + f"0::/kubepods/besteffort/pod{UID}/{CID}\n")
+    backend = NvmlBackend()
+    try:
+        agent = CollectorAgent(backend=backend, node="n1", proc_root=proc)
+        with caplog.at_level(logging.WARNING, logger="collector.agent"):
+            snapshot = agent.collect_once()
+            agent.collect_once()
+    finally:
+        backend.close()
+    pods = {p.pid: p.pod for p in snapshot.gpus[0].processes}
+    assert pods == {10: PodRef(owner_kind="unknown"), 11: PodRef(uid=UID), 12: PodRef(owner_kind="unknown")}
+    assert agent.stats.view().errors == {"cgroup": 6}  # three faults per cycle, two cycles
+    assert len([r for r in caplog.records if "cgroup" in r.getMessage()]) == 1  # logged once, then counted
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(lambda: agent.latest, agent.stats, "n1"))
+    labels = {"node": "n1", "gpu": "0", "uuid": "GPU-0", "namespace": "", "pod": "", "container": "", "owner_name": ""}
+    memory = "gpuadvisor_pod_gpu_memory_used_bytes"
+    assert registry.get_sample_value(memory, {**labels, "pod_uid": "", "owner_kind": "unknown"}) == 21 * GIB
+    assert registry.get_sample_value(memory, {**labels, "pod_uid": UID, "owner_kind": ""}) == GIB
+    assert registry.get_sample_value(memory, {**labels, "pod_uid": "", "owner_kind": "host"}) is None

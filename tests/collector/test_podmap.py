@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.podmap import CgroupIdentity, ProcCgroupResolver, ProcessGoneError, parse_cgroup, read_identity
+from collector.podmap import (
+    CGROUP_READ_LIMIT_BYTES,
+    CgroupIdentity,
+    CgroupOversizedError,
+    CgroupUnreadableError,
+    ProcCgroupResolver,
+    ProcessGoneError,
+    parse_cgroup,
+    read_identity,
+)
 from tests.collector.conftest import write_proc
 
 UID = "6e0b2d3c-1234-4abc-8def-0123456789ab"
@@ -99,3 +108,23 @@ def test_reads_fixture_proc_tree_and_reports_vanished_pids(tmp_path: Path) -> No
     assert resolver.resolve(7) is None
     with pytest.raises(ProcessGoneError, match="99"):
         read_identity(root, 99)
+
+
+def test_unreadable_cgroup_file_is_an_error_not_a_host_process(tmp_path: Path) -> None:
+    (tmp_path / "42" / "cgroup").mkdir(parents=True)  # exists, cannot be read as a file (even by root)
+    with pytest.raises(CgroupUnreadableError, match="cannot read"):
+        read_identity(tmp_path, 42)
+
+
+def test_oversized_cgroup_file_is_read_only_up_to_the_limit(tmp_path: Path) -> None:
+    filler = "".join(f"{i}:name=x{i}:/system.slice/filler-{i:06d}.service\n" for i in range(2000))
+    assert len(filler) > CGROUP_READ_LIMIT_BYTES
+    pod_line = f"0::/kubepods/besteffort/pod{UID}/{CID}\n"
+    root = write_proc(tmp_path, {1: pod_line + filler, 2: filler + pod_line, 3: pod_line[:CGROUP_READ_LIMIT_BYTES]})
+    with pytest.raises(CgroupOversizedError) as first:
+        read_identity(root, 1)
+    assert first.value.identity == CgroupIdentity(UID, CID)  # named in the lines that were read
+    with pytest.raises(CgroupUnreadableError, match=f"over {CGROUP_READ_LIMIT_BYTES} bytes") as last:
+        read_identity(root, 2)
+    assert not isinstance(last.value, CgroupOversizedError)  # the pod line lies beyond the limit: unknown
+    assert read_identity(root, 3) == CgroupIdentity(UID, CID)  # under the limit: read whole

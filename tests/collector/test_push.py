@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -131,3 +133,86 @@ def test_a_hung_advisor_never_blocks_submit() -> None:
         pusher.stop()
         server.shutdown()
         server.server_close()
+
+
+class _DroppingAdvisor:
+    """Answers the first request of each connection and keeps it open, then closes it on the next request without
+    answering: what a server does when its keep-alive timeout fires just as the client reuses the connection."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.answered = 0
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _read_request(conn: socket.socket) -> bool:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        while len(body) < length:
+            body += conn.recv(65536)
+        return True
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            if self._read_request(conn):
+                conn.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n")
+                self.answered += 1
+                self._read_request(conn)  # the next request on this connection: dropped unanswered
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_push_on_a_connection_the_advisor_just_closed_is_retried_once_on_a_fresh_one() -> None:
+    advisor = _DroppingAdvisor()
+    stats = CollectorStats()
+    pusher = SnapshotPusher(f"http://127.0.0.1:{advisor.port}", stats=stats, timeout_seconds=2)
+    try:
+        assert [pusher.send(SNAPSHOT) for _ in range(3)] == [1, 1, 1]  # none lost to "Server disconnected"
+    finally:
+        pusher.stop()
+        advisor.close()
+    assert advisor.answered == 3
+    assert advisor.connections == 3
+    assert stats.view().errors == {"push_retry": 2}  # survived, and counted
+
+
+def test_a_second_disconnect_is_a_failed_push() -> None:
+    """The retry is one attempt: an advisor that drops every connection costs two tries, then counts as failed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def drop_all() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+
+    threading.Thread(target=drop_all, daemon=True).start()
+    stats = CollectorStats()
+    pusher = SnapshotPusher(f"http://127.0.0.1:{listener.getsockname()[1]}", stats=stats, timeout_seconds=2)
+    try:
+        assert pusher.send(SNAPSHOT) == 0
+    finally:
+        pusher.stop()
+        listener.close()
+    assert stats.view().errors == {"push_retry": 1, "push": 1}

@@ -31,6 +31,7 @@ def test_every_alert_of_the_issue_exists_and_is_unit_tested() -> None:
         "GpuadvisorGpuUnhealthy",
         "GpuadvisorCollectorDown",
         "GpuadvisorCollectorStale",
+        "GpuadvisorCollectorNoGpuAccess",
         "GpuadvisorGpuAllocatedIdle",
         "GpuadvisorAdvisorLatencyHigh",
         "GpuadvisorAdvisorNoModel",

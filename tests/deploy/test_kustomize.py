@@ -166,7 +166,8 @@ def test_collector_reads_the_host_without_extra_privileges(objects: list[Obj]) -
     assert {t["key"] for t in spec["tolerations"]} == {"nvidia.com/gpu"}
     assert container["resources"]["requests"]
     assert container["resources"]["limits"]["memory"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"  # a pod without GPU access is not restarted
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"  # but is not Ready
 
 
 def test_profiler_probes_the_port_and_path_kopf_serves(objects: list[Obj]) -> None:

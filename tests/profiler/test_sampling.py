@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.backend import GpuReading, NodeReading, ProcessReading
+from collector.backend import NodeReading
+from collector.snapshot import GpuSnapshot, ProcessSnapshot
 from profiler.sampling import process_tree, telemetry_for
 
 
-def _gpu(index: int, *processes: ProcessReading, utilization: float | None = 0.9) -> GpuReading:
-    return GpuReading(
+def _gpu(index: int, *processes: ProcessSnapshot, utilization: float | None = 0.9) -> GpuSnapshot:
+    return GpuSnapshot(
         index=index,
         uuid=f"GPU-{index}",
         model="NVIDIA A100",
@@ -25,9 +26,13 @@ def test_a_side_gets_its_own_processes_memory_and_utilisation_across_its_gpus() 
     reading = NodeReading(
         driver_version="550",
         gpus=(
-            _gpu(0, ProcessReading(10, 2 << 30, 0.4), ProcessReading(99, 5 << 30, 0.5)),
-            _gpu(1, ProcessReading(11, 1 << 30, None), utilization=0.7),
-            _gpu(2, ProcessReading(99, 1 << 30, 0.2)),
+            _gpu(
+                0,
+                ProcessSnapshot(pid=10, memory_used_bytes=2 << 30, sm_utilization_ratio=0.4),
+                ProcessSnapshot(pid=99, memory_used_bytes=5 << 30, sm_utilization_ratio=0.5),
+            ),
+            _gpu(1, ProcessSnapshot(pid=11, memory_used_bytes=1 << 30, sm_utilization_ratio=None), utilization=0.7),
+            _gpu(2, ProcessSnapshot(pid=99, memory_used_bytes=1 << 30, sm_utilization_ratio=0.2)),
         ),
     )
     sample = telemetry_for(reading, {10, 11}, 5.0)

@@ -5,7 +5,8 @@
  * collector keeps its handles. Format: see tests/support/fake_nvml.py, which writes it.
  *
  * Build: gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
- * Define OMIT_<function> to leave a symbol out (NVML "function not found" in pynvml).
+ * Define OMIT_<function> to leave a symbol out (NVML "function not found" in pynvml); OMIT_v3 / OMIT_v2 leave out
+ * every process list of that version, as older drivers do.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -50,6 +51,7 @@ typedef struct { unsigned long long total, free, used; } mem_t;
 typedef struct { unsigned version; unsigned long long total, reserved, free, used; } mem2_t;
 typedef struct { unsigned gpu, memory; } util_t;
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } pinfo_t;
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; } pinfo_v1_t;
 typedef struct { unsigned pid; unsigned long long timeStamp; unsigned smUtil, memUtil, encUtil, decUtil; } psample_t;
 
 static device_t gpus[MAX_GPUS];
@@ -178,15 +180,20 @@ static int put_str(const char *value, char *buf, unsigned len) {
     return OK;
 }
 
-int nvmlInitWithFlags(unsigned flags) {
-    (void)flags;
+static int init(void) {
     refresh();
     if (init_error) return init_error;
     initialized++;
     return OK;
 }
-int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
-int nvmlInit(void) { return nvmlInitWithFlags(0); }
+#ifndef OMIT_nvmlInitWithFlags
+int nvmlInitWithFlags(unsigned flags) {
+    (void)flags;
+    return init();
+}
+#endif
+int nvmlInit_v2(void) { return init(); }
+int nvmlInit(void) { return init(); }
 int nvmlShutdown(void) {
     if (!initialized) return UNINITIALIZED;
     initialized--;
@@ -208,19 +215,29 @@ int nvmlSystemGetNVMLVersion(char *buf, unsigned len) {
     refresh();
     return initialized ? put_str("12.550.54.15", buf, len) : UNINITIALIZED;
 }
-int nvmlDeviceGetCount_v2(unsigned *count) {
+static int device_count(unsigned *count) {
     refresh();
     if (!initialized) return UNINITIALIZED;
     *count = (unsigned)ngpus;
     return OK;
 }
-int nvmlDeviceGetHandleByIndex_v2(unsigned index, device_t **dev) {
+#ifndef OMIT_nvmlDeviceGetCount_v2
+int nvmlDeviceGetCount_v2(unsigned *count) { return device_count(count); }
+#endif
+int nvmlDeviceGetCount(unsigned *count) { return device_count(count); }
+/* A GPU that fell off the bus (Xid 79) has no handle at all: NVML answers GPU_IS_LOST for it. */
+static int handle_by_index(unsigned index, device_t **dev) {
     refresh();
     if (!initialized) return UNINITIALIZED;
     if (index >= (unsigned)ngpus) return INVALID_ARGUMENT;
+    if (gpus[index].lost) return GPU_IS_LOST;
     *dev = &gpus[index];
     return OK;
 }
+#ifndef OMIT_nvmlDeviceGetHandleByIndex_v2
+int nvmlDeviceGetHandleByIndex_v2(unsigned index, device_t **dev) { return handle_by_index(index, dev); }
+#endif
+int nvmlDeviceGetHandleByIndex(unsigned index, device_t **dev) { return handle_by_index(index, dev); }
 int nvmlDeviceGetIndex(device_t *dev, unsigned *index) {
     int r = check(dev, -1);
     if (r) return r;
@@ -235,12 +252,28 @@ int nvmlDeviceGetName(device_t *dev, char *buf, unsigned len) {
     int r = check(dev, E_NAME);
     return r ? r : put_str(dev->name, buf, len);
 }
-int nvmlDeviceGetPciInfo_v3(device_t *dev, pci_t *pci) {
+/* The legacy bus id has a 4-digit domain ("0000:17:00.0"); the configured one may have NVML's 8-digit form. */
+static const char *legacy_bus_id(const char *pci) { return strlen(pci) == 16 ? pci + 4 : pci; }
+static int pci_info(device_t *dev, pci_t *pci) {
     int r = check(dev, E_PCI);
     if (r) return r;
     memset(pci, 0, sizeof *pci);
     snprintf(pci->busId, sizeof pci->busId, "%.31s", dev->pci);
-    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", dev->pci);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", legacy_bus_id(dev->pci));
+    return OK;
+}
+#ifndef OMIT_nvmlDeviceGetPciInfo_v3
+int nvmlDeviceGetPciInfo_v3(device_t *dev, pci_t *pci) { return pci_info(dev, pci); }
+#endif
+#ifndef OMIT_nvmlDeviceGetPciInfo_v2
+int nvmlDeviceGetPciInfo_v2(device_t *dev, pci_t *pci) { return pci_info(dev, pci); }
+#endif
+/* v1 layout: the 16-byte bus id comes first (where v2 has busIdLegacy), then the same ids, then reserved words. */
+int nvmlDeviceGetPciInfo(device_t *dev, pci_t *pci) {
+    int r = check(dev, E_PCI);
+    if (r) return r;
+    memset(pci, 0, 52);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", legacy_bus_id(dev->pci));
     return OK;
 }
 int nvmlDeviceGetMemoryInfo(device_t *dev, mem_t *mem) {
@@ -292,7 +325,8 @@ int nvmlDeviceGetTotalEnergyConsumption(device_t *dev, unsigned long long *mj) {
 }
 #endif
 
-static int list_procs(device_t *dev, int kind, unsigned *count, pinfo_t *infos) {
+/* Fills v2/v3 entries (pinfo_t) or, with v1 set, the 16-byte nvmlProcessInfo_v1_t of the unversioned lists. */
+static int list_procs(device_t *dev, int kind, unsigned *count, void *out, int v1) {
     int r = check(dev, E_PROCS);
     if (r) return r;
     if (dev->is_mig) return NOT_SUPPORTED;
@@ -306,18 +340,40 @@ static int list_procs(device_t *dev, int kind, unsigned *count, pinfo_t *infos) 
     unsigned j = 0;
     for (int i = 0; i < dev->nprocs; i++) {
         if (all[i].kind != kind) continue;
-        infos[j].pid = all[i].pid;
-        infos[j].usedGpuMemory = all[i].used;
-        infos[j].gpuInstanceId = 0xFFFFFFFF;
-        infos[j].computeInstanceId = 0xFFFFFFFF;
+        if (v1) {
+            pinfo_v1_t *info = (pinfo_v1_t *)out + j;
+            info->pid = all[i].pid;
+            info->usedGpuMemory = all[i].used;
+        } else {
+            pinfo_t *info = (pinfo_t *)out + j;
+            info->pid = all[i].pid;
+            info->usedGpuMemory = all[i].used;
+            info->gpuInstanceId = 0xFFFFFFFF;
+            info->computeInstanceId = 0xFFFFFFFF;
+        }
         j++;
     }
     *count = n;
     return OK;
 }
-int nvmlDeviceGetComputeRunningProcesses_v3(device_t *d, unsigned *c, pinfo_t *i) { return list_procs(d, 0, c, i); }
-int nvmlDeviceGetGraphicsRunningProcesses_v3(device_t *d, unsigned *c, pinfo_t *i) { return list_procs(d, 1, c, i); }
-int nvmlDeviceGetMPSComputeRunningProcesses_v3(device_t *d, unsigned *c, pinfo_t *i) { return list_procs(d, 2, c, i); }
+/* Process lists in every version a driver may have: _v3 (R510+), _v2 (R470), unversioned v1 (older). */
+#define PROCESS_LIST(name, kind, v1) \
+    int name(device_t *d, unsigned *c, void *i) { return list_procs(d, kind, c, i, v1); }
+#ifndef OMIT_v3
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v3, 0, 0)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, 1, 0)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, 2, 0)
+#endif
+#ifndef OMIT_v2
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses_v2, 0, 0)
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, 1, 0)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, 2, 0)
+#endif
+#ifndef OMIT_nvmlDeviceGetComputeRunningProcesses
+PROCESS_LIST(nvmlDeviceGetComputeRunningProcesses, 0, 1)
+#endif
+PROCESS_LIST(nvmlDeviceGetGraphicsRunningProcesses, 1, 1)
+PROCESS_LIST(nvmlDeviceGetMPSComputeRunningProcesses, 2, 1)
 
 #ifndef OMIT_nvmlDeviceGetProcessUtilization
 int nvmlDeviceGetProcessUtilization(device_t *dev, psample_t *out, unsigned *count, unsigned long long last_seen) {
