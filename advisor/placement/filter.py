@@ -70,11 +70,12 @@ def pass_over(
         )
         held = yielded | held
     wait: dict[str, str] = {}
-    if predictors is not None and leaving is not None:
+    offered = [n for n in names if n not in held]
+    if predictors is not None and leaving is not None and offered:  # no candidate left: nothing to wait over
         # Room on a node held for another pod is not room for this one: it neither waits for it nor is offered it.
         wait = wait_verdicts(
             pod,
-            [n for n in names if n not in held],
+            offered,
             nodes,
             config=config,
             predictors=predictors,
