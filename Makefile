@@ -1,5 +1,8 @@
 # gpuadvisor — the two commands of the README: `make up` and `make test`.
+# `make up PORT=8081 ARGS="--nodes 2 --db sqlite:///./other.db"`: another port, and any other `gpuadvisor up` option.
 VENV ?= .venv
+PORT ?= 8080
+ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
@@ -23,7 +26,7 @@ test: lint
 	$(VENV)/bin/pytest
 
 up: install
-	$(VENV)/bin/gpuadvisor up
+	$(VENV)/bin/gpuadvisor up --port $(PORT) $(ARGS)
 
 bench: install
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done

@@ -1,4 +1,4 @@
-"""Training data: the CSV interchange formats of DESIGN §6, importers for the public sets, and store records.
+"""Training data: the CSV interchange formats of docs/design.md §6, importers for the public sets, and store records.
 
 Every path into a model goes through one of three frames — colocations, throughputs, executions — whose columns are
 documented in docs/formats.md. `read_csv` checks a file against its format before anything is trained: a missing
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from advisor.features import FloatArray, JobQuery, SideColumns, ThroughputQuery
@@ -250,6 +251,38 @@ def run_seconds(frame: pd.DataFrame) -> FloatArray:
     end = frame["end_time_s"].to_numpy(dtype=np.float64)
     result: FloatArray = end - np.where(np.isnan(start), submit, start)
     return result
+
+
+# Tokens of a workload name that say how it runs, not what it is: a batch size (``bs64``, ``bs=64``, ``batch64``,
+# ``b64``, Gavel's ``(batch size 64)``) and mixed precision (``amp``, ``fp16``, ``bf16``, ``mixed``).
+_RUN_TOKENS = re.compile(
+    r"\(batch size \d+\)|(?<![a-z0-9])(?:bs|batch|batch_size|batchsize|b)[=_]?\d+(?![a-z0-9])"
+    r"|(?<![a-z0-9])(?:amp|fp16|bf16|mixed|mp)(?![a-z0-9])",
+    re.IGNORECASE,
+)
+_SEPARATORS = re.compile(r"[\s_\-.:/]+")
+
+
+def workload_family(name: str) -> str:
+    """The job family of a workload name, lower case: batch-size and AMP tokens stripped
+    (``resnet50-bs64-amp`` → ``resnet50``, ``ResNet-18 (batch size 16)`` → ``resnet-18``)."""
+    stripped = _RUN_TOKENS.sub(" ", name)
+    family = _SEPARATORS.sub("-", stripped.strip().lower()).strip("-")
+    return family or name.strip().lower()
+
+
+def pair_families(frame: pd.DataFrame) -> tuple[npt.NDArray[np.str_], npt.NDArray[np.str_]]:
+    """Each side's family of a colocations frame: the ``family_a``/``family_b`` columns where every row names one,
+    else derived from the workload names (`workload_family`)."""
+    out = []
+    for side in ("a", "b"):
+        column = f"family_{side}"
+        given = frame[column].fillna("").astype(str) if column in frame.columns else None
+        if given is not None and (given.str.len() > 0).all():
+            out.append(given.str.lower().to_numpy(dtype=str))
+        else:
+            out.append(np.array([workload_family(str(w)) for w in frame[f"workload_{side}"]], dtype=str))
+    return out[0], out[1]
 
 
 # ------------------------------------------------------------------------------- public data sets

@@ -16,6 +16,7 @@ import math
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,17 +27,17 @@ import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from advisor.datasets import DatasetError, Kind, colocations_frame, executions_frame, throughputs_frame
+from advisor.datasets import DatasetError, Kind
 from advisor.features import SoloProfile
 from advisor.gpus import normalize_gpu_model
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
+from advisor.models.kinds import MODEL_KINDS
 from advisor.models.registry import (
     LoadedModels,
     load_promoted,
     promoted_versions,
-    register,
-    save_trained,
+    save_and_register,
     version_path,
 )
 from advisor.models.throughput import ThroughputModel
@@ -143,6 +144,24 @@ class ProfileIndex:
         return self._usage_any.get(workload or "")
 
 
+class AnswerCounts:
+    """How each question was answered since start-up, e.g. ``interference: {"interference v3": 120, "heuristic: no
+    solo profile": 4}``: `GET /v1/models` shows which answers fell back. Counted under a lock (requests run in
+    threads); kept across model reloads, so it tells what this replica has been serving."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, Counter[str]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, question: str, how: str) -> None:
+        with self._lock:
+            self._counts.setdefault(question, Counter())[how] += 1
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {question: dict(counts) for question, counts in self._counts.items()}
+
+
 class WorkloadSpeed:
     """How much faster one workload runs on one GPU model than on another, from what is known of that workload.
 
@@ -160,7 +179,14 @@ class WorkloadSpeed:
     answered.
     """
 
-    def __init__(self, spec: SpeedPredictor, throughput: ThroughputModel | None, profiles: ProfileIndex) -> None:
+    def __init__(
+        self,
+        spec: SpeedPredictor,
+        throughput: ThroughputModel | None,
+        profiles: ProfileIndex,
+        answers: AnswerCounts | None = None,
+    ) -> None:
+        self._answers = answers or AnswerCounts()
         self._spec = spec
         self._throughput = throughput
         self._profiles = profiles
@@ -174,6 +200,11 @@ class WorkloadSpeed:
             self._batch = {w: max(per, key=lambda b: (per[b], b)) for w, per in counts.items()}
 
     def ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float, str]:
+        value, how = self._ratio(workload, gpu_model, reference, gpu_count)
+        self._answers.add("speed", how)
+        return value, how
+
+    def _ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float, str]:
         if gpu_count == 1:
             here, there = self._profiles.solo(workload, gpu_model), self._profiles.solo(workload, reference)
             if here is not None and there is not None and here.batch_size == there.batch_size and there.throughput > 0:
@@ -247,7 +278,10 @@ class ModelInterference:
     profile on this GPU model is answered by the heuristic instead.
     """
 
-    def __init__(self, model: InterferenceModel, version: int, profiles: ProfileIndex) -> None:
+    def __init__(
+        self, model: InterferenceModel, version: int, profiles: ProfileIndex, answers: AnswerCounts | None = None
+    ) -> None:
+        self._answers = answers or AnswerCounts()
         self.name = f"interference v{version}"
         self._model = model
         self._profiles = profiles
@@ -262,7 +296,9 @@ class ModelInterference:
         pod_solo = self._profiles.solo(workload, gpu_model)
         resident_solos = [self._profiles.solo(r.workload, gpu_model) for r in residents]
         if pod_solo is None or any(s is None for s in resident_solos):
+            self._answers.add("interference", "heuristic: no solo profile on this GPU model")
             return self._fallback.slowdowns(gpu_model, workload, usage, residents)
+        self._answers.add("interference", self.name)
         sm, bw = _bucket(usage.sm_utilization_ratio), _bucket(usage.memory_bandwidth_utilization_ratio)
         others = tuple(
             (r.workload, _bucket(r.sm_utilization_ratio), _bucket(r.memory_bandwidth_utilization_ratio))
@@ -298,20 +334,23 @@ def _side(workload: str, solo: _Solo, sm: float, bw: float) -> SoloProfile:
     )
 
 
-def predictors_from(models: LoadedModels, profiles: ProfileIndex | None) -> Predictors:
-    """The bundle for these models and profiles; heuristics wherever one is missing."""
+def predictors_from(
+    models: LoadedModels, profiles: ProfileIndex | None, answers: AnswerCounts | None = None
+) -> Predictors:
+    """The bundle for these models and profiles; heuristics wherever one is missing. `answers` counts how the
+    model-backed predictors answered."""
     usage: UsagePredictor = HeuristicUsage()
     if profiles is not None and profiles.usages():
         usage = profiles
     interference: InterferencePredictor = HeuristicInterference()
     if models.interference is not None:
         interference = ModelInterference(
-            models.interference, models.versions["interference"], profiles or ProfileIndex({})
+            models.interference, models.versions["interference"], profiles or ProfileIndex({}), answers
         )
     speed = SpecSpeed(SPEED_REFERENCE_GPU)
     jct: JctPredictor = HeuristicJct()
     if models.jct is not None:
-        workload_speed = WorkloadSpeed(speed, models.throughput, profiles or ProfileIndex({}))
+        workload_speed = WorkloadSpeed(speed, models.throughput, profiles or ProfileIndex({}), answers)
         jct = ModelJct(models.jct, models.versions["jct"], workload_speed)
     return Predictors(speed=speed, interference=interference, jct=jct, usage=usage)
 
@@ -358,10 +397,21 @@ class ServedModels:
         self._seen: dict[str, int] | None = None  # the promotion last acted on; None: none read yet
         self._profiles_mark: tuple[int, datetime | None] | None = None  # the profiles the bundle indexes
         self._registry_failing = False
+        self.answers = AnswerCounts()
 
     @property
     def predictors(self) -> Predictors:
         return self._predictors
+
+    def served(self) -> dict[str, dict[str, Any]]:
+        """Per kind served from a model: its version and the source of its training data."""
+        models = self._models
+        if models is None:
+            return {}
+        return {
+            kind: {"version": version, "source": models.sources.get(kind, "")}
+            for kind, version in sorted(models.versions.items())
+        }
 
     @property
     def _serving(self) -> dict[str, int] | None:
@@ -403,7 +453,7 @@ class ServedModels:
             profiles = ProfileIndex.build(self._sessions, self._models.throughput)
         except SQLAlchemyError as e:
             return self._store_failed(e)
-        self._predictors = predictors_from(self._models, profiles)
+        self._predictors = predictors_from(self._models, profiles, self.answers)
         self._profiles_mark = mark
         log.info("profiles changed: %d solo profiles indexed, serving %s", len(profiles), _describe(self._serving))
         return True
@@ -431,7 +481,7 @@ class ServedModels:
                 _describe(self._serving),
             )
             return False
-        self._predictors = predictors_from(models, profiles)
+        self._predictors = predictors_from(models, profiles, self.answers)
         self._models = models
         self._profiles_mark = mark
         log.info("serving %s", _describe(self._serving))
@@ -482,11 +532,7 @@ class TrainingJob:
 def store_frame(sessions: sessionmaker[Session], kind: Kind) -> Any:
     """The store's training data of `kind` as the kind's frame."""
     with sessions() as session:
-        if kind == "interference":
-            return colocations_frame(repo.list_colocations(session=session))
-        if kind == "throughput":
-            return throughputs_frame(repo.list_profiles(session=session))
-        return executions_frame(repo.list_executions(session=session))
+        return MODEL_KINDS[kind].store_frame(session)
 
 
 class TrainingJobs:
@@ -539,8 +585,7 @@ class TrainingJobs:
         except DatasetError as e:
             return {"kind": kind, "error": str(e)}
         out = version_path(self._model_dir, kind, datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
-        save_trained(trained, out)
-        registration = register(self._sessions, kind, out, force=force)
+        registration = save_and_register(trained, out, self._sessions, kind, force=force)
         return {
             "kind": kind,
             "version": registration.version,

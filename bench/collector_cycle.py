@@ -1,4 +1,4 @@
-"""Benchmark: CPU time and peak RSS of one collector cycle (DESIGN §3 goal: ≤ 10 ms CPU at 8 GPUs × 64 processes).
+"""Benchmark: CPU time and peak RSS of one collector cycle (goal: ≤ 10 ms CPU at 8 GPUs × 64 processes).
 
 A cycle = NVML reads through the real nvidia-ml-py bindings against the stand-in libnvidia-ml.so.1 (tests/support),
 cgroup parsing of every process from a fixture /proc tree, pod lookup, the NodeSnapshot, and building every metric

@@ -3,8 +3,8 @@
 Trains the reference models from the bundled Gavel data (as `gpuadvisor up` does), then times single-threaded
 batch predictions (trees evaluated by `advisor.models._forest`, as the service does): interference for 500
 (resident, candidate) pairs of Gavel's measured workloads given column-wise and as `SoloProfile` objects, and
-column-wise with both solo throughputs scaled ×1.37 (workloads near measured ones: both boosters behind the
-familiarity gate run) and ×40 (far from all: the general booster and the sharing classes); throughput for 500
+column-wise with both solo throughputs scaled ×1.37 under names never measured (the physical part, the offsets and
+neighbour lookups finding nothing) and ×40 without names (the physical part alone); throughput for 500
 (workload, GPU model, count, batch) rows in three mixes (all on GPU types Gavel never measured; Gavel's rows at
 twice their batch size; Gavel's measured configurations themselves; in the last two every 100th row is on a GPU type
 never measured, which takes the cross-GPU estimate); JCT quantiles for 500 jobs. Prints the median and p95 wall
@@ -73,6 +73,8 @@ def main() -> None:
     gpus = pairs["gpu_model"].tolist()
     near_a, near_b = (replace(side, solo_throughput=1.37 * side.solo_throughput) for side in (a, b))
     far_a, far_b = (replace(side, solo_throughput=40.0 * side.solo_throughput) for side in (a, b))
+    names_a, names_b = pairs["workload_a"].tolist(), pairs["workload_b"].tolist()
+    new_a, new_b = ([f"new-{name}" for name in names] for names in (names_a, names_b))
     profiles = [
         (
             SoloProfile(r.workload_a, r.solo_throughput_a, int(r.batch_size_a)),
@@ -91,12 +93,15 @@ def main() -> None:
     jobs = jobs.iloc[rng.integers(0, len(jobs), args.rows)].reset_index(drop=True)
     job_query = job_query_from_frame(jobs)
     cases: list[tuple[str, Callable[[], object]]] = [
-        ("interference, measured (predict_columns)", lambda: interference.predict_columns(a, b, gpus)),
         (
-            "interference, near measured x1.37 (predict_columns)",
-            lambda: interference.predict_columns(near_a, near_b, gpus),
+            "interference, measured, named (predict_columns)",
+            lambda: interference.predict_columns(a, b, gpus, names_a, names_b),
         ),
-        ("interference, far x40 (predict_columns)", lambda: interference.predict_columns(far_a, far_b, gpus)),
+        (
+            "interference, new names x1.37 (predict_columns)",
+            lambda: interference.predict_columns(near_a, near_b, gpus, new_a, new_b),
+        ),
+        ("interference, unnamed x40 (predict_columns)", lambda: interference.predict_columns(far_a, far_b, gpus)),
         ("interference, measured, SoloProfile (predict_pairs)", lambda: interference.predict_pairs(profiles, gpus)),
         (
             "throughput, unseen GPU types (predict)",

@@ -1,5 +1,5 @@
 """The Kubernetes label, annotation and resource names that the three components read and write: one home for each
-wire contract (DESIGN §3–§5).
+wire contract (docs/design.md §3–§5).
 
 The collector writes the GPU-use annotations and reads the workload label; the profiler labels its trial pods and
 reads the annotations back from pods it records; the advisor reads a pod's requests, workload and gang. The collector

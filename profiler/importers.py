@@ -1,4 +1,4 @@
-"""CSV interchange of DESIGN §6: colocations and throughputs files → store records.
+"""CSV interchange of docs/design.md §6: colocations and throughputs files → store records.
 
 Parsing is pure and strict: a missing required column or an unreadable value is one `CsvFormatError` that
 names the column (and row), so `profile import` can tell the user exactly what to fix.
@@ -53,7 +53,7 @@ class ImportKind(StrEnum):
 
 
 class CsvFormatError(ValueError):
-    """The CSV does not have the DESIGN §6 format; the message names the missing columns or the bad cell."""
+    """The CSV does not have the docs/design.md §6 format; the message names the missing columns or the bad cell."""
 
 
 class _Row:

@@ -87,21 +87,6 @@ class ExecutionRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuRecord:
-    index: int
-    uuid: str
-    model: str
-    memory_total_bytes: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
-    name: str
-    gpus: tuple[GpuRecord, ...] = ()
-    labels: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class TrialSideRef:
     """One side (0 = a, 1 = b) of one trial of a TrialRun: the key of what the controller keeps while it runs."""
 

@@ -23,6 +23,8 @@ class ProfilerSettings(BaseSettings):
     reconcile_interval_seconds: float = Field(default=10.0, gt=0)
     sample_interval_seconds: float = Field(default=0.5, gt=0)
     history_source: str = Field(default="k8s", min_length=1)
+    # Image of the bundled reference workloads that new workloads are co-run with (`profiler.spec.reference_partners`).
+    reference_image: str = Field(default="gpuadvisor-workloads", min_length=1)
     # Where `profiler run` (kopf) serves its liveness probe; "" serves none.
     liveness_endpoint: str = DEFAULT_LIVENESS_ENDPOINT
 

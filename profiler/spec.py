@@ -95,6 +95,40 @@ class TrialRunSpec(_Strict):
         return value
 
 
+# The fixed reference set a new workload is co-run with when its TrialRun names no partners (`with_reference_partners`):
+# three of the bundled reference workloads (`profiler.workloads`), a CNN, a Transformer encoder and an embedding-heavy
+# recommender, with the batch sizes of docs/data/reference-trialruns. The interference model fits each new workload's
+# sensitivity and aggressiveness from these pairs (docs/models.md: "--probes 3").
+REFERENCE_PARTNERS: tuple[tuple[str, str, int], ...] = (
+    ("cnn-bs64", "cnn", 64),
+    ("transformer-bs32", "transformer", 32),
+    ("recommender-bs256", "recommender", 256),
+)
+REFERENCE_STEPS = 300
+
+
+def reference_partners(image: str | None) -> list[Partner]:
+    """The reference set as `colocateWith` partners, run from `image` (None: the trial's own image)."""
+    return [
+        Partner(
+            workload=workload,
+            command=["python", "-m", "profiler.workloads", name, "--steps", str(REFERENCE_STEPS)],
+            image=image,
+            batch_size=batch_size,
+        )
+        for workload, name, batch_size in REFERENCE_PARTNERS
+    ]
+
+
+def with_reference_partners(run: TrialRun, image: str | None) -> TrialRun:
+    """`run` co-run with the reference set when its spec does not say `colocateWith` at all (an explicit empty list
+    keeps it alone); the workload itself is never its own partner."""
+    if "colocate_with" in run.spec.model_fields_set:
+        return run
+    partners = [p for p in reference_partners(image) if p.workload != run.spec.workload]
+    return run.model_copy(update={"spec": run.spec.model_copy(update={"colocate_with": partners})})
+
+
 class Metadata(BaseModel):
     """The parts of Kubernetes object metadata the profiler uses; the server's own fields pass through."""
 

@@ -21,7 +21,7 @@ from pydantic.json_schema import models_json_schema
 from advisor.api.context import AppContext
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
 from advisor.api.model_metrics import ModelCollector
-from advisor.api.routes import extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
+from advisor.api.routes import docs, extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
 from advisor.api.topology_metrics import TopologyCollector
 from advisor.cluster.pods import PodSpecError
 from advisor.cluster.state import ClusterState
@@ -106,6 +106,8 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         summary="GPU placement advice for Kubernetes schedulers",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served by `docs.add_docs` from local assets instead of a CDN
+        redoc_url=None,
     )
     app.state.ctx = ctx
     metrics.registry.register(ModelCollector(ctx))
@@ -113,6 +115,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
     app.add_middleware(TimingMiddleware, metrics=metrics)
     app.add_middleware(telemetry.IngestFastPath, ctx=ctx)  # outermost: the hot ingest path skips the rest
     _document_snapshot_schema(app)
+    docs.add_docs(app)
 
     @app.exception_handler(PodSpecError)
     async def bad_pod(request: Request, exc: PodSpecError) -> JSONResponse:

@@ -385,9 +385,22 @@ class ModelVersionOut(_Out):
     promoted_at: str | None
 
 
+class ServedModelOut(_Out):
+    version: int
+    source: str = Field(description="Where the version's training data came from (a CSV, the store, bundled data).")
+
+
 class ModelsOut(_Out):
     versions: list[ModelVersionOut]
     serving: dict[str, str] = Field(description="Which predictor answers each question: a model version or heuristic.")
+    served: dict[str, ServedModelOut] = Field(
+        default_factory=dict, description="Per model kind this replica serves: the version and its data source."
+    )
+    answers: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="Per question, how this replica has answered since start-up: by which model version, or which "
+        "fallback (heuristic, data sheets) and why.",
+    )
 
 
 ModelKind = Literal["throughput", "interference", "jct"]

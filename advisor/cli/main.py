@@ -1,4 +1,4 @@
-"""Entry point of the `gpuadvisor` command: assembles the command groups of DESIGN §2.
+"""Entry point of the `gpuadvisor` command: assembles the command groups (docs/design.md, "CLI").
 
 Command groups are imported only when invoked: `gpuadvisor collector run` on a GPU node must not pay for (or need)
 pandas, LightGBM and FastAPI, and `gpuadvisor --help` should answer at once.
@@ -7,9 +7,12 @@ pandas, LightGBM and FastAPI, and `gpuadvisor --help` should answer at once.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 import typer
+from rich.markup import escape
 from typer import _click as click  # the click that Typer vendors; its classes are the ones TyperGroup derives from
 from typer.core import TyperCommand, TyperGroup
 
@@ -87,4 +90,36 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    """Run the command. Whatever the command, a usage error, a bad `GPUADVISOR_*` setting (exit 2) or a lost store
+    or server connection (exit 3) ends as one `error:` line instead of a usage box or a traceback."""
+    from pydantic import ValidationError
+
+    from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, err_console, settings_error, unavailable_error
+
+    def error(message: str, code: int) -> NoReturn:
+        err_console.print(f"[bold red]error:[/] {escape(message)}")
+        sys.exit(code)
+
+    try:
+        code = app(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:  # a group without its command: the help (printed as it was
+        if e.format_message().strip():  # built), exit 2 as click does
+            click.echo(e.format_message())
+        sys.exit(e.exit_code)
+    except click.exceptions.UsageError as e:
+        where = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        error(f"{' '.join(e.format_message().split())}{where}", e.exit_code)  # click wraps its choices
+    except click.exceptions.ClickException as e:
+        error(e.format_message(), e.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except ValidationError as e:
+        if not e.title.endswith("Settings"):
+            raise
+        error(settings_error(e), EXIT_USAGE)
+    except Exception as e:
+        message = unavailable_error(e)
+        if message is None:
+            raise
+        error(message, EXIT_UNAVAILABLE)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,50 +1,49 @@
-"""`gpuadvisor models ...`: train, predict, evaluate, list, roll back and import (DESIGN §6, docs/models.md).
+"""`gpuadvisor models ...`: train, predict, evaluate, list, roll back and import (docs/models.md, docs/formats.md).
 
 The command lines are fixed (evaluation scripts rely on them). Bad input — a CSV with missing or misspelled
 columns, too few rows, a directory that is not a model — ends with exit code 2 and one line naming the problem.
+Tables keep every column whole (no 80-column truncation when piped); `--json` is the machine-readable output.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import pandas as pd
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from advisor.cli.common import fail
+from advisor.cli.common import Stages, fail, table_console
 from advisor.cli.db import open_store
 from advisor.datasets import (
     FORMAT_OF_KIND,
     DatasetError,
     Kind,
-    colocations_frame,
-    executions_frame,
     gavel_trace_executions,
     load_gavel,
     load_philly,
     load_sia,
     read_csv,
-    throughputs_frame,
 )
 from advisor.models.artifact import ArtifactError
-from advisor.models.interference import InterferenceModel
-from advisor.models.jct import JctModel
-from advisor.models.registry import load_model, register, rollback, save_trained, version_path
+from advisor.models.kinds import MODEL_KINDS
+from advisor.models.registry import load_model, rollback, save_and_register, save_trained, version_path
 from advisor.models.training import evaluate, train
 from advisor.settings import AdvisorSettings
 from profiler.store import repo
 from profiler.store.db import session_factory
 
 app = typer.Typer(help="Train, evaluate and serve the throughput, interference and JCT models.", no_args_is_help=True)
-out_console = Console(highlight=False, soft_wrap=True)
+out_console = table_console()
 
 
 class KindArg(StrEnum):
@@ -81,16 +80,14 @@ def _read(kind: Kind, path: Path, *, with_labels: bool) -> pd.DataFrame:
         return read_csv(path, FORMAT_OF_KIND[kind], with_labels=with_labels)
     except DatasetError as e:
         fail(str(e))
+    except OSError as e:
+        fail(f"{path}: {e.strerror or e}")
 
 
 def _store_frame(kind: Kind, db_url: str | None) -> pd.DataFrame:
     sessions = session_factory(open_store(db_url))
     with sessions() as session:
-        if kind == "interference":
-            return colocations_frame(repo.list_colocations(session=session))
-        if kind == "throughput":
-            return throughputs_frame(repo.list_profiles(session=session))
-        return executions_frame(repo.list_executions(session=session))
+        return MODEL_KINDS[kind].store_frame(session)
 
 
 @app.command("train")
@@ -107,26 +104,37 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
     k = _kind(kind)
     if (from_csv is None) == (not from_store):
         fail("give exactly one of --from-csv FILE or --from-store")
-    if from_csv is not None:
-        frame = _read(k, from_csv, with_labels=True)
-        source = str(from_csv)
-    else:
-        frame = _store_frame(k, db_url)
-        source = "store"
-    if out is None:
+    if from_csv is not None and out is None:
+        fail("--out DIR is required with --from-csv")
+    if out is not None and not out.parent.is_dir():
+        fail(f"--out: directory {out.parent} does not exist")
+    stages = Stages(quiet=as_json)  # --json: nothing but the JSON, even on stderr
+    with stages.stage(f"read {'the store' if from_csv is None else from_csv}"):
         if from_csv is not None:
-            fail("--out DIR is required with --from-csv")
+            frame = _read(k, from_csv, with_labels=True)
+            source = str(from_csv)
+        else:
+            frame = _store_frame(k, db_url)
+            source = "store"
+    if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out = version_path(AdvisorSettings().model_dir, k, stamp)
     try:
-        trained = train(k, frame, source=source)
-    except DatasetError as e:
-        fail(str(e))
-    save_trained(trained, out)
+        with stages.stage(f"trained the {k} model", f"training the {k} model"):
+            trained = train(k, frame, source=source)
+    except ValueError as e:  # DatasetError, or data a model cannot learn from (e.g. one configuration per workload)
+        fail(f"{source}: cannot train the {k} model: {e}")
     result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
-    if db_url is not None or from_store:
-        registration = register(session_factory(open_store(db_url)), k, out, force=force)
-        result.update(version=registration.version, promoted=registration.promoted, reason=registration.reason)
+    try:
+        if db_url is not None or from_store:
+            with stages.stage(f"registered in {'the store' if db_url is None else db_url}"):
+                # A registration that fails removes the artifact directory it wrote.
+                registration = save_and_register(trained, out, session_factory(open_store(db_url)), k, force=force)
+            result.update(version=registration.version, promoted=registration.promoted, reason=registration.reason)
+        else:
+            save_trained(trained, out)
+    except OSError as e:
+        fail(f"--out: cannot write {out}: {e.strerror or e}")
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
@@ -136,21 +144,6 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
     if "version" in result:
         state = "promoted" if result["promoted"] else "registered"
         typer.echo(f"{state} as {k} v{result['version']}: {result['reason']}")
-
-
-def _predictions(k: Kind, model: Any, frame: pd.DataFrame) -> list[dict[str, float | None]]:
-    if k == "interference":
-        assert isinstance(model, InterferenceModel)
-        pairs = model.predict_frame(frame)
-        return [{"norm_a": _finite(a), "norm_b": _finite(b)} for a, b in pairs.tolist()]
-    if k == "jct":
-        assert isinstance(model, JctModel)
-        q = model.predict_frame(frame)
-        return [
-            {"p10": _finite(a), "p50": _finite(b), "p90": _finite(c)}
-            for a, b, c in zip(q.p10.tolist(), q.p50.tolist(), q.p90.tolist(), strict=True)
-        ]
-    return [{"throughput": _finite(v)} for v in np.asarray(model.predict_frame(frame)).tolist()]
 
 
 @app.command("predict")
@@ -163,18 +156,65 @@ def predict_command(
     """Predict every row of a CSV; --json prints an array with one object per row, in input order."""
     k = _kind(kind)
     try:
-        model = load_model(model_dir, kind=k)
+        with _native_stderr_silenced():
+            model = load_model(model_dir, kind=k)
     except ArtifactError as e:
         fail(str(e))
+    except Exception as e:  # a damaged model file: LightGBM, JSON and NumPy each raise their own kind
+        fail(f"{model_dir}: cannot load the {k} model ({type(e).__name__}: {str(e).strip() or 'unreadable'})")
     frame = _read(k, from_csv, with_labels=False)
-    rows = _predictions(k, model, frame)
+    rows = MODEL_KINDS[k].prediction_rows(model, frame)
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    table = Table(*(["row", *rows[0].keys()] if rows else ["row"]))
-    for i, row in enumerate(rows):
-        table.add_row(str(i), *("-" if v is None else f"{v:.4g}" for v in row.values()))
+    keys = [c for c in _ROW_KEYS[k] if c in frame.columns]
+    table = Table(*keys)
+    for key in rows[0] if rows else _PREDICTION_HEADERS[k]:
+        table.add_column(_PREDICTION_HEADERS[k][key], justify="right")
+    for (_, inputs), row in zip(frame.iterrows(), rows, strict=True):
+        cells = [_key_cell(inputs[c]) for c in keys]
+        table.add_row(*cells, *(_prediction_cell(k, v) for v in row.values()))
     out_console.print(table)
+
+
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """LightGBM's C++ side prints a "[LightGBM] [Fatal] …" line on file descriptor 2 for a damaged model file before
+    raising; the command's own `error:` line is the one the user should see."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+# What says which input row a prediction belongs to (in input order), and each prediction's header with its unit.
+_ROW_KEYS: dict[Kind, tuple[str, ...]] = {
+    "interference": ("gpu_model", "workload_a", "workload_b"),
+    "throughput": ("workload", "gpu_model", "gpu_count", "nodes", "batch_size"),
+    "jct": ("job_id", "workload", "gpu_model", "gpu_count"),
+}
+_PREDICTION_HEADERS: dict[Kind, dict[str, str]] = {
+    "interference": {"norm_a": "norm_a (ratio of solo)", "norm_b": "norm_b (ratio of solo)"},
+    "throughput": {"throughput": "throughput (samples/s)"},
+    "jct": {"p10": "p10 (s)", "p50": "p50 (s)", "p90": "p90 (s)"},
+}
+
+
+def _key_cell(value: object) -> str:
+    if isinstance(value, float):
+        return "—" if math.isnan(value) else f"{value:g}"
+    return str(value)
+
+
+def _prediction_cell(k: Kind, value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if k == "interference" else f"{value:,.1f}" if k == "throughput" else f"{value:,.0f}"
 
 
 @app.command("evaluate")
@@ -189,23 +229,40 @@ def evaluate_command(
             "a side name like workload or family (leave one out), or any column.",
         ),
     ],
+    probes: Annotated[
+        int,
+        typer.Option(
+            "--probes",
+            help="Interference, held out by family or workload: each held-out workload's co-runs with K fixed "
+            "reference workloads move into training (what the profiler measures for a new workload).",
+        ),
+    ] = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Grouped cross-validation of the model and its baselines on the same folds."""
     k = _kind(kind)
     frame = _read(k, from_csv, with_labels=True)
     try:
-        result = evaluate(k, frame, holdout_by).to_json()
+        with Stages(quiet=as_json).stage(f"evaluated the {k} model", f"cross-validating the {k} model"):
+            result = evaluate(k, frame, holdout_by, probes=probes).to_json()
     except DatasetError as e:
         fail(str(e))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
     metrics = list(result["model"])
-    table = Table("predictor", *metrics, title=f"{k}, holdout by {holdout_by}, {result['rows']} rows")
+    scored = f", {result['scored']}" if "scored" in result else ""
+    probed = f", {probes} probe co-runs per held-out workload" if probes else ""
+    table = Table("predictor", *metrics, title=f"{k}, holdout by {holdout_by}{scored}{probed}, {result['rows']} rows")
     for name, values in [("model", result["model"]), *result["baselines"].items()]:
         table.add_row(name, *(f"{values[m]:.4g}" for m in metrics))
     out_console.print(table)
+    metric = result["metric"]
+    names = ["model", *result["baselines"]]
+    per_fold = Table("fold", "test rows", *names, title=f"{metric} per fold")
+    for fold in result["folds"]:
+        per_fold.add_row(fold["fold"], str(fold["test_rows"]), *(f"{fold[n][metric]:.4g}" for n in names))
+    out_console.print(per_fold)
     typer.echo(f"model beats every baseline on {result['metric']}: {result['model_beats_every_baseline']}")
 
 
@@ -238,7 +295,8 @@ def list_command(
             )
         )
         return
-    table = Table("kind", "version", "promoted", "metric", "rows", "created", "artifact")
+    table = Table("kind", "version", "promoted", "metric", "rows", "created")
+    table.add_column("artifact", overflow="fold")  # a path is never cut short, even in a narrow terminal
     for r in rows:
         name = str(r.metrics.get("metric", ""))
         value = r.metrics.get(name)
@@ -281,6 +339,8 @@ def import_command(
     """Convert a public data set (Gavel JSON or trace, Sia CSV, Philly CSV) to one of our CSV formats."""
     if not src.is_file():
         fail(f"{src}: no such file")
+    if not out.parent.is_dir():
+        fail(f"--out: directory {out.parent} does not exist")
     try:
         if source in (ImportSource.gavel_colocations, ImportSource.gavel_throughputs):
             data = load_gavel(src)
@@ -297,6 +357,11 @@ def import_command(
             frame, fmt = load_philly(src), FORMAT_OF_KIND["jct"]
     except DatasetError as e:
         fail(str(e))
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        fail(f"{src}: not a readable {source.value} file ({' '.join(str(e).split())})")
     columns = [c for c in fmt.known if c in frame.columns]
-    frame[columns].to_csv(out, index=False)
+    try:
+        frame[columns].to_csv(out, index=False)
+    except OSError as e:
+        fail(f"--out: cannot write {out}: {e.strerror or e}")
     typer.echo(f"wrote {len(frame)} {fmt.name} rows to {out}")

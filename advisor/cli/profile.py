@@ -8,28 +8,29 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from sqlalchemy.orm import Session
 
-from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, fail
+from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, Stages, fail, table_console
 from advisor.cli.db import DbUrlOption, open_store
 from collector.backend import BackendUnavailableError, GpuBackend
 from profiler import views
 from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
 from profiler.local import LocalRunner
+from profiler.records import ProfileRecord
 from profiler.results import Phase, save_results
 from profiler.settings import ProfilerSettings
-from profiler.spec import SpecError, TrialRun, load_trialrun
+from profiler.spec import SpecError, TrialRun, load_trialrun, with_reference_partners
 from profiler.store import db, repo
 
 app = typer.Typer(help="Request and read trial-run profiles.", no_args_is_help=True)
 profiler_app = typer.Typer(help="The TrialRun controller and job-history recorder.", no_args_is_help=True)
-# Tables piped to a file or another program keep every column readable instead of 80-column truncation.
-console = Console(highlight=False, width=None if Console().is_terminal else 160)
+console = table_console()
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -59,11 +60,21 @@ def _open_backend() -> tuple[GpuBackend | None, str]:
 def request(
     file: Annotated[Path, typer.Argument(help="TrialRun YAML or JSON.")],
     local: Annotated[bool, typer.Option("--local", help="Run the trials here as subprocesses (no cluster).")] = False,
+    references: Annotated[
+        bool,
+        typer.Option(
+            "--reference-partners/--no-reference-partners",
+            help="Without colocateWith in the file, co-run the workload with the bundled reference workloads "
+            "(cnn-bs64, transformer-bs32, recommender-bs256), which the interference model uses for a new workload.",
+        ),
+    ] = True,
     db_url: DbUrlOption = None,
 ) -> None:
     """Validate a TrialRun and run it locally, or submit it to the cluster's profiler."""
     settings = ProfilerSettings()
     run = _load(file, settings)
+    if references:
+        run = with_reference_partners(run, settings.reference_image)
     if not local:
         _submit(run)
         return
@@ -151,58 +162,130 @@ def list_(
     engine = open_store(db_url)
     with db.session_factory(engine)() as session:
         runs = views.list_runs(session, namespace)
+        imported = [] if json_output else _imported_workloads(session)
     if json_output:
         _echo_json(runs)
         return
-    table = Table("namespace", "name", "workload", "phase", "trials", "succeeded", "updated")
-    for r in runs:
-        table.add_row(
-            r["namespace"], r["name"], r["workload"], r["phase"], str(r["trials"]), str(r["succeeded"]), r["updated_at"]
+    if runs:
+        table = Table("namespace", "name", "workload", "phase", "trials", "succeeded", "updated")
+        for r in runs:
+            table.add_row(
+                r["namespace"],
+                r["name"],
+                r["workload"],
+                r["phase"],
+                str(r["trials"]),
+                str(r["succeeded"]),
+                r["updated_at"],
+            )
+        console.print(table)
+    else:
+        where = f" in namespace {namespace}" if namespace else ""
+        typer.echo(f"no trial runs{where} (start one with `gpuadvisor profile request FILE`)")
+    if imported:
+        table = Table("workload", "profiles", "GPU models", "source", title="profiles without a trial run (imported)")
+        for workload, count, models, sources in imported:
+            table.add_row(workload, str(count), models, sources)
+        console.print(table)
+        typer.echo("show a workload's profiles with `gpuadvisor profile show WORKLOAD`")
+
+
+def _imported_workloads(session: Session) -> list[tuple[str, int, str, str]]:
+    """(workload, profiles, GPU models, sources) of the profiles that no trial run measured: imports."""
+    by_workload: dict[str, list[ProfileRecord]] = {}
+    for p in repo.list_profiles(session=session):
+        if p.trial_run is None:
+            by_workload.setdefault(p.workload, []).append(p)
+    return [
+        (
+            workload,
+            len(profiles),
+            ", ".join(sorted({p.gpu_model for p in profiles})),
+            ", ".join(sorted({p.source for p in profiles})),
         )
-    console.print(table)
+        for workload, profiles in sorted(by_workload.items())
+    ]
 
 
 @app.command()
 def show(
     name: Annotated[str, typer.Argument(help="Trial run name (or a workload name for all its profiles).")],
-    namespace: Annotated[str, typer.Option(help="Namespace of the trial run.")] = "default",
+    namespace: Annotated[
+        str | None, typer.Option(help="Namespace of the trial run (default: whichever namespace has one so named).")
+    ] = None,
     json_output: JsonOption = False,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write a throughput chart to this PNG file.")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Write a throughput chart: a FILE.png, or a directory (created if missing) to write NAME.png into.",
+        ),
+    ] = None,
     db_url: DbUrlOption = None,
 ) -> None:
     """Show a trial run's trials (throughput, utilisation, memory), or every profile of a workload."""
+    target = _plot_path(plot, name) if plot is not None else None
     engine = open_store(db_url)
     with db.session_factory(engine)() as session:
+        namespace = _namespace_of(session, name, namespace)
         detail = views.run_detail(session, namespace, name) or views.workload_detail(session, name)
     if detail is None:
         fail(f"no trial run {namespace}/{name} and no profiles of a workload named {name!r}")
-    if plot is not None:
+    workload = detail["workload"]
+    if target is not None:
         from profiler.plots import plot_throughputs
 
-        title = f"trialrun {namespace}/{name}" if "trials" in detail else f"workload {name}"
+        title = f"trialrun {namespace}/{name} ({workload})" if "trials" in detail else f"workload {name}"
         try:
-            plot_throughputs(detail["profiles"], detail["colocations"], plot, title)
+            target.parent.mkdir(exist_ok=True)  # --plot DIR: the directory named, never its missing parents
+            plot_throughputs(detail["profiles"], detail["colocations"], target, title, workload)
         except OSError as e:
-            fail(f"cannot write plot {plot}: {e.strerror}")
+            fail(f"--plot: cannot write {target}: {e.strerror or e}")
     if json_output:
         _echo_json(detail)
         return
     if "trials" in detail:
-        typer.echo(f"trialrun {namespace}/{name} ({detail['workload']}): {detail['phase']} — {detail['message']}")
+        typer.echo(f"trialrun {namespace}/{name} ({workload}): {detail['phase']} — {detail['message']}")
         _print_trials(detail["trials"])
     else:
         _print_profiles(detail["profiles"])
-    if plot is not None:
-        typer.echo(f"plot written to {plot}")
+    if target is not None:
+        typer.echo(f"plot written to {target}")
+
+
+def _namespace_of(session: Session, name: str, namespace: str | None) -> str:
+    """The namespace given, or the one namespace holding a trial run `name` (`default` when none does)."""
+    if namespace is not None:
+        return namespace
+    found = sorted(r["namespace"] for r in views.list_runs(session) if r["name"] == name)
+    if len(found) > 1:
+        fail(f"trial runs named {name!r} exist in namespaces {', '.join(found)}: choose one with --namespace")
+    return found[0] if found else "default"
+
+
+def _plot_path(plot: Path, name: str) -> Path:
+    """Where `--plot` writes: the PNG file named, or NAME.png inside the directory named (an existing directory, or
+    a path without a suffix). The parent of what is named must exist, as for `simulate --plot`."""
+    if plot.is_dir() or not plot.suffix:
+        target = plot / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_') or 'profile'}.png"
+    elif plot.suffix.lower() == ".png":
+        target = plot
+    else:
+        fail(f"--plot: {plot} is not a .png file name (give FILE.png or a directory)")
+    named = plot if target.parent == plot else target
+    if not named.parent.is_dir():
+        fail(f"--plot: directory {named.parent} does not exist")
+    return target
 
 
 def _print_profiles(profiles: list[dict[str, Any]]) -> None:
-    table = Table("source", "GPU", "GPUs", "batch", "samples/s", "step s", "SM util", "mem GiB", "power W")
+    table = Table("source", "GPU", "GPUs", "nodes", "batch", "samples/s", "step s", "SM util", "mem GiB", "power W")
     for p in profiles:
         table.add_row(
             p["source"],
             p["gpu_model"],
             str(p["gpu_count"]),
+            str(p["node_count"]),
             str(p["batch_size"] or "—"),
             _fmt(p["throughput_samples_per_s"]),
             _fmt(p["step_time_seconds"], digits=3),
@@ -215,15 +298,16 @@ def _print_profiles(profiles: list[dict[str, Any]]) -> None:
 
 @app.command("import")
 def import_(
-    file: Annotated[Path, typer.Argument(help="CSV file in the DESIGN §6 format of --kind.")],
+    file: Annotated[Path, typer.Argument(help="CSV file in the format of --kind (docs/formats.md).")],
     kind: Annotated[ImportKind, typer.Option("--kind", help="Which CSV format the file has.")],
     source: Annotated[str | None, typer.Option(help="Source tag of the rows (default: import:<file name>).")] = None,
     db_url: DbUrlOption = None,
 ) -> None:
     """Import measured co-locations or throughputs (re-importing the same file updates the same rows)."""
     tag = source or f"import:{file.name}"
+    stages = Stages()
     try:
-        with file.open(newline="") as handle:
+        with stages.stage(f"read {file}", f"reading {file}"), file.open(newline="") as handle:
             if kind is ImportKind.COLOCATIONS:
                 colocations, profiles = parse_colocations(handle, source=tag), []
             else:
@@ -233,12 +317,19 @@ def import_(
     except CsvFormatError as e:
         fail(f"{file}: {e}")
     engine = open_store(db_url)
-    with db.transaction(db.session_factory(engine)) as session:
+    rows = len(colocations) + len(profiles)
+    with (
+        stages.bar(f"stored {rows:,} {kind.value} rows", rows, f"storing {kind.value} rows") as advance,
+        db.transaction(db.session_factory(engine)) as session,
+    ):
         for c in colocations:
             repo.save_colocation(session=session, colocation=c)
+            advance()
         for p in profiles:
             repo.save_profile(session=session, profile=p)
-    typer.echo(f"imported {len(colocations) + len(profiles)} {kind.value} rows from {file} (source {tag})")
+            advance()
+    typer.echo(f"imported {rows} {kind.value} rows from {file} (source {tag})")
+    typer.echo("see them with `gpuadvisor profile list` and `gpuadvisor profile show WORKLOAD`")
 
 
 @profiler_app.command("run")

@@ -11,7 +11,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from advisor.api import create_app
-from advisor.cli.common import fail
+from advisor.cli.common import fail, settings_error
 from advisor.settings import AdvisorSettings
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 from profiler.store import db
@@ -24,9 +24,7 @@ def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
     try:
         settings = AdvisorSettings()
     except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        fail(f"invalid setting GPUADVISOR_{str(first['loc'][0]).upper()} ({field}): {first['msg']}")
+        fail(settings_error(e))
     updates = {k: v for k, v in overrides.items() if v is not None}
     if db_url:
         updates["db_url"] = db_url

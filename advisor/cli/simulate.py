@@ -1,22 +1,27 @@
-"""`gpuadvisor simulate`: replay a published trace on a cluster under several placement policies (DESIGN §7).
+"""`gpuadvisor simulate`: replay a published trace on a cluster under several placement policies (docs/evaluation.md).
 
 Reads the files, runs `advisor.sim.run`, and prints a table (or JSON with `--json`); `--plot DIR` writes PNGs.
-Bad input exits 2 with one line naming the file, row and column.
+Bad input exits 2 with one line naming the file, row and column. A file holding several traces (Gavel's, one per
+virtual cluster) is replayed one trace at a time: `--trace-name` picks it, never a silent merge of all of them.
+Each policy's run is a stage of the progress on stderr (a bar on a terminal, one line per policy otherwise).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
+from types import TracebackType
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from advisor.cli.common import err_console, fail
+from advisor.cli.common import Stages, fail
 from advisor.placement.types import ScoringInputError
 from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, JctResult
 from advisor.sim.loaders import (
@@ -119,7 +124,14 @@ def simulate(
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the pod sampling, the random policy and placement ties.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    plot: Annotated[Path | None, typer.Option(help="Write PNG plots into this directory.")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Write PNG plots into this directory (created if missing; its parent must exist)."),
+    ] = None,
+    trace_name: Annotated[
+        str | None,
+        typer.Option(help="Which trace of a file that holds several (a Gavel trace file's `trace` column) to replay."),
+    ] = None,
     advisor_profile: Annotated[
         AdvisorProfile,
         typer.Option(
@@ -159,26 +171,33 @@ def simulate(
     clairvoyant_lengths: Annotated[
         bool,
         typer.Option(
-            help="In jct mode, the advisor and the oracle know each job's own length, which no service can (runs"
-            " before 2026-11-22 did)."
+            help="In jct mode, the advisor and the oracle know each job's own length, which no service can (an upper"
+            " bound of what better length predictions could gain)."
         ),
     ] = False,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
+    if plot is not None and not plot.parent.is_dir():
+        fail(f"--plot: directory {plot.parent} does not exist")
     try:
         names = parse_policies(policies, mode.value)
-        nodes = load_cluster(cluster)
-        loaded = load_trace(trace)
-        truth = truth_table(load_throughputs(throughputs)) if throughputs is not None else None
+        with Stages(quiet=as_json).stage("inputs read"):
+            nodes = load_cluster(cluster)
+            loaded = _one_trace(load_trace(trace), trace, trace_name)
+            truth = truth_table(load_throughputs(throughputs)) if throughputs is not None else None
     except (SimInputError, SimConfigError) as e:
         fail(str(e))
-    progress = None if as_json else (lambda name: err_console.print(f"running {name} …"))
+    except OSError as e:
+        fail(f"{e.filename}: {e.strerror or e}")
+    stages = Stages(quiet=as_json)
     report: dict[str, object] = {
         "mode": mode.value,
         "cluster": {"file": str(cluster), "nodes": len(nodes.nodes), "gpus": nodes.total_gpus},
-        "trace": {"file": str(trace), "entries": len(loaded)},
+        "trace": {"file": str(trace), "entries": len(loaded), **({"name": trace_name} if trace_name else {})},
         "seed": seed,
     }
+    trace_label = f"{trace.name}" + (f" ({trace_name})" if trace_name else "")
+    cluster_label = f"{len(nodes.nodes)} nodes, {nodes.total_gpus} GPUs"
     frag: list[FragmentationResult] = []
     jct: list[JctResult] = []
     try:
@@ -188,12 +207,19 @@ def simulate(
             frag_config = fragmentation_scoring_config(pods, profile)
             if "advisor" in names:
                 report["advisor"] = {"profile": profile, **scorer_setup(frag_config, FRAGMENTATION_EXTENDER_WEIGHT)}
-            frag = run_fragmentation_mode(nodes, pods, names, seed, progress, config=frag_config)
+            with _PolicyProgress(stages, names) as progress:
+                frag = run_fragmentation_mode(nodes, pods, names, seed, progress, config=frag_config)
             report["policies"] = {r.policy: r.to_json() for r in frag}
             table = _fragmentation_table(frag)
         else:
             jobs = _as_jobs(loaded, trace)
-            believed, how = advisor_table(throughputs, advisor_knowledge.value) if "advisor" in names else (None, "")
+            believed, how = None, ""
+            if "advisor" in names:
+                with stages.stage(
+                    "the advisor's predictions ready",
+                    "preparing the advisor's predictions (held-out models with a Gavel JSON)",
+                ):  # trains held-out models with a Gavel JSON
+                    believed, how = advisor_table(throughputs, advisor_knowledge.value)
             if how:
                 report["advisor_predictors"] = how
             lengths, told = _lengths(jobs, advisor_history, clairvoyant_lengths)
@@ -208,17 +234,18 @@ def simulate(
             )
             if {"advisor", "oracle"} & set(names):
                 report["advisor"] = {"profile": profile, **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
-            jct = run_jct_mode(
-                nodes,
-                jobs,
-                names,
-                truth=truth,
-                believed=believed,
-                config=config,
-                seed=seed,
-                progress=progress,
-                lengths=lengths,
-            )
+            with _PolicyProgress(stages, names) as progress:
+                jct = run_jct_mode(
+                    nodes,
+                    jobs,
+                    names,
+                    truth=truth,
+                    believed=believed,
+                    config=config,
+                    seed=seed,
+                    progress=progress,
+                    lengths=lengths,
+                )
             report["policies"] = {r.policy: r.to_json() for r in jct}
             table = _jct_table(jct)
     except (SimInputError, SimConfigError, ScoringInputError) as e:
@@ -228,13 +255,15 @@ def simulate(
         from advisor.sim.plots import plot_allocation, plot_jct_cdf  # matplotlib: imported only when plotting
 
         try:
-            plot.mkdir(parents=True, exist_ok=True)
+            plot.mkdir(exist_ok=True)
+            if frag:
+                title = f"GPU allocation as demand grows\n{trace_label} on {cluster_label}, seed {seed}"
+                plots.append(str(plot_allocation(frag, plot / "allocation.png", title)))
+            if jct:
+                title = f"job completion times\n{trace_label} on {cluster_label}, seed {seed}"
+                plots.append(str(plot_jct_cdf(jct, plot / "jct_cdf.png", title)))
         except OSError as e:
-            fail(f"--plot: cannot create {plot} ({e.strerror})")
-        if frag:
-            plots.append(str(plot_allocation(frag, plot / "allocation.png")))
-        if jct:
-            plots.append(str(plot_jct_cdf(jct, plot / "jct_cdf.png")))
+            fail(f"--plot: cannot write into {plot} ({e.strerror or e})")
         report["plots"] = plots
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -256,6 +285,49 @@ def simulate(
         console.print(f"advisor's and oracle's job lengths: {report['advisor_lengths']}")
     for path in plots:
         console.print(f"plot: {path}")
+
+
+def _one_trace(loaded: list[Pod] | list[Job], path: Path, name: str | None) -> list[Pod] | list[Job]:
+    """The jobs of trace `name` when the file holds several traces (job ids `<trace>/<index>`, as the Gavel loader
+    names them); an error when it holds several and no name is given, or when the name is not one of them."""
+    jobs = [j for j in loaded if isinstance(j, Job)]
+    names = sorted({j.job_id.split("/", 1)[0] for j in jobs if "/" in j.job_id})
+    if name is None:
+        if len(names) > 1:
+            raise SimInputError(
+                f"{path} holds {len(names)} traces ({', '.join(names)}): choose one with --trace-name"
+                " (they would otherwise be replayed as one merged trace)"
+            )
+        return loaded
+    if name not in names:
+        held = f"its traces are {', '.join(names)}" if names else "it holds one unnamed trace"
+        raise SimInputError(f"--trace-name: {path} has no trace {name!r}; {held}")
+    return [j for j in jobs if j.job_id.split("/", 1)[0] == name]
+
+
+class _PolicyProgress:
+    """The `progress` callback of the simulator's runs: a stage per policy, from its start to the next one's."""
+
+    def __init__(self, stages: Stages, names: list[str]) -> None:
+        self._stages, self._names = stages, names
+        self._current: contextlib.AbstractContextManager[None] | None = None
+
+    def __enter__(self) -> Callable[[str], None]:
+        return self._start
+
+    def _start(self, name: str) -> None:
+        self.__exit__(None, None, None)
+        position = f" ({self._names.index(name) + 1} of {len(self._names)})" if name in self._names else ""
+        self._current = self._stages.stage(f"policy {name}{position}", f"running policy {name}{position}")
+        self._current.__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        """End the running policy's stage: with its ✓ line when it finished, without when the run failed."""
+        if self._current is not None:
+            current, self._current = self._current, None
+            current.__exit__(kind, error, trace)
 
 
 def _lengths(jobs: list[Job], history: Path | None, clairvoyant: bool) -> tuple[dict[str, float] | None, str]:

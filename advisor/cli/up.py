@@ -1,4 +1,4 @@
-"""`gpuadvisor up`: the local all-in-one, no cluster needed (DESIGN §2, issue 8).
+"""`gpuadvisor up`: the local all-in-one, no cluster needed (docs/quickstart.md).
 
 A SQLite store, the advisor API on one port, simulated GPU nodes (plus this machine's own GPUs when NVML finds any)
 each with a collector agent pushing NodeSnapshots to the advisor over HTTP exactly as in a cluster, and models
@@ -16,8 +16,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -25,11 +24,10 @@ import httpx
 import typer
 import uvicorn
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from advisor.api import create_app
 from advisor.api.context import AppContext
-from advisor.cli.common import EXIT_UNAVAILABLE, fail
+from advisor.cli.common import EXIT_UNAVAILABLE, Stages, fail
 from advisor.cli.serve import build_settings
 from advisor.datasets import DatasetError
 from advisor.models.artifact import ArtifactError
@@ -110,21 +108,6 @@ class LocalStack:
             self.server = self.server_thread = None
 
 
-@contextmanager
-def step(console: Console, label: str) -> Iterator[None]:
-    """Show `label` with a spinner and the time elapsed while the block runs, then a check mark and the total."""
-    started = time.monotonic()
-    if console.is_terminal:
-        with Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
-        ) as progress:
-            progress.add_task(f"{label}…", total=None)
-            yield
-    else:
-        yield
-    console.print(f"[green]✓[/] {label} [dim]({time.monotonic() - started:.1f} s)[/]")
-
-
 # A mixed fleet, as real clusters are, so that the JCT component's heterogeneity shows in the scores:
 # (NVML device name, memory GiB, board power W).
 SIMULATED_FLEET: tuple[tuple[str, int, float], ...] = (
@@ -154,7 +137,11 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            fail(f"--port: cannot listen on {host}:{port}: {e.strerror}", EXIT_UNAVAILABLE)
+            fail(
+                f"--port: cannot listen on {host}:{port}: {e.strerror} (choose another port: --port N, or"
+                " `make up PORT=N`)",
+                EXIT_UNAVAILABLE,
+            )
 
 
 def wait_for(check: Callable[[], bool], timeout_seconds: float, alive: Callable[[], bool]) -> bool:
@@ -307,28 +294,29 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     stack = LocalStack()
+    stages = Stages(console)
     try:
-        with step(console, f"store ready ({settings.db_url})"):
+        with stages.stage(f"store ready ({settings.db_url})"):
             try:
                 engine = db.make_engine(settings.db_url)
                 db.upgrade(engine)
             except db.StoreError as e:
                 fail(str(e))
             engine.dispose()
-        with step(console, f"advisor serving on port {port}"):
+        with stages.stage(f"advisor serving on port {port}"):
             base_url, ctx = start_advisor(stack, settings, host, port)
         names = node_names(nodes)
         local = local_gpu_backend()
         label = f"{nodes} simulated nodes × {gpus_per_node} GPUs"
         if local is not None:
             label += f" and this machine's {len(local.read().gpus)} GPUs"
-        with step(console, f"{label} pushing telemetry"):
+        with stages.stage(f"{label} pushing telemetry"):
             names = start_nodes(
                 stack, base_url, token, names, gpus=gpus_per_node, interval_seconds=interval_s, local=local
             )
             if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
                 fail("the advisor received no telemetry from the collectors", EXIT_UNAVAILABLE)
-        with step(console, "models ready"):
+        with stages.stage("models ready", "models: training them from the bundled Gavel data on a first start"):
             models = serve_models(ctx, settings)
         print_summary(
             console,
@@ -347,5 +335,5 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
         pass
     finally:
         if stack.running:
-            with step(console, "stopped"):
+            with stages.stage("stopped"):
                 stack.stop()

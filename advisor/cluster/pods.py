@@ -1,4 +1,4 @@
-"""What a pod asks of the GPUs, read from the parts of its manifest that matter (DESIGN §5).
+"""What a pod asks of the GPUs, read from the parts of its manifest that matter (docs/design.md §5).
 
 Pure: the HTTP schemas and the Kubernetes watch both hand over plain values, and get a `PodRequest`
 (`advisor.placement.types`) or a `PodSpecError` whose message names the offending field (the API turns it into a 4xx).

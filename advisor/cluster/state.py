@@ -1,6 +1,6 @@
 """The cluster as the advisor sees it: per node its GPUs, links, residents and allocations, rebuilt from telemetry.
 
-Soft state in memory (DESIGN §5): every replica rebuilds it from the collectors' NodeSnapshots within two push
+Soft state in memory (docs/design.md §5): every replica rebuilds it from the collectors' NodeSnapshots within two push
 intervals, plus, when a Kubernetes watch feeds them (`update_pod`, `replace_pods`, `set_allocatable`), the GPU
 allocations of bound pods and each node's CPU/memory: allocatable from the node object, free = allocatable minus the
 requests of every bound, non-terminated pod (GPU or not). A node's `NodeState` carries CPU/memory only when both its

@@ -1,25 +1,28 @@
 """Co-location interference: each workload's normalised throughput when two share one GPU.
 
+The model exists to answer for workloads it has never measured, so it is built from three additive parts, each used
+only where it can be trusted:
+
+- the *physical* part, for every pair: the utilisation heuristic ``1 if u_a + u_b <= 1 else 1 / (u_a + u_b)`` of the
+  SM utilisations (a missing one counts as 1.0) plus ``α ×`` a small LightGBM correction over physical features only
+  (SM and memory-bandwidth utilisation of both sides and their sums, memory as a fraction of the GPU's, each side's
+  steps/s per FP32 TFLOPS). The correction is constrained to be non-increasing in every partner and sum feature, so
+  the prediction never rises when the partner gets heavier; with α = 0 the part *is* the heuristic;
+- per-workload *offsets*, only for workloads with measured pairs (identity is the workload name): how much more (or
+  less) a workload suffers than the physical part says (sensitivity) and how much more it hurts its partners
+  (aggressiveness), overall and per GPU model, fitted by backfitting on the physical part's residuals and shrunk
+  toward 0 by ``n / (n + λ)`` for n measured rows — a new workload's probe co-runs (a few pairs with fixed reference
+  workloads) move it off 0;
+- a *neighbour* correction, for pairs (A, B) whose both workloads have measured pairs on the GPU model: the mean
+  remaining residual of B's partners next to the workloads that respond like A to the partners both were measured
+  with (A's 5 nearest by mean absolute residual difference), times a weight ω.
+
 Every part predicts ``f(self, other, gpu) → norm_self`` and is trained on every measured pair in both orders; a pair
-is predicted as ``(f(A, B), f(B, A))``. Swapping the inputs therefore swaps the outputs exactly, so the scorer gets
-the same answer whichever workload it calls "resident". Predictions are clipped to [`NORM_MIN`, `NORM_MAX`]:
-sharing never makes a job faster than alone, and a ratio of 0 would mean an infinite slowdown.
-
-A regressor over every feature predicts pairs of workloads like those it was trained on very well (random held-out
-pairs) but carries over badly to a job family it has never seen: it learns which family a solo throughput and batch
-size belong to. So the model has three parts:
-
-- the *specific* booster over all of `advisor.features.INTERFERENCE_FEATURES`;
-- a *general* prediction for unfamiliar workloads: a small, strongly regularised booster over a few physical
-  features (each side's steps/s per FP32 TFLOPS of the GPU, their ratio, the GPU, utilisation and memory when
-  known), blended with the light/medium/heavy sharing-class table;
-- a *familiarity* gate between them: the L1 distance of each side's (log2 solo throughput, log2 batch size) to the
-  nearest workload profile seen in training on the same GPU model, summed over both sides; the weight of the
-  specific booster falls linearly from 1 at distance 0 to 0 at `familiarity_scale_`.
-
-The general part's blend weight and the familiarity scale are chosen inside `fit` by a grouped check on the
-training data (leave one job family out, or one workload when the data names no families), so nothing about the
-data the model is later evaluated on goes into them.
+is predicted as ``(f(A, B), f(B, A))``, so swapping the inputs swaps the outputs exactly. α, λ and ω are chosen inside
+`fit` by a leave-one-family-out check on the training data alone, scoring only the held-out family's side, once
+without and once with 3 probe co-runs per held-out workload (the protocols of `advisor.models.training.evaluate`).
+Predictions are clipped below at `NORM_MIN` and above at 1 when the training data never shows a job going faster next
+to a partner (the 99th percentile of its normalised throughputs at most 1.01), else at its 99.9th percentile.
 """
 
 from __future__ import annotations
@@ -27,53 +30,50 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, product
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from advisor.datasets import side_columns_from_frame
+from advisor.datasets import pair_families, side_columns_from_frame
 from advisor.features import (
     INTERFERENCE_FEATURES,
     FloatArray,
     SideColumns,
     SoloProfile,
-    gpu_feature_table,
     interference_features,
-    interference_features_of,
-    interference_sides,
     side_columns,
 )
 from advisor.gpus import normalize_gpu_model
 from advisor.models import _lgbm
-from advisor.models._forest import RowGroup
 from advisor.models._lgbm import BoostedEstimator
-from advisor.models.artifact import Artifact
-
-if TYPE_CHECKING:
-    import lightgbm as lgb
+from advisor.models.artifact import Artifact, ArtifactError
 
 NORM_MIN = 0.01
 NORM_MAX = 1.0
 
 LIGHT_UTIL_RATIO = 0.3
 HEAVY_UTIL_RATIO = 0.7
+DEFAULT_UTIL_RATIO = 1.0
 
-# Candidates of the grouped check in `InterferenceModel.fit`: the general booster's share of the general
-# prediction (the sharing-class table has the rest), and the familiarity distance at which the specific booster's
-# weight reaches 0 (log2 units summed over both sides; 0 trusts it only for exactly known profiles).
-BLEND_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
-FAMILIARITY_SCALE_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)
-CHECK_WORKLOAD_FOLDS = 5
-# Used when the training data has fewer than `MIN_CHECK_GROUPS` workloads to hold out.
-DEFAULT_BLEND = 0.5
-DEFAULT_FAMILIARITY_SCALE = 1.0
-MIN_CHECK_GROUPS = 3
+# The grid of the leave-one-family-out check in `InterferenceModel.fit` (see the module doc).
+ALPHA_GRID = (0.0, 0.5, 1.0)
+SHRINKAGE_GRID = (1.0, 3.0, 10.0)
+PARTNER_GRID = (True, False)
+# (α, λ, partner offsets, ω) and the grid point of the check's fits, (α, λ, partner offsets).
+_Knobs = tuple[float, float, bool, float]
+_Key = tuple[float, float, bool]
+DEFAULT_KNOBS: _Knobs = (1.0, 3.0, True, 0.5)
+NEIGHBOUR_GRID = (0.0, 0.5, 1.0)
+MIN_CHECK_FAMILIES = 3
 MIN_CHECK_TRAIN_ROWS = 20
-# log2 batch size standing in for "unknown" in a familiarity profile: far from every real batch size, so a workload
-# of unknown batch size is familiar only to another of unknown batch size with a similar throughput.
-UNKNOWN_LOG2_BATCH = -16.0
+CHECK_PROBES = 3
+NEIGHBOURS = 5
+BACKFIT_ROUNDS = 4
+# Clip above at 1 unless the training data says sharing can speed a job up (see the module doc).
+CLIP_QUANTILE = 0.99
+CLIP_TOLERANCE = 0.01
 
 
 def norm_targets(frame: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
@@ -95,6 +95,13 @@ def gpu_names(frame: pd.DataFrame) -> list[str]:
     return [normalize_gpu_model(g) for g in frame["gpu_model"]]
 
 
+def util_sum_heuristic(this: SideColumns, other: SideColumns) -> FloatArray:
+    """``1 if u_a + u_b <= 1 else 1 / (u_a + u_b)`` of the SM utilisations, a missing one counting as 1.0."""
+    total = np.nan_to_num(this.sm_util, nan=DEFAULT_UTIL_RATIO) + np.nan_to_num(other.sm_util, nan=DEFAULT_UTIL_RATIO)
+    result: FloatArray = np.minimum(1.0, 1.0 / np.maximum(total, 1e-9))
+    return result
+
+
 # ------------------------------------------------------------------------------------------- sharing classes
 
 
@@ -111,8 +118,8 @@ class SharingClassInterference:
     """Mean normalised throughput per (own class, partner's class), learned from the training pairs.
 
     Classes come from SM utilisation (light < 0.3 ≤ medium < 0.7 ≤ heavy). Rows without utilisation (Gavel) are
-    classed by the terciles of log solo throughput in the training data instead. A baseline of its own
-    (`advisor.models.baselines`) and the fallback inside `InterferenceModel`.
+    classed by the terciles of log solo throughput in the training data instead. A baseline
+    (`advisor.models.baselines`).
     """
 
     def fit(self, frame: pd.DataFrame) -> SharingClassInterference:
@@ -122,10 +129,8 @@ class SharingClassInterference:
         log_thr = np.log2(np.maximum(np.concatenate([a.solo_throughput, b.solo_throughput]), 1e-12))
         self.throughput_edges_ = np.quantile(log_thr, [1 / 3, 2 / 3])
         norm_a, norm_b = norm_targets(frame)
-        cls_a = sharing_classes(a, self.throughput_edges_)
-        cls_b = sharing_classes(b, self.throughput_edges_)
-        own = np.concatenate([cls_a, cls_b])
-        other = np.concatenate([cls_b, cls_a])
+        own = np.concatenate([sharing_classes(a, self.throughput_edges_), sharing_classes(b, self.throughput_edges_)])
+        other = np.concatenate([own[len(a) :], own[: len(a)]])
         norm = np.concatenate([norm_a, norm_b])
         self.mean_ = float(np.mean(norm))
         self.table_ = np.full((3, 3), self.mean_)
@@ -136,325 +141,474 @@ class SharingClassInterference:
                     self.table_[i, j] = float(np.mean(norm[mask]))
         return self
 
-    def classes_of(self, side: SideColumns) -> npt.NDArray[np.int64]:
-        """Each row's class (`sharing_classes`) as an index of `table_`."""
-        return sharing_classes(side, self.throughput_edges_).astype(np.int64)
-
-    def predict_sides(self, this: SideColumns, other: SideColumns) -> FloatArray:
-        """`this` side's normalised throughput next to `other`, row by row."""
-        result: FloatArray = self.table_[self.classes_of(this), self.classes_of(other)]
-        return result
-
     def predict_columns(self, a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> FloatArray:
-        return np.column_stack([self.predict_sides(a, b), self.predict_sides(b, a)])
-
-    def to_state(self) -> dict[str, Any]:
-        return {"throughput_edges": self.throughput_edges_.tolist(), "table": self.table_.tolist(), "mean": self.mean_}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> SharingClassInterference:
-        out = cls()
-        out.throughput_edges_ = np.asarray(state["throughput_edges"], dtype=np.float64)
-        out.table_ = np.asarray(state["table"], dtype=np.float64)
-        out.mean_ = float(state["mean"])
-        return out
+        cls_a = sharing_classes(a, self.throughput_edges_).astype(np.int64)
+        cls_b = sharing_classes(b, self.throughput_edges_).astype(np.int64)
+        return np.column_stack([self.table_[cls_a, cls_b], self.table_[cls_b, cls_a]])
 
 
-# ------------------------------------------------------------------------------------------- the general part
+# ------------------------------------------------------------------------------------------- physical part
 
 _F = {name: i for i, name in enumerate(INTERFERENCE_FEATURES)}
-GENERAL_FEATURES = (
-    "self_log2_steps_per_s_per_fp32_tflops",
-    "other_log2_steps_per_s_per_fp32_tflops",
-    "log2_steps_ratio",
-    "gpu_log2_fp32_tflops",
-    "self_sm_util",
-    "self_mem_bw_util",
-    "self_mem_fraction",
-    "self_amp",
-    "other_sm_util",
-    "other_mem_bw_util",
-    "other_mem_fraction",
-    "other_amp",
-    "sum_sm_util",
-    "sum_mem_bw_util",
-    "sum_mem_fraction",
+# (name, monotone constraint): -1 = the prediction may only fall as the feature grows (the partner's load and sums).
+_PHYSICAL: tuple[tuple[str, int], ...] = (
+    ("self_log2_steps_per_s_per_fp32_tflops", 0),
+    ("other_log2_steps_per_s_per_fp32_tflops", 0),
+    ("self_sm_util", 0),
+    ("other_sm_util", -1),
+    ("self_mem_bw_util", 0),
+    ("other_mem_bw_util", -1),
+    ("self_mem_fraction", 0),
+    ("other_mem_fraction", -1),
+    ("sum_sm_util", -1),
+    ("sum_mem_bw_util", -1),
+    ("sum_mem_fraction", -1),
 )
-_GENERAL_COPIED = [_F[name] for name in GENERAL_FEATURES[3:]]
+PHYSICAL_FEATURES = tuple(name for name, _ in _PHYSICAL)
+MONOTONE_CONSTRAINTS = [sign for _, sign in _PHYSICAL]
+_COPIED = [_F[name] for name in PHYSICAL_FEATURES[2:]]
 
 
-def _keyed_columns(names: Sequence[str]) -> tuple[frozenset[int], frozenset[int]]:
-    """Which of the columns `names` depend only on this side and the GPU model (`self_*`, and `gpu_*`, on the GPU
-    model alone) and which only on the other side and the GPU model (`other_*`), as `interference_features` and
-    `general_features` build them: the boosters evaluate these once per distinct side (`advisor.models._forest`)."""
-
-    def starting(*prefixes: str) -> frozenset[int]:
-        return frozenset(i for i, name in enumerate(names) if name.startswith(prefixes))
-
-    return starting("self_", "gpu_"), starting("other_")
-
-
-SPECIFIC_KEYED = _keyed_columns(INTERFERENCE_FEATURES)
-GENERAL_KEYED = _keyed_columns(GENERAL_FEATURES)
+def physical_features(features: FloatArray) -> FloatArray:
+    """The correction booster's inputs, from rows of `advisor.features.interference_features` (training and serving)."""
+    fp32 = features[:, _F["gpu_log2_fp32_tflops"]]
+    out = np.empty((len(features), len(PHYSICAL_FEATURES)), dtype=np.float64)
+    out[:, 0] = features[:, _F["self_log2_steps_per_s"]] - fp32
+    out[:, 1] = features[:, _F["other_log2_steps_per_s"]] - fp32
+    out[:, 2:] = features[:, _COPIED]
+    return out
 
 
-def general_features(features: FloatArray) -> FloatArray:
-    """The general booster's inputs, derived from rows of `interference_features` (training and serving alike)."""
-    columns = features.T  # built column by column, as `advisor.features.interference_features_of` builds its own
-    fp32 = columns[_F["gpu_log2_fp32_tflops"]]
-    steps_self = columns[_F["self_log2_steps_per_s"]]
-    steps_other = columns[_F["other_log2_steps_per_s"]]
-    out = np.empty((len(GENERAL_FEATURES), len(features)), dtype=np.float64)
-    np.subtract(steps_self, fp32, out=out[0])
-    np.subtract(steps_other, fp32, out=out[1])
-    np.subtract(steps_self, steps_other, out=out[2])
-    np.take(columns, _GENERAL_COPIED, axis=0, out=out[3:])
-    result: FloatArray = out.T
-    return result
+# ------------------------------------------------------------------------------------------- identity parts
 
 
-def _profile_points(side: SideColumns) -> FloatArray:
-    """(log2 solo throughput, log2 batch size) per row: where a workload sits for the familiarity gate."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_thr = np.log2(side.solo_throughput)
-        log_batch = np.where(side.batch_size > 0, np.log2(np.maximum(side.batch_size, 1.0)), UNKNOWN_LOG2_BATCH)
-    return np.column_stack([log_thr, log_batch])
+def _gpu_key(workload: str, gpu: str) -> str:
+    return f"{workload}@{gpu}"
 
 
 @dataclass(frozen=True)
-class Profiles:
-    """The workload profiles seen in training, per GPU model, padded into tables for a vectorised nearest search.
+class Offsets:
+    """Shrunk sensitivity (as `self`) and aggressiveness (as `other`) of measured workloads, overall (keyed by
+    workload name) and per GPU model (keyed ``workload@gpu``)."""
 
-    Row i of `log_thr`/`log_batch` holds the profiles of GPU model `codes[name] = i`, padded with inf; the last row
-    (all inf) stands for a GPU model with no profiles.
-    """
+    sensitivity: dict[str, float]
+    aggressiveness: dict[str, float]
 
-    points: dict[str, FloatArray]
-    codes: dict[str, int]
-    log_thr: FloatArray
-    log_batch: FloatArray
-
-    @classmethod
-    def of(cls, points: dict[str, FloatArray]) -> Profiles:
-        width = max([len(p) for p in points.values()] + [1])
-        log_thr = np.full((len(points) + 1, width), np.inf)
-        log_batch = np.full((len(points) + 1, width), np.inf)
-        for i, known in enumerate(points.values()):
-            log_thr[i, : len(known)] = known[:, 0]
-            log_batch[i, : len(known)] = known[:, 1]
-        return cls(points, {name: i for i, name in enumerate(points)}, log_thr, log_batch)
-
-    @classmethod
-    def from_training(cls, a: SideColumns, b: SideColumns, gpus: Sequence[str]) -> Profiles:
-        points = np.vstack([_profile_points(a), _profile_points(b)])
-        names = np.array([*gpus, *gpus])
-        ok = np.isfinite(points).all(axis=1)
-        return cls.of({str(g): np.unique(points[ok & (names == g)], axis=0) for g in sorted(set(gpus))})
-
-    def code_of(self, gpu_model: str) -> int:
-        """The row of `log_thr`/`log_batch` for a GPU model in any spelling (the last row when it has none)."""
-        return self.codes.get(normalize_gpu_model(gpu_model), len(self.codes))
-
-    def pair_distances(self, a: SideColumns, b: SideColumns, gpus: Sequence[str]) -> FloatArray:
-        """Per pair, the L1 distances of both sides' profiles to the nearest training profile on the pair's GPU
-        model, summed (inf when either side has no profile or no workload was seen on that GPU model)."""
-        of_name = {g: self.code_of(g) for g in dict.fromkeys(gpus)}
-        code = np.fromiter(map(of_name.__getitem__, gpus), np.int64, len(a))
-        return summed_distances(self.nearest(a, code), self.nearest(b, code))
-
-    def nearest(self, side: SideColumns, code: npt.NDArray[np.int64]) -> FloatArray:
-        """Per row, the L1 distance of `side`'s profile to the nearest profile in row `code` (`code_of`) of the
-        tables (inf when none, NaN when the side has no profile)."""
-        points = _profile_points(side)
-        gap = np.abs(points[:, 0:1] - self.log_thr[code])
-        gap += np.abs(points[:, 1:2] - self.log_batch[code])
-        result: FloatArray = gap.min(axis=1)
+    def of(self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> FloatArray:
+        """Each row's offset: this side's sensitivity plus the other side's aggressiveness (0 for unknown names)."""
+        sides = _SideCodes.of(this, other, gpus)
+        sens, aggr = self.side_values(sides.distinct)
+        result: FloatArray = sens[sides.this] + aggr[sides.other]
         return result
 
+    def side_values(self, sides: Sequence[tuple[str, str]]) -> tuple[FloatArray, FloatArray]:
+        """(sensitivity, aggressiveness) of each distinct (workload, GPU model), overall plus per GPU model."""
+        sens, aggr = self.sensitivity.get, self.aggressiveness.get
+        keys = [(w, _gpu_key(w, g)) for w, g in sides]
+        return (
+            np.fromiter((sens(w, 0.0) + sens(k, 0.0) for w, k in keys), np.float64, len(keys)),
+            np.fromiter((aggr(w, 0.0) + aggr(k, 0.0) for w, k in keys), np.float64, len(keys)),
+        )
 
-def summed_distances(this: FloatArray, other: FloatArray) -> FloatArray:
-    """The gate's distance of a pair from its sides' `Profiles.nearest` distances (inf where either is NaN)."""
-    total = this + other
-    result: FloatArray = np.where(np.isnan(total), np.inf, total)
+
+@dataclass(frozen=True)
+class _SideCodes:
+    """Rows (this, other, GPU model) as indices of their distinct (workload, GPU model) sides: a batch repeats a few
+    workloads many times, so each distinct side is looked up once."""
+
+    distinct: list[tuple[str, str]]
+    this: npt.NDArray[np.intp]
+    other: npt.NDArray[np.intp]
+
+    @classmethod
+    def of(cls, this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> _SideCodes:
+        index: dict[tuple[str, str], int] = {}
+        setdefault = index.setdefault
+        code_this = [setdefault(k, len(index)) for k in zip(this, gpus, strict=True)]
+        code_other = [setdefault(k, len(index)) for k in zip(other, gpus, strict=True)]
+        return cls(list(index), np.asarray(code_this, dtype=np.intp), np.asarray(code_other, dtype=np.intp))
+
+
+def _shrunk_means(codes: npt.NDArray[np.intp], values: FloatArray, count: int, shrinkage: float) -> FloatArray:
+    sums = np.bincount(codes, weights=values, minlength=count)
+    return sums / (np.bincount(codes, minlength=count) + shrinkage)
+
+
+def fit_offsets(
+    this: Sequence[str],
+    other: Sequence[str],
+    gpus: Sequence[str],
+    residual: FloatArray,
+    shrinkage: float,
+    *,
+    partners: bool = True,
+) -> Offsets:
+    """Backfit sensitivity and aggressiveness on `residual`, first per workload, then per workload and GPU model
+    (without `partners`, sensitivities alone: a measured partner then counts as any other)."""
+    sensitivity: dict[str, float] = {}
+    aggressiveness: dict[str, float] = {}
+    left = residual.copy()
+    for keys_this, keys_other in (
+        (list(this), list(other)),
+        (
+            [_gpu_key(t, g) for t, g in zip(this, gpus, strict=True)],
+            [_gpu_key(o, g) for o, g in zip(other, gpus, strict=True)],
+        ),
+    ):
+        names = sorted(set(keys_this) | set(keys_other))
+        index = {name: i for i, name in enumerate(names)}
+        code_this = np.fromiter(map(index.__getitem__, keys_this), np.intp, len(keys_this))
+        code_other = np.fromiter(map(index.__getitem__, keys_other), np.intp, len(keys_other))
+        sens = np.zeros(len(names))
+        aggr = np.zeros(len(names))
+        for _ in range(BACKFIT_ROUNDS):
+            sens = _shrunk_means(code_this, left - aggr[code_other], len(names), shrinkage)
+            if partners:
+                aggr = _shrunk_means(code_other, left - sens[code_this], len(names), shrinkage)
+        left = left - sens[code_this] - aggr[code_other]
+        sensitivity |= {name: float(v) for name, v in zip(names, sens, strict=True) if v != 0.0}
+        aggressiveness |= {name: float(v) for name, v in zip(names, aggr, strict=True) if v != 0.0}
+    return Offsets(sensitivity, aggressiveness)
+
+
+@dataclass(frozen=True)
+class NeighbourTable:
+    """Per GPU model, the neighbour correction of each (self, other) of workloads measured there: row index of self
+    (`rows`), column index of other (`columns`), and the values (NaN where there is none)."""
+
+    rows: dict[str, dict[str, int]]
+    columns: dict[str, dict[str, int]]
+    values: dict[str, FloatArray]
+
+    def lookup(self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> FloatArray:
+        """Each row's correction (0 where the table has none); names are looked up once per distinct side."""
+        sides = _SideCodes.of(this, other, gpus)
+        row = np.array([self.rows.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
+        column = np.array([self.columns.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
+        tables = list(self.values.values())
+        code = {gpu: k for k, gpu in enumerate(self.values)}
+        gpu_code = np.array([code.get(g, -1) for _, g in sides.distinct], dtype=np.intp)
+        out = np.zeros(len(sides.this))
+        this_row, other_column, this_gpu = row[sides.this], column[sides.other], gpu_code[sides.this]
+        usable = (this_row >= 0) & (other_column >= 0)
+        for k, table in enumerate(tables):
+            mask = usable & (this_gpu == k)
+            if mask.any():
+                out[mask] = np.nan_to_num(table[this_row[mask], other_column[mask]])
+        return out
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            gpu: {
+                "rows": list(self.rows[gpu]),
+                "columns": list(self.columns[gpu]),
+                "values": [[None if np.isnan(v) else float(v) for v in row] for row in values],
+            }
+            for gpu, values in self.values.items()
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> NeighbourTable:
+        return cls(
+            {gpu: {name: i for i, name in enumerate(t["rows"])} for gpu, t in state.items()},
+            {gpu: {name: j for j, name in enumerate(t["columns"])} for gpu, t in state.items()},
+            {
+                gpu: np.array(
+                    [[np.nan if v is None else v for v in row] for row in t["values"]], dtype=np.float64
+                ).reshape(len(t["rows"]), len(t["columns"]))
+                for gpu, t in state.items()
+            },
+        )
+
+
+def fit_neighbours(
+    this: Sequence[str], other: Sequence[str], gpus: Sequence[str], residual: FloatArray
+) -> NeighbourTable:
+    """The neighbour correction of every (self, other) of workloads measured on a GPU model (see the module doc);
+    `residual` is what the physical part and the offsets leave."""
+    rows_of: dict[str, dict[str, int]] = {}
+    columns_of: dict[str, dict[str, int]] = {}
+    values_of: dict[str, FloatArray] = {}
+    frame = pd.DataFrame({"this": this, "other": other, "gpu": gpus, "residual": residual})
+    for gpu, rows in frame.groupby("gpu", sort=True):
+        table = rows.pivot_table(index="this", columns="other", values="residual", aggfunc="mean")
+        if len(table.index) < 2:
+            continue
+        values = table.to_numpy(np.float64)  # this × partner, NaN where not measured
+        known = ~np.isnan(values)
+        filled = np.nan_to_num(values)
+        # Mean absolute residual difference of each two workloads over the partners both were measured with.
+        both = known[:, None, :] & known[None, :, :]
+        diff = np.abs(filled[:, None, :] - filled[None, :, :]) * both
+        shared = both.sum(axis=2)
+        distance = np.where(shared > 0, diff.sum(axis=2) / np.maximum(shared, 1), np.inf)
+        np.fill_diagonal(distance, np.inf)
+        out = np.full(values.shape, np.nan)
+        for i in range(len(values)):
+            order = np.argsort(distance[i], kind="stable")
+            order = order[np.isfinite(distance[i, order])]
+            # Per partner, the first `NEIGHBOURS` of the nearest workloads that were measured with it.
+            measured = known[order]
+            chosen = measured & (np.cumsum(measured, axis=0) <= NEIGHBOURS)
+            count = chosen.sum(axis=0)
+            total = (filled[order] * chosen).sum(axis=0)
+            out[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        name = str(gpu)
+        rows_of[name] = {str(w): k for k, w in enumerate(table.index)}
+        columns_of[name] = {str(w): k for k, w in enumerate(table.columns)}
+        values_of[name] = out
+    return NeighbourTable(rows_of, columns_of, values_of)
+
+
+# ------------------------------------------------------------------------------------------- probes
+
+
+def reference_workloads(frame: pd.DataFrame, count: int, *, excluded_families: set[str]) -> list[str]:
+    """`count` fixed reference workloads of a colocations frame, none of `excluded_families`: the workloads measured
+    with the most distinct partners, at most one per family (ties by name), as a profiler's reference set would be."""
+    fam_a, fam_b = pair_families(frame)
+    family = dict(zip(frame["workload_a"].astype(str), fam_a, strict=True)) | dict(
+        zip(frame["workload_b"].astype(str), fam_b, strict=True)
+    )
+    both = pd.DataFrame(
+        {
+            "workload": np.concatenate([frame["workload_a"].astype(str), frame["workload_b"].astype(str)]),
+            "partner": np.concatenate([frame["workload_b"].astype(str), frame["workload_a"].astype(str)]),
+        }
+    )
+    partners = both.groupby("workload")["partner"].nunique()
+    ranked = sorted(partners.index, key=lambda w: (-int(partners[w]), w))
+    chosen: list[str] = []
+    families: set[str] = set()
+    for workload in ranked:
+        fam = family[workload]
+        if fam in excluded_families or fam in families:
+            continue
+        chosen.append(workload)
+        families.add(fam)
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def probe_rows(
+    frame: pd.DataFrame, held_out: npt.NDArray[np.bool_], references: Sequence[str]
+) -> npt.NDArray[np.bool_]:
+    """Rows of `held_out` that pair a held-out workload with a reference workload: the probe co-runs."""
+    refs = set(references)
+    ref_a = frame["workload_a"].astype(str).isin(refs).to_numpy()
+    ref_b = frame["workload_b"].astype(str).isin(refs).to_numpy()
+    result: npt.NDArray[np.bool_] = held_out & (ref_a | ref_b)
     return result
 
 
-def familiarity_weights(distance: FloatArray, scale: float) -> FloatArray:
-    """The specific booster's weight: 1 at distance 0, falling linearly to 0 at `scale` (0: exact matches only)."""
-    if scale <= 0:
-        exact: FloatArray = (distance == 0).astype(np.float64)
-        return exact
-    weights: FloatArray = np.clip(1.0 - distance / scale, 0.0, 1.0)
-    return weights
+# ------------------------------------------------------------------------------------------- the model
 
 
 @dataclass(frozen=True)
-class _Fitted:
-    """The parts fitted on one training set."""
+class _Stacked:
+    """A batch of pairs stacked in both orders: row i < n is (a_i, b_i), row n + i is (b_i, a_i)."""
 
-    specific: lgb.Booster
-    general: lgb.Booster
-    classes: SharingClassInterference
-    profiles: Profiles
+    features: FloatArray
+    heuristic: FloatArray
+    this: list[str]
+    other: list[str]
+    gpus: list[str]
+
+    @classmethod
+    def of(
+        cls, a: SideColumns, b: SideColumns, gpus: Sequence[str], names_a: Sequence[str], names_b: Sequence[str]
+    ) -> _Stacked:
+        features = np.vstack([interference_features(a, b, gpus), interference_features(b, a, gpus)])
+        heuristic = np.concatenate([util_sum_heuristic(a, b), util_sum_heuristic(b, a)])
+        return cls(
+            physical_features(features),
+            heuristic,
+            [*names_a, *names_b],
+            [*names_b, *names_a],
+            [*gpus, *gpus],
+        )
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame) -> _Stacked:
+        return cls.of(
+            side_columns_from_frame(frame, "a"),
+            side_columns_from_frame(frame, "b"),
+            gpu_names(frame),
+            frame["workload_a"].astype(str).tolist(),
+            frame["workload_b"].astype(str).tolist(),
+        )
 
 
 @dataclass(frozen=True)
-class _Parts:
-    """Each part's prediction for stacked rows (both orders of each pair) and the gate's distance per row."""
+class _CheckFold:
+    """One held-out fold of the check: every part's prediction per grid point (α, λ), and the truth."""
 
-    specific: FloatArray
-    general: FloatArray
-    classes: FloatArray
-    distance: FloatArray
+    truth: FloatArray
+    heuristic: FloatArray
+    base: dict[_Key, FloatArray]
+    neighbour: dict[_Key, FloatArray]
 
 
 @dataclass(kw_only=True, eq=False)
 class InterferenceModel(BoostedEstimator):
-    """Specific + general LightGBM boosters behind a familiarity gate; sklearn conventions (fit returns self).
-
-    The inherited hyperparameters are the specific booster's; `general_*` are the general booster's.
-    """
+    """Heuristic + monotone physical correction + shrunk identity offsets + neighbours; sklearn conventions."""
 
     kind = "interference"
 
-    num_boost_round: int = 80
-    learning_rate: float = 0.15
-    min_data_in_leaf: int = 3
-    general_num_boost_round: int = 50
-    general_learning_rate: float = 0.15
-    general_num_leaves: int = 8
-    general_min_data_in_leaf: int = 30
+    num_boost_round: int = 60
+    learning_rate: float = 0.1
+    num_leaves: int = 4
+    min_data_in_leaf: int = 40
 
-    def _fit_parts(self, frame: pd.DataFrame) -> _Fitted:
-        a = side_columns_from_frame(frame, "a")
-        b = side_columns_from_frame(frame, "b")
-        gpus = gpu_names(frame)
-        norm_a, norm_b = norm_targets(frame)
-        features = np.vstack([interference_features(a, b, gpus), interference_features(b, a, gpus)])
-        target = np.clip(np.concatenate([norm_a, norm_b]), NORM_MIN, NORM_MAX)
-        common: dict[str, Any] = {"objective": "regression", "num_threads": self.num_threads, "seed": self.seed}
-        specific = _lgbm.train_booster(
-            features,
-            target,
-            feature_names=INTERFERENCE_FEATURES,
+    def _train_correction(self, stacked: _Stacked, target: FloatArray) -> Any:
+        return _lgbm.train_booster(
+            stacked.features,
+            target - stacked.heuristic,
+            feature_names=PHYSICAL_FEATURES,
+            objective="regression",
             num_boost_round=self.num_boost_round,
             learning_rate=self.learning_rate,
             num_leaves=self.num_leaves,
             min_data_in_leaf=self.min_data_in_leaf,
-            **common,
+            num_threads=self.num_threads,
+            seed=self.seed,
+            extra={"monotone_constraints": MONOTONE_CONSTRAINTS, "lambda_l2": 1.0},
         )
-        general = _lgbm.train_booster(
-            general_features(features),
-            target,
-            feature_names=GENERAL_FEATURES,
-            num_boost_round=self.general_num_boost_round,
-            learning_rate=self.general_learning_rate,
-            num_leaves=self.general_num_leaves,
-            min_data_in_leaf=self.general_min_data_in_leaf,
-            **common,
-        )
-        return _Fitted(specific, general, SharingClassInterference().fit(frame), Profiles.from_training(a, b, gpus))
 
     def fit(self, frame: pd.DataFrame) -> InterferenceModel:
         """Train on a colocations frame (see `advisor.datasets.COLOCATIONS`); rows without labels are dropped."""
         frame = usable_rows(frame)
-        self.blend_weight_, self.familiarity_scale_, self.check_ = self._choose_blend(frame)
-        fitted = self._fit_parts(frame)
-        self.booster_ = fitted.specific
-        self.general_booster_: lgb.Booster | None = fitted.general
-        self.classes_ = fitted.classes
-        self.profiles_ = fitted.profiles
+        if frame.empty:
+            raise ValueError("no usable colocation rows (positive solo and co-located throughputs on both sides)")
+        stacked = _Stacked.of_frame(frame)
+        target = np.concatenate(norm_targets(frame))
+        high = float(np.quantile(target, CLIP_QUANTILE))
+        self.norm_max_ = 1.0 if high <= 1.0 + CLIP_TOLERANCE else float(np.quantile(target, 0.999))
+        knobs, self.check_ = self._choose_knobs(frame)
+        self.alpha_, self.shrinkage_, self.partner_offsets_, self.neighbour_weight_ = knobs
+        self.booster_ = self._train_correction(stacked, target)
+        base = stacked.heuristic + self.alpha_ * _lgbm.predict(self.booster_, stacked.features)
+        self.offsets_ = fit_offsets(
+            stacked.this, stacked.other, stacked.gpus, target - base, self.shrinkage_, partners=self.partner_offsets_
+        )
+        left = target - base - self.offsets_.of(stacked.this, stacked.other, stacked.gpus)
+        self.neighbours_ = fit_neighbours(stacked.this, stacked.other, stacked.gpus, left)
         self.n_pairs_ = len(frame)
         return self
 
-    def _choose_blend(self, frame: pd.DataFrame) -> tuple[float, float, dict[str, Any]]:
-        """(blend weight, familiarity scale, summary) minimising the MAE of a grouped check on the training data.
+    # --------------------------------------------------------------------------------------- the check
 
-        Each held-out part of `_check_folds` is predicted by the parts fitted on the pairs without it, and the grid
-        point with the lowest MAE over all held-out rows wins.
-        """
-        held_out: list[tuple[_Parts, FloatArray]] = []
-        for test in _check_folds(frame, self.seed):
-            if test.all() or (~test).sum() < MIN_CHECK_TRAIN_ROWS:
-                continue
-            train_part = frame[~test].reset_index(drop=True)
-            test_part = frame[test].reset_index(drop=True)
-            parts = _predict_parts(self._fit_parts(train_part), *_frame_sides(test_part))
-            held_out.append((parts, np.concatenate(norm_targets(test_part))))
-        if not held_out:
-            return DEFAULT_BLEND, DEFAULT_FAMILIARITY_SCALE, {"held_out_folds": 0}
-        truth = np.concatenate([t for _, t in held_out])
-        parts = _Parts(*(np.concatenate([getattr(p, f) for p, _ in held_out]) for f in _Parts.__dataclass_fields__))
-        best: tuple[float, float, float] | None = None
-        for blend, scale in product(BLEND_GRID, FAMILIARITY_SCALE_GRID):
-            mae = float(np.mean(np.abs(_combine(parts, blend, scale) - truth)))
-            if best is None or mae < best[0]:
-                best = (mae, blend, scale)
-        assert best is not None
-        return best[1], best[2], {"held_out_folds": len(held_out), "held_out_rows": len(truth), "mae": best[0]}
+    def _check_fold(self, train: pd.DataFrame, test: pd.DataFrame, scored: FloatArray) -> _CheckFold:
+        """Every grid point's parts for the scored rows of `test` (stacked both orders), fitted on `train`."""
+        stacked = _Stacked.of_frame(train)
+        target = np.concatenate(norm_targets(train))
+        booster = self._train_correction(stacked, target)
+        correction = _lgbm.predict(booster, stacked.features)
+        test_stacked = _Stacked.of_frame(test)
+        test_correction = _lgbm.predict(booster, test_stacked.features)
+        base: dict[_Key, FloatArray] = {}
+        neighbour: dict[_Key, FloatArray] = {}
+        for alpha, shrinkage, partners in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID):
+            fitted_base = stacked.heuristic + alpha * correction
+            offsets = fit_offsets(
+                stacked.this, stacked.other, stacked.gpus, target - fitted_base, shrinkage, partners=partners
+            )
+            left = target - fitted_base - offsets.of(stacked.this, stacked.other, stacked.gpus)
+            table = fit_neighbours(stacked.this, stacked.other, stacked.gpus, left)
+            predicted = test_stacked.heuristic + alpha * test_correction
+            predicted = predicted + offsets.of(test_stacked.this, test_stacked.other, test_stacked.gpus)
+            base[(alpha, shrinkage, partners)] = predicted[scored]
+            neighbour[(alpha, shrinkage, partners)] = table.lookup(
+                test_stacked.this, test_stacked.other, test_stacked.gpus
+            )[scored]
+        return _CheckFold(np.concatenate(norm_targets(test))[scored], test_stacked.heuristic[scored], base, neighbour)
 
-    def predict_columns(self, a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> FloatArray:
-        """(n, 2) array of (norm_a, norm_b) for n pairs given column-wise (the fast path).
+    def _choose_knobs(self, frame: pd.DataFrame) -> tuple[_Knobs, dict[str, Any]]:
+        """(α, λ, ω) with the lowest mean of the two leave-one-family-out MAEs (no probes; `CHECK_PROBES` probes)."""
+        fam_a, fam_b = pair_families(frame)
+        families = sorted(set(fam_a) | set(fam_b))
+        if len(families) < MIN_CHECK_FAMILIES:
+            return DEFAULT_KNOBS, {"held_out_families": 0}
+        folds: dict[int, list[_CheckFold]] = {0: [], CHECK_PROBES: []}
+        for family in families:
+            held_out = (fam_a == family) | (fam_b == family)
+            for probes, held in folds.items():
+                moved = np.zeros(len(frame), dtype=bool)
+                if probes:
+                    refs = reference_workloads(frame[~held_out], probes, excluded_families={family})
+                    moved = probe_rows(frame, held_out, refs)
+                train = frame[~held_out | moved].reset_index(drop=True)
+                test_mask = held_out & ~moved
+                if len(train) < MIN_CHECK_TRAIN_ROWS or not test_mask.any():
+                    continue
+                scored = np.concatenate([fam_a[test_mask] == family, fam_b[test_mask] == family])
+                held.append(self._check_fold(train, frame[test_mask].reset_index(drop=True), scored))
+        if not folds[0] or not folds[CHECK_PROBES]:
+            return DEFAULT_KNOBS, {"held_out_families": 0}
+        best: tuple[float, _Knobs, dict[int, float]] | None = None
+        for alpha, shrinkage, partners, weight in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID, NEIGHBOUR_GRID):
+            key = (alpha, shrinkage, partners)
+            maes = {}
+            loses = False
+            for probes, held in folds.items():
+                errors = [
+                    np.abs(
+                        np.clip(
+                            f.base[key] + weight * f.neighbour[key],
+                            NORM_MIN,
+                            self.norm_max_,
+                        )
+                        - f.truth
+                    )
+                    for f in held
+                ]
+                maes[probes] = float(np.mean(np.concatenate(errors)))
+                if probes == 0:
+                    loses = any(
+                        np.mean(e) > np.mean(np.abs(f.heuristic - f.truth)) for e, f in zip(errors, held, strict=True)
+                    )
+            score = float(np.mean(list(maes.values())))
+            # A grid point that loses to the heuristic on a held-out family is out (α = 0, λ = ∞ is the heuristic).
+            if not loses and (best is None or score < best[0]):
+                best = (score, (alpha, shrinkage, partners, weight), maes)
+        if best is None:
+            return (0.0, SHRINKAGE_GRID[-1], False, 0.0), {"held_out_families": len(families), "every_point_lost": True}
+        summary = {
+            "held_out_families": len(families),
+            "mae_no_probes": best[2][0],
+            f"mae_{CHECK_PROBES}_probes": best[2][CHECK_PROBES],
+        }
+        return best[1], summary
 
-        Each distinct (this side, other side, GPU model) row is predicted once and copied to its repeats: the
-        scorer's batches ask about one pod next to the same residents on many nodes, and a pair and its swap share
-        their two rows. Values are compared bit for bit, so a row is computed exactly as it would be alone.
-        """
-        return self._predict_coded(a, b, GpuCodes.of(gpu_models))
+    # --------------------------------------------------------------------------------------- prediction
 
-    def _predict_coded(self, a: SideColumns, b: SideColumns, gpus: GpuCodes) -> FloatArray:
+    def predict_columns(
+        self,
+        a: SideColumns,
+        b: SideColumns,
+        gpu_models: Sequence[str],
+        workloads_a: Sequence[str] | None = None,
+        workloads_b: Sequence[str] | None = None,
+    ) -> FloatArray:
+        """(n, 2) array of (norm_a, norm_b) for n pairs given column-wise. The workload names, when given, bring in
+        the offsets and neighbours of measured workloads; without them every pair is predicted as unmeasured."""
         n = len(a)
         if n == 0:
             return np.empty((0, 2), dtype=np.float64)
-        rows = _directed_rows(a, b, gpus)
-        values = self._predict_directed(rows)
-        out = values[rows.inverse]
+        gpus = [normalize_gpu_model(g) for g in gpu_models]
+        if len(gpus) != n:
+            raise ValueError(f"gpu_models: {len(gpus)} names for {n} pairs")
+        names_a = list(workloads_a) if workloads_a is not None else [""] * n
+        names_b = list(workloads_b) if workloads_b is not None else [""] * n
+        stacked = _Stacked.of(a, b, gpus, names_a, names_b)
+        out = stacked.heuristic + self.alpha_ * _lgbm.predict(self.booster_, stacked.features)
+        if workloads_a is not None or workloads_b is not None:
+            out += self.offsets_.of(stacked.this, stacked.other, stacked.gpus)
+            if self.neighbour_weight_ > 0:
+                out += self.neighbour_weight_ * self.neighbours_.lookup(stacked.this, stacked.other, stacked.gpus)
+        out = np.clip(out, NORM_MIN, self.norm_max_)
         return np.column_stack([out[:n], out[n:]])
-
-    def _predict_directed(self, rows: _DirectedRows) -> FloatArray:
-        """Each row's normalised throughput: gate-weighted specific and general predictions, each part evaluated
-        only on the rows that give it some weight (a batch of new workloads costs the small general booster and a
-        lookup, one of measured workloads the specific booster alone)."""
-        # What depends on one side alone (its features, the gate's search, the sharing class) is computed once per
-        # distinct side; the other side's is that of the swapped row, every row's swap being a row too.
-        sides = _rows_of(rows.this, rows.side_rows)
-        side_table = interference_sides(sides, gpu_feature_table(rows.gpu_names)[rows.gpu[rows.side_rows]])
-        features = interference_features_of(side_table, rows.side, rows.side[rows.swap])
-        out = np.zeros(len(rows))
-        if self.general_booster_ is None:
-            weight = np.ones(len(rows))
-        else:
-            codes = np.array([self.profiles_.code_of(g) for g in rows.gpu_names], dtype=np.int64)
-            nearest = self.profiles_.nearest(sides, codes[rows.gpu[rows.side_rows]])[rows.side]
-            distance = summed_distances(nearest, nearest[rows.swap])
-            weight = familiarity_weights(distance, self.familiarity_scale_)
-        specific = np.flatnonzero(weight > 0)
-        if len(specific):
-            everything = len(specific) == len(rows)
-            inputs = features if everything else features[specific]
-            groups = rows.groups(SPECIFIC_KEYED, None if everything else specific)
-            predicted = np.clip(_lgbm.predict(self.booster_, inputs, groups), NORM_MIN, NORM_MAX)
-            out[specific] = weight[specific] * predicted
-        unfamiliar = np.flatnonzero(weight < 1)
-        if len(unfamiliar) and self.general_booster_ is not None:
-            everything = len(unfamiliar) == len(rows)
-            inputs = features if everything else features[unfamiliar]
-            # β·general + (1 − β)·classes; a part with no weight is skipped (adding its 0 changes nothing).
-            blend = self.blend_weight_
-            fallback = np.zeros(len(unfamiliar))
-            if blend > 0:
-                groups = rows.groups(GENERAL_KEYED, None if everything else unfamiliar)
-                general = _lgbm.predict(self.general_booster_, general_features(inputs), groups)
-                fallback = blend * np.clip(general, NORM_MIN, NORM_MAX)
-            if blend < 1:
-                side_class = self.classes_.classes_of(sides)
-                own = side_class[rows.side[unfamiliar]]
-                partner = side_class[rows.side[rows.swap[unfamiliar]]]
-                classes = (1.0 - blend) * self.classes_.table_[own, partner]
-                fallback = classes if blend <= 0 else fallback + classes
-            out[unfamiliar] += (1.0 - weight[unfamiliar]) * fallback
-        result: FloatArray = np.clip(out, NORM_MIN, NORM_MAX)
-        return result
 
     def predict_pairs(
         self, pairs: Sequence[tuple[SoloProfile, SoloProfile]], gpu_models: Sequence[str] | str
@@ -463,254 +617,69 @@ class InterferenceModel(BoostedEstimator):
 
         `gpu_models` is one name for all pairs or one per pair, in any spelling (`advisor.gpus`).
         """
-        gpus = GpuCodes.normalized(gpu_models, len(pairs))
-        if len(gpus.codes) != len(pairs):
-            raise ValueError(f"gpu_models: {len(gpus.codes)} names for {len(pairs)} pairs")
-        # Both sides in one pass: a[0], b[0], a[1], b[1], ...
+        gpus = [gpu_models] * len(pairs) if isinstance(gpu_models, str) else list(gpu_models)
+        if len(gpus) != len(pairs):
+            raise ValueError(f"gpu_models: {len(gpus)} names for {len(pairs)} pairs")
         sides = list(chain.from_iterable(pairs))
         if len(sides) != 2 * len(pairs):
             raise ValueError("pairs: expected (resident, candidate) pairs of two SoloProfiles each")
-        both = side_columns(sides)
-        a, b = (SideColumns(*(getattr(both, c)[i::2] for c in _SIDE_COLUMNS)) for i in (0, 1))
-        return self._predict_coded(a, b, gpus)
+        a = side_columns(sides[0::2])
+        b = side_columns(sides[1::2])
+        return self.predict_columns(a, b, gpus, [s.workload for s in sides[0::2]], [s.workload for s in sides[1::2]])
 
     def predict_frame(self, frame: pd.DataFrame) -> FloatArray:
         """(n, 2) predictions for the rows of a colocations frame, in order."""
-        return self.predict_columns(*_frame_sides(frame))
+        return self.predict_columns(
+            side_columns_from_frame(frame, "a"),
+            side_columns_from_frame(frame, "b"),
+            gpu_names(frame),
+            frame["workload_a"].astype(str).tolist(),
+            frame["workload_b"].astype(str).tolist(),
+        )
+
+    # --------------------------------------------------------------------------------------- artifacts
 
     def to_artifact(self) -> Artifact:
         state: dict[str, Any] = {
             "n_pairs": self.n_pairs_,
-            "norm_range": [NORM_MIN, NORM_MAX],
-            "features": list(INTERFERENCE_FEATURES),
+            "features": list(PHYSICAL_FEATURES),
+            "monotone_constraints": MONOTONE_CONSTRAINTS,
+            "alpha": self.alpha_,
+            "shrinkage": self.shrinkage_,
+            "partner_offsets": self.partner_offsets_,
+            "neighbour_weight": self.neighbour_weight_,
+            "norm_range": [NORM_MIN, self.norm_max_],
+            "check": self.check_,
+            "sensitivity": self.offsets_.sensitivity,
+            "aggressiveness": self.offsets_.aggressiveness,
+            "neighbours": self.neighbours_.to_state(),
         }
-        boosters = {"interference": _lgbm.to_text(self.booster_)}
-        if self.general_booster_ is not None:
-            state |= {
-                "general_features": list(GENERAL_FEATURES),
-                "blend_weight": self.blend_weight_,
-                "familiarity_scale": self.familiarity_scale_,
-                "check": self.check_,
-                "classes": self.classes_.to_state(),
-                "profiles": {gpu: points.tolist() for gpu, points in self.profiles_.points.items()},
-            }
-            boosters["interference_general"] = _lgbm.to_text(self.general_booster_)
-        return Artifact(kind=self.kind, params=self.get_params(), state=state, boosters=boosters)
+        return Artifact(
+            kind=self.kind,
+            params=self.get_params(),
+            state=state,
+            boosters={"interference": _lgbm.to_text(self.booster_)},
+        )
 
     @classmethod
     def from_artifact(cls, artifact: Artifact) -> InterferenceModel:
-        """Load a saved model; one saved before the general part existed predicts with its one booster as before."""
+        state = artifact.state
+        if "alpha" not in state:
+            raise ArtifactError(
+                "interference artifact saved by an earlier version (no physical part): retrain it with `models train`"
+            )
         model = cls(**artifact.params)
         model.booster_ = _lgbm.from_text(artifact.boosters["interference"])
-        model.n_pairs_ = int(artifact.state["n_pairs"])
-        general = artifact.boosters.get("interference_general")
-        model.general_booster_ = None if general is None else _lgbm.from_text(general)
-        if general is not None:
-            state = artifact.state
-            model.blend_weight_ = float(state["blend_weight"])
-            model.familiarity_scale_ = float(state["familiarity_scale"])
-            model.check_ = dict(state["check"])
-            model.classes_ = SharingClassInterference.from_state(state["classes"])
-            model.profiles_ = Profiles.of(
-                {gpu: np.asarray(points, dtype=np.float64).reshape(-1, 2) for gpu, points in state["profiles"].items()}
-            )
+        model.n_pairs_ = int(state["n_pairs"])
+        model.alpha_ = float(state["alpha"])
+        model.shrinkage_ = float(state["shrinkage"])
+        model.partner_offsets_ = bool(state["partner_offsets"])
+        model.neighbour_weight_ = float(state["neighbour_weight"])
+        model.norm_max_ = float(state["norm_range"][1])
+        model.check_ = dict(state["check"])
+        model.offsets_ = Offsets(
+            {str(k): float(v) for k, v in state["sensitivity"].items()},
+            {str(k): float(v) for k, v in state["aggressiveness"].items()},
+        )
+        model.neighbours_ = NeighbourTable.from_state(state["neighbours"])
         return model
-
-
-def _has_values(frame: pd.DataFrame, name: str) -> bool:
-    """Whether both `name_a` and `name_b` exist and every row names a value on both sides."""
-    columns = (f"{name}_a", f"{name}_b")
-    if not all(c in frame.columns for c in columns):
-        return False
-    return all((frame[c].fillna("").astype(str).str.len() > 0).all() for c in columns)
-
-
-def _check_folds(frame: pd.DataFrame, seed: int) -> list[npt.NDArray[np.bool_]]:
-    """Test-row masks of the grouped check: one per job family (when every row names both families), then
-    `CHECK_WORKLOAD_FOLDS` random folds of workloads. A pair is held out when either side is in the held-out group.
-
-    Both kinds of novelty are checked because the model meets both: a new batch size of a known job, and a job unlike
-    any it was trained on.
-    """
-    masks = []
-    if _has_values(frame, "family"):
-        fam_a = frame["family_a"].astype(str).to_numpy()
-        fam_b = frame["family_b"].astype(str).to_numpy()
-        families = sorted(set(fam_a) | set(fam_b))
-        if len(families) >= MIN_CHECK_GROUPS:
-            masks += [(fam_a == f) | (fam_b == f) for f in families]
-    work_a = frame["workload_a"].astype(str).to_numpy()
-    work_b = frame["workload_b"].astype(str).to_numpy()
-    workloads = sorted(set(work_a) | set(work_b))
-    if len(workloads) >= MIN_CHECK_GROUPS:
-        order = np.random.default_rng(seed).permutation(len(workloads))
-        fold_of = {w: int(order[i]) % CHECK_WORKLOAD_FOLDS for i, w in enumerate(workloads)}
-        folds_a = np.array([fold_of[w] for w in work_a])
-        folds_b = np.array([fold_of[w] for w in work_b])
-        masks += [(folds_a == k) | (folds_b == k) for k in range(CHECK_WORKLOAD_FOLDS)]
-    return masks
-
-
-def _frame_sides(frame: pd.DataFrame) -> tuple[SideColumns, SideColumns, list[str]]:
-    return side_columns_from_frame(frame, "a"), side_columns_from_frame(frame, "b"), gpu_names(frame)
-
-
-_SIDE_COLUMNS = ("solo_throughput", "batch_size", "sm_util", "mem_bw_util", "mem_bytes", "amp")
-_WIDTH = len(_SIDE_COLUMNS)
-# `_numbered` numbers integer keys below this many times their count with a table of flags instead of sorting them.
-DENSE_KEYS_PER_ROW = 16
-
-
-def _rows_of(side: SideColumns, rows: npt.NDArray[np.int64]) -> SideColumns:
-    return SideColumns(*(getattr(side, c)[rows] for c in _SIDE_COLUMNS))
-
-
-@dataclass(frozen=True)
-class _DirectedRows:
-    """The distinct rows (this side, other side, GPU model) of a batch of n pairs stacked in both orders —
-    (a, b) then (b, a) — with, for each of the 2n stacked rows, the index of its distinct row (`inverse`) and, for
-    each distinct row, the index of its swap (`swap`: the row with the sides exchanged).
-
-    `gpu` indexes `gpu_names`, the batch's distinct GPU model names. `side` numbers each row's this side with its
-    GPU model (equal bits, equal number), and `side_rows[k]` is a row whose this side is number k: the other side
-    of row i is number `side[swap[i]]`.
-    """
-
-    this: SideColumns
-    other: SideColumns
-    gpu: npt.NDArray[np.int64]
-    gpu_names: list[str]
-    inverse: npt.NDArray[np.intp]
-    swap: npt.NDArray[np.intp]
-    side: npt.NDArray[np.intp]
-    side_rows: npt.NDArray[np.intp]
-
-    def __len__(self) -> int:
-        return len(self.gpu)
-
-    def groups(
-        self, keyed: tuple[frozenset[int], frozenset[int]], subset: npt.NDArray[np.intp] | None
-    ) -> tuple[RowGroup, RowGroup]:
-        """`RowGroup`s of a booster's input columns keyed by this side and by the other side (`_keyed_columns`), for
-        the rows `subset` of these rows (all when None)."""
-        this, other = self.side, self.side[self.swap]
-        if subset is not None:
-            this, other = this[subset], other[subset]
-        count = len(self.side_rows)
-        return RowGroup(keyed[0], this, _key_rows(this, count)), RowGroup(keyed[1], other, _key_rows(other, count))
-
-
-def _key_rows(codes: npt.NDArray[np.intp], n_keys: int) -> npt.NDArray[np.intp]:
-    """For each key 0..n_keys-1, a row with that key (row 0 for a key no row has)."""
-    rows = np.zeros(n_keys, dtype=np.intp)
-    rows[codes] = np.arange(len(codes))
-    return rows
-
-
-# Odd 64-bit multipliers of `_row_hashes`, one per column of the side table of `_directed_rows`.
-_HASH_MULTIPLIERS = 2 * np.random.default_rng(20261121).integers(1, 1 << 62, _WIDTH + 1, dtype=np.uint64) + 1
-
-
-def _row_hashes(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash of each column of `bits` (columns × rows → rows); rows with equal hashes are compared in full."""
-    hashes: npt.NDArray[np.uint64] = _HASH_MULTIPLIERS.dot(bits)
-    return hashes
-
-
-def _numbered(keys: npt.NDArray[Any], below: int | None) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """(number of each key, for each number the index of a key with it): distinct keys get numbers 0..k-1.
-
-    Keys that are integers in [0, `below`) are numbered with a table of `below` flags when it is small next to the
-    keys (the scorer's batches: a few sides, many pairs of them), others by sorting.
-    """
-    if below is not None and len(keys) > 0 and below <= DENSE_KEYS_PER_ROW * len(keys):
-        present = np.zeros(below, dtype=bool)
-        present[keys] = True
-        running = np.cumsum(present) - 1
-        number, count = running[keys], int(running[-1]) + 1
-    else:
-        distinct, number = np.unique(keys, return_inverse=True)
-        count = len(distinct)
-    # Any key with the number will do (they are equal): repeated indices may assign in any order.
-    index = np.empty(count, dtype=np.intp)
-    index[number] = np.arange(len(keys))
-    return number, index
-
-
-@dataclass(frozen=True)
-class GpuCodes:
-    """The GPU model of each row of a batch as an index (`codes`) of the batch's distinct names (`names`), found with
-    one pass over the rows' names."""
-
-    codes: npt.NDArray[np.int64]
-    names: list[str]
-
-    @classmethod
-    def of(cls, gpu_models: Sequence[str]) -> GpuCodes:
-        """The names as given (`names` in order of first appearance)."""
-        distinct = {g: i for i, g in enumerate(dict.fromkeys(gpu_models))}
-        return cls(np.fromiter(map(distinct.__getitem__, gpu_models), np.int64, len(gpu_models)), list(distinct))
-
-    @classmethod
-    def normalized(cls, gpu_models: Sequence[str] | str, n: int) -> GpuCodes:
-        """The names normalised (`advisor.gpus.normalize_gpu_model`): spellings of one model share a code. One name
-        (a `str`) stands for all `n` rows."""
-        if isinstance(gpu_models, str):
-            return cls(np.zeros(n, dtype=np.int64), [normalize_gpu_model(gpu_models)])
-        normal = {g: normalize_gpu_model(g) for g in dict.fromkeys(gpu_models)}
-        number = {name: i for i, name in enumerate(dict.fromkeys(normal.values()))}
-        code = {g: number[name] for g, name in normal.items()}
-        return cls(np.fromiter(map(code.__getitem__, gpu_models), np.int64, len(gpu_models)), list(number))
-
-
-def _directed_rows(a: SideColumns, b: SideColumns, gpu_models: Sequence[str] | GpuCodes) -> _DirectedRows:
-    """`_DirectedRows` of the pairs (a[i], b[i]) on `gpu_models[i]`; rows are equal when all their bits are.
-
-    The 2n sides (a then b, each with its pair's GPU model) are numbered first: grouped by a hash of their bits and
-    each group checked bit for bit (should two different sides ever share a hash, no side is merged). Stacked row r
-    is (side r, side (r + n) mod 2n), so rows are equal when their two side numbers are.
-    """
-    n = len(a)
-    gpus = gpu_models if isinstance(gpu_models, GpuCodes) else GpuCodes.of(gpu_models)
-    if len(gpus.codes) != n:
-        raise ValueError(f"gpu_models: {len(gpus.codes)} names for {n} pairs")
-    table = np.empty((_WIDTH + 1, 2 * n), dtype=np.float64)  # columns × stacked sides
-    for i, column in enumerate(_SIDE_COLUMNS):
-        table[i, :n], table[i, n:] = getattr(a, column), getattr(b, column)
-    table[-1, :n] = gpus.codes
-    table[-1, n:] = table[-1, :n]
-    bits = table.view(np.uint64)
-    side, first = _numbered(_row_hashes(bits), None)
-    if not np.array_equal(bits.take(first[side], axis=1), bits):
-        side = first = np.arange(2 * n)
-    partner = np.concatenate([side[n:], side[:n]])
-    inverse, rows = _numbered(side * len(first) + partner, len(first) ** 2)
-    swapped = (rows + n) % (2 * n)
-    return _DirectedRows(
-        SideColumns(*table[:_WIDTH, rows]),
-        SideColumns(*table[:_WIDTH, swapped]),
-        table[-1, rows].astype(np.int64),
-        gpus.names,
-        inverse,
-        inverse[swapped],
-        side[rows],
-        inverse[first],
-    )
-
-
-def _predict_parts(fitted: _Fitted, a: SideColumns, b: SideColumns, gpus: Sequence[str]) -> _Parts:
-    features = np.vstack([interference_features(a, b, gpus), interference_features(b, a, gpus)])
-    distance = fitted.profiles.pair_distances(a, b, gpus)
-    return _Parts(
-        specific=np.clip(_lgbm.predict(fitted.specific, features), NORM_MIN, NORM_MAX),
-        general=np.clip(_lgbm.predict(fitted.general, general_features(features)), NORM_MIN, NORM_MAX),
-        classes=np.concatenate([fitted.classes.predict_sides(a, b), fitted.classes.predict_sides(b, a)]),
-        distance=np.tile(distance, 2),
-    )
-
-
-def _combine(parts: _Parts, blend: float, scale: float) -> FloatArray:
-    """What `InterferenceModel.predict_columns` computes from the parts (for the grouped check)."""
-    weight = familiarity_weights(parts.distance, scale)
-    fallback = blend * parts.general + (1.0 - blend) * parts.classes
-    return np.clip(weight * parts.specific + (1.0 - weight) * fallback, NORM_MIN, NORM_MAX)

@@ -7,7 +7,9 @@ a LightGBM prediction from the job's request, submit time and those same history
 training jobs by submit time (a chronological validation split), so they reflect how the estimate does on jobs that
 come later. p10/p90 are p50 shifted by the 10th/90th percentile of the validation residuals of log run time.
 
-Training rows get their history features out of fold (five folds), so no job's own run time is in its features.
+Training rows get their history features from the jobs submitted before them (`time_ordered_history`), as a job being
+served does, so neither its own run time nor a later job's is in its features. A job whose workload, user and queue
+have no history gets the median of all jobs (`blend`).
 Run time is end - start (end - submit where the start is unknown), at least one second.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,7 @@ from advisor.models.artifact import Artifact
 
 MIN_HISTORY_JOBS = 3
 VALIDATION_FRACTION = 0.2
-HISTORY_FOLDS = 5
+HISTORY_BLOCKS = 50
 _KEYS = ("workload", "user", "queue", "queue_gpus")
 
 
@@ -136,17 +139,35 @@ def _stack_columns(parts: Sequence[tuple[FloatArray, HistoryColumns]], n: int) -
     return HistoryColumns(**out)
 
 
-def out_of_fold_history(query: JobQuery, log_run: FloatArray, *, seed: int) -> HistoryColumns:
-    """History features of training jobs computed from the other folds, so no job sees its own run time."""
+def time_ordered_history(query: JobQuery, log_run: FloatArray) -> HistoryColumns:
+    """History features of training jobs (sorted by submit time) from the jobs submitted before them: the jobs are cut
+    into `HISTORY_BLOCKS` chronological blocks and each block sees the blocks before it — what a job at serving time
+    sees (the past only). The first block has no history, so the trees also learn what a job without one takes."""
     n = len(query)
-    folds = np.random.default_rng(seed).integers(0, HISTORY_FOLDS, size=n)
+    edges = np.linspace(0, n, HISTORY_BLOCKS + 1).round().astype(np.int64)
     parts = []
-    for k in range(HISTORY_FOLDS):
-        test = np.flatnonzero(folds == k)
-        train = np.flatnonzero(folds != k)
-        history = History.from_jobs(_subset(query, train), log_run[train])
-        parts.append((test.astype(np.float64), history.columns(_subset(query, test))))
+    for start, end in pairwise(edges.tolist()):
+        if end <= start:
+            continue
+        past = np.arange(start, dtype=np.float64)
+        block = np.arange(start, end, dtype=np.float64)
+        history = History.from_jobs(_subset(query, past), log_run[:start])
+        parts.append((block, history.columns(_subset(query, block))))
     return _stack_columns(parts, n)
+
+
+def _known(columns: HistoryColumns) -> npt.NDArray[np.bool_]:
+    """Jobs with a history estimate of their own (a workload, user or queue with `MIN_HISTORY_JOBS` past jobs)."""
+    counts = (columns.workload_count, columns.user_count, columns.queue_count, columns.queue_gpus_count)
+    known: npt.NDArray[np.bool_] = np.logical_or.reduce([np.nan_to_num(c) >= MIN_HISTORY_JOBS for c in counts])
+    return known
+
+
+def blend(alpha: float, history_log: FloatArray, model_log: FloatArray, columns: HistoryColumns) -> FloatArray:
+    """``α · history + (1 - α) · lightgbm`` of log run time; a job with no history of its own gets the history
+    estimate (the median of all jobs) alone: the trees have seen too few such jobs to say more."""
+    mixed: FloatArray = np.where(_known(columns), alpha * history_log + (1 - alpha) * model_log, history_log)
+    return mixed
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +186,7 @@ class JctModel(BoostedEstimator):
     kind = "jct"
 
     def _train(self, query: JobQuery, log_run: FloatArray) -> Any:
-        history = out_of_fold_history(query, log_run, seed=self.seed)
+        history = time_ordered_history(query, log_run)
         return self.train_booster(
             jct_features(query, history),
             log_run,
@@ -190,9 +211,9 @@ class JctModel(BoostedEstimator):
         history_log = history.estimate(columns)
         truth = log_run[cut:]
         alphas = np.linspace(0.0, 1.0, 11)
-        errors = [float(np.mean(np.abs(a * history_log + (1 - a) * model_log - truth))) for a in alphas]
+        errors = [float(np.mean(np.abs(blend(a, history_log, model_log, columns) - truth))) for a in alphas]
         self.alpha_ = float(alphas[int(np.argmin(errors))])
-        residuals = truth - (self.alpha_ * history_log + (1 - self.alpha_) * model_log)
+        residuals = truth - blend(self.alpha_, history_log, model_log, columns)
         self.log_offsets_ = (float(np.quantile(residuals, 0.1)), float(np.quantile(residuals, 0.9)))
         self.validation_ = {
             "mae_log": float(min(errors)),
@@ -215,7 +236,7 @@ class JctModel(BoostedEstimator):
             return JctPrediction(empty, empty, empty)
         columns = self.history_.columns(query)
         model_log = _lgbm.predict(self.booster_, jct_features(query, columns))
-        p50_log = self.alpha_ * self.history_.estimate(columns) + (1 - self.alpha_) * model_log
+        p50_log = blend(self.alpha_, self.history_.estimate(columns), model_log, columns)
         return JctPrediction(
             p10=np.exp(p50_log + self.log_offsets_[0]),
             p50=np.exp(p50_log),

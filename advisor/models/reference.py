@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import KINDS, Kind, gavel_trace_executions, load_gavel
-from advisor.models.registry import Registration, register, save_trained, version_path
+from advisor.models.registry import Registration, save_and_register, version_path
 from advisor.models.training import train
 from profiler.store import repo
 
@@ -65,6 +65,5 @@ def train_reference_models(
     for kind in kinds:
         trained = train(kind, frames[kind], source=source[kind], num_threads=num_threads)
         directory = version_path(model_dir, kind, f"{stamp}-reference-{uuid.uuid4().hex[:8]}")
-        save_trained(trained, directory)
-        out[kind] = register(sessions, kind, directory, force=not only_missing)
+        out[kind] = save_and_register(trained, directory, sessions, kind, force=not only_missing)
     return out

@@ -11,34 +11,25 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import KINDS, Kind
-from advisor.models.artifact import Artifact, ArtifactError, load_artifact, save_artifact
+from advisor.models.artifact import ArtifactError, load_artifact, save_artifact
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
+from advisor.models.kinds import PRIMARY_METRIC, Model, model_from_artifact
 from advisor.models.throughput import ThroughputModel
-from advisor.models.training import PRIMARY_METRIC, Model, Trained
+from advisor.models.training import Trained, Validation, score
 from profiler.store import repo
 from profiler.store.db import transaction
 from profiler.store.models import ModelVersion
 
 log = logging.getLogger(__name__)
-
-
-def model_from_artifact(artifact: Artifact) -> Model:
-    if artifact.kind == "interference":
-        return InterferenceModel.from_artifact(artifact)
-    if artifact.kind == "throughput":
-        return ThroughputModel.from_artifact(artifact)
-    if artifact.kind == "jct":
-        return JctModel.from_artifact(artifact)
-    raise ArtifactError(f"unknown model kind {artifact.kind!r}")
 
 
 def load_model(directory: Path, *, kind: Kind | None = None) -> Model:
@@ -62,6 +53,7 @@ class LoadedModels:
     interference: InterferenceModel | None = None
     jct: JctModel | None = None
     versions: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, str]:
         """Per kind, ``"<kind> v<N>"`` or ``"none"`` (reported with every score)."""
@@ -72,14 +64,14 @@ def promoted_versions(sessions: sessionmaker[Session]) -> dict[str, int]:
     """The promoted version of each kind (kinds without one left out): one small query, for replicas that poll for
     promotions made elsewhere without reading any artifact."""
     with sessions() as session:
-        rows = session.execute(select(ModelVersion.kind, ModelVersion.version).where(ModelVersion.promoted))
-        return {row.kind: row.version for row in rows}
+        return repo.promoted_versions(session=session)
 
 
 def load_promoted(sessions: sessionmaker[Session], kinds: tuple[Kind, ...] = KINDS) -> LoadedModels:
     """Load the promoted version of each kind; kinds without one (or with a broken artifact) are None."""
     loaded: dict[str, Any] = {}
     versions: dict[str, int] = {}
+    sources: dict[str, str] = {}
     with sessions() as session:
         rows = {k: repo.promoted_model_version(session=session, kind=k) for k in kinds}
     for kind, row in rows.items():
@@ -91,11 +83,13 @@ def load_promoted(sessions: sessionmaker[Session], kinds: tuple[Kind, ...] = KIN
             log.warning("promoted %s model v%d is unusable, serving without it: %s", kind, row.version, e)
             continue
         versions[kind] = row.version
+        sources[kind] = str((row.training_summary or {}).get("source", ""))
     return LoadedModels(
         throughput=loaded.get("throughput"),
         interference=loaded.get("interference"),
         jct=loaded.get("jct"),
         versions=versions,
+        sources=sources,
     )
 
 
@@ -112,8 +106,40 @@ def _metric(metrics: dict[str, Any], kind: Kind) -> float:
     return float(value) if isinstance(value, int | float) else math.inf
 
 
-def register(sessions: sessionmaker[Session], kind: Kind, directory: Path, *, force: bool = False) -> Registration:
-    """Add the artifact in `directory` as a new version of `kind`; promote it unless it validates worse."""
+def _comparable_metric(
+    kind: Kind, current: ModelVersion, candidate_metrics: dict[str, Any], validation: Validation | None
+) -> tuple[float, str] | None:
+    """The promoted version's metric on the candidate's validation data, and how it was obtained: re-scored on the
+    candidate's validation rows when they are at hand, else its recorded metric when both were validated on the same
+    data; None when the two cannot be compared."""
+    if validation is not None:
+        try:
+            model = load_model(Path(current.artifact_path), kind=kind)
+        except ArtifactError as e:
+            log.warning("promoted %s v%d cannot be re-scored: %s", kind, current.version, e)
+        else:
+            return score(kind, model, validation), "re-scored on this version's validation rows"
+    mine = candidate_metrics.get("validation", {}).get("data")
+    theirs = (current.metrics.get("validation") or {}).get("data")
+    if mine is not None and mine == theirs:
+        return _metric(current.metrics, kind), "validated on the same data"
+    return None
+
+
+def register(
+    sessions: sessionmaker[Session],
+    kind: Kind,
+    directory: Path,
+    *,
+    force: bool = False,
+    validation: Validation | None = None,
+) -> Registration:
+    """Add the artifact in `directory` as a new version of `kind`; promote it unless it validates worse than the
+    promoted version on the same data (`validation`: the candidate's validation rows, from `training.train`).
+
+    Metrics of different data sets are never compared: without `validation`, a candidate validated on other data
+    than the promoted version is registered but not promoted (unless `force`).
+    """
     artifact = load_artifact(directory, kind=kind)
     new_metric = _metric(artifact.metrics, kind)
     name = PRIMARY_METRIC[kind]
@@ -129,21 +155,52 @@ def register(sessions: sessionmaker[Session], kind: Kind, directory: Path, *, fo
         if current is None:
             reason = "first version of this kind"
         else:
-            old_metric = _metric(current.metrics, kind)
-            if new_metric <= old_metric:
-                reason = f"{name} {new_metric:.4g} is no worse than v{current.version}'s {old_metric:.4g}"
-            elif force:
-                reason = f"forced although {name} {new_metric:.4g} is worse than v{current.version}'s {old_metric:.4g}"
+            compared = _comparable_metric(kind, current, artifact.metrics, validation)
+            if compared is None:
+                if not force:
+                    return Registration(
+                        kind,
+                        version,
+                        False,
+                        f"not promoted: v{current.version} was validated on other data and cannot be re-scored "
+                        f"on this version's validation rows, so their {name} are not comparable "
+                        "(use --force to promote anyway)",
+                    )
+                reason = f"forced: v{current.version} was validated on other data"
             else:
-                return Registration(
-                    kind,
-                    version,
-                    False,
-                    f"not promoted: {name} {new_metric:.4g} is worse than v{current.version}'s {old_metric:.4g} "
-                    "(use --force to promote anyway)",
-                )
+                old_metric, basis = compared
+                if new_metric <= old_metric:
+                    reason = f"{name} {new_metric:.4g} is no worse than v{current.version}'s {old_metric:.4g} ({basis})"
+                elif force:
+                    reason = (
+                        f"forced although {name} {new_metric:.4g} is worse than v{current.version}'s "
+                        f"{old_metric:.4g} ({basis})"
+                    )
+                else:
+                    return Registration(
+                        kind,
+                        version,
+                        False,
+                        f"not promoted: {name} {new_metric:.4g} is worse than v{current.version}'s {old_metric:.4g} "
+                        f"({basis}; use --force to promote anyway)",
+                    )
         repo.promote_model_version(session=session, kind=kind, version=version)
     return Registration(kind, version, True, reason)
+
+
+def save_and_register(
+    trained: Trained, directory: Path, sessions: sessionmaker[Session], kind: Kind, *, force: bool = False
+) -> Registration:
+    """Write `trained` to `directory` and register it; a failure removes the directory it wrote, so no failed
+    training leaves an artifact behind that no version row points to."""
+    existed = directory.exists()
+    try:
+        save_trained(trained, directory)
+        return register(sessions, kind, directory, force=force, validation=trained.validation)
+    except BaseException:
+        if not existed:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
 
 
 def rollback(sessions: sessionmaker[Session], kind: Kind, *, to_version: int | None = None) -> int:

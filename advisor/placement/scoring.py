@@ -441,7 +441,7 @@ def _finish(
     w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
     w_total = w_p + w_a + w_i + w_j
     scale = 100.0 / w_total if w_total > 0 else 0.0
-    basis = "jct model" if use_jct else f"relative GPU speed (jct {predictors.jct.name}: no estimate)"
+    basis = "jct model" if use_jct else f"relative GPU speed; {predictors.jct.name} has no estimate"
     make = NodeScore._make
     out: list[NodeScore] = []
     append = out.append

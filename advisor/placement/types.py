@@ -275,13 +275,23 @@ class NodeScore(NamedTuple):
         """One line explaining the score (built on demand: the extender path never needs it)."""
         if not self.feasible or not self.known:
             return self.detail
+        run = f": ~{duration_text(self.predicted_jct_seconds)}" if self.predicted_jct_seconds is not None else ""
         return (
             f"GPUs {list(self.gpus)}{self.detail}; packing {self.packing:.2f}, affinity {self.affinity:.2f}, "
-            f"slowdown x{self.predicted_slowdown:.2f}, {self.gpu_model or 'unknown model'} {self.jct_basis} "
-            f"{self.jct:.2f}"
+            f"slowdown x{self.predicted_slowdown:.2f}; on {self.gpu_model or 'an unknown GPU model'} it runs at "
+            f"{self.jct:.2f} of the fastest candidate's speed ({self.jct_basis}{run})"
         )
 
     @property
     def extender_score(self) -> int:
         """This score alone on the extender's integer scale 0..10 (see `extender_scores` for a whole batch)."""
         return min(10, max(0, round(self.score / 10.0)))
+
+
+def duration_text(seconds: float) -> str:
+    """A predicted duration as a reason string shows it: whole seconds up to 90 s, then minutes, then hours."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"

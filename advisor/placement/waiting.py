@@ -21,7 +21,7 @@ from typing import NamedTuple
 from advisor.placement.config import ScoringConfig
 from advisor.placement.memo import NodeMemo
 from advisor.placement.scoring import is_stale
-from advisor.placement.types import GpuState, NodeState, PodRequest, Resident
+from advisor.placement.types import GpuState, NodeState, PodRequest, Resident, duration_text
 from advisor.predictors import Predictors
 
 ResidentEnd = Callable[[NodeState, Resident], float | None]
@@ -198,8 +198,14 @@ def wait_verdicts(
             continue
         here = run[state.gpu_model]
         if here > slack * finish[best]:
-            verdicts[name] = (
-                f"waiting for a {best} finishes sooner: room in ~{room[best]:.0f} s, done ~{finish[best]:.0f} s from "
-                f"now there vs ~{here:.0f} s on this {state.gpu_model}"
-            )
+            here_text = f"~{duration_text(here)} on this {state.gpu_model}"
+            if room[best] < 1.0:
+                verdicts[name] = (
+                    f"passed over: {best} has room now and finishes it in ~{duration_text(finish[best])} vs {here_text}"
+                )
+            else:
+                verdicts[name] = (
+                    f"passed over to wait for room on {best} in ~{duration_text(room[best])}: done in "
+                    f"~{duration_text(finish[best])} from now vs {here_text}"
+                )
     return verdicts

@@ -1,2 +1,2 @@
-"""Trace-driven placement simulator (DESIGN §7): what the advice is worth on published traces, against the usual
+"""Trace-driven placement simulator (docs/design.md §7): what the advice is worth on published traces, against the usual
 policies."""

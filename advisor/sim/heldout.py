@@ -7,8 +7,8 @@ the Gavel data, so that the advisor is not scored on numbers it has seen.
   - `cold` (the default): the job measured on the `reference_gpu` only (a trial run on the cheapest GPU type), so
     every P100/V100 speed of a job, for every GPU count, is a prediction from its K80 profile and what the model
     learnt on other families;
-  - `profiled`: also measured on one GPU of every GPU type (the profiler's trial-run matrix of GPU types, DESIGN
-    §5), so the 1-GPU speeds are measurements and the multi-GPU ones predictions from them.
+  - `profiled`: also measured on one GPU of every GPU type (the profiler's trial-run matrix of GPU types,
+    docs/design.md §4), so the 1-GPU speeds are measurements and the multi-GPU ones predictions from them.
 * Interference: the pair (a, b) is predicted by an `InterferenceModel` trained on the pairs in which neither side
   belongs to a's or b's family (leave-both-families-out: 28 models for 7 families), with the solo throughputs of a
   and b replaced by their predicted ones.

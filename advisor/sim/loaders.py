@@ -5,9 +5,9 @@ Formats are recognised by their header, so one `--cluster`/`--trace`/`--throughp
 * cluster: `node,gpu_model,gpus[,links][,cpu_milli][,memory_mib]` (links: NVLink groups such as `0-3/4-7`), or the
   openb node list `sn,cpu_milli,memory_mib,gpu,model`;
 * trace: the openb pod list, the Philly CSV (`timestamp,duration,num_gpus,…`), a Gavel trace (`job_type,total_steps,
-  scale_factor,arrival_time_s`), or DESIGN §6 executions (`job_id,workload,user,gpu_model,gpu_count,submit_time,
+  scale_factor,arrival_time_s`), or docs/design.md §6 executions (`job_id,workload,user,gpu_model,gpu_count,submit_time,
   start_time,end_time`);
-* throughputs: Gavel's `simulation_throughputs.json`, or DESIGN §6 colocations / throughputs CSV.
+* throughputs: Gavel's `simulation_throughputs.json`, or docs/design.md §6 colocations / throughputs CSV.
 
 Every problem raises `SimInputError` naming the file, the row (1 = first data row) and the column.
 """
@@ -346,7 +346,7 @@ def load_gavel_throughputs(path: Path) -> Throughputs:
 
 
 def load_throughputs(path: Path) -> Throughputs:
-    """Gavel JSON, or a DESIGN §6 colocations / throughputs CSV."""
+    """Gavel JSON, or a docs/design.md §6 colocations / throughputs CSV."""
     if path.suffix.lower() == ".json":
         return load_gavel_throughputs(path)
     frame = _read_csv(path)

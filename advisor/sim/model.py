@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 GPU_MILLI = 1000
-"""One whole GPU in milli-GPU units (openb's `gpu_milli`; DESIGN §5 annotation `gpuadvisor.io/gpu-milli`)."""
+"""One whole GPU in milli-GPU units (openb's `gpu_milli`; docs/design.md §5 annotation `gpuadvisor.io/gpu-milli`)."""
 
 
 @dataclass(frozen=True, slots=True)

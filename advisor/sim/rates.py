@@ -58,7 +58,7 @@ class RateTable:
 
 
 def truth_table(throughputs: Throughputs) -> RateTable:
-    """The ground truth of a throughput file (Gavel JSON or DESIGN §6 CSV)."""
+    """The ground truth of a throughput file (Gavel JSON or docs/design.md §6 CSV)."""
     norm: dict[tuple[str, str, str], float] = {}
     for (model, a, b), (tput_a, _) in throughputs.colocated.items():
         solo = throughputs.isolated.get((model, a, 1, True))

@@ -51,8 +51,11 @@ def make_engine(url: str) -> Engine:
     parsed = parse_db_url(url)
     try:
         if parsed.get_backend_name() == "sqlite":
-            if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            # A typo in the path must not leave a fresh, empty store in a directory nobody meant to create.
+            if parsed.database and parsed.database != ":memory:" and not Path(parsed.database).parent.is_dir():
+                raise StoreError(
+                    f"cannot use database URL {url!r}: directory {Path(parsed.database).parent} does not exist"
+                )
             engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
             event.listen(engine, "connect", _enable_sqlite_foreign_keys)
         else:

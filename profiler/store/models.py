@@ -1,4 +1,4 @@
-"""ORM tables of the store (DESIGN §4).
+"""ORM tables of the store (docs/design.md §4).
 
 Natural unique keys make every ingestion path idempotent: re-importing a CSV, re-summarising a trial or
 re-recording a finished job updates the same row instead of adding a duplicate. Indexes follow the query

@@ -17,7 +17,6 @@ from sqlalchemy.orm import Session
 from profiler.records import (
     ColocationRecord,
     ExecutionRecord,
-    NodeRecord,
     ProfileRecord,
     TelemetryRecord,
     TrialSideRef,
@@ -27,9 +26,7 @@ from profiler.store.models import (
     Base,
     Colocation,
     Execution,
-    Gpu,
     ModelVersion,
-    Node,
     Profile,
     TrialGpu,
     TrialRun,
@@ -297,41 +294,6 @@ def list_executions(*, session: Session, since: datetime | None = None) -> list[
     return out
 
 
-def upsert_node(*, session: Session, node: NodeRecord, seen_at: datetime | None = None) -> int:
-    seen = seen_at or utcnow()
-    models = {g.model for g in node.gpus}
-    values = {
-        "name": node.name,
-        "gpu_model": next(iter(models)) if len(models) == 1 else ("mixed" if models else None),
-        "gpu_count": len(node.gpus),
-        "labels": node.labels,
-        "first_seen": seen,
-        "last_seen": seen,
-    }
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(Node).values(**values)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["name"],
-        set_={k: stmt.excluded[k] for k in ("gpu_model", "gpu_count", "labels", "last_seen")},
-    )
-    node_id: int = session.execute(stmt.returning(Node.id)).scalar_one()
-    for gpu in node.gpus:
-        _upsert(
-            session,
-            Gpu,
-            {
-                "node_id": node_id,
-                "index": gpu.index,
-                "uuid": gpu.uuid,
-                "model": gpu.model,
-                "memory_total_bytes": gpu.memory_total_bytes,
-            },
-            ["uuid"],
-        )
-    return node_id
-
-
 def add_model_version(
     *,
     session: Session,
@@ -374,6 +336,12 @@ def promoted_model_version(*, session: Session, kind: str) -> ModelVersion | Non
     return session.execute(
         select(ModelVersion).where(ModelVersion.kind == kind, ModelVersion.promoted)
     ).scalar_one_or_none()
+
+
+def promoted_versions(*, session: Session) -> dict[str, int]:
+    """The promoted version of each kind (kinds without one left out), in one small query."""
+    rows = session.execute(select(ModelVersion.kind, ModelVersion.version).where(ModelVersion.promoted))
+    return {row.kind: row.version for row in rows}
 
 
 def list_model_versions(*, session: Session, kind: str | None = None) -> list[ModelVersion]:

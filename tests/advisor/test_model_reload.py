@@ -51,7 +51,12 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[Kind, Path]:
     for model in models:
         out[model.kind] = root / model.kind
         # A validation error of 1.0 for each: a later version with 2.0 is registered but not promoted.
-        metrics = {"metric": PRIMARY_METRIC[model.kind], PRIMARY_METRIC[model.kind]: 1.0}
+        # All validated on the same data, so the registry compares their recorded metrics.
+        metrics = {
+            "metric": PRIMARY_METRIC[model.kind],
+            PRIMARY_METRIC[model.kind]: 1.0,
+            "validation": {"split": "test", "rows": 1, "data": "the same rows"},
+        }
         save_trained(Trained(model=model, metrics=metrics, training_summary={}), out[model.kind])
     return out
 

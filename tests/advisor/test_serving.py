@@ -50,7 +50,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, gavel: GavelData) -> tuple[s
     ]
     for model in models:
         directory = root / "models" / model.kind
-        save_trained(Trained(model=model, metrics={}, training_summary={}), directory)
+        save_trained(Trained(model=model, metrics={}, training_summary={"source": f"gavel {model.kind}"}), directory)
         register(sessions, model.kind, directory)
     engine.dispose()
     return url, root
@@ -154,6 +154,7 @@ def test_the_service_serves_promoted_models_and_lists_them(store: tuple[str, Pat
         scored = client.post("/v1/score", json={"pod": {"metadata": pod["metadata"], "spec": pod["spec"]}}).json()
         [verdict] = scored["scores"]
         assert verdict["predicted_jct_seconds"] > 0
+        assert verdict["predicted_jct_seconds"] == round(verdict["predicted_jct_seconds"], 1)  # no 15 decimals
         assert "jct model" in verdict["reason"]
         assert scored["models"]["jct"] == "jct v1"
         answer = client.post("/v1/predict/jct", json={"workload": workload, "gpu_model": "V100"}).json()
@@ -163,6 +164,10 @@ def test_the_service_serves_promoted_models_and_lists_them(store: tuple[str, Pat
         answer = client.post("/v1/predict/jct", json=rec).json()
         assert answer["relative_speed"] == pytest.approx(2.31, rel=0.05)  # the data sheets say 0.35
         assert answer["reason"].endswith("runs 2.31 x its V100 speed here (measured)")
+        after = client.get("/v1/models").json()
+        assert after["served"]["jct"] == {"version": 1, "source": "gavel jct"}
+        assert after["served"]["interference"] == {"version": 1, "source": "gavel interference"}
+        assert after["answers"]["speed"]["measured"] >= 1
 
 
 def test_training_runs_in_the_background_and_reports_its_state(store: tuple[str, Path]) -> None:

@@ -192,8 +192,9 @@ def test_a_slow_candidate_fails_when_the_fast_model_frees_soon_enough() -> None:
     slow = gpu_node("slow", SLOW)
     failed = verdicts([full_fast(), slow], {"ml/a": 100.0, "ml/b": 5000.0})
     assert set(failed) == {"slow"}
-    assert failed["slow"].startswith(f"waiting for a {FAST} finishes sooner: room in ~100 s, done ~1100 s")
-    assert failed["slow"].endswith(f"vs ~4000 s on this {SLOW}")
+    assert failed["slow"] == (
+        f"passed over to wait for room on {FAST} in ~2 min: done in ~18 min from now vs ~67 min on this {SLOW}"
+    )
 
 
 def test_a_slow_candidate_passes_when_the_fast_model_frees_too_late() -> None:
@@ -211,7 +212,7 @@ def test_a_fast_candidate_is_never_passed_over() -> None:
     nodes = [full_fast(), gpu_node("slow", SLOW), gpu_node("fast-free", FAST)]
     failed = verdicts(nodes, {"ml/a": 100.0}, names=["slow", "fast-free"])
     assert set(failed) == {"slow"}
-    assert "room in ~0 s" in failed["slow"]
+    assert failed["slow"].startswith(f"passed over: {FAST} has room now and finishes it in ~")  # no "waiting"
 
 
 @pytest.mark.parametrize(
@@ -275,7 +276,7 @@ def test_the_filter_gives_the_wait_reason_only_with_predictors_and_leave_times()
         leaving=leaving,
     )
     assert passed == ["unknown"]
-    assert failed["slow"].startswith(f"waiting for a {FAST} finishes sooner: room in ~150 s")
+    assert failed["slow"].startswith(f"passed over to wait for room on {FAST} in ~2 min:")
     assert failed["tiny"] == "needs 2 free GPUs, has 1"  # too small anyway: that reason comes first
     passed, failed = filter_nodes(pod, ["slow", "tiny", "unknown"], nodes, config=CONFIG, now_seconds=NOW)
     assert passed == ["slow", "unknown"]
@@ -340,13 +341,13 @@ def test_each_nodes_leave_times_are_predicted_once_per_jct_predictor() -> None:
         leaving = jct_leave_times(predictors, now)
         return wait_verdicts(POD, ["slow"], nodes, config=CONFIG, predictors=predictors, leaving=leaving)
 
-    assert "room in ~500 s" in wait(NOW)["slow"]
+    assert f"room on {FAST} in ~8 min:" in wait(NOW)["slow"]
     residents_predicted = counting.calls - 2  # the rest: the pod itself on each GPU model
     assert residents_predicted == 2
-    assert "room in ~400 s" in wait(NOW + 100)["slow"]  # the same memo, a later now
+    assert f"room on {FAST} in ~7 min:" in wait(NOW + 100)["slow"]  # the same memo, a later now
     assert counting.calls - 4 == residents_predicted
     reloaded = CountingJct()
-    assert "room in ~400 s" in wait(NOW + 100, replace(PREDICTORS, jct=reloaded))["slow"]
+    assert f"room on {FAST} in ~7 min:" in wait(NOW + 100, replace(PREDICTORS, jct=reloaded))["slow"]
     assert reloaded.calls == 4  # a new predictor (a model reload) predicts afresh
 
 
@@ -484,7 +485,7 @@ def test_the_extender_filter_keeps_a_pod_off_the_slow_node_while_the_fast_one_fr
     assert answer["NodeNames"] == ["never-seen"]
     failed = answer["FailedNodes"]
     assert set(failed) == {"slow"}
-    assert failed["slow"].startswith(f"waiting for a {FAST} finishes sooner: room in ~")
+    assert failed["slow"].startswith(f"passed over to wait for room on {FAST} in ~")
     assert failed["slow"].endswith(f"on this {SLOW}")
 
 

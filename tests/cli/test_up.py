@@ -142,3 +142,53 @@ def test_up_with_a_bad_store_url_exits_2_with_one_line(tmp_path: Path) -> None:
     assert line.startswith("error:")
     assert "nonsense://x" in line
     assert "Traceback" not in result.stdout + result.stderr
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _make_up(tmp_path: Path, port: int, args: str) -> subprocess.Popen[str]:
+    """`make up PORT=… ARGS=…` in the checkout, with a virtualenv whose `gpuadvisor` is this interpreter's."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    script = venv / "bin" / "gpuadvisor"
+    script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m advisor.cli "$@"\n')
+    script.chmod(0o755)
+    (venv / ".installed-stamp").touch()  # newer than pyproject.toml: nothing to install
+    return subprocess.Popen(
+        ["make", "--no-print-directory", "-C", str(REPO), "up", f"VENV={venv}", f"PORT={port}", f"ARGS={args}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "GPUADVISOR_MODEL_DIR": str(tmp_path / "models"), "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,  # Ctrl-C goes to make and gpuadvisor together, as in a terminal
+    )
+
+
+def test_make_up_takes_another_port_and_passes_other_options_through(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        refused = _make_up(tmp_path, taken, "")
+        output, _ = refused.communicate(timeout=120)
+    assert refused.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{taken}" in output
+    assert "make up PORT=N" in output
+    assert "Traceback" not in output
+
+    port = free_port()
+    proc = _make_up(tmp_path, port, f"--nodes 1 --gpus-per-node 2 --db sqlite:///{tmp_path}/up.db")
+    try:
+
+        def one_node() -> bool:
+            nodes = httpx.get(f"http://127.0.0.1:{port}/v1/nodes", timeout=5).json()["nodes"]
+            return [(n["name"], n["gpu_count"]) for n in nodes] == [("sim-node-1", 2)]
+
+        assert wait_until(one_node, START_TIMEOUT_S, interval_s=0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    assert f"advisor serving on port {port}" in output, output
+    assert (tmp_path / "up.db").exists()
+    assert "Traceback" not in output

@@ -69,7 +69,7 @@ def test_profile_request_local_stores_the_workloads_rate_with_nvml_telemetry(tmp
         _doc("steady-local", steps=20, matrix={"gpuCounts": [1], "batchSizes": [16, 32]}), tmp_path / "spec.yaml"
     )
 
-    result = gpuadvisor("profile", "request", str(spec), "--local", env=env)
+    result = gpuadvisor("profile", "request", str(spec), "--local", "--no-reference-partners", env=env)
     assert result.returncode == 0, result.stderr
     assert "Succeeded" in result.stdout
 
@@ -99,7 +99,7 @@ def test_without_a_gpu_the_throughput_is_still_measured_with_a_warning(tmp_path:
     url = f"sqlite:///{tmp_path}/store.db"
     env = {"GPUADVISOR_NVML_LIBRARY": str(tmp_path / "missing" / "libnvidia-ml.so.1"), "GPUADVISOR_DB_URL": url}
     spec = _write(_doc("no-gpu"), tmp_path / "s.yaml")
-    result = CliRunner().invoke(app, ["profile", "request", str(spec), "--local"], env=env)
+    result = CliRunner().invoke(app, ["profile", "request", str(spec), "--local", "--no-reference-partners"], env=env)
     assert result.exit_code == 0, result.stderr
     assert "warning: GPU telemetry unavailable" in result.stderr
     engine = db.make_engine(url)

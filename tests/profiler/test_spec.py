@@ -12,7 +12,8 @@ import yaml
 
 from profiler.crd import crd_manifest, render
 from profiler.settings import DEFAULT_MAX_TRIAL_DURATION_SECONDS
-from profiler.spec import SpecError, parse_trialrun
+from profiler.spec import SpecError, parse_trialrun, with_reference_partners
+from profiler.trials import TrialKind, expand
 from tests.profiler.specs import VALID, trialrun
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,3 +104,23 @@ def test_committed_crd_is_the_generated_one() -> None:
     )
     crd = yaml.safe_load(CRD_FILE.read_text())
     assert crd["metadata"]["name"] == "trialruns.gpuadvisor.io"
+
+
+def test_a_trialrun_without_partners_is_co_run_with_the_reference_set() -> None:
+    run = with_reference_partners(parse_trialrun(trialrun(colocateWith=None)), "gpuadvisor-workloads")
+    assert [p.workload for p in run.spec.colocate_with] == ["cnn-bs64", "transformer-bs32", "recommender-bs256"]
+    assert {p.image for p in run.spec.colocate_with} == {"gpuadvisor-workloads"}
+    pairs = [t for t in expand(run.spec) if t.kind is TrialKind.PAIR]
+    assert {t.sides[1].workload for t in pairs} == {"cnn-bs64", "transformer-bs32", "recommender-bs256"}
+
+
+def test_named_or_explicitly_no_partners_are_kept() -> None:
+    named = parse_trialrun(trialrun())
+    assert with_reference_partners(named, "img") == named
+    alone = parse_trialrun(trialrun(colocateWith=[]))
+    assert with_reference_partners(alone, "img").spec.colocate_with == []
+
+
+def test_a_reference_workload_is_not_its_own_partner() -> None:
+    run = with_reference_partners(parse_trialrun(trialrun(colocateWith=None, workload="cnn-bs64")), None)
+    assert [p.workload for p in run.spec.colocate_with] == ["transformer-bs32", "recommender-bs256"]

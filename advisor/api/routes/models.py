@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, HTTPException, status
 from sqlalchemy.exc import SQLAlchemyError
 
 from advisor.api.deps import Authorized, Ctx, DbSession
-from advisor.api.schemas import ModelsOut, ModelVersionOut, TrainingJobOut, TrainRequest
+from advisor.api.schemas import ModelsOut, ModelVersionOut, ServedModelOut, TrainingJobOut, TrainRequest
 from advisor.serving import TrainingJob
 from profiler.store import repo
 
@@ -52,7 +52,10 @@ def list_models(session: DbSession, ctx: Ctx) -> ModelsOut:
         )
         for v in rows
     ]
-    return ModelsOut(versions=versions, serving=ctx.predictors.names())
+    served = {kind: ServedModelOut(**info) for kind, info in ctx.models.served().items()}
+    return ModelsOut(
+        versions=versions, serving=ctx.predictors.names(), served=served, answers=ctx.models.answers.snapshot()
+    )
 
 
 @router.post("/train", response_model=TrainingJobOut, status_code=status.HTTP_202_ACCEPTED, dependencies=[Authorized])

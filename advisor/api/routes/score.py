@@ -31,7 +31,7 @@ def _out(s: NodeScore) -> NodeScoreOut:
             interference=round(s.interference, 4),
             jct=round(s.jct, 4),
         ),
-        predicted_jct_seconds=s.predicted_jct_seconds,
+        predicted_jct_seconds=None if s.predicted_jct_seconds is None else round(s.predicted_jct_seconds, 1),
         predicted_slowdown=round(s.predicted_slowdown, 4),
         gpus=list(s.gpus),
         reason=s.reason,

@@ -1,7 +1,7 @@
 """NodeSnapshot ingest from the collectors (bearer token). Kept cheap: validate, rebuild one node, answer.
 
 Every collector pushes every few seconds to every replica, so this is the advisor's hottest route by far
-(DESIGN §5: 1,000 snapshots/s per replica). `IngestFastPath` serves it in front of FastAPI's routing and dependency
+(docs/design.md §5: 1,000/s per replica). `IngestFastPath` serves it in front of FastAPI's routing and dependency
 machinery — which cost more than the ingest itself — with the same `ingest_body` logic the documented route uses.
 """
 
@@ -69,7 +69,7 @@ async def telemetry(
     ctx: Ctx,
     authorization: str | None = Header(default=None, description="`Bearer <GPUADVISOR_API_TOKEN>`"),
 ) -> JSONResponse:
-    """Take one node's snapshot (a NodeSnapshot, DESIGN §3); an older snapshot than the one held (by its timestamp)
+    """Take one node's snapshot (docs/design.md §3); an older snapshot than the one held (by its timestamp)
     is dropped, not an error. Served by `IngestFastPath` in the running service; this route documents it and serves
     apps mounted without the fast path."""
     code, payload = ingest_body(ctx, await request.body(), authorization)

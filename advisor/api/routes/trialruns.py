@@ -82,7 +82,9 @@ def get_trialrun(namespace: str, name: str, session: DbSession) -> dict[str, Any
 
 @router.post("/trialruns", status_code=status.HTTP_201_CREATED, dependencies=[Authorized])
 def create_trialrun(
-    body: Annotated[dict[str, Any], Body(description="A TrialRun resource (DESIGN §4).", examples=[TRIALRUN_EXAMPLE])],
+    body: Annotated[
+        dict[str, Any], Body(description="A TrialRun resource (docs/design.md §4).", examples=[TRIALRUN_EXAMPLE])
+    ],
     session: DbSession,
     settings: Annotated[ProfilerSettings, Depends(get_profiler_settings)],
     submitter: Annotated[TrialRunSubmitter | None, Depends(get_submitter)],

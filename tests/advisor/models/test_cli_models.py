@@ -102,3 +102,13 @@ def test_evaluate_reports_model_and_baselines(workdir: Path) -> None:
     report = json.loads(result.output)
     assert set(report["baselines"]) == {"mean", "util_sum", "sharing_class"}
     assert len(report["folds"]) == 3
+    assert report["scored"] == "held-out side"
+
+
+def test_probes_need_a_split_by_a_side_of_the_pair(workdir: Path) -> None:
+    result = gpuadvisor(
+        "evaluate", "interference", "--from-csv", "pairs.csv", "--holdout-by", "pair", "--probes", "3", cwd=workdir
+    )
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "--probes needs" in result.stderr

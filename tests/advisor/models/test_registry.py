@@ -6,14 +6,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import GavelData
 from advisor.models.interference import InterferenceModel
 from advisor.models.reference import train_reference_models
-from advisor.models.registry import load_promoted, register, rollback, save_trained
-from advisor.models.training import Trained
+from advisor.models.registry import load_promoted, register, rollback, save_and_register, save_trained
+from advisor.models.training import Trained, train
 from profiler.store import repo
 from profiler.store.db import session_factory
 
@@ -29,8 +30,9 @@ def sessions(store_engine: Engine) -> sessionmaker[Session]:
     return session_factory(store_engine)
 
 
-def artifact(model: InterferenceModel, directory: Path, mae: float) -> Path:
-    save_trained(Trained(model, {"metric": "mae", "mae": mae}, {"source": "test", "rows": 1}), directory)
+def artifact(model: InterferenceModel, directory: Path, mae: float, data: str = "same rows") -> Path:
+    metrics = {"metric": "mae", "mae": mae, "validation": {"split": "test", "rows": 1, "data": data}}
+    save_trained(Trained(model, metrics, {"source": "test", "rows": 1}), directory)
     return directory
 
 
@@ -58,6 +60,50 @@ def test_promotion_only_when_no_worse_unless_forced(
         versions = repo.list_model_versions(session=session, kind="interference")
     assert [v.version for v in versions] == [1, 2, 3, 4]
     assert versions[0].metrics["mae"] == 0.10
+
+
+@pytest.fixture(scope="module")
+def p100_candidate(gavel: GavelData) -> Trained:
+    """A model trained by `training.train` on Gavel's P100 pairs, with its validation rows."""
+    pairs = gavel.colocations[gavel.colocations["gpu_model"] == "p100"].reset_index(drop=True)
+    return train("interference", pairs, source="p100 pairs", params={"num_boost_round": 30})
+
+
+def test_metrics_of_different_data_are_not_compared(
+    sessions: sessionmaker[Session], small_model: InterferenceModel, tmp_path: Path
+) -> None:
+    register(sessions, "interference", artifact(small_model, tmp_path / "v1", 0.30, data="gavel"))
+    other = register(sessions, "interference", artifact(small_model, tmp_path / "v2", 0.07, data="sia"))
+    assert not other.promoted
+    assert "validated on other data" in other.reason
+    assert promoted(sessions) == 1
+
+
+def test_the_promoted_version_is_rescored_on_the_candidates_validation_rows(
+    sessions: sessionmaker[Session], gavel: GavelData, p100_candidate: Trained, tmp_path: Path
+) -> None:
+    """A promoted model that recorded a great metric on other data loses once scored on the candidate's rows."""
+    pairs = gavel.colocations[gavel.colocations["gpu_model"] == "p100"].reset_index(drop=True)
+    never_slowed = pairs.assign(
+        coloc_throughput_a=pairs["solo_throughput_a"], coloc_throughput_b=pairs["solo_throughput_b"]
+    )
+    wrong = InterferenceModel(num_boost_round=30, num_threads=1).fit(never_slowed)
+    register(sessions, "interference", artifact(wrong, tmp_path / "v1", 0.001, data="elsewhere"))
+    candidate = p100_candidate
+    assert candidate.validation is not None
+    assert "held out" in candidate.metrics["validation"]["split"]
+    registration = save_and_register(candidate, tmp_path / "v2", sessions, "interference")
+    assert registration.promoted, registration.reason
+    assert "re-scored" in registration.reason
+    assert promoted(sessions) == 2
+
+
+def test_a_failed_registration_removes_the_artifact_it_wrote(p100_candidate: Trained, tmp_path: Path) -> None:
+    trained = p100_candidate
+    broken = session_factory(create_engine(f"sqlite:///{tmp_path / 'missing' / 'no.db'}"))
+    with pytest.raises(OperationalError):
+        save_and_register(trained, tmp_path / "v1", broken, "interference")
+    assert not (tmp_path / "v1").exists()
 
 
 def test_rollback_goes_to_the_previous_version_or_the_one_named(

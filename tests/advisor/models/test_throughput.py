@@ -11,17 +11,19 @@ import pytest
 from advisor.datasets import GavelData
 from advisor.features import ThroughputQuery, throughput_features
 from advisor.models import _lgbm
-from advisor.models.artifact import load_artifact, save_artifact
-from advisor.models.throughput import (
-    _CORRECTION_COLUMNS,
-    NearestGpuThroughput,
+from advisor.models.anchors import (
     ReferenceTable,
-    ThroughputModel,
     _log2_fp32,
     _log2_or_zero,
     anchors_by_gpu,
     find_anchors,
     nearest_gpu_estimate,
+)
+from advisor.models.artifact import load_artifact, save_artifact
+from advisor.models.throughput import (
+    _CORRECTION_COLUMNS,
+    NearestGpuThroughput,
+    ThroughputModel,
     spec_scaled_estimate,
 )
 

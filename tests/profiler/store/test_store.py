@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import IntegrityError
 
-from profiler.records import ColocationRecord, ExecutionRecord, GpuRecord, NodeRecord, ProfileRecord
+from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
 from profiler.store import db, repo
 from profiler.store.models import Gpu, Profile
 
@@ -103,18 +103,6 @@ def test_executions_keep_utc_times_and_dedupe_by_job(store_engine: Engine) -> No
     assert stored.end_time - stored.submit_time == timedelta(hours=2)
     assert stored.start_time == t0 + timedelta(minutes=3)
     assert stored.workload == "bert-base-bs32"
-
-
-def test_node_upsert_tracks_gpus_and_last_seen(store_engine: Engine) -> None:
-    sessions = db.session_factory(store_engine)
-    gpus = tuple(GpuRecord(index=i, uuid=f"GPU-{i}", model="H100", memory_total_bytes=80 * 2**30) for i in range(4))
-    with db.transaction(sessions) as s:
-        a = repo.upsert_node(session=s, node=NodeRecord(name="n1", gpus=gpus))
-    with db.transaction(sessions) as s:
-        b = repo.upsert_node(session=s, node=NodeRecord(name="n1", gpus=gpus))
-    assert a == b
-    with sessions() as s:
-        assert s.execute(select(func.count()).select_from(Gpu)).scalar_one() == 4
 
 
 def test_foreign_keys_are_enforced(store_engine: Engine) -> None:
