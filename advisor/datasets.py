@@ -1,8 +1,9 @@
 """Training data: the CSV interchange formats of docs/design.md §6, importers for the public sets, and store records.
 
 Every path into a model goes through one of three frames — colocations, throughputs, executions — whose columns are
-documented in docs/formats.md. `read_csv` checks a file against its format before anything is trained: a missing
-required column, or an unknown one that looks like a misspelling of a known column, is a `DatasetError` naming it.
+documented in docs/formats.md and defined once in `profiler.csv_formats` (shared with `profile import`). `read_csv`
+checks a file against its format before anything is trained: a missing required column, or an unknown one that
+looks like a misspelling of a known column, is a `DatasetError` naming it.
 
 Importers turn the public data sets into the same frames:
 - Gavel's ``simulation_throughputs.json`` (isolated and pairwise co-located steps/s on K80, P100, V100),
@@ -29,6 +30,7 @@ import pandas as pd
 
 from advisor.features import FloatArray, JobQuery, SideColumns, ThroughputQuery
 from advisor.gpus import normalize_gpu_model
+from profiler.csv_formats import COLOCATIONS, EXECUTIONS, FALSE_VALUES, THROUGHPUTS, TRUE_VALUES, CsvFormat
 from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
 
 Kind = Literal["throughput", "interference", "jct"]
@@ -39,88 +41,13 @@ class DatasetError(ValueError):
     """A data file that cannot be used as it is; the message names the file, the column or the row."""
 
 
-@dataclass(frozen=True, slots=True)
-class CsvFormat:
-    """Columns of one interchange format: needed for prediction, needed only as labels, optional."""
-
-    name: str
-    features: tuple[str, ...]
-    labels: tuple[str, ...]
-    optional: tuple[str, ...]
-    min_train_rows: int
-
-    @property
-    def known(self) -> tuple[str, ...]:
-        return (*self.features, *self.labels, *self.optional)
-
-
-COLOCATIONS = CsvFormat(
-    name="colocations",
-    features=("gpu_model", "workload_a", "workload_b", "solo_throughput_a", "solo_throughput_b"),
-    labels=("coloc_throughput_a", "coloc_throughput_b"),
-    optional=(
-        "sm_util_a",
-        "mem_bw_util_a",
-        "mem_bytes_a",
-        "sm_util_b",
-        "mem_bw_util_b",
-        "mem_bytes_b",
-        "batch_size_a",
-        "batch_size_b",
-        "amp_a",
-        "amp_b",
-        "family_a",
-        "family_b",
-    ),
-    min_train_rows=20,
-)
-THROUGHPUTS = CsvFormat(
-    name="throughputs",
-    features=("workload", "gpu_model", "gpu_count", "nodes", "batch_size"),
-    labels=("throughput",),
-    optional=("sm_util", "mem_bw_util", "mem_bytes"),
-    min_train_rows=20,
-)
-EXECUTIONS = CsvFormat(
-    name="executions",
-    features=("job_id", "workload", "user", "gpu_model", "gpu_count", "submit_time"),
-    labels=("start_time", "end_time"),
-    optional=("queue", "node", "mean_utilization"),
-    min_train_rows=30,
-)
 FORMAT_OF_KIND: dict[Kind, CsvFormat] = {"interference": COLOCATIONS, "throughput": THROUGHPUTS, "jct": EXECUTIONS}
-
-_NUMERIC = {
-    "solo_throughput_a",
-    "solo_throughput_b",
-    "coloc_throughput_a",
-    "coloc_throughput_b",
-    "sm_util_a",
-    "mem_bw_util_a",
-    "mem_bytes_a",
-    "sm_util_b",
-    "mem_bw_util_b",
-    "mem_bytes_b",
-    "batch_size_a",
-    "batch_size_b",
-    "gpu_count",
-    "nodes",
-    "batch_size",
-    "throughput",
-    "sm_util",
-    "mem_bw_util",
-    "mem_bytes",
-    "mean_utilization",
-}
-_RATIOS = {"sm_util_a", "mem_bw_util_a", "sm_util_b", "mem_bw_util_b", "sm_util", "mem_bw_util", "mean_utilization"}
-_BOOLS = {"amp_a", "amp_b"}
-_TIMES = {"submit_time", "start_time", "end_time"}
 
 
 def check_columns(columns: Iterable[str], fmt: CsvFormat, *, with_labels: bool, source: str) -> None:
     """Raise `DatasetError` listing every missing required column and every likely misspelling."""
     present = list(columns)
-    required = (*fmt.features, *fmt.labels) if with_labels else fmt.features
+    required = fmt.required if with_labels else fmt.features
     missing = [c for c in required if c not in present]
     problems = []
     if missing:
@@ -165,10 +92,10 @@ def normalize_frame(frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, s
     out = frame.copy()
     for column in fmt.known:
         if column not in out.columns:
-            if column in _TIMES:
+            if column in fmt.times:
                 continue
-            out[column] = np.nan if column in _NUMERIC or column in _BOOLS else ""
-        if column in _NUMERIC:
+            out[column] = np.nan if column in fmt.numbers or column in fmt.flags else ""
+        if column in fmt.numbers:
             converted = pd.to_numeric(out[column], errors="coerce")
             bad = converted.isna() & out[column].notna() & (out[column].astype(str).str.strip() != "")
             if bad.any():
@@ -177,14 +104,12 @@ def normalize_frame(frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, s
                     f"{source}: column {column}, row {row + 2}: expected a number, got {out[column].iloc[row]!r}"
                 )
             out[column] = converted.astype(np.float64)
-            if column in _RATIOS and (out[column] > 1.0).any():
+            if column in fmt.ratios and (out[column] > 1.0).any():
                 raise DatasetError(f"{source}: column {column}: utilisations are ratios 0..1, found values above 1")
-        elif column in _BOOLS:
+        elif column in fmt.flags:
             text = out[column].astype(str).str.strip().str.lower()
-            out[column] = np.select(
-                [text.isin(["1", "true", "yes", "1.0"]), text.isin(["0", "false", "no", "0.0"])], [1.0, 0.0], np.nan
-            )
-        elif column in _TIMES:
+            out[column] = np.select([text.isin(TRUE_VALUES), text.isin(FALSE_VALUES - {""})], [1.0, 0.0], np.nan)
+        elif column in fmt.times:
             out[f"{column}_s"] = _parse_times(out[column], column, source, allow_empty=column == "start_time")
         else:
             out[column] = out[column].fillna("").astype(str)

@@ -92,6 +92,9 @@ class UsagePredictor(Protocol):
     def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None: ...
 
 
+_SPEED_CACHE_ENTRIES = 1024
+
+
 class SpecSpeed:
     """Relative speed from data-sheet numbers (see the module docstring); an unknown model counts as a V100."""
 
@@ -113,7 +116,8 @@ class SpecSpeed:
                     (spec.fp16_tflops / ref.fp16_tflops)
                     * (spec.memory_bandwidth_bytes_per_s / ref.memory_bandwidth_bytes_per_s)
                 )
-            self._cache[gpu_model] = speed
+            if len(self._cache) < _SPEED_CACHE_ENTRIES:  # model names come from requests: keep the cache bounded
+                self._cache[gpu_model] = speed
         return speed
 
 

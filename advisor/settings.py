@@ -16,7 +16,23 @@ class AdvisorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUADVISOR_", extra="ignore")
 
     db_url: str = DEFAULT_DB_URL
+    # Bearer token of the write routes (telemetry ingest, training, trial runs); empty means none. Without one they
+    # answer 401, unless allow_unauthenticated_writes opens them (a local test stack, never a shared cluster).
     api_token: str | None = None
+    allow_unauthenticated_writes: bool = False
+    # A node that has sent no snapshot for this long leaves the state, its /metrics series and its caches (a node
+    # that was drained, scaled away or renamed); it comes back with its next snapshot.
+    node_expiry_seconds: float = Field(default=600.0, gt=0)
+    # Snapshots stamped further than this ahead of this replica's clock are refused (422): one snapshot from a
+    # collector with a broken clock would otherwise freeze its node, as every later real snapshot looks older.
+    max_clock_skew_seconds: float = Field(default=300.0, gt=0)
+    # One `gpuadvisor_advisor_gpu_link_info` series per GPU pair of every node (the node-detail dashboard's link
+    # matrix): 28 series per 8-GPU node, most of /metrics in a large cluster, hence off unless asked for.
+    export_gpu_links: bool = False
+    # Largest request body of the scheduler routes (/extender/*, /volcano/*): kube-scheduler without
+    # nodeCacheCapable sends every candidate's full Node object (about 5 KB each, 25 MB for 5,000 nodes) and Volcano
+    # sends NodeInfos with their tasks. The native API (/v1/*) takes at most 1 MiB, a snapshot 4 MiB.
+    scheduler_body_limit_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
     model_dir: Path = Path("./.gpuadvisor/models")
     # How often each replica asks the registry which model versions are promoted, and loads them when they changed
     # (a training on another replica, `gpuadvisor models rollback`, `models train --db`); 0 = only at start-up and
@@ -52,6 +68,11 @@ class AdvisorSettings(BaseSettings):
     # first) instead of by age: a pod is kept off room that pods with a higher ratio are expected to take. Short pods
     # go first and long ones age until they do (docs/advisor.md, "Shortest first"). Needs the pod watch.
     shortest_first: bool = False
+
+    @field_validator("api_token")
+    @classmethod
+    def _empty_token_is_none(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
     @field_validator("wait_slack")
     @classmethod

@@ -150,9 +150,15 @@ def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int,
     return response.status, response.read()
 
 
-def start_advisor(port: int, db_path: Path) -> subprocess.Popen[bytes]:
-    """`gpuadvisor advisor serve --no-kube` on loopback, waiting until /healthz answers."""
-    env = {**os.environ, "GPUADVISOR_STALENESS_SECONDS": "3600"}
+def start_advisor(port: int, db_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`gpuadvisor advisor serve --no-kube` on loopback (settings from `env` too), waiting until /healthz answers."""
+    # A benchmark stack on loopback: snapshots are pushed without a token.
+    env = {
+        **os.environ,
+        "GPUADVISOR_STALENESS_SECONDS": "3600",
+        "GPUADVISOR_ALLOW_UNAUTHENTICATED_WRITES": "true",
+        **(env or {}),
+    }
     argv = ["advisor", "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port), "--db", f"sqlite:///{db_path}"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "advisor.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -1,5 +1,7 @@
 """CSV interchange of docs/design.md §6: colocations and throughputs files → store records.
 
+The formats' columns (required, optional, ratios) are `profiler.csv_formats`, the same the models read.
+
 Parsing is pure and strict: a missing required column or an unreadable value is one `CsvFormatError` that
 names the column (and row), so `profile import` can tell the user exactly what to fix.
 """
@@ -11,40 +13,10 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import TypeVar
 
+from profiler.csv_formats import COLOCATIONS, FALSE_VALUES, THROUGHPUTS, TRUE_VALUES, CsvFormat
 from profiler.records import ColocationRecord, ProfileRecord
 
 T = TypeVar("T")
-
-COLOCATION_COLUMNS = (
-    "gpu_model",
-    "workload_a",
-    "workload_b",
-    "solo_throughput_a",
-    "solo_throughput_b",
-    "coloc_throughput_a",
-    "coloc_throughput_b",
-    "sm_util_a",
-    "mem_bw_util_a",
-    "mem_bytes_a",
-    "sm_util_b",
-    "mem_bw_util_b",
-    "mem_bytes_b",
-)
-THROUGHPUT_COLUMNS = ("workload", "gpu_model", "gpu_count", "nodes", "batch_size", "throughput")
-RATIO_COLUMNS = frozenset(
-    {
-        "sm_util_a",
-        "mem_bw_util_a",
-        "sm_util_b",
-        "mem_bw_util_b",
-        "sm_util",
-        "sm_util_mean",
-        "sm_util_p95",
-        "mem_bw_util",
-    }
-)
-TRUE_VALUES = frozenset({"1", "true", "yes", "y", "t"})
-FALSE_VALUES = frozenset({"0", "false", "no", "n", "f", ""})
 
 
 class ImportKind(StrEnum):
@@ -59,8 +31,9 @@ class CsvFormatError(ValueError):
 class _Row:
     """Typed access to one CSV row; every conversion error names the row number and the column."""
 
-    def __init__(self, number: int, cells: dict[str, str]) -> None:
+    def __init__(self, number: int, cells: dict[str, str], ratios: frozenset[str]) -> None:
         self.number = number
+        self.ratios = ratios
         self.cells = {k.strip(): (v or "").strip() for k, v in cells.items() if k is not None}
 
     def _convert(self, column: str, convert: Callable[[str], T], expected: str) -> T:
@@ -80,7 +53,7 @@ class _Row:
         value = self._convert(column, float, "a number")
         if value < 0:
             raise CsvFormatError(f"row {self.number}, column {column!r}: must not be negative, got {value}")
-        if column in RATIO_COLUMNS and value > 1:
+        if column in self.ratios and value > 1:
             raise CsvFormatError(f"row {self.number}, column {column!r}: a ratio 0..1 is expected, got {value}")
         return value
 
@@ -107,18 +80,19 @@ class _Row:
         raise CsvFormatError(f"row {self.number}, column {column!r}: expected true/false, got {raw!r}")
 
 
-def _rows(lines: Iterable[str], required: tuple[str, ...]) -> list[_Row]:
+def _rows(lines: Iterable[str], fmt: CsvFormat) -> list[_Row]:
+    """The rows of a file of format `fmt`, after checking that its header has every column the format requires."""
     reader = csv.DictReader(lines)
     header = {name.strip() for name in reader.fieldnames or []}
-    missing = [c for c in required if c not in header]
+    missing = [c for c in fmt.required if c not in header]
     if missing:
         raise CsvFormatError(f"missing required column(s): {', '.join(missing)}")
-    return [_Row(number, cells) for number, cells in enumerate(reader, start=2)]
+    return [_Row(number, cells, fmt.ratios) for number, cells in enumerate(reader, start=2)]
 
 
 def parse_colocations(lines: Iterable[str], *, source: str) -> list[ColocationRecord]:
     out = []
-    for row in _rows(lines, COLOCATION_COLUMNS):
+    for row in _rows(lines, COLOCATIONS):
         mem_a, mem_b = row.optional_number("mem_bytes_a"), row.optional_number("mem_bytes_b")
         out.append(
             ColocationRecord(
@@ -151,7 +125,7 @@ def parse_throughputs(lines: Iterable[str], *, source: str) -> list[ProfileRecor
     the models' throughputs CSV (docs/formats.md), is read as `sm_util_mean`, so a file made for `models train
     throughput` imports whole; a file with both must agree."""
     out = []
-    for row in _rows(lines, THROUGHPUT_COLUMNS):
+    for row in _rows(lines, THROUGHPUTS):
         sm_util_mean = row.optional_number("sm_util_mean")
         sm_util = row.optional_number("sm_util")
         if sm_util_mean is not None and sm_util is not None and sm_util_mean != sm_util:

@@ -8,22 +8,22 @@ it also starts the model reloader (`advisor.serving.ModelReloader`), which serve
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic.json_schema import models_json_schema
 
 from advisor.api.context import AppContext
+from advisor.api.errors import BodyLimit, install_handlers
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
 from advisor.api.model_metrics import ModelCollector
 from advisor.api.routes import docs, extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
 from advisor.api.topology_metrics import TopologyCollector
-from advisor.cluster.pods import PodSpecError
 from advisor.cluster.state import ClusterState
 from advisor.placement.config import ScoringConfig
 from advisor.serving import ModelReloader
@@ -52,6 +52,38 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
     )
 
 
+# The native API's largest legitimate body: /v1/score naming 5,000 nodes is about 100 KB.
+NATIVE_BODY_LIMIT_BYTES = 1024 * 1024
+
+
+def body_limits(settings: AdvisorSettings) -> Callable[[str], int]:
+    """Each route's largest request body in bytes: the scheduler routes take whole node lists, the rest far less."""
+
+    def limit(path: str) -> int:
+        if path.startswith(("/extender/", "/volcano/")):
+            return settings.scheduler_body_limit_bytes
+        if path == telemetry.PATH:
+            return telemetry.MAX_BODY_BYTES
+        return NATIVE_BODY_LIMIT_BYTES
+
+    return limit
+
+
+def write_access(settings: AdvisorSettings) -> str:
+    """The start-up log line saying who may write (ingest telemetry, train, submit trial runs)."""
+    if settings.api_token:
+        return "write routes need the bearer token (GPUADVISOR_API_TOKEN)"
+    if settings.allow_unauthenticated_writes:
+        return (
+            "write routes are OPEN to anyone who can reach this port: no GPUADVISOR_API_TOKEN and "
+            "GPUADVISOR_ALLOW_UNAUTHENTICATED_WRITES=true"
+        )
+    return (
+        "write routes answer 401: no GPUADVISOR_API_TOKEN is configured (set it, and the collectors' too, or "
+        "GPUADVISOR_ALLOW_UNAUTHENTICATED_WRITES=true for a test stack)"
+    )
+
+
 def _document_snapshot_schema(app: FastAPI) -> None:
     """Add the NodeSnapshot schema to the OpenAPI components: the ingest route reads its body raw (for speed), so
     FastAPI cannot find the model by itself."""
@@ -76,13 +108,14 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         settings=settings,
         engine=engine,
         sessions=db.session_factory(engine),
-        state=state or ClusterState(),
+        state=state or ClusterState(node_expiry_seconds=settings.node_expiry_seconds),
         scoring=scoring_config(settings),
         metrics=metrics,
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.log(logging.WARNING if not settings.api_token else logging.INFO, "%s", write_access(settings))
         ctx.reload_predictors()
         reloader = None
         if settings.model_reload_seconds > 0:
@@ -111,18 +144,18 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
     )
     app.state.ctx = ctx
     metrics.registry.register(ModelCollector(ctx))
-    metrics.registry.register(TopologyCollector(ctx))
+    if settings.export_gpu_links:
+        metrics.registry.register(TopologyCollector(ctx))
+    app.add_middleware(BodyLimit, limit_of=body_limits(settings))
     app.add_middleware(TimingMiddleware, metrics=metrics)
     app.add_middleware(telemetry.IngestFastPath, ctx=ctx)  # outermost: the hot ingest path skips the rest
     _document_snapshot_schema(app)
     docs.add_docs(app)
-
-    @app.exception_handler(PodSpecError)
-    async def bad_pod(request: Request, exc: PodSpecError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": str(exc)})
+    install_handlers(app)
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus_metrics() -> Response:
+        ctx.state.expire_silent()
         metrics.refresh_nodes(
             [r.received_at_seconds for r in ctx.state.records()], ctx.state.now(), ctx.scoring.staleness_seconds
         )

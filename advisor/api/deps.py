@@ -10,6 +10,7 @@ from fastapi import Depends, Header, HTTPException, Request, status
 from sqlalchemy.orm import Session
 
 from advisor.api.context import AppContext
+from advisor.settings import AdvisorSettings
 
 
 async def get_ctx(request: Request) -> AppContext:
@@ -23,10 +24,17 @@ def get_session(ctx: Annotated[AppContext, Depends(get_ctx)]) -> Iterator[Sessio
         yield session
 
 
-def token_problem(expected: str | None, authorization: str | None) -> str | None:
-    """Why `authorization` does not carry the configured bearer token, or None when it does (or none is configured)."""
+def token_problem(settings: AdvisorSettings, authorization: str | None) -> str | None:
+    """Why `authorization` may not write, or None when it may: it carries the configured bearer token, or no token
+    is configured and unauthenticated writes are explicitly allowed."""
+    expected = settings.api_token
     if not expected:
-        return None
+        if settings.allow_unauthenticated_writes:
+            return None
+        return (
+            "Authorization: this advisor has no API token configured (GPUADVISOR_API_TOKEN), so it takes no writes; "
+            "configure one (or GPUADVISOR_ALLOW_UNAUTHENTICATED_WRITES=true on a test stack)"
+        )
     scheme, _, given = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected.encode()):
         return "Authorization: a valid `Bearer` token (GPUADVISOR_API_TOKEN) is required"
@@ -37,8 +45,8 @@ async def require_token(
     ctx: Annotated[AppContext, Depends(get_ctx)],
     authorization: Annotated[str | None, Header(description="`Bearer <GPUADVISOR_API_TOKEN>`")] = None,
 ) -> None:
-    """Reject the request (401) unless it carries the configured bearer token; open when no token is configured."""
-    problem = token_problem(ctx.settings.api_token, authorization)
+    """Reject the request (401) unless it carries the configured bearer token (`token_problem`)."""
+    problem = token_problem(ctx.settings, authorization)
     if problem is not None:
         raise HTTPException(
             status_code=status.HTTP_401_UNAUTHORIZED, detail=problem, headers={"WWW-Authenticate": "Bearer"}

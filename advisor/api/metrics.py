@@ -46,7 +46,8 @@ class AdvisorMetrics:
         )
         self.snapshots = Counter(
             "gpuadvisor_advisor_snapshots",
-            "NodeSnapshots received, by result (accepted, out_of_order).",
+            "NodeSnapshots received, by result: accepted, out_of_order (older than the one held, dropped), future "
+            "(stamped beyond the allowed clock skew, refused), invalid (refused).",
             ["result"],
             registry=r,
         )

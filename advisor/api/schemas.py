@@ -3,7 +3,8 @@
 The kube-scheduler extender shapes follow `k8s.io/kube-scheduler/extender/v1` exactly as the scheduler encodes
 and decodes them (Go field names, `Score` an integer 0..10); the Volcano shapes follow its extender plugin
 (`task` / `nodes` in, `nodeScore` / `errorMessage` out). Only the parts of a v1.Pod / v1.Node that the advisor reads
-are modelled; every other field is accepted and ignored.
+are modelled; every other field is accepted and ignored, since the upstream Go types gain fields with every release.
+The native API (`/v1/...`) is ours: an unknown field there is a typo, refused (422) rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from advisor.placement.types import PodRequest, ScoringInputError
 
 
 class _In(BaseModel):
+    """A body (or part of one) defined upstream: unknown fields are newer upstream fields, ignored."""
+
     model_config = ConfigDict(extra="ignore")
+
+
+class _Native(BaseModel):
+    """A body of the native API: an unknown field is a mistake (`gpus_typo`), refused naming it."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class _Out(BaseModel):
@@ -207,19 +216,28 @@ class VolcanoPriorityResponse(_Out):
 # Native API
 
 
-class PodQuery(_In):
+class PodQuery(_Native):
     """A pod for `/v1/score` and `/v1/allocate`: either the plain fields, or a v1.Pod's `metadata` + `spec`."""
 
-    name: str = ""
-    gpus: int = Field(default=0, ge=0, le=1024)
-    gpu_milli: int = Field(default=0, ge=0, le=1000)
-    gpu_memory_bytes: int | None = Field(default=None, ge=0)
-    workload: str | None = None
-    gang: str | None = None
+    name: str = Field(default="", description="The pod's name (`namespace/name`), used in reasons and gang locality.")
+    gpus: int = Field(default=0, ge=0, le=1024, description="Whole GPUs requested (0..1024).")
+    gpu_milli: int = Field(
+        default=0, ge=0, le=1000, description="A share of one GPU in thousandths (0..1000), when `gpus` is 0."
+    )
+    gpu_memory_bytes: int | None = Field(
+        default=None, ge=0, description="GPU memory requested in bytes (a memory-only share), when `gpus` is 0."
+    )
+    workload: str | None = Field(
+        default=None, description="Workload signature (label `gpuadvisor.io/workload`) that profiles are keyed on."
+    )
+    gang: str | None = Field(default=None, description="Pod group of a gang-scheduled job, for gang locality.")
     cpu_milli: int | None = Field(default=None, ge=0, description="The pod's CPU request in milli-CPU.")
     memory_mib: int | None = Field(default=None, ge=0, description="The pod's memory request in MiB.")
-    metadata: ObjectMeta | None = None
-    spec: PodSpec | None = None
+    metadata: ObjectMeta | None = Field(default=None, description="A v1.Pod's metadata, instead of the plain fields.")
+    spec: PodSpec | None = Field(default=None, description="A v1.Pod's spec, instead of the plain fields.")
+    apiVersion: str | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")  # noqa: N815
+    kind: str | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")
+    status: dict[str, Any] | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")
 
     def to_request(self) -> PodRequest:
         if self.spec is not None or self.metadata is not None:
@@ -249,81 +267,84 @@ class PodQuery(_In):
             raise PodSpecError(f"pod: {e}") from e
 
 
-class ScoreRequest(_In):
+class ScoreRequest(_Native):
     pod: PodQuery
     nodes: list[str] | None = Field(default=None, description="Node names; all nodes with telemetry when omitted.")
 
 
 class Components(_Out):
-    packing: float
-    affinity: float
-    interference: float
-    jct: float
+    """The four parts of a score, each 0..1 (1 best), weighted by the `GPUADVISOR_WEIGHT_*` settings."""
+
+    packing: float = Field(description="Fragmentation-aware packing, 0..1.")
+    affinity: float = Field(description="Topology affinity of the chosen GPUs (and gang locality), 0..1.")
+    interference: float = Field(description="1 / predicted slowdown from sharing GPUs, 0..1.")
+    jct: float = Field(description="Predicted completion time here relative to the fastest candidate, 0..1.")
 
 
 class NodeScoreOut(_Out):
     node: str
-    score: float = Field(ge=0, le=100)
-    feasible: bool
-    known: bool
+    score: float = Field(ge=0, le=100, description="0..100, higher is better; 0 when infeasible.")
+    feasible: bool = Field(description="Whether the pod fits on the node now.")
+    known: bool = Field(description="Whether the node has fresh telemetry (else the neutral score).")
     components: Components
-    predicted_jct_seconds: float | None
-    predicted_slowdown: float
-    gpus: list[int]
-    reason: str
+    predicted_jct_seconds: float | None = Field(description="Predicted completion time here in seconds, if known.")
+    predicted_slowdown: float = Field(description="Predicted slowdown from sharing GPUs, >= 1 (1: none).")
+    gpus: list[int] = Field(description="GPU indices the pod would get on this node.")
+    reason: str = Field(description="Why this score, in words (and which heuristics stood in for models).")
 
 
 class ScoreResponse(_Out):
-    scores: list[NodeScoreOut]
-    models: dict[str, str]
+    scores: list[NodeScoreOut] = Field(description="One entry per node, best first.")
+    models: dict[str, str] = Field(description="Which model version (or heuristic) answered each question.")
+    hint: str = Field(default="", description="Why `scores` is empty, when it is.")
 
 
-class AllocateRequest(_In):
+class AllocateRequest(_Native):
     pod: PodQuery
-    node: str = Field(min_length=1)
+    node: str = Field(min_length=1, description="The node to choose GPUs on.")
 
 
 class AllocateResponse(_Out):
     node: str
     feasible: bool
-    gpus: list[int]
-    score: float
-    predicted_slowdown: float
+    gpus: list[int] = Field(description="The chosen GPU indices, best topology first; empty when infeasible.")
+    score: float = Field(description="0..100, as in /v1/score.")
+    predicted_slowdown: float = Field(description="Predicted slowdown from sharing GPUs, >= 1 (1: none).")
     reason: str
 
 
 class ResidentOut(_Out):
-    pod: str
-    workload: str | None
-    gpu_milli: int
-    sm_utilization_ratio: float
-    memory_bandwidth_utilization_ratio: float
-    memory_used_bytes: int
+    pod: str = Field(description="`namespace/name`, `uid:<pod UID>`, or `host` for processes without a pod.")
+    workload: str | None = Field(description="Workload signature, when known.")
+    gpu_milli: int = Field(description="The share of the GPU it was granted in thousandths (0: whole GPUs or none).")
+    sm_utilization_ratio: float = Field(description="Its SM utilisation, 0..1.")
+    memory_bandwidth_utilization_ratio: float = Field(description="Its estimated memory-bandwidth use, 0..1.")
+    memory_used_bytes: int = Field(description="GPU memory its processes use, bytes.")
 
 
 class GpuOut(_Out):
-    index: int
+    index: int = Field(description="GPU index on its node, as in the collector's `gpu` label.")
     model: str
     healthy: bool
-    memory_total_bytes: int
-    memory_used_bytes: int
-    utilization_ratio: float
-    memory_bandwidth_utilization_ratio: float
-    allocated_milli: int
+    memory_total_bytes: int = Field(description="Bytes.")
+    memory_used_bytes: int = Field(description="Bytes.")
+    utilization_ratio: float = Field(description="SM utilisation, 0..1.")
+    memory_bandwidth_utilization_ratio: float = Field(description="0..1.")
+    allocated_milli: int = Field(description="How much of the GPU is allocated, in thousandths (0..1000).")
     residents: list[ResidentOut]
 
 
 class NodeOut(_Out):
     name: str
-    stale: bool
-    age_seconds: float
-    snapshot_timestamp: str
+    stale: bool = Field(description="No snapshot for longer than `staleness_seconds`: scored as unknown.")
+    age_seconds: float = Field(description="Seconds since this replica received the node's last snapshot.")
+    snapshot_timestamp: str = Field(description="The last snapshot's own timestamp (RFC 3339).")
     gpu_model: str
     gpu_count: int
-    free_gpus: int
-    topology_known: bool
-    gangs: list[str]
-    gpus: list[GpuOut] | None = None
+    free_gpus: int = Field(description="GPUs with nothing allocated.")
+    topology_known: bool = Field(description="Whether the snapshot reported the GPUs' links.")
+    gangs: list[str] = Field(description="Pod groups with pods on this node.")
+    gpus: list[GpuOut] | None = Field(default=None, description="Every GPU (with `detail=true`, or for one node).")
 
 
 class NodeListOut(_Out):
@@ -333,46 +354,50 @@ class NodeListOut(_Out):
 
 class TelemetryAccepted(_Out):
     node: str
-    accepted: bool
-    reason: str = ""
+    accepted: bool = Field(description="False when older than the snapshot already held for the node (dropped).")
+    reason: str = Field(default="", description="Why it was dropped.")
 
 
-class JctQuery(_In):
-    workload: str = Field(min_length=1)
-    gpu_model: str = Field(min_length=1)
-    gpu_count: int = Field(default=1, ge=1, le=1024)
+class JctQuery(_Native):
+    workload: str = Field(min_length=1, description="Workload signature.")
+    gpu_model: str = Field(min_length=1, description='GPU model name, e.g. "NVIDIA H100 80GB HBM3" or "V100".')
+    gpu_count: int = Field(default=1, ge=1, le=1024, description="GPUs the job runs on (1..1024).")
 
 
 class JctAnswer(_Out):
     workload: str
     gpu_model: str
     gpu_count: int
-    jct_seconds: float | None
-    relative_speed: float
-    model: str
+    jct_seconds: float | None = Field(description="Predicted completion time in seconds; null when unknown.")
+    relative_speed: float = Field(description="Speed on this GPU model relative to a V100 (1.0).")
+    model: str = Field(description="The JCT model version that answered, or `heuristic`.")
     reason: str
 
 
-class UsageIn(_In):
-    sm_utilization_ratio: float = Field(ge=0, le=1)
-    memory_bandwidth_utilization_ratio: float = Field(ge=0, le=1)
+class UsageIn(_Native):
+    sm_utilization_ratio: float = Field(ge=0, le=1, description="SM utilisation when running alone, 0..1.")
+    memory_bandwidth_utilization_ratio: float = Field(
+        ge=0, le=1, description="Memory-bandwidth utilisation when running alone, 0..1."
+    )
 
 
-class InterferenceQuery(_In):
-    gpu_model: str = Field(min_length=1)
-    workload_a: str = Field(min_length=1)
-    workload_b: str = Field(min_length=1)
-    usage_a: UsageIn | None = None
-    usage_b: UsageIn | None = None
+class InterferenceQuery(_Native):
+    gpu_model: str = Field(min_length=1, description="GPU model the two workloads share.")
+    workload_a: str = Field(min_length=1, description="Workload signature of the first workload.")
+    workload_b: str = Field(min_length=1, description="Workload signature of the second workload.")
+    usage_a: UsageIn | None = Field(default=None, description="Measured solo usage of A (else from its profiles).")
+    usage_b: UsageIn | None = Field(default=None, description="Measured solo usage of B (else from its profiles).")
 
 
 class InterferenceAnswer(_Out):
     gpu_model: str
-    slowdown_a: float
-    slowdown_b: float
-    normalized_throughput_a: float
-    normalized_throughput_b: float
-    model: str
+    slowdown_a: float = Field(description="A's slowdown when sharing, >= 1 (solo time x this).")
+    slowdown_b: float = Field(description="B's slowdown when sharing, >= 1.")
+    normalized_throughput_a: float = Field(description="A's throughput sharing / solo, 0..1.")
+    normalized_throughput_b: float = Field(description="B's throughput sharing / solo, 0..1.")
+    model: str = Field(description="The interference model version that answered, or `heuristic`.")
+    source: Literal["model", "heuristic"] = Field(description="Whether a trained model or the heuristic answered.")
+    reason: str = Field(description="Where the answer and the usage it was computed from came from, in words.")
 
 
 class ModelVersionOut(_Out):
@@ -410,7 +435,7 @@ def _all_kinds() -> list[ModelKind]:
     return ["throughput", "interference", "jct"]
 
 
-class TrainRequest(_In):
+class TrainRequest(_Native):
     kinds: list[ModelKind] = Field(default_factory=_all_kinds, min_length=1)
     force: bool = Field(default=False, description="Promote even if the new version validates worse.")
 

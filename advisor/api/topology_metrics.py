@@ -3,6 +3,7 @@
 The collectors publish links only in their snapshots and a node annotation; the advisor already holds the latest
 snapshot of every node, so it exports one info series per GPU pair (`level` = NVLINK … SYSTEM, the value is 1).
 Built from the cluster state on every scrape: a node that disappears from the state disappears from /metrics.
+Registered only with `GPUADVISOR_EXPORT_GPU_LINKS=true`: at 28 series per 8-GPU node it would be most of /metrics.
 """
 
 from __future__ import annotations

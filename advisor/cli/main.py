@@ -123,3 +123,7 @@ def main() -> None:
             raise
         error(message, EXIT_UNAVAILABLE)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

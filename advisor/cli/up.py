@@ -10,6 +10,7 @@ the URLs and ready-to-paste curl commands; Ctrl-C (or SIGTERM) stops everything 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shlex
 import signal
@@ -253,6 +254,7 @@ def print_summary(
     gpus: int,
     settings: AdvisorSettings,
     models: str,
+    token_at: str,
 ) -> None:
     """The URLs, the token and the example commands, once everything answers."""
     nodes = simulated + local
@@ -265,13 +267,31 @@ def print_summary(
     console.print(f"  nodes           {', '.join(simulated)} ({gpus} simulated GPUs each)")
     for name in local:
         console.print(f"                  {name} (this machine's GPUs, through NVML)")
-    console.print(f"  API token       {settings.api_token} (for POST /v1/telemetry and /v1/models/train)")
+    console.print(f"  API token       in {token_at} (writes: POST /v1/telemetry, /v1/models/train, /v1/trialruns)")
     for example in examples(base_url, nodes):
         console.print()
         console.print(f"[bold]{example.title}[/]")
         console.print(example.command, markup=False, highlight=False, soft_wrap=True)
     console.print()
     console.print("Press Ctrl-C to stop.")
+
+
+def local_token(settings: AdvisorSettings) -> tuple[str, str]:
+    """The local stack's API token and where it is: GPUADVISOR_API_TOKEN when set, else a new random one written
+    (readable by this user only) next to the model directory, for curl or a second collector to use."""
+    if settings.api_token:
+        return settings.api_token, "GPUADVISOR_API_TOKEN"
+    token = secrets.token_hex(16)
+    path = settings.model_dir.parent / "api-token"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    except OSError as e:
+        fail(f"cannot write the API token to {path}: {e.strerror}")
+    return token, str(path)
 
 
 def up(  # noqa: PLR0917 - Typer maps every option to a parameter
@@ -287,7 +307,7 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     """Run everything locally: store, advisor, simulated GPU nodes with collectors; Ctrl-C stops it."""
     console = Console(highlight=False, soft_wrap=True)
     settings = build_settings(db_url, no_kube=True)
-    token = settings.api_token or secrets.token_hex(16)
+    token, token_at = local_token(settings)
     settings = settings.model_copy(update={"api_token": token})
     check_port_free(host, port)
     # SIGTERM stops like Ctrl-C, wherever the start-up is; SIGINT too when the shell started us with it ignored (`&`)
@@ -326,6 +346,7 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
             gpus=gpus_per_node,
             settings=settings,
             models=models,
+            token_at=token_at,
         )
         while stack.server_thread is not None:
             stack.server_thread.join(0.5)

@@ -21,7 +21,8 @@ Allocation (which GPU is held by which pod):
 Per-process memory-bandwidth use is not measured by NVML; the GPU's figure is split over its residents in proportion
 to their SM use (evenly when that is unknown too). Staleness is judged by when a snapshot *arrived* (this replica's
 clock), so a collector with a skewed clock is not mistaken for a dead one; older snapshots arriving after newer ones
-(by their own timestamps) are dropped.
+(by their own timestamps) are dropped. A node silent for `node_expiry_seconds` leaves the state (`expire_silent`):
+without it, churning node names would grow the state, and /metrics with it, without bound.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +43,10 @@ from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 HOST_RESIDENT = "host"
 _MIN_INFERRED_SHARE_MILLI = 100
 _SHARE_STEP_MILLI = 50
+DEFAULT_NODE_EXPIRY_SECONDS = 600.0
+# Distinct (GPU indices, links) shapes kept: a cluster has a handful; a node whose links change in every snapshot
+# (a broken collector) must not grow the cache without bound.
+TOPOLOGY_CACHE_ENTRIES = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,14 +259,18 @@ class ClusterState:
     without locking (a record is immutable, a dict entry swap is atomic).
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, node_expiry_seconds: float = DEFAULT_NODE_EXPIRY_SECONDS
+    ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
+        self._expiry_seconds = node_expiry_seconds
+        self._next_sweep_seconds = -math.inf
         self._records: dict[str, NodeRecord] = {}
         self._nodes: dict[str, NodeState] = {}
         self._allocations: dict[str, PodAllocation] = {}
         self._by_node: dict[str, dict[str, PodAllocation]] = {}
-        self._topologies: dict[tuple[object, ...], Topology] = {}
+        self._topologies: OrderedDict[tuple[object, ...], Topology] = OrderedDict()
         self._resources: dict[str, PodResources] = {}
         self._requested: dict[str, tuple[int, int, int]] = {}  # node → (milli-CPU, MiB, pods)
         self._requests_known = False
@@ -269,6 +279,7 @@ class ClusterState:
         self._pending: dict[str, PendingPod] = {}  # pod → pending GPU pod (from the pending-pod watch)
         self._claimed: dict[str, float] = {}  # pending pod → when it was first expected to take room ahead of others
         self.out_of_order_dropped = 0
+        self.expired_nodes = 0
 
     def now(self) -> float:
         return self._clock()
@@ -279,10 +290,38 @@ class ClusterState:
         topology = self._topologies.get(key)
         if topology is None:
             topology = self._topologies[key] = topology_of(snapshot, gpus)
+            if len(self._topologies) > TOPOLOGY_CACHE_ENTRIES:
+                self._topologies.popitem(last=False)
+        else:
+            self._topologies.move_to_end(key)
         return topology
+
+    def topology_cache_size(self) -> int:
+        return len(self._topologies)
+
+    def expire_silent(self) -> list[str]:
+        """Forget the nodes that have sent no snapshot for `node_expiry_seconds` (their telemetry, and with it their
+        /metrics series); the names forgotten. Cheap between sweeps (one every tenth of the expiry, at most a minute),
+        so ingest and scrapes call it freely. What the Kubernetes watch knows of a node (labels, allocatable, pods)
+        stays: the watch forgets it when the node object goes."""
+        now = self._clock()
+        if now < self._next_sweep_seconds:
+            return []
+        with self._lock:
+            self._next_sweep_seconds = now + min(self._expiry_seconds / 10, 60.0)
+            cutoff = now - self._expiry_seconds
+            gone = [n for n, r in self._records.items() if r.received_at_seconds < cutoff]
+            if gone:
+                # New mappings rather than deletions in place: a request may be iterating over the current ones.
+                dropped = set(gone)
+                self._records = {n: r for n, r in self._records.items() if n not in dropped}
+                self._nodes = {n: s for n, s in self._nodes.items() if n not in dropped}
+                self.expired_nodes += len(gone)
+        return gone
 
     def ingest(self, snapshot: NodeSnapshot) -> bool:
         """Take one snapshot; False when it is older than the one already held for that node (dropped)."""
+        self.expire_silent()
         received = self._clock()
         with self._lock:
             current = self._records.get(snapshot.node)

@@ -20,10 +20,6 @@ import pandas as pd
 from sqlalchemy.orm import Session
 
 from advisor.datasets import (
-    COLOCATIONS,
-    EXECUTIONS,
-    THROUGHPUTS,
-    CsvFormat,
     Kind,
     colocations_frame,
     executions_frame,
@@ -37,6 +33,7 @@ from advisor.models.baselines import MeanInterference, SharingClassInterference,
 from advisor.models.interference import InterferenceModel, gpu_names, norm_targets, usable_rows
 from advisor.models.jct import JctModel, MedianJct
 from advisor.models.throughput import MeanThroughput, NearestGpuThroughput, ThroughputModel
+from profiler.csv_formats import COLOCATIONS, EXECUTIONS, THROUGHPUTS, CsvFormat
 from profiler.store import repo
 
 Model = InterferenceModel | ThroughputModel | JctModel

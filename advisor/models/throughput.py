@@ -14,7 +14,9 @@ ratio of the two GPUs and the GPU-count ratio.
   (`SpecScaling`); the median over the anchors per spec, the geometric mean over the specs. How strongly each
   workload's sensitivity is shrunk toward the one pooled over all workloads is chosen leave-one-GPU-type-out on
   the training data (`_choose_spec_scaling`). The learned correction is not applied there: checked the same way on
-  Sia (docs/models.md), it did not carry over to a GPU type it was not trained on.
+  Sia (docs/models.md), it did not carry over to a GPU type it was not trained on. Per workload, the same check
+  also chooses how far to move from the nearest-GPU estimate toward that one (`blend_estimates`: all the way, half,
+  or not at all), so a workload whose data-sheet scaling was wrong on the training GPU types keeps the baseline.
 
 Whichever of the two, a query on a GPU type the workload was measured on, in a configuration another GPU type measured
 for it on the same number of nodes, takes that type's measured ratio instead (`ReferenceTable.transfers`): e.g. a
@@ -27,7 +29,7 @@ gets the `fallback` booster, trained on absolute throughputs from the GPU specif
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from itertools import compress, repeat
 from typing import Any
@@ -69,6 +71,8 @@ SPEC_NAMES = ("log2_fp16_tflops", "log2_fp32_tflops", "log2_bandwidth_gb_s")
 # Candidate weights (in GPU-type pairs) of the pooled slope in each workload's slope; `_choose_spec_scaling` picks one.
 SHRINKAGES = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
 DEFAULT_SHRINKAGE = 4.0
+# Candidate per-workload weights of the spec-scaled estimate against the nearest-GPU one (`blend_estimates`).
+WEIGHTS = (0.0, 0.5, 1.0)
 
 
 def _log2_specs(names: Sequence[str]) -> FloatArray:
@@ -93,6 +97,10 @@ class SpecScaling:
     an anchor measured there is corrected before it is scaled. The last row of `slopes` and `residuals` serves
     workloads never measured on two GPU types (pooled slope, no residual); the last residual column GPU types
     never measured.
+
+    `weights[w]` is how far the cross-GPU estimate moves from the nearest-GPU baseline toward this scaling's
+    estimate for workload w, in log2 (`blend_estimates`; 1 = this estimate alone, 0 = the baseline), chosen per
+    workload by `_choose_spec_scaling`; the last entry serves workloads without a choice of their own.
     """
 
     workloads: list[str]
@@ -100,6 +108,7 @@ class SpecScaling:
     slopes: FloatArray
     residuals: FloatArray
     shrinkage: float
+    weights: FloatArray
 
     @cached_property
     def _workload_index(self) -> dict[str, int]:
@@ -124,6 +133,7 @@ class SpecScaling:
             "slopes": self.slopes.tolist(),
             "residuals": self.residuals.tolist(),
             "shrinkage": self.shrinkage,
+            "weights": self.weights.tolist(),
         }
 
     @classmethod
@@ -134,7 +144,9 @@ class SpecScaling:
         residuals = np.asarray(data["residuals"], dtype=np.float64).reshape(
             len(workloads) + 1, len(gpu_models) + 1, len(SPEC_NAMES)
         )
-        return cls(workloads, gpu_models, slopes, residuals, float(data["shrinkage"]))
+        # An artifact from before the per-workload weights used this scaling's estimate alone.
+        weights = np.asarray(data.get("weights", np.ones(len(workloads) + 1)), dtype=np.float64)
+        return cls(workloads, gpu_models, slopes, residuals, float(data["shrinkage"]), weights)
 
 
 def fit_spec_scaling(table: ReferenceTable, shrinkage: float) -> SpecScaling:
@@ -147,7 +159,7 @@ def fit_spec_scaling(table: ReferenceTable, shrinkage: float) -> SpecScaling:
     workloads = sorted(set(measured.workloads))
     if not workloads:
         no_residuals = np.zeros((1, len(gpu_models) + 1, len(SPEC_NAMES)))
-        return SpecScaling([], gpu_models, np.ones((1, len(SPEC_NAMES))), no_residuals, shrinkage)
+        return SpecScaling([], gpu_models, np.ones((1, len(SPEC_NAMES))), no_residuals, shrinkage, np.ones(1))
     specs = _log2_specs(gpu_models)
     log_y = pd.Series(
         np.log2(measured.throughput),
@@ -190,7 +202,7 @@ def fit_spec_scaling(table: ReferenceTable, shrinkage: float) -> SpecScaling:
         effect = np.linalg.lstsq(design, beyond_specs, rcond=None)[0]  # (GPU types, specs), minimum norm
         seen = np.unique(np.concatenate([g_of[mine], h_of[mine]]))
         residuals[w, seen] = effect[seen] - np.median(effect[seen], axis=0)
-    return SpecScaling(workloads, gpu_models, slopes, residuals, shrinkage)
+    return SpecScaling(workloads, gpu_models, slopes, residuals, shrinkage, np.ones(len(workloads) + 1))
 
 
 def spec_scaled_estimate(query: ThroughputQuery, anchors: GpuAnchors, scaling: SpecScaling) -> FloatArray:
@@ -242,30 +254,70 @@ def _nan_median(values: FloatArray) -> FloatArray:
     return result
 
 
-def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
-    """`SpecScaling` of the table with the `SHRINKAGES` value whose estimates are best on unseen GPU types.
+def blend_estimates(spec_scaled: FloatArray, nearest: FloatArray, weights: FloatArray) -> FloatArray:
+    """The nearest-GPU estimate moved toward the spec-scaled one by `weights` in log2 (0: the nearest-GPU estimate,
+    1: the spec-scaled one); where one of the two is missing, the other."""
+    log_spec, log_nearest = np.log2(spec_scaled), np.log2(nearest)
+    blended = log_nearest + weights * (log_spec - log_nearest)
+    either = np.where(np.isnan(log_spec), log_nearest, np.where(np.isnan(log_nearest), log_spec, blended))
+    result: FloatArray = np.exp2(either)
+    return result
 
-    Leave-one-GPU-type-out over the table's own measurements: each shrinkage is scored by the mean absolute log2
-    error of `spec_scaled_estimate` over all held-out rows, pooled. With fewer than three GPU types of known
-    specification there is nothing to check it on and `DEFAULT_SHRINKAGE` is used.
+
+def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
+    """`SpecScaling` of the table with the `SHRINKAGES` value and the per-workload `WEIGHTS` whose estimates are
+    best on unseen GPU types.
+
+    Leave-one-GPU-type-out over the table's own measurements. The shrinkage is scored by the mean absolute log2
+    error of `spec_scaled_estimate` over all held-out rows, pooled. Then, with that shrinkage, each workload's
+    weight of the spec-scaled estimate against the nearest-GPU one (`blend_estimates`) by the mean over the
+    held-out GPU types of the workload's mean absolute log2 error there (each type counts once: the question is an
+    unseen GPU type); a tie goes to the smaller weight. Workloads never held out (measured on one GPU type) get the
+    weight best by the same mean taken over all workloads' rows. With fewer than three GPU types of known
+    specification there is nothing to check it on: `DEFAULT_SHRINKAGE`, and weight 0 for every workload (no
+    evidence that the spec scaling beats plain FP32 scaling, so the baseline's estimate).
     """
     known = _known_specs(table.gpu_models)
     gpus = sorted({g for g, k in zip(table.gpu_models, known, strict=True) if k})
     if len(gpus) < 3:
-        return fit_spec_scaling(table, DEFAULT_SHRINKAGE)
+        scaling = fit_spec_scaling(table, DEFAULT_SHRINKAGE)
+        return replace(scaling, weights=np.zeros_like(scaling.weights))
     models = np.asarray(table.gpu_models, dtype=object)
     error_sum = np.zeros(len(SHRINKAGES))
+    folds = []
     for gpu in gpus:
         held = models == gpu
         train = table.subset(~held)
         query = table.subset(held).as_query()
         anchors = anchors_by_gpu(query, train)
         truth = np.log2(table.throughput[held])
+        estimates = []
         for i, shrinkage in enumerate(SHRINKAGES):
             estimate = spec_scaled_estimate(query, anchors, fit_spec_scaling(train, shrinkage))
             ok = ~np.isnan(estimate)
             error_sum[i] += float(np.abs(np.log2(estimate[ok]) - truth[ok]).sum())
-    return fit_spec_scaling(table, SHRINKAGES[int(np.argmin(error_sum))])
+            estimates.append(estimate)
+        nearest = nearest_gpu_estimate(query, find_anchors(query, train)[0])
+        folds.append((query.workloads, truth, nearest, estimates))
+    best = int(np.argmin(error_sum))
+    scaling = fit_spec_scaling(table, SHRINKAGES[best])
+    # (fold, workload slot, weight) mean absolute log2 errors; the last slot is all rows of the fold.
+    slots = len(scaling.workloads) + 1
+    errors = np.full((len(folds), slots, len(WEIGHTS)), np.nan)
+    for f, (workloads, truth, nearest, estimates) in enumerate(folds):
+        row_slot = scaling.workload_rows(workloads)
+        for j, weight in enumerate(WEIGHTS):
+            error = np.abs(np.log2(blend_estimates(estimates[best], nearest, np.full(len(truth), weight))) - truth)
+            ok = ~np.isnan(error)
+            total = np.bincount(row_slot[ok], error[ok], minlength=slots)
+            count = np.bincount(row_slot[ok], minlength=slots)
+            total[-1], count[-1] = error[ok].sum(), ok.sum()
+            errors[f, count > 0, j] = total[count > 0] / count[count > 0]
+    scored = ~np.isnan(errors).all(axis=(0, 2))
+    mean_error = np.nanmean(errors[:, scored], axis=0)  # (scored slots, weights)
+    weights = np.full(slots, np.nan)
+    weights[scored] = np.asarray(WEIGHTS)[np.argmin(mean_error, axis=1)]
+    return replace(scaling, weights=np.where(np.isnan(weights), weights[-1], weights))
 
 
 class NearestGpuThroughput:
@@ -421,8 +473,13 @@ class ThroughputModel(BoostedEstimator):
             result[own] = base * np.exp2(_lgbm.predict(self.booster_, features))
         cross = has_anchor & ~found.same_gpu
         if cross.any():
+            rows = _subset(query, cross)
             anchors = gpu_anchor_set(table, found.gpu_picked[:, cross], found.gpu_cost[:, cross])
-            result[cross] = spec_scaled_estimate(_subset(query, cross), anchors, self.scaling_)
+            result[cross] = blend_estimates(
+                spec_scaled_estimate(rows, anchors, self.scaling_),
+                nearest_gpu_estimate(rows, gather_anchors(table, found.picked[cross])),
+                self.scaling_.weights[self.scaling_.workload_rows(rows.workloads)],
+            )
         if not has_anchor.all():
             none = ~has_anchor
             features = throughput_features(_subset(query, none), gather_anchors(table, found.picked[none]))

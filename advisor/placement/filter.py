@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.holding import Reservation, head_reservation, not_held, reserved_verdicts, usable_nodes
+from advisor.placement.holding import Labels, Reservation, head_reservation, not_held, reserved_verdicts, usable_nodes
 from advisor.placement.queue import NodePlacement, PendingPod
 from advisor.placement.scoring import is_stale, memory_ok, resources_short, whole_eligible_mask
 from advisor.placement.shortest import Claim, queue_claims, yield_verdicts
@@ -209,8 +209,6 @@ class PendingQueue(Protocol):
 
     def pending(self) -> Sequence[PendingPod]: ...
 
-    def node_labels(self, node: str) -> Mapping[str, str] | None: ...
-
     def claimed_since(self, pod: str) -> float | None: ...
 
     def note_claims(self, pods: Iterable[str], now_seconds: float) -> None: ...
@@ -224,6 +222,7 @@ class _ServiceInputs:
     pod: PodRequest
     nodes: Mapping[str, NodeState]
     queue: PendingQueue
+    labels: Labels
     queue_key: tuple[int, float, str]
     scheduler: str
     config: ScoringConfig
@@ -234,7 +233,7 @@ class _ServiceInputs:
         return jct_leave_times(self.predictors, self.now_seconds)
 
     def queue_rules(self, leaving: LeaveTimes | None) -> QueueRules:
-        config, labels = self.config, self.queue.node_labels
+        config, labels = self.config, self.labels
         # The queue is sorted once per call, and only when a rule reads it.
         pending = self.queue.pending() if config.hold_for_blocked or config.shortest_first else []
         held = (
@@ -275,6 +274,7 @@ def extender_filter(
     nodes: Mapping[str, NodeState],
     queue: PendingQueue,
     *,
+    labels: Labels,
     queue_key: tuple[int, float, str],
     scheduler: str,
     placement: NodePlacement | None,
@@ -286,8 +286,9 @@ def extender_filter(
     (`jct_leave_times`), the nodes held for the head of `queue` ahead of `pod` (`head_reservation`, with
     `ScoringConfig.hold_for_blocked`), the room the pods ranked above it are expected to take (`queue_claims`, with
     `ScoringConfig.shortest_first`; recorded in `queue` for their grace period), then `filter_nodes`. `queue_key`,
-    `scheduler` and `placement` are the pod's own (`advisor.placement.queue`)."""
-    inputs = _ServiceInputs(pod, nodes, queue, queue_key, scheduler, config, predictors, now_seconds)
+    `scheduler` and `placement` are the pod's own (`advisor.placement.queue`); `labels`, each node's labels for this
+    call (its node selectors and those of the pending pods)."""
+    inputs = _ServiceInputs(pod, nodes, queue, labels, queue_key, scheduler, config, predictors, now_seconds)
     return run_filter(
         pod,
         names,
@@ -295,6 +296,6 @@ def extender_filter(
         inputs,
         config=config,
         predictors=predictors,
-        usable=usable_nodes(placement, queue.node_labels),
+        usable=usable_nodes(placement, labels),
         now_seconds=now_seconds,
     )

@@ -256,16 +256,22 @@ def test_own_metrics_count_latency_scores_and_fallbacks(client: TestClient) -> N
 def test_a_snapshot_with_absurdly_many_gpus_is_refused(client: TestClient) -> None:
     response = client.post("/v1/telemetry", json=snapshot("huge", gpus=65, links=[]), headers=AUTH)
     assert response.status_code == 422
-    assert "gpus" in response.json()["detail"]
+    assert response.json()["detail"] == [
+        {"loc": ["body", "gpus"], "msg": "gpus: 65 GPUs in one snapshot; at most 64", "type": "value_error"}
+    ]
 
 
 def test_an_unreadable_registry_is_a_503_and_scoring_goes_on_with_heuristics(tmp_path: Path) -> None:
-    settings = AdvisorSettings(db_url=f"sqlite:///{tmp_path}/unmigrated.db", no_kube=True)
+    settings = AdvisorSettings(db_url=f"sqlite:///{tmp_path}/unmigrated.db", no_kube=True, api_token=TOKEN)
     with TestClient(create_app(settings)) as client:
         response = client.get("/v1/models")
         assert response.status_code == 503
         assert "registry" in response.json()["detail"]
-        client.post("/v1/telemetry", json=snapshot("n1"))
+        for path in ("/v1/profiles", "/v1/trialruns", "/v1/trialruns/ml/x"):
+            outage = client.get(path)
+            assert outage.status_code == 503, path
+            assert outage.json() == {"detail": "the store is unavailable: OperationalError"}
+        assert client.post("/v1/telemetry", json=snapshot("n1"), headers=AUTH).status_code == 202
         scored = client.post("/v1/score", json={"pod": {"gpus": 1}}).json()
         assert scored["models"]["jct"] == "heuristic"
         assert scored["scores"][0]["feasible"]
@@ -275,7 +281,8 @@ def test_a_malformed_snapshot_is_a_422_naming_the_field_and_ingest_is_timed(clie
     bad = {**snapshot("n1"), "timestamp": "yesterday"}
     response = client.post("/v1/telemetry", json=bad, headers=AUTH)
     assert response.status_code == 422
-    assert response.json()["detail"][0]["loc"] == ["timestamp"]
+    assert response.json()["detail"][0]["loc"] == ["body", "timestamp"]
+    assert response.json()["detail"][0]["msg"].startswith("timestamp: ")
     assert client.post("/v1/telemetry", content=b"{not json", headers=AUTH).status_code == 422
     unauthorised = client.post("/v1/telemetry", json=snapshot("n1"))
     assert unauthorised.headers["www-authenticate"] == "Bearer"

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from advisor.api import create_app
 from advisor.api.metrics import AdvisorMetrics
 from advisor.cluster.kube import KubeWatch
-from advisor.cluster.state import ClusterState, PodResources
+from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot, v1_pod
@@ -72,16 +72,21 @@ async def test_the_kube_watch_makes_a_cpu_exhausted_node_infeasible_through_the_
         await asyncio.to_thread(watch.stop)
 
 
-def test_node_objects_from_a_non_cache_capable_scheduler_give_allocatable_and_labels(
+def test_node_objects_in_an_extender_request_change_nothing_the_advisor_keeps(
     state_and_client: tuple[ClusterState, TestClient],
 ) -> None:
+    """Anyone who can reach the extender port could otherwise make nodes look full or relabel them for every later
+    request: the Node objects of a non-cache-capable scheduler serve that request only."""
     state, client = state_and_client
-    state.replace_pods([], [PodResources("ml/web", "busy-cpu", 7500, 1024)])  # what the pod watch would feed
+    state.replace_pods([], [])  # the pod watch has listed: a node's allocatable alone would decide its free CPU
     labelled = node("idle", "8", "64Gi")
     labelled["metadata"]["labels"] = {"zone": "a"}
-    nodes = {"items": [node("busy-cpu", "8", "64Gi"), labelled]}
-    client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=1), "Nodes": nodes})
-    assert state.nodes["busy-cpu"].cpu_allocatable_milli == 8000
-    assert state.node_labels("idle") == {"zone": "a"}
-    assert state.node_labels("busy-cpu") == {}
-    _check_cpu_fit(client, nodes)
+    nodes = {"items": [node("busy-cpu", "1", "1Gi"), labelled]}
+    result = client.post("/extender/filter", json={"Pod": v1_pod(gpus=1), "Nodes": nodes}).json()
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == result["NodeNames"]
+    prioritized = client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=1), "Nodes": nodes})
+    assert prioritized.status_code == 200
+    assert state.node_labels("idle") is None
+    assert state.nodes["busy-cpu"].cpu_allocatable_milli is None
+    scores = client.post("/v1/score", json={"pod": {"gpus": 1, "cpu_milli": 4000}}).json()["scores"]
+    assert all(s["feasible"] for s in scores)  # the request's 1-CPU busy-cpu did not stick

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -14,26 +16,47 @@ from tests.advisor.factories import process, snapshot, two_socket_links, v1_pod
 from tests.support.net import free_port, wait_until
 
 NODES = 500
+TOKEN = "serve-token"
 
 
-@pytest.fixture
-def advisor_url(tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def serving(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     argv = ["advisor", "serve", "--host", "127.0.0.1", "--port", str(port), "--db", f"sqlite:///{tmp_path}/s.db"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "advisor.cli", *argv, "--no-kube"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "advisor.cli", *argv, "--no-kube"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**clean, **env},
     )
     base = f"http://127.0.0.1:{port}"
     try:
         assert wait_until(lambda: httpx.get(f"{base}/healthz").status_code == 200, timeout_s=60)
-        yield base
+        yield base, proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
+@pytest.fixture
+def advisor_url(tmp_path: Path) -> Iterator[str]:
+    with serving(tmp_path, {"GPUADVISOR_API_TOKEN": TOKEN}) as (base, _):
+        yield base
+
+
+def test_serve_without_a_token_refuses_writes_and_says_so_at_start_up(tmp_path: Path) -> None:
+    with serving(tmp_path, {}) as (base, proc):
+        refused = httpx.post(f"{base}/v1/telemetry", json=snapshot("n1"))
+        assert refused.status_code == 401
+        assert "GPUADVISOR_API_TOKEN" in refused.json()["detail"]
+    assert proc.stdout is not None
+    assert "write routes answer 401: no GPUADVISOR_API_TOKEN is configured" in proc.stdout.read().decode()
+
+
 def test_serve_no_kube_fed_500_nodes_answers_a_host_priority_list(advisor_url: str) -> None:
     names = [f"gpu-{i:03d}" for i in range(NODES)]
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=advisor_url, timeout=30) as client:
         for i, name in enumerate(names):
             if i == 7:  # the one node with 7 of 8 GPUs taken: where a 1-GPU pod fragments least
@@ -42,7 +65,7 @@ def test_serve_no_kube_fed_500_nodes_answers_a_host_priority_list(advisor_url: s
                 raw = snapshot(name, links=two_socket_links(), busy={0: [process(f"{name}-0")]})
             else:
                 raw = snapshot(name)
-            assert client.post("/v1/telemetry", json=raw).status_code == 202
+            assert client.post("/v1/telemetry", json=raw, headers=auth).status_code == 202
         response = client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=1), "Nodes": None, "NodeNames": names})
         assert response.status_code == 200
         hosts = response.json()

@@ -36,7 +36,7 @@ def test_an_invalid_trialrun_is_a_422_naming_the_field(tmp_path: Path) -> None:
     client = TestClient(_app(tmp_path))
     response = client.post("/v1/trialruns", json=trialrun(matrix={"gpuCounts": [-1]}), headers=AUTH)
     assert response.status_code == 422
-    assert response.json()["detail"].startswith("spec.matrix.gpuCounts[0]:")
+    assert response.json()["detail"][0]["msg"].startswith("spec.matrix.gpuCounts[0]:")
     assert client.post("/v1/trialruns", json=VALID).status_code == 401
 
 

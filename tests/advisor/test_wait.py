@@ -449,7 +449,13 @@ def state(clock: Clock) -> ClusterState:
 
 @pytest.fixture
 def client(store: tuple[str, Path], state: ClusterState) -> Iterator[TestClient]:
-    settings = AdvisorSettings(db_url=store[0], no_kube=True, model_dir=store[1] / "trained", hold_for_blocked=True)
+    settings = AdvisorSettings(
+        db_url=store[0],
+        no_kube=True,
+        model_dir=store[1] / "trained",
+        hold_for_blocked=True,
+        allow_unauthenticated_writes=True,
+    )
     with TestClient(create_app(settings, state=state)) as c:
         yield c
 
@@ -610,7 +616,13 @@ def test_with_shortest_first_the_filter_keeps_a_new_pod_off_room_an_older_pendin
 ) -> None:
     """`fast` has one free GPU; ml/old (same workload, pending for an hour) has the higher response ratio: the pod
     filtered, 10 s old, yields it — until ml/old has been expected there for CLAIM_GRACE_SECONDS without binding."""
-    settings = AdvisorSettings(db_url=store[0], no_kube=True, model_dir=store[1] / "trained", shortest_first=True)
+    settings = AdvisorSettings(
+        db_url=store[0],
+        no_kube=True,
+        model_dir=store[1] / "trained",
+        shortest_first=True,
+        allow_unauthenticated_writes=True,
+    )
     with TestClient(create_app(settings, state=state)) as client:
         busy = [f"r{i}" for i in range(7)]
         state.replace_pods(

@@ -159,6 +159,7 @@ def test_every_dashboard_query_returns_series(tmp_path: Path) -> None:
                     seeded_store(tmp_path / "advisor.db"),
                 ],
                 tmp_path / "advisor.log",
+                env={"GPUADVISOR_EXPORT_GPU_LINKS": "true"},  # the node-detail link matrix
             )
         )
         common = ["--no-kube", "--interval-s", "1", "--advisor-url", advisor_url]

@@ -10,6 +10,9 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from advisor.cli.main import app
+from advisor.datasets import DatasetError, read_csv
+from profiler.csv_formats import COLOCATIONS as COLOCATIONS_FORMAT
+from profiler.csv_formats import THROUGHPUTS as THROUGHPUTS_FORMAT
 from profiler.importers import CsvFormatError, parse_colocations, parse_throughputs
 from profiler.store import db, repo
 
@@ -97,3 +100,55 @@ def test_profile_import_is_idempotent_and_a_bad_csv_exits_2(tmp_path: Path) -> N
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert "gpu_model, gpu_count, nodes, batch_size" in line
+
+
+MINIMAL = {
+    "colocations": "gpu_model,workload_a,workload_b,solo_throughput_a,solo_throughput_b,coloc_throughput_a,"
+    "coloc_throughput_b\nv100,resnet18,lstm,100,50,70,40\n",
+    "throughputs": "workload,gpu_model,gpu_count,nodes,batch_size,throughput\nresnet50,a100,2,1,64,2400\n",
+}
+PARSERS = {"colocations": parse_colocations, "throughputs": parse_throughputs}
+FORMATS = {"colocations": COLOCATIONS_FORMAT, "throughputs": THROUGHPUTS_FORMAT}
+
+
+@pytest.mark.parametrize("kind", ["colocations", "throughputs"])
+def test_profile_import_and_the_models_accept_the_same_minimal_file(kind: str, tmp_path: Path) -> None:
+    """A file with only the required columns (no utilisation: Gavel publishes none) is one both readers take."""
+    (record,) = PARSERS[kind](io.StringIO(MINIMAL[kind]), source="x")
+    assert record.gpu_model in ("v100", "a100")
+    path = tmp_path / "f.csv"
+    path.write_text(MINIMAL[kind])
+    frame = read_csv(path, FORMATS[kind], with_labels=True)
+    assert len(frame) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "column"),
+    [(k, c) for k, text in MINIMAL.items() for c in text.splitlines()[0].split(",")],
+)
+def test_a_required_column_missing_is_refused_by_both_readers_by_name(kind: str, column: str, tmp_path: Path) -> None:
+    header, row = (line.split(",") for line in MINIMAL[kind].splitlines())
+    keep = [i for i, name in enumerate(header) if name != column]
+    text = "\n".join(",".join(cells[i] for i in keep) for cells in (header, row)) + "\n"
+    with pytest.raises(CsvFormatError, match=f"missing required column\\(s\\): {column}$"):
+        PARSERS[kind](io.StringIO(text), source="x")
+    path = tmp_path / "f.csv"
+    path.write_text(text)
+    with pytest.raises(DatasetError, match=f"missing column\\(s\\) {column}"):
+        read_csv(path, FORMATS[kind], with_labels=True)
+
+
+def test_the_profilers_optional_throughput_columns_are_read_by_the_models(tmp_path: Path) -> None:
+    text = (
+        "workload,gpu_model,gpu_count,nodes,batch_size,throughput,amp,sm_util_mean,sm_util_p95,power_watts\n"
+        "b,a100,1,1,32,420,yes,0.6,0.9,250\n"
+    )
+    (record,) = parse_throughputs(io.StringIO(text), source="x")
+    assert (record.amp, record.sm_util_p95_ratio, record.power_watts) == (True, 0.9, 250.0)
+    path = tmp_path / "f.csv"
+    path.write_text(text)
+    frame = read_csv(path, THROUGHPUTS_FORMAT, with_labels=True)
+    assert (frame["amp"].iloc[0], frame["sm_util_p95"].iloc[0]) == (1.0, 0.9)
+    path.write_text(text.replace("0.9,250", "90,250"))
+    with pytest.raises(DatasetError, match="sm_util_p95"):
+        read_csv(path, THROUGHPUTS_FORMAT, with_labels=True)

@@ -2,13 +2,15 @@
 
 Every candidate node is answered: nodes the advisor has no fresh telemetry for get the neutral score (and pass the
 filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot. The
-pod's own CPU/memory requests go into its `PodRequest`; full node objects (a scheduler that is not
-`nodeCacheCapable`) hand their allocatable CPU/memory to the state. The filter is
-`advisor.placement.filter.extender_filter`: capacity, then the held, yielded and waiting rules over the pending pods
-the watch keeps in the state.
+pod's own CPU/memory requests go into its `PodRequest`; the labels of full node objects (a scheduler that is not
+`nodeCacheCapable`) serve that request's node selectors where the node watch has none, and are never stored. The
+filter is `advisor.placement.filter.extender_filter`: capacity, then the held, yielded and waiting rules over the
+pending pods the watch keeps in the state.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 import pydantic_core
 from fastapi import APIRouter
@@ -16,22 +18,30 @@ from fastapi.responses import Response
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
 from advisor.placement.extender import extender_priorities
 from advisor.placement.filter import extender_filter
 
-router = APIRouter(prefix="/extender", tags=["scheduler extender"])
+router = APIRouter(
+    prefix="/extender", tags=["scheduler extender"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES
+)
 
 
-def _take_allocatable(args: ExtenderArgs, ctx: AppContext) -> None:
-    """Without `nodeCacheCapable` the scheduler sends full node objects: keep their `status.allocatable` cpu/memory
-    and labels (the node watch gives the same; a node's state changes only when the value does)."""
-    for node in args.Nodes.items or [] if args.Nodes is not None else []:
-        allocatable = node.allocatable()
-        if node.metadata.name:
-            ctx.state.set_node_labels(node.metadata.name, node.labels())
-            if allocatable is not None:
-                ctx.state.set_allocatable(node.metadata.name, allocatable)
+def _labels(args: ExtenderArgs, ctx: AppContext) -> Callable[[str], Mapping[str, str] | None]:
+    """Each node's labels for this request: what the node watch knows, else (no watch, or a node it has not listed
+    yet) the labels of the Node object in the request. Never written to the state: a request's `Nodes` list is
+    whatever its sender says, and must not change how the advisor sees a node for anyone else."""
+    sent = {n.metadata.name: n.labels() for n in (args.Nodes.items or [] if args.Nodes is not None else [])}
+    known = ctx.state.node_labels
+    if not sent:
+        return known
+
+    def labels(node: str) -> Mapping[str, str] | None:
+        watched = known(node)
+        return watched if watched is not None else sent.get(node)
+
+    return labels
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -46,7 +56,6 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
     """
     pod = args.Pod.to_request()
     names = args.candidates()
-    _take_allocatable(args, ctx)
     predictors = ctx.predictors
     verdict = extender_priorities(
         pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
@@ -64,12 +73,12 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     memory, or — with a JCT model — a faster GPU model that frees up soon enough to finish the pod sooner)."""
     pod = args.Pod.to_request()
     names = args.candidates()
-    _take_allocatable(args, ctx)
     passed, failed = extender_filter(
         pod,
         names,
         ctx.state.nodes,
         ctx.state,
+        labels=_labels(args, ctx),
         queue_key=args.Pod.queue_key(pod.name),
         scheduler=args.Pod.scheduler(),
         placement=args.Pod.placement(),

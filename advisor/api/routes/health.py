@@ -6,9 +6,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from profiler.store import db
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 @router.get("/healthz")
@@ -17,7 +18,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_model=None)
+@router.get("/readyz", response_model=None, responses=documented(503))
 def readyz(ctx: Ctx) -> dict[str, str] | JSONResponse:
     """Ready to serve: the store answers and its schema is at the newest migration."""
     try:

@@ -8,11 +8,12 @@ from fastapi import APIRouter, Body, HTTPException, status
 from sqlalchemy.exc import SQLAlchemyError
 
 from advisor.api.deps import Authorized, Ctx, DbSession
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.schemas import ModelsOut, ModelVersionOut, ServedModelOut, TrainingJobOut, TrainRequest
 from advisor.serving import TrainingJob
 from profiler.store import repo
 
-router = APIRouter(prefix="/v1/models", tags=["models"])
+router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 def _job_out(job: TrainingJob) -> TrainingJobOut:
@@ -28,7 +29,7 @@ def _job_out(job: TrainingJob) -> TrainingJobOut:
     )
 
 
-@router.get("", response_model=ModelsOut)
+@router.get("", response_model=ModelsOut, responses=documented(503))
 def list_models(session: DbSession, ctx: Ctx) -> ModelsOut:
     """Every registered version (newest last per kind) and what answers each scoring question right now.
 
@@ -58,7 +59,13 @@ def list_models(session: DbSession, ctx: Ctx) -> ModelsOut:
     )
 
 
-@router.post("/train", response_model=TrainingJobOut, status_code=status.HTTP_202_ACCEPTED, dependencies=[Authorized])
+@router.post(
+    "/train",
+    response_model=TrainingJobOut,
+    status_code=status.HTTP_202_ACCEPTED,
+    dependencies=[Authorized],
+    responses=documented(401, 409, 503),
+)
 def start_training(ctx: Ctx, body: Annotated[TrainRequest | None, Body()] = None) -> TrainingJobOut:
     """Train the given kinds (all without a body) on the store's data in the background; poll `status_url`.
 
@@ -72,7 +79,7 @@ def start_training(ctx: Ctx, body: Annotated[TrainRequest | None, Body()] = None
     return _job_out(job)
 
 
-@router.get("/train/{job_id}", response_model=TrainingJobOut)
+@router.get("/train/{job_id}", response_model=TrainingJobOut, responses=documented(404))
 def training_status(job_id: str, ctx: Ctx) -> TrainingJobOut:
     """State of one training job: queued, running, succeeded (with each kind's version and metrics) or failed."""
     job = ctx.training.get(job_id)

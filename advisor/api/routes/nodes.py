@@ -7,10 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.schemas import GpuOut, NodeListOut, NodeOut, ResidentOut
 from advisor.cluster.state import NodeRecord
 
-router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
+router = APIRouter(prefix="/v1/nodes", tags=["nodes"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 def _node_out(record: NodeRecord, now: float, staleness_seconds: float, *, detail: bool) -> NodeOut:
@@ -68,7 +69,7 @@ def list_nodes(
     )
 
 
-@router.get("/{name}", response_model=NodeOut)
+@router.get("/{name}", response_model=NodeOut, responses=documented(404))
 def get_node(name: str, ctx: Ctx) -> NodeOut:
     """One node with its GPUs, residents and allocations."""
     record = ctx.state.record(name)

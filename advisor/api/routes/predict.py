@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import InterferenceAnswer, InterferenceQuery, JctAnswer, JctQuery, UsageIn
 from advisor.placement.types import WHOLE_GPU_MILLI, Resident
-from advisor.predictors import UsageProfile, default_usage
+from advisor.predictors import HEURISTIC, UsageProfile, default_usage
 from advisor.serving import ModelJct
 
-router = APIRouter(prefix="/v1/predict", tags=["predictions"])
+router = APIRouter(prefix="/v1/predict", tags=["predictions"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 @router.post("/jct", response_model=JctAnswer)
@@ -38,18 +39,22 @@ def predict_jct(query: JctQuery, ctx: Ctx) -> JctAnswer:
     )
 
 
-def _usage(given: UsageIn | None, workload: str, gpu_model: str, ctx: Ctx) -> UsageProfile:
+def _usage(given: UsageIn | None, workload: str, gpu_model: str, ctx: Ctx) -> tuple[UsageProfile, str]:
+    """A workload's solo usage and where it came from: the request, its profiles, or the default for a whole GPU."""
     if given is not None:
-        return UsageProfile(given.sm_utilization_ratio, given.memory_bandwidth_utilization_ratio)
-    return ctx.predictors.usage.usage(workload, gpu_model) or default_usage(WHOLE_GPU_MILLI)
+        return UsageProfile(given.sm_utilization_ratio, given.memory_bandwidth_utilization_ratio), "given"
+    profiled = ctx.predictors.usage.usage(workload, gpu_model)
+    if profiled is not None:
+        return profiled, "from its profiles"
+    return default_usage(WHOLE_GPU_MILLI), "unprofiled: a busy GPU assumed"
 
 
 @router.post("/interference", response_model=InterferenceAnswer)
 def predict_interference(query: InterferenceQuery, ctx: Ctx) -> InterferenceAnswer:
     """Each workload's slowdown (and normalised throughput) when the two share one GPU of `gpu_model`."""
     predictors = ctx.predictors
-    usage_a = _usage(query.usage_a, query.workload_a, query.gpu_model, ctx)
-    usage_b = _usage(query.usage_b, query.workload_b, query.gpu_model, ctx)
+    usage_a, from_a = _usage(query.usage_a, query.workload_a, query.gpu_model, ctx)
+    usage_b, from_b = _usage(query.usage_b, query.workload_b, query.gpu_model, ctx)
     resident = Resident(
         pod="",
         workload=query.workload_b,
@@ -57,8 +62,13 @@ def predict_interference(query: InterferenceQuery, ctx: Ctx) -> InterferenceAnsw
         memory_bandwidth_utilization_ratio=usage_b.memory_bandwidth_utilization_ratio,
     )
     slow_a, slow_b = predictors.interference.slowdowns(query.gpu_model, query.workload_a, usage_a, [resident])
-    if predictors.interference.name == "heuristic":
+    heuristic = predictors.interference.name == HEURISTIC
+    usage = f"usage of {query.workload_a} {from_a}, of {query.workload_b} {from_b}"
+    if heuristic:
         ctx.metrics.fallbacks.labels("interference").inc()
+        reason = f"heuristic (no interference model is promoted: contention for SM and memory bandwidth); {usage}"
+    else:
+        reason = f"from {predictors.interference.name}; {usage}"
     return InterferenceAnswer(
         gpu_model=query.gpu_model,
         slowdown_a=round(slow_a, 4),
@@ -66,4 +76,6 @@ def predict_interference(query: InterferenceQuery, ctx: Ctx) -> InterferenceAnsw
         normalized_throughput_a=round(1.0 / slow_a, 4),
         normalized_throughput_b=round(1.0 / slow_b, 4),
         model=predictors.interference.name,
+        source="heuristic" if heuristic else "model",
+        reason=reason,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -16,7 +17,7 @@ from advisor.api.schemas import (
 from advisor.placement.scoring import allocate, score_candidates
 from advisor.placement.types import NodeScore
 
-router = APIRouter(prefix="/v1", tags=["scoring"])
+router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 def _out(s: NodeScore) -> NodeScoreOut:
@@ -38,7 +39,7 @@ def _out(s: NodeScore) -> NodeScoreOut:
     )
 
 
-@router.post("/score", response_model=ScoreResponse)
+@router.post("/score", response_model=ScoreResponse, responses=documented(404))
 def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first.
 
@@ -63,10 +64,18 @@ def score(body: ScoreRequest, ctx: Ctx) -> ScoreResponse:
     models = predictors.names()
     ctx.metrics.count_fallbacks(models)
     ranked = sorted(scores, key=lambda s: -s.score)
-    return ScoreResponse(scores=[_out(s) for s in ranked], models=models)
+    hint = ""
+    if not names:
+        hint = (
+            "no node has sent telemetry to this advisor yet: point collectors at it (`gpuadvisor collector run "
+            "--advisor-url`, with the API token) or try `gpuadvisor up`"
+            if not state_nodes
+            else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
+        )
+    return ScoreResponse(scores=[_out(s) for s in ranked], models=models, hint=hint)
 
 
-@router.post("/allocate", response_model=AllocateResponse)
+@router.post("/allocate", response_model=AllocateResponse, responses=documented(404))
 def allocate_(body: AllocateRequest, ctx: Ctx) -> AllocateResponse:
     """The best GPU indices on one node for the pod (topology and sharing), e.g. for GetPreferredAllocation."""
     pod = body.pod.to_request()

@@ -12,12 +12,13 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
 
 from advisor.api.deps import Authorized, Ctx, DbSession
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from profiler import views
 from profiler.settings import ProfilerSettings
 from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import repo
 
-router = APIRouter(prefix="/v1", tags=["profiles"])
+router = APIRouter(prefix="/v1", tags=["profiles"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 TRIALRUN_EXAMPLE = {
     "apiVersion": "gpuadvisor.io/v1alpha1",
@@ -63,7 +64,7 @@ def get_submitter(request: Request, ctx: Ctx) -> TrialRunSubmitter | None:
     return submitter
 
 
-@router.get("/trialruns")
+@router.get("/trialruns", responses=documented(503))
 def list_trialruns(
     session: DbSession, namespace: Annotated[str | None, Query(description="Only runs of this namespace.")] = None
 ) -> list[dict[str, Any]]:
@@ -71,7 +72,7 @@ def list_trialruns(
     return views.list_runs(session, namespace)
 
 
-@router.get("/trialruns/{namespace}/{name}")
+@router.get("/trialruns/{namespace}/{name}", responses=documented(404, 503))
 def get_trialrun(namespace: str, name: str, session: DbSession) -> dict[str, Any]:
     """One trial run with its trials, profiles and co-locations."""
     detail = views.run_detail(session, namespace, name)
@@ -80,7 +81,12 @@ def get_trialrun(namespace: str, name: str, session: DbSession) -> dict[str, Any
     return detail
 
 
-@router.post("/trialruns", status_code=status.HTTP_201_CREATED, dependencies=[Authorized])
+@router.post(
+    "/trialruns",
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[Authorized],
+    responses=documented(401, 409, 503),
+)
 def create_trialrun(
     body: Annotated[
         dict[str, Any], Body(description="A TrialRun resource (docs/design.md §4).", examples=[TRIALRUN_EXAMPLE])
@@ -119,7 +125,7 @@ def create_trialrun(
     return {**manifest, "status": {"phase": "Pending", "message": "submitted to the cluster"}}
 
 
-@router.get("/profiles")
+@router.get("/profiles", responses=documented(503))
 def list_profiles(
     session: DbSession,
     workload: Annotated[str | None, Query(description="Only this workload.")] = None,

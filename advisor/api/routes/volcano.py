@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from advisor.api.deps import Ctx
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import VolcanoPriorityRequest, VolcanoPriorityResponse
 from advisor.placement.scoring import score_candidates
 
-router = APIRouter(prefix="/volcano", tags=["volcano"])
+router = APIRouter(prefix="/volcano", tags=["volcano"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 @router.post("/prioritize", response_model=VolcanoPriorityResponse)

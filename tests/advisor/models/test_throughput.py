@@ -24,6 +24,7 @@ from advisor.models.throughput import (
     _CORRECTION_COLUMNS,
     NearestGpuThroughput,
     ThroughputModel,
+    blend_estimates,
     spec_scaled_estimate,
 )
 
@@ -125,6 +126,48 @@ def test_an_unseen_gpu_between_measured_ones_gets_an_estimate_between_theirs() -
     assert by_gpu["t4"] < estimate < by_gpu["a100-40gb"]
 
 
+def test_a_workload_the_data_sheet_scaling_got_wrong_on_training_gpu_types_keeps_the_nearest_gpu_estimate() -> None:
+    """Workload "f" runs exactly as fast as the GPUs' FP32 figures say, unlike the others, which all follow another
+    pattern: held out one training GPU type at a time, the nearest-GPU estimate is right for it and the pooled
+    spec scaling is not, so on an unseen GPU type "f" gets the nearest-GPU estimate and "b" the spec-scaled one."""
+    fp32 = {"t4": 8.1, "rtx-2080ti": 13.4, "v100": 15.7, "a100-40gb": 19.5}
+    data = _synthetic_throughputs(v100_slowdown_of_a=1.0)
+    own = data[data["workload"] == "a"].assign(workload="f")
+    own = own.assign(throughput=own["gpu_model"].map(fp32) * own["gpu_count"] * (own["batch_size"] / 32.0) ** 0.3)
+    data = pd.concat([data, own], ignore_index=True)
+    model = ThroughputModel(**FAST).fit(data)
+    weights = model.scaling_.weights[model.scaling_.workload_rows(["f", "b"])]
+    assert weights[0] == 0.0 < weights[1]
+    query = pd.DataFrame(
+        {"workload": ["f", "b"], "gpu_model": ["rtx-6000"] * 2, "gpu_count": [2.0] * 2, "nodes": [1.0] * 2}
+    ).assign(batch_size=[64.0, 64.0])
+    estimate = model.predict_frame(query)
+    baseline = NearestGpuThroughput().fit(data).predict_frame(query)
+    assert estimate[0] == pytest.approx(baseline[0])
+    assert estimate[1] != pytest.approx(baseline[1])
+
+
+def test_an_artifact_from_before_the_per_workload_weights_serves_the_spec_scaled_estimate_as_it_did() -> None:
+    data = _synthetic_throughputs(v100_slowdown_of_a=1.0)
+    artifact = ThroughputModel(**FAST).fit(data).to_artifact()
+    del artifact.state["spec_scaling"]["weights"]
+    old = ThroughputModel.from_artifact(artifact)
+    row = ThroughputQuery(["b"], ["rtx-6000"], np.array([2.0]), np.array([1.0]), np.array([64.0]))
+    spec_scaled = spec_scaled_estimate(row, anchors_by_gpu(row, old.table_), old.scaling_)
+    assert old.predict_query(row)[0] == pytest.approx(spec_scaled[0])
+
+
+def test_trained_on_two_gpu_types_an_unseen_gpu_type_gets_the_nearest_gpu_estimate() -> None:
+    """Two GPU types leave nothing to check the data-sheet scaling on (leave one out leaves one): the baseline."""
+    data = _synthetic_throughputs(v100_slowdown_of_a=1.0)
+    data = data[data["gpu_model"].isin(["t4", "a100-40gb"])].reset_index(drop=True)
+    query = pd.DataFrame(
+        {"workload": ["a", "b"], "gpu_model": ["v100", "h100"], "gpu_count": [1.0, 4.0], "nodes": [1.0, 1.0]}
+    ).assign(batch_size=[32.0, 64.0])
+    estimate = ThroughputModel(**FAST).fit(data).predict_frame(query)
+    np.testing.assert_allclose(estimate, NearestGpuThroughput().fit(data).predict_frame(query))
+
+
 def _mixed_batch(gavel: GavelData) -> ThroughputQuery:
     """What the scorer sends: measured configurations, other configurations, GPU types never measured for the
     workload, an unknown workload, and many repeated rows."""
@@ -155,7 +198,9 @@ def _one_row_at_a_time(model: ThroughputModel, query: ThroughputQuery) -> np.nda
             features = throughput_features(row, anchors)
             out[i] = np.exp2(_lgbm.predict(model.fallback_, features))[0]
         elif anchors.gpu_models[0] != row.gpu_models[0]:
-            out[i] = spec_scaled_estimate(row, anchors_by_gpu(row, model.table_), model.scaling_)[0]
+            spec_scaled = spec_scaled_estimate(row, anchors_by_gpu(row, model.table_), model.scaling_)
+            weight = model.scaling_.weights[model.scaling_.workload_rows(row.workloads)]
+            out[i] = blend_estimates(spec_scaled, nearest_gpu_estimate(row, anchors), weight)[0]
         elif cost[0] == 0.0:
             out[i] = anchors.throughput[0]
         else:
