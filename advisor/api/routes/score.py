@@ -14,7 +14,8 @@ from advisor.api.schemas import (
     ScoreRequest,
     ScoreResponse,
 )
-from advisor.scoring import NodeScore, allocate, score_candidates
+from advisor.placement.scoring import allocate, score_candidates
+from advisor.placement.types import NodeScore
 
 router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 

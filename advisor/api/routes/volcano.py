@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import VolcanoPriorityRequest, VolcanoPriorityResponse
-from advisor.scoring import score_candidates
+from advisor.placement.scoring import score_candidates
 
 router = APIRouter(prefix="/volcano", tags=["volcano"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
