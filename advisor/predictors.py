@@ -1,6 +1,6 @@
 """What the scorer asks of the learned models, and the documented heuristics it falls back to.
 
-The scorer (`advisor.scoring`) never imports a model: it takes a `Predictors` bundle whose members satisfy the
+The scorer (`advisor.placement.scoring`) never imports a model: it takes a `Predictors` bundle whose members satisfy the
 protocols below. The service builds the bundle from the promoted models of the registry; wherever a model is missing
 (or has no answer for a workload) the heuristic members answer instead, and the scorer says so in every `reason`.
 
@@ -42,7 +42,7 @@ class UsageProfile:
 
 
 class ResidentLike(Protocol):
-    """What an interference predictor reads of a process already on the GPU (see `advisor.scoring.Resident`)."""
+    """What an interference predictor reads of a process already on the GPU (see `advisor.placement.types.Resident`)."""
 
     @property
     def workload(self) -> str | None: ...

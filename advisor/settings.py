@@ -7,8 +7,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from advisor.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, parse_task_mix
-from advisor.scoring import DEFAULT_EXTENDER_SPAN_POINTS, DEFAULT_WAIT_SLACK
+from advisor.placement.config import DEFAULT_EXTENDER_SPAN_POINTS, DEFAULT_WAIT_SLACK
+from advisor.placement.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, parse_task_mix
 from profiler.settings import DEFAULT_DB_URL
 
 
@@ -53,7 +53,7 @@ class AdvisorSettings(BaseSettings):
     # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
     # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],
-    # [8, 1000, 0.3]]' (advisor.fragmentation). CPU/memory only count on nodes whose free CPU/memory is known.
+    # [8, 1000, 0.3]]' (advisor.placement.fragmentation). CPU/memory only count on nodes whose free CPU/memory is known.
     task_mix: TaskMix = DEFAULT_TASK_MIX
     # The extender filter keeps a pod off a node when its predicted run time there exceeds wait_slack × its predicted
     # finish after waiting for room on a faster GPU model (JCT model needed; docs/advisor.md, "Waiting for a faster

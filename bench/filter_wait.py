@@ -1,13 +1,13 @@
-"""Extender filter latency with the wait-for-a-faster-GPU rule (`advisor.scoring.wait_verdicts`), in process.
+"""Extender filter latency with the wait-for-a-faster-GPU rule (`advisor.placement.waiting.wait_verdicts`), in process.
 
 The rule looks at every fresh node of a faster GPU model, not only the candidates, so its cost grows with the busy
 nodes of the faster models. Worst case measured here: `--nodes` nodes × 8 GPUs, half H100 and every H100 full (8
 residents each, with start times), half T4 with random occupancy; the pod asks one GPU; the candidates are the first
 500 T4 nodes with a free GPU. The JCT predictor answers from a table, as the served model's cache does once warm.
 Prints p50/p99 of `filter_nodes` with the rule and without it, and with shortest first on top
-(`advisor.holding.queue_claims`): `--pending` pending one-GPU pods, all older than the filtered one, of a workload that
-runs about as fast on a T4 as on an H100, so every one of them is laid on the T4 nodes with room before the filter
-answers.
+(`advisor.placement.shortest.queue_claims`): `--pending` pending one-GPU pods, all older than the filtered one, of a
+workload that runs about as fast on a T4 as on an H100, so every one of them is laid on the T4 nodes with room before
+the filter answers.
 
 Usage: python bench/filter_wait.py [--nodes 5000] [--iterations 50] [--pending 256]
 """
@@ -21,19 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from advisor.holding import queue_claims
+from advisor.placement.config import ScoringConfig
+from advisor.placement.filter import filter_nodes
+from advisor.placement.queue import PendingPod
+from advisor.placement.shortest import queue_claims
+from advisor.placement.types import GpuState, NodeState, PodRequest, Resident, Topology
+from advisor.placement.waiting import jct_leave_times
 from advisor.predictors import Predictors
-from advisor.scoring import (
-    GpuState,
-    NodeState,
-    PodRequest,
-    Resident,
-    ScoringConfig,
-    Topology,
-    filter_nodes,
-    jct_leave_times,
-)
-from advisor.state import PendingPod
 from collector.snapshot import LinkLevel
 
 FAST, SLOW = "NVIDIA H100 80GB HBM3", "Tesla T4"

@@ -24,7 +24,7 @@ from pathlib import Path
 from cluster import free_port, machine_note, process_cpu_seconds, start_advisor, synthetic_snapshot
 
 from advisor.cli.serve import GC_THRESHOLDS
-from advisor.state import ClusterState
+from advisor.cluster.state import ClusterState
 from collector.snapshot import NodeSnapshot
 
 

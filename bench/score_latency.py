@@ -1,7 +1,7 @@
 """Scoring latency at the scale kube-scheduler sends: 500 candidate nodes × 8 GPUs, ~2,000 residents.
 
 One command, prints the figures recorded in docs/benchmarks.md:
-  * in-process `advisor.scoring.score_candidates` over the 500 nodes, p50/p99 per call — warm (node states and
+  * in-process `advisor.placement.scoring.score_candidates` over the 500 nodes, p50/p99 per call — warm (node states and
     request shapes seen before: the per-node memo answers) and cold (every node just refreshed by a new snapshot);
   * `POST /extender/prioritize` over HTTP on loopback (a full v1.Pod, 500 NodeNames) against
     `gpuadvisor advisor serve --no-kube` in a subprocess: p50/p99 with one keep-alive client, and the server's own
@@ -41,8 +41,11 @@ from cluster import (
 
 from advisor.api.schemas import V1Pod
 from advisor.cli.serve import GC_THRESHOLDS
-from advisor.scoring import PodRequest, ScoringConfig, extender_priorities, score_candidates
-from advisor.state import ClusterState, PodResources
+from advisor.cluster.state import ClusterState, PodResources
+from advisor.placement.config import ScoringConfig
+from advisor.placement.extender import extender_priorities
+from advisor.placement.scoring import clear_verdicts, score_candidates
+from advisor.placement.types import PodRequest
 from collector.snapshot import NodeSnapshot
 
 
@@ -82,8 +85,7 @@ def bench_in_process(snapshots: list[dict[str, Any]], iterations: int, *, node_c
             cpu: list[float] = []
             for i in range(count):
                 if label == "cold":
-                    for node in nodes.values():
-                        node.memo.clear()
+                    clear_verdicts()
                 t0, c0 = time.perf_counter(), time.thread_time()
                 call(pods[i % len(pods)])
                 wall.append(time.perf_counter() - t0)

@@ -151,7 +151,7 @@ def validate(
     `slacks`, once per `ScoringConfig.wait_slack` (None: the filter never waits for a faster GPU). `lengths` as
     `--lengths`: the advisor and oracle know job lengths from the other traces ("history") or each job's own
     ("exact")."""
-    from advisor.scoring import ScoringConfig
+    from advisor.placement.config import ScoringConfig
     from advisor.sim.heldout import heldout_table
     from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, ExtenderJobPolicy, KubeJobPolicy, job_task_mix, run_jct
     from advisor.sim.loaders import load_cluster, load_throughputs, load_trace

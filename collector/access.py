@@ -19,13 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.backend import NodeReading
+from collector.keys import GPU_COUNT_LABEL, GPU_PRESENT_LABEL, GPU_RESOURCE
 from collector.stats import CollectorStats
 
 log = logging.getLogger(__name__)
 
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-GPU_RESOURCE = "nvidia.com/gpu"
 HELP = "grant the collector GPU access: docs/install.md#gpu-access"
 
 

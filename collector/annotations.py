@@ -13,15 +13,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from collector.keys import (
+    GPUS_ANNOTATION,
+    JOB_ANNOTATION,
+    MEMORY_ANNOTATION,
+    UPDATED_AT_ANNOTATION,
+    UTILIZATION_ANNOTATION,
+)
 from collector.snapshot import Link, NodeSnapshot
 
-MEMORY_ANNOTATION = "gpuadvisor.io/gpu-memory-used-bytes"
-UTILIZATION_ANNOTATION = "gpuadvisor.io/gpu-utilization"
-GPUS_ANNOTATION = "gpuadvisor.io/gpus"
-UPDATED_AT_ANNOTATION = "gpuadvisor.io/updated-at"
-JOB_ANNOTATION = "gpuadvisor.io/job"
 POD_ANNOTATIONS = (MEMORY_ANNOTATION, UTILIZATION_ANNOTATION, GPUS_ANNOTATION, UPDATED_AT_ANNOTATION, JOB_ANNOTATION)
-TOPOLOGY_ANNOTATION = "gpuadvisor.io/gpu-topology"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,17 @@
   counted (kind `kube`) and the watch is retried with exponential backoff.
 - `PodAnnotator`: applies `collector.annotations` plans as JSON merge patches, on its own thread.
 - `NodeReader`: this node's object, whose labels and allocatable GPUs the GPU-access check compares with NVML.
+
+Shared by every Kubernetes adapter of the project (`profiler.kube`, `advisor.cluster.kube` import it; the collector
+is the lowest layer): loading the client's credentials (`load_client_config`, `make_api_client`) and one error tree —
+`KubeError`, split into `KubeTemporaryError` (retrying may help: the API server unreachable, overloaded, timing out)
+and `KubePermanentError` (it will not: forbidden, not found, invalid, no credentials), the vendor error chained as
+`__cause__` (`kube_error`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,7 +33,8 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from collector.annotations import TOPOLOGY_ANNOTATION, AnnotationPlanner, topology_annotation
+from collector.annotations import AnnotationPlanner, topology_annotation
+from collector.keys import TOPOLOGY_ANNOTATION
 from collector.pods import PodInfo, controller_of, pod_info_from_manifest
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
@@ -38,8 +46,54 @@ MERGE_PATCH = "application/merge-patch+json"
 TRANSIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
-class KubeUnavailableError(RuntimeError):
+TEMPORARY_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth retrying (0: no response at all); any other failed status is permanent."""
+
+
+class KubeError(Exception):
+    """A failed Kubernetes API call or client set-up; `temporary` ones may succeed when retried."""
+
+    temporary = False
+
+
+class KubeTemporaryError(KubeError):
+    """Retrying may help: the API server was unreachable, overloaded or timed out."""
+
+    temporary = True
+
+
+class KubePermanentError(KubeError):
+    """Retrying will not help: the request was refused (forbidden, not found, invalid) or cannot be made."""
+
+
+class KubeUnavailableError(KubePermanentError):
     """No way to reach the Kubernetes API (no in-cluster service account, no kubeconfig)."""
+
+
+def kube_error(action: str, e: Exception) -> KubeError:
+    """`e` (an `ApiException` or a network error from urllib3 / the OS) as this tree's error, its message naming
+    `action`; the caller raises it `from e`."""
+    if isinstance(e, ApiException):
+        reason = e.reason or ""
+        with contextlib.suppress(ValueError, AttributeError):
+            reason = json.loads(e.body or "{}").get("message") or reason
+        kind = KubeTemporaryError if (e.status or 0) in TEMPORARY_STATUSES else KubePermanentError
+        return kind(f"{action}: HTTP {e.status} {reason}".rstrip())
+    return KubeTemporaryError(f"{action}: cannot reach the Kubernetes API ({e.__class__.__name__})")
+
+
+def load_client_config() -> None:
+    """Load the kubernetes client's credentials: in-cluster (a service account), else the local kubeconfig
+    (`$KUBECONFIG` read now: the client reads it once at import, before a test or wrapper could set it)."""
+    try:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except ConfigException:
+        try:
+            k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError) as e:
+            raise KubeUnavailableError(
+                f"Kubernetes API not configured: no service account and no kubeconfig ({e})"
+            ) from e
 
 
 def make_api_client(host: str | None = None) -> k8s.ApiClient:
@@ -48,16 +102,7 @@ def make_api_client(host: str | None = None) -> k8s.ApiClient:
         configuration = k8s.Configuration()
         configuration.host = host
         return k8s.ApiClient(configuration)
-    try:
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except ConfigException:
-        try:
-            # $KUBECONFIG read now: the client reads it once at import, before a test or wrapper could set it
-            k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
-        except (ConfigException, OSError) as e:
-            raise KubeUnavailableError(
-                f"Kubernetes API not configured: no service account and no kubeconfig ({e})"
-            ) from e
+    load_client_config()
     return k8s.ApiClient()
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-WORKLOAD_LABEL = "gpuadvisor.io/workload"
+from collector.keys import WORKLOAD_LABEL
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from collector.backend import NodeReading
+from collector.keys import WORKLOAD_LABEL
 from collector.podmap import CgroupIdentity, ProcessGoneError
-from collector.pods import WORKLOAD_LABEL, PodInfo, StaticPods
+from collector.pods import PodInfo, StaticPods
 from collector.snapshot import GpuSnapshot, Link, LinkLevel, ProcessSnapshot
 
 GIB = 1024**3

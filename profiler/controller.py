@@ -19,11 +19,17 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from profiler.manifests import (
+from collector.keys import (
     GPU_PRODUCT_LABEL,
-    LABEL_SIDE,
-    LABEL_TRIAL,
-    LABEL_TRIALRUN,
+    GPUS_ANNOTATION,
+    MEMORY_ANNOTATION,
+    SIDE_LABEL,
+    TRIAL_LABEL,
+    TRIALRUN_LABEL,
+    UPDATED_AT_ANNOTATION,
+    UTILIZATION_ANNOTATION,
+)
+from profiler.manifests import (
     job_manifest,
     label_value,
     resolve_gpu_products,
@@ -36,11 +42,6 @@ from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import db, repo
 from profiler.summary import DEFAULT_WARMUP_FRACTION, SummaryError, TelemetrySample, TrialSummary, summarise
 from profiler.trials import Trial, TrialKind, expand, solo_of
-
-ANNOTATION_GPUS = "gpuadvisor.io/gpus"
-ANNOTATION_UTILIZATION = "gpuadvisor.io/gpu-utilization"
-ANNOTATION_MEMORY = "gpuadvisor.io/gpu-memory-used-bytes"
-ANNOTATION_UPDATED_AT = "gpuadvisor.io/updated-at"
 
 Obj = dict[str, Any]
 
@@ -238,7 +239,7 @@ class Controller:
     def _advance(self, this: _Pass, trial: Trial) -> TrialOutcome:
         run = this.run
         namespace = run.metadata.namespace
-        selector = {LABEL_TRIALRUN: label_value(run.metadata.name), LABEL_TRIAL: trial.id}
+        selector = {TRIALRUN_LABEL: label_value(run.metadata.name), TRIAL_LABEL: trial.id}
         jobs = [j for j in self.cluster.list_jobs(namespace, selector) if _matches(j, selector)]
         if not jobs:
             return self._start(this, trial)
@@ -246,9 +247,9 @@ class Controller:
         for pod in pods:
             self._observe(run, trial, pod)
         finished = {
-            int("ab".index(j["metadata"]["labels"][LABEL_SIDE])): _job_finished(j)
+            int("ab".index(j["metadata"]["labels"][SIDE_LABEL])): _job_finished(j)
             for j in jobs
-            if j["metadata"].get("labels", {}).get(LABEL_SIDE) in ("a", "b")
+            if j["metadata"].get("labels", {}).get(SIDE_LABEL) in ("a", "b")
         }
         if trial.kind is TrialKind.PAIR:
             mismatch = self._sharing_problem(run, trial)
@@ -304,7 +305,7 @@ class Controller:
     def _observe(self, run: TrialRun, trial: Trial, pod: Mapping[str, Any]) -> None:
         """Buffer the pod's progress (from its log) and the collector's telemetry (from its annotations)."""
         meta = pod.get("metadata", {})
-        side_label = (meta.get("labels", {}) or {}).get(LABEL_SIDE)
+        side_label = (meta.get("labels", {}) or {}).get(SIDE_LABEL)
         if side_label not in ("a", "b"):
             return
         side = "ab".index(side_label)
@@ -316,17 +317,17 @@ class Controller:
             if len(stream.samples) >= len(state.progress):
                 state.progress = stream.samples
         annotations = meta.get("annotations", {}) or {}
-        stamp = annotations.get(ANNOTATION_UPDATED_AT)
+        stamp = annotations.get(UPDATED_AT_ANNOTATION)
         sample: TelemetryRecord | None = None
-        if stamp and stamp not in state.telemetry_stamps and ANNOTATION_UTILIZATION in annotations:
-            memory = annotations.get(ANNOTATION_MEMORY)
+        if stamp and stamp not in state.telemetry_stamps and UTILIZATION_ANNOTATION in annotations:
+            memory = annotations.get(MEMORY_ANNOTATION)
             sample = TelemetryRecord(
                 stamp=stamp,
                 t_seconds=_parse_time(stamp),
-                sm_utilization_ratio=float(annotations[ANNOTATION_UTILIZATION]),
+                sm_utilization_ratio=float(annotations[UTILIZATION_ANNOTATION]),
                 memory_used_bytes=int(memory) if memory else None,
             )
-        listed = annotations.get(ANNOTATION_GPUS) or ""
+        listed = annotations.get(GPUS_ANNOTATION) or ""
         new_gpus = {g.strip() for g in listed.split(",") if g.strip()} - state.gpus
         if sample is None and not new_gpus:
             return

@@ -7,7 +7,6 @@ forbidden) and temporary (unreachable, server error, conflict during a race) so 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -15,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from sqlalchemy import text
@@ -23,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
+from collector.kube import KubeError, KubePermanentError, kube_error
 from profiler.controller import Controller, NamespaceForbiddenError
 from profiler.recorder import Recorder
 from profiler.results import Phase
@@ -31,52 +31,31 @@ from profiler.spec import API_GROUP, API_VERSION, PLURAL, TrialRun
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-TEMPORARY_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
 
 
-class KubeError(Exception):
-    """A failed Kubernetes API call; `temporary` ones may succeed when retried."""
-
-    def __init__(self, message: str, *, temporary: bool) -> None:
-        super().__init__(message)
-        self.temporary = temporary
-
-
-class KubeForbiddenError(KubeError, NamespaceForbiddenError):
+class KubeForbiddenError(KubePermanentError, NamespaceForbiddenError):
     """HTTP 403: the ServiceAccount lacks the permission (RBAC); permanent until an admin grants it."""
 
 
 def _error(action: str, e: Exception) -> KubeError:
-    if isinstance(e, ApiException):
-        reason = e.reason or ""
-        with contextlib.suppress(ValueError, AttributeError):
-            reason = json.loads(e.body or "{}").get("message") or reason
-        if e.status == 403:
-            return KubeForbiddenError(f"{action}: HTTP 403 {reason}".rstrip(), temporary=False)
-        return KubeError(
-            f"{action}: HTTP {e.status} {reason}".rstrip(), temporary=(e.status or 0) in TEMPORARY_STATUSES
-        )
+    """`e` as the shared error tree's (`collector.kube.kube_error`); a 403 as `KubeForbiddenError` (the profiler or
+    the advisor may not act in that namespace); an object the client refuses to send is a permanent error naming the
+    offending field."""
+    if isinstance(e, ApiException) and e.status == 403:
+        return KubeForbiddenError(str(kube_error(action, e)))
     if isinstance(e, ValidationError):
         first = e.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"])
-        return KubeError(f"{action}: invalid object at {where}: {first['msg']}", temporary=False)
-    return KubeError(f"{action}: cannot reach the Kubernetes API ({e.__class__.__name__})", temporary=True)
+        return KubePermanentError(f"{action}: invalid object at {where}: {first['msg']}")
+    return kube_error(action, e)
 
 
-def api_client(host: str | None = None) -> client.ApiClient:
-    """A client for `host` (tests, API stand-ins), else in-cluster credentials, else the kubeconfig."""
-    if host is not None:
-        configuration = client.Configuration()
-        configuration.host = host
-        return client.ApiClient(configuration)
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        try:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        except (config.ConfigException, OSError) as e:
-            raise KubeError(f"no Kubernetes credentials: {e}", temporary=False) from e
-    return client.ApiClient()
+def kopf_error(e: KubeError) -> kopf.TemporaryError | kopf.PermanentError:
+    """A failed API call as kopf should treat the handler that made it: retried after a delay when temporary (a 503,
+    a timeout), given up on when permanent (a 403 will not heal by asking again)."""
+    if e.temporary:
+        return kopf.TemporaryError(str(e))
+    return kopf.PermanentError(str(e))
 
 
 def _selector(labels: Mapping[str, str]) -> str:
@@ -151,12 +130,6 @@ class KubeCluster:
             raise _error(f"list pods in {namespace}", e) from e
         return list(_raw(response).get("items", []))
 
-    def list_all_pods(self) -> list[Obj]:
-        try:
-            return list(_raw(self.core.list_pod_for_all_namespaces(_preload_content=False)).get("items", []))
-        except (ApiException, HTTPError) as e:
-            raise _error("list pods", e) from e
-
     def pod_log(self, namespace: str, name: str) -> str:
         """The pod's log, or "" while there is none yet (container not started, log already gone)."""
         try:
@@ -199,7 +172,8 @@ def build_registry(
     """kopf handlers: reconcile TrialRuns on create/resume/spec change and on a timer; record finished pods;
     report the store's health to the liveness endpoint.
 
-    kopf logs in with the kubernetes client's credentials (in-cluster, else the kubeconfig), like `api_client`.
+    kopf logs in with the kubernetes client's credentials (in-cluster, else the kubeconfig), like
+    `collector.kube.make_api_client`.
     """
     registry = kopf.OperatorRegistry()
     registry_kw: dict[str, Any] = {"registry": registry}
@@ -226,7 +200,10 @@ def build_registry(
         phase = (body.get("status") or {}).get("phase")
         if phase in (Phase.SUCCEEDED, Phase.FAILED) and body.get("status", {}).get("trials") is not None:
             return
-        status = controller.reconcile(_plain(body))
+        try:
+            status = controller.reconcile(_plain(body))
+        except KubeError as e:
+            raise kopf_error(e) from e
         for key, value in status.items():
             patch.status[key] = value
 
@@ -249,7 +226,10 @@ def build_registry(
             if event["type"] == "DELETED":
                 recorder.forget(body)
                 return
-            recorder.observe(body)
+            try:
+                recorder.observe(body)
+            except KubeError as e:
+                raise kopf_error(e) from e
 
         kopf.on.event("", "v1", "pods", **registry_kw)(record)
     return registry

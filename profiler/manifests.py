@@ -11,18 +11,13 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from collector.keys import GPU_PRODUCT_LABEL, GPU_RESOURCE, SIDE_LABEL, TRIAL_LABEL, TRIALRUN_LABEL, WORKLOAD_LABEL
 from profiler.spec import API_GROUP, API_VERSION, KIND, TrialRun
 from profiler.trials import ENV_TRIAL, Trial, TrialKind
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
-GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 SHARING_STRATEGIES = frozenset({"time-slicing", "mps"})
-LABEL_TRIALRUN = "gpuadvisor.io/trialrun"
-LABEL_TRIAL = "gpuadvisor.io/trial"
-LABEL_SIDE = "gpuadvisor.io/side"
-LABEL_WORKLOAD = "gpuadvisor.io/workload"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gpuadvisor-profiler"
 CONTAINER_NAME = "trial"
@@ -50,7 +45,7 @@ def job_name(run_name: str, trial: Trial, side: int) -> str:
 
 
 def trial_labels(run_name: str, trial: Trial) -> dict[str, str]:
-    return {LABEL_TRIALRUN: label_value(run_name), LABEL_TRIAL: trial.id, LABEL_MANAGED_BY: MANAGER}
+    return {TRIALRUN_LABEL: label_value(run_name), TRIAL_LABEL: trial.id, LABEL_MANAGED_BY: MANAGER}
 
 
 def resolve_gpu_products(gpu_model: str, products: Iterable[str]) -> list[str]:
@@ -89,8 +84,8 @@ def job_manifest(
     this = trial.sides[side]
     labels = {
         **trial_labels(run.metadata.name, trial),
-        LABEL_SIDE: "ab"[side],
-        LABEL_WORKLOAD: label_value(this.workload),
+        SIDE_LABEL: "ab"[side],
+        WORKLOAD_LABEL: label_value(this.workload),
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

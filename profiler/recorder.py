@@ -14,13 +14,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from profiler.manifests import GPU_PRODUCT_LABEL, GPU_RESOURCE, LABEL_TRIALRUN, LABEL_WORKLOAD
+from collector.keys import (
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    TRIALRUN_LABEL,
+    UPDATED_AT_ANNOTATION,
+    USER_LABEL,
+    UTILIZATION_ANNOTATION,
+    WORKLOAD_LABEL,
+)
 from profiler.records import ExecutionRecord
 from profiler.store import db, repo
 
-ANNOTATION_UTILIZATION = "gpuadvisor.io/gpu-utilization"
-ANNOTATION_UPDATED_AT = "gpuadvisor.io/updated-at"
-LABEL_USER = "gpuadvisor.io/user"
 QUEUE_KEYS = ("kueue.x-k8s.io/queue-name", "scheduling.volcano.sh/queue-name", "volcano.sh/queue-name")
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 DEFAULT_SOURCE = "k8s"
@@ -63,7 +68,7 @@ def execution_from_pod(
     status = pod.get("status", {}) or {}
     labels = meta.get("labels", {}) or {}
     annotations = meta.get("annotations", {}) or {}
-    if status.get("phase") not in FINISHED_PHASES or LABEL_TRIALRUN in labels:
+    if status.get("phase") not in FINISHED_PHASES or TRIALRUN_LABEL in labels:
         return None
     gpus = gpu_count(pod)
     if gpus <= 0:
@@ -87,8 +92,8 @@ def execution_from_pod(
         submit_time=submit,
         start_time=_time(status.get("startTime")),
         end_time=end,
-        workload=labels.get(LABEL_WORKLOAD),
-        user=str(labels.get(LABEL_USER) or namespace),
+        workload=labels.get(WORKLOAD_LABEL),
+        user=str(labels.get(USER_LABEL) or namespace),
         namespace=namespace,
         queue=queue,
         node=(pod.get("spec", {}) or {}).get("nodeName"),
@@ -121,7 +126,7 @@ class Recorder:
         self._recorded: set[str] = set()
 
     def _remember(self, uid: str, annotations: Mapping[str, Any]) -> None:
-        stamp, value = annotations.get(ANNOTATION_UPDATED_AT), annotations.get(ANNOTATION_UTILIZATION)
+        stamp, value = annotations.get(UPDATED_AT_ANNOTATION), annotations.get(UTILIZATION_ANNOTATION)
         if stamp and value is not None:
             self._readings.setdefault(uid, {})[str(stamp)] = float(value)
 

@@ -1,8 +1,8 @@
 """App factory: wires settings, the store, the cluster state, the predictors and the routers.
 
 Nothing is built at import time. With `no_kube` unset the lifespan starts the Kubernetes watch of GPU pods and nodes
-(`advisor.kube`); otherwise allocations are inferred from telemetry alone. With `model_reload_seconds` above 0 it
-also starts the model reloader (`advisor.serving.ModelReloader`), which serves versions promoted elsewhere.
+(`advisor.cluster.kube`); otherwise allocations are inferred from telemetry alone. With `model_reload_seconds` above 0
+it also starts the model reloader (`advisor.serving.ModelReloader`), which serves versions promoted elsewhere.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
 from advisor.api.model_metrics import ModelCollector
 from advisor.api.routes import docs, extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
 from advisor.api.topology_metrics import TopologyCollector
-from advisor.scoring import ScoringConfig
+from advisor.cluster.state import ClusterState
+from advisor.placement.config import ScoringConfig
 from advisor.serving import ModelReloader
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState
 from collector.snapshot import NodeSnapshot
 from profiler.store import db
 
@@ -122,7 +122,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
             reloader = ModelReloader(ctx.models, settings.model_reload_seconds).start()
         watcher = None
         if not settings.no_kube:
-            from advisor.kube import start_watch
+            from advisor.cluster.kube import start_watch
 
             watcher = start_watch(ctx.state, metrics, pending=settings.hold_for_blocked or settings.shortest_first)
         try:

@@ -8,11 +8,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.api.metrics import AdvisorMetrics
+from advisor.cluster.state import ClusterState
+from advisor.placement.config import ScoringConfig
 from advisor.predictors import Predictors
-from advisor.scoring import ScoringConfig
 from advisor.serving import ServedModels, TrainingJobs
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState
 
 
 @dataclass

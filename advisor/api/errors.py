@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from advisor.pods import PodSpecError
+from advisor.cluster.pods import PodSpecError
 from profiler.store import db
 
 log = logging.getLogger(__name__)

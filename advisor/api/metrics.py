@@ -62,12 +62,25 @@ class AdvisorMetrics:
             "GPU-holding pods known from the Kubernetes API.",
             registry=r,
         )
+        self.watch_errors = Counter(
+            "gpuadvisor_advisor_kube_watch_errors",
+            "Failed lists or watches of the Kubernetes API, by watch (pods, nodes, pending) and kind (temporary, "
+            "permanent); each is retried with backoff.",
+            ["watch", "kind"],
+            registry=r,
+        )
 
     def refresh_nodes(self, received_at_seconds: list[float], now_seconds: float, staleness_seconds: float) -> None:
         """Set the node gauges (called on every scrape, so they never lag the state)."""
         fresh = sum(1 for t in received_at_seconds if now_seconds - t <= staleness_seconds)
         self.nodes.labels("fresh").set(fresh)
         self.nodes.labels("stale").set(len(received_at_seconds) - fresh)
+
+    def set_allocations(self, count: int) -> None:
+        self.allocations.set(count)
+
+    def count_watch_error(self, watch: str, kind: str) -> None:
+        self.watch_errors.labels(watch, kind).inc()
 
     def count_scores(self, endpoint: str, scored: int, infeasible: int, unknown: int) -> None:
         if scored:

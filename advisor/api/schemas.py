@@ -14,11 +14,9 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from advisor.pods import (
-    DEFAULT_SCHEDULER,
+from advisor.cluster.pods import (
     RESTARTABLE,
     ContainerResources,
-    NodePlacement,
     PodSpecError,
     accepted_gpu_models,
     allocatable_of,
@@ -26,8 +24,8 @@ from advisor.pods import (
     pod_request,
     rfc3339_seconds,
 )
-from advisor.scoring import PodRequest, ScoringInputError
-from advisor.state import queue_key
+from advisor.placement.queue import DEFAULT_SCHEDULER, NodePlacement, queue_key
+from advisor.placement.types import PodRequest, ScoringInputError
 
 
 class _In(BaseModel):
@@ -109,7 +107,8 @@ class V1Pod(_In):
         return (self.spec.schedulerName if self.spec else None) or DEFAULT_SCHEDULER
 
     def queue_key(self, name: str) -> tuple[int, float, str]:
-        """Its place in kube-scheduler's queue (`advisor.state.queue_key`), under the advisor's pod name `name`."""
+        """Its place in kube-scheduler's queue (`advisor.placement.queue.queue_key`), under the advisor's pod name
+        `name`."""
         priority = self.spec.priority if self.spec is not None and self.spec.priority is not None else 0
         return queue_key(name, priority, rfc3339_seconds(self.metadata.creationTimestamp))
 

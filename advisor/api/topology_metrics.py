@@ -14,7 +14,7 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from advisor.state import ClusterState
+from advisor.cluster.state import ClusterState
 
 
 class HasState(Protocol):

@@ -105,10 +105,11 @@ def request(
 
 
 def _submit(run: TrialRun) -> None:
-    from profiler.kube import KubeCluster, KubeError, api_client
+    from collector.kube import KubeError, make_api_client
+    from profiler.kube import KubeCluster
 
     try:
-        cluster = KubeCluster(api_client())
+        cluster = KubeCluster(make_api_client())
     except KubeError as e:
         fail(f"{e} (run it here instead with --local)", EXIT_UNAVAILABLE)
     try:
@@ -340,8 +341,9 @@ def run_controller(
     db_url: DbUrlOption = None,
 ) -> None:
     """Run the TrialRun controller and the job-history recorder until interrupted."""
+    from collector.kube import KubeError, make_api_client
     from profiler.controller import Controller
-    from profiler.kube import KubeCluster, KubeError, api_client, run_operator
+    from profiler.kube import KubeCluster, run_operator
     from profiler.recorder import Recorder
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -349,7 +351,7 @@ def run_controller(
     engine = open_store(db_url or settings.db_url)
     sessions = db.session_factory(engine)
     try:
-        cluster = KubeCluster(api_client())
+        cluster = KubeCluster(make_api_client())
     except KubeError as e:
         fail(str(e), EXIT_UNAVAILABLE)
     controller = Controller(

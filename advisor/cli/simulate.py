@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.cli.common import Stages, fail
-from advisor.scoring import ScoringInputError
+from advisor.placement.types import ScoringInputError
 from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, JctResult
 from advisor.sim.loaders import (
     SimInputError,

@@ -1,8 +1,8 @@
 """The bridge from the simulator's arrays to the service's scorer, so the `advisor` policy is the real advice.
 
-`advisor.scoring.score_nodes` takes `NodeState`s; building one per node per pod would dominate a run of 10,000 pods
-over 1,213 nodes, and most nodes are in one of a few hundred distinct states (same GPU model, topology and free
-shares). The score of a node is a pure function of its state, so `StateInterner` keeps one `NodeState` per distinct
+`advisor.placement.scoring.score_nodes` takes `NodeState`s; building one per node per pod would dominate a run of
+10,000 pods over 1,213 nodes, and most nodes are in one of a few hundred distinct states (same GPU model, topology and
+free shares). The score of a node is a pure function of its state, so `StateInterner` keeps one `NodeState` per distinct
 state and the policies score one representative of each, then place on the first node in that state.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from advisor.fragmentation import IntArray
-from advisor.scoring import GpuState, NodeState, Resident, Topology
+from advisor.placement.fragmentation import IntArray
+from advisor.placement.types import GpuState, NodeState, Resident, Topology
 from advisor.sim.model import GPU_MILLI, SimNode
 from collector.snapshot import LinkLevel
 

@@ -1,13 +1,13 @@
 """The trace's side of FGD fragmentation: a pod list as the target workload, for the `fgd` policy (numpy form) and
 for the advisor's scorer (`ScoringConfig.task_mix`), CPU and memory included in both. The math is
-`advisor.fragmentation`.
+`advisor.placement.fragmentation`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from advisor.fragmentation import TaskMix, Workload, workload_of_requests
+from advisor.placement.fragmentation import TaskMix, Workload, workload_of_requests
 from advisor.sim.model import GPU_MILLI, Pod
 
 

@@ -9,8 +9,8 @@ share a GPU, as in Gavel's space sharing), and a pair the truth marks infeasible
 would refuse it).
 
 Policies: `spread` / `binpack` (kube-scheduler's LeastAllocated / MostAllocated over GPU shares; least- or most-used
-GPU), `advisor` and `oracle` (kube-scheduler + the advisor extender running `advisor.scoring.score_nodes`; the advisor
-scores with predicted rates, the oracle with the true ones).
+GPU), `advisor` and `oracle` (kube-scheduler + the advisor extender running `advisor.placement.scoring.score_nodes`;
+the advisor scores with predicted rates, the oracle with the true ones).
 """
 
 from __future__ import annotations
@@ -23,29 +23,17 @@ from typing import Protocol
 
 import numpy as np
 
-from advisor.fragmentation import IntArray, TaskMix
 from advisor.gpus import normalize_gpu_model
-from advisor.holding import HEAD_SCAN
+from advisor.placement.config import ScoringConfig
+from advisor.placement.extender import extender_scores
+from advisor.placement.filter import QueueRules, run_filter
+from advisor.placement.fragmentation import IntArray, TaskMix
+from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservation
+from advisor.placement.scoring import score_nodes
+from advisor.placement.shortest import Claim, Claimant, claims
+from advisor.placement.types import NodeState, PodRequest, Resident
+from advisor.placement.waiting import LeaveTimes
 from advisor.predictors import Predictors
-from advisor.scoring import (
-    Claim,
-    Claimant,
-    LeaveTimes,
-    NodeState,
-    PodRequest,
-    Reservation,
-    Resident,
-    ScoringConfig,
-    claims,
-    extender_scores,
-    fits_now,
-    not_held,
-    reserve,
-    reserved_verdicts,
-    score_nodes,
-    wait_verdicts,
-    yield_verdicts,
-)
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
 from advisor.sim.rates import (
@@ -196,6 +184,22 @@ class KubeJobPolicy:
         return node, tuple(int(x) for x in free)
 
 
+@dataclass(frozen=True, slots=True)
+class _PassInputs:
+    """The simulated filter's inputs for one job (`advisor.placement.filter.FilterInputs`), found from the policy's
+    own queue: leave times as it believes them (None: the job does not wait), the head held this pass and the claims
+    of the waiting jobs ranked above it."""
+
+    leaving: LeaveTimes | None
+    queue: QueueRules
+
+    def leave_times(self) -> LeaveTimes | None:
+        return self.leaving
+
+    def queue_rules(self, leaving: LeaveTimes | None) -> QueueRules:
+        return self.queue
+
+
 class ExtenderJobPolicy:
     """kube-scheduler's LeastAllocated + `extender_weight` × 10 × the advisor extender's 0..10 score.
 
@@ -301,7 +305,8 @@ class ExtenderJobPolicy:
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
         """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
-        with their response ratios (`advisor.scoring.Claimant`: waited since arrival, quickest believed run time)."""
+        with their response ratios (`advisor.placement.shortest.Claimant`: waited since arrival, quickest believed run
+        time)."""
         self._held = None
         self._head_tries = 0
         self._log = None
@@ -351,12 +356,12 @@ class ExtenderJobPolicy:
             gang=job.job_id if len(sizes) > 1 else None,
         )
 
-    def _yielded(self, job: Job, request: PodRequest, state: JobState) -> dict[str, str]:
-        """The nodes whose room waiting jobs with a higher response ratio are expected to take
-        (`advisor.scoring.claims`, `yield_verdicts`), when `ScoringConfig.shortest_first`."""
+    def _claims(self, job: Job, state: JobState) -> QueueRules:
+        """The room waiting jobs with a higher response ratio are expected to take (`advisor.placement.shortest.claims`,
+        laid once per cluster version on every node), when `ScoringConfig.shortest_first`; the filter yields it."""
         own = self._claimants.get(job.job_id) if self._config.shortest_first else None
         if own is None:
-            return {}
+            return QueueRules()
         version = int(state.version.sum())  # every assign and release bumps a node's version
         if self._log is None or self._log[0] != version:
             # Room as it is, whatever the job (GPUs it may not share are not marked full): the same for every job.
@@ -364,14 +369,12 @@ class ExtenderJobPolicy:
             waiting = [c for c in self._claimants.values() if c.pod not in state.started]
             self._log = (version, nodes, claims(waiting, nodes, config=self._config))
         _, nodes, log = self._log
-        if not log or not log[0].claimant.rank > own.rank:
-            return {}
-        return yield_verdicts(request, list(nodes), nodes, log, rank=own.rank)
+        return QueueRules(claim_log=log, rank=own.rank, claim_nodes=nodes)
 
     def hold(self, job: Job, state: JobState) -> bool:
         """Hold nodes for the first job of the pass that has no room now and whose start can be predicted
-        (`advisor.holding`: one that only waits for a faster GPU is not blocked) where it is predicted to start first
-        (`advisor.scoring.reserve`, with what the policy believes of speeds and ends), when
+        (`advisor.placement.holding`: one that only waits for a faster GPU is not blocked) where it is predicted to
+        start first (`advisor.placement.holding.reserve`, with what the policy believes of speeds and ends), when
         `ScoringConfig.hold_for_blocked`. As the service, it looks at most `HEAD_SCAN` blocked jobs far for one."""
         if not self._config.hold_for_blocked or self._table is None:
             return True
@@ -379,59 +382,44 @@ class ExtenderJobPolicy:
         if self._head_tries > HEAD_SCAN:  # as the service looks no further for a head
             return True
         request = self._request(job)
-        members = 1 if request.gang is None else len(_gang_sizes(job.num_gpus, self._per_node))
-        nodes = self._all_nodes(state, job, request.is_share, None)
-        if fits_now(request, nodes, members=members, config=self._config):
-            return False
-        self._held = reserve(
+        self._held = blocked_reservation(
             request,
-            nodes,
-            members=members,
+            self._all_nodes(state, job, request.is_share, None),
+            members=1 if request.gang is None else len(_gang_sizes(job.num_gpus, self._per_node)),
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
             leaving=self._leave_times(state),
         )
         return self._held is not None
 
-    def _held_off(self, job: Job, request: PodRequest, state: JobState) -> dict[str, str]:
-        """The nodes held for the head (`hold`) that this job may not use: it would still run when the head starts."""
-        held = self._held
-        if held is None or held.pod == job.job_id:
-            return {}
-        by_name = {
-            node.name: self._interner.states[int(self._interner.node_state[n])]
-            for n, node in enumerate(state.nodes)
-            if node.name in held.nodes
-        }
-        return reserved_verdicts(
-            request,
-            sorted(held.nodes),
-            by_name,
-            held,
-            predictors=with_job(self._bundle, self._table, self._believed(job)),
-        )
-
-    def _waiting(
-        self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, *, share: bool, held: dict[str, str]
+    def _passed_over(
+        self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, *, share: bool
     ) -> IntArray:
-        """The candidates left once the extender's filter has passed over those on which the job would finish later
-        than by waiting for a faster GPU model (`advisor.scoring.wait_verdicts`, every node's state given)."""
-        if self._config.wait_slack is None or self._table is None or request.gang is not None:
+        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, every node's state as the
+        job sees it): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
+        (`_claims`), not a slower GPU model it would finish sooner by waiting for. Candidates have room by
+        construction, so when no rule can apply the filter is not run."""
+        held = self._held if self._held is not None and self._held.pod != job.job_id else None
+        claimed = self._claims(job, state)
+        waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
+        if held is None and not claimed.claim_log and not waits:
             return candidates
-        nodes = self._all_nodes(state, job, share, request.gang)
         names = [state.nodes[int(n)].name for n in candidates]
-        verdicts = wait_verdicts(
+        passed, _ = run_filter(
             request,
             names,
-            nodes,
+            self._all_nodes(state, job, share, request.gang),
+            _PassInputs(
+                self._leave_times(state) if waits else None,
+                QueueRules(held, claimed.claim_log, claimed.rank, claimed.claim_nodes),
+            ),
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
-            leaving=self._leave_times(state),
-            usable=not_held(held, None),
         )
-        if not verdicts:
+        if len(passed) == len(names):
             return candidates
-        keep: IntArray = candidates[[name not in verdicts for name in names]]
+        kept = set(passed)
+        keep: IntArray = candidates[[name in kept for name in names]]
         return keep
 
     def choose(
@@ -450,13 +438,7 @@ class ExtenderJobPolicy:
             workload=job.job_type,
             gang=gang,
         )
-        held = self._held_off(job, request, state) | self._yielded(job, request, state)
-        if held:
-            names = [state.nodes[int(n)].name for n in candidates]
-            candidates = candidates[[name not in held for name in names]]
-            if len(candidates) == 0:
-                return None
-        candidates = self._waiting(job, request, candidates, state, share=share, held=held)
+        candidates = self._passed_over(job, request, candidates, state, share=share)
         if len(candidates) == 0:
             return None
         for n in candidates:

@@ -10,7 +10,7 @@ the state and names a node and the GPUs to use there; the engine checks and appl
 * `binpack` — `NodeResourcesMostAllocated`: the node with the largest mean used ratio; a share goes to the fullest GPU
   it fits (best fit);
 * `fgd` — Fragmentation Gradient Descent: the (node, GPU) that increases the expected fragmentation least;
-* `advisor` — the service's own `advisor.scoring.score_nodes` (see `advisor.sim.adapter`).
+* `advisor` — the service's own `advisor.placement.scoring.score_nodes` (see `advisor.sim.adapter`).
 """
 
 from __future__ import annotations
@@ -24,18 +24,20 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from advisor.fragmentation import DEFAULT_TASK_MIX, FloatArray, IntArray, MixResources, NodeCache, TaskMix, Workload
-from advisor.predictors import Predictors
-from advisor.scoring import (
-    NodeScore,
-    NodeState,
-    PodRequest,
-    ScoringConfig,
-    allocate,
-    extender_node_scores,
-    extender_scores,
-    score_nodes,
+from advisor.placement.config import ScoringConfig
+from advisor.placement.extender import extender_node_scores, extender_scores
+from advisor.placement.fragmentation import (
+    DEFAULT_TASK_MIX,
+    FloatArray,
+    IntArray,
+    MixResources,
+    NodeCache,
+    TaskMix,
+    Workload,
 )
+from advisor.placement.scoring import allocate, score_nodes
+from advisor.placement.types import NodeScore, NodeState, PodRequest
+from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner, share_residents
 from advisor.sim.fragmentation import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod, best_index

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from advisor.gpus import normalize_gpu_model
+from advisor.placement.config import ScoringConfig
 from advisor.predictors import Predictors
-from advisor.scoring import ScoringConfig
 from advisor.sim.baselines import (
     AuthorsFgd,
     BestFit,

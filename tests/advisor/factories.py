@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from advisor.scoring import GpuState, NodeState, Resident, Topology
+from advisor.placement.types import GpuState, NodeState, Resident, Topology
 from collector.snapshot import LinkLevel
 
 GIB = 1 << 30

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.api import create_app
+from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState
 from tests.advisor.factories import process, snapshot, two_socket_links, v1_pod
 
 TOKEN = "s3cret"

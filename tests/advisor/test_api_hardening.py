@@ -15,8 +15,8 @@ from advisor.api import create_app
 from advisor.api.app import NATIVE_BODY_LIMIT_BYTES
 from advisor.api.errors import BodyError, parse_json
 from advisor.cli.up import local_token
+from advisor.cluster.state import TOPOLOGY_CACHE_ENTRIES, ClusterState
 from advisor.settings import AdvisorSettings
-from advisor.state import TOPOLOGY_CACHE_ENTRIES, ClusterState
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot, v1_pod
 

@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from advisor.api import create_app
 from advisor.api.metrics import AdvisorMetrics
-from advisor.kube import KubeWatch
+from advisor.cluster.kube import KubeWatch
+from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot, v1_pod
 from tests.advisor.test_kube import _api, _eventually, cpu_pod, node

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from advisor.api import create_app
-from advisor.pods import GPU_RESOURCE_NAMES
+from advisor.cluster.pods import GPU_RESOURCE_NAMES
 from advisor.settings import AdvisorSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -1,12 +1,12 @@
-"""FGD fragmentation (advisor.fragmentation): hand-checked values (CPU/memory binding included), the scorer's and
-simulator's forms agree, and task mixes are checked with clear messages."""
+"""FGD fragmentation (advisor.placement.fragmentation): hand-checked values (CPU/memory binding included), the scorer's
+and simulator's forms agree, and task mixes are checked with clear messages."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from advisor.fragmentation import (
+from advisor.placement.fragmentation import (
     TaskMixError,
     class_sums,
     expected_fragmentation,

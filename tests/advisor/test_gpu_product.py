@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from advisor.api import create_app
+from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState
 from tests.advisor.factories import snapshot, v1_pod
 
 TOKEN = "s3cret"

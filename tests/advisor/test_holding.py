@@ -1,6 +1,7 @@
 """Holding nodes for a blocked pending pod (EASY backfilling): where and when the head is predicted to start
 (`reserve`), which pods may still use the held nodes (`reserved_verdicts`), which pending pod is the head
-(`advisor.holding.head_reservation`), and the same through `/extender/filter` with pending pods in the state."""
+(`advisor.placement.holding.head_reservation`), and the same through `/extender/filter` with pending pods in the
+state."""
 
 from __future__ import annotations
 
@@ -8,21 +9,20 @@ import math
 
 import pytest
 
-from advisor.holding import HEAD_SCAN, head_reservation
-from advisor.pods import NodePlacement
-from advisor.scoring import (
-    NodeState,
-    PodRequest,
+from advisor.placement.config import ScoringConfig
+from advisor.placement.filter import filter_nodes
+from advisor.placement.holding import (
+    HEAD_SCAN,
     Reservation,
-    ScoringConfig,
     _slots_in,
-    filter_nodes,
     fits_now,
-    jct_leave_times,
+    head_reservation,
     reserve,
     reserved_verdicts,
 )
-from advisor.state import PendingPod
+from advisor.placement.queue import NodePlacement, PendingPod
+from advisor.placement.types import NodeState, PodRequest
+from advisor.placement.waiting import jct_leave_times
 from tests.advisor.test_wait import FAST, NOW, PREDICTORS, SLOW, ends, gpu_node, resident
 
 CONFIG = ScoringConfig(hold_for_blocked=True)

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 
 from advisor.api import create_app
 from advisor.api.schemas import V1Pod
-from advisor.pods import GPU_RESOURCE_NAMES, PodSpecError
+from advisor.cluster.pods import GPU_RESOURCE_NAMES, PodSpecError
+from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState
 from tests.advisor.factories import GIB, process, snapshot, two_socket_links
 from tests.support import upstream as up
 

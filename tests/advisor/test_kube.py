@@ -4,7 +4,10 @@ against kmock (a Kubernetes API stand-in)."""
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -15,10 +18,17 @@ import pytest
 from kubernetes import client as k8s
 
 from advisor.api.metrics import AdvisorMetrics
-from advisor.kube import KubeWatch, allocatable_from_node, allocation_from_pod, pending_from_pod, resources_from_pod
-from advisor.state import ClusterState, PodAllocation, PodResources
+from advisor.cluster.kube import (
+    KubeWatch,
+    allocatable_from_node,
+    allocation_from_pod,
+    pending_from_pod,
+    resources_from_pod,
+)
+from advisor.cluster.state import ClusterState, PodAllocation, PodResources
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot
+from tests.support.net import free_port
 
 
 def pod(
@@ -281,7 +291,7 @@ def test_a_started_pod_carries_its_start_time_in_unix_seconds(caplog: pytest.Log
     for bad in ("yesterday", 1763719200):
         manifest = pod("bad")
         manifest["status"]["startTime"] = bad
-        with caplog.at_level(logging.WARNING, logger="advisor.kube"):
+        with caplog.at_level(logging.WARNING, logger="advisor.cluster.kube"):
             allocation = allocation_from_pod(manifest)
         assert allocation is not None  # still holds its GPUs
         assert allocation.started_seconds is None
@@ -301,3 +311,53 @@ async def test_the_watch_reads_start_times_through_the_client(kmock: kmock.Kuber
         assert allocation.started_seconds == datetime(2026, 11, 21, 10, 0, tzinfo=UTC).timestamp()
     finally:
         await asyncio.to_thread(watch.stop)
+
+
+class _Forbidding(http.server.BaseHTTPRequestHandler):
+    """An API server that refuses every request, as one whose RBAC does not let the advisor list pods or nodes."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"kind": "Status", "code": 403, "message": "pods is forbidden"}).encode()
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def _watch_errors(metrics: AdvisorMetrics, watch: str, kind: str) -> float:
+    return (
+        metrics.registry.get_sample_value("gpuadvisor_advisor_kube_watch_errors_total", {"watch": watch, "kind": kind})
+        or 0.0
+    )
+
+
+@pytest.mark.asyncio
+async def test_the_watch_counts_a_forbidden_list_as_permanent_and_a_dead_server_as_temporary() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Forbidding)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    forbidden, down = AdvisorMetrics(), AdvisorMetrics()
+    watches = []
+    try:
+        for metrics, port in ((forbidden, server.server_address[1]), (down, free_port())):
+            configuration = k8s.Configuration()
+            configuration.host = f"http://127.0.0.1:{port}"
+            api = k8s.CoreV1Api(k8s.ApiClient(configuration))
+            watches.append(KubeWatch(ClusterState(), metrics, api, read_timeout_seconds=0.5, pending=False).start())
+        assert await _eventually(
+            lambda: (
+                _watch_errors(forbidden, "pods", "permanent") >= 1
+                and _watch_errors(forbidden, "nodes", "permanent") >= 1
+            )
+        )
+        assert _watch_errors(forbidden, "pods", "temporary") == 0
+        assert await _eventually(lambda: _watch_errors(down, "pods", "temporary") >= 1)
+        assert _watch_errors(down, "pods", "permanent") == 0
+    finally:
+        for w in watches:
+            await asyncio.to_thread(w.stop)
+        server.shutdown()
+        server.server_close()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from advisor.api.schemas import V1Pod
-from advisor.pods import ContainerResources, NodePlacement, PodSpecError, node_placement, parse_quantity, pod_request
+from advisor.cluster.pods import ContainerResources, PodSpecError, node_placement, parse_quantity, pod_request
+from advisor.placement.queue import NodePlacement
 from tests.advisor.factories import v1_pod
 
 
@@ -227,7 +228,7 @@ def _gpu_affinity(*terms: list[dict[str, object]]) -> dict[str, object]:
 
 
 def test_the_gpu_models_a_pod_accepts_come_from_its_selector_and_required_affinity_on_gpu_product() -> None:
-    from advisor.pods import GPU_PRODUCT_LABEL, accepted_gpu_models, placement_of_spec
+    from advisor.cluster.pods import GPU_PRODUCT_LABEL, accepted_gpu_models, placement_of_spec
 
     def accepted(spec: dict[str, object]) -> tuple[str, ...]:
         return accepted_gpu_models(placement_of_spec(spec))

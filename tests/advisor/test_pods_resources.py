@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity
 
 from advisor.api.schemas import PodQuery, V1Node, V1Pod
-from advisor.pods import ContainerResources, PodSpecError, allocatable_of, cpu_memory_request, quantity_value
+from advisor.cluster.pods import ContainerResources, PodSpecError, allocatable_of, cpu_memory_request, quantity_value
 from tests.advisor.factories import v1_pod
 
 

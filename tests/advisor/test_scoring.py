@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from advisor.placement.config import ScoringConfig
+from advisor.placement.extender import extender_priorities, extender_scores
+from advisor.placement.filter import filter_nodes
+from advisor.placement.gpuset import best_gpu_set
+from advisor.placement.scoring import allocate, score_candidates, score_nodes, unknown_score
+from advisor.placement.types import PodRequest, Resident, ScoringInputError, Topology
 from advisor.predictors import HEURISTIC, HeuristicInterference, HeuristicUsage, Predictors, SpecSpeed
-from advisor.scoring import (
-    PodRequest,
-    Resident,
-    ScoringConfig,
-    ScoringInputError,
-    Topology,
-    allocate,
-    best_gpu_set,
-    extender_priorities,
-    extender_scores,
-    filter_nodes,
-    score_candidates,
-    score_nodes,
-    unknown_score,
-)
 from collector.snapshot import LINK_RANK, LinkLevel
 from tests.advisor.factories import GIB, H100
 from tests.advisor.factories import node_state as node

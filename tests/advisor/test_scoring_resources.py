@@ -7,22 +7,12 @@ import math
 
 import pytest
 
-from advisor.fragmentation import TaskMix
-from advisor.scoring import (
-    GpuState,
-    NodeState,
-    PodRequest,
-    Resident,
-    ScoringConfig,
-    ScoringInputError,
-    Topology,
-    extender_node_scores,
-    extender_priorities,
-    extender_scores,
-    filter_nodes,
-    score_candidates,
-    score_nodes,
-)
+from advisor.placement.config import ScoringConfig
+from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores
+from advisor.placement.filter import filter_nodes
+from advisor.placement.fragmentation import TaskMix
+from advisor.placement.scoring import score_candidates, score_nodes
+from advisor.placement.types import GpuState, NodeState, PodRequest, Resident, ScoringInputError, Topology
 from collector.snapshot import LINK_RANK, LinkLevel
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -18,8 +18,8 @@ from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_ga
 from advisor.models.registry import load_promoted, register, save_trained
 from advisor.models.throughput import ThroughputModel
 from advisor.models.training import Model, Trained
+from advisor.placement.types import Resident
 from advisor.predictors import SpecSpeed, UsageProfile
-from advisor.scoring import Resident
 from advisor.serving import SPEED_REFERENCE_GPU, ProfileIndex, WorkloadSpeed, _Solo, build_predictors
 from advisor.settings import AdvisorSettings
 from profiler.store import db

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from advisor.api.app import scoring_config
-from advisor.fragmentation import DEFAULT_TASK_MIX
-from advisor.scoring import DEFAULT_WAIT_SLACK
+from advisor.placement.config import DEFAULT_WAIT_SLACK
+from advisor.placement.fragmentation import DEFAULT_TASK_MIX
 from advisor.settings import AdvisorSettings
 
 

@@ -1,26 +1,16 @@
 """Shortest first: pending pods are served by response ratio ((waited + run) / run, highest first). Where the pods
 ahead are expected to go (`claims`), which candidates the filtered pod yields (`yield_verdicts`), the claimants drawn
-from the pending queue (`advisor.holding.queue_claims`), and the filter with both."""
+from the pending queue (`advisor.placement.shortest.queue_claims`), and the filter with both."""
 
 from __future__ import annotations
 
 import pytest
 
-from advisor.holding import queue_claims
-from advisor.pods import NodePlacement
-from advisor.scoring import (
-    CLAIM_SCAN,
-    Claim,
-    Claimant,
-    NodeState,
-    PodRequest,
-    ScoringConfig,
-    claims,
-    filter_nodes,
-    response_ratio,
-    yield_verdicts,
-)
-from advisor.state import PendingPod
+from advisor.placement.config import ScoringConfig
+from advisor.placement.filter import filter_nodes
+from advisor.placement.queue import NodePlacement, PendingPod
+from advisor.placement.shortest import CLAIM_SCAN, Claim, Claimant, claims, queue_claims, response_ratio, yield_verdicts
+from advisor.placement.types import NodeState, PodRequest
 from tests.advisor.test_wait import FAST, NOW, PREDICTORS, SLOW, gpu_node, resident
 
 CONFIG = ScoringConfig(shortest_first=True)

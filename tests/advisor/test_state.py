@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from advisor.state import ClusterState, PodAllocation
+from advisor.cluster.state import ClusterState, PodAllocation
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import GIB, process, snapshot, two_socket_links
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from advisor.state import ClusterState, PodAllocation, PodResources
+from advisor.cluster.state import ClusterState, PodAllocation, PodResources
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot
 

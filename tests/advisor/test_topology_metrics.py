@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from advisor.api.topology_metrics import TopologyCollector
-from advisor.state import ClusterState
+from advisor.cluster.state import ClusterState
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot, two_socket_links
 

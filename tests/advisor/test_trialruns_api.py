@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 from advisor.api import create_app
 from advisor.api.routes.trialruns import get_submitter
 from advisor.settings import AdvisorSettings
-from profiler.kube import KubeCluster, api_client
+from collector.kube import make_api_client
+from profiler.kube import KubeCluster
 from profiler.records import ColocationRecord, ProfileRecord
 from profiler.store import db, repo
 from tests.profiler.specs import VALID, trialrun
@@ -51,7 +52,7 @@ async def test_a_posted_trialrun_is_created_in_the_cluster_and_listed(
 ) -> None:
     kmock.resources["gpuadvisor.io/v1alpha1/trialruns"] = {}
     app = _app(tmp_path)
-    app.dependency_overrides[get_submitter] = lambda: KubeCluster(api_client(str(kmock.url).rstrip("/")))
+    app.dependency_overrides[get_submitter] = lambda: KubeCluster(make_api_client(str(kmock.url).rstrip("/")))
     client = TestClient(app)
 
     created = await asyncio.to_thread(client.post, "/v1/trialruns", json=VALID, headers=AUTH)
@@ -107,7 +108,7 @@ async def test_a_trialrun_in_a_namespace_without_trials_is_a_403_naming_it(
     kmock.resources["gpuadvisor.io/v1alpha1/trialruns"] = {}
     kmock["post", kmock.namespace("ml")] << 403 << {"kind": "Status", "code": 403, "message": "trialruns is forbidden"}
     app = _app(tmp_path)
-    app.dependency_overrides[get_submitter] = lambda: KubeCluster(api_client(str(kmock.url).rstrip("/")))
+    app.dependency_overrides[get_submitter] = lambda: KubeCluster(make_api_client(str(kmock.url).rstrip("/")))
 
     response = await asyncio.to_thread(TestClient(app).post, "/v1/trialruns", json=VALID, headers=AUTH)
     assert response.status_code == 403

@@ -16,30 +16,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from advisor.api import create_app
+from advisor.cluster.state import ClusterState, PodAllocation
 from advisor.datasets import gavel_trace_executions, load_gavel
-from advisor.holding import CLAIM_GRACE_SECONDS
 from advisor.models.jct import JctModel
 from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir
 from advisor.models.registry import register, save_trained
 from advisor.models.training import Trained
-from advisor.pods import NodePlacement
+from advisor.placement.config import ScoringConfig
+from advisor.placement.filter import filter_nodes
+from advisor.placement.queue import NodePlacement, PendingPod
+from advisor.placement.shortest import CLAIM_GRACE_SECONDS
+from advisor.placement.types import WHOLE_GPU_MILLI, NodeState, PodRequest, Resident, ScoringInputError
+from advisor.placement.waiting import LEAVE_ENDS, LeaveTimes, has_room_now, jct_leave_times, room_seconds, wait_verdicts
 from advisor.predictors import HeuristicInterference, HeuristicJct, HeuristicUsage, Predictors, SpecSpeed
-from advisor.scoring import (
-    WHOLE_GPU_MILLI,
-    LeaveTimes,
-    NodeState,
-    PodRequest,
-    Resident,
-    ScoringConfig,
-    ScoringInputError,
-    _has_room_now,
-    filter_nodes,
-    jct_leave_times,
-    room_seconds,
-    wait_verdicts,
-)
 from advisor.settings import AdvisorSettings
-from advisor.state import ClusterState, PendingPod, PodAllocation
 from profiler.store import db
 from tests.advisor.factories import H100, node_state, process, snapshot, v1_pod
 
@@ -191,7 +181,7 @@ def test_the_routes_room_now_agrees_with_room_seconds() -> None:
     unknown = ends({})
     for node in nodes:
         for pod in pods:
-            assert _has_room_now(node, pod) == (room_seconds(node, pod, unknown) == 0.0), (node.name, pod)
+            assert has_room_now(node, pod) == (room_seconds(node, pod, unknown) == 0.0), (node.name, pod)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -367,7 +357,7 @@ def test_leave_times_without_a_cache_key_are_not_memoised() -> None:
     assert room_seconds(node, PodRequest(gpus=1), ends(left)) == 100.0
     left["ml/a"] = 300.0
     assert room_seconds(node, PodRequest(gpus=1), ends(left)) == 300.0
-    assert node.leave_memo == {}
+    assert node not in LEAVE_ENDS
 
 
 def reference_room(node: NodeState, pod: PodRequest, leaving: LeaveTimes) -> float:

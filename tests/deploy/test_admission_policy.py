@@ -12,7 +12,7 @@ import celpy
 import pytest
 import yaml
 
-from collector.annotations import GPUS_ANNOTATION, TOPOLOGY_ANNOTATION, UTILIZATION_ANNOTATION
+from collector.keys import GPUS_ANNOTATION, TOPOLOGY_ANNOTATION, UTILIZATION_ANNOTATION
 from tests.support import upstream
 from tests.support.binaries import require_binary
 

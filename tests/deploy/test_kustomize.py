@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from advisor.pods import GPU_RESOURCE_NAMES
+from advisor.cluster.pods import GPU_RESOURCE_NAMES
 from profiler.settings import DEFAULT_LIVENESS_ENDPOINT
 from tests.support.binaries import require_binary
 
@@ -323,7 +323,7 @@ def test_second_scheduler_runs_the_extender_profile_against_the_advisor_service(
     assert {"prioritizeVerb", "filterVerb"} <= extender.keys()
     managed = {r["name"]: r["ignoredByScheduler"] for r in extender["managedResources"]}
     # kube-scheduler sends a pod only if a container names one of these (HTTPExtender.IsInterested): every name a
-    # GPU pod carries, whole or shared, that the advisor reads (advisor/pods.py)
+    # GPU pod carries, whole or shared, that the advisor reads (advisor/cluster/pods.py)
     assert set(managed) == set(GPU_RESOURCE_NAMES)
     # counts a device plugin advertises stay checked by NodeResourcesFit; amounts no node advertises must not be
     assert [name for name, ignored in managed.items() if not ignored] == [
@@ -447,8 +447,8 @@ def test_collector_may_change_only_gpuadvisor_annotations(objects: list[Obj]) ->
     for guarded in ("labels", "finalizers", "ownerReferences", "object.spec == oldObject.spec"):
         assert guarded in expressions, guarded
     assert "startsWith('gpuadvisor.io/')" in expressions
-    # every annotation the collector writes (collector/annotations.py) passes
-    import collector.annotations as written
+    # every annotation the components agree on (collector/keys.py), the ones the collector writes among them, passes
+    import collector.keys as written
 
     names = [v for k, v in vars(written).items() if k.endswith("_ANNOTATION") and isinstance(v, str)]
     assert len(names) >= 6

@@ -16,8 +16,9 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import OperationalError
 
+from collector.kube import make_api_client
 from profiler.controller import Controller
-from profiler.kube import KubeCluster, api_client
+from profiler.kube import KubeCluster
 from profiler.store import db, repo
 from profiler.store.models import Colocation, Profile, TrialGpu, TrialTelemetry
 from tests.profiler.specs import trialrun
@@ -93,7 +94,7 @@ def engine(tmp_path: Any) -> Engine:
 
 
 def _controller(k: kmock.KubernetesEmulator, engine: Engine) -> Controller:
-    cluster = KubeCluster(api_client(str(k.url).rstrip("/")))
+    cluster = KubeCluster(make_api_client(str(k.url).rstrip("/")))
     return Controller(cluster=cluster, sessions=db.session_factory(engine), max_duration_seconds=600)
 
 

@@ -10,7 +10,8 @@ from typing import Any
 import kmock
 import pytest
 
-from profiler.kube import KubeCluster, api_client
+from collector.kube import make_api_client
+from profiler.kube import KubeCluster
 from profiler.recorder import Recorder, execution_from_pod
 from profiler.store import db, repo
 
@@ -83,7 +84,7 @@ async def test_recorder_records_finished_pods_once_with_mean_utilisation(
     engine = db.make_engine(f"sqlite:///{tmp_path}/store.db")
     db.upgrade(engine)
     sessions = db.session_factory(engine)
-    cluster = KubeCluster(api_client(str(kmock.url).rstrip("/")))
+    cluster = KubeCluster(make_api_client(str(kmock.url).rstrip("/")))
     recorder = Recorder(sessions=sessions, node_labels=cluster.node_labels, source="k8s/test")
 
     running = _pod("train-2", phase="Running", gpus=2)
@@ -91,7 +92,7 @@ async def test_recorder_records_finished_pods_once_with_mean_utilisation(
         annotations = {"gpuadvisor.io/updated-at": stamp, "gpuadvisor.io/gpu-utilization": ratio}
         assert recorder.observe({**running, "metadata": {**running["metadata"], "annotations": annotations}}) is None
 
-    pods = await asyncio.to_thread(cluster.list_all_pods)
+    pods = await asyncio.to_thread(cluster.list_pods, "ml", {})
     recorded = [r for pod in pods if (r := await asyncio.to_thread(recorder.observe, pod)) is not None]
     assert [r.job_id for r in recorded] == ["ml/Job/train-2-job"]
     assert [await asyncio.to_thread(recorder.observe, pod) for pod in pods] == [None, None]  # already recorded

@@ -4,12 +4,10 @@ Every candidate node is answered: nodes the advisor has no fresh telemetry for g
 filter unless strict staleness is configured), so a new or silent node is never vetoed by a missing snapshot. The
 pod's own CPU/memory requests go into its `PodRequest`; the labels of full node objects (a scheduler that is not
 `nodeCacheCapable`) serve that request's node selectors where the node watch has none, and are never stored. The
-filter also passes over nodes on which the pod would finish later than by waiting for a faster GPU model
-(`advisor.scoring.wait_verdicts`, from the served JCT model and the residents' start times), and — when configured —
-keeps pods off nodes held for a blocked pod (`advisor.holding.head_reservation`) or off room that pending pods with a
-higher response ratio are expected to take (`advisor.holding.queue_claims`). Nodes that can never host the pod
-(`advisor.unresolvable`) are answered as `FailedAndUnresolvableNodes`, so that preemption does not evict pods there;
-without `nodeCacheCapable` the Node objects that pass come back exactly as sent.
+filter is `advisor.placement.filter.extender_filter`: capacity, then the held, yielded and waiting rules over the
+pending pods the watch keeps in the state. Nodes that can never host the pod (`advisor.placement.unresolvable`) are
+answered as `FailedAndUnresolvableNodes`, so that preemption does not evict pods there; without `nodeCacheCapable` the
+Node objects that pass come back exactly as sent.
 """
 
 from __future__ import annotations
@@ -24,9 +22,9 @@ from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
-from advisor.holding import head_reservation, queue_claims, usable_nodes
-from advisor.scoring import extender_priorities, filter_nodes, jct_leave_times
-from advisor.unresolvable import never_fits
+from advisor.placement.extender import extender_priorities
+from advisor.placement.filter import extender_filter
+from advisor.placement.unresolvable import never_fits
 
 router = APIRouter(
     prefix="/extender", tags=["scheduler extender"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES
@@ -77,63 +75,25 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     """ExtenderFilterResult: the nodes that can run the pod and, for the others, why not (too few free GPUs, CPU or
     memory, or — with a JCT model — a faster GPU model that frees up soon enough to finish the pod sooner)."""
     pod = args.Pod.to_request()
-    labels = _labels(args, ctx)
-    predictors = ctx.predictors
-    now = ctx.state.now()
     nodes = ctx.state.nodes
-    placement = args.Pod.placement()
     candidates = args.candidates()
     unresolvable = {
         name: reason
         for name in candidates
         if (node := nodes.get(name)) is not None and (reason := never_fits(pod, node)) is not None
     }
-    names = [n for n in candidates if n not in unresolvable]
-    leaving = jct_leave_times(predictors, now)
-    key, scheduler = args.Pod.queue_key(pod.name), args.Pod.scheduler()
-    # The queue is sorted once per call, and only when a rule reads it.
-    pending = ctx.state.pending() if ctx.scoring.hold_for_blocked or ctx.scoring.shortest_first else []
-    held = (
-        head_reservation(
-            pod,
-            key,
-            scheduler,
-            pending,
-            nodes,
-            labels=labels,
-            config=ctx.scoring,
-            predictors=predictors,
-            leaving=leaving,
-            now_seconds=now,
-        )
-        if ctx.scoring.hold_for_blocked
-        else None
-    )
-    claim_log, rank = queue_claims(
+    passed, failed = extender_filter(
         pod,
-        key,
-        scheduler,
-        pending,
+        [n for n in candidates if n not in unresolvable],
         nodes,
-        labels=labels,
+        ctx.state,
+        labels=_labels(args, ctx),
+        queue_key=args.Pod.queue_key(pod.name),
+        scheduler=args.Pod.scheduler(),
+        placement=args.Pod.placement(),
         config=ctx.scoring,
-        predictors=predictors,
-        now_seconds=now,
-        claimed_since=ctx.state.claimed_since,
-    )
-    ctx.state.note_claims((c.claimant.pod for c in claim_log), now)
-    passed, failed = filter_nodes(
-        pod,
-        names,
-        nodes,
-        config=ctx.scoring,
-        now_seconds=now,
-        predictors=predictors,
-        leaving=leaving,
-        usable=usable_nodes(placement, labels),
-        reservation=held,
-        claim_log=claim_log,
-        rank=rank,
+        predictors=ctx.predictors,
+        now_seconds=ctx.state.now(),
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)

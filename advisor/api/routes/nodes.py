@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.schemas import GpuOut, NodeListOut, NodeOut, ResidentOut
-from advisor.state import NodeRecord
+from advisor.cluster.state import NodeRecord
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 

@@ -7,8 +7,8 @@ from fastapi import APIRouter
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import InterferenceAnswer, InterferenceQuery, JctAnswer, JctQuery, UsageIn
+from advisor.placement.types import WHOLE_GPU_MILLI, Resident
 from advisor.predictors import HEURISTIC, UsageProfile, default_usage
-from advisor.scoring import WHOLE_GPU_MILLI, Resident
 from advisor.serving import ModelJct
 
 router = APIRouter(prefix="/v1/predict", tags=["predictions"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)

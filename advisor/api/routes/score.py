@@ -19,8 +19,9 @@ from advisor.api.schemas import (
     ScoreRequest,
     ScoreResponse,
 )
-from advisor.devices import DeviceRequestError, check_request, preferred_devices
-from advisor.scoring import NodeScore, allocate, score_candidates
+from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
+from advisor.placement.scoring import allocate, score_candidates
+from advisor.placement.types import NodeScore
 
 router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 

@@ -53,10 +53,11 @@ def get_submitter(request: Request, ctx: Ctx) -> TrialRunSubmitter | None:
         return None
     submitter: TrialRunSubmitter | None = getattr(request.app.state, "trialrun_submitter", None)
     if submitter is None:
-        from profiler.kube import KubeCluster, KubeError, api_client
+        from collector.kube import KubeError, make_api_client
+        from profiler.kube import KubeCluster
 
         try:
-            submitter = KubeCluster(api_client())
+            submitter = KubeCluster(make_api_client())
         except KubeError as e:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=str(e)) from e
         request.app.state.trialrun_submitter = submitter
@@ -104,7 +105,8 @@ def create_trialrun(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             detail="this advisor runs without a Kubernetes API: run trials with `gpuadvisor profile request --local`",
         )
-    from profiler.kube import KubeError, KubeForbiddenError
+    from collector.kube import KubeError
+    from profiler.kube import KubeForbiddenError
 
     try:
         submitter.submit_trialrun(run)

@@ -26,8 +26,10 @@ from advisor.api.schemas import (
     VolcanoPriorityRequest,
     VolcanoPriorityResponse,
 )
-from advisor.scoring import PodRequest, filter_nodes, score_candidates
-from advisor.unresolvable import never_fits
+from advisor.placement.filter import filter_nodes
+from advisor.placement.scoring import score_candidates
+from advisor.placement.types import PodRequest
+from advisor.placement.unresolvable import never_fits
 
 router = APIRouter(prefix="/volcano", tags=["volcano"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 

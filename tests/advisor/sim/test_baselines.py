@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from advisor.scoring import ScoringConfig
+from advisor.placement.config import ScoringConfig
 from advisor.sim.baselines import (
     AuthorsFgd,
     BestFit,

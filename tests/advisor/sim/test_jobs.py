@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.scoring import ScoringConfig
+from advisor.placement.config import ScoringConfig
 from advisor.sim.heldout import prediction_errors
 from advisor.sim.jobs import ExtenderJobPolicy, JobState, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.loaders import load_throughputs

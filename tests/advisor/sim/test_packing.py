@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from advisor.fragmentation import class_sums, expected_fragmentation
-from advisor.scoring import ScoringConfig
+from advisor.placement.config import ScoringConfig
+from advisor.placement.fragmentation import class_sums, expected_fragmentation
 from advisor.sim.fragmentation import task_mix_of, workload_of
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import (

@@ -12,7 +12,7 @@ Allocation (which GPU is held by which pod):
   process on, its `gpu_milli` on a shared GPU (a memory-only share counts as its fraction of the GPU memory). Whole
   GPUs it was granted but does not use yet are reserved among the free GPUs without processes (lowest index first).
   Its start time goes into each of its residents (`Resident.started_seconds`: the extender filter predicts from it
-  when the pod leaves, `advisor.scoring.jct_leave_times`).
+  when the pod leaves, `advisor.placement.waiting.jct_leave_times`).
 * A pod seen only in telemetry (`--no-kube`, tests, `make up`, or a watch that lags): alone on its GPU it holds the
   whole GPU; sharing with other pods, each holds its share of the GPU memory (at least 100 milli, in steps of 50,
   capped so the GPU is at most full).
@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from advisor.pods import DEFAULT_SCHEDULER, NodePlacement, pod_key
-from advisor.scoring import WHOLE_GPU_MILLI, GpuState, NodeState, PodRequest, Resident, Topology
+from advisor.cluster.pods import pod_key
+from advisor.placement.queue import PendingPod
+from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeState, Resident, Topology
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 
 HOST_RESIDENT = "host"
@@ -46,28 +47,6 @@ DEFAULT_NODE_EXPIRY_SECONDS = 600.0
 # Distinct (GPU indices, links) shapes kept: a cluster has a handful; a node whose links change in every snapshot
 # (a broken collector) must not grow the cache without bound.
 TOPOLOGY_CACHE_ENTRIES = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class PendingPod:
-    """A GPU pod waiting to be scheduled (from the Kubernetes API): its request, where it may run, and its place in
-    kube-scheduler's queue (higher `priority` first, then older `created_seconds`, Unix seconds; None: unknown)."""
-
-    pod: str
-    request: PodRequest
-    scheduler: str = DEFAULT_SCHEDULER
-    priority: int = 0
-    created_seconds: float | None = None
-    placement: NodePlacement | None = None
-
-    def queue_key(self) -> tuple[int, float, str]:
-        """Sorts as kube-scheduler's default queue does (PrioritySort: priority, then the time it was queued)."""
-        return queue_key(self.pod, self.priority, self.created_seconds)
-
-
-def queue_key(pod: str, priority: int, created_seconds: float | None) -> tuple[int, float, str]:
-    """A pod's place in kube-scheduler's default queue: higher priority first, then older (unknown age: last)."""
-    return (-priority, created_seconds if created_seconds is not None else math.inf, pod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,7 +461,7 @@ class ClusterState:
 
     def note_claims(self, pods: Iterable[str], now_seconds: float) -> None:
         """Record when each of these pending pods was first expected to take room ahead of others (shortest first,
-        `advisor.holding.queue_claims`); forgotten once it is bound or deleted."""
+        `advisor.placement.shortest.queue_claims`); forgotten once it is bound or deleted."""
         for pod in pods:
             if pod in self._pending:
                 self._claimed.setdefault(pod, now_seconds)

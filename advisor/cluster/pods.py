@@ -1,7 +1,7 @@
 """What a pod asks of the GPUs, read from the parts of its manifest that matter (docs/design.md §5).
 
-Pure: the HTTP schemas and the Kubernetes watch both hand over plain values, and get a `scoring.PodRequest` or a
-`PodSpecError` whose message names the offending field (the API turns it into a 4xx).
+Pure: the HTTP schemas and the Kubernetes watch both hand over plain values, and get a `PodRequest`
+(`advisor.placement.types`) or a `PodSpecError` whose message names the offending field (the API turns it into a 4xx).
 
 * every resource as kube-scheduler sums it (component-helpers `PodRequests`): each container's `requests` (its
   `limits` where it gives no request), summed over the containers; a restartable (sidecar) init container,
@@ -33,9 +33,18 @@ from datetime import UTC, datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from advisor.gpus import normalize_gpu_model
-from advisor.scoring import WHOLE_GPU_MILLI, PodRequest, ScoringInputError
+from advisor.placement.queue import NodePlacement, NodeRequirement, NodeSelectorTerm
+from advisor.placement.types import WHOLE_GPU_MILLI, PodRequest, ScoringInputError
+from collector.keys import (
+    GANG_KEYS,
+    GPU_MEMORY_ANNOTATION,
+    GPU_MILLI_ANNOTATION,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    WORKLOAD_LABEL,
+)
 
-GPU_RESOURCE = "nvidia.com/gpu"
+# GPU shares in the names other systems give them (read only here; docs/advisor.md "GPU requests").
 HAMI_MEMORY_MIB_RESOURCE = "nvidia.com/gpumem"
 HAMI_MEMORY_PERCENT_RESOURCE = "nvidia.com/gpumem-percentage"
 HAMI_CORES_PERCENT_RESOURCE = "nvidia.com/gpucores"
@@ -57,11 +66,6 @@ GPU_RESOURCE_NAMES = (
     VOLCANO_CORES_PERCENT_RESOURCE,
     GPU_MILLI_RESOURCE,
 )
-GPU_MILLI_ANNOTATION = "gpuadvisor.io/gpu-milli"
-GPU_MEMORY_ANNOTATION = "gpuadvisor.io/gpu-memory-bytes"
-WORKLOAD_LABEL = "gpuadvisor.io/workload"
-GANG_KEYS = ("scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
-DEFAULT_SCHEDULER = "default-scheduler"
 RESTARTABLE = "Always"  # an init container's restartPolicy that makes it a sidecar
 
 # apimachinery's quantity grammar (resource.Quantity): a signed decimal number, then an exponent (`1e3`, `5E-1`) or
@@ -340,69 +344,6 @@ _OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 _FIELD_OPERATORS = frozenset({"In", "NotIn"})
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRequirement:
-    """One `matchExpressions` (node labels) or `matchFields` (`metadata.name`) entry of a node selector term."""
-
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-    def matches(self, value: str | None) -> bool:
-        """Whether a node whose label `key` is `value` (None: absent) meets it, as `k8s.io/api/core/v1` defines."""
-        if self.operator == "In":
-            return value is not None and value in self.values
-        if self.operator == "NotIn":
-            return value is None or value not in self.values
-        if self.operator == "Exists":
-            return value is not None
-        if self.operator == "DoesNotExist":
-            return value is None
-        number, bound = _int_or_none(value), _int_or_none(self.values[0] if len(self.values) == 1 else None)
-        if number is None or bound is None:
-            return False
-        return number > bound if self.operator == "Gt" else number < bound
-
-
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSelectorTerm:
-    """A `nodeSelectorTerms` entry: every expression on the node's labels and every field requirement hold (a term
-    with neither matches no node, as in Kubernetes)."""
-
-    expressions: tuple[NodeRequirement, ...] = ()
-    fields: tuple[NodeRequirement, ...] = ()
-
-    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
-        if not self.expressions and not self.fields:
-            return False
-        return all(r.matches(labels.get(r.key)) for r in self.expressions) and all(
-            r.matches(name if r.key == "metadata.name" else None) for r in self.fields
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class NodePlacement:
-    """Where a pod may run by its own spec: `spec.nodeSelector` (every label equal) and, when given, the terms of
-    `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` (any one term). Taints, preferred
-    affinity and inter-pod affinity are not read."""
-
-    selector: Mapping[str, str]
-    terms: tuple[NodeSelectorTerm, ...] | None = None
-
-    def admits(self, name: str, labels: Mapping[str, str]) -> bool:
-        """Whether a node called `name` with these labels meets the pod's constraints."""
-        if any(labels.get(k) != v for k, v in self.selector.items()):
-            return False
-        return self.terms is None or any(t.matches(name, labels) for t in self.terms)
-
-
 def node_placement(
     node_selector: Mapping[str, str] | None, required_terms: Sequence[object] | None
 ) -> NodePlacement | None:
@@ -455,10 +396,6 @@ def placement_of_spec(spec: Mapping[str, object]) -> NodePlacement | None:
         {str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else None,
         terms if isinstance(terms, list) else None,
     )
-
-
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-"""GPU feature discovery's node label naming the node's GPU model (e.g. `NVIDIA-A100-SXM4-40GB`)."""
 
 
 def accepted_gpu_models(placement: NodePlacement | None) -> tuple[str, ...]:

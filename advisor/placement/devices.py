@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from advisor.scoring import WORST_LINK_RANK, NodeState
+from advisor.placement.types import WORST_LINK_RANK, NodeState
 
 REPLICA_SEPARATOR = "::"
 

@@ -11,7 +11,7 @@ A node never fits when, by the collector's telemetry, it has fewer GPUs than the
 from __future__ import annotations
 
 from advisor.gpus import normalize_gpu_model
-from advisor.scoring import NodeState, PodRequest
+from advisor.placement.types import NodeState, PodRequest
 
 _GIB = 2**30
 

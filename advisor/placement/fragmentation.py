@@ -1,5 +1,5 @@
 """GPU fragmentation as FGD defines it (Weng et al., "Beware of Fragmentation", USENIX ATC'23): the one definition
-that both the service's scorer (`advisor.scoring`, packing component) and the simulator (`advisor.sim`, `fgd`
+that both the service's scorer (`advisor.placement.scoring`, packing component) and the simulator (`advisor.sim`, `fgd`
 policy and the fragmentation figures) use.
 
 For a node n and a task type m of the target workload M (popularity p_m):

@@ -10,7 +10,8 @@ that requests CPU or memory becomes a `PodResources` record. A second thread lis
 ones. A third (only when the filter holds nodes for blocked pods or serves the queue shortest first) lists, then
 watches, unbound Pending pods and feeds `ClusterState.replace_pending` / `update_pending` with those that ask for GPUs
 (`PendingPod`: request, priority, creation time, node selector and affinity). Errors are logged once per kind and
-retried with a capped backoff; an expired resource version re-lists.
+retried with a capped backoff, and counted by watch and kind (`WatchMetrics`: temporary or permanent, as the shared
+error tree `collector.kube.kube_error` classes them); an expired resource version re-lists.
 """
 
 from __future__ import annotations
@@ -18,16 +19,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from urllib3.exceptions import ProtocolError, ReadTimeoutError
+from urllib3.exceptions import HTTPError, ProtocolError, ReadTimeoutError
 
-from advisor.api.metrics import AdvisorMetrics
-from advisor.pods import (
-    DEFAULT_SCHEDULER,
+from advisor.cluster.pods import (
     RESTARTABLE,
     ContainerResources,
     PodSpecError,
@@ -39,8 +37,10 @@ from advisor.pods import (
     pod_request,
     rfc3339_seconds,
 )
-from advisor.scoring import PodRequest
-from advisor.state import ClusterState, PendingPod, PodAllocation, PodResources
+from advisor.cluster.state import ClusterState, PodAllocation, PodResources
+from advisor.placement.queue import DEFAULT_SCHEDULER, PendingPod
+from advisor.placement.types import PodRequest
+from collector.kube import KubeUnavailableError, kube_error, load_client_config
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,17 @@ _WATCH_TIMEOUT_SECONDS = 300
 _MAX_BACKOFF_SECONDS = 30.0
 _HTTP_GONE = 410
 _PENDING_SELECTOR = "spec.nodeName=,status.phase=Pending"
+
+
+class WatchMetrics(Protocol):
+    """What the watch reports, given from above (the service passes its `advisor.api.metrics.AdvisorMetrics`): the
+    GPU-holding pods it knows of, and each failed list or watch by watch (pods, nodes, pending) and kind (temporary:
+    the API server unreachable or overloaded; permanent: refused, e.g. RBAC forbids it — retried all the same, with
+    backoff, since an operator may fix it)."""
+
+    def set_allocations(self, count: int) -> None: ...
+
+    def count_watch_error(self, watch: str, kind: str) -> None: ...
 
 
 def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
@@ -189,7 +200,7 @@ class KubeWatch:
     def __init__(
         self,
         state: ClusterState,
-        metrics: AdvisorMetrics,
+        metrics: WatchMetrics,
         api: client.CoreV1Api,
         *,
         read_timeout_seconds: float = _WATCH_TIMEOUT_SECONDS + 30,
@@ -204,12 +215,14 @@ class KubeWatch:
         self._serializer = client.ApiClient()
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=self._loop, args=(self._watch_pods,), name="advisor-pods", daemon=True),
-            threading.Thread(target=self._loop, args=(self._watch_nodes,), name="advisor-nodes", daemon=True),
+            threading.Thread(target=self._loop, args=("pods", self._watch_pods), name="advisor-pods", daemon=True),
+            threading.Thread(target=self._loop, args=("nodes", self._watch_nodes), name="advisor-nodes", daemon=True),
         ]
         if pending:  # only the filter's holding for blocked pods reads the queue
             self._threads.append(
-                threading.Thread(target=self._loop, args=(self._watch_pending,), name="advisor-pending", daemon=True)
+                threading.Thread(
+                    target=self._loop, args=("pending", self._watch_pending), name="advisor-pending", daemon=True
+                )
             )
 
     def start(self) -> KubeWatch:
@@ -224,7 +237,7 @@ class KubeWatch:
             if t.is_alive():
                 t.join(timeout=self._request_timeout[1] + 1.0)
 
-    def _loop(self, body: Callable[[], None]) -> None:
+    def _loop(self, name: str, body: Callable[[], None]) -> None:
         backoff = 1.0
         logged: set[str] = set()
         while not self._stop.is_set():
@@ -233,10 +246,12 @@ class KubeWatch:
                 backoff = 1.0
             except (ReadTimeoutError, ProtocolError):
                 continue  # an idle stream timed out or the server closed it: list and watch again
-            except Exception as e:  # any API or network failure: log once per kind, retry
+            except Exception as e:  # any API or network failure: count it, log once per kind, retry
+                failure = kube_error(f"watch {name}", e) if isinstance(e, ApiException | HTTPError | OSError) else None
+                self._metrics.count_watch_error(name, "temporary" if failure and failure.temporary else "permanent")
                 kind = type(e).__name__
                 if kind not in logged:
-                    log.warning("kubernetes watch failed (%s: %s); retrying", kind, e)
+                    log.warning("kubernetes watch failed (%s: %s); retrying", kind, failure or e)
                     logged.add(kind)
                 self._stop.wait(backoff)
                 backoff = min(_MAX_BACKOFF_SECONDS, backoff * 2)
@@ -258,13 +273,13 @@ class KubeWatch:
             if (r := resources_from_pod(obj)) is not None:
                 resources.append(r)
         self._state.replace_pods(allocations, resources)
-        self._metrics.allocations.set(len(allocations))
+        self._metrics.set_allocations(len(allocations))
 
         def bound(key: str, obj: dict[str, Any] | None) -> None:
             self._state.update_pod(
                 key, None if obj is None else allocation_from_pod(obj), None if obj is None else resources_from_pod(obj)
             )
-            self._metrics.allocations.set(len(self._state.allocations()))
+            self._metrics.set_allocations(len(self._state.allocations()))
 
         self._stream_pods("spec.nodeName!=", listed, bound)
 
@@ -343,15 +358,12 @@ class KubeWatch:
             w.stop()  # type: ignore[no-untyped-call]
 
 
-def start_watch(state: ClusterState, metrics: AdvisorMetrics, *, pending: bool = True) -> KubeWatch | None:
+def start_watch(state: ClusterState, metrics: WatchMetrics, *, pending: bool = True) -> KubeWatch | None:
     """Load in-cluster (else local kubeconfig) credentials and start watching (the pending pods only with `pending`);
     None when neither is available."""
     try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except ConfigException:
-        try:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        except (ConfigException, OSError) as e:
-            log.warning("no Kubernetes configuration (%s): allocations are inferred from telemetry only", e)
-            return None
+        load_client_config()
+    except KubeUnavailableError as e:
+        log.warning("no Kubernetes configuration (%s): allocations are inferred from telemetry only", e.__cause__)
+        return None
     return KubeWatch(state, metrics, client.CoreV1Api(), pending=pending).start()

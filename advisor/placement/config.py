@@ -1,0 +1,85 @@
+"""The scorer's and the filter's knobs: component weights, staleness, the target task mix and the filter's rules.
+
+One `ScoringConfig` per service (built from `advisor.settings`) or simulation run; it also keys the scorer's
+per-shape caches, hence compared by identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from advisor.placement.fragmentation import (
+    DEFAULT_TASK_MIX,
+    MixResources,
+    TaskMix,
+    TaskMixError,
+    mix_resources,
+    validate_task_mix,
+    whole_gpu_mix,
+)
+from advisor.placement.types import ScoringInputError
+
+DEFAULT_WAIT_SLACK = 1.5
+"""`ScoringConfig.wait_slack` of the service: pass a node over when the pod would finish there more than 1.5x later
+than by waiting for a faster GPU model (chosen among off, 1, 1.5 and 2 on the Gavel validation run,
+`bench/sim_gavel.py --validate --validate-slacks`; docs/evaluation.md, experiment 2)."""
+
+DEFAULT_EXTENDER_SPAN_POINTS = 40.0
+"""The extender's integer drops one step per this / 10 points a node is behind the batch's best (`extender_scores`)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScoringConfig:
+    """Weights and policy.
+
+    `task_mix` is the target workload the packing component keeps room for: (GPUs, milli-GPU per GPU, probability)
+    per request shape, GPU shares included (default `advisor.placement.fragmentation.DEFAULT_TASK_MIX`; the simulator
+    passes the trace's own mix). `task_sizes`, whole-GPU (GPUs, probability) pairs, is the older shorthand: when given
+    it replaces `task_mix` with whole-GPU requests of those sizes. Entries of `task_mix` may give the task's CPU
+    (milli) and memory (MiB) request, and tasks without GPU (0, 0, p, cpu, memory): then `resources` is their
+    CPU/memory side and nodes with known free CPU/memory are scored with it. `wait_slack` is the filter's patience
+    (`wait_verdicts`): a node is passed over when the pod's predicted run time there exceeds `wait_slack` × the
+    soonest predicted finish after waiting for room on any GPU model; None never waits. `hold_for_blocked` (off by
+    default): the filter keeps pods off the nodes held for the first pending pod that has no room (`reserve`,
+    `reserved_verdicts`) unless they are predicted to finish before it starts. `shortest_first` (off by default): the
+    filter keeps a pod off room that pending pods with a higher response ratio are expected to take (`claims`,
+    `yield_verdicts`).
+
+    Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
+    """
+
+    weight_packing: float = 1.0
+    weight_affinity: float = 1.0
+    weight_interference: float = 1.0
+    weight_jct: float = 1.0
+    staleness_seconds: float = 30.0
+    strict_staleness: bool = False
+    unknown_node_score: float = 50.0
+    task_mix: TaskMix = DEFAULT_TASK_MIX
+    task_sizes: tuple[tuple[int, float], ...] | None = None
+    extender_span_points: float = DEFAULT_EXTENDER_SPAN_POINTS
+    wait_slack: float | None = DEFAULT_WAIT_SLACK
+    hold_for_blocked: bool = False
+    shortest_first: bool = False
+    resources: MixResources | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.task_sizes is not None:
+            object.__setattr__(self, "task_mix", whole_gpu_mix(self.task_sizes))
+        try:
+            validate_task_mix(self.task_mix)
+        except TaskMixError as exc:
+            raise ScoringInputError(str(exc)) from None
+        object.__setattr__(self, "resources", mix_resources(self.task_mix))
+        for name in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct"):
+            if getattr(self, name) < 0:
+                raise ScoringInputError(f"{name} must be >= 0")
+        if self.staleness_seconds <= 0:
+            raise ScoringInputError("staleness_seconds must be > 0")
+        if not self.extender_span_points > 0:
+            raise ScoringInputError("extender_span_points must be > 0")
+        if not 0 <= self.unknown_node_score <= 100:
+            raise ScoringInputError("unknown_node_score must be within 0..100")
+        if self.wait_slack is not None and not self.wait_slack >= 1:
+            # Below 1 even the node with the soonest finish would be passed over.
+            raise ScoringInputError("wait_slack must be >= 1 (None turns waiting for a faster GPU off)")

@@ -1,0 +1,163 @@
+"""Fragmentation of a node and the search for the best set of GPUs on it, cached per node shape.
+
+Many nodes share a topology and a free mask, so these are pure functions of (topology, free milli-GPU, eligible mask,
+request size, config) behind `lru_cache`: the per-node scorer (`advisor.placement.scoring`) calls them for each
+candidate and mostly hits the cache. The fragmentation math itself is `advisor.placement.fragmentation`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+
+from advisor.placement.config import ScoringConfig
+from advisor.placement.fragmentation import TaskMix, node_fragmentation_fit_milli, node_fragmentation_milli
+from advisor.placement.types import WHOLE_GPU_MILLI, WORST_LINK_RANK, Topology
+from collector.snapshot import LINK_RANK
+
+_EXHAUSTIVE_SET_LIMIT = 4096
+_GREEDY_STARTS = 8
+
+
+def fragmentation_milli(topology: Topology, free_milli: tuple[int, ...], task_mix: TaskMix) -> float:
+    """The node's expected fragmentation F_n(M) in milli-GPU
+    (`advisor.placement.fragmentation.node_fragmentation_milli`)."""
+    return node_fragmentation_milli(free_milli, topology.islands, topology.largest_island, task_mix)
+
+
+def fragmentation_with(
+    topology: Topology, free_milli: tuple[int, ...], config: ScoringConfig, fit: tuple[int, int] | None
+) -> float:
+    """F_n(M) of the node, with CPU/memory at fit index `fit` when known (else GPU-only, as `fragmentation_milli`)."""
+    if fit is None or config.resources is None:
+        return node_fragmentation_milli(free_milli, topology.islands, topology.largest_island, config.task_mix)
+    return node_fragmentation_fit_milli(free_milli, topology.islands, topology.largest_island, config.resources, fit)
+
+
+@lru_cache(maxsize=65536)
+def _mask_milli(gpu_count: int, mask: int) -> tuple[int, ...]:
+    return tuple(WHOLE_GPU_MILLI if mask >> i & 1 else 0 for i in range(gpu_count))
+
+
+def take_milli(free_milli: tuple[int, ...], positions: Iterable[int], milli: int) -> tuple[int, ...]:
+    out = list(free_milli)
+    for p in positions:
+        out[p] -= milli
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSet:
+    mask: int
+    positions: tuple[int, ...]
+    worst_rank: int
+    mean_rank: float
+    fragmentation_after: float
+
+
+def _set_cost(ranks: tuple[tuple[int, ...], ...], positions: Sequence[int]) -> tuple[int, float]:
+    worst, total, pairs = 0, 0, 0
+    for a_i, a in enumerate(positions):
+        row = ranks[a]
+        for b in positions[a_i + 1 :]:
+            r = row[b]
+            total += r
+            pairs += 1
+            worst = max(worst, r)
+    return worst, (total / pairs if pairs else 0.0)
+
+
+@lru_cache(maxsize=65536)
+def best_gpu_set(topology: Topology, eligible_mask: int, k: int, task_mix: TaskMix) -> GpuSet | None:
+    """The best k GPUs among `eligible_mask`: best worst link, then best mean link, then least fragmentation.
+
+    Which whole free GPUs a pod takes changes only the whole-GPU part of F (partly used GPUs stay as they are), so
+    the tie-break compares F of the eligible GPUs left.
+
+    Exhaustive while the number of k-subsets is at most 4096; beyond, greedy (grow by cheapest link) from up to 8 seeds
+    spread over the NVLink islands.
+    """
+    positions = [i for i in range(topology.gpu_count) if eligible_mask >> i & 1]
+    if k <= 0 or len(positions) < k:
+        return None
+    ranks = topology.ranks
+    if math.comb(len(positions), k) <= _EXHAUSTIVE_SET_LIMIT:
+        candidates: Iterable[tuple[int, ...]] = combinations(positions, k)
+    else:
+        # Grow from the first eligible GPU of each NVLink island (then others) — at most _GREEDY_STARTS seeds.
+        seeds = [p for island in topology.islands for p in positions if island >> p & 1][:: max(1, k)]
+        seeds = list(dict.fromkeys([*seeds, *positions]))[:_GREEDY_STARTS]
+        candidates = (_greedy_set(ranks, positions, start, k) for start in seeds)
+    best: tuple[int, float, float] | None = None
+    chosen: GpuSet | None = None
+    for combo in candidates:
+        worst, mean = _set_cost(ranks, combo)
+        if best is not None and (worst, mean) > best[:2]:
+            continue
+        mask = 0
+        for p in combo:
+            mask |= 1 << p
+        frag = fragmentation_milli(topology, _mask_milli(topology.gpu_count, eligible_mask & ~mask), task_mix)
+        key = (worst, mean, frag)
+        if best is None or key < best:
+            best = key
+            chosen = GpuSet(mask, tuple(combo), worst, mean, frag)
+    return chosen
+
+
+def _greedy_set(ranks: tuple[tuple[int, ...], ...], positions: list[int], start: int, k: int) -> tuple[int, ...]:
+    chosen = [start]
+    rest = [p for p in positions if p != start]
+    while len(chosen) < k:
+        nxt = min(rest, key=lambda p: (max(ranks[p][c] for c in chosen), sum(ranks[p][c] for c in chosen)))
+        chosen.append(nxt)
+        rest.remove(nxt)
+    return tuple(sorted(chosen))
+
+
+@dataclass(frozen=True, slots=True)
+class WholePlan:
+    positions: tuple[int, ...]
+    packing: float
+    topology_affinity: float
+    detail: str
+
+
+@lru_cache(maxsize=65536)
+def whole_plan(
+    topology: Topology, free_milli: tuple[int, ...], eligible_mask: int, k: int, config: ScoringConfig
+) -> WholePlan | None:
+    """Chosen k-set, packing and link affinity of a whole-GPU request; depends only on the node's shape."""
+    chosen = best_gpu_set(topology, eligible_mask, k, config.task_mix)
+    if chosen is None:
+        return None
+    after_milli = take_milli(free_milli, chosen.positions, WHOLE_GPU_MILLI)
+    packing = packing_of(
+        fragmentation_milli(topology, after_milli, config.task_mix)
+        - fragmentation_milli(topology, free_milli, config.task_mix),
+        after_milli,
+    )
+    left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
+    if k <= 1:
+        return WholePlan(chosen.positions, packing, 1.0, f", {left}")
+    link = _LEVEL_BY_RANK[chosen.worst_rank] if topology.known else "topology unknown"
+    return WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
+
+
+def packing_of(delta_fragmentation_milli: float, free_after_milli: tuple[int, ...]) -> float:
+    """80 % fragmentation change (in GPUs), 20 % best fit (less free capacity left): equal fragmentation changes go
+    to the fuller node."""
+    left_ratio = sum(free_after_milli) / max(1, WHOLE_GPU_MILLI * len(free_after_milli))
+    return 0.8 * _sigmoid_of_negative(delta_fragmentation_milli / WHOLE_GPU_MILLI) + 0.2 * (1.0 - left_ratio)
+
+
+def _sigmoid_of_negative(x: float) -> float:
+    if x > 50:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(x))
+
+
+_LEVEL_BY_RANK = {rank: level.value for level, rank in LINK_RANK.items()}

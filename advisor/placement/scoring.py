@@ -1,0 +1,519 @@
+"""Placement scoring: how good each candidate node is for one GPU pod, and which GPUs it should get there.
+
+Pure and batched: `score_nodes` takes the pod's request and the state of all candidate nodes and returns one
+`NodeScore` per node (0..100, with its components, the chosen GPU indices, the predicted slowdown/JCT and a one-line
+reason). No HTTP, no pydantic, no I/O — the service, `/v1/allocate`, the extender filter and the simulator all call
+these functions directly.
+
+Components (each a ratio 0..1; the score is their weighted mean × 100):
+
+* packing — fragmentation gradient (FGD, ATC'23; the math is `advisor.placement.fragmentation`): Δ = how much placing
+  the pod increases the node's expected fragmentation, i.e. the free GPU capacity (fractional shares included) that a
+  task drawn from the target workload `ScoringConfig.task_mix` could not use. A task of 1 < k ≤ largest NVLink island
+  GPUs only counts as runnable inside one island. `packing = 0.8 / (1 + exp(Δ in GPUs)) + 0.2 × (1 − free GPU
+  capacity left / capacity)`: a pod that fills a gap scores high, one that breaks up a whole node, island or GPU low,
+  and the best-fit fifth breaks ties between equal fragmentation changes toward the fuller node. A GPU share is
+  scored on every GPU it fits on (the GPU with the best packing + interference wins). Where a node's free CPU /
+  memory is known and the task mix gives CPU / memory, task types that no longer fit there count all its free GPUs
+  as fragments (FGD's full definition; the pod's own CPU/memory is taken off first), and a pod without GPU is scored
+  by this component alone; otherwise the scores are exactly the GPU-only ones.
+* affinity — for k ≥ 2 GPUs the best free k-set by link level (NVLINK > PCIE_SWITCH > PCIE_HOSTBRIDGE > NUMA >
+  SYSTEM): `1 − mean pairwise link rank / 4`. For members of a gang, half of it is gang locality: 1 on a node that
+  already runs a member, 0 on another node when members run elsewhere.
+* interference — 0.5 / pod slowdown + 0.5 / worst resident slowdown on the chosen GPUs (1 when they are unshared).
+* jct — predicted completion time on this node's GPU model, slowdown included, relative to the best candidate
+  (`best / this`). Without a JCT estimate the ratio of `slowdown / relative GPU speed` is used (heterogeneity only).
+
+Nodes whose last snapshot is older than `ScoringConfig.staleness_seconds` are scored as unknown
+(`unknown_node_score`, neutral by default) with that reason; so are nodes the advisor never heard of.
+kube-scheduler's integer 0..10 comes from `advisor.placement.extender`; the filter's rules are
+`advisor.placement.filter`. Verdicts are memoised per node state and request shape (`NodeMemo`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import count
+
+from advisor.gpus import normalize_gpu_model
+from advisor.placement.config import ScoringConfig
+from advisor.placement.fragmentation import MixResources
+from advisor.placement.gpuset import fragmentation_with, packing_of, take_milli, whole_plan
+from advisor.placement.memo import NodeMemo
+from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeScore, NodeState, PodRequest
+from advisor.predictors import Predictors, UsageProfile, default_usage
+
+_MEMO_LIMIT = 64
+_SHAPE_LIMIT = 4096
+HEURISTIC_PREDICTORS = Predictors.heuristic()
+_VERDICTS: NodeMemo[dict[int, RawVerdict]] = NodeMemo()
+"""Each node state's verdicts by request shape (`_shape_id`); at most `_MEMO_LIMIT` per node."""
+
+
+Fit = tuple[tuple[int, int], tuple[int, int]]
+"""A node's CPU/memory fit index (`MixResources.fit_index`) before and after the pod's own request."""
+
+
+def _fit(node: NodeState, pod: PodRequest, resources: MixResources | None) -> Fit | None:
+    """The fit indices when the mix gives CPU/memory and the node's free CPU or memory is known, else None."""
+    if resources is None or (node.cpu_free_milli is None and node.memory_free_mib is None):
+        return None
+    cpu = math.inf if node.cpu_free_milli is None else float(node.cpu_free_milli)
+    memory = math.inf if node.memory_free_mib is None else float(node.memory_free_mib)
+    return (
+        resources.fit_index(cpu, memory),
+        resources.fit_index(cpu - (pod.cpu_milli or 0), memory - (pod.memory_mib or 0)),
+    )
+
+
+def resources_short(node: NodeState, pod: PodRequest) -> str | None:
+    """Why the node cannot hold the pod's own request — a GPU model the pod does not accept, too little free CPU or
+    memory (where known) — or None when it can."""
+    if pod.gpu_models and normalize_gpu_model(node.gpu_model) not in pod.gpu_models:
+        return f"GPU model {node.gpu_model or 'unknown'} is not one the pod accepts ({', '.join(pod.gpu_models)})"
+    if pod.cpu_milli is not None and node.cpu_free_milli is not None and pod.cpu_milli > node.cpu_free_milli:
+        return f"needs {pod.cpu_milli} milli-CPU, has {node.cpu_free_milli} free"
+    if pod.memory_mib is not None and node.memory_free_mib is not None and pod.memory_mib > node.memory_free_mib:
+        return f"needs {pod.memory_mib} MiB of memory, has {node.memory_free_mib} free"
+    return None
+
+
+@dataclass(slots=True)
+class RawVerdict:
+    """A node's verdict before the batch-relative JCT; names the node rather than holding it (a memoised verdict
+    that held its node would keep it alive, and with it its memo entry)."""
+
+    name: str
+    gpu_model: str
+    feasible: bool
+    gpus: tuple[int, ...] = ()
+    packing: float = 0.0
+    affinity: float = 0.0
+    interference: float = 1.0
+    slowdown: float = 1.0
+    detail: str = ""
+
+
+def memory_ok(gpu: GpuState, need_bytes: int | None, *, whole: bool) -> bool:
+    if need_bytes is None:
+        return True
+    if whole:
+        return gpu.memory_total_bytes <= 0 or gpu.memory_total_bytes >= need_bytes
+    free = gpu.memory_free_bytes
+    return free is None or free >= need_bytes
+
+
+def whole_eligible_mask(node: NodeState, pod: PodRequest) -> int:
+    if pod.gpu_memory_bytes is None:
+        return node.free_mask
+    mask = 0
+    for pos, g in enumerate(node.gpus):
+        if node.free_mask >> pos & 1 and memory_ok(g, pod.gpu_memory_bytes, whole=True):
+            mask |= 1 << pos
+    return mask
+
+
+def _evaluate_whole(
+    node: NodeState,
+    pod: PodRequest,
+    *,
+    k: int,
+    config: ScoringConfig,
+    predictors: Predictors,
+    usage: UsageProfile,
+    gang_elsewhere: bool,
+    fit: Fit | None,
+) -> RawVerdict:
+    eligible = whole_eligible_mask(node, pod)
+    free = eligible.bit_count()
+    if free < k:
+        what = "free GPUs" if eligible == node.free_mask else "free GPUs with enough memory"
+        return RawVerdict(node.name, node.gpu_model, False, detail=f"needs {k} {what}, has {free}")
+    plan = whole_plan(node.topology, node.free_milli, eligible, k, config)
+    if plan is None:
+        return RawVerdict(node.name, node.gpu_model, False, detail=f"needs {k} free GPUs, has {free}")
+    packing = plan.packing
+    if fit is not None:
+        after = take_milli(node.free_milli, plan.positions, WHOLE_GPU_MILLI)
+        before_f = fragmentation_with(node.topology, node.free_milli, config, fit[0])
+        packing = packing_of(fragmentation_with(node.topology, after, config, fit[1]) - before_f, after)
+    affinity = plan.topology_affinity
+    if pod.gang:
+        affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
+    gpus = node.gpus
+    pod_slow, res_slow = 1.0, 1.0
+    for pos in plan.positions:
+        residents = gpus[pos].residents
+        if residents:
+            p, r = predictors.interference.slowdowns(gpus[pos].model, pod.workload, usage, residents)
+            pod_slow = max(pod_slow, p)
+            res_slow = max(res_slow, r)
+    indices = plan.positions if node.natural_indices else tuple(gpus[p].index for p in plan.positions)
+    return RawVerdict(
+        node.name,
+        node.gpu_model,
+        True,
+        indices,
+        packing,
+        affinity,
+        0.5 / pod_slow + 0.5 / res_slow,
+        pod_slow,
+        plan.detail,
+    )
+
+
+def _evaluate_share(
+    node: NodeState,
+    pod: PodRequest,
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    usage: UsageProfile,
+    gang_elsewhere: bool,
+    fit: Fit | None,
+) -> RawVerdict:
+    milli = pod.share_milli
+    topo = node.topology
+    best: tuple[float, int, float, float, float] | None = None  # (value, pos, packing, pod_slow, res_slow)
+    free_milli = node.free_milli
+    fit_before, fit_after = fit if fit is not None else (None, None)
+    before = fragmentation_with(topo, free_milli, config, fit_before)
+    gpus = node.gpus
+    for pos in node.share_positions:
+        g = gpus[pos]
+        if g.allocated_milli + milli > WHOLE_GPU_MILLI:
+            continue
+        if not memory_ok(g, pod.gpu_memory_bytes, whole=False):
+            continue
+        after_milli = take_milli(free_milli, (pos,), milli)
+        packing = packing_of(fragmentation_with(topo, after_milli, config, fit_after) - before, after_milli)
+        if g.residents:
+            pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
+        else:
+            pod_slow, res_slow = 1.0, 1.0
+        interference = 0.5 / pod_slow + 0.5 / res_slow
+        value = config.weight_packing * packing + config.weight_interference * interference
+        if best is None or value > best[0]:
+            best = (value, pos, packing, pod_slow, res_slow)
+    if best is None:
+        need = f"{milli} milli-GPU" + (f" and {pod.gpu_memory_bytes} bytes" if pod.gpu_memory_bytes is not None else "")
+        return RawVerdict(node.name, node.gpu_model, False, detail=f"no healthy GPU has {need} free")
+    _, pos, packing, pod_slow, res_slow = best
+    affinity = 1.0
+    if pod.gang:
+        affinity = 0.5 + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
+    g = node.gpus[pos]
+    shared_with = len(g.residents)
+    return RawVerdict(
+        node.name,
+        node.gpu_model,
+        True,
+        gpus=(g.index,),
+        packing=packing,
+        affinity=affinity,
+        interference=0.5 / pod_slow + 0.5 / res_slow,
+        slowdown=pod_slow,
+        detail=f", shares GPU {g.index} with {shared_with} process(es), residents slowed x{res_slow:.2f}"
+        if shared_with
+        else f", GPU {g.index} unshared",
+    )
+
+
+def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -> RawVerdict:
+    """A pod without GPU: only its CPU/memory can fragment the node's GPUs (task types that no longer fit there)."""
+    free_milli = node.free_milli
+    topo = node.topology
+    delta = fragmentation_with(topo, free_milli, config, fit[1]) - fragmentation_with(topo, free_milli, config, fit[0])
+    return RawVerdict(
+        node.name,
+        node.gpu_model,
+        True,
+        packing=packing_of(delta, free_milli),
+        affinity=1.0,
+        detail=f", no GPU; leaves {delta / WHOLE_GPU_MILLI:+.2f} GPUs of fragmentation",
+    )
+
+
+def scores_without_gpu(pod: PodRequest, config: ScoringConfig) -> bool:
+    """Whether a pod without GPU is scored (by its CPU/memory) rather than given the neutral score everywhere."""
+    return config.resources is not None and (pod.cpu_milli is not None or pod.memory_mib is not None)
+
+
+_NO_GPU_DETAIL = "pod requests no GPU; neutral score"
+
+
+def _neutral_without_gpu(name: str) -> NodeScore:
+    return NodeScore(name, 50.0, True, False, 0.5, 0.5, 1.0, 0.5, (), 1.0, None, _NO_GPU_DETAIL)
+
+
+def is_stale(node: NodeState, config: ScoringConfig, now_seconds: float | None) -> bool:
+    if node.observed_at_seconds is None:
+        return True
+    return now_seconds is not None and now_seconds - node.observed_at_seconds > config.staleness_seconds
+
+
+def unknown_score(node: str, reason: str, config: ScoringConfig) -> NodeScore:
+    """The neutral verdict on a node without usable state (never observed, stale)."""
+    neutral = config.unknown_node_score / 100.0
+    return NodeScore(
+        node=node,
+        score=config.unknown_node_score,
+        feasible=True,
+        known=False,
+        packing=neutral,
+        affinity=neutral,
+        interference=neutral,
+        jct=neutral,
+        gpus=(),
+        predicted_slowdown=1.0,
+        predicted_jct_seconds=None,
+        detail=reason,
+    )
+
+
+def _stale_reason(node: NodeState, now_seconds: float | None) -> str:
+    if node.observed_at_seconds is None:
+        return "unknown: no telemetry from this node; neutral score"
+    age = (now_seconds or 0.0) - node.observed_at_seconds
+    return f"unknown: last snapshot {age:.0f}s old (stale); neutral score"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Public API
+
+
+def score_nodes(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> list[NodeScore]:
+    """Score every node for `pod`, in the order given.
+
+    `now_seconds` (Unix time) enables the staleness check; None treats every observed node as fresh (simulator).
+    Infeasible nodes score 0 with the reason; stale ones get `config.unknown_node_score`.
+    """
+    predictors = predictors or HEURISTIC_PREDICTORS
+    k = pod.whole_gpus
+    if k == 0 and not pod.is_share and not scores_without_gpu(pod, config):
+        return [_neutral_without_gpu(n.name) for n in nodes]
+    raws = evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
+    return _finish(pod, raws, config, predictors)
+
+
+def evaluate_batch(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    now_seconds: float | None,
+) -> list[RawVerdict | NodeScore]:
+    """Each node's verdict before the batch-relative JCT (memoised per node and request shape); stale → unknown."""
+    k = pod.whole_gpus
+    gang_elsewhere = bool(pod.gang) and any(pod.gang in n.gangs for n in nodes)
+    usage_cache: dict[str, UsageProfile] = {}
+    fallback_usage = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+
+    raws: list[RawVerdict | NodeScore] = []
+    key = _shape_id(
+        (
+            k,
+            pod.share_milli,
+            pod.gpu_memory_bytes,
+            pod.workload,
+            pod.gang,
+            gang_elsewhere,
+            pod.cpu_milli,
+            pod.memory_mib,
+            pod.gpu_models,
+            config,
+            predictors,
+        )
+    )
+    resources = config.resources
+    gpu_pod = k > 0 or pod.is_share
+    oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
+    for node in nodes:
+        observed = node.observed_at_seconds
+        if observed is None or (oldest is not None and observed < oldest):
+            raws.append(unknown_score(node.name, _stale_reason(node, now_seconds), config))
+            continue
+        memo = _VERDICTS.get(node)
+        if memo is None:
+            memo = _VERDICTS.put(node, {})
+        cached = memo.get(key)
+        if cached is not None:
+            raws.append(cached)
+            continue
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        fit = _fit(node, pod, resources) if resources is not None else None
+        short = resources_short(node, pod)
+        if short is not None:
+            raw = memo[key] = RawVerdict(node.name, node.gpu_model, False, detail=short)
+            raws.append(raw)
+            continue
+        if not gpu_pod:
+            if fit is None:
+                raws.append(_neutral_without_gpu(node.name))
+            else:
+                raw = memo[key] = _evaluate_without_gpu(node, config=config, fit=fit)
+                raws.append(raw)
+            continue
+        usage = usage_cache.get(node.gpu_model)
+        if usage is None:
+            usage = predictors.usage.usage(pod.workload, node.gpu_model) or fallback_usage
+            usage_cache[node.gpu_model] = usage
+        if node.healthy_count == 0:
+            raw = RawVerdict(node.name, node.gpu_model, False, detail="no healthy GPU")
+        elif k:
+            raw = _evaluate_whole(
+                node,
+                pod,
+                k=k,
+                config=config,
+                predictors=predictors,
+                usage=usage,
+                gang_elsewhere=gang_elsewhere,
+                fit=fit,
+            )
+        else:
+            raw = _evaluate_share(
+                node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere, fit=fit
+            )
+        memo[key] = raw
+        raws.append(raw)
+    return raws
+
+
+_shape_ids: dict[tuple[object, ...], int] = {}
+_next_shape_id = count()
+
+
+def clear_verdicts() -> None:
+    """Forget every memoised verdict (a benchmark's cold start)."""
+    _VERDICTS.clear()
+
+
+def _shape_id(shape: tuple[object, ...]) -> int:
+    """A never-reused small int per request shape: the per-node memo then hashes an int, not an 8-tuple, per node."""
+    shape_id = _shape_ids.get(shape)
+    if shape_id is None:
+        if len(_shape_ids) >= _SHAPE_LIMIT:
+            _shape_ids.clear()  # ids are never reused, so entries under forgotten ids just age out of the memos
+        shape_id = _shape_ids[shape] = next(_next_shape_id)
+    return shape_id
+
+
+def jct_basis(
+    pod: PodRequest, feasible: Sequence[RawVerdict], predictors: Predictors
+) -> tuple[dict[str, float | None], dict[str, float], bool]:
+    """Per GPU model of the feasible nodes: the predicted JCT (or None), the unit time the jct component compares
+    (the JCT when every model has one, else 1 / relative speed), and whether JCTs were used. A pod without GPU: 1
+    everywhere (the GPU model says nothing about its run time)."""
+    gpu_count = max(pod.whole_gpus, 1)
+    base_jct: dict[str, float | None] = {}
+    inverse_speed: dict[str, float] = {}
+    if pod.whole_gpus == 0 and not pod.is_share:
+        return (
+            dict.fromkeys((r.gpu_model for r in feasible), None),
+            dict.fromkeys((r.gpu_model for r in feasible), 1.0),
+            False,
+        )
+    for raw in feasible:
+        model = raw.gpu_model
+        if model not in base_jct:
+            base_jct[model] = predictors.jct.jct_seconds(pod.workload, model, gpu_count)
+            inverse_speed[model] = 1.0 / max(predictors.speed.relative_speed(model), 1e-6)
+    use_jct = bool(base_jct) and all(v is not None for v in base_jct.values())
+    unit_time = {m: (j or 0.0) if use_jct else inverse_speed[m] for m, j in base_jct.items()}
+    return base_jct, unit_time, use_jct
+
+
+def _finish(
+    pod: PodRequest, raws: list[RawVerdict | NodeScore], config: ScoringConfig, predictors: Predictors
+) -> list[NodeScore]:
+    """Add the batch-relative JCT component and weight the components."""
+    feasible = [raw for raw in raws if isinstance(raw, RawVerdict) and raw.feasible]
+    base_jct, unit_time, use_jct = jct_basis(pod, feasible, predictors)
+    times = [raw.slowdown * unit_time[raw.gpu_model] for raw in feasible]
+    best_time = min(times, default=1.0)
+    w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
+    w_total = w_p + w_a + w_i + w_j
+    scale = 100.0 / w_total if w_total > 0 else 0.0
+    basis = "jct model" if use_jct else f"relative GPU speed; {predictors.jct.name} has no estimate"
+    make = NodeScore._make
+    out: list[NodeScore] = []
+    append = out.append
+    t_iter = iter(times)
+    for raw in raws:
+        if isinstance(raw, NodeScore):
+            append(raw)
+            continue
+        if not raw.feasible:
+            append(make((raw.name, 0.0, False, True, 0.0, 0.0, 0.0, 0.0, (), 1.0, None, raw.detail, raw.gpu_model, "")))
+            continue
+        t = next(t_iter)
+        jct_ratio = best_time / t if t > 0 else 1.0
+        if scale:
+            total = scale * (w_p * raw.packing + w_a * raw.affinity + w_i * raw.interference + w_j * jct_ratio)
+            total = 100.0 if total > 100.0 else (0.0 if total < 0.0 else total)
+        else:
+            total = 50.0
+        jct_s = base_jct[raw.gpu_model]
+        append(
+            make(
+                (
+                    raw.name,
+                    total,
+                    True,
+                    True,
+                    raw.packing,
+                    raw.affinity,
+                    raw.interference,
+                    jct_ratio,
+                    raw.gpus,
+                    raw.slowdown,
+                    jct_s * raw.slowdown if jct_s is not None else None,
+                    raw.detail,
+                    raw.gpu_model,
+                    basis,
+                )
+            )
+        )
+    return out
+
+
+def score_candidates(
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> list[NodeScore]:
+    """Like `score_nodes` for node names; a name without state gets the neutral unknown score, in place."""
+    known = [nodes[n] for n in names if n in nodes]
+    scored = iter(score_nodes(pod, known, config=config, predictors=predictors, now_seconds=now_seconds))
+    return [
+        next(scored) if n in nodes else unknown_score(n, "unknown: the advisor has no state for this node", config)
+        for n in names
+    ]
+
+
+def allocate(
+    pod: PodRequest,
+    node: NodeState,
+    *,
+    config: ScoringConfig,
+    predictors: Predictors | None = None,
+    now_seconds: float | None = None,
+) -> NodeScore:
+    """The best GPUs on one node for `pod` (for a device plugin's GetPreferredAllocation); `gpus` empty if none fit."""
+    return score_nodes(pod, [node], config=config, predictors=predictors, now_seconds=now_seconds)[0]

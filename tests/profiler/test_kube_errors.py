@@ -1,0 +1,70 @@
+"""The shared Kubernetes error tree (`collector.kube`) as the profiler meets it and hands it to kopf: a refused call
+(403, 404, an invalid request) is given up on, one that may heal (503, 429, a timeout, no answer) is retried; the
+client's own error is kept as the cause."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from collector.kube import KubePermanentError, KubeTemporaryError, make_api_client
+from profiler.kube import KubeCluster, kopf_error
+from tests.support.net import free_port
+
+
+class _Answering(http.server.BaseHTTPRequestHandler):
+    """An API server that answers every request with its server's `status`."""
+
+    def do_GET(self) -> None:
+        status: int = self.server.status  # type: ignore[attr-defined]
+        body = json.dumps({"kind": "Status", "code": status, "message": "nodes is forbidden"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def server() -> Iterator[http.server.ThreadingHTTPServer]:
+    serving = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answering)
+    threading.Thread(target=serving.serve_forever, daemon=True).start()
+    yield serving
+    serving.shutdown()
+    serving.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "temporary"),
+    [(400, False), (403, False), (404, False), (422, False), (408, True), (429, True), (500, True), (503, True)],
+)
+def test_an_http_failure_is_temporary_only_when_retrying_can_help(
+    server: http.server.ThreadingHTTPServer, status: int, temporary: bool
+) -> None:
+    server.status = status  # type: ignore[attr-defined]
+    cluster = KubeCluster(make_api_client(f"http://127.0.0.1:{server.server_address[1]}"))
+    with pytest.raises(KubeTemporaryError if temporary else KubePermanentError) as caught:
+        cluster.list_nodes()
+    assert caught.value.temporary is temporary
+    assert isinstance(caught.value.__cause__, ApiException)
+    assert str(caught.value) == f"list nodes: HTTP {status} nodes is forbidden"
+    assert isinstance(kopf_error(caught.value), kopf.TemporaryError if temporary else kopf.PermanentError)
+
+
+def test_no_answer_from_the_api_server_is_retried() -> None:
+    cluster = KubeCluster(make_api_client(f"http://127.0.0.1:{free_port()}"))
+    with pytest.raises(KubeTemporaryError) as caught:
+        cluster.list_nodes()
+    assert "list nodes: cannot reach the Kubernetes API" in str(caught.value)
+    assert caught.value.__cause__ is not None
+    assert isinstance(kopf_error(caught.value), kopf.TemporaryError)
