@@ -59,7 +59,7 @@ def test_a_node_of_a_model_the_pod_does_not_accept_fails_the_filter_and_scores_0
     names = ["h100-node", "a100-node"]
     body = client.post("/extender/filter", json={"Pod": _pod(constraint), "NodeNames": names}).json()
     assert body["NodeNames"] == ["a100-node"]
-    # a model the pod never accepts: unresolvable, so preemption evicts nobody there (advisor/unresolvable.py)
+    # a model the pod never accepts: unresolvable, so preemption evicts nobody there (advisor/placement/unresolvable.py)
     assert "not one the pod accepts (a100-40gb)" in body["FailedAndUnresolvableNodes"]["h100-node"]
     scores = client.post("/extender/prioritize", json={"Pod": _pod(constraint), "NodeNames": names}).json()
     assert {h["Host"]: h["Score"] for h in scores} == {"h100-node": 0, "a100-node": 10}
