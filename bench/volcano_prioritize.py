@@ -5,7 +5,7 @@ Against `gpuadvisor advisor serve --no-kube` in a subprocess on loopback, fed on
 wall time per request as Volcano's HTTP client sees it (sending the body included) — median, p99 and max — and the
 server's own CPU time per request. The bodies come from `tests.support.upstream` (the Go types' JSON field names).
 
-Run from the repository root: PYTHONPATH=. python bench/volcano_prioritize.py [--nodes 500] [--tasks 8]
+Run from the repository root: python bench/volcano_prioritize.py [--nodes 500] [--tasks 8]
 [--requests 60]. To measure another checkout's advisor with the same bodies, run it from that checkout's root
 (the served `advisor` package is the working directory's).
 """
@@ -16,6 +16,7 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import tempfile
 import time
 from http.client import HTTPConnection
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from cluster import free_port, machine_note, post, process_cpu_seconds, start_advisor, synthetic_snapshot
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the bodies come from the tests' upstream fixtures
 from tests.support import upstream
 
 NOT_FOUND = 404
