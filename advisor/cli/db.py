@@ -21,7 +21,9 @@ DbUrlOption = Annotated[
 
 def open_store(db_url: str | None) -> Engine:
     """Engine for `db_url` (or the settings' URL), with the schema migrated to the newest revision."""
-    url = db_url or ProfilerSettings().db_url
+    if db_url is not None and not db_url.strip():
+        fail("--db is empty: give a database URL (e.g. sqlite:///./gpuadvisor.db), or leave --db out for the default")
+    url = ProfilerSettings().db_url if db_url is None else db_url
     try:
         engine = db.make_engine(url)
         db.upgrade(engine)

@@ -78,7 +78,7 @@ def request(
     if not local:
         _submit(run)
         return
-    engine = open_store(db_url or settings.db_url)
+    engine = open_store(settings.db_url if db_url is None else db_url)
     backend, why = _open_backend()
     if backend is None:
         typer.echo(f"warning: GPU telemetry unavailable ({why}); measuring throughput only", err=True)
@@ -348,7 +348,7 @@ def run_controller(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ProfilerSettings()
-    engine = open_store(db_url or settings.db_url)
+    engine = open_store(settings.db_url if db_url is None else db_url)
     sessions = db.session_factory(engine)
     try:
         cluster = KubeCluster(make_api_client())

@@ -100,6 +100,12 @@ def test_db_upgrade_does_not_create_a_missing_directory(tmp_path: Path) -> None:
     assert not missing.parent.exists()
 
 
+def test_an_empty_db_option_is_refused_not_taken_for_the_default(tmp_path: Path) -> None:
+    result = gpuadvisor("db", "upgrade", "--db", "", cwd=tmp_path)
+    assert_one_error_line(result, 2, "--db is empty")
+    assert not (tmp_path / "gpuadvisor.db").exists()
+
+
 def test_an_unreachable_store_is_one_line_without_the_drivers_footer(tmp_path: Path) -> None:
     result = gpuadvisor("profile", "list", "--db", f"sqlite:///{tmp_path}")  # a directory, not a database file
     line = assert_one_error_line(result, 2, "unable to open database file")
