@@ -6,13 +6,15 @@ One command, prints the figures recorded in docs/benchmarks.md:
   * `POST /extender/prioritize` over HTTP on loopback (a full v1.Pod, 500 NodeNames) against
     `gpuadvisor advisor serve --no-kube` in a subprocess: p50/p99 with one keep-alive client, and the server's own
     CPU time per request (unaffected by other load on the machine);
-  * sustained requests/s with several concurrent keep-alive clients (which share the cores with the server).
+  * sustained requests/s with several concurrent keep-alive clients (which share the cores with the server);
+  * `POST /v1/score` over the same 500 nodes (every node, explained): p50/p99 with one keep-alive client, server CPU
+    per request, and sustained requests/s with several clients.
 
 `--node-cpu` gives the in-process nodes CPU/memory as the Kubernetes watch would (64 CPUs / 512 GiB allocatable,
 2 CPUs / 16 GiB requested per resident pod); the HTTP server runs with `--no-kube`, so its nodes have none.
 
 Usage: python bench/score_latency.py [--nodes 500] [--iterations 600] [--requests 400] [--seconds 10] [--clients 4]
-       [--node-cpu]
+       [--node-cpu] [--part all|in-process|prioritize|score]
 """
 
 from __future__ import annotations
@@ -162,6 +164,66 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
             proc.wait(timeout=30)
 
 
+def bench_score_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, clients: int) -> None:
+    """`POST /v1/score` over every node (500): the native API, a full explained answer per node."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = start_advisor(port, Path(tmp) / "bench.db")
+        try:
+            conn = HTTPConnection("127.0.0.1", port)
+            for raw in snapshots:
+                status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
+                assert status == 202, status
+            pods = [{"gpus": 1}, {"gpus": 2}, {"gpus": 4}, {"gpus": 8}, {"gpu_milli": 250}, {"gpus": 1}]
+            bodies = [json.dumps({"pod": {**pod, "workload": "resnet50-bs64"}}).encode() for pod in pods]
+            status, reply = post(conn, "/v1/score", bodies[0])
+            assert status == 200, reply[:300]
+            answer = json.loads(reply)
+            assert len(answer["scores"]) == len(snapshots)
+            print(f"/v1/score answer for a 1-GPU pod: {len(answer['scores'])} nodes, {len(reply) / 1e3:.0f} kB")
+            for body in bodies:
+                post(conn, "/v1/score", body)
+            times = []
+            cpu0 = process_cpu_seconds(proc.pid)
+            for i in range(requests):
+                t0 = time.perf_counter()
+                status, _ = post(conn, "/v1/score", bodies[i % len(bodies)])
+                times.append(time.perf_counter() - t0)
+                assert status == 200
+            cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
+            p50, p99 = percentiles_ms(times)
+            print(
+                f"HTTP /v1/score, {len(snapshots)} nodes, one keep-alive client: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
+                f"({requests} requests); server CPU {cpu_ms:.2f} ms/request"
+            )
+            counts = [0] * clients
+            stop = time.perf_counter() + seconds
+
+            def worker(k: int) -> None:
+                c = HTTPConnection("127.0.0.1", port)
+                i = k
+                while time.perf_counter() < stop:
+                    s, _ = post(c, "/v1/score", bodies[i % len(bodies)])
+                    assert s == 200
+                    counts[k] += 1
+                    i += 1
+
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - start
+            print(
+                f"/v1/score sustained: {sum(counts) / elapsed:.0f} requests/s, {clients} concurrent clients, "
+                f"{elapsed:.1f} s (server at most one core: {1e3 / max(cpu_ms, 1e-9):.0f} requests/s of CPU)"
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=500)
@@ -170,11 +232,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--node-cpu", action="store_true", help="in-process nodes carry CPU/memory")
+    parser.add_argument("--part", choices=("all", "in-process", "prioritize", "score"), default="all")
     args = parser.parse_args()
     print(f"machine: {machine_note()}")
     snapshots = synthetic_cluster(args.nodes)
-    bench_in_process(snapshots, args.iterations, node_cpu=args.node_cpu)
-    bench_http(snapshots, args.requests, args.seconds, args.clients)
+    if args.part in ("all", "in-process"):
+        bench_in_process(snapshots, args.iterations, node_cpu=args.node_cpu)
+    if args.part in ("all", "prioritize"):
+        bench_http(snapshots, args.requests, args.seconds, args.clients)
+    if args.part in ("all", "score"):
+        bench_score_http(snapshots, args.requests, args.seconds, args.clients)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.api import create_app
+from advisor.api.schemas import ScoreResponse
 from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
 from tests.advisor.factories import process, snapshot, two_socket_links, v1_pod
@@ -91,6 +92,31 @@ def test_four_gpu_pod_scores_nvlink_above_numa_spread_through_the_api(client: Te
     assert scores["nvl4"]["gpus"] == [0, 1, 2, 3]
     assert set(scores["nvl4"]["components"]) == {"packing", "affinity", "interference", "jct"}
     assert "NUMA" in scores["numa"]["reason"]
+
+
+def test_score_answers_exactly_the_documented_schema_with_each_verdict_rounded(client: TestClient) -> None:
+    feed(client)
+    response = client.post("/v1/score", json={"pod": {"gpu_milli": 300}})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    # Built without pydantic: it must still be what ScoreResponse documents (extra fields forbidden), best first.
+    parsed = ScoreResponse.model_validate(body)
+    assert parsed.model_dump(mode="json") == body
+    scores = [s["score"] for s in body["scores"]]
+    assert scores == sorted(scores, reverse=True)
+    assert {s["node"] for s in body["scores"]} == {"empty", "nearly-full", "numa", "shared"}
+    for s in body["scores"]:
+        assert s["score"] == round(s["score"], 3)
+        assert all(v == round(v, 4) for v in s["components"].values())
+        assert s["feasible"]
+        assert s["known"]
+        assert len(s["gpus"]) == 1
+        assert s["reason"].startswith("GPUs [")
+    assert body["models"]
+    assert body["hint"] == ""
+    # The same verdicts again (the entries come from the route's cache): the same answer.
+    assert client.post("/v1/score", json={"pod": {"gpu_milli": 300}}).json() == body
 
 
 def test_filter_returns_the_extender_filter_result(client: TestClient) -> None:
