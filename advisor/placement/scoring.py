@@ -45,11 +45,12 @@ from advisor.placement.memo import NodeMemo
 from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeScore, NodeState, PodRequest
 from advisor.predictors import Predictors, UsageProfile, default_usage
 
-_MEMO_LIMIT = 64
+_MEMO_LIMIT = 16
 _SHAPE_LIMIT = 4096
 HEURISTIC_PREDICTORS = Predictors.heuristic()
-_VERDICTS: NodeMemo[dict[int, RawVerdict]] = NodeMemo()
-"""Each node state's verdicts by request shape (`_shape_id`); at most `_MEMO_LIMIT` per node."""
+_VERDICTS: NodeMemo[dict[int | tuple[int, tuple[int, int]], RawVerdict]] = NodeMemo()
+"""Each node state's verdicts by request shape (`_shape_id`: what the GPU choice depends on, not the pod's CPU/memory),
+with the node's CPU/memory fit index after the pod where that is known; at most `_MEMO_LIMIT` per node."""
 
 
 Fit = tuple[tuple[int, int], tuple[int, int]]
@@ -320,6 +321,8 @@ def evaluate_batch(
     fallback_usage = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
 
     raws: list[RawVerdict | NodeScore] = []
+    # What a node's GPU choice depends on; the pod's CPU/memory enter only through the node's fit index after it
+    # (below) and the shortfall check, so a new CPU/memory request is not a new shape.
     key = _shape_id(
         (
             k,
@@ -328,8 +331,6 @@ def evaluate_batch(
             pod.workload,
             pod.gang,
             gang_elsewhere,
-            pod.cpu_milli,
-            pod.memory_mib,
             pod.gpu_models,
             config,
             predictors,
@@ -337,32 +338,37 @@ def evaluate_batch(
     )
     resources = config.resources
     gpu_pod = k > 0 or pod.is_share
+    own_resources = pod.cpu_milli is not None or pod.memory_mib is not None
     oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
     for node in nodes:
         observed = node.observed_at_seconds
         if observed is None or (oldest is not None and observed < oldest):
             raws.append(unknown_score(node.name, _stale_reason(node, now_seconds), config))
             continue
+        if own_resources and (refused := _resources_refusal(node, pod)) is not None:
+            raws.append(refused)
+            continue
+        fit = _fit(node, pod, resources) if resources is not None else None
+        node_key: int | tuple[int, tuple[int, int]] = key if fit is None else (key, fit[1])
         memo = _VERDICTS.get(node)
         if memo is None:
             memo = _VERDICTS.put(node, {})
-        cached = memo.get(key)
+        cached = memo.get(node_key)
         if cached is not None:
             raws.append(cached)
             continue
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
-        fit = _fit(node, pod, resources) if resources is not None else None
-        short = resources_short(node, pod)
+        short = _model_short(node, pod)
         if short is not None:
-            raw = memo[key] = RawVerdict(node.name, node.gpu_model, False, detail=short)
+            raw = memo[node_key] = RawVerdict(node.name, node.gpu_model, False, detail=short)
             raws.append(raw)
             continue
         if not gpu_pod:
             if fit is None:
                 raws.append(_neutral_without_gpu(node.name))
             else:
-                raw = memo[key] = _evaluate_without_gpu(node, config=config, fit=fit)
+                raw = memo[node_key] = _evaluate_without_gpu(node, config=config, fit=fit)
                 raws.append(raw)
             continue
         usage = usage_cache.get(node.gpu_model)
@@ -386,9 +392,28 @@ def evaluate_batch(
             raw = _evaluate_share(
                 node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere, fit=fit
             )
-        memo[key] = raw
+        memo[node_key] = raw
         raws.append(raw)
     return raws
+
+
+def _resources_refusal(node: NodeState, pod: PodRequest) -> RawVerdict | None:
+    """The infeasible verdict when the node cannot hold the pod's own CPU/memory (or GPU model), else None: checked
+    on every call, outside the per-shape memo, since the pod's CPU/memory are not part of its shape."""
+    cpu, memory = node.cpu_free_milli, node.memory_free_mib
+    if (cpu is None or pod.cpu_milli is None or pod.cpu_milli <= cpu) and (
+        memory is None or pod.memory_mib is None or pod.memory_mib <= memory
+    ):
+        return None
+    short = resources_short(node, pod)
+    return None if short is None else RawVerdict(node.name, node.gpu_model, False, detail=short)
+
+
+def _model_short(node: NodeState, pod: PodRequest) -> str | None:
+    """Why the node's GPU model is not one the pod accepts, or None."""
+    if pod.gpu_models and normalize_gpu_model(node.gpu_model) not in pod.gpu_models:
+        return resources_short(node, pod)
+    return None
 
 
 _shape_ids: dict[tuple[object, ...], int] = {}

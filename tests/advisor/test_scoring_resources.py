@@ -228,3 +228,27 @@ def test_extender_node_scores_are_the_integers_of_the_full_verdicts(cpu_free: in
     for pod in pods:
         full = extender_scores(score_nodes(pod, nodes, config=config))
         assert extender_node_scores(pod, nodes, config=config) == full, pod
+
+
+def test_a_new_cpu_memory_request_reuses_the_gpu_verdict_but_is_still_refused_where_it_does_not_fit() -> None:
+    """The memo keys on what the GPU choice depends on: pods that differ only in CPU/memory get the same verdicts
+    where those do not move a node's fit index, and a node short of CPU refuses the pod whatever is memoised for its
+    shape."""
+    config = ScoringConfig(task_mix=CPU_MIX)
+    roomy = node("roomy", 8, {0: 1000}, two_socket(8), cpu_free=64_000, memory_free=512 * 1024)
+    tight = node("tight", 8, {0: 1000}, two_socket(8), cpu_free=3_500, memory_free=512 * 1024)
+    plain = PodRequest(gpus=2)
+    small = PodRequest(gpus=2, cpu_milli=1000, memory_mib=1024)
+    other = PodRequest(gpus=2, cpu_milli=1001, memory_mib=1025)  # same fit index after it on both nodes
+    big = PodRequest(gpus=2, cpu_milli=8000, memory_mib=1024)
+    first = score_nodes(small, [roomy, tight], config=config)
+    again = score_nodes(other, [roomy, tight], config=config)
+    assert first == again
+    assert all(s.feasible for s in first)
+    assert score_nodes(plain, [roomy], config=config)[0].gpus == first[0].gpus
+    refused = score_nodes(big, [roomy, tight], config=config)
+    assert refused[0].feasible
+    assert not refused[1].feasible
+    assert refused[1].detail == "needs 8000 milli-CPU, has 3500 free"
+    # and back: the smaller request fits the tight node again (the refusal was not memoised as its verdict)
+    assert score_nodes(small, [roomy, tight], config=config) == first
