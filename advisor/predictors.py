@@ -125,6 +125,7 @@ class HeuristicInterference:
     """SM / memory-bandwidth over-subscription model (see the module docstring)."""
 
     name = HEURISTIC
+    context_switch_cost_ratio = _CONTEXT_SWITCH_COST_RATIO  # read by the vectorised scorer (placement.columnar)
 
     def slowdowns(
         self,

@@ -6,6 +6,8 @@ One command, prints the figures recorded in docs/benchmarks.md:
   * `POST /extender/prioritize` over HTTP on loopback (a full v1.Pod, 500 NodeNames) against
     `gpuadvisor advisor serve --no-kube` in a subprocess: p50/p99 with one keep-alive client, and the server's own
     CPU time per request (unaffected by other load on the machine);
+  * the same with a pod shape never seen before in every request (cold: a new share size, GPU count × CPU request
+    and workload), p50/p99 per kind;
   * sustained requests/s with several concurrent keep-alive clients (which share the cores with the server);
   * `POST /v1/score` over the same 500 nodes (every node, explained): p50/p99 with one keep-alive client, server CPU
     per request, and sustained requests/s with several clients.
@@ -39,6 +41,7 @@ from cluster import (
     process_cpu_seconds,
     start_advisor,
     synthetic_cluster,
+    v1_pod,
 )
 
 from advisor.api.schemas import V1Pod
@@ -139,6 +142,29 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
                 f"HTTP /extender/prioritize, one keep-alive client: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
                 f"({requests} requests); server CPU {cpu_ms:.2f} ms/request"
             )
+            cold_ms: dict[str, list[float]] = {"1 GPU": [], "2-8 GPUs": [], "a share": []}
+            cpu0 = process_cpu_seconds(proc.pid)
+            for i in range(requests):
+                # A pod shape never seen before in every request: a new share size, GPU count x CPU request, workload.
+                kind = ("1 GPU", "2-8 GPUs", "a share")[i % 3]
+                pod = v1_pod(1) if kind == "1 GPU" else v1_pod((2, 4, 8)[(i // 3) % 3])
+                if kind == "a share":
+                    pod = v1_pod(0, share_milli=100 + (i * 37) % 850)
+                pod["metadata"]["labels"]["gpuadvisor.io/workload"] = f"cold-{i}"
+                pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = f"{1000 + i}m"
+                body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
+                t0 = time.perf_counter()
+                status, _ = post(conn, "/extender/prioritize", body)
+                cold_ms[kind].append(time.perf_counter() - t0)
+                assert status == 200
+            cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
+            for kind, samples in cold_ms.items():
+                p50, p99 = percentiles_ms(samples)
+                print(
+                    f"HTTP /extender/prioritize, a new pod shape every request ({kind}, cold): p50 {p50:.2f} ms, "
+                    f"p99 {p99:.2f} ms ({len(samples)} requests)"
+                )
+            print(f"  server CPU over the cold requests: {cpu_ms:.2f} ms/request")
             counts = [0] * clients
             stop = time.perf_counter() + seconds
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from itertools import count
 
 from advisor.gpus import normalize_gpu_model
+from advisor.placement.columnar import NO_SHARE, ShareChoice, share_choices
 from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import MixResources
 from advisor.placement.gpuset import fragmentation_with, packing_of, take_milli, whole_plan
@@ -199,9 +200,18 @@ def _evaluate_share(
         if best is None or value > best[0]:
             best = (value, pos, packing, pod_slow, res_slow)
     if best is None:
+        return _share_verdict(node, pod, NO_SHARE, gang_elsewhere=gang_elsewhere)
+    _, pos, packing, pod_slow, res_slow = best
+    return _share_verdict(node, pod, ShareChoice(pos, packing, pod_slow, res_slow), gang_elsewhere=gang_elsewhere)
+
+
+def _share_verdict(node: NodeState, pod: PodRequest, choice: ShareChoice, *, gang_elsewhere: bool) -> RawVerdict:
+    """A share's verdict once its GPU is chosen (by either path; position -1: none fits)."""
+    pos, packing, pod_slow, res_slow = choice
+    if pos < 0:
+        milli = pod.share_milli
         need = f"{milli} milli-GPU" + (f" and {pod.gpu_memory_bytes} bytes" if pod.gpu_memory_bytes is not None else "")
         return RawVerdict(node.name, node.gpu_model, False, detail=f"no healthy GPU has {need} free")
-    _, pos, packing, pod_slow, res_slow = best
     affinity = 1.0
     if pod.gang:
         affinity = 0.5 + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
@@ -321,21 +331,13 @@ def evaluate_batch(
     fallback_usage = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
 
     raws: list[RawVerdict | NodeScore] = []
+    deferred: list[_Deferred] = []
     # What a node's GPU choice depends on; the pod's CPU/memory enter only through the node's fit index after it
-    # (below) and the shortfall check, so a new CPU/memory request is not a new shape.
-    key = _shape_id(
-        (
-            k,
-            pod.share_milli,
-            pod.gpu_memory_bytes,
-            pod.workload,
-            pod.gang,
-            gang_elsewhere,
-            pod.gpu_models,
-            config,
-            predictors,
-        )
-    )
+    # (below) and the shortfall check, so a new CPU/memory request is not a new shape. The workload matters only
+    # through the interference with residents: whole GPUs on a node whose free GPUs have none do not depend on it.
+    shape = (k, pod.share_milli, pod.gpu_memory_bytes, pod.gang, gang_elsewhere, pod.gpu_models, config, predictors)
+    key = _shape_id((*shape, pod.workload))
+    key_any_workload = _shape_id((*shape, _ANY_WORKLOAD)) if k > 0 or not pod.is_share else key
     resources = config.resources
     gpu_pod = k > 0 or pod.is_share
     own_resources = pod.cpu_milli is not None or pod.memory_mib is not None
@@ -349,7 +351,8 @@ def evaluate_batch(
             raws.append(refused)
             continue
         fit = _fit(node, pod, resources) if resources is not None else None
-        node_key: int | tuple[int, tuple[int, int]] = key if fit is None else (key, fit[1])
+        base = key if node.free_residents else key_any_workload
+        node_key: int | tuple[int, tuple[int, int]] = base if fit is None else (base, fit[1])
         memo = _VERDICTS.get(node)
         if memo is None:
             memo = _VERDICTS.put(node, {})
@@ -389,12 +392,74 @@ def evaluate_batch(
                 fit=fit,
             )
         else:
-            raw = _evaluate_share(
-                node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere, fit=fit
-            )
+            # Shares are evaluated together once every node is seen (`_evaluate_shares`).
+            deferred.append(_Deferred(len(raws), node, memo, node_key, usage, fit))
+            raws.append(_PENDING)
+            continue
         memo[node_key] = raw
         raws.append(raw)
+    if deferred:
+        _evaluate_shares(pod, deferred, raws, config=config, predictors=predictors, gang_elsewhere=gang_elsewhere)
     return raws
+
+
+@dataclass(slots=True)
+class _Deferred:
+    """A node whose share verdict is still to be computed: where it goes in the batch and in the node's memo."""
+
+    slot: int
+    node: NodeState
+    memo: dict[int | tuple[int, tuple[int, int]], RawVerdict]
+    key: int | tuple[int, tuple[int, int]]
+    usage: UsageProfile
+    fit: Fit | None
+
+
+_PENDING = RawVerdict("", "", False, detail="pending")
+_COLUMNAR_MIN_NODES = 8
+"""Below this many nodes of one GPU count, the scalar loop is as fast as setting up the arrays."""
+
+
+def _evaluate_shares(
+    pod: PodRequest,
+    deferred: list[_Deferred],
+    raws: list[RawVerdict | NodeScore],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    gang_elsewhere: bool,
+) -> None:
+    """Fill in the share verdicts of `deferred` (and their memos): nodes of the same GPU count together through
+    `columnar.share_choices` where there are enough of them, else one by one (`_evaluate_share`); the same
+    verdicts either way."""
+    by_count: dict[int, list[_Deferred]] = {}
+    for d in deferred:
+        by_count.setdefault(d.node.topology.gpu_count, []).append(d)
+    for group in by_count.values():
+        if len(group) >= _COLUMNAR_MIN_NODES:
+            choices = share_choices(
+                pod,
+                [d.node for d in group],
+                [d.fit for d in group],
+                [d.usage for d in group],
+                config=config,
+                predictors=predictors,
+            )
+            for d, c in zip(group, choices, strict=True):
+                raw = _share_verdict(d.node, pod, c, gang_elsewhere=gang_elsewhere)
+                d.memo[d.key] = raws[d.slot] = raw
+        else:
+            for d in group:
+                raw = _evaluate_share(
+                    d.node,
+                    pod,
+                    config=config,
+                    predictors=predictors,
+                    usage=d.usage,
+                    gang_elsewhere=gang_elsewhere,
+                    fit=d.fit,
+                )
+                d.memo[d.key] = raws[d.slot] = raw
 
 
 def _resources_refusal(node: NodeState, pod: PodRequest) -> RawVerdict | None:
@@ -416,6 +481,8 @@ def _model_short(node: NodeState, pod: PodRequest) -> str | None:
     return None
 
 
+_ANY_WORKLOAD = object()
+"""Stands for the workload in the shape of a request whose verdicts do not depend on it (`evaluate_batch`)."""
 _shape_ids: dict[tuple[object, ...], int] = {}
 _next_shape_id = count()
 

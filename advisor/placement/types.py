@@ -7,6 +7,7 @@ Kubernetes watch from pod manifests (`advisor.cluster.pods`), the simulator from
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -15,6 +16,12 @@ from collector.snapshot import LINK_RANK, LinkLevel
 
 WHOLE_GPU_MILLI = 1000
 WORST_LINK_RANK = LINK_RANK[LinkLevel.SYSTEM]
+COLUMN_RESIDENTS = 4
+"""Residents per GPU whose SM and bandwidth use `NodeState.columns` carries (a GPU with more is evaluated alone)."""
+COLUMN_ROWS = 7 + 2 * COLUMN_RESIDENTS
+"""Rows of `NodeState.columns`: free milli-GPU, allocated milli-GPU, share allowed (1/0), GPU memory total and used
+(bytes), NVLink island (index into `Topology.islands`), residents; then the first `COLUMN_RESIDENTS` residents' SM use
+and their memory-bandwidth use (0 where there is none)."""
 
 
 class ScoringInputError(ValueError):
@@ -202,6 +209,8 @@ class NodeState:
     healthy_count: int = field(init=False)
     share_positions: tuple[int, ...] = field(init=False)
     natural_indices: bool = field(init=False)
+    free_residents: bool = field(init=False)
+    columns: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.topology.gpu_count != len(self.gpus):
@@ -240,12 +249,43 @@ class NodeState:
         object.__setattr__(self, "natural_indices", all(g.index == pos for pos, g in enumerate(self.gpus)))
         object.__setattr__(self, "free_mask", free)
         object.__setattr__(
+            self, "free_residents", any(g.residents for pos, g in enumerate(self.gpus) if free >> pos & 1)
+        )
+        object.__setattr__(
             self,
             "free_milli",
             tuple(max(0, WHOLE_GPU_MILLI - g.allocated_milli) if g.healthy else 0 for g in self.gpus),
         )
         object.__setattr__(self, "healthy_count", healthy)
         object.__setattr__(self, "gpu_model", max(models, key=lambda m: models[m]) if models else "")
+        object.__setattr__(self, "columns", self._columns(share))
+
+    def _columns(self, share: list[int]) -> bytes:
+        """The node's GPUs as `COLUMN_ROWS` rows of float64 (one column per GPU position), packed: the vectorised
+        scorer (`advisor.placement.columnar`) joins many nodes' bytes into one array without touching a `GpuState`.
+        Bytes hold no references, so the garbage collector never scans them."""
+        island_of = [0] * len(self.gpus)
+        for i, mask in enumerate(self.topology.islands):
+            for pos in range(len(self.gpus)):
+                if mask >> pos & 1:
+                    island_of[pos] = i
+        share_ok = [0.0] * len(self.gpus)
+        for pos in share:
+            share_ok[pos] = 1.0
+        values = array("d", self.free_milli)
+        values.extend(float(g.allocated_milli) for g in self.gpus)
+        values.extend(share_ok)
+        values.extend(float(g.memory_total_bytes) for g in self.gpus)
+        values.extend(float(g.memory_used_bytes) for g in self.gpus)
+        values.extend(float(i) for i in island_of)
+        values.extend(float(len(g.residents)) for g in self.gpus)
+        for j in range(COLUMN_RESIDENTS):
+            values.extend(g.residents[j].sm_utilization_ratio if len(g.residents) > j else 0.0 for g in self.gpus)
+        for j in range(COLUMN_RESIDENTS):
+            values.extend(
+                g.residents[j].memory_bandwidth_utilization_ratio if len(g.residents) > j else 0.0 for g in self.gpus
+            )
+        return values.tobytes()
 
     @property
     def free_gpus(self) -> int:

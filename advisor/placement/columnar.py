@@ -1,0 +1,268 @@
+"""A GPU share's verdict on many nodes at once: numpy over the nodes' columns instead of a Python loop per GPU.
+
+A share can go on any partly free GPU of a node, so the scalar scorer (`scoring._evaluate_share`) computes the node's
+fragmentation after placing it on each such GPU: one `node_fragmentation_milli` per (node, GPU) and request size.
+For a request shape the service has not seen (a new share size, or every node just refreshed), that is thousands of
+uncached evaluations per call. Here the same arithmetic runs on arrays: every node's GPUs as columns
+(`NodeState.columns`: free milli-GPU, allocated milli-GPU, whether a share may go there, GPU memory, NVLink island),
+one row per (node, GPU) after-state, F_n(M) for all of them in a few array operations.
+
+Same numbers, bit for bit, as the scalar path (tests/advisor/test_columnar.py compares them on random nodes): every
+float is computed by the same IEEE operations in the same order (sums of integers are exact; the mix's terms are
+added one after another, as `fragmentation.node_fragmentation_milli` does), the exponential of the packing sigmoid is
+`math.exp` on each distinct value, and interference is the predictor's own `slowdowns` on the GPUs that have
+residents. Only the GPU-only form and the CPU/memory form of F that `gpuset.fragmentation_with` chooses between are
+covered; both are the scorer's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from advisor.placement.config import ScoringConfig
+from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
+from advisor.predictors import HeuristicInterference, Predictors, UsageProfile
+
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+_FREE, _ALLOCATED, _SHARE_OK, _MEMORY_TOTAL, _MEMORY_USED, _ISLAND, _RESIDENTS = range(7)
+_SM = 7
+_BW = 7 + COLUMN_RESIDENTS
+
+
+class ShareChoice(NamedTuple):
+    """The best GPU for a share on one node (`position` in `NodeState.gpus`), or position -1 when none fits."""
+
+    position: int
+    packing: float
+    pod_slowdown: float
+    resident_slowdown: float
+
+
+NO_SHARE = ShareChoice(-1, 0.0, 1.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stats:
+    """What F_n(M) reads of a node's free GPU shares (`fragmentation._fragments`), per node (shape n) or per
+    (node, GPU the share would take) after-state (shape n × g). Sums of integers: exact in float64."""
+
+    total: FloatArray
+    full: FloatArray
+    max_free: FloatArray
+    island_full: FloatArray
+    below: dict[int, FloatArray]  # per share size m of the mix: the free shares smaller than m, summed
+
+
+def _share_sizes(config: ScoringConfig) -> set[int]:
+    shapes = [(e[0], e[1]) for e in config.task_mix]
+    if config.resources is not None:
+        shapes += list(config.resources.shapes)
+    return {milli for k, milli in shapes if k == 1 and milli < WHOLE_GPU_MILLI}
+
+
+def _before(free: FloatArray, islands: FloatArray, sizes: set[int]) -> tuple[_Stats, FloatArray]:
+    """Each node's statistics as it is, and its full GPUs per island (n × islands)."""
+    full = free >= WHOLE_GPU_MILLI
+    per_island = np.einsum("ng,ngi->ni", full.astype(np.float64), islands)
+    stats = _Stats(
+        total=free.sum(axis=1),
+        full=full.sum(axis=1).astype(np.float64),
+        max_free=free.max(axis=1),
+        island_full=per_island.max(axis=1),
+        below={m: (free * (free < m)).sum(axis=1) for m in sizes},
+    )
+    return stats, per_island
+
+
+def _after(
+    free: FloatArray, island_ids: NDArray[np.int64], per_island: FloatArray, before: _Stats, milli: int
+) -> _Stats:
+    """The statistics after `milli` is taken from each GPU in turn (n × g): only that GPU's free share changes."""
+    taken = free - milli
+    was_full = free >= WHOLE_GPU_MILLI
+    lost_full = (was_full & (taken < WHOLE_GPU_MILLI)).astype(np.float64)
+    # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
+    ordered = np.sort(free, axis=1)
+    first, second = ordered[:, -1:], ordered[:, -2:-1] if free.shape[1] > 1 else np.zeros_like(ordered[:, -1:])
+    only_max = (free == first) & ((free == first).sum(axis=1, keepdims=True) == 1)
+    others_max = np.where(only_max, second, first)
+    # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
+    top = per_island.max(axis=1, keepdims=True)
+    own = np.take_along_axis(per_island, island_ids, axis=1)
+    top_islands = (per_island == top).sum(axis=1, keepdims=True)
+    island_full = top - lost_full * ((own == top) & (top_islands == 1))
+    return _Stats(
+        total=before.total[:, None] - milli,
+        full=before.full[:, None] - lost_full,
+        max_free=np.maximum(others_max, taken),
+        island_full=island_full,
+        below={m: below[:, None] - free * (free < m) + taken * (taken < m) for m, below in before.below.items()},
+    )
+
+
+def _fragmentation(
+    stats: _Stats,
+    largest: FloatArray,
+    *,
+    config: ScoringConfig,
+    weights: FloatArray | None,
+    uses_fit: BoolArray,
+) -> FloatArray:
+    """F_n(M) in milli-GPU as `gpuset.fragmentation_with` computes it, term by term in the same order: GPU-only
+    (`node_fragmentation_milli`) where `uses_fit` is false, else with each row's CPU/memory weights
+    (`node_fragmentation_fit_milli`; `weights` per row and task shape of `MixResources.shapes`). `largest`: the
+    largest NVLink island, broadcast against the statistics' shape."""
+    total = stats.total
+    partial = total - stats.full * WHOLE_GPU_MILLI
+
+    def fragments(k: int, milli: int) -> FloatArray:
+        if k == 0:
+            return np.zeros_like(total)
+        if k == 1 and milli < WHOLE_GPU_MILLI:
+            share: FloatArray = np.where(stats.max_free < milli, total, stats.below[milli])
+            return share
+        fits = np.where((k > 1) & (k <= largest), stats.island_full >= k, stats.full >= k)
+        whole: FloatArray = np.where(fits, partial, total)
+        return whole
+
+    out = np.zeros_like(total)
+    if not uses_fit.all():
+        for entry in config.task_mix:
+            out = out + entry[2] * fragments(entry[0], entry[1])
+    resources = config.resources
+    if resources is not None and weights is not None and uses_fit.any():
+        with_fit = np.zeros_like(total)
+        for j, (k, milli) in enumerate(resources.shapes):
+            w = weights[..., j]
+            with_fit = with_fit + (w * fragments(k, milli) + (resources.all_weights[j] - w) * total)
+        out = np.where(uses_fit, with_fit, out)
+    result: FloatArray = np.where(total == 0, 0.0, out)
+    return result
+
+
+def _weights(config: ScoringConfig, fits: Sequence[tuple[int, int] | None]) -> FloatArray | None:
+    """Per node, `MixResources.weights` at its fit index (all weights where it has none); None without CPU/memory."""
+    resources = config.resources
+    if resources is None or all(f is None for f in fits):
+        return None
+    return np.array([resources.weights(*f) if f is not None else resources.all_weights for f in fits])
+
+
+def _sigmoid_of_negative(x: FloatArray) -> FloatArray:
+    """`gpuset._sigmoid_of_negative` elementwise, with `math.exp` on each distinct value (numpy's exp may differ
+    from the C library's in the last bit, and the scores must not)."""
+    values, inverse = np.unique(x, return_inverse=True)
+    mapped = np.array([0.0 if v > 50 else 1.0 / (1.0 + math.exp(v)) for v in values.tolist()])
+    result: FloatArray = mapped[inverse.reshape(x.shape)]
+    return result
+
+
+def _slowdowns(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    cols: FloatArray,
+    candidates: BoolArray,
+    *,
+    usages: Sequence[UsageProfile],
+    predictors: Predictors,
+) -> tuple[FloatArray, FloatArray]:
+    """(the pod's slowdown, the residents' worst) on each candidate GPU; 1 where it has no residents. The heuristic
+    predictor's arithmetic on arrays, in its order (padding residents add 0.0, which changes no sum); any other
+    predictor, and GPUs with more residents than the columns hold, through `slowdowns` itself."""
+    n, g = candidates.shape
+    pod_slow = np.ones((n, g))
+    res_slow = np.ones((n, g))
+    residents = cols[:, _RESIDENTS, :]
+    busy = candidates & (residents > 0)
+    interference = predictors.interference
+    if type(interference) is HeuristicInterference:
+        sm = np.array([u.sm_utilization_ratio for u in usages])[:, None] + np.zeros((n, g))
+        bw = np.array([u.memory_bandwidth_utilization_ratio for u in usages])[:, None] + np.zeros((n, g))
+        for j in range(COLUMN_RESIDENTS):
+            sm = sm + cols[:, _SM + j, :]
+            bw = bw + cols[:, _BW + j, :]
+        contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
+        pod_slow = np.where(busy, contention, pod_slow)
+        res_slow = pod_slow.copy()
+        busy = busy & (residents > COLUMN_RESIDENTS)
+    rows, positions = np.nonzero(busy)
+    if rows.size:
+        pairs = []
+        for i, p in zip(rows.tolist(), positions.tolist(), strict=True):
+            gpu = nodes[i].gpus[p]
+            pairs.append(interference.slowdowns(gpu.model, pod.workload, usages[i], gpu.residents))
+        pod_slow[rows, positions] = [a for a, _ in pairs]
+        res_slow[rows, positions] = [b for _, b in pairs]
+    return pod_slow, res_slow
+
+
+def share_choices(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
+    usages: Sequence[UsageProfile],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+) -> list[ShareChoice]:
+    """For each node (all with the same number of GPUs, at least one healthy), the GPU a share of `pod` goes on:
+    the best `weight_packing × packing + weight_interference × interference` among the GPUs it fits on, the first
+    on ties, exactly as `scoring._evaluate_share` chooses. `fits` are the nodes' CPU/memory fit indices before and
+    after the pod (None: GPU-only), `usages` the pod's expected use on each node's GPU model."""
+    n = len(nodes)
+    g = nodes[0].topology.gpu_count
+    cols = np.frombuffer(b"".join([node.columns for node in nodes]), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
+    free = cols[:, _FREE, :]
+    milli = pod.share_milli
+    ok = (cols[:, _SHARE_OK, :] > 0) & (cols[:, _ALLOCATED, :] + milli <= WHOLE_GPU_MILLI)
+    need = pod.gpu_memory_bytes
+    if need is not None:
+        total_memory = cols[:, _MEMORY_TOTAL, :]
+        free_memory = np.maximum(0.0, total_memory - cols[:, _MEMORY_USED, :])
+        ok &= (total_memory <= 0) | (free_memory >= need)
+    island_ids = cols[:, _ISLAND, :].astype(np.int64)
+    islands = (island_ids[:, :, None] == np.arange(g)[None, None, :]).astype(np.float64)
+    largest = np.array([node.topology.largest_island for node in nodes], dtype=np.float64)
+
+    sizes = _share_sizes(config)
+    before, per_island = _before(free, islands, sizes)
+    after = _after(free, island_ids, per_island, before, milli)
+    uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)
+    before_weights = _weights(config, [f[0] if f is not None else None for f in fits])
+    after_weights = _weights(config, [f[1] if f is not None else None for f in fits])
+    frag_before = _fragmentation(before, largest, config=config, weights=before_weights, uses_fit=uses_fit)
+    frag_after = _fragmentation(
+        after,
+        largest[:, None],
+        config=config,
+        weights=None if after_weights is None else after_weights[:, None, :],
+        uses_fit=uses_fit[:, None],
+    )
+    delta = frag_after - frag_before[:, None]
+    left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
+    packing = 0.8 * _sigmoid_of_negative(delta / WHOLE_GPU_MILLI) + 0.2 * (1.0 - left_ratio)
+
+    pod_slow, res_slow = _slowdowns(pod, nodes, cols, ok, usages=usages, predictors=predictors)
+    interference = 0.5 / pod_slow + 0.5 / res_slow
+    value = np.where(ok, config.weight_packing * packing + config.weight_interference * interference, -np.inf)
+    best = value.argmax(axis=1)
+    rows = np.arange(n)
+    return [
+        ShareChoice(p, pk, ps, rs) if good else NO_SHARE
+        for good, p, pk, ps, rs in zip(
+            ok[rows, best].tolist(),
+            best.tolist(),
+            packing[rows, best].tolist(),
+            pod_slow[rows, best].tolist(),
+            res_slow[rows, best].tolist(),
+            strict=True,
+        )
+    ]

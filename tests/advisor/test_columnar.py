@@ -1,0 +1,188 @@
+"""The vectorised share evaluation (`advisor.placement.columnar`) gives exactly the scalar scorer's verdicts: the same
+scores, components, GPU choices and explanations, bit for bit, on random nodes and pod shapes (shares of any size,
+memory-only shares, whole and multi-GPU pods, gangs, GPU-model constraints, CPU/memory, NVLink topologies, unhealthy
+GPUs, stale nodes); the simulator's figures depend on it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from advisor.placement import scoring
+from advisor.placement.config import ScoringConfig
+from advisor.placement.extender import extender_node_scores
+from advisor.placement.fragmentation import TaskMix
+from advisor.placement.types import GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
+from collector.snapshot import LinkLevel
+
+GIB = 1 << 30
+MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB")
+CPU_MIX: TaskMix = (
+    (1, 250, 0.1, 2000.0, 8192.0),
+    (1, 500, 0.3, 4000.0, 16384.0),
+    (1, 1000, 0.3, 8000.0, 65536.0),
+    (2, 1000, 0.2, 16000.0, 131072.0),
+    (4, 1000, 0.1, 32000.0, 262144.0),
+    (0, 0, 0.2, 4000.0, 8192.0),
+)
+
+
+def topology(rng: random.Random, gpus: int) -> Topology:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return Topology.uniform(gpus, LinkLevel.NVLINK)
+    if kind == 1:
+        half = gpus // 2
+        links = [
+            (a, b, LinkLevel.NVLINK if a // half == b // half else LinkLevel.NUMA)
+            for a in range(gpus)
+            for b in range(a + 1, gpus)
+        ]
+        return Topology.from_links(gpus, links)
+    if kind == 2:
+        return Topology.from_links(gpus, [(a, a + 1, LinkLevel.NVLINK) for a in range(0, gpus - 1, 2)])
+    return Topology.uniform(gpus, LinkLevel.PCIE_HOSTBRIDGE)
+
+
+def random_node(rng: random.Random, name: str, gpus: int, *, cpu: bool) -> NodeState:
+    model = rng.choice(MODELS)
+    states = []
+    for i in range(gpus):
+        kind = rng.random()
+        residents: tuple[Resident, ...] = ()
+        allocated = 0
+        if kind < 0.35:
+            pass  # free
+        elif kind < 0.55:
+            allocated = 1000
+            residents = (Resident(f"w{i}", "bert", 1000, rng.random(), rng.random() * 0.8, 10 * GIB),)
+        else:
+            n = rng.randrange(1, 7)  # more than the columns hold (4): those GPUs are evaluated alone
+            residents = tuple(
+                Resident(f"s{i}-{j}", rng.choice(("bert", "gpt2", None)), 0, rng.random() * 0.6, rng.random() * 0.5)
+                for j in range(n)
+            )
+            allocated = min(1000, rng.choice((50, 100, 250, 300, 500, 750, 900, 950)) * n // 2 + 50)
+        states.append(
+            GpuState(
+                index=i if rng.random() > 0.1 else i + 10,
+                model=model,
+                healthy=rng.random() > 0.05,
+                memory_total_bytes=rng.choice((80 * GIB, 40 * GIB, 0)),
+                memory_used_bytes=rng.randrange(0, 60) * GIB,
+                sm_utilization_ratio=rng.random(),
+                memory_bandwidth_utilization_ratio=rng.random(),
+                allocated_milli=allocated,
+                residents=residents,
+            )
+        )
+    cpu_free = rng.randrange(0, 64_000) if cpu and rng.random() > 0.3 else None
+    memory_free = rng.randrange(0, 512 * 1024) if cpu and rng.random() > 0.3 else None
+    return NodeState(
+        name=name,
+        gpus=tuple(states),
+        topology=topology(rng, gpus),
+        observed_at_seconds=1000.0 if rng.random() > 0.05 else 100.0,
+        gangs=frozenset({"g1"}) if rng.random() < 0.2 else frozenset(),
+        cpu_allocatable_milli=64_000 if cpu_free is not None else None,
+        cpu_free_milli=cpu_free,
+        memory_allocatable_mib=512 * 1024 if memory_free is not None else None,
+        memory_free_mib=memory_free,
+    )
+
+
+def random_pod(rng: random.Random) -> PodRequest:
+    kind = rng.random()
+    common = {
+        "workload": rng.choice(("bert", "gpt2", None)),
+        "gang": "g1" if rng.random() < 0.2 else None,
+        "cpu_milli": rng.choice((None, 500, 4000, 20_000)),
+        "memory_mib": rng.choice((None, 1024, 65536)),
+        "gpu_models": rng.choice(((), ("h100",), ("a100-80gb", "v100-32gb"))),
+    }
+    if kind < 0.6:
+        memory = rng.choice((None, None, 5 * GIB, 30 * GIB))
+        return PodRequest(gpu_milli=rng.randrange(1, 1000), gpu_memory_bytes=memory, **common)  # type: ignore[arg-type]
+    if kind < 0.7:
+        return PodRequest(gpu_memory_bytes=rng.randrange(1, 40) * GIB, **common)  # type: ignore[arg-type]
+    return PodRequest(gpus=rng.choice((1, 2, 3, 4, 8)), **common)  # type: ignore[arg-type]
+
+
+def verdicts(pod: PodRequest, nodes: list[NodeState], config: ScoringConfig) -> tuple[list[NodeScore], list[int]]:
+    scoring.clear_verdicts()
+    scores = scoring.score_nodes(pod, nodes, config=config, now_seconds=1010.0)
+    scoring.clear_verdicts()
+    ints = extender_node_scores(pod, nodes, config=config, now_seconds=1010.0)
+    scoring.clear_verdicts()
+    return scores, ints
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory"])
+def test_vectorised_shares_match_the_scalar_scorer_exactly(
+    seed: int, mix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    config = ScoringConfig(task_mix=CPU_MIX) if mix == "cpu-memory" else ScoringConfig()
+    nodes = [random_node(rng, f"n{i}", rng.choice((8, 8, 4)), cpu=mix == "cpu-memory") for i in range(60)]
+    pods = [random_pod(rng) for _ in range(25)]
+    vectorised = [verdicts(pod, nodes, config) for pod in pods]
+    monkeypatch.setattr(scoring, "_COLUMNAR_MIN_NODES", 10**9)  # every node through the scalar `_evaluate_share`
+    scalar = [verdicts(pod, nodes, config) for pod in pods]
+    for pod, v, s in zip(pods, vectorised, scalar, strict=True):
+        assert v == s, pod
+    shares = [v for pod, v in zip(pods, vectorised, strict=True) if pod.is_share]
+    assert shares
+    # the test means something: shares were placed, on shared and on unshared GPUs, and some nodes refused
+    placed = [score for scores, _ in shares for score in scores if score.feasible and score.known and score.gpus]
+    assert any("unshared" in s.detail for s in placed)
+    assert any("shares GPU" in s.detail for s in placed)
+    assert any(not s.feasible for scores, _ in shares for s in scores)
+
+
+def test_a_large_batch_of_shares_goes_through_the_vectorised_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(99)
+    nodes = [random_node(rng, f"n{i}", 8, cpu=False) for i in range(40)]
+    pod = PodRequest(gpu_milli=333)
+    calls: list[int] = []
+    real = scoring.share_choices
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(len(args[1]))  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scoring, "share_choices", counting)
+    scoring.clear_verdicts()
+    scoring.score_nodes(pod, nodes, config=ScoringConfig(), now_seconds=1010.0)
+    assert calls
+    assert sum(calls) > 30
+
+
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory"])
+def test_verdicts_from_a_warm_memo_are_the_verdicts_from_scratch(mix: str) -> None:
+    """The memo keys on what the GPU choice depends on (not the pod's CPU/memory, and not its workload where no
+    resident can interfere): pods that share a memo entry must get exactly what they would get from scratch."""
+    rng = random.Random(7)
+    config = ScoringConfig(task_mix=CPU_MIX) if mix == "cpu-memory" else ScoringConfig()
+    nodes = [random_node(rng, f"n{i}", 8, cpu=mix == "cpu-memory") for i in range(40)]
+    base = [random_pod(rng) for _ in range(12)]
+    # the same GPU requests again with other workloads and CPU/memory requests
+    pods = base + [
+        PodRequest(
+            gpus=p.gpus,
+            gpu_milli=p.gpu_milli,
+            gpu_memory_bytes=p.gpu_memory_bytes,
+            workload=rng.choice(("bert", "gpt2", "resnet", None)),
+            gang=p.gang,
+            cpu_milli=rng.choice((None, 100, 30_000)),
+            memory_mib=rng.choice((None, 2048)),
+            gpu_models=p.gpu_models,
+        )
+        for p in base
+        for _ in range(2)
+    ]
+    scoring.clear_verdicts()
+    warm = [scoring.score_nodes(pod, nodes, config=config, now_seconds=1010.0) for pod in pods]
+    fresh = [verdicts(pod, nodes, config)[0] for pod in pods]
+    assert warm == fresh
