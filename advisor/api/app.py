@@ -54,6 +54,9 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
 
 # The native API's largest legitimate body: /v1/score naming 5,000 nodes is about 100 KB.
 NATIVE_BODY_LIMIT_BYTES = 1024 * 1024
+STATE_FREEZE_AFTER_NODES = 256
+"""The service's cluster state calls `gc.freeze()` after every 256 rebuilt nodes (`ClusterState`): a young
+collection then scans at most ~10,000 node-state objects (bench/state_gc.py: pauses at 10,000 nodes)."""
 
 
 def body_limits(settings: AdvisorSettings) -> Callable[[str], int]:
@@ -108,7 +111,8 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         settings=settings,
         engine=engine,
         sessions=db.session_factory(engine),
-        state=state or ClusterState(node_expiry_seconds=settings.node_expiry_seconds),
+        state=state
+        or ClusterState(node_expiry_seconds=settings.node_expiry_seconds, freeze_after_nodes=STATE_FREEZE_AFTER_NODES),
         scoring=scoring_config(settings),
         metrics=metrics,
     )

@@ -38,7 +38,8 @@ class TopologyCollector(Collector):
             labels=["node", "gpu_a", "gpu_b", "level"],
         )
         for record in self._source.state.records():
-            for link in record.snapshot.links:
-                a, b = sorted((link.a, link.b))
-                links.add_metric([record.snapshot.node, str(a), str(b), link.level.value], 1.0)
+            node = record.state.name
+            for link_a, link_b, level in record.links:
+                a, b = sorted((link_a, link_b))
+                links.add_metric([node, str(a), str(b), level], 1.0)
         yield links

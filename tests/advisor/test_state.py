@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -128,3 +129,55 @@ def test_a_pods_start_time_goes_into_each_of_its_residents() -> None:
     assert {r.pod: r.started_seconds for r in gpus[1].residents} == {"ml/w": 1234.5, "ml/seen-only": None}
     state.update_pod("ml/w", PodAllocation(pod="ml/w", node="n1", gpus=2, workload="bert"), None)
     assert state.nodes["n1"].gpus[0].residents[0].started_seconds is None
+
+
+def test_a_relist_that_changes_nothing_keeps_each_nodes_state_and_one_that_does_rebuilds_only_that_node() -> None:
+    state = ClusterState()
+    for name in ("n1", "n2"):
+        ingest(state, snapshot(name, busy={0: [process(f"{name}-a")]}))
+    pods = [PodAllocation(pod="ml/n1-a", node="n1", gpus=1), PodAllocation(pod="ml/n2-a", node="n2", gpus=1)]
+    state.replace_pods(pods, [])
+    n1, n2 = state.nodes["n1"], state.nodes["n2"]
+    state.replace_pods(list(pods), [])  # the watch re-lists: the same pods
+    assert state.nodes["n1"] is n1
+    assert state.nodes["n2"] is n2  # kept: the scorer's memo of it stays valid
+    state.replace_pods([*pods, PodAllocation(pod="ml/late", node="n2", gpus=2)], [])
+    assert state.nodes["n1"] is n1
+    assert state.nodes["n2"] is not n2
+    assert state.nodes["n2"].free_gpus == 5  # the two GPUs granted to ml/late are reserved
+
+
+def test_the_snapshot_is_kept_as_its_json_and_read_back_whole() -> None:
+    state = ClusterState()
+    raw = snapshot("n1", busy={1: [process("a", sm=0.3)]}, links=two_socket_links())
+    body = NodeSnapshot.model_validate(raw).model_dump_json().encode()
+    assert state.ingest(NodeSnapshot.model_validate_json(body), body)
+    record = state.record("n1")
+    assert record is not None
+    assert record.snapshot_json is body
+    assert record.snapshot == NodeSnapshot.model_validate(raw)
+    assert record.timestamp == record.snapshot.timestamp
+    assert dict(record.uuids) == {g.index: g.uuid for g in record.snapshot.gpus}
+    assert {(a, b, level) for a, b, level in record.links} == {
+        (link.a, link.b, link.level.value) for link in record.snapshot.links
+    }
+    ingest(state, snapshot("n2"))  # without its JSON: encoded by the state
+    again = state.record("n2")
+    assert again is not None
+    assert again.snapshot.node == "n2"
+
+
+def test_the_state_freezes_the_collector_after_every_so_many_rebuilt_nodes() -> None:
+    state = ClusterState(freeze_after_nodes=3)
+    gc.unfreeze()
+    try:
+        ingest(state, snapshot("n1"))
+        ingest(state, snapshot("n2"))
+        assert gc.get_freeze_count() == 0
+        ingest(state, snapshot("n3"))
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        ingest(state, snapshot("n4"))
+        assert gc.get_freeze_count() == frozen  # not before three more
+    finally:
+        gc.unfreeze()

@@ -45,7 +45,7 @@ def _node_out(record: NodeRecord, now: float, staleness_seconds: float, *, detai
         name=node.name,
         stale=age > staleness_seconds,
         age_seconds=round(age, 3),
-        snapshot_timestamp=record.snapshot.timestamp.isoformat(),
+        snapshot_timestamp=record.timestamp.isoformat(),
         gpu_model=node.gpu_model,
         gpu_count=len(node.gpus),
         free_gpus=node.free_gpus,

@@ -132,7 +132,7 @@ def allocate_(
 def _preferred(body: PreferredAllocationRequest, ctx: AppContext) -> PreferredAllocationResponse:
     node = ctx.state.nodes.get(body.node)
     record = ctx.state.record(body.node)
-    uuids = {g.index: g.uuid for g in record.snapshot.gpus} if record is not None else {}
+    uuids = dict(record.uuids) if record is not None else {}
     responses = []
     for i, request in enumerate(body.container_requests):
         available, must, size = request.available_deviceIDs, request.must_include_deviceIDs, request.allocation_size

@@ -123,7 +123,7 @@ def ingest_body(ctx: AppContext, body: bytes, authorization: str | None) -> tupl
         future = any(e["loc"] == ["body", "timestamp"] for e in errors)
         ctx.metrics.snapshots.labels("future" if future else "invalid").inc()
         return status.HTTP_422_UNPROCESSABLE_CONTENT, {"detail": errors[:MAX_ERRORS]}
-    accepted = ctx.state.ingest(snapshot)
+    accepted = ctx.state.ingest(snapshot, body)
     ctx.metrics.snapshots.labels("accepted" if accepted else "out_of_order").inc()
     reply = TelemetryAccepted(
         node=snapshot.node,

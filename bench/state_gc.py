@@ -1,0 +1,127 @@
+"""Garbage-collector pauses and memory per node of the advisor's cluster state at 10,000 nodes.
+
+One command, prints the figures recorded in docs/benchmarks.md:
+  * memory per node (RSS growth while the state is built, over the nodes) and the objects the collector tracks per
+    node, for the typical mix of `cluster.synthetic_snapshot` (≈ half the GPUs busy, some shared) or, with
+    `--procs-per-gpu 8`, eight processes on every GPU;
+  * collector pauses while snapshots keep arriving (`--seconds` of ingest as the service does it: each body parsed
+    and validated from JSON, then `ClusterState.ingest`) and, after every 10th snapshot, one prioritize over 500
+    random candidates for one of 24 pod shapes (the scorer's memo fills as in service), timed by `gc.callbacks`:
+    count, p50/p99/max per generation;
+  * one full collection (`gc.collect()`) of the state as it stands.
+
+The process is set up as `gpuadvisor advisor serve` sets itself up (`gc.freeze()` after start-up, its thresholds).
+
+Usage: python bench/state_gc.py [--nodes 10000] [--procs-per-gpu N] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+from cluster import machine_note, percentiles_ms, synthetic_snapshot
+
+from advisor.api.app import STATE_FREEZE_AFTER_NODES
+from advisor.cli.serve import GC_THRESHOLDS
+from advisor.cluster.state import ClusterState
+from advisor.placement.config import ScoringConfig
+from advisor.placement.extender import extender_priorities
+from advisor.placement.types import PodRequest
+from collector.snapshot import NodeSnapshot
+
+
+def rss_bytes() -> int:
+    fields = Path("/proc/self/statm").read_text().split()
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--procs-per-gpu", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    print(f"machine: {machine_note()}")
+    rng = random.Random(11)
+    names = [f"node-{i:05d}" for i in range(args.nodes)]
+    # Two bodies per node (the second a later snapshot with other readings), encoded up front: the loop below
+    # measures the advisor, not the benchmark's JSON encoding.
+    bodies = [
+        [json.dumps(synthetic_snapshot(n, rng, processes_per_gpu=args.procs_per_gpu)).encode() for n in names]
+        for _ in range(2)
+    ]
+    state = ClusterState(freeze_after_nodes=STATE_FREEZE_AFTER_NODES)  # as the service builds it
+    gc.collect()
+    gc.freeze()  # as `gpuadvisor advisor serve` does before serving
+    gc.set_threshold(*GC_THRESHOLDS)
+    tracked0, frozen0, rss0 = len(gc.get_objects()), gc.get_freeze_count(), rss_bytes()
+    for body in bodies[0]:
+        state.ingest(NodeSnapshot.model_validate_json(body), body)
+    gc.collect()
+    # Objects of the state, frozen or not: what a full collection would scan without the freezes.
+    tracked = len(gc.get_objects()) + gc.get_freeze_count() - tracked0 - frozen0
+    rss = rss_bytes() - rss0
+    residents = sum(len(g.residents) for n in state.nodes.values() for g in n.gpus)
+    print(
+        f"state: {args.nodes} nodes, {residents} residents; {rss / args.nodes / 1e3:.1f} KB per node (RSS growth), "
+        f"{tracked / args.nodes:.0f} tracked objects per node ({tracked / 1e6:.2f} M)"
+    )
+
+    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    started: list[float] = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses[info["generation"]].append(time.perf_counter() - started[0])
+
+    config = ScoringConfig()
+    shapes = [PodRequest(gpus=k, workload=w) for k in (1, 2, 4, 8) for w in ("a", "b", "c")]
+    shapes += [PodRequest(gpu_milli=m, workload=w) for m in (250, 500) for w in ("a", "b", "c", "d", "e", "f")]
+    calls = 0
+    gc.callbacks.append(on_gc)
+    ingested = 0
+    stop = time.perf_counter() + args.seconds
+    t0 = time.perf_counter()
+    while time.perf_counter() < stop:
+        for body in bodies[(ingested // args.nodes + 1) % 2]:  # alternate: every ingest changes the node
+            state.ingest(NodeSnapshot.model_validate_json(body), body)
+            ingested += 1
+            if ingested % 10 == 0:
+                candidates = rng.sample(names, 500)
+                pod = shapes[calls % len(shapes)]
+                extender_priorities(pod, candidates, state.nodes, config=config, now_seconds=state.now())
+                calls += 1
+            if ingested % 1000 == 0 and time.perf_counter() >= stop:
+                break
+    elapsed = time.perf_counter() - t0
+    gc.callbacks.remove(on_gc)
+    print(f"ingest: {ingested} snapshots and {calls} prioritize calls in {elapsed:.1f} s (one core)")
+    every = [p for ps in pauses.values() for p in ps]
+    if every:
+        p50, p99 = percentiles_ms(every)
+        worst = max(every) * 1e3
+        print(
+            f"collector pauses, all generations: {len(every)}, p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {worst:.1f} ms"
+        )
+    for generation, samples in pauses.items():
+        if samples:
+            p50, p99 = percentiles_ms(samples)
+            print(
+                f"  generation {generation}: {len(samples)} collections, p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+                f"max {max(samples) * 1e3:.1f} ms"
+            )
+    t = time.perf_counter()
+    gc.collect()
+    print(f"one full collection now: {(time.perf_counter() - t) * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
