@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,16 +36,11 @@ _SM = 7
 _BW = 7 + COLUMN_RESIDENTS
 
 
-class ShareChoice(NamedTuple):
-    """The best GPU for a share on one node (`position` in `NodeState.gpus`), or position -1 when none fits."""
+ShareChoice = tuple[int, float, float, float]
+"""The best GPU for a share on one node: (position in `NodeState.gpus`, or -1 when none fits; its packing, the pod's
+slowdown there, the residents' worst slowdown)."""
 
-    position: int
-    packing: float
-    pod_slowdown: float
-    resident_slowdown: float
-
-
-NO_SHARE = ShareChoice(-1, 0.0, 1.0, 1.0)
+NO_SHARE: ShareChoice = (-1, 0.0, 1.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,14 +249,13 @@ def share_choices(
     value = np.where(ok, config.weight_packing * packing + config.weight_interference * interference, -np.inf)
     best = value.argmax(axis=1)
     rows = np.arange(n)
-    return [
-        ShareChoice(p, pk, ps, rs) if good else NO_SHARE
-        for good, p, pk, ps, rs in zip(
-            ok[rows, best].tolist(),
-            best.tolist(),
+    positions = np.where(ok[rows, best], best, -1)
+    return list(
+        zip(
+            positions.tolist(),
             packing[rows, best].tolist(),
             pod_slow[rows, best].tolist(),
             res_slow[rows, best].tolist(),
             strict=True,
         )
-    ]
+    )

@@ -202,7 +202,7 @@ def _evaluate_share(
     if best is None:
         return _share_verdict(node, pod, NO_SHARE, gang_elsewhere=gang_elsewhere)
     _, pos, packing, pod_slow, res_slow = best
-    return _share_verdict(node, pod, ShareChoice(pos, packing, pod_slow, res_slow), gang_elsewhere=gang_elsewhere)
+    return _share_verdict(node, pod, (pos, packing, pod_slow, res_slow), gang_elsewhere=gang_elsewhere)
 
 
 def _share_verdict(node: NodeState, pod: PodRequest, choice: ShareChoice, *, gang_elsewhere: bool) -> RawVerdict:
