@@ -217,19 +217,14 @@ def _share_verdict(node: NodeState, pod: PodRequest, choice: ShareChoice, *, gan
         affinity = 0.5 + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
     g = node.gpus[pos]
     shared_with = len(g.residents)
-    return RawVerdict(
-        node.name,
-        node.gpu_model,
-        True,
-        gpus=(g.index,),
-        packing=packing,
-        affinity=affinity,
-        interference=0.5 / pod_slow + 0.5 / res_slow,
-        slowdown=pod_slow,
-        detail=f", shares GPU {g.index} with {shared_with} process(es), residents slowed x{res_slow:.2f}"
+    detail = (
+        f", shares GPU {g.index} with {shared_with} process(es), residents slowed x{res_slow:.2f}"
         if shared_with
-        else f", GPU {g.index} unshared",
+        else f", GPU {g.index} unshared"
     )
+    # positional: one of these per candidate node on a cold call
+    interference = 0.5 / pod_slow + 0.5 / res_slow
+    return RawVerdict(node.name, node.gpu_model, True, (g.index,), packing, affinity, interference, pod_slow, detail)
 
 
 def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -> RawVerdict:
@@ -393,7 +388,7 @@ def evaluate_batch(
             )
         else:
             # Shares are evaluated together once every node is seen (`_evaluate_shares`).
-            deferred.append(_Deferred(len(raws), node, memo, node_key, usage, fit))
+            deferred.append((len(raws), node, memo, node_key, usage, fit))
             raws.append(_PENDING)
             continue
         memo[node_key] = raw
@@ -403,16 +398,10 @@ def evaluate_batch(
     return raws
 
 
-@dataclass(slots=True)
-class _Deferred:
-    """A node whose share verdict is still to be computed: where it goes in the batch and in the node's memo."""
-
-    slot: int
-    node: NodeState
-    memo: dict[int | tuple[int, tuple[int, int]], RawVerdict]
-    key: int | tuple[int, tuple[int, int]]
-    usage: UsageProfile
-    fit: Fit | None
+_MemoKey = int | tuple[int, tuple[int, int]]
+_Deferred = tuple[int, NodeState, dict[_MemoKey, RawVerdict], _MemoKey, UsageProfile, Fit | None]
+"""A node whose share verdict is still to be computed: (its place in the batch, the node, its memo, the memo key, the
+pod's expected use on its GPU model, its CPU/memory fit indices)."""
 
 
 _PENDING = RawVerdict("", "", False, detail="pending")
@@ -434,32 +423,30 @@ def _evaluate_shares(
     verdicts either way."""
     by_count: dict[int, list[_Deferred]] = {}
     for d in deferred:
-        by_count.setdefault(d.node.topology.gpu_count, []).append(d)
+        by_count.setdefault(d[1].topology.gpu_count, []).append(d)
     for group in by_count.values():
         if len(group) >= _COLUMNAR_MIN_NODES:
             choices = share_choices(
                 pod,
-                [d.node for d in group],
-                [d.fit for d in group],
-                [d.usage for d in group],
+                [d[1] for d in group],
+                [d[5] for d in group],
+                [d[4] for d in group],
                 config=config,
                 predictors=predictors,
             )
-            for d, c in zip(group, choices, strict=True):
-                raw = _share_verdict(d.node, pod, c, gang_elsewhere=gang_elsewhere)
-                d.memo[d.key] = raws[d.slot] = raw
+            for (slot, node, memo, key, _, _), choice in zip(group, choices, strict=True):
+                memo[key] = raws[slot] = _share_verdict(node, pod, choice, gang_elsewhere=gang_elsewhere)
         else:
-            for d in group:
-                raw = _evaluate_share(
-                    d.node,
+            for slot, node, memo, key, usage, fit in group:
+                memo[key] = raws[slot] = _evaluate_share(
+                    node,
                     pod,
                     config=config,
                     predictors=predictors,
-                    usage=d.usage,
+                    usage=usage,
                     gang_elsewhere=gang_elsewhere,
-                    fit=d.fit,
+                    fit=fit,
                 )
-                d.memo[d.key] = raws[d.slot] = raw
 
 
 def _resources_refusal(node: NodeState, pod: PodRequest) -> RawVerdict | None:
