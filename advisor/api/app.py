@@ -150,6 +150,7 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
     metrics.registry.register(ModelCollector(ctx))
     if settings.export_gpu_links:
         metrics.registry.register(TopologyCollector(ctx))
+    app.add_middleware(extender.PrioritizeFastPath, ctx=ctx)  # innermost: after the body limit, timed as the route
     app.add_middleware(BodyLimit, limit_of=body_limits(settings))
     app.add_middleware(TimingMiddleware, metrics=metrics)
     app.add_middleware(telemetry.IngestFastPath, ctx=ctx)  # outermost: the hot ingest path skips the rest

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +79,23 @@ def test_prioritize_accepts_a_full_node_list_when_not_cache_capable(client: Test
     response = client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=4), "Nodes": nodes, "NodeNames": None})
     assert response.status_code == 200
     assert [h["Host"] for h in response.json()] == ["numa", "empty"]
+
+
+def test_prioritize_reads_json_only_as_json_whichever_path_answers(client: TestClient) -> None:
+    """Valid requests are answered ahead of FastAPI's routing (`PrioritizeFastPath`); a body FastAPI would not read as
+    JSON (another content type) is still refused as it always was, and a JSON subtype is read."""
+    feed(client)
+    body = json.dumps({"Pod": v1_pod(gpus=1), "NodeNames": ["empty", "numa"]})
+    refused = client.post("/extender/prioritize", content=body, headers={"content-type": "text/plain"})
+    assert refused.status_code == 422
+    plain = client.post("/extender/prioritize", content=body, headers={"content-type": "application/json"})
+    subtype = client.post(
+        "/extender/prioritize", content=body, headers={"content-type": "application/vnd.k8s+json; charset=utf-8"}
+    )
+    assert plain.status_code == subtype.status_code == 200
+    assert plain.json() == subtype.json()
+    assert plain.headers["content-type"] == "application/json"
+    assert [h["Host"] for h in plain.json()] == ["empty", "numa"]
 
 
 def test_four_gpu_pod_scores_nvlink_above_numa_spread_through_the_api(client: TestClient) -> None:
