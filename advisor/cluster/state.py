@@ -180,27 +180,28 @@ def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tu
         sm = use.sm if use.sm is not None else (gpu_sm / n if not known_sm else 0.0)
         bw_share = sm / sm_total if sm_total > 0 else 1.0 / n
         alloc = allocations.get(key)
+        # Positional (field order of `Resident` / `GpuState`): one per process on every ingest.
         residents.append(
             Resident(
-                pod=key,
-                workload=use.workload or (alloc.workload if alloc else None),
-                gpu_milli=0 if key == HOST_RESIDENT else (alloc.gpu_milli if alloc and alloc.gpu_milli else 0),
-                sm_utilization_ratio=min(1.0, sm),
-                memory_bandwidth_utilization_ratio=min(1.0, gpu_bw * bw_share),
-                memory_used_bytes=use.memory_bytes,
-                started_seconds=alloc.started_seconds if alloc else None,
+                key,
+                use.workload or (alloc.workload if alloc else None),
+                0 if key == HOST_RESIDENT else (alloc.gpu_milli if alloc and alloc.gpu_milli else 0),
+                min(1.0, sm),
+                min(1.0, gpu_bw * bw_share),
+                use.memory_bytes,
+                alloc.started_seconds if alloc else None,
             )
         )
     state = GpuState(
-        index=gpu.index,
-        model=gpu.model,
-        healthy=gpu.healthy,
-        memory_total_bytes=total_memory,
-        memory_used_bytes=gpu.memory_used_bytes or 0,
-        sm_utilization_ratio=gpu_sm,
-        memory_bandwidth_utilization_ratio=gpu_bw,
-        allocated_milli=min(WHOLE_GPU_MILLI, allocated),
-        residents=tuple(residents),
+        gpu.index,
+        gpu.model,
+        gpu.healthy,
+        total_memory,
+        gpu.memory_used_bytes or 0,
+        gpu_sm,
+        gpu_bw,
+        min(WHOLE_GPU_MILLI, allocated),
+        tuple(residents),
     )
     return state, set(pods)
 

@@ -272,18 +272,19 @@ class NodeState:
         share_ok = [0.0] * len(self.gpus)
         for pos in share:
             share_ok[pos] = 1.0
+        gpus = self.gpus
         values = array("d", self.free_milli)
-        values.extend(float(g.allocated_milli) for g in self.gpus)
+        values.extend([float(g.allocated_milli) for g in gpus])
         values.extend(share_ok)
-        values.extend(float(g.memory_total_bytes) for g in self.gpus)
-        values.extend(float(g.memory_used_bytes) for g in self.gpus)
-        values.extend(float(i) for i in island_of)
-        values.extend(float(len(g.residents)) for g in self.gpus)
+        values.extend([float(g.memory_total_bytes) for g in gpus])
+        values.extend([float(g.memory_used_bytes) for g in gpus])
+        values.extend([float(i) for i in island_of])
+        values.extend([float(len(g.residents)) for g in gpus])
         for j in range(COLUMN_RESIDENTS):
-            values.extend(g.residents[j].sm_utilization_ratio if len(g.residents) > j else 0.0 for g in self.gpus)
+            values.extend([g.residents[j].sm_utilization_ratio if len(g.residents) > j else 0.0 for g in gpus])
         for j in range(COLUMN_RESIDENTS):
             values.extend(
-                g.residents[j].memory_bandwidth_utilization_ratio if len(g.residents) > j else 0.0 for g in self.gpus
+                [g.residents[j].memory_bandwidth_utilization_ratio if len(g.residents) > j else 0.0 for g in gpus]
             )
         return values.tobytes()
 
