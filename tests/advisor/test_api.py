@@ -82,7 +82,7 @@ def test_prioritize_accepts_a_full_node_list_when_not_cache_capable(client: Test
 
 
 def test_prioritize_reads_json_only_as_json_whichever_path_answers(client: TestClient) -> None:
-    """Valid requests are answered ahead of FastAPI's routing (`PrioritizeFastPath`); a body FastAPI would not read as
+    """Valid requests are answered ahead of FastAPI's routing (`JsonFastPath`); a body FastAPI would not read as
     JSON (another content type) is still refused as it always was, and a JSON subtype is read."""
     feed(client)
     body = json.dumps({"Pod": v1_pod(gpus=1), "NodeNames": ["empty", "numa"]})

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 import pydantic_core
 from fastapi import APIRouter
 from fastapi.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
@@ -75,67 +74,14 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
 
     `async` on purpose although CPU-bound: scoring takes about a millisecond and never waits on I/O, so a hop to the
     thread pool would cost as much as the work itself (and the GIL serialises the threads anyway). In the running
-    service a valid request is answered by `PrioritizeFastPath` ahead of FastAPI's routing, with the same code.
+    service a valid request is answered ahead of FastAPI's routing (`advisor.api.fastpath`), with the same code.
     """
     return Response(_priorities(args, ctx), media_type="application/json")
 
 
-def _json_content(scope: Scope) -> bool:
-    """Whether FastAPI would read the body as JSON: no content type, or application/json (or a +json type)."""
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            media: bytes = value.split(b";", 1)[0].strip().lower()
-            return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
-    return True
-
-
-class PrioritizeFastPath:
-    """ASGI middleware answering a valid `POST /extender/prioritize` itself (kube-scheduler calls it for every pod,
-    and FastAPI's routing, dependencies and response handling cost a fifth of such a call); anything else — another
-    path, a body that does not parse or validate, an error while scoring — goes on to the app, body replayed, and is
-    answered there exactly as before. Sits inside the body limit and the timing middleware, and names the route for
-    the latter, so limits and metrics are the route's own."""
-
-    def __init__(self, app: ASGIApp, *, ctx: AppContext) -> None:
-        self.app = app
-        self.ctx = ctx
-        self.route = next(r for r in router.routes if getattr(r, "path", None) == PRIORITIZE_PATH)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != PRIORITIZE_PATH or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        while True:
-            message: Message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        answer = None
-        if _json_content(scope):
-            try:
-                answer = _priorities(ExtenderArgs.model_validate(parse_json(body)), self.ctx)
-            except Exception:  # whatever it is, the app answers it as it always has
-                answer = None
-        if answer is None:
-            sent = False
-
-            async def replay() -> Message:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
-            return
-        scope["route"] = self.route
-        headers = [(b"content-length", str(len(answer)).encode()), (b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
+def fast_prioritize(body: bytes, ctx: AppContext) -> bytes:
+    """`JsonFastPath`'s answer for a raw prioritize body (raises where the route would not answer 200)."""
+    return _priorities(ExtenderArgs.model_validate(parse_json(body)), ctx)
 
 
 @router.post("/filter", response_model=ExtenderFilterResult, response_model_exclude_none=True)

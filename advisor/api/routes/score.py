@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented, parse_json
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -26,6 +26,7 @@ from advisor.placement.scoring import allocate, score_candidates
 from advisor.placement.types import NodeScore
 
 router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
+SCORE_PATH = "/v1/score"
 
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -70,8 +71,19 @@ async def score(body: ScoreRequest, ctx: Ctx) -> Response:
 
     `async` and serialised here (the JSON `ScoreResponse` documents, by msgspec) for the same reason as the
     extender's prioritize: the work is CPU-bound and short, and a thread-pool hop or a pydantic object per node
-    would cost as much as the scoring.
+    would cost as much as the scoring. In the running service a valid request is answered ahead of FastAPI's
+    routing (`advisor.api.fastpath`), with the same code.
     """
+    return Response(_answer(body, ctx), media_type="application/json")
+
+
+def fast_score(body: bytes, ctx: AppContext) -> bytes:
+    """`JsonFastPath`'s answer for a raw score body (raises where the route would not answer 200)."""
+    return _answer(ScoreRequest.model_validate(parse_json(body)), ctx)
+
+
+def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
+    """The `ScoreResponse` JSON for one request, with its metrics counted; 404 for a node without telemetry."""
     pod = body.pod.to_request()
     state_nodes = ctx.state.nodes
     names = body.nodes if body.nodes is not None else sorted(state_nodes)
@@ -100,7 +112,7 @@ async def score(body: ScoreRequest, ctx: Ctx) -> Response:
         )
     entries = ",".join([_cached_entry(s) for s in ranked])
     tail = _ENCODE({"models": models, "hint": hint}).decode()
-    return Response(f'{{"scores":[{entries}],{tail[1:]}', media_type="application/json")
+    return f'{{"scores":[{entries}],{tail[1:]}'.encode()
 
 
 @router.post("/allocate", response_model=AllocateResponse | PreferredAllocationResponse, responses=documented(404))
