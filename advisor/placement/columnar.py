@@ -62,10 +62,13 @@ def _share_sizes(config: ScoringConfig) -> set[int]:
     return {milli for k, milli in shapes if k == 1 and milli < WHOLE_GPU_MILLI}
 
 
-def _before(free: FloatArray, islands: FloatArray, sizes: set[int]) -> tuple[_Stats, FloatArray]:
-    """Each node's statistics as it is, and its full GPUs per island (n × islands)."""
+def _before(free: FloatArray, island_ids: NDArray[np.int64], sizes: set[int]) -> tuple[_Stats, FloatArray]:
+    """Each node's statistics as it is, and its full GPUs per island (n × g: island i of node r at [r, i])."""
     full = free >= WHOLE_GPU_MILLI
-    per_island = np.einsum("ng,ngi->ni", full.astype(np.float64), islands)
+    n, g = free.shape
+    slots = (island_ids + g * np.arange(n)[:, None]).ravel()
+    counts = np.bincount(slots, weights=full.ravel().astype(np.float64), minlength=n * g)  # float64: weighted
+    per_island = counts.reshape(n, g).astype(np.float64)
     stats = _Stats(
         total=free.sum(axis=1),
         full=full.sum(axis=1).astype(np.float64),
@@ -223,11 +226,10 @@ def share_choices(
         free_memory = np.maximum(0.0, total_memory - cols[:, _MEMORY_USED, :])
         ok &= (total_memory <= 0) | (free_memory >= need)
     island_ids = cols[:, _ISLAND, :].astype(np.int64)
-    islands = (island_ids[:, :, None] == np.arange(g)[None, None, :]).astype(np.float64)
     largest = np.array([node.topology.largest_island for node in nodes], dtype=np.float64)
 
     sizes = _share_sizes(config)
-    before, per_island = _before(free, islands, sizes)
+    before, per_island = _before(free, island_ids, sizes)
     after = _after(free, island_ids, per_island, before, milli)
     uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)
     before_weights = _weights(config, [f[0] if f is not None else None for f in fits])
@@ -242,7 +244,10 @@ def share_choices(
     )
     delta = frag_after - frag_before[:, None]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
-    packing = 0.8 * _sigmoid_of_negative(delta / WHOLE_GPU_MILLI) + 0.2 * (1.0 - left_ratio)
+    # The sigmoid only where the share fits (elsewhere its value is never read).
+    sigmoid = np.zeros((n, g))
+    sigmoid[ok] = _sigmoid_of_negative(delta[ok] / WHOLE_GPU_MILLI)
+    packing = 0.8 * sigmoid + 0.2 * (1.0 - left_ratio)
 
     pod_slow, res_slow = _slowdowns(pod, nodes, cols, ok, usages=usages, predictors=predictors)
     interference = 0.5 / pod_slow + 0.5 / res_slow
