@@ -4,15 +4,18 @@ A share can go on any partly free GPU of a node, so the scalar scorer (`scoring.
 fragmentation after placing it on each such GPU: one `node_fragmentation_milli` per (node, GPU) and request size.
 For a request shape the service has not seen (a new share size, or every node just refreshed), that is thousands of
 uncached evaluations per call. Here the same arithmetic runs on arrays: every node's GPUs as columns
-(`NodeState.columns`: free milli-GPU, allocated milli-GPU, whether a share may go there, GPU memory, NVLink island),
-one row per (node, GPU) after-state, F_n(M) for all of them in a few array operations.
+(`NodeState.columns`: free and allocated milli-GPU, whether a share may go there, GPU memory, NVLink island, the
+first residents' SM and bandwidth use), what F_n(M) reads of a node (free total, full GPUs, the largest free share,
+full GPUs in the fullest island, shares below each size of the mix) per node, then per (node, GPU) after-state from
+the one GPU that changes, and F_n(M) for all of them in a few array operations.
 
 Same numbers, bit for bit, as the scalar path (tests/advisor/test_columnar.py compares them on random nodes): every
 float is computed by the same IEEE operations in the same order (sums of integers are exact; the mix's terms are
 added one after another, as `fragmentation.node_fragmentation_milli` does), the exponential of the packing sigmoid is
-`math.exp` on each distinct value, and interference is the predictor's own `slowdowns` on the GPUs that have
-residents. Only the GPU-only form and the CPU/memory form of F that `gpuset.fragmentation_with` chooses between are
-covered; both are the scorer's.
+`math.exp` on each distinct value, and interference is the heuristic predictor's arithmetic in its order (any other
+predictor: its own `slowdowns` per busy GPU). Only the GPU-only form and the CPU/memory form of F that
+`gpuset.fragmentation_with` chooses between are covered; both are the scorer's. If the packing formula
+(`gpuset.packing_of`) or F changes, this must change with it: the equivalence test fails until it does.
 """
 
 from __future__ import annotations
