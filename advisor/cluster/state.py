@@ -48,6 +48,9 @@ DEFAULT_NODE_EXPIRY_SECONDS = 600.0
 # Distinct (GPU indices, links) shapes kept: a cluster has a handful; a node whose links change in every snapshot
 # (a broken collector) must not grow the cache without bound.
 TOPOLOGY_CACHE_ENTRIES = 1024
+# A snapshot's JSON is kept as received up to this size (a 16-GPU node with 256 processes is ~80 KB); a larger body
+# (fields the schema ignores) is kept re-encoded from what was parsed, so a node never holds more than it needs.
+KEEP_JSON_MAX_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,8 +357,9 @@ class ClusterState:
         return gone
 
     def ingest(self, snapshot: NodeSnapshot, snapshot_json: bytes | None = None) -> bool:
-        """Take one snapshot (`snapshot_json`: the JSON it was parsed from, kept as is; encoded here when not
-        given); False when it is older than the one already held for that node (dropped)."""
+        """Take one snapshot (`snapshot_json`: the JSON it was parsed from, kept as is; encoded here when not given
+        or larger than `KEEP_JSON_MAX_BYTES`, e.g. padded with fields the schema ignores); False when it is older
+        than the one already held for that node (dropped)."""
         self.expire_silent()
         received = self._clock()
         with self._lock:
@@ -363,7 +367,8 @@ class ClusterState:
             if current is not None and _ts(snapshot.timestamp) < _ts(current.timestamp):
                 self.out_of_order_dropped += 1
                 return False
-            raw = snapshot_json if snapshot_json is not None else snapshot.model_dump_json().encode()
+            keep = snapshot_json is not None and len(snapshot_json) <= KEEP_JSON_MAX_BYTES
+            raw = snapshot_json if keep and snapshot_json is not None else snapshot.model_dump_json().encode()
             self._store(snapshot, raw, received)
         return True
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from advisor.cluster.state import ClusterState, PodAllocation
+from advisor.cluster.state import KEEP_JSON_MAX_BYTES, ClusterState, PodAllocation
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import GIB, process, snapshot, two_socket_links
 
@@ -181,3 +182,14 @@ def test_the_state_freezes_the_collector_after_every_so_many_rebuilt_nodes() -> 
         assert gc.get_freeze_count() == frozen  # not before three more
     finally:
         gc.unfreeze()
+
+
+def test_a_snapshot_padded_with_ignored_fields_is_kept_re_encoded_not_as_received() -> None:
+    state = ClusterState()
+    raw = snapshot("n1", busy={0: [process("a")]})
+    padded = json.dumps({**raw, "notes": "x" * (KEEP_JSON_MAX_BYTES + 1)}).encode()
+    assert state.ingest(NodeSnapshot.model_validate_json(padded), padded)
+    record = state.record("n1")
+    assert record is not None
+    assert len(record.snapshot_json) < KEEP_JSON_MAX_BYTES
+    assert record.snapshot == NodeSnapshot.model_validate(raw)
