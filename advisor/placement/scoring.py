@@ -96,6 +96,22 @@ class RawVerdict:
     interference: float = 1.0
     slowdown: float = 1.0
     detail: str = ""
+    shared_with: int = -1
+    resident_slowdown: float = 1.0
+
+    def explanation(self) -> str:
+        """`detail`, or for a placed share the sentence on its GPU, written only when asked for (the extender never
+        reads it, and a cold call makes one verdict per candidate)."""
+        if self.shared_with < 0:
+            return self.detail
+        gpu, residents = self.gpus[0], self.shared_with
+        if residents:
+            slowed = f"residents slowed x{self.resident_slowdown:.2f}"
+            self.detail = f", shares GPU {gpu} with {residents} process(es), {slowed}"
+        else:
+            self.detail = f", GPU {gpu} unshared"
+        self.shared_with = -1  # written once: a memoised verdict explains itself from now on without formatting
+        return self.detail
 
 
 def memory_ok(gpu: GpuState, need_bytes: int | None, *, whole: bool) -> bool:
@@ -216,15 +232,21 @@ def _share_verdict(node: NodeState, pod: PodRequest, choice: ShareChoice, *, gan
     if pod.gang:
         affinity = 0.5 + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
     g = node.gpus[pos]
-    shared_with = len(g.residents)
-    detail = (
-        f", shares GPU {g.index} with {shared_with} process(es), residents slowed x{res_slow:.2f}"
-        if shared_with
-        else f", GPU {g.index} unshared"
-    )
-    # positional: one of these per candidate node on a cold call
+    # positional, the explanation left to `RawVerdict.explanation`: one of these per candidate node on a cold call
     interference = 0.5 / pod_slow + 0.5 / res_slow
-    return RawVerdict(node.name, node.gpu_model, True, (g.index,), packing, affinity, interference, pod_slow, detail)
+    return RawVerdict(
+        node.name,
+        node.gpu_model,
+        True,
+        (g.index,),
+        packing,
+        affinity,
+        interference,
+        pod_slow,
+        "",
+        len(g.residents),
+        res_slow,
+    )
 
 
 def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -> RawVerdict:
@@ -559,7 +581,7 @@ def _finish(
                     raw.gpus,
                     raw.slowdown,
                     jct_s * raw.slowdown if jct_s is not None else None,
-                    raw.detail,
+                    raw.explanation(),
                     raw.gpu_model,
                     basis,
                 )
