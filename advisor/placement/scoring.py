@@ -27,7 +27,9 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
 Nodes whose last snapshot is older than `ScoringConfig.staleness_seconds` are scored as unknown
 (`unknown_node_score`, neutral by default) with that reason; so are nodes the advisor never heard of.
 kube-scheduler's integer 0..10 comes from `advisor.placement.extender`; the filter's rules are
-`advisor.placement.filter`. Verdicts are memoised per node state and request shape (`NodeMemo`).
+`advisor.placement.filter`. Verdicts are memoised per node state and request shape (`NodeMemo`; the shape is what the
+GPU choice depends on, not the pod's CPU/memory); shares new to the memo are evaluated on all candidates at once
+(`advisor.placement.columnar`, the same numbers).
 """
 
 from __future__ import annotations
