@@ -21,6 +21,8 @@ Every part predicts ``f(self, other, gpu) → norm_self`` and is trained on ever
 is predicted as ``(f(A, B), f(B, A))``, so swapping the inputs swaps the outputs exactly. α, λ and ω are chosen inside
 `fit` by a leave-one-family-out check on the training data alone, scoring only the held-out family's side, once
 without and once with 3 probe co-runs per held-out workload (the protocols of `advisor.models.training.evaluate`).
+The selection is itself checked the same way (knobs chosen with one training family left aside must not lose to the
+heuristic on it); where it fails, a side whose workload has no measured pairs gets the heuristic.
 Predictions are clipped below at `NORM_MIN` and above at 1 when the training data never shows a job going faster next
 to a partner (the 99th percentile of its normalised throughputs at most 1.01), else at its 99.9th percentile.
 """
