@@ -141,6 +141,19 @@ def test_an_artifact_of_the_earlier_model_is_refused_with_a_reason(
         InterferenceModel.from_artifact(load_artifact(tmp_path / "old", kind="interference"))
 
 
+def test_an_artifact_saved_before_the_selection_check_still_serves(
+    v100_interference: InterferenceModel, v100_pairs: pd.DataFrame, tmp_path: Path
+) -> None:
+    """Without `unmeasured_weight` (an earlier artifact) every side moves all the way to the model, as it did then;
+    measured pairs are predicted as before."""
+    artifact = v100_interference.to_artifact()
+    state = {k: v for k, v in artifact.state.items() if k not in ("unmeasured_weight", "measured_workloads")}
+    save_artifact(replace(artifact, state=state), tmp_path / "earlier")
+    loaded = InterferenceModel.from_artifact(load_artifact(tmp_path / "earlier", kind="interference"))
+    assert loaded.unmeasured_weight_ == 1.0
+    np.testing.assert_array_equal(loaded.predict_frame(v100_pairs), v100_interference.predict_frame(v100_pairs))
+
+
 def test_too_few_families_to_check_uses_the_defaults(v100_pairs: pd.DataFrame) -> None:
     two = v100_pairs["workload_a"].unique()[:2]
     frame = v100_pairs[v100_pairs["workload_a"].isin(two) & v100_pairs["workload_b"].isin(two)]
