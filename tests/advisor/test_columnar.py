@@ -6,6 +6,8 @@ GPUs, stale nodes); the simulator's figures depend on it."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +16,7 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_node_scores
 from advisor.placement.fragmentation import TaskMix
 from advisor.placement.types import GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
+from advisor.predictors import Predictors, ResidentLike, UsageProfile
 from collector.snapshot import LinkLevel
 
 GIB = 1 << 30
@@ -186,3 +189,37 @@ def test_verdicts_from_a_warm_memo_are_the_verdicts_from_scratch(mix: str) -> No
     warm = [scoring.score_nodes(pod, nodes, config=config, now_seconds=1010.0) for pod in pods]
     fresh = [verdicts(pod, nodes, config)[0] for pod in pods]
     assert warm == fresh
+
+
+class WorkloadAwareInterference:
+    """A stand-in for a trained interference model: its own answer per (GPU model, workload, residents)."""
+
+    name = "test-model"
+
+    def slowdowns(
+        self, gpu_model: str, workload: str | None, usage: UsageProfile, residents: Sequence[ResidentLike]
+    ) -> tuple[float, float]:
+        pod = 1.0 + 0.3 * len(residents) + (0.2 if workload == "gpt2" else 0.0) + 0.1 * usage.sm_utilization_ratio
+        worst = max(1.0 + r.sm_utilization_ratio + (0.5 if r.workload == workload else 0.0) for r in residents)
+        return pod + (0.05 if "A100" in gpu_model else 0.0), worst
+
+
+def test_any_interference_predictor_gives_the_scalar_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Predictors other than the heuristic are asked per busy GPU by both paths: the same verdicts."""
+    rng = random.Random(5)
+    predictors = replace(Predictors.heuristic(), interference=WorkloadAwareInterference())
+    config = ScoringConfig()
+    nodes = [random_node(rng, f"n{i}", 8, cpu=False) for i in range(40)]
+    pods = [PodRequest(gpu_milli=rng.randrange(1, 1000), workload=rng.choice(("bert", "gpt2"))) for _ in range(10)]
+
+    def run() -> list[list[NodeScore]]:
+        out = []
+        for pod in pods:
+            scoring.clear_verdicts()
+            out.append(scoring.score_nodes(pod, nodes, config=config, predictors=predictors, now_seconds=1010.0))
+        return out
+
+    vectorised = run()
+    monkeypatch.setattr(scoring, "_COLUMNAR_MIN_NODES", 10**9)
+    assert vectorised == run()
+    assert any(s.predicted_slowdown > 1.3 for scores in vectorised for s in scores if s.feasible and s.known)
