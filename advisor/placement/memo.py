@@ -16,34 +16,48 @@ from advisor.placement.types import NodeState
 V = TypeVar("V")
 
 
+class _Entry(weakref.ref[NodeState], Generic[V]):
+    """One memo entry: the weak reference to its node state, holding the value and its key. One object per entry
+    (not a reference, a closure and a tuple): the cluster state keeps the collector's work per node small."""
+
+    __slots__ = ("key", "value")
+
+    key: int
+    value: V
+
+
 class NodeMemo(Generic[V]):
     """One value per live `NodeState` (by identity). Reading costs a dict lookup by `id`; an entry goes when its node
-    state is garbage-collected (a weak reference's callback), before the id can be reused."""
+    state is garbage-collected (the weak reference's callback), before the id can be reused."""
 
-    __slots__ = ("__weakref__", "_by_id")
+    __slots__ = ("__weakref__", "_by_id", "_forget")
 
     def __init__(self) -> None:
-        self._by_id: dict[int, tuple[weakref.ref[NodeState], V]] = {}
+        self._by_id: dict[int, _Entry[V]] = {}
+        self_ref = weakref.ref(self)
+
+        def forget(entry: weakref.ref[NodeState]) -> None:
+            memo = self_ref()
+            if memo is not None and isinstance(entry, _Entry) and memo._by_id.get(entry.key) is entry:
+                del memo._by_id[entry.key]
+
+        self._forget = forget
 
     def get(self, node: NodeState) -> V | None:
         found = self._by_id.get(id(node))
-        return None if found is None else found[1]
+        return None if found is None else found.value
 
     def put(self, node: NodeState, value: V) -> V:
         """Remember `value` for `node` (replacing what was there) and return it."""
         key = id(node)
         found = self._by_id.get(key)
         if found is not None:
-            self._by_id[key] = (found[0], value)
+            found.value = value
             return value
-        self_ref = weakref.ref(self)
-
-        def forget(_: weakref.ref[NodeState]) -> None:
-            memo = self_ref()
-            if memo is not None:
-                memo._by_id.pop(key, None)
-
-        self._by_id[key] = (weakref.ref(node, forget), value)
+        entry: _Entry[V] = _Entry(node, self._forget)
+        entry.key = key
+        entry.value = value
+        self._by_id[key] = entry
         return value
 
     def __contains__(self, node: NodeState) -> bool:
