@@ -45,6 +45,7 @@ HOST_RESIDENT = "host"
 _MIN_INFERRED_SHARE_MILLI = 100
 _SHARE_STEP_MILLI = 50
 DEFAULT_NODE_EXPIRY_SECONDS = 600.0
+DEFAULT_FULL_COLLECTION_SECONDS = 3600.0
 # Distinct (GPU indices, links) shapes kept: a cluster has a handful; a node whose links change in every snapshot
 # (a broken collector) must not grow the cache without bound.
 TOPOLOGY_CACHE_ENTRIES = 1024
@@ -284,8 +285,10 @@ class ClusterState:
     the objects of the nodes built since leave the collector's generations for good. Without it, a young
     collection scans every node state built since the last one (a few hundred objects each; a second of ingest at
     1,000 snapshots/s is ~60 ms of pause) and a full one all of them. Frozen objects are still freed when their
-    node is replaced (reference counting); only a reference cycle among them would never be collected, and node
-    state holds none.
+    node is replaced (reference counting); node state holds no reference cycles, but whatever else was alive at a
+    freeze (a connection's objects, say) and later becomes cyclic garbage is only reclaimed by a full collection of
+    everything: the state runs one (`gc.unfreeze()`, `gc.collect()`) at most every `full_collection_seconds`
+    (an hour by default; bench/state_gc.py measures its pause: ~0.6 s at 10,000 nodes).
     """
 
     def __init__(
@@ -294,10 +297,13 @@ class ClusterState:
         clock: Callable[[], float] = time.time,
         node_expiry_seconds: float = DEFAULT_NODE_EXPIRY_SECONDS,
         freeze_after_nodes: int | None = None,
+        full_collection_seconds: float = DEFAULT_FULL_COLLECTION_SECONDS,
     ) -> None:
         self._clock = clock
         self._freeze_after = freeze_after_nodes
         self._unfrozen = 0
+        self._full_collection_seconds = full_collection_seconds
+        self._last_full_collection = time.monotonic()
         self._lock = threading.Lock()
         self._expiry_seconds = node_expiry_seconds
         self._next_sweep_seconds = -math.inf
@@ -373,11 +379,17 @@ class ClusterState:
         return True
 
     def _changed(self) -> None:
-        """Count a rebuilt node; every `freeze_after_nodes` of them, `gc.freeze()` (see the class docstring)."""
+        """Count a rebuilt node; every `freeze_after_nodes` of them, `gc.freeze()`, and at most every
+        `full_collection_seconds` first a full collection of everything (see the class docstring)."""
         if self._freeze_after is None:
             return
         self._unfrozen += 1
         if self._unfrozen >= self._freeze_after:
+            now = time.monotonic()
+            if now - self._last_full_collection >= self._full_collection_seconds:
+                gc.unfreeze()
+                gc.collect()
+                self._last_full_collection = now
             gc.freeze()
             self._unfrozen = 0
 

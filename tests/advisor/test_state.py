@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import weakref
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -193,3 +194,30 @@ def test_a_snapshot_padded_with_ignored_fields_is_kept_re_encoded_not_as_receive
     assert record is not None
     assert len(record.snapshot_json) < KEEP_JSON_MAX_BYTES
     assert record.snapshot == NodeSnapshot.model_validate(raw)
+
+
+class _Cyclic:
+    """Garbage only the collector can reclaim: an object that refers to itself."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_cyclic_garbage_frozen_along_with_the_state_is_reclaimed_by_the_periodic_full_collection() -> None:
+    seldom = ClusterState(freeze_after_nodes=2, full_collection_seconds=3600.0)
+    often = ClusterState(freeze_after_nodes=2, full_collection_seconds=0.0)
+    try:
+        garbage = _Cyclic()
+        alive = weakref.ref(garbage)
+        gc.freeze()  # as a freeze by the state would, while the object was still in use
+        del garbage
+        gc.collect()
+        assert alive() is not None  # frozen: no collection sees it
+        ingest(seldom, snapshot("n1"))
+        ingest(seldom, snapshot("n2"))
+        assert alive() is not None  # a freeze alone does not reclaim it
+        ingest(often, snapshot("n1"))
+        ingest(often, snapshot("n2"))
+        assert alive() is None  # the full collection did
+    finally:
+        gc.unfreeze()
