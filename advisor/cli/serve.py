@@ -34,10 +34,12 @@ def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
     return settings.model_copy(update=updates)
 
 
-# The cluster state is hundreds of thousands of small immutable objects that live until the node's next snapshot.
-# With CPython's default thresholds (700, 10, 10) the collector re-scans them every few requests, which costs more
-# than the scoring itself; a larger young generation keeps collection cheap and rare (the state holds no cycles).
-GC_THRESHOLDS = (50_000, 20, 20)
+# The cluster state is hundreds of thousands of small immutable objects that live until the node's next snapshot;
+# the state freezes them as it builds them (advisor.cluster.state, `freeze_after_nodes`), so a young collection finds
+# only what requests made since (the scorer's memo entries, mostly). With CPython's default thresholds (700, 10, 10)
+# it would run every few requests; at 20,000 it runs a few times a second under load and pauses ~4-8 ms
+# (bench/state_gc.py: at 50,000, 12-32 ms).
+GC_THRESHOLDS = (20_000, 20, 20)
 
 
 @dataclass(frozen=True, slots=True)
