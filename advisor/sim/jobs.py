@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.config import ScoringConfig
@@ -75,6 +77,15 @@ class JobState:
         self.started: dict[str, tuple[Job, float]] = {}
         self._models = [normalize_gpu_model(x.gpu_model) for x in cluster.nodes]
         self._truth = truth
+        model_names = sorted(set(self._models))
+        self._model_id = np.array([model_names.index(m) for m in self._models], dtype=np.int64)
+        self._model_names = model_names
+        self._type_ids: dict[str, int] = {}
+        self._half_type = np.zeros((n, g), dtype=np.int64)
+        """Per GPU holding one half-GPU job: that job's type id (`_type_ids`)."""
+        self._pairs: dict[str, tuple[int, NDArray[np.bool_]]] = {}
+        """Per job type: the number of types known when built, and (GPU model id, resident type id) → whether it may
+        share with that resident (`compatible`)."""
 
     def free_whole(self) -> IntArray:
         counts: IntArray = (self.allocated == 0).sum(axis=1)
@@ -91,9 +102,32 @@ class JobState:
             for r in self.residents.get((node, gpu), [])
         )
 
-    def share_slots(self, job: Job) -> list[tuple[int, int]]:
-        rows, cols = np.nonzero(self.allocated + SHARE_MILLI <= GPU_MILLI)
-        return [(int(n), int(g)) for n, g in zip(rows, cols, strict=True) if self.compatible(job, int(n), int(g))]
+    def share_slots(self, job: Job) -> tuple[IntArray, IntArray]:
+        """The (node, GPU) pairs where `job` may take half a GPU: room for it and, on a GPU holding another half-GPU
+        job, a pair the truth measures as feasible (`compatible`); in row-major order."""
+        if self._truth is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        room = self.allocated + SHARE_MILLI <= GPU_MILLI
+        pairs = self._pairs_of(job.job_type)
+        room &= (self.allocated == 0) | pairs[self._model_id[:, None], self._half_type]
+        rows, cols = np.nonzero(room)
+        return rows, cols
+
+    def _pairs_of(self, job_type: str) -> NDArray[np.bool_]:
+        """`compatible` of `job_type` with a resident of each known type on each GPU model, as a table."""
+        known, found = self._pairs.get(job_type, (-1, None))
+        if found is None or known < len(self._type_ids):
+            assert self._truth is not None
+            truth = self._truth
+            found = np.zeros((len(self._model_names), max(len(self._type_ids), 1)), dtype=bool)  # one column at least
+            for m, model in enumerate(self._model_names):
+                for t, other in enumerate(self._type_ids):
+                    found[m, t] = (
+                        truth.sharing(model, job_type, other) is not None
+                        and truth.sharing(model, other, job_type) is not None
+                    )
+            self._pairs[job_type] = (len(self._type_ids), found)
+        return found
 
     def assign(self, job: Job, node: int, gpus: Sequence[int], milli: int, gang: str | None) -> None:
         for g in gpus:
@@ -101,6 +135,8 @@ class JobState:
                 raise ValueError(f"job {job.job_id}: GPU {g} of node {node} is full")
             self.allocated[node, g] += milli
             self.residents.setdefault((node, g), []).append(job)
+            if milli == SHARE_MILLI and self.allocated[node, g] == SHARE_MILLI:
+                self._half_type[node, g] = self._type_ids.setdefault(job.job_type, len(self._type_ids))
         if gang is not None:
             self.gangs[node][gang] = self.gangs[node].get(gang, 0) + 1
         self.started.setdefault(job.job_id, (job, self.now))
@@ -110,6 +146,9 @@ class JobState:
         for g in gpus:
             self.allocated[node, g] -= milli
             self.residents[(node, g)].remove(job)
+            if self.allocated[node, g] == SHARE_MILLI:
+                (other,) = self.residents[(node, g)]
+                self._half_type[node, g] = self._type_ids.setdefault(other.job_type, len(self._type_ids))
         if gang is not None:
             self.gangs[node][gang] -= 1
             if not self.gangs[node][gang]:
@@ -165,15 +204,15 @@ class KubeJobPolicy:
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
         if share:
-            slots = state.share_slots(job)
-            if not slots:
+            rows, cols = state.share_slots(job)
+            if not len(rows):
                 return None
-            nodes = np.array(sorted({n for n, _ in slots}), dtype=np.int64)
+            nodes = np.unique(rows)
             used = _used_ratio_after(state, nodes, SHARE_MILLI)
             node = int(nodes[best_index(used if self._most else -used, self._rng)])
-            on_node = [g for n, g in slots if n == node]
-            alloc = [int(state.allocated[node, g]) for g in on_node]
-            pick = on_node[int(np.argmax(alloc) if self._most else np.argmin(alloc))]
+            on_node = cols[rows == node]
+            alloc = state.allocated[node, on_node]
+            pick = int(on_node[int(np.argmax(alloc) if self._most else np.argmin(alloc))])
             return node, (pick,)
         nodes = np.flatnonzero(state.free_whole() >= gpus)
         if len(nodes) == 0:
@@ -425,10 +464,7 @@ class ExtenderJobPolicy:
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
-        if share:
-            candidates = np.array(sorted({n for n, _ in state.share_slots(job)}), dtype=np.int64)
-        else:
-            candidates = np.flatnonzero(state.free_whole() >= gpus)
+        candidates = np.unique(state.share_slots(job)[0]) if share else np.flatnonzero(state.free_whole() >= gpus)
         if len(candidates) == 0:
             return None
         request = PodRequest(
@@ -460,12 +496,14 @@ class ExtenderJobPolicy:
 
 @dataclass
 class _Running:
+    """A running job; its remaining work and rate live in the engine's arrays at `slot`."""
+
     job: Job
     parts: list[tuple[int, tuple[int, ...]]]
     milli: int
     gang: str | None
     start_s: float
-    remaining: float
+    slot: int = -1
     rate: float = 0.0
     partner: _Running | None = None
 
@@ -501,6 +539,11 @@ class JctResult:
 
 
 class _Engine:
+    """The cluster, the running jobs and their progress. Each running job's remaining work, rate and GPU milli held
+    are kept in arrays by slot, slots in start order (the order the running jobs were iterated in before), so that an
+    event's progress, next completion and finished jobs cost a few array operations rather than a loop over every
+    running job."""
+
     def __init__(self, cluster: Cluster, policy: JobPolicy, truth: RateTable | None) -> None:
         self.cluster = cluster
         self.policy = policy
@@ -512,6 +555,13 @@ class _Engine:
         self.gpu_milli_seconds = 0.0
         self.cross_group_jobs = 0
         self.multi_node_jobs = 0
+        self._slots: list[_Running | None] = []
+        self._remaining = np.zeros(0)
+        self._rates = np.ones(0)
+        self._held_milli = np.zeros(0)
+        self._active: IntArray = np.zeros(0, dtype=np.int64)
+        """The slots of the running jobs, ascending (None while to be recomputed)."""
+        self._active_stale = False
 
     def _rate(self, run: _Running) -> float:
         gpus = tuple((n, g) for n, gs in run.parts for g in gs)
@@ -520,6 +570,51 @@ class _Engine:
         if rate <= 0:
             raise ValueError(f"no true throughput for job {run.job.job_id} ({run.job.job_type}) under its placement")
         return rate
+
+    def _rerate(self, run: _Running) -> None:
+        run.rate = self._rate(run)
+        self._rates[run.slot] = run.rate
+
+    def _add(self, run: _Running) -> None:
+        """Give `run` the next slot (the slots compacted, in order, when the arrays are full)."""
+        if len(self._slots) == len(self._remaining):
+            keep = self.active()
+            runs = [self._slots[int(i)] for i in keep]
+            size = max(64, 2 * len(keep))
+            remaining, rates, held = np.zeros(size), np.ones(size), np.zeros(size)
+            remaining[: len(keep)] = self._remaining[keep]
+            rates[: len(keep)] = self._rates[keep]
+            held[: len(keep)] = self._held_milli[keep]
+            self._remaining, self._rates, self._held_milli = remaining, rates, held
+            self._slots = list(runs)
+            for i, kept in enumerate(runs):
+                assert kept is not None
+                kept.slot = i
+        run.slot = len(self._slots)
+        self._slots.append(run)
+        self._remaining[run.slot] = run.job.work
+        self._held_milli[run.slot] = run.milli * sum(len(g) for _, g in run.parts)
+        self._active_stale = True
+
+    def active(self) -> IntArray:
+        """The running jobs' slots, in start order."""
+        if self._active_stale:
+            self._active = np.array([i for i, r in enumerate(self._slots) if r is not None], dtype=np.int64)
+            self._active_stale = False
+        return self._active
+
+    def next_done(self, now: float) -> float:
+        """When the first running job finishes at the current rates (inf when none runs)."""
+        slots = self.active()
+        if not len(slots):
+            return math.inf
+        return float(np.min(now + np.maximum(self._remaining[slots], 0.0) / self._rates[slots]))
+
+    def done(self) -> list[_Running]:
+        """The running jobs with no work left (within `_DONE_EPS_SECONDS` of it), in start order."""
+        slots = self.active()
+        finished = slots[self._remaining[slots] / self._rates[slots] <= _DONE_EPS_SECONDS]
+        return [r for r in (self._slots[int(i)] for i in finished) if r is not None]
 
     def try_place(self, job: Job, now: float) -> bool:
         share = self.sharing and job.num_gpus == 1
@@ -537,7 +632,8 @@ class _Engine:
                 return False
             self.state.assign(job, choice[0], choice[1], milli, gang)
             parts.append(choice)
-        run = _Running(job, parts, milli, gang, now, job.work)
+        run = _Running(job, parts, milli, gang, now)
+        self._add(run)
         placed = tuple((n, g) for n, gs in parts for g in gs)
         self.cross_group_jobs += crosses_nvlink_groups(Assignment(placed), self.cluster.nodes)
         self.multi_node_jobs += len({n for n, _ in parts}) > 1
@@ -547,26 +643,47 @@ class _Engine:
             if others:
                 run.partner = self.running[others[0].job_id]
                 run.partner.partner = run
-                run.partner.rate = self._rate(run.partner)
-        run.rate = self._rate(run)
+                self._rerate(run.partner)
+        self._rerate(run)
         self.running[job.job_id] = run
         return True
+
+    def room_key(self, job: Job) -> tuple[int, bool, str | None]:
+        """What decides whether the cluster has room for the job's first pod (`has_room`)."""
+        share = self.sharing and job.num_gpus == 1
+        return min(job.num_gpus, self.per_node), share, job.job_type if share else None
+
+    def has_room(self, job: Job) -> bool:
+        """Whether some node has room for the job's first pod (gang member) as every policy looks for it: a GPU with
+        half free that the job may share, or that many wholly free GPUs. Without, `try_place` fails before any
+        policy decision (and draws nothing), and keeps failing until a job ends."""
+        size, share, _ = self.room_key(job)
+        if share:
+            return len(self.state.share_slots(job)[0]) > 0
+        return bool((self.state.free_whole() >= size).any())
 
     def finish(self, run: _Running) -> None:
         for node, gpus in run.parts:
             self.state.release(run.job, node, gpus, run.milli, run.gang)
         self.state.started.pop(run.job.job_id, None)
         del self.running[run.job.job_id]
+        self._slots[run.slot] = None
+        self._active_stale = True
         if run.partner is not None:
             run.partner.partner = None
-            run.partner.rate = self._rate(run.partner)
+            self._rerate(run.partner)
 
     def advance(self, dt: float) -> None:
+        """Every running job progresses `dt` seconds at its rate; the GPU time held is summed job by job in start
+        order (`np.add.accumulate` adds one term after the other, as the loop over the jobs did)."""
         if dt <= 0:
             return
-        for run in self.running.values():
-            run.remaining -= run.rate * dt
-            self.gpu_milli_seconds += run.milli * sum(len(g) for _, g in run.parts) * dt
+        slots = self.active()
+        if not len(slots):
+            return
+        self._remaining[slots] -= self._rates[slots] * dt
+        terms = np.concatenate(([self.gpu_milli_seconds], self._held_milli[slots] * dt))
+        self.gpu_milli_seconds = float(np.add.accumulate(terms)[-1])
 
 
 def job_task_mix(jobs: Sequence[Job], per_node: int, sharing: bool) -> TaskMix:
@@ -603,36 +720,72 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
     start_s: dict[str, float] = {}
     end_s: dict[str, float] = {}
     queue: list[Job] = []
-    failed_at: dict[str, int] = {}
+    queued = Counter[tuple[int, bool, str | None]]()  # room keys of the queue
+    dead: set[tuple[int, bool, str | None]] = set()  # room keys without room since the last release
     releases = 0
+    passed_at = -1  # `releases` at the last scheduling pass
     now = arrivals[0].arrival_s if arrivals else 0.0
     i = 0
     while i < len(arrivals) or engine.running:
-        next_done = min((now + max(r.remaining, 0.0) / r.rate for r in engine.running.values()), default=math.inf)
         next_arrival = arrivals[i].arrival_s if i < len(arrivals) else math.inf
-        t = min(next_done, next_arrival)
+        t = min(engine.next_done(now), next_arrival)
         if math.isinf(t):
             break
         engine.advance(t - now)
         now = t
-        done = [r for r in engine.running.values() if r.remaining / r.rate <= _DONE_EPS_SECONDS]
-        for run in done:
+        for run in engine.done():
             engine.finish(run)
             end_s[run.job.job_id] = now
             releases += 1
+        # Every job still queued after a pass failed in it; until a job ends it would fail again, so only the jobs
+        # arrived since are tried (all of them after a release).
+        fresh_from = 0 if releases != passed_at else len(queue)
+        if releases != passed_at:
+            dead.clear()
+        passed_at = releases
         while i < len(arrivals) and arrivals[i].arrival_s <= now:
             queue.append(arrivals[i])
+            queued[engine.room_key(arrivals[i])] += 1
             i += 1
+        fresh = queued.copy() if fresh_from == 0 else Counter(engine.room_key(j) for j in queue[fresh_from:])
+        live = sum(n for key, n in fresh.items() if key not in dead)  # fresh jobs left whose key may have room
         waiting: list[Job] = []
         policy.begin_pass(queue, now, engine.state)
         head = False
-        for job in queue:
-            if failed_at.get(job.job_id) == releases or not engine.try_place(job, now):
+        k = 0
+        while k < len(queue):
+            if head and k < fresh_from:  # failed since the last release, and no more holds to ask: skipped
+                waiting += queue[k:fresh_from]
+                k = fresh_from
+                continue
+            if head and live == 0:  # the rest would only find no room: they wait
+                if k < len(queue):
+                    engine.state.now = now  # as trying them would have set it
+                waiting += queue[k:]
+                break
+            job = queue[k]
+            k += 1
+            if k <= fresh_from:
                 head = head or policy.hold(job, engine.state)
-                failed_at[job.job_id] = releases
                 waiting.append(job)
+                continue
+            key = engine.room_key(job)
+            fresh[key] -= 1
+            if key in dead:
+                engine.state.now = now  # as `try_place` sets it before finding no room
+                placed = False
             else:
+                live -= 1
+                placed = engine.try_place(job, now)
+                if not placed and not engine.has_room(job):
+                    dead.add(key)
+                    live -= fresh[key]
+            if placed:
                 start_s[job.job_id] = now
+                queued[key] -= 1
+            else:
+                head = head or policy.hold(job, engine.state)
+                waiting.append(job)
         queue = waiting
     finished = [j for j in arrivals if j.job_id in end_s]
     jct = np.array([end_s[j.job_id] - j.arrival_s for j in finished])
