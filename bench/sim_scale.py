@@ -1,7 +1,7 @@
 """The simulator at cluster scale: wall time of each policy on ×1, ×2, ×4 copies of one cluster and its trace, and the
 ratio to ×1 (goal: ×4 nodes ≤ 6× the time, i.e. near-linear, since the trace grows with the cluster).
 
-    .venv/bin/python bench/sim_scale.py [--scales 1,2,4] [--fragmentation-policies fgd,advisor]
+    .venv/bin/python bench/sim_scale.py [--scales 1,2,4] [--fragmentation-policies fgd]
                                         [--jct-policies spread,oracle] [--jobs 400] [--seed 0] [--digest]
 
 Fragmentation mode: openb's node list (../shared/data/openb, 1,213 nodes) repeated k times (node names suffixed
@@ -52,7 +52,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="1,2,4")
-    parser.add_argument("--fragmentation-policies", default="fgd,advisor")
+    parser.add_argument("--fragmentation-policies", default="fgd")
     parser.add_argument("--jct-policies", default="spread,oracle")
     parser.add_argument("--jobs", type=int, default=400, help="JCT mode: jobs of the Gavel trace at ×1")
     parser.add_argument("--seed", type=int, default=0)

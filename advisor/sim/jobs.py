@@ -75,6 +75,8 @@ class JobState:
         self.version = np.zeros(n, dtype=np.int64)
         self.now = 0.0
         self.started: dict[str, tuple[Job, float]] = {}
+        self.restarts = 0
+        """How many times a started job was taken back before it ran (a gang whose last members found no room)."""
         self._models = [normalize_gpu_model(x.gpu_model) for x in cluster.nodes]
         self._truth = truth
         model_names = sorted(set(self._models))
@@ -280,6 +282,10 @@ class ExtenderJobPolicy:
         # gang it runs members of) — a long queue asks for every node's state once per waiting job and pass.
         self._node_memo: dict[int, tuple[int, dict[tuple[str | None, str | None], int]]] = {}
         self._memo_state: JobState | None = None
+        self._predicted: dict[tuple[str, str], float | None] = {}  # believed run time per (job id, GPU model)
+        self._leave_key: tuple[JobState | None, int, object] = (None, 0, object())
+        self._views_at: tuple[JobState | None, int] = (None, -1)
+        self._views: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -321,26 +327,47 @@ class ExtenderJobPolicy:
             self._interner.node_state[node] = state_id
 
     def _leave_times(self, state: JobState) -> LeaveTimes:
-        """What the scorer believes of when a resident leaves: its start plus its work over the table's speed (not
-        memoised: a node state is reused across time)."""
+        """What the scorer believes of when a resident leaves: its start plus its work over the table's speed.
+
+        Each job's predicted run time is kept per GPU model, and each node state's GPU end times are memoised by the
+        placement code under `LeaveTimes.cache_key` (`advisor.placement.waiting.gpu_ends`). An interned node state
+        always holds the same jobs, and a running job keeps its start, so the ends hold until a job is taken back
+        from a gang that did not fit (`JobState.restarts`) and may start again later: the key is renewed then, and
+        for every new run."""
+        if self._leave_key[0] is not state or self._leave_key[1] != state.restarts:
+            self._leave_key = (state, state.restarts, object())
+        predicted = self._predicted
 
         def end(node: NodeState, resident: Resident) -> float | None:
             if self._table is None or resident.pod not in state.started:
                 return None
             job, started = state.started[resident.pod]
-            predicted = JobJct(self._table, self._believed(job)).jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
-            return None if predicted is None else started + predicted
+            key = (job.job_id, node.gpu_model)
+            if key in predicted:
+                seconds = predicted[key]
+            else:
+                believed = JobJct(self._table, self._believed(job))
+                seconds = predicted[key] = believed.jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
+            return None if seconds is None else started + seconds
 
-        return LeaveTimes(end, state.now)
+        return LeaveTimes(end, state.now, cache_key=self._leave_key[2])
 
     def _all_nodes(self, state: JobState, job: Job, share: bool, gang: str | None) -> dict[str, NodeState]:
-        """Every node's state as `job` sees it (GPUs it may not share count as full)."""
-        for n in range(len(state.nodes)):
-            self._intern(state, n, job, share, gang)
-        return {
-            state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
-            for n in range(len(state.nodes))
-        }
+        """Every node's state as `job` sees it (GPUs it may not share count as full), kept until a job is placed or
+        leaves: a long queue asks for it once per waiting job and pass."""
+        version = int(state.version.sum())  # every assign and release bumps a node's version
+        if self._views_at != (state, version):
+            self._views_at, self._views = (state, version), {}
+        key = (job.job_type if share else None, gang)
+        view = self._views.get(key)
+        if view is None:
+            for n in range(len(state.nodes)):
+                self._intern(state, n, job, share, gang)
+            view = self._views[key] = {
+                state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
+                for n in range(len(state.nodes))
+            }
+        return view
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
         """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
@@ -628,7 +655,8 @@ class _Engine:
             if choice is None:
                 for node, gpus in parts:
                     self.state.release(job, node, gpus, milli, gang)
-                self.state.started.pop(job.job_id, None)
+                if self.state.started.pop(job.job_id, None) is not None:
+                    self.state.restarts += 1
                 return False
             self.state.assign(job, choice[0], choice[1], milli, gang)
             parts.append(choice)
