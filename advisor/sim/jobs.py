@@ -286,6 +286,7 @@ class ExtenderJobPolicy:
         self._leave_key: tuple[JobState | None, int, object] = (None, 0, object())
         self._views_at: tuple[JobState | None, int] = (None, -1)
         self._views: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}
+        self._alike: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}  # a node per distinct state
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -357,7 +358,7 @@ class ExtenderJobPolicy:
         leaves: a long queue asks for it once per waiting job and pass."""
         version = int(state.version.sum())  # every assign and release bumps a node's version
         if self._views_at != (state, version):
-            self._views_at, self._views = (state, version), {}
+            self._views_at, self._views, self._alike = (state, version), {}, {}
         key = (job.job_type if share else None, gang)
         view = self._views.get(key)
         if view is None:
@@ -367,6 +368,10 @@ class ExtenderJobPolicy:
                 state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
                 for n in range(len(state.nodes))
             }
+            firsts: dict[int, tuple[str, NodeState]] = {}
+            for name, node in view.items():
+                firsts.setdefault(id(node), (name, node))
+            self._alike[key] = dict(firsts.values())
         return view
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
@@ -471,10 +476,15 @@ class ExtenderJobPolicy:
         if held is None and not claimed.claim_log and not waits:
             return candidates
         names = [state.nodes[int(n)].name for n in candidates]
+        nodes = self._all_nodes(state, job, share, request.gang)
+        if held is None and not claimed.claim_log:
+            # The wait rule alone reads the other nodes only for the least time until room per GPU model, which
+            # alike nodes give alike: the candidates and one node per distinct state decide the same.
+            nodes = self._alike[(job.job_type if share else None, request.gang)] | {n: nodes[n] for n in names}
         passed, _ = run_filter(
             request,
             names,
-            self._all_nodes(state, job, share, request.gang),
+            nodes,
             _PassInputs(
                 self._leave_times(state) if waits else None,
                 QueueRules(held, claimed.claim_log, claimed.rank, claimed.claim_nodes),
