@@ -31,10 +31,10 @@ from advisor.placement.extender import extender_scores
 from advisor.placement.filter import QueueRules, run_filter
 from advisor.placement.fragmentation import IntArray, TaskMix
 from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservation
-from advisor.placement.scoring import score_nodes
+from advisor.placement.scoring import is_stale, score_nodes
 from advisor.placement.shortest import Claim, Claimant, claims
 from advisor.placement.types import NodeState, PodRequest, Resident
-from advisor.placement.waiting import LeaveTimes
+from advisor.placement.waiting import LeaveTimes, has_room_now, room_seconds
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
@@ -287,6 +287,7 @@ class ExtenderJobPolicy:
         self._views_at: tuple[JobState | None, int] = (None, -1)
         self._views: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}
         self._alike: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}  # a node per distinct state
+        self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -358,7 +359,7 @@ class ExtenderJobPolicy:
         leaves: a long queue asks for it once per waiting job and pass."""
         version = int(state.version.sum())  # every assign and release bumps a node's version
         if self._views_at != (state, version):
-            self._views_at, self._views, self._alike = (state, version), {}, {}
+            self._views_at, self._views, self._alike, self._soonest = (state, version), {}, {}, {}
         key = (job.job_type if share else None, gang)
         view = self._views.get(key)
         if view is None:
@@ -373,6 +374,25 @@ class ExtenderJobPolicy:
                 firsts.setdefault(id(node), (name, node))
             self._alike[key] = dict(firsts.values())
         return view
+
+    def _soonest_room(
+        self, state: JobState, view: tuple[str | None, str | None], request: PodRequest, leaving: LeaveTimes
+    ) -> dict[str, NodeState]:
+        """Per GPU model, the node (as `view` sees them) without room now that has room for `request`'s shape
+        soonest (`advisor.placement.waiting.room_seconds`), kept per shape and leave times until the cluster
+        changes: every job of that shape tried in a pass asks the same."""
+        key = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
+        found = self._soonest.get(key)
+        if found is None:
+            best: dict[str, tuple[float, str, NodeState]] = {}
+            for name, node in self._alike[view].items():
+                if not node.gpu_model or is_stale(node, self._config, None) or has_room_now(node, request):
+                    continue
+                seconds = room_seconds(node, request, leaving)
+                if node.gpu_model not in best or seconds < best[node.gpu_model][0]:
+                    best[node.gpu_model] = (seconds, name, node)
+            found = self._soonest[key] = {name: node for _, name, node in best.values()}
+        return found
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
         """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
@@ -477,18 +497,17 @@ class ExtenderJobPolicy:
             return candidates
         names = [state.nodes[int(n)].name for n in candidates]
         nodes = self._all_nodes(state, job, share, request.gang)
-        if held is None and not claimed.claim_log:
-            # The wait rule alone reads the other nodes only for the least time until room per GPU model, which
-            # alike nodes give alike: the candidates and one node per distinct state decide the same.
-            nodes = self._alike[(job.job_type if share else None, request.gang)] | {n: nodes[n] for n in names}
+        leaving = self._leave_times(state) if waits else None
+        if held is None and not claimed.claim_log and leaving is not None:
+            # The wait rule alone reads the nodes besides the candidates only for the least time until one of each
+            # GPU model has room: given with the candidates, that node decides the same.
+            soonest = self._soonest_room(state, (job.job_type if share else None, request.gang), request, leaving)
+            nodes = soonest | {n: nodes[n] for n in names}
         passed, _ = run_filter(
             request,
             names,
             nodes,
-            _PassInputs(
-                self._leave_times(state) if waits else None,
-                QueueRules(held, claimed.claim_log, claimed.rank, claimed.claim_nodes),
-            ),
+            _PassInputs(leaving, QueueRules(held, claimed.claim_log, claimed.rank, claimed.claim_nodes)),
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
         )
