@@ -1,16 +1,17 @@
 """The simulator at cluster scale: wall time of each policy on ×1, ×2, ×4 copies of one cluster and its trace, and the
 ratio to ×1 (goal: ×4 nodes ≤ 6× the time, i.e. near-linear, since the trace grows with the cluster).
 
-    .venv/bin/python bench/sim_scale.py [--scales 1,2,4] [--fragmentation-policies fgd]
-                                        [--jct-policies spread,oracle] [--jobs 400] [--seed 0] [--digest]
+    .venv/bin/python bench/sim_scale.py [--scales 1,2,4] [--fragmentation-policies fgd] [--jct-policies spread,oracle]
+                                        [--jobs 400] [--lengths trace|own] [--seed 0] [--digest]
 
 Fragmentation mode: openb's node list (../shared/data/openb, 1,213 nodes) repeated k times (node names suffixed
 `~1`, `~2`, ...) and the default pod list repeated k times, so the inflated sequence (`authors_sequence`) asks for
 130 % of the k-times larger cluster; the policies as `gpuadvisor simulate --mode fragmentation` builds them.
 JCT mode: Gavel's cluster (bench/data/gavel_cluster.csv, 108 GPUs) repeated k times and the first `--jobs` jobs of
 trace msr_vc_6c71a0 at half its arrival rate, each job k times (same arrival, ids suffixed), with Gavel's true
-throughputs (`oracle` scores with them: the advisor's own code path without training held-out models first) and
-each job's own length. Each policy's time is its run's `seconds` (placement loop and bookkeeping; loading excluded).
+throughputs (`oracle` scores with them: the advisor's own code path without training held-out models first) and,
+as `gpuadvisor simulate` by default, each job's length believed from the trace's other jobs of its type (`--lengths
+own`: its own). Each policy's time is its run's `seconds` (placement loop and bookkeeping; loading excluded).
 
 `--digest` prints a hash of every run's outcome (allocation curves, JCTs) instead of timing alone: two checkouts
 that print the same digests placed every pod and job identically.
@@ -42,7 +43,7 @@ def main() -> None:
     from advisor.sim.loaders import load_cluster, load_throughputs, load_trace
     from advisor.sim.model import Cluster, Job, Pod
     from advisor.sim.rates import truth_table
-    from advisor.sim.run import jct_scoring_config, run_fragmentation_mode, run_jct_mode
+    from advisor.sim.run import jct_scoring_config, run_fragmentation_mode, run_jct_mode, trace_lengths
 
     def replicate(cluster: Cluster, k: int) -> Cluster:
         """The node list k times, copy c > 0 with names suffixed `~c`."""
@@ -55,6 +56,13 @@ def main() -> None:
     parser.add_argument("--fragmentation-policies", default="fgd")
     parser.add_argument("--jct-policies", default="spread,oracle")
     parser.add_argument("--jobs", type=int, default=400, help="JCT mode: jobs of the Gavel trace at ×1")
+    parser.add_argument(
+        "--lengths",
+        choices=("trace", "own"),
+        default="trace",
+        help="JCT mode: what the oracle believes of job lengths: the trace's other jobs of the type (the CLI's "
+        "default) or each job's own",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--digest", action="store_true", help="print a hash of each run's outcome")
     args = parser.parse_args()
@@ -96,10 +104,11 @@ def main() -> None:
             cluster = replicate(base_cluster, k)
             jobs = [j if c == 0 else replace(j, job_id=f"{j.job_id}~{c}") for j in base_jobs for c in range(k)]
             config = jct_scoring_config(cluster, jobs, truth)
+            lengths = trace_lengths(jobs) if args.lengths == "trace" else None
             for name in jct_policies:
                 started = time.perf_counter()
                 (result,) = run_jct_mode(
-                    cluster, jobs, [name], truth=truth, believed=None, config=config, seed=args.seed
+                    cluster, jobs, [name], truth=truth, believed=None, config=config, seed=args.seed, lengths=lengths
                 )
                 timings.setdefault(("jct", name), {})[k] = result.seconds
                 line = (

@@ -288,6 +288,7 @@ class ExtenderJobPolicy:
         self._views: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}
         self._alike: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}  # a node per distinct state
         self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`
+        self._waited: dict[tuple[object, ...], IntArray] = {}  # the wait rule's passed candidates, `_passed_over`
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -359,7 +360,7 @@ class ExtenderJobPolicy:
         leaves: a long queue asks for it once per waiting job and pass."""
         version = int(state.version.sum())  # every assign and release bumps a node's version
         if self._views_at != (state, version):
-            self._views_at, self._views, self._alike, self._soonest = (state, version), {}, {}, {}
+            self._views_at, self._views, self._alike, self._soonest, self._waited = (state, version), {}, {}, {}, {}
         key = (job.job_type if share else None, gang)
         view = self._views.get(key)
         if view is None:
@@ -498,11 +499,19 @@ class ExtenderJobPolicy:
         names = [state.nodes[int(n)].name for n in candidates]
         nodes = self._all_nodes(state, job, share, request.gang)
         leaving = self._leave_times(state) if waits else None
+        alike: tuple[object, ...] | None = None
         if held is None and not claimed.claim_log and leaving is not None:
             # The wait rule alone reads the nodes besides the candidates only for the least time until one of each
             # GPU model has room: given with the candidates, that node decides the same.
-            soonest = self._soonest_room(state, (job.job_type if share else None, request.gang), request, leaving)
+            view = (job.job_type if share else None, request.gang)
+            soonest = self._soonest_room(state, view, request, leaving)
             nodes = soonest | {n: nodes[n] for n in names}
+            # What else it reads of the job is its predicted run times: the job's type, GPUs and believed work.
+            believed = self._believed(job)
+            alike = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
+            alike += (believed.job_type, believed.num_gpus, believed.work)
+            if alike in self._waited:
+                return self._waited[alike]
         passed, _ = run_filter(
             request,
             names,
@@ -511,10 +520,10 @@ class ExtenderJobPolicy:
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
         )
-        if len(passed) == len(names):
-            return candidates
         kept = set(passed)
-        keep: IntArray = candidates[[name in kept for name in names]]
+        keep: IntArray = candidates if len(passed) == len(names) else candidates[[name in kept for name in names]]
+        if alike is not None:
+            self._waited[alike] = keep
         return keep
 
     def choose(
