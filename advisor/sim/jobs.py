@@ -496,22 +496,26 @@ class ExtenderJobPolicy:
         waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
         if held is None and not claimed.claim_log and not waits:
             return candidates
-        names = [state.nodes[int(n)].name for n in candidates]
-        nodes = self._all_nodes(state, job, share, request.gang)
         leaving = self._leave_times(state) if waits else None
         alike: tuple[object, ...] | None = None
         if held is None and not claimed.claim_log and leaving is not None:
-            # The wait rule alone reads the nodes besides the candidates only for the least time until one of each
-            # GPU model has room: given with the candidates, that node decides the same.
-            view = (job.job_type if share else None, request.gang)
-            soonest = self._soonest_room(state, view, request, leaving)
-            nodes = soonest | {n: nodes[n] for n in names}
-            # What else it reads of the job is its predicted run times: the job's type, GPUs and believed work.
+            # The wait rule alone: besides the candidates (the same for every job of this view and shape until the
+            # cluster changes) it reads of the job only its predicted run times, from its type, GPUs and believed
+            # work.
             believed = self._believed(job)
+            view = (job.job_type if share else None, request.gang)
             alike = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
-            alike += (believed.job_type, believed.num_gpus, believed.work)
+            alike += (believed.job_type, believed.num_gpus, believed.work, int(state.version.sum()))
             if alike in self._waited:
                 return self._waited[alike]
+        names = [state.nodes[int(n)].name for n in candidates]
+        nodes = self._all_nodes(state, job, share, request.gang)
+        if alike is not None and leaving is not None:
+            # Of the other nodes it reads only the least time until one of each GPU model has room: given with the
+            # candidates, that node decides the same.
+            nodes = self._soonest_room(state, (job.job_type if share else None, request.gang), request, leaving) | {
+                n: nodes[n] for n in names
+            }
         passed, _ = run_filter(
             request,
             names,
