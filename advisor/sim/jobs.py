@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -285,9 +285,12 @@ class ExtenderJobPolicy:
         self._predicted: dict[tuple[str, str], float | None] = {}  # believed run time per (job id, GPU model)
         self._leave_key: tuple[JobState | None, int, object] = (None, 0, object())
         self._views_at: tuple[JobState | None, int] = (None, -1)
-        self._views: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}
+        self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState]]] = {}
+        """Per view (`_all_nodes`): each node's version when last brought up to date, and every node's state."""
         self._alike: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}  # a node per distinct state
         self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`
+        self._rooms_at: tuple[float, object] | None = None
+        self._rooms: dict[tuple[int, int, int], float | None] = {}
         self._waited: dict[tuple[object, ...], IntArray] = {}  # the wait rule's passed candidates, `_passed_over`
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
@@ -356,20 +359,26 @@ class ExtenderJobPolicy:
         return LeaveTimes(end, state.now, cache_key=self._leave_key[2])
 
     def _all_nodes(self, state: JobState, job: Job, share: bool, gang: str | None) -> dict[str, NodeState]:
-        """Every node's state as `job` sees it (GPUs it may not share count as full), kept until a job is placed or
-        leaves: a long queue asks for it once per waiting job and pass."""
+        """Every node's state as `job` sees it (GPUs it may not share count as full): a view per (job type where it
+        shares, gang), brought up to date from the nodes changed since it was last asked for. The returned mapping
+        changes with the cluster: read it before the next placement."""
         version = int(state.version.sum())  # every assign and release bumps a node's version
+        if self._views_at[0] is not state:
+            self._views = {}
         if self._views_at != (state, version):
-            self._views_at, self._views, self._alike, self._soonest, self._waited = (state, version), {}, {}, {}, {}
+            self._views_at, self._alike, self._soonest, self._waited = (state, version), {}, {}, {}
         key = (job.job_type if share else None, gang)
-        view = self._views.get(key)
-        if view is None:
-            for n in range(len(state.nodes)):
+        entry = self._views.get(key)
+        if entry is None:
+            entry = self._views[key] = (np.full(len(state.nodes), -1, dtype=np.int64), {})
+        seen, view = entry
+        changed = np.flatnonzero(state.version != seen)
+        if len(changed):
+            for n in changed.tolist():
                 self._intern(state, n, job, share, gang)
-            view = self._views[key] = {
-                state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
-                for n in range(len(state.nodes))
-            }
+                view[state.nodes[n].name] = self._interner.states[int(self._interner.node_state[n])]
+            seen[changed] = state.version[changed]
+        if key not in self._alike:
             firsts: dict[int, tuple[str, NodeState]] = {}
             for name, node in view.items():
                 firsts.setdefault(id(node), (name, node))
@@ -385,12 +394,19 @@ class ExtenderJobPolicy:
         key = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
         found = self._soonest.get(key)
         if found is None:
+            if self._rooms_at != (leaving.now_seconds, leaving.cache_key):
+                self._rooms_at, self._rooms = (leaving.now_seconds, leaving.cache_key), {}
+            rooms = self._rooms  # per (interned node state, shape): its time until room, None with room now
             best: dict[str, tuple[float, str, NodeState]] = {}
             for name, node in self._alike[view].items():
-                if not node.gpu_model or is_stale(node, self._config, None) or has_room_now(node, request):
-                    continue
-                seconds = room_seconds(node, request, leaving)
-                if node.gpu_model not in best or seconds < best[node.gpu_model][0]:
+                at = (id(node), request.whole_gpus, request.share_milli)
+                if at in rooms:
+                    seconds = rooms[at]
+                elif not node.gpu_model or is_stale(node, self._config, None) or has_room_now(node, request):
+                    seconds = rooms[at] = None
+                else:
+                    seconds = rooms[at] = room_seconds(node, request, leaving)
+                if seconds is not None and (node.gpu_model not in best or seconds < best[node.gpu_model][0]):
                     best[node.gpu_model] = (seconds, name, node)
             found = self._soonest[key] = {name: node for _, name, node in best.values()}
         return found
@@ -484,30 +500,34 @@ class ExtenderJobPolicy:
         )
         return self._held is not None
 
-    def _passed_over(
-        self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, *, share: bool
-    ) -> IntArray:
-        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, every node's state as the
-        job sees it): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
-        (`_claims`), not a slower GPU model it would finish sooner by waiting for. Candidates have room by
-        construction, so when no rule can apply the filter is not run."""
+    def _rules(self, job: Job, request: PodRequest, state: JobState, *, share: bool) -> _Rules:
+        """The filter's rules that apply to `job` now (`_passed_over`), and, when the wait rule alone applies, what its
+        verdict depends on: the candidates (the same for every job of this view and shape until the cluster
+        changes), the leave times, and of the job only its predicted run times, from its type, GPUs and believed
+        work."""
         held = self._held if self._held is not None and self._held.pod != job.job_id else None
         claimed = self._claims(job, state)
         waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
-        if held is None and not claimed.claim_log and not waits:
-            return candidates
         leaving = self._leave_times(state) if waits else None
         alike: tuple[object, ...] | None = None
         if held is None and not claimed.claim_log and leaving is not None:
-            # The wait rule alone: besides the candidates (the same for every job of this view and shape until the
-            # cluster changes) it reads of the job only its predicted run times, from its type, GPUs and believed
-            # work.
             believed = self._believed(job)
             view = (job.job_type if share else None, request.gang)
             alike = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
             alike += (believed.job_type, believed.num_gpus, believed.work, int(state.version.sum()))
-            if alike in self._waited:
-                return self._waited[alike]
+        return _Rules(held, claimed, leaving, alike)
+
+    def _passed_over(
+        self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, rules: _Rules, *, share: bool
+    ) -> IntArray:
+        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, every node's state as the
+        job sees it): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
+        (`_claims`), not a slower GPU model it would finish sooner by waiting for. Candidates have room by
+        construction, so when no rule can apply the filter is not run. With the wait rule alone, what it passes is
+        kept (`_waited`) for the jobs alike to it until the cluster changes."""
+        held, claimed, leaving, alike = rules
+        if held is None and not claimed.claim_log and leaving is None:
+            return candidates
         names = [state.nodes[int(n)].name for n in candidates]
         nodes = self._all_nodes(state, job, share, request.gang)
         if alike is not None and leaving is not None:
@@ -533,9 +553,6 @@ class ExtenderJobPolicy:
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
-        candidates = np.unique(state.share_slots(job)[0]) if share else np.flatnonzero(state.free_whole() >= gpus)
-        if len(candidates) == 0:
-            return None
         request = PodRequest(
             name=job.job_id,
             gpus=0 if share else gpus,
@@ -543,7 +560,15 @@ class ExtenderJobPolicy:
             workload=job.job_type,
             gang=gang,
         )
-        candidates = self._passed_over(job, request, candidates, state, share=share)
+        rules = self._rules(job, request, state, share=share)
+        known = self._waited.get(rules.alike) if rules.alike is not None else None
+        if known is not None:  # a job alike to this one was filtered since the cluster last changed
+            candidates = known
+        else:
+            candidates = np.unique(state.share_slots(job)[0]) if share else np.flatnonzero(state.free_whole() >= gpus)
+            if len(candidates) == 0:
+                return None
+            candidates = self._passed_over(job, request, candidates, state, rules, share=share)
         if len(candidates) == 0:
             return None
         for n in candidates:
@@ -561,6 +586,17 @@ class ExtenderJobPolicy:
         if not chosen.feasible:
             return None
         return int(candidates[best]), chosen.gpus
+
+
+class _Rules(NamedTuple):
+    """The extender filter's rules for one job now (`ExtenderJobPolicy._rules`): the head's reservation, the claims
+    of jobs ranked above it, the leave times when it may wait for a faster GPU, and the key of its wait verdict when
+    that rule applies alone."""
+
+    held: Reservation | None
+    claimed: QueueRules
+    leaving: LeaveTimes | None
+    alike: tuple[object, ...] | None
 
 
 @dataclass
