@@ -609,7 +609,6 @@ class _Running:
     gang: str | None
     start_s: float
     slot: int = -1
-    rate: float = 0.0
     partner: _Running | None = None
 
 
@@ -665,7 +664,7 @@ class _Engine:
         self._rates = np.ones(0)
         self._held_milli = np.zeros(0)
         self._active: IntArray = np.zeros(0, dtype=np.int64)
-        """The slots of the running jobs, ascending (None while to be recomputed)."""
+        """The slots of the running jobs, ascending (recomputed when `_active_stale`)."""
         self._active_stale = False
 
     def _rate(self, run: _Running) -> float:
@@ -677,8 +676,7 @@ class _Engine:
         return rate
 
     def _rerate(self, run: _Running) -> None:
-        run.rate = self._rate(run)
-        self._rates[run.slot] = run.rate
+        self._rates[run.slot] = self._rate(run)
 
     def _add(self, run: _Running) -> None:
         """Give `run` the next slot (the slots compacted, in order, when the arrays are full)."""
