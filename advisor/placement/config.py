@@ -6,8 +6,10 @@ per-shape caches, hence compared by identity.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
+from advisor.gpus import normalize_gpu_model
 from advisor.placement.fragmentation import (
     DEFAULT_TASK_MIX,
     MixResources,
@@ -61,7 +63,9 @@ class ScoringConfig:
     wait_slack: float | None = DEFAULT_WAIT_SLACK
     hold_for_blocked: bool = False
     shortest_first: bool = False
+    model_task_mix: Mapping[str, TaskMix] | None = None
     resources: MixResources | None = field(init=False, repr=False)
+    _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.task_sizes is not None:
@@ -71,6 +75,14 @@ class ScoringConfig:
         except TaskMixError as exc:
             raise ScoringInputError(str(exc)) from None
         object.__setattr__(self, "resources", mix_resources(self.task_mix))
+        by_model: dict[str, ScoringConfig] = {}
+        for model, mix in (self.model_task_mix or {}).items():
+            try:
+                validate_task_mix(mix)
+            except TaskMixError as exc:
+                raise ScoringInputError(f"model_task_mix[{model}]: {exc}") from None
+            by_model[normalize_gpu_model(model)] = replace(self, task_mix=mix, task_sizes=None, model_task_mix=None)
+        object.__setattr__(self, "_by_model", by_model)
         for name in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct"):
             if getattr(self, name) < 0:
                 raise ScoringInputError(f"{name} must be >= 0")
@@ -83,3 +95,12 @@ class ScoringConfig:
         if self.wait_slack is not None and not self.wait_slack >= 1:
             # Below 1 even the node with the soonest finish would be passed over.
             raise ScoringInputError("wait_slack must be >= 1 (None turns waiting for a faster GPU off)")
+
+    def for_model(self, gpu_model: str) -> ScoringConfig:
+        """The configuration packing scores a node of `gpu_model` with: its `model_task_mix` entry's, else this one."""
+        if not self._by_model:
+            return self
+        found = self._by_model.get(gpu_model)
+        if found is None:
+            found = self._by_model[gpu_model] = self._by_model.get(normalize_gpu_model(gpu_model), self)
+        return found

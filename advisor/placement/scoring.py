@@ -335,7 +335,6 @@ def evaluate_batch(
             predictors,
         )
     )
-    resources = config.resources
     gpu_pod = k > 0 or pod.is_share
     oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
     for node in nodes:
@@ -352,6 +351,8 @@ def evaluate_batch(
             continue
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
+        node_config = config.for_model(node.gpu_model)  # packing's task mix as seen from this GPU model
+        resources = node_config.resources
         fit = _fit(node, pod, resources) if resources is not None else None
         short = resources_short(node, pod)
         if short is not None:
@@ -362,7 +363,7 @@ def evaluate_batch(
             if fit is None:
                 raws.append(_neutral_without_gpu(node.name))
             else:
-                raw = memo[key] = _evaluate_without_gpu(node, config=config, fit=fit)
+                raw = memo[key] = _evaluate_without_gpu(node, config=node_config, fit=fit)
                 raws.append(raw)
             continue
         usage = usage_cache.get(node.gpu_model)
@@ -376,7 +377,7 @@ def evaluate_batch(
                 node,
                 pod,
                 k=k,
-                config=config,
+                config=node_config,
                 predictors=predictors,
                 usage=usage,
                 gang_elsewhere=gang_elsewhere,
@@ -384,7 +385,13 @@ def evaluate_batch(
             )
         else:
             raw = _evaluate_share(
-                node, pod, config=config, predictors=predictors, usage=usage, gang_elsewhere=gang_elsewhere, fit=fit
+                node,
+                pod,
+                config=node_config,
+                predictors=predictors,
+                usage=usage,
+                gang_elsewhere=gang_elsewhere,
+                fit=fit,
             )
         memo[key] = raw
         raws.append(raw)

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_node_scores, extender_scores
+from advisor.placement.extender import extender_node_scores
 from advisor.placement.fragmentation import (
     DEFAULT_TASK_MIX,
     FloatArray,
@@ -35,8 +35,8 @@ from advisor.placement.fragmentation import (
     TaskMix,
     Workload,
 )
-from advisor.placement.scoring import allocate, score_nodes
-from advisor.placement.types import NodeScore, NodeState, PodRequest
+from advisor.placement.scoring import allocate
+from advisor.placement.types import NodeState, PodRequest
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner, share_residents
 from advisor.sim.fragmentation import workload_of
@@ -265,9 +265,7 @@ class AdvisorPackPolicy:
         extender_weight: float = FRAGMENTATION_EXTENDER_WEIGHT,
         score_pods_without_gpu: bool = SCORE_PODS_WITHOUT_GPU,
         rng: np.random.Generator | None = None,
-        model_configs: dict[str, ScoringConfig] | None = None,
     ) -> None:
-        self._model_configs = model_configs or {}
         self._nodes = cluster.nodes
         self._interner = StateInterner(cluster.nodes)
         self._version = np.full(len(cluster.nodes), -1, dtype=np.int64)
@@ -341,43 +339,15 @@ class AdvisorPackPolicy:
             states, inverse = self._interner.distinct(candidates)
         else:
             states, inverse = self._distinct_with_resources(state, candidates, request, resources)
-        extender = np.array(self._extender(request, states), dtype=np.float64)
+        extender = np.array(
+            extender_node_scores(request, states, config=self._config, predictors=self._predictors), dtype=np.float64
+        )
         extender[extender == 0] = -np.inf  # infeasible (a feasible verdict scores at least 1)
         best = best_index(kube + self._weight * 10.0 * extender[inverse], self._rng)
-        state_chosen = states[int(inverse[best])]
-        config = self._config_of(state_chosen)
-        chosen = allocate(request, state_chosen, config=config, predictors=self._predictors)
+        chosen = allocate(request, states[int(inverse[best])], config=self._config, predictors=self._predictors)
         if not chosen.feasible:
             raise RuntimeError(f"the scorer found no GPUs for {pod.name} on a node where it fits: {chosen.reason}")
         return int(candidates[best]), chosen.gpus
-
-    def _config_of(self, state: NodeState) -> ScoringConfig:
-        """The scorer's configuration for a node: its GPU model's (`model_configs`) where given, else the one."""
-        model = state.gpus[0].model if state.gpus else ""
-        return self._model_configs.get(model, self._config)
-
-    def _extender(self, request: PodRequest, states: list[NodeState]) -> list[int]:
-        """The extender's integers for `states`. With `model_configs` each GPU model's nodes are scored with their
-        own task mix (the requests that cannot use that model count all free GPU share as fragment) and the integers
-        are taken over all of them together, as one extender call would."""
-        if not self._model_configs:
-            return extender_node_scores(request, states, config=self._config, predictors=self._predictors)
-        groups: dict[int, list[int]] = {}
-        configs: list[ScoringConfig] = []
-        for i, state in enumerate(states):
-            config = self._config_of(state)
-            key = next((j for j, c in enumerate(configs) if c is config), len(configs))
-            if key == len(configs):
-                configs.append(config)
-            groups.setdefault(key, []).append(i)
-        verdicts: list[NodeScore | None] = [None] * len(states)
-        for key, members in groups.items():
-            scored = score_nodes(
-                request, [states[i] for i in members], config=configs[key], predictors=self._predictors
-            )
-            for i, verdict in zip(members, scored, strict=True):
-                verdicts[i] = verdict
-        return extender_scores([v for v in verdicts if v is not None], span_points=self._config.extender_span_points)
 
 
 def _known(value: float) -> int | None:
