@@ -45,6 +45,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         strict_staleness=settings.strict_staleness,
         unknown_node_score=settings.unknown_node_score,
         task_mix=settings.task_mix,
+        model_task_mix=settings.model_task_mix or None,
         extender_span_points=settings.extender_span_points,
         wait_slack=settings.wait_slack or None,
         hold_for_blocked=settings.hold_for_blocked,

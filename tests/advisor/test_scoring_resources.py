@@ -4,6 +4,7 @@ no longer fits), and that without them the scorer gives exactly the scores it ga
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -228,3 +229,30 @@ def test_extender_node_scores_are_the_integers_of_the_full_verdicts(cpu_free: in
     for pod in pods:
         full = extender_scores(score_nodes(pod, nodes, config=config))
         assert extender_node_scores(pod, nodes, config=config) == full, pod
+
+
+def test_nodes_of_a_gpu_model_are_scored_with_that_models_task_mix() -> None:
+    # Half the typical requests cannot use T4 (CPU 1e12: they fit no T4 node), so a T4 node's free GPUs are all
+    # fragment for them: F = 0.5 × 4000 before a 1-GPU pod, 0.5 × 3000 after, ΔF = −0.5 GPU. The other node is scored
+    # with the cluster-wide mix, where the 1-GPU request still fits: ΔF = 0. "Tesla-T4" is the T4 of the mix.
+    base: TaskMix = ((1, 1000, 1.0, 1000.0, 1024.0),)
+    on_t4: TaskMix = ((1, 1000, 0.5, 1000.0, 1024.0), (1, 1000, 0.5, 1e12, 1024.0))
+    config = ScoringConfig(
+        task_mix=base, model_task_mix={"T4": on_t4}, weight_interference=0, weight_jct=0, weight_affinity=0
+    )
+    topology = Topology.uniform(4, LinkLevel.PCIE_HOSTBRIDGE)
+    h100 = node("h100", 4, {}, topology, cpu_free=64000, memory_free=1 << 20)
+    t4 = node("t4", 4, {}, topology, cpu_free=64000, memory_free=1 << 20)
+    t4 = replace(t4, gpus=tuple(replace(g, model="Tesla-T4") for g in t4.gpus))
+    pod = PodRequest(gpus=1, cpu_milli=1000, memory_mib=1024)
+    scores = {s.node: s for s in score_nodes(pod, [h100, t4], config=config)}
+    assert scores["h100"].packing == pytest.approx(0.8 * 0.5 + 0.2 * 0.25)
+    assert scores["t4"].packing == pytest.approx(0.8 / (1 + math.exp(-0.5)) + 0.2 * 0.25)
+    assert config.for_model("NVIDIA H100 80GB HBM3") is config
+    plain = ScoringConfig(task_mix=base, weight_interference=0, weight_jct=0, weight_affinity=0)
+    assert [s.packing for s in score_nodes(pod, [h100, t4], config=plain)] == [pytest.approx(0.45)] * 2
+
+
+def test_a_bad_model_task_mix_names_the_model() -> None:
+    with pytest.raises(ScoringInputError, match=r"model_task_mix\[T4\]: task_mix\[0\]: milli"):
+        ScoringConfig(model_task_mix={"T4": ((1, 5000, 1.0),)})
