@@ -50,6 +50,10 @@ class AdvisorSettings(BaseSettings):
     # drops from 10 to 1: one step per span / 10 points. Smaller = the advisor's ranking weighs more against
     # kube-scheduler's own scores (docs/advisor.md, "Scoring" and "Profiles").
     extender_span_points: float = Field(default=DEFAULT_EXTENDER_SPAN_POINTS, gt=0)
+    # Of the nodes at the extender's highest integer only the first by name keeps it, the others drop one step, so
+    # kube-scheduler does not draw among nodes the advisor rates equal: they fill one after another (the packing
+    # profile; docs/advisor.md, "Profiles").
+    extender_first_of_equals: bool = False
     # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
     # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],

@@ -45,7 +45,11 @@ class ScoringConfig:
     default): the filter keeps pods off the nodes held for the first pending pod that has no room (`reserve`,
     `reserved_verdicts`) unless they are predicted to finish before it starts. `shortest_first` (off by default): the
     filter keeps a pod off room that pending pods with a higher response ratio are expected to take (`claims`,
-    `yield_verdicts`).
+    `yield_verdicts`). `model_task_mix` (optional) is the target workload as seen from the nodes of a GPU model where
+    pods constrain the model: packing scores those nodes with it (`for_model`), every other node with `task_mix`
+    (the simulator builds it with `advisor.sim.fragmentation.task_mix_for_model`). `extender_first_of_equals` (the
+    packing profile): of the nodes at the extender's highest integer only the first by name keeps it
+    (`advisor.placement.extender.first_of_equals`), so kube-scheduler does not draw among them at random.
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -64,6 +68,7 @@ class ScoringConfig:
     hold_for_blocked: bool = False
     shortest_first: bool = False
     model_task_mix: Mapping[str, TaskMix] | None = None
+    extender_first_of_equals: bool = False
     resources: MixResources | None = field(init=False, repr=False)
     _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
 

@@ -73,6 +73,7 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
             weight_jct=0.0,
             extender_span_points=FRAGMENTATION_SPAN_POINTS,
             wait_slack=None,
+            extender_first_of_equals=True,
         )
     if name == "default":
         return ScoringConfig(task_mix=mix)
@@ -240,9 +241,11 @@ class AdvisorPackPolicy:
     """kube-scheduler with the advisor as its extender, scoring with the service's own `score_nodes`.
 
     A node's total is what kube-scheduler computes: its default `NodeResourcesFit` score (LeastAllocated over GPU,
-    CPU and memory, an integer 0..100) plus `extender_weight` × 10 × the extender's integer 0..10 score (the
-    service's own integers, `extender_node_scores`; kube-scheduler scales extender scores by MaxNodeScore /
-    MaxExtenderPriority).
+    CPU and memory, an integer 0..100; off with `kube_score` False — by default when the config breaks ties itself,
+    `extender_first_of_equals`, as the packing profile's scheduler configuration has it) plus `extender_weight` × 10
+    × the extender's integer 0..10 score (the service's own integers, `extender_node_scores`, with `first_of_equals`
+    applied over the candidates by name where the config asks for it; kube-scheduler scales extender scores by
+    MaxNodeScore / MaxExtenderPriority).
     The GPUs are the scorer's choice (what `/v1/allocate` tells the device plugin). The scorer is configured with the
     trace's requests as its `task_mix` (`task_mix_of`: what an admin sets from their own pod history; `fgd` gets the
     same trace) and, when that mix gives CPU/memory, sees each node's free CPU and memory and each pod's requests.
@@ -265,7 +268,9 @@ class AdvisorPackPolicy:
         extender_weight: float = FRAGMENTATION_EXTENDER_WEIGHT,
         score_pods_without_gpu: bool = SCORE_PODS_WITHOUT_GPU,
         rng: np.random.Generator | None = None,
+        kube_score: bool | None = None,
     ) -> None:
+        self._kube_score = not config.extender_first_of_equals if kube_score is None else kube_score
         self._nodes = cluster.nodes
         self._interner = StateInterner(cluster.nodes)
         self._version = np.full(len(cluster.nodes), -1, dtype=np.int64)
@@ -322,7 +327,10 @@ class AdvisorPackPolicy:
         return [node_states[i] for i in candidates[first].tolist()], inverse
 
     def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
-        kube = np.floor(100.0 * (1.0 - state.usage_ratio_after(candidates, pod)))
+        if self._kube_score:
+            kube = np.floor(100.0 * (1.0 - state.usage_ratio_after(candidates, pod)))
+        else:
+            kube = np.zeros(len(candidates))
         if pod.num_gpu == 0 and not self._score_without_gpu:
             return int(candidates[best_index(kube, self._rng)]), ()
         self._sync(state)
@@ -342,8 +350,16 @@ class AdvisorPackPolicy:
         extender = np.array(
             extender_node_scores(request, states, config=self._config, predictors=self._predictors), dtype=np.float64
         )
-        extender[extender == 0] = -np.inf  # infeasible (a feasible verdict scores at least 1)
-        best = best_index(kube + self._weight * 10.0 * extender[inverse], self._rng)
+        per_node = extender[inverse]
+        infeasible = per_node == 0  # a feasible verdict scores at least 1
+        if self._config.extender_first_of_equals:
+            # `first_of_equals` as the service's extender applies it over every candidate node by name.
+            top = per_node == per_node.max()
+            first = np.flatnonzero(top)[np.argmin(state.name_rank[candidates[top]])]
+            top[first] = False
+            per_node[top] -= 1
+        per_node[infeasible] = -np.inf
+        best = best_index(kube + self._weight * 10.0 * per_node, self._rng)
         chosen = allocate(request, states[int(inverse[best])], config=self._config, predictors=self._predictors)
         if not chosen.feasible:
             raise RuntimeError(f"the scorer found no GPUs for {pod.name} on a node where it fits: {chosen.reason}")

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores
+from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores, first_of_equals
 from advisor.placement.filter import filter_nodes
 from advisor.placement.fragmentation import TaskMix
 from advisor.placement.scoring import score_candidates, score_nodes
@@ -256,3 +256,19 @@ def test_nodes_of_a_gpu_model_are_scored_with_that_models_task_mix() -> None:
 def test_a_bad_model_task_mix_names_the_model() -> None:
     with pytest.raises(ScoringInputError, match=r"model_task_mix\[T4\]: task_mix\[0\]: milli"):
         ScoringConfig(model_task_mix={"T4": ((1, 5000, 1.0),)})
+
+
+def test_first_of_equals_keeps_the_top_integer_for_one_node_by_name() -> None:
+    # Three idle nodes the advisor rates equal, one it rates lower, one it does not know: with first_of_equals only
+    # "a" keeps 10 (kube-scheduler then has no tie to draw); the rest of the top drops to 9, the others keep theirs.
+    topology = Topology.uniform(4, LinkLevel.PCIE_HOSTBRIDGE)
+    nodes = {n: node(n, 4, {}, topology) for n in ("c", "a", "b")}
+    nodes["busy"] = node("busy", 4, {0: 1000, 1: 1000, 2: 1000}, topology)
+    names = ["c", "a", "b", "busy", "ghost"]
+    pod = PodRequest(gpus=2)
+    plain = extender_priorities(pod, names, nodes, config=ScoringConfig(task_mix=GPU_ONLY_MIX)).scores
+    assert plain[:3] == [10, 10, 10]
+    config = ScoringConfig(task_mix=GPU_ONLY_MIX, extender_first_of_equals=True)
+    scores = extender_priorities(pod, names, nodes, config=config).scores
+    assert scores == [9, 10, 9, plain[3], plain[4]]
+    assert first_of_equals([3, 7, 7, 7], ["d", "c", "b", "a"], [True, True, True, False]) == [3, 6, 7, 7]

@@ -186,8 +186,8 @@ def test_fgd_allocates_more_than_random_on_a_share_heavy_run() -> None:
 
 def test_the_advisor_with_per_model_task_mixes_keeps_room_on_the_model_constrained_pods_need() -> None:
     """Most of the trace accepts only T4: an unconstrained pod goes to the equal P100 node once the advisor scores
-    each model's nodes with that model's task mix; without it the two nodes tie and either is drawn."""
-    cluster = Cluster((SimNode("t4", "T4", 2, 32000, 65536), SimNode("p100", "P100", 2, 32000, 65536)))
+    each model's nodes with that model's task mix; without it the two nodes tie and the first by name is taken."""
+    cluster = Cluster((SimNode("a-t4", "T4", 2, 32000, 65536), SimNode("b-p100", "P100", 2, 32000, 65536)))
     trace = [Pod(f"t{i}", 1, 1000, 4000, 8192, gpu_models=("T4",)) for i in range(8)]
     trace += [Pod("any", 1, 1000, 4000, 8192)]
     config = fragmentation_scoring_config(trace)
@@ -201,7 +201,7 @@ def test_the_advisor_with_per_model_task_mixes_keeps_room_on_the_model_constrain
         return AdvisorPackPolicy(cluster, scorer, rng=np.random.default_rng(seed)).choose(trace[-1], state, both)[0]
 
     assert {pick(per_model, s) for s in range(8)} == {1}
-    assert {pick(config, s) for s in range(8)} == {0, 1}
+    assert {pick(config, s) for s in range(8)} == {0}
 
 
 def test_the_advisor_keeps_a_scarce_gpu_model_for_the_pods_that_need_it() -> None:
@@ -240,3 +240,29 @@ def test_the_scarcity_weight_is_the_share_of_the_cluster_a_request_may_use() -> 
     assert scarcity_weight(("B",), capacity) == pytest.approx(16 / 12)
     assert scarcity_weight(("A", "B", "B"), capacity) == 1.0
     assert scarcity_weight(("H100",), capacity) == 1.0
+
+
+def test_the_packing_profile_fills_equal_nodes_one_after_another() -> None:
+    """Four equal idle nodes: the packing profile's extender keeps its top integer for the first by name only, so
+    every seed picks n0 and the next pod follows it there; with ties left to kube-scheduler any node is drawn."""
+    cluster = Cluster(tuple(SimNode(f"n{i}", "T4", 4, 32000, 65536) for i in (3, 1, 0, 2)))
+    trace = [Pod("p", 1, 1000, 4000, 8192), Pod("q", 1, 500, 2000, 4096)]
+    config = fragmentation_scoring_config(trace)
+    assert config.extender_first_of_equals
+    everyone = np.arange(4)
+
+    def picks(scorer: ScoringConfig) -> set[int]:
+        return {
+            AdvisorPackPolicy(cluster, scorer, rng=np.random.default_rng(s)).choose(
+                trace[0], _state(cluster, trace), everyone
+            )[0]
+            for s in range(12)
+        }
+
+    assert picks(config) == {2}
+    assert len(picks(replace(config, extender_first_of_equals=False))) > 1
+    state = _state(cluster, trace)
+    policy = AdvisorPackPolicy(cluster, config, rng=np.random.default_rng(0))
+    node, gpus = policy.choose(trace[0], state, everyone)
+    state.place(node, gpus, trace[0])
+    assert policy.choose(trace[1], state, everyone)[0] == 2
