@@ -295,7 +295,10 @@ def scorer_setup(config: ScoringConfig, extender_weight: float) -> dict[str, obj
         "wait_slack": config.wait_slack,
         "hold_for_blocked": config.hold_for_blocked,
         "shortest_first": config.shortest_first,
-        "kube_scheduler_score": "NodeResourcesFit LeastAllocated",
+        "kube_scheduler_score": "none (first of equals)"
+        if config.extender_first_of_equals
+        else "NodeResourcesFit LeastAllocated",
+        "extender_first_of_equals": config.extender_first_of_equals,
         "task_mix_entries": len(config.task_mix),
     }
 
