@@ -48,6 +48,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         model_task_mix=settings.model_task_mix or None,
         extender_span_points=settings.extender_span_points,
         extender_first_of_equals=settings.extender_first_of_equals,
+        packing_best_fit_share=settings.packing_best_fit_share,
         wait_slack=settings.wait_slack or None,
         hold_for_blocked=settings.hold_for_blocked,
         shortest_first=settings.shortest_first,

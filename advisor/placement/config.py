@@ -50,6 +50,8 @@ class ScoringConfig:
     (the simulator builds it with `advisor.sim.fragmentation.task_mix_for_model`). `extender_first_of_equals` (the
     packing profile): of the nodes at the extender's highest integer only the first by name keeps it
     (`advisor.placement.extender.first_of_equals`), so kube-scheduler does not draw among them at random.
+    `packing_best_fit_share` is the share of the packing component that prefers the fuller node (the rest is the
+    fragmentation gradient; `advisor.placement.gpuset.packing_of`).
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -69,6 +71,7 @@ class ScoringConfig:
     shortest_first: bool = False
     model_task_mix: Mapping[str, TaskMix] | None = None
     extender_first_of_equals: bool = False
+    packing_best_fit_share: float = 0.2
     resources: MixResources | None = field(init=False, repr=False)
     _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
 
@@ -93,6 +96,8 @@ class ScoringConfig:
                 raise ScoringInputError(f"{name} must be >= 0")
         if self.staleness_seconds <= 0:
             raise ScoringInputError("staleness_seconds must be > 0")
+        if not 0 <= self.packing_best_fit_share <= 1:
+            raise ScoringInputError("packing_best_fit_share must be within 0..1")
         if not self.extender_span_points > 0:
             raise ScoringInputError("extender_span_points must be > 0")
         if not 0 <= self.unknown_node_score <= 100:

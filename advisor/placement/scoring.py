@@ -138,7 +138,9 @@ def _evaluate_whole(
     if fit is not None:
         after = take_milli(node.free_milli, plan.positions, WHOLE_GPU_MILLI)
         before_f = fragmentation_with(node.topology, node.free_milli, config, fit[0])
-        packing = packing_of(fragmentation_with(node.topology, after, config, fit[1]) - before_f, after)
+        packing = packing_of(
+            fragmentation_with(node.topology, after, config, fit[1]) - before_f, after, config.packing_best_fit_share
+        )
     affinity = plan.topology_affinity
     if pod.gang:
         affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
@@ -188,7 +190,11 @@ def _evaluate_share(
         if not memory_ok(g, pod.gpu_memory_bytes, whole=False):
             continue
         after_milli = take_milli(free_milli, (pos,), milli)
-        packing = packing_of(fragmentation_with(topo, after_milli, config, fit_after) - before, after_milli)
+        packing = packing_of(
+            fragmentation_with(topo, after_milli, config, fit_after) - before,
+            after_milli,
+            config.packing_best_fit_share,
+        )
         if g.residents:
             pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
         else:
@@ -230,7 +236,7 @@ def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -
         node.name,
         node.gpu_model,
         True,
-        packing=packing_of(delta, free_milli),
+        packing=packing_of(delta, free_milli, config.packing_best_fit_share),
         affinity=1.0,
         detail=f", no GPU; leaves {delta / WHOLE_GPU_MILLI:+.2f} GPUs of fragmentation",
     )

@@ -272,3 +272,17 @@ def test_first_of_equals_keeps_the_top_integer_for_one_node_by_name() -> None:
     scores = extender_priorities(pod, names, nodes, config=config).scores
     assert scores == [9, 10, 9, plain[3], plain[4]]
     assert first_of_equals([3, 7, 7, 7], ["d", "c", "b", "a"], [True, True, True, False]) == [3, 6, 7, 7]
+
+
+def test_the_best_fit_share_of_packing_is_configurable() -> None:
+    # One idle 4-GPU node, a 1-GPU pod, a mix of 1-GPU requests only: ΔF = 0, 3 of 4 GPUs left free.
+    topology = Topology.uniform(4, LinkLevel.PCIE_HOSTBRIDGE)
+    idle = node("idle", 4, {}, topology)
+    pod = PodRequest(gpus=1)
+    weights = {"weight_interference": 0.0, "weight_jct": 0.0, "weight_affinity": 0.0}
+    for share in (0.2, 0.1, 0.0):
+        config = ScoringConfig(task_mix=((1, 1000, 1.0),), packing_best_fit_share=share, **weights)
+        (verdict,) = score_nodes(pod, [idle], config=config)
+        assert verdict.packing == pytest.approx((1 - share) * 0.5 + share * 0.25)
+    with pytest.raises(ScoringInputError, match="packing_best_fit_share"):
+        ScoringConfig(packing_best_fit_share=1.5)

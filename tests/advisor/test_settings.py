@@ -115,3 +115,12 @@ def test_per_model_task_mixes_come_from_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setenv("GPUADVISOR_MODEL_TASK_MIX", "[[1, 1000, 1.0]]")
     with pytest.raises(ValueError, match="JSON object of GPU model"):
         AdvisorSettings()
+
+
+def test_the_best_fit_share_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scoring_config(AdvisorSettings()).packing_best_fit_share == 0.2
+    monkeypatch.setenv("GPUADVISOR_PACKING_BEST_FIT_SHARE", "0.1")
+    assert scoring_config(AdvisorSettings()).packing_best_fit_share == 0.1
+    monkeypatch.setenv("GPUADVISOR_PACKING_BEST_FIT_SHARE", "2")
+    with pytest.raises(ValueError, match="packing_best_fit_share"):
+        AdvisorSettings()

@@ -414,6 +414,7 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
         "extender_span_points",
         "wait_slack",
         "extender_first_of_equals",
+        "packing_best_fit_share",
     )
     for field in fields:
         assert getattr(shipped, field) == getattr(measured, field), field
