@@ -21,6 +21,8 @@ Every part predicts ``f(self, other, gpu) → norm_self`` and is trained on ever
 is predicted as ``(f(A, B), f(B, A))``, so swapping the inputs swaps the outputs exactly. α, λ and ω are chosen inside
 `fit` by a leave-one-family-out check on the training data alone, scoring only the held-out family's side, once
 without and once with 3 probe co-runs per held-out workload (the protocols of `advisor.models.training.evaluate`).
+The selection is itself checked the same way (knobs chosen with one training family left aside must not lose to the
+heuristic on it); where it fails, a side whose workload has no measured pairs gets the heuristic.
 Predictions are clipped below at `NORM_MIN` and above at 1 when the training data never shows a job going faster next
 to a partner (the 99th percentile of its normalised throughputs at most 1.01), else at its 99.9th percentile.
 """
@@ -66,6 +68,9 @@ _Knobs = tuple[float, float, bool, float]
 _Key = tuple[float, float, bool]
 DEFAULT_KNOBS: _Knobs = (1.0, 3.0, True, 0.5)
 NEIGHBOUR_GRID = (0.0, 0.5, 1.0)
+# How far a side without measured pairs moves from the heuristic toward the model: all the way, unless choosing the
+# knobs with one training family left aside loses to the heuristic on that family (see `_choose_knobs`).
+UNMEASURED_WEIGHTS = (1.0, 0.0)
 MIN_CHECK_FAMILIES = 3
 MIN_CHECK_TRAIN_ROWS = 20
 CHECK_PROBES = 3
@@ -442,12 +447,75 @@ class _Stacked:
 
 @dataclass(frozen=True)
 class _CheckFold:
-    """One held-out fold of the check: every part's prediction per grid point (α, λ), and the truth."""
+    """One held-out fold of the check: every part's prediction per grid point (α, λ), the truth, and which scored
+    sides belong to a workload without measured pairs in the fold's training part."""
 
+    family: str
     truth: FloatArray
     heuristic: FloatArray
+    unmeasured: npt.NDArray[np.bool_]
     base: dict[_Key, FloatArray]
     neighbour: dict[_Key, FloatArray]
+
+
+@dataclass(frozen=True)
+class _CheckTotals:
+    """The check's error sums per (probes, fold) and grid point, for choosing knobs with any family left aside."""
+
+    families: list[list[str]]  # per probe setting, each fold's family
+    counts: list[npt.NDArray[np.float64]]  # per probe setting, each fold's scored sides
+    heuristic: list[npt.NDArray[np.float64]]  # per probe setting, each fold's heuristic error sum
+    sums: dict[_Knobs, list[npt.NDArray[np.float64]]]  # per grid point and probe setting, each fold's error sum
+
+    @classmethod
+    def of(cls, folds: dict[int, list[_CheckFold]], unmeasured_weight: float, norm_max: float) -> _CheckTotals:
+        settings = [folds[p] for p in sorted(folds)]
+        sums: dict[_Knobs, list[npt.NDArray[np.float64]]] = {}
+        for knobs in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID, NEIGHBOUR_GRID):
+            sums[knobs] = [
+                np.array([np.sum(_clipped(f, knobs, unmeasured_weight, norm_max)) for f in held]) for held in settings
+            ]
+        return cls(
+            [[f.family for f in held] for held in settings],
+            [np.array([len(f.truth) for f in held], dtype=np.float64) for held in settings],
+            [np.array([np.sum(np.abs(f.heuristic - f.truth)) for f in held]) for held in settings],
+            sums,
+        )
+
+    def best(self, left_aside: str | None = None) -> tuple[float, _Knobs, list[float]] | None:
+        """The grid point with the lowest mean over probe settings of the pooled MAE, among those that do not lose to
+        the heuristic on any held-out family without probes (the first setting); `left_aside` is not looked at."""
+        keep = [np.array([f != left_aside for f in fams]) for fams in self.families]
+        best: tuple[float, _Knobs, list[float]] | None = None
+        for knobs, sums in self.sums.items():
+            # A grid point that loses to the heuristic on a held-out family is out (α = 0, λ = ∞ is the heuristic).
+            if np.any((sums[0] > self.heuristic[0] + 1e-12) & keep[0]):
+                continue
+            maes = [
+                float(np.sum(s[k]) / max(np.sum(c[k]), 1.0)) for s, c, k in zip(sums, self.counts, keep, strict=True)
+            ]
+            score = float(np.mean(maes))
+            if best is None or score < best[0]:
+                best = (score, knobs, maes)
+        return best
+
+    def selection_holds(self) -> bool:
+        """Whether choosing the knobs without a family never loses to the heuristic on that family (no probes)."""
+        for i, family in enumerate(self.families[0]):
+            chosen = self.best(left_aside=family)
+            if chosen is None or self.sums[chosen[1]][0][i] > self.heuristic[0][i] + 1e-12:
+                return False
+        return True
+
+
+def _clipped(fold: _CheckFold, knobs: _Knobs, unmeasured_weight: float, norm_max: float) -> FloatArray:
+    alpha, shrinkage, partners, weight = knobs
+    key = (alpha, shrinkage, partners)
+    raw = fold.base[key] + weight * fold.neighbour[key]
+    if unmeasured_weight != 1.0:
+        raw = np.where(fold.unmeasured, fold.heuristic + unmeasured_weight * (raw - fold.heuristic), raw)
+    result: FloatArray = np.abs(np.clip(raw, NORM_MIN, norm_max) - fold.truth)
+    return result
 
 
 @dataclass(kw_only=True, eq=False)
@@ -485,8 +553,9 @@ class InterferenceModel(BoostedEstimator):
         target = np.concatenate(norm_targets(frame))
         high = float(np.quantile(target, CLIP_QUANTILE))
         self.norm_max_ = 1.0 if high <= 1.0 + CLIP_TOLERANCE else float(np.quantile(target, 0.999))
-        knobs, self.check_ = self._choose_knobs(frame)
+        knobs, self.unmeasured_weight_, self.check_ = self._choose_knobs(frame)
         self.alpha_, self.shrinkage_, self.partner_offsets_, self.neighbour_weight_ = knobs
+        self.measured_ = frozenset(stacked.this)
         self.booster_ = self._train_correction(stacked, target)
         base = stacked.heuristic + self.alpha_ * _lgbm.predict(self.booster_, stacked.features)
         self.offsets_ = fit_offsets(
@@ -499,7 +568,9 @@ class InterferenceModel(BoostedEstimator):
 
     # --------------------------------------------------------------------------------------- the check
 
-    def _check_fold(self, train: pd.DataFrame, test: pd.DataFrame, scored: FloatArray) -> _CheckFold:
+    def _check_fold(
+        self, family: str, train: pd.DataFrame, test: pd.DataFrame, scored: npt.NDArray[np.bool_]
+    ) -> _CheckFold:
         """Every grid point's parts for the scored rows of `test` (stacked both orders), fitted on `train`."""
         stacked = _Stacked.of_frame(train)
         target = np.concatenate(norm_targets(train))
@@ -522,14 +593,32 @@ class InterferenceModel(BoostedEstimator):
             neighbour[(alpha, shrinkage, partners)] = table.lookup(
                 test_stacked.this, test_stacked.other, test_stacked.gpus
             )[scored]
-        return _CheckFold(np.concatenate(norm_targets(test))[scored], test_stacked.heuristic[scored], base, neighbour)
+        measured = set(stacked.this)
+        unmeasured = np.array([w not in measured for w in test_stacked.this], dtype=bool)[scored]
+        return _CheckFold(
+            family,
+            np.concatenate(norm_targets(test))[scored],
+            test_stacked.heuristic[scored],
+            unmeasured,
+            base,
+            neighbour,
+        )
 
-    def _choose_knobs(self, frame: pd.DataFrame) -> tuple[_Knobs, dict[str, Any]]:
-        """(α, λ, ω) with the lowest mean of the two leave-one-family-out MAEs (no probes; `CHECK_PROBES` probes)."""
+    def _choose_knobs(self, frame: pd.DataFrame) -> tuple[_Knobs, float, dict[str, Any]]:
+        """(α, λ, partner offsets, ω) with the lowest mean of the two leave-one-family-out MAEs (no probes;
+        `CHECK_PROBES` probes) among the grid points that do not lose to the heuristic on any held-out family without
+        probes, and the weight of the model for unmeasured sides.
+
+        The guard on the training families need not hold on a new one: a point can beat the heuristic on every
+        training family and lose on the next. So the selection itself is checked the same way: for each training
+        family, the knobs chosen without looking at it must not lose to the heuristic on it. If that fails, the
+        inner check cannot be trusted for unmeasured workloads, and they get the heuristic (weight 0); measured
+        workloads keep the knobs, chosen again for that weight.
+        """
         fam_a, fam_b = pair_families(frame)
         families = sorted(set(fam_a) | set(fam_b))
         if len(families) < MIN_CHECK_FAMILIES:
-            return DEFAULT_KNOBS, {"held_out_families": 0}
+            return DEFAULT_KNOBS, 1.0, {"held_out_families": 0}
         folds: dict[int, list[_CheckFold]] = {0: [], CHECK_PROBES: []}
         for family in families:
             held_out = (fam_a == family) | (fam_b == family)
@@ -543,43 +632,22 @@ class InterferenceModel(BoostedEstimator):
                 if len(train) < MIN_CHECK_TRAIN_ROWS or not test_mask.any():
                     continue
                 scored = np.concatenate([fam_a[test_mask] == family, fam_b[test_mask] == family])
-                held.append(self._check_fold(train, frame[test_mask].reset_index(drop=True), scored))
+                held.append(self._check_fold(family, train, frame[test_mask].reset_index(drop=True), scored))
         if not folds[0] or not folds[CHECK_PROBES]:
-            return DEFAULT_KNOBS, {"held_out_families": 0}
-        best: tuple[float, _Knobs, dict[int, float]] | None = None
-        for alpha, shrinkage, partners, weight in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID, NEIGHBOUR_GRID):
-            key = (alpha, shrinkage, partners)
-            maes = {}
-            loses = False
-            for probes, held in folds.items():
-                errors = [
-                    np.abs(
-                        np.clip(
-                            f.base[key] + weight * f.neighbour[key],
-                            NORM_MIN,
-                            self.norm_max_,
-                        )
-                        - f.truth
-                    )
-                    for f in held
-                ]
-                maes[probes] = float(np.mean(np.concatenate(errors)))
-                if probes == 0:
-                    loses = any(
-                        np.mean(e) > np.mean(np.abs(f.heuristic - f.truth)) for e, f in zip(errors, held, strict=True)
-                    )
-            score = float(np.mean(list(maes.values())))
-            # A grid point that loses to the heuristic on a held-out family is out (α = 0, λ = ∞ is the heuristic).
-            if not loses and (best is None or score < best[0]):
-                best = (score, (alpha, shrinkage, partners, weight), maes)
+            return DEFAULT_KNOBS, 1.0, {"held_out_families": 0}
+        summary: dict[str, Any] = {"held_out_families": len(families)}
+        for unmeasured_weight in UNMEASURED_WEIGHTS:
+            totals = _CheckTotals.of(folds, unmeasured_weight, self.norm_max_)
+            holds = totals.selection_holds()
+            summary[f"selection_holds_at_weight_{unmeasured_weight:g}"] = holds
+            if holds or unmeasured_weight == UNMEASURED_WEIGHTS[-1]:
+                break
+        best = totals.best()
         if best is None:
-            return (0.0, SHRINKAGE_GRID[-1], False, 0.0), {"held_out_families": len(families), "every_point_lost": True}
-        summary = {
-            "held_out_families": len(families),
-            "mae_no_probes": best[2][0],
-            f"mae_{CHECK_PROBES}_probes": best[2][CHECK_PROBES],
-        }
-        return best[1], summary
+            summary["every_point_lost"] = True
+            return (0.0, SHRINKAGE_GRID[-1], False, 0.0), 0.0, summary
+        summary |= {"mae_no_probes": best[2][0], f"mae_{CHECK_PROBES}_probes": best[2][1]}
+        return best[1], unmeasured_weight, summary
 
     # --------------------------------------------------------------------------------------- prediction
 
@@ -607,6 +675,11 @@ class InterferenceModel(BoostedEstimator):
             out += self.offsets_.of(stacked.this, stacked.other, stacked.gpus)
             if self.neighbour_weight_ > 0:
                 out += self.neighbour_weight_ * self.neighbours_.lookup(stacked.this, stacked.other, stacked.gpus)
+        if self.unmeasured_weight_ != 1.0:
+            measured = self.measured_
+            known = np.fromiter((w in measured for w in stacked.this), dtype=bool, count=2 * n)
+            moved = stacked.heuristic + self.unmeasured_weight_ * (out - stacked.heuristic)
+            out = np.where(known, out, moved)
         out = np.clip(out, NORM_MIN, self.norm_max_)
         return np.column_stack([out[:n], out[n:]])
 
@@ -648,6 +721,8 @@ class InterferenceModel(BoostedEstimator):
             "shrinkage": self.shrinkage_,
             "partner_offsets": self.partner_offsets_,
             "neighbour_weight": self.neighbour_weight_,
+            "unmeasured_weight": self.unmeasured_weight_,
+            "measured_workloads": sorted(self.measured_),
             "norm_range": [NORM_MIN, self.norm_max_],
             "check": self.check_,
             "sensitivity": self.offsets_.sensitivity,
@@ -675,6 +750,9 @@ class InterferenceModel(BoostedEstimator):
         model.shrinkage_ = float(state["shrinkage"])
         model.partner_offsets_ = bool(state["partner_offsets"])
         model.neighbour_weight_ = float(state["neighbour_weight"])
+        # Artifacts saved before the selection check move every side all the way to the model.
+        model.unmeasured_weight_ = float(state.get("unmeasured_weight", 1.0))
+        model.measured_ = frozenset(str(w) for w in state.get("measured_workloads", []))
         model.norm_max_ = float(state["norm_range"][1])
         model.check_ = dict(state["check"])
         model.offsets_ = Offsets(
