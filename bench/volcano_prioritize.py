@@ -5,9 +5,11 @@ Against `gpuadvisor advisor serve --no-kube` in a subprocess on loopback, fed on
 wall time per request as Volcano's HTTP client sees it (sending the body included) — median, p99 and max — and the
 server's own CPU time per request. The bodies come from `tests.support.upstream` (the Go types' JSON field names).
 
-Run from the repository root: python bench/volcano_prioritize.py [--nodes 500] [--tasks 8]
-[--requests 60]. To measure another checkout's advisor with the same bodies, run it from that checkout's root
-(the served `advisor` package is the working directory's).
+Run from the repository root: python bench/volcano_prioritize.py [--nodes 500] [--tasks N] [--requests 60].
+`--tasks` defaults to 8 per NodeInfo up to 500 nodes and to none beyond: 5,000 NodeInfos of 8 tasks would be 128 MB,
+past the advisor's default body limit (`GPUADVISOR_SCHEDULER_BODY_LIMIT_BYTES`, 64 MiB), while 5,000 without tasks is
+the ≈14 MB body issue 26 measured. To measure another checkout's advisor with the same bodies, run it from that
+checkout's root (the served `advisor` package is the working directory's).
 """
 
 from __future__ import annotations
@@ -28,14 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the bodies come 
 from tests.support import upstream
 
 NOT_FOUND = 404
+TASKS_UP_TO_NODES = 500
+"""Beyond this many NodeInfos the default body carries no resident tasks (see the docstring)."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--tasks", type=int, default=8, help="resident tasks per NodeInfo")
+    parser.add_argument("--tasks", type=int, default=None, help="resident tasks per NodeInfo (8 up to 500 nodes)")
     parser.add_argument("--requests", type=int, default=60)
     args = parser.parse_args()
+    if args.tasks is None:
+        args.tasks = 8 if args.nodes <= TASKS_UP_TO_NODES else 0
     print(machine_note())
     rng = random.Random(7)
     names = [f"node-{i:04d}" for i in range(args.nodes)]

@@ -148,9 +148,7 @@ def whole_plan(
     return WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
 
 
-def packing_of(
-    delta_fragmentation_milli: float, free_after_milli: tuple[int, ...], best_fit_share: float
-) -> float:
+def packing_of(delta_fragmentation_milli: float, free_after_milli: tuple[int, ...], best_fit_share: float) -> float:
     """1 − `best_fit_share` fragmentation change (in GPUs), `best_fit_share` best fit (less free capacity left;
     `ScoringConfig.packing_best_fit_share`, 20 % by default): equal fragmentation changes go to the fuller node."""
     left_ratio = sum(free_after_milli) / max(1, WHOLE_GPU_MILLI * len(free_after_milli))

@@ -341,6 +341,13 @@ class AuthorsFgd:
         self._state_id = np.zeros(len(cluster.nodes), dtype=np.int64)
         """Per node, an id shared by the nodes with the same GPU model, free CPU and free shares (as a multiset):
         F and its change depend on nothing else, so each distinct state is scored once."""
+        self._changed: list[int] = []
+        """Every node whose state changed, in order, since the first pod (a node once per `_sync` that saw it
+        changed)."""
+        self._memo: dict[tuple[int, int, float], _ShapeScores] = {}
+        """Scores per pod shape (GPUs, milli-GPU per GPU, milli-CPU), each node's kept until it changes: a placement
+        changes one node, so a pod scores only the nodes changed since its shape was last seen, and its cost stops
+        growing with the number of distinct node states in the cluster."""
 
     def _sync(self, state: PackState) -> TypicalFragmentation:
         if self._frag is None:
@@ -352,6 +359,7 @@ class AuthorsFgd:
             self._version[i] = state.version[i]
             key = (float(self._model_id[i]), float(state.cpu_free[i]), *sorted(state.free[i].tolist()))
             self._state_id[i] = self._ids.setdefault(key, len(self._ids))
+            self._changed.append(int(i))
         return self._frag
 
     def _scores(self, before: FloatArray, after: FloatArray) -> FloatArray:
@@ -360,25 +368,66 @@ class AuthorsFgd:
             return drop
         return np.floor(MAX_NODE_SCORE / (1.0 + np.exp(-drop / GPU_MILLI)))
 
-    def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
-        frag = self._sync(state)
+    def _shape_scores(self, frag: TypicalFragmentation, state: PackState, pod: Pod) -> _ShapeScores:
+        """The scores of `pod`'s shape, brought up to date: every node the first time, then the nodes changed since."""
+        shape = (pod.num_gpu, pod.gpu_milli, float(pod.cpu_milli))
+        memo = self._memo.get(shape)
+        n = len(state.version)
+        if memo is None:
+            share = pod.num_gpu > 0 and pod.gpu_milli < GPU_MILLI
+            gpus = state.free.shape[1]
+            memo = self._memo[shape] = _ShapeScores(
+                np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros((n if share else 0, gpus))
+            )
+            stale: IntArray = np.arange(n)
+        elif memo.seen < len(self._changed):
+            stale = np.unique(np.array(self._changed[memo.seen :], dtype=np.int64))
+        else:
+            return memo
+        memo.seen = len(self._changed)
         if pod.num_gpu == 0 or pod.gpu_milli >= GPU_MILLI:
-            first, inverse = _distinct(self._state_id[candidates])
-            nodes = candidates[first]
+            first, inverse = _distinct(self._state_id[stale])
+            nodes = stale[first]
             after = frag.after_whole(nodes, pod.num_gpu, state.cpu_free[nodes] - pod.cpu_milli)
-            scores = self._scores(frag.frag[nodes], after)[inverse]
-            node = int(candidates[first_best(scores, candidates, state, self._rng)])
-            return node, state.whole_gpus(node, pod.num_gpu)
-        rows, cols = np.nonzero(state.free[candidates] >= pod.gpu_milli)
-        nodes = candidates[rows]
+            memo.best[stale] = self._scores(frag.frag[nodes], after)[inverse]
+            return memo
+        rows, cols = np.nonzero(state.free[stale] >= pod.gpu_milli)
+        nodes = stale[rows]
         gpu_free = state.free[nodes, cols]
         first, inverse = _distinct(self._state_id[nodes] * (GPU_MILLI + 1) + np.round(gpu_free).astype(np.int64))
         distinct = nodes[first]
         cpu_after = state.cpu_free[distinct] - pod.cpu_milli
         after = frag.after_share(distinct, gpu_free[first], float(pod.gpu_milli), cpu_after)
-        scores = self._scores(frag.frag[distinct], after)[inverse]
-        best = first_best(scores, nodes, state, self._rng)
+        memo.per_gpu[stale] = -np.inf
+        memo.per_gpu[nodes, cols] = self._scores(frag.frag[distinct], after)[inverse]
+        memo.best[stale] = memo.per_gpu[stale].max(axis=1)
+        memo.best_gpu[stale] = memo.per_gpu[stale].argmax(axis=1)
+        return memo
+
+    def choose(self, pod: Pod, state: PackState, candidates: IntArray) -> tuple[int, tuple[int, ...]]:
+        memo = self._shape_scores(self._sync(state), state, pod)
+        if pod.num_gpu == 0 or pod.gpu_milli >= GPU_MILLI:
+            node = int(candidates[first_best(memo.best[candidates], candidates, state, self._rng)])
+            return node, state.whole_gpus(node, pod.num_gpu)
+        if self._rng is None:  # the first best node by name, its first best GPU: what the (node, GPU) pairs give
+            node = int(candidates[first_best(memo.best[candidates], candidates, state)])
+            return node, (int(memo.best_gpu[node]),)
+        rows, cols = np.nonzero(state.free[candidates] >= pod.gpu_milli)  # a tie drawn among (node, GPU) pairs
+        nodes = candidates[rows]
+        best = first_best(memo.per_gpu[nodes, cols], nodes, state, self._rng)
         return int(nodes[best]), (int(cols[best]),)
+
+
+@dataclass(slots=True)
+class _ShapeScores:
+    """FGD's scores for one pod shape, valid for every node not in `AuthorsFgd._changed[seen:]`: per node the best
+    (`best`; for a share, of the GPUs it fits) and, for a share, per GPU (`per_gpu`, -inf where it does not fit)
+    with the first best GPU (`best_gpu`). Nodes where the pod does not fit hold values never read."""
+
+    best: FloatArray
+    best_gpu: IntArray
+    per_gpu: FloatArray
+    seen: int = 0
 
 
 def _distinct(key: IntArray) -> tuple[IntArray, IntArray]:

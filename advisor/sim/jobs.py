@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.config import ScoringConfig
@@ -29,10 +31,10 @@ from advisor.placement.extender import extender_scores
 from advisor.placement.filter import QueueRules, run_filter
 from advisor.placement.fragmentation import IntArray, TaskMix
 from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservation
-from advisor.placement.scoring import score_nodes
+from advisor.placement.scoring import is_stale, score_nodes
 from advisor.placement.shortest import Claim, Claimant, claims
 from advisor.placement.types import NodeState, PodRequest, Resident
-from advisor.placement.waiting import LeaveTimes
+from advisor.placement.waiting import LeaveTimes, has_room_now, room_seconds
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
@@ -73,8 +75,19 @@ class JobState:
         self.version = np.zeros(n, dtype=np.int64)
         self.now = 0.0
         self.started: dict[str, tuple[Job, float]] = {}
+        self.restarts = 0
+        """How many times a started job was taken back before it ran (a gang whose last members found no room)."""
         self._models = [normalize_gpu_model(x.gpu_model) for x in cluster.nodes]
         self._truth = truth
+        model_names = sorted(set(self._models))
+        self._model_id = np.array([model_names.index(m) for m in self._models], dtype=np.int64)
+        self._model_names = model_names
+        self._type_ids: dict[str, int] = {}
+        self._half_type = np.zeros((n, g), dtype=np.int64)
+        """Per GPU holding one half-GPU job: that job's type id (`_type_ids`)."""
+        self._pairs: dict[str, tuple[int, NDArray[np.bool_]]] = {}
+        """Per job type: the number of types known when built, and (GPU model id, resident type id) → whether it may
+        share with that resident (`compatible`)."""
 
     def free_whole(self) -> IntArray:
         counts: IntArray = (self.allocated == 0).sum(axis=1)
@@ -91,9 +104,32 @@ class JobState:
             for r in self.residents.get((node, gpu), [])
         )
 
-    def share_slots(self, job: Job) -> list[tuple[int, int]]:
-        rows, cols = np.nonzero(self.allocated + SHARE_MILLI <= GPU_MILLI)
-        return [(int(n), int(g)) for n, g in zip(rows, cols, strict=True) if self.compatible(job, int(n), int(g))]
+    def share_slots(self, job: Job) -> tuple[IntArray, IntArray]:
+        """The (node, GPU) pairs where `job` may take half a GPU: room for it and, on a GPU holding another half-GPU
+        job, a pair the truth measures as feasible (`compatible`); in row-major order."""
+        if self._truth is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        room = self.allocated + SHARE_MILLI <= GPU_MILLI
+        pairs = self._pairs_of(job.job_type)
+        room &= (self.allocated == 0) | pairs[self._model_id[:, None], self._half_type]
+        rows, cols = np.nonzero(room)
+        return rows, cols
+
+    def _pairs_of(self, job_type: str) -> NDArray[np.bool_]:
+        """`compatible` of `job_type` with a resident of each known type on each GPU model, as a table."""
+        known, found = self._pairs.get(job_type, (-1, None))
+        if found is None or known < len(self._type_ids):
+            assert self._truth is not None
+            truth = self._truth
+            found = np.zeros((len(self._model_names), max(len(self._type_ids), 1)), dtype=bool)  # one column at least
+            for m, model in enumerate(self._model_names):
+                for t, other in enumerate(self._type_ids):
+                    found[m, t] = (
+                        truth.sharing(model, job_type, other) is not None
+                        and truth.sharing(model, other, job_type) is not None
+                    )
+            self._pairs[job_type] = (len(self._type_ids), found)
+        return found
 
     def assign(self, job: Job, node: int, gpus: Sequence[int], milli: int, gang: str | None) -> None:
         for g in gpus:
@@ -101,6 +137,8 @@ class JobState:
                 raise ValueError(f"job {job.job_id}: GPU {g} of node {node} is full")
             self.allocated[node, g] += milli
             self.residents.setdefault((node, g), []).append(job)
+            if milli == SHARE_MILLI and self.allocated[node, g] == SHARE_MILLI:
+                self._half_type[node, g] = self._type_ids.setdefault(job.job_type, len(self._type_ids))
         if gang is not None:
             self.gangs[node][gang] = self.gangs[node].get(gang, 0) + 1
         self.started.setdefault(job.job_id, (job, self.now))
@@ -110,6 +148,9 @@ class JobState:
         for g in gpus:
             self.allocated[node, g] -= milli
             self.residents[(node, g)].remove(job)
+            if self.allocated[node, g] == SHARE_MILLI:
+                (other,) = self.residents[(node, g)]
+                self._half_type[node, g] = self._type_ids.setdefault(other.job_type, len(self._type_ids))
         if gang is not None:
             self.gangs[node][gang] -= 1
             if not self.gangs[node][gang]:
@@ -165,15 +206,15 @@ class KubeJobPolicy:
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
         if share:
-            slots = state.share_slots(job)
-            if not slots:
+            rows, cols = state.share_slots(job)
+            if not len(rows):
                 return None
-            nodes = np.array(sorted({n for n, _ in slots}), dtype=np.int64)
+            nodes = np.unique(rows)
             used = _used_ratio_after(state, nodes, SHARE_MILLI)
             node = int(nodes[best_index(used if self._most else -used, self._rng)])
-            on_node = [g for n, g in slots if n == node]
-            alloc = [int(state.allocated[node, g]) for g in on_node]
-            pick = on_node[int(np.argmax(alloc) if self._most else np.argmin(alloc))]
+            on_node = cols[rows == node]
+            alloc = state.allocated[node, on_node]
+            pick = int(on_node[int(np.argmax(alloc) if self._most else np.argmin(alloc))])
             return node, (pick,)
         nodes = np.flatnonzero(state.free_whole() >= gpus)
         if len(nodes) == 0:
@@ -241,6 +282,16 @@ class ExtenderJobPolicy:
         # gang it runs members of) — a long queue asks for every node's state once per waiting job and pass.
         self._node_memo: dict[int, tuple[int, dict[tuple[str | None, str | None], int]]] = {}
         self._memo_state: JobState | None = None
+        self._predicted: dict[tuple[str, str], float | None] = {}  # believed run time per (job id, GPU model)
+        self._leave_key: tuple[JobState | None, int, object] = (None, 0, object())
+        self._views_at: tuple[JobState | None, int] = (None, -1)
+        self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState]]] = {}
+        """Per view (`_all_nodes`): each node's version when last brought up to date, and every node's state."""
+        self._alike: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}  # a node per distinct state
+        self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`
+        self._rooms_at: tuple[float, object] | None = None
+        self._rooms: dict[tuple[int, int, int], float | None] = {}
+        self._waited: dict[tuple[object, ...], IntArray] = {}  # the wait rule's passed candidates, `_passed_over`
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
         out: list[tuple[int, tuple[Resident, ...]]] = []
@@ -282,26 +333,83 @@ class ExtenderJobPolicy:
             self._interner.node_state[node] = state_id
 
     def _leave_times(self, state: JobState) -> LeaveTimes:
-        """What the scorer believes of when a resident leaves: its start plus its work over the table's speed (not
-        memoised: a node state is reused across time)."""
+        """What the scorer believes of when a resident leaves: its start plus its work over the table's speed.
+
+        Each job's predicted run time is kept per GPU model, and each node state's GPU end times are memoised by the
+        placement code under `LeaveTimes.cache_key` (`advisor.placement.waiting.gpu_ends`). An interned node state
+        always holds the same jobs, and a running job keeps its start, so the ends hold until a job is taken back
+        from a gang that did not fit (`JobState.restarts`) and may start again later: the key is renewed then, and
+        for every new run."""
+        if self._leave_key[0] is not state or self._leave_key[1] != state.restarts:
+            self._leave_key = (state, state.restarts, object())
+        predicted = self._predicted
 
         def end(node: NodeState, resident: Resident) -> float | None:
             if self._table is None or resident.pod not in state.started:
                 return None
             job, started = state.started[resident.pod]
-            predicted = JobJct(self._table, self._believed(job)).jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
-            return None if predicted is None else started + predicted
+            key = (job.job_id, node.gpu_model)
+            if key in predicted:
+                seconds = predicted[key]
+            else:
+                believed = JobJct(self._table, self._believed(job))
+                seconds = predicted[key] = believed.jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
+            return None if seconds is None else started + seconds
 
-        return LeaveTimes(end, state.now)
+        return LeaveTimes(end, state.now, cache_key=self._leave_key[2])
 
     def _all_nodes(self, state: JobState, job: Job, share: bool, gang: str | None) -> dict[str, NodeState]:
-        """Every node's state as `job` sees it (GPUs it may not share count as full)."""
-        for n in range(len(state.nodes)):
-            self._intern(state, n, job, share, gang)
-        return {
-            state.nodes[n].name: self._interner.states[int(self._interner.node_state[n])]
-            for n in range(len(state.nodes))
-        }
+        """Every node's state as `job` sees it (GPUs it may not share count as full): a view per (job type where it
+        shares, gang), brought up to date from the nodes changed since it was last asked for. The returned mapping
+        changes with the cluster: read it before the next placement."""
+        version = int(state.version.sum())  # every assign and release bumps a node's version
+        if self._views_at[0] is not state:
+            self._views = {}
+        if self._views_at != (state, version):
+            self._views_at, self._alike, self._soonest, self._waited = (state, version), {}, {}, {}
+        key = (job.job_type if share else None, gang)
+        entry = self._views.get(key)
+        if entry is None:
+            entry = self._views[key] = (np.full(len(state.nodes), -1, dtype=np.int64), {})
+        seen, view = entry
+        changed = np.flatnonzero(state.version != seen)
+        if len(changed):
+            for n in changed.tolist():
+                self._intern(state, n, job, share, gang)
+                view[state.nodes[n].name] = self._interner.states[int(self._interner.node_state[n])]
+            seen[changed] = state.version[changed]
+        if key not in self._alike:
+            firsts: dict[int, tuple[str, NodeState]] = {}
+            for name, node in view.items():
+                firsts.setdefault(id(node), (name, node))
+            self._alike[key] = dict(firsts.values())
+        return view
+
+    def _soonest_room(
+        self, state: JobState, view: tuple[str | None, str | None], request: PodRequest, leaving: LeaveTimes
+    ) -> dict[str, NodeState]:
+        """Per GPU model, the node (as `view` sees them) without room now that has room for `request`'s shape
+        soonest (`advisor.placement.waiting.room_seconds`), kept per shape and leave times until the cluster
+        changes: every job of that shape tried in a pass asks the same."""
+        key = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
+        found = self._soonest.get(key)
+        if found is None:
+            if self._rooms_at != (leaving.now_seconds, leaving.cache_key):
+                self._rooms_at, self._rooms = (leaving.now_seconds, leaving.cache_key), {}
+            rooms = self._rooms  # per (interned node state, shape): its time until room, None with room now
+            best: dict[str, tuple[float, str, NodeState]] = {}
+            for name, node in self._alike[view].items():
+                at = (id(node), request.whole_gpus, request.share_milli)
+                if at in rooms:
+                    seconds = rooms[at]
+                elif not node.gpu_model or is_stale(node, self._config, None) or has_room_now(node, request):
+                    seconds = rooms[at] = None
+                else:
+                    seconds = rooms[at] = room_seconds(node, request, leaving)
+                if seconds is not None and (node.gpu_model not in best or seconds < best[node.gpu_model][0]):
+                    best[node.gpu_model] = (seconds, name, node)
+            found = self._soonest[key] = {name: node for _, name, node in best.values()}
+        return found
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
         """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
@@ -392,45 +500,59 @@ class ExtenderJobPolicy:
         )
         return self._held is not None
 
+    def _rules(self, job: Job, request: PodRequest, state: JobState, *, share: bool) -> _Rules:
+        """The filter's rules that apply to `job` now (`_passed_over`), and, when the wait rule alone applies, what its
+        verdict depends on: the candidates (the same for every job of this view and shape until the cluster
+        changes), the leave times, and of the job only its predicted run times, from its type, GPUs and believed
+        work."""
+        held = self._held if self._held is not None and self._held.pod != job.job_id else None
+        claimed = self._claims(job, state)
+        waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
+        leaving = self._leave_times(state) if waits else None
+        alike: tuple[object, ...] | None = None
+        if held is None and not claimed.claim_log and leaving is not None:
+            believed = self._believed(job)
+            view = (job.job_type if share else None, request.gang)
+            alike = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
+            alike += (believed.job_type, believed.num_gpus, believed.work, int(state.version.sum()))
+        return _Rules(held, claimed, leaving, alike)
+
     def _passed_over(
-        self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, *, share: bool
+        self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, rules: _Rules, *, share: bool
     ) -> IntArray:
         """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, every node's state as the
         job sees it): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
         (`_claims`), not a slower GPU model it would finish sooner by waiting for. Candidates have room by
-        construction, so when no rule can apply the filter is not run."""
-        held = self._held if self._held is not None and self._held.pod != job.job_id else None
-        claimed = self._claims(job, state)
-        waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
-        if held is None and not claimed.claim_log and not waits:
+        construction, so when no rule can apply the filter is not run. With the wait rule alone, what it passes is
+        kept (`_waited`) for the jobs alike to it until the cluster changes."""
+        held, claimed, leaving, alike = rules
+        if held is None and not claimed.claim_log and leaving is None:
             return candidates
         names = [state.nodes[int(n)].name for n in candidates]
+        nodes = self._all_nodes(state, job, share, request.gang)
+        if alike is not None and leaving is not None:
+            # Of the other nodes it reads only the least time until one of each GPU model has room: given with the
+            # candidates, that node decides the same.
+            nodes = self._soonest_room(state, (job.job_type if share else None, request.gang), request, leaving) | {
+                n: nodes[n] for n in names
+            }
         passed, _ = run_filter(
             request,
             names,
-            self._all_nodes(state, job, share, request.gang),
-            _PassInputs(
-                self._leave_times(state) if waits else None,
-                QueueRules(held, claimed.claim_log, claimed.rank, claimed.claim_nodes),
-            ),
+            nodes,
+            _PassInputs(leaving, QueueRules(held, claimed.claim_log, claimed.rank, claimed.claim_nodes)),
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
         )
-        if len(passed) == len(names):
-            return candidates
         kept = set(passed)
-        keep: IntArray = candidates[[name in kept for name in names]]
+        keep: IntArray = candidates if len(passed) == len(names) else candidates[[name in kept for name in names]]
+        if alike is not None:
+            self._waited[alike] = keep
         return keep
 
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
-        if share:
-            candidates = np.array(sorted({n for n, _ in state.share_slots(job)}), dtype=np.int64)
-        else:
-            candidates = np.flatnonzero(state.free_whole() >= gpus)
-        if len(candidates) == 0:
-            return None
         request = PodRequest(
             name=job.job_id,
             gpus=0 if share else gpus,
@@ -438,7 +560,15 @@ class ExtenderJobPolicy:
             workload=job.job_type,
             gang=gang,
         )
-        candidates = self._passed_over(job, request, candidates, state, share=share)
+        rules = self._rules(job, request, state, share=share)
+        known = self._waited.get(rules.alike) if rules.alike is not None else None
+        if known is not None:  # a job alike to this one was filtered since the cluster last changed
+            candidates = known
+        else:
+            candidates = np.unique(state.share_slots(job)[0]) if share else np.flatnonzero(state.free_whole() >= gpus)
+            if len(candidates) == 0:
+                return None
+            candidates = self._passed_over(job, request, candidates, state, rules, share=share)
         if len(candidates) == 0:
             return None
         for n in candidates:
@@ -458,15 +588,27 @@ class ExtenderJobPolicy:
         return int(candidates[best]), chosen.gpus
 
 
+class _Rules(NamedTuple):
+    """The extender filter's rules for one job now (`ExtenderJobPolicy._rules`): the head's reservation, the claims
+    of jobs ranked above it, the leave times when it may wait for a faster GPU, and the key of its wait verdict when
+    that rule applies alone."""
+
+    held: Reservation | None
+    claimed: QueueRules
+    leaving: LeaveTimes | None
+    alike: tuple[object, ...] | None
+
+
 @dataclass
 class _Running:
+    """A running job; its remaining work and rate live in the engine's arrays at `slot`."""
+
     job: Job
     parts: list[tuple[int, tuple[int, ...]]]
     milli: int
     gang: str | None
     start_s: float
-    remaining: float
-    rate: float = 0.0
+    slot: int = -1
     partner: _Running | None = None
 
 
@@ -501,6 +643,11 @@ class JctResult:
 
 
 class _Engine:
+    """The cluster, the running jobs and their progress. Each running job's remaining work, rate and GPU milli held
+    are kept in arrays by slot, slots in start order (the order the running jobs were iterated in before), so that an
+    event's progress, next completion and finished jobs cost a few array operations rather than a loop over every
+    running job."""
+
     def __init__(self, cluster: Cluster, policy: JobPolicy, truth: RateTable | None) -> None:
         self.cluster = cluster
         self.policy = policy
@@ -512,6 +659,13 @@ class _Engine:
         self.gpu_milli_seconds = 0.0
         self.cross_group_jobs = 0
         self.multi_node_jobs = 0
+        self._slots: list[_Running | None] = []
+        self._remaining = np.zeros(0)
+        self._rates = np.ones(0)
+        self._held_milli = np.zeros(0)
+        self._active: IntArray = np.zeros(0, dtype=np.int64)
+        """The slots of the running jobs, ascending (recomputed when `_active_stale`)."""
+        self._active_stale = False
 
     def _rate(self, run: _Running) -> float:
         gpus = tuple((n, g) for n, gs in run.parts for g in gs)
@@ -520,6 +674,50 @@ class _Engine:
         if rate <= 0:
             raise ValueError(f"no true throughput for job {run.job.job_id} ({run.job.job_type}) under its placement")
         return rate
+
+    def _rerate(self, run: _Running) -> None:
+        self._rates[run.slot] = self._rate(run)
+
+    def _add(self, run: _Running) -> None:
+        """Give `run` the next slot (the slots compacted, in order, when the arrays are full)."""
+        if len(self._slots) == len(self._remaining):
+            keep = self.active()
+            runs = [self._slots[int(i)] for i in keep]
+            size = max(64, 2 * len(keep))
+            remaining, rates, held = np.zeros(size), np.ones(size), np.zeros(size)
+            remaining[: len(keep)] = self._remaining[keep]
+            rates[: len(keep)] = self._rates[keep]
+            held[: len(keep)] = self._held_milli[keep]
+            self._remaining, self._rates, self._held_milli = remaining, rates, held
+            self._slots = list(runs)
+            for i, kept in enumerate(runs):
+                assert kept is not None
+                kept.slot = i
+        run.slot = len(self._slots)
+        self._slots.append(run)
+        self._remaining[run.slot] = run.job.work
+        self._held_milli[run.slot] = run.milli * sum(len(g) for _, g in run.parts)
+        self._active_stale = True
+
+    def active(self) -> IntArray:
+        """The running jobs' slots, in start order."""
+        if self._active_stale:
+            self._active = np.array([i for i, r in enumerate(self._slots) if r is not None], dtype=np.int64)
+            self._active_stale = False
+        return self._active
+
+    def next_done(self, now: float) -> float:
+        """When the first running job finishes at the current rates (inf when none runs)."""
+        slots = self.active()
+        if not len(slots):
+            return math.inf
+        return float(np.min(now + np.maximum(self._remaining[slots], 0.0) / self._rates[slots]))
+
+    def done(self) -> list[_Running]:
+        """The running jobs with no work left (within `_DONE_EPS_SECONDS` of it), in start order."""
+        slots = self.active()
+        finished = slots[self._remaining[slots] / self._rates[slots] <= _DONE_EPS_SECONDS]
+        return [r for r in (self._slots[int(i)] for i in finished) if r is not None]
 
     def try_place(self, job: Job, now: float) -> bool:
         share = self.sharing and job.num_gpus == 1
@@ -533,11 +731,13 @@ class _Engine:
             if choice is None:
                 for node, gpus in parts:
                     self.state.release(job, node, gpus, milli, gang)
-                self.state.started.pop(job.job_id, None)
+                if self.state.started.pop(job.job_id, None) is not None:
+                    self.state.restarts += 1
                 return False
             self.state.assign(job, choice[0], choice[1], milli, gang)
             parts.append(choice)
-        run = _Running(job, parts, milli, gang, now, job.work)
+        run = _Running(job, parts, milli, gang, now)
+        self._add(run)
         placed = tuple((n, g) for n, gs in parts for g in gs)
         self.cross_group_jobs += crosses_nvlink_groups(Assignment(placed), self.cluster.nodes)
         self.multi_node_jobs += len({n for n, _ in parts}) > 1
@@ -547,26 +747,47 @@ class _Engine:
             if others:
                 run.partner = self.running[others[0].job_id]
                 run.partner.partner = run
-                run.partner.rate = self._rate(run.partner)
-        run.rate = self._rate(run)
+                self._rerate(run.partner)
+        self._rerate(run)
         self.running[job.job_id] = run
         return True
+
+    def room_key(self, job: Job) -> tuple[int, bool, str | None]:
+        """What decides whether the cluster has room for the job's first pod (`has_room`)."""
+        share = self.sharing and job.num_gpus == 1
+        return min(job.num_gpus, self.per_node), share, job.job_type if share else None
+
+    def has_room(self, job: Job) -> bool:
+        """Whether some node has room for the job's first pod (gang member) as every policy looks for it: a GPU with
+        half free that the job may share, or that many wholly free GPUs. Without, `try_place` fails before any
+        policy decision (and draws nothing), and keeps failing until a job ends."""
+        size, share, _ = self.room_key(job)
+        if share:
+            return len(self.state.share_slots(job)[0]) > 0
+        return bool((self.state.free_whole() >= size).any())
 
     def finish(self, run: _Running) -> None:
         for node, gpus in run.parts:
             self.state.release(run.job, node, gpus, run.milli, run.gang)
         self.state.started.pop(run.job.job_id, None)
         del self.running[run.job.job_id]
+        self._slots[run.slot] = None
+        self._active_stale = True
         if run.partner is not None:
             run.partner.partner = None
-            run.partner.rate = self._rate(run.partner)
+            self._rerate(run.partner)
 
     def advance(self, dt: float) -> None:
+        """Every running job progresses `dt` seconds at its rate; the GPU time held is summed job by job in start
+        order (`np.add.accumulate` adds one term after the other, as the loop over the jobs did)."""
         if dt <= 0:
             return
-        for run in self.running.values():
-            run.remaining -= run.rate * dt
-            self.gpu_milli_seconds += run.milli * sum(len(g) for _, g in run.parts) * dt
+        slots = self.active()
+        if not len(slots):
+            return
+        self._remaining[slots] -= self._rates[slots] * dt
+        terms = np.concatenate(([self.gpu_milli_seconds], self._held_milli[slots] * dt))
+        self.gpu_milli_seconds = float(np.add.accumulate(terms)[-1])
 
 
 def job_task_mix(jobs: Sequence[Job], per_node: int, sharing: bool) -> TaskMix:
@@ -603,36 +824,72 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
     start_s: dict[str, float] = {}
     end_s: dict[str, float] = {}
     queue: list[Job] = []
-    failed_at: dict[str, int] = {}
+    queued = Counter[tuple[int, bool, str | None]]()  # room keys of the queue
+    dead: set[tuple[int, bool, str | None]] = set()  # room keys without room since the last release
     releases = 0
+    passed_at = -1  # `releases` at the last scheduling pass
     now = arrivals[0].arrival_s if arrivals else 0.0
     i = 0
     while i < len(arrivals) or engine.running:
-        next_done = min((now + max(r.remaining, 0.0) / r.rate for r in engine.running.values()), default=math.inf)
         next_arrival = arrivals[i].arrival_s if i < len(arrivals) else math.inf
-        t = min(next_done, next_arrival)
+        t = min(engine.next_done(now), next_arrival)
         if math.isinf(t):
             break
         engine.advance(t - now)
         now = t
-        done = [r for r in engine.running.values() if r.remaining / r.rate <= _DONE_EPS_SECONDS]
-        for run in done:
+        for run in engine.done():
             engine.finish(run)
             end_s[run.job.job_id] = now
             releases += 1
+        # Every job still queued after a pass failed in it; until a job ends it would fail again, so only the jobs
+        # arrived since are tried (all of them after a release).
+        fresh_from = 0 if releases != passed_at else len(queue)
+        if releases != passed_at:
+            dead.clear()
+        passed_at = releases
         while i < len(arrivals) and arrivals[i].arrival_s <= now:
             queue.append(arrivals[i])
+            queued[engine.room_key(arrivals[i])] += 1
             i += 1
+        fresh = queued.copy() if fresh_from == 0 else Counter(engine.room_key(j) for j in queue[fresh_from:])
+        live = sum(n for key, n in fresh.items() if key not in dead)  # fresh jobs left whose key may have room
         waiting: list[Job] = []
         policy.begin_pass(queue, now, engine.state)
         head = False
-        for job in queue:
-            if failed_at.get(job.job_id) == releases or not engine.try_place(job, now):
+        k = 0
+        while k < len(queue):
+            if head and k < fresh_from:  # failed since the last release, and no more holds to ask: skipped
+                waiting += queue[k:fresh_from]
+                k = fresh_from
+                continue
+            if head and live == 0:  # the rest would only find no room: they wait
+                if k < len(queue):
+                    engine.state.now = now  # as trying them would have set it
+                waiting += queue[k:]
+                break
+            job = queue[k]
+            k += 1
+            if k <= fresh_from:
                 head = head or policy.hold(job, engine.state)
-                failed_at[job.job_id] = releases
                 waiting.append(job)
+                continue
+            key = engine.room_key(job)
+            fresh[key] -= 1
+            if key in dead:
+                engine.state.now = now  # as `try_place` sets it before finding no room
+                placed = False
             else:
+                live -= 1
+                placed = engine.try_place(job, now)
+                if not placed and not engine.has_room(job):
+                    dead.add(key)
+                    live -= fresh[key]
+            if placed:
                 start_s[job.job_id] = now
+                queued[key] -= 1
+            else:
+                head = head or policy.hold(job, engine.state)
+                waiting.append(job)
         queue = waiting
     finished = [j for j in arrivals if j.job_id in end_s]
     jct = np.array([end_s[j.job_id] - j.arrival_s for j in finished])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -266,3 +267,42 @@ def test_the_packing_profile_fills_equal_nodes_one_after_another() -> None:
     node, gpus = policy.choose(trace[0], state, everyone)
     state.place(node, gpus, trace[0])
     assert policy.choose(trace[1], state, everyone)[0] == 2
+
+
+@pytest.mark.parametrize("ties", ["first", "random"])
+def test_fgd_with_kept_scores_chooses_what_scoring_every_node_afresh_chooses(ties: str) -> None:
+    """FGD keeps each pod shape's scores per node until the node changes; on a run of shares, whole GPUs, CPU-only
+    and model-constrained pods, nodes listed out of name order with different CPUs, every choice equals that of a
+    policy built afresh for that pod (which scores every node of the state it sees)."""
+    rng = np.random.default_rng(5)
+    kinds = [
+        Pod("q", 1, 250, 2000),
+        Pod("h", 1, 500, 4000),
+        Pod("h2", 1, 500, 6000),
+        Pod("o", 1, 1000, 8000),
+        Pod("t", 2, 1000, 16000),
+        Pod("c", 0, 0, 12000),
+        Pod("m", 1, 700, 1000, gpu_models=("T4",)),
+    ]
+    pods = [kinds[int(i)] for i in rng.integers(len(kinds), size=160)]
+    cluster = Cluster(
+        tuple(
+            SimNode(f"n{(7 * i) % 12:02d}", "T4" if i % 3 else "V100", 4, cpu_milli=32000 + 16000 * (i % 2))
+            for i in range(12)
+        )
+    )
+    typical = typical_pods(pods)
+    state = _state(cluster, pods)
+    draws = np.random.default_rng(1) if ties == "random" else None
+    kept = AuthorsFgd(cluster, typical, rng=draws)
+    placed = 0
+    for pod in pods:
+        candidates = np.flatnonzero(state.feasible(pod))
+        if not len(candidates):
+            continue
+        fresh_draws = copy.deepcopy(draws)
+        choice = kept.choose(pod, state, candidates)
+        assert choice == AuthorsFgd(cluster, typical, rng=fresh_draws).choose(pod, state, candidates), pod
+        state.place(*choice, pod)
+        placed += 1
+    assert placed > 60  # the cluster fills: later pods see nodes changed since their shape was last scored
