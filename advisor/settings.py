@@ -50,11 +50,24 @@ class AdvisorSettings(BaseSettings):
     # drops from 10 to 1: one step per span / 10 points. Smaller = the advisor's ranking weighs more against
     # kube-scheduler's own scores (docs/advisor.md, "Scoring" and "Profiles").
     extender_span_points: float = Field(default=DEFAULT_EXTENDER_SPAN_POINTS, gt=0)
+    # Of the nodes at the extender's highest integer only the first by name keeps it, the others drop one step, so
+    # kube-scheduler does not draw among nodes the advisor rates equal: they fill one after another (the packing
+    # profile; docs/advisor.md, "Profiles").
+    extender_first_of_equals: bool = False
+    # The share of the packing component that prefers the fuller node; the rest is the fragmentation gradient
+    # (docs/advisor.md, "Scoring"; the packing profile sets 0.1).
+    packing_best_fit_share: float = Field(default=0.2, ge=0, le=1)
     # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
     # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],
     # [8, 1000, 0.3]]' (advisor.placement.fragmentation). CPU/memory only count on nodes whose free CPU/memory is known.
     task_mix: TaskMix = DEFAULT_TASK_MIX
+    # Where pods constrain the GPU model (node affinity / selector on nvidia.com/gpu.product): the typical requests as
+    # seen from one model's nodes, a JSON object of GPU model -> task mix, e.g. GPUADVISOR_MODEL_TASK_MIX='{"T4":
+    # [[1, 1000, 0.7, 8000, 16384], [1, 1000, 0.9, 1e12, 16384]]}'. A request that cannot use the model gets CPU 1e12
+    # (it fits none of those nodes); one that constrains the model weighs its share × cluster GPUs / GPUs of the
+    # models it accepts (docs/advisor.md, "GPU models"). Nodes of other models are scored with task_mix.
+    model_task_mix: dict[str, TaskMix] = Field(default_factory=dict)
     # The extender filter keeps a pod off a node when its predicted run time there exceeds wait_slack × its predicted
     # finish after waiting for room on a faster GPU model (JCT model needed; docs/advisor.md, "Waiting for a faster
     # GPU"); 0 = never wait. Below 1 even the node with the soonest finish would fail, so 0 < value < 1 is refused.
@@ -80,6 +93,21 @@ class AdvisorSettings(BaseSettings):
         if 0 < value < 1:
             raise ValueError(f"must be 0 (never wait for a faster GPU) or >= 1, got {value}")
         return value
+
+    @field_validator("model_task_mix", mode="before")
+    @classmethod
+    def _valid_model_task_mix(cls, raw: object) -> dict[str, TaskMix]:
+        if not isinstance(raw, dict):
+            raise ValueError(f"must be a JSON object of GPU model -> task mix, got {raw!r}")
+        out: dict[str, TaskMix] = {}
+        for model, mix in raw.items():
+            if not isinstance(model, str) or not model.strip():
+                raise ValueError(f"GPU model names must be non-empty strings, got {model!r}")
+            try:
+                out[model.strip()] = parse_task_mix(mix)
+            except TaskMixError as e:
+                raise ValueError(f"{model}: {e}") from None
+        return out
 
     @field_validator("task_mix", mode="before")
     @classmethod

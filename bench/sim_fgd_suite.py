@@ -42,7 +42,7 @@ def main() -> None:
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
     from advisor.sim.packing import MAX_ARRIVED_RATIO, SEQUENCES, PackPolicy, run_fragmentation
-    from advisor.sim.run import fragmentation_policy, fragmentation_scoring_config, model_scoring_configs
+    from advisor.sim.run import fragmentation_policy, fragmentation_scoring_config, with_model_task_mixes
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3")
@@ -66,8 +66,7 @@ def main() -> None:
     for trace in args.traces.split(","):
         pods = [p for p in load_trace(DATA / f"openb_pod_list_{trace}.csv") if isinstance(p, Pod)]
         typical = typical_pods(pods, coverage_ratio=args.coverage)
-        config = fragmentation_scoring_config(pods)
-        model_configs = model_scoring_configs(cluster, pods, config)
+        config = with_model_task_mixes(cluster, pods, fragmentation_scoring_config(pods))
         allocation: dict[str, list[float]] = {n: [] for n in names}
         for seed in seeds:
             sequence = SEQUENCES[args.order](pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
@@ -82,7 +81,7 @@ def main() -> None:
                         rng=np.random.default_rng(seed) if args.ties == "random" else None,
                     )
                 else:
-                    policy = fragmentation_policy(name, cluster, config, seed, typical, model_configs=model_configs)
+                    policy = fragmentation_policy(name, cluster, config, seed, typical)
                 result = run_fragmentation(
                     cluster, pods, sequence, policy, partial(fragmentation_milli, typical, cluster)
                 )

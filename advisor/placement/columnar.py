@@ -250,7 +250,8 @@ def share_choices(
     # The sigmoid only where the share fits (elsewhere its value is never read).
     sigmoid = np.zeros((n, g))
     sigmoid[ok] = _sigmoid_of_negative(delta[ok] / WHOLE_GPU_MILLI)
-    packing = 0.8 * sigmoid + 0.2 * (1.0 - left_ratio)
+    best_fit = config.packing_best_fit_share
+    packing = (1.0 - best_fit) * sigmoid + best_fit * (1.0 - left_ratio)
 
     pod_slow, res_slow = _slowdowns(pod, nodes, cols, ok, usages=usages, predictors=predictors)
     interference = 0.5 / pod_slow + 0.5 / res_slow

@@ -6,8 +6,10 @@ per-shape caches, hence compared by identity.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
+from advisor.gpus import normalize_gpu_model
 from advisor.placement.fragmentation import (
     DEFAULT_TASK_MIX,
     MixResources,
@@ -43,7 +45,13 @@ class ScoringConfig:
     default): the filter keeps pods off the nodes held for the first pending pod that has no room (`reserve`,
     `reserved_verdicts`) unless they are predicted to finish before it starts. `shortest_first` (off by default): the
     filter keeps a pod off room that pending pods with a higher response ratio are expected to take (`claims`,
-    `yield_verdicts`).
+    `yield_verdicts`). `model_task_mix` (optional) is the target workload as seen from the nodes of a GPU model where
+    pods constrain the model: packing scores those nodes with it (`for_model`), every other node with `task_mix`
+    (the simulator builds it with `advisor.sim.fragmentation.task_mix_for_model`). `extender_first_of_equals` (the
+    packing profile): of the nodes at the extender's highest integer only the first by name keeps it
+    (`advisor.placement.extender.first_of_equals`), so kube-scheduler does not draw among them at random.
+    `packing_best_fit_share` is the share of the packing component that prefers the fuller node (the rest is the
+    fragmentation gradient; `advisor.placement.gpuset.packing_of`).
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -61,7 +69,11 @@ class ScoringConfig:
     wait_slack: float | None = DEFAULT_WAIT_SLACK
     hold_for_blocked: bool = False
     shortest_first: bool = False
+    model_task_mix: Mapping[str, TaskMix] | None = None
+    extender_first_of_equals: bool = False
+    packing_best_fit_share: float = 0.2
     resources: MixResources | None = field(init=False, repr=False)
+    _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.task_sizes is not None:
@@ -71,11 +83,21 @@ class ScoringConfig:
         except TaskMixError as exc:
             raise ScoringInputError(str(exc)) from None
         object.__setattr__(self, "resources", mix_resources(self.task_mix))
+        by_model: dict[str, ScoringConfig] = {}
+        for model, mix in (self.model_task_mix or {}).items():
+            try:
+                validate_task_mix(mix)
+            except TaskMixError as exc:
+                raise ScoringInputError(f"model_task_mix[{model}]: {exc}") from None
+            by_model[normalize_gpu_model(model)] = replace(self, task_mix=mix, task_sizes=None, model_task_mix=None)
+        object.__setattr__(self, "_by_model", by_model)
         for name in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct"):
             if getattr(self, name) < 0:
                 raise ScoringInputError(f"{name} must be >= 0")
         if self.staleness_seconds <= 0:
             raise ScoringInputError("staleness_seconds must be > 0")
+        if not 0 <= self.packing_best_fit_share <= 1:
+            raise ScoringInputError("packing_best_fit_share must be within 0..1")
         if not self.extender_span_points > 0:
             raise ScoringInputError("extender_span_points must be > 0")
         if not 0 <= self.unknown_node_score <= 100:
@@ -83,3 +105,12 @@ class ScoringConfig:
         if self.wait_slack is not None and not self.wait_slack >= 1:
             # Below 1 even the node with the soonest finish would be passed over.
             raise ScoringInputError("wait_slack must be >= 1 (None turns waiting for a faster GPU off)")
+
+    def for_model(self, gpu_model: str) -> ScoringConfig:
+        """The configuration packing scores a node of `gpu_model` with: its `model_task_mix` entry's, else this one."""
+        if not self._by_model:
+            return self
+        found = self._by_model.get(gpu_model)
+        if found is None:
+            found = self._by_model[gpu_model] = self._by_model.get(normalize_gpu_model(gpu_model), self)
+        return found

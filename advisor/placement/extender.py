@@ -90,7 +90,22 @@ def extender_priorities(
                 infeasible += 1
             else:
                 unknown += 1
+    if config.extender_first_of_equals:
+        scored_names = {n for n, v in zip((n for n in names if n in nodes), totals, strict=True) if v >= 0.0}
+        scores = first_of_equals(scores, names, [n in scored_names for n in names])
     return ExtenderVerdict(scores, scored, infeasible, unknown)
+
+
+def first_of_equals(scores: Sequence[int], names: Sequence[str], scored: Sequence[bool]) -> list[int]:
+    """`ScoringConfig.extender_first_of_equals`: of the scored nodes at the batch's highest integer, the first by
+    name keeps it and the others drop one step, so kube-scheduler does not draw among nodes the advisor rates equal.
+    Equal nodes then fill one after another (first fit, as the FGD authors' scheduler breaks ties) instead of
+    being broken open at random in parallel."""
+    top = max((x for x, ok in zip(scores, scored, strict=True) if ok), default=None)
+    if top is None:
+        return list(scores)
+    first = min(n for n, x, ok in zip(names, scores, scored, strict=True) if ok and x == top)
+    return [x - 1 if ok and x == top and n != first else x for n, x, ok in zip(names, scores, scored, strict=True)]
 
 
 def extender_node_scores(

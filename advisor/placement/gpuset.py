@@ -139,6 +139,7 @@ def whole_plan(
         fragmentation_milli(topology, after_milli, config.task_mix)
         - fragmentation_milli(topology, free_milli, config.task_mix),
         after_milli,
+        config.packing_best_fit_share,
     )
     left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
     if k <= 1:
@@ -147,11 +148,12 @@ def whole_plan(
     return WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
 
 
-def packing_of(delta_fragmentation_milli: float, free_after_milli: tuple[int, ...]) -> float:
-    """80 % fragmentation change (in GPUs), 20 % best fit (less free capacity left): equal fragmentation changes go
-    to the fuller node."""
+def packing_of(delta_fragmentation_milli: float, free_after_milli: tuple[int, ...], best_fit_share: float) -> float:
+    """1 − `best_fit_share` fragmentation change (in GPUs), `best_fit_share` best fit (less free capacity left;
+    `ScoringConfig.packing_best_fit_share`, 20 % by default): equal fragmentation changes go to the fuller node."""
     left_ratio = sum(free_after_milli) / max(1, WHOLE_GPU_MILLI * len(free_after_milli))
-    return 0.8 * _sigmoid_of_negative(delta_fragmentation_milli / WHOLE_GPU_MILLI) + 0.2 * (1.0 - left_ratio)
+    fragmentation = _sigmoid_of_negative(delta_fragmentation_milli / WHOLE_GPU_MILLI)
+    return (1.0 - best_fit_share) * fragmentation + best_fit_share * (1.0 - left_ratio)
 
 
 def _sigmoid_of_negative(x: float) -> float:

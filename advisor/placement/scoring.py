@@ -158,7 +158,9 @@ def _evaluate_whole(
     if fit is not None:
         after = take_milli(node.free_milli, plan.positions, WHOLE_GPU_MILLI)
         before_f = fragmentation_with(node.topology, node.free_milli, config, fit[0])
-        packing = packing_of(fragmentation_with(node.topology, after, config, fit[1]) - before_f, after)
+        packing = packing_of(
+            fragmentation_with(node.topology, after, config, fit[1]) - before_f, after, config.packing_best_fit_share
+        )
     affinity = plan.topology_affinity
     if pod.gang:
         affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
@@ -208,7 +210,11 @@ def _evaluate_share(
         if not memory_ok(g, pod.gpu_memory_bytes, whole=False):
             continue
         after_milli = take_milli(free_milli, (pos,), milli)
-        packing = packing_of(fragmentation_with(topo, after_milli, config, fit_after) - before, after_milli)
+        packing = packing_of(
+            fragmentation_with(topo, after_milli, config, fit_after) - before,
+            after_milli,
+            config.packing_best_fit_share,
+        )
         if g.residents:
             pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
         else:
@@ -260,7 +266,7 @@ def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -
         node.name,
         node.gpu_model,
         True,
-        packing=packing_of(delta, free_milli),
+        packing=packing_of(delta, free_milli, config.packing_best_fit_share),
         affinity=1.0,
         detail=f", no GPU; leaves {delta / WHOLE_GPU_MILLI:+.2f} GPUs of fragmentation",
     )
@@ -357,7 +363,6 @@ def evaluate_batch(
     shape = (k, pod.share_milli, pod.gpu_memory_bytes, pod.gang, gang_elsewhere, pod.gpu_models, config, predictors)
     key = _shape_id((*shape, pod.workload))
     key_any_workload = _shape_id((*shape, _ANY_WORKLOAD)) if k > 0 or not pod.is_share else key
-    resources = config.resources
     gpu_pod = k > 0 or pod.is_share
     own_resources = pod.cpu_milli is not None or pod.memory_mib is not None
     oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
@@ -369,6 +374,8 @@ def evaluate_batch(
         if own_resources and (refused := _resources_refusal(node, pod)) is not None:
             raws.append(refused)
             continue
+        node_config = config.for_model(node.gpu_model)  # packing's task mix as seen from this GPU model
+        resources = node_config.resources
         fit = _fit(node, pod, resources) if resources is not None else None
         base = key if node.free_residents else key_any_workload
         node_key: int | tuple[int, tuple[int, int]] = base if fit is None else (base, fit[1])
@@ -390,7 +397,7 @@ def evaluate_batch(
             if fit is None:
                 raws.append(_neutral_without_gpu(node.name))
             else:
-                raw = memo[node_key] = _evaluate_without_gpu(node, config=config, fit=fit)
+                raw = memo[node_key] = _evaluate_without_gpu(node, config=node_config, fit=fit)
                 raws.append(raw)
             continue
         usage = usage_cache.get(node.gpu_model)
@@ -404,7 +411,7 @@ def evaluate_batch(
                 node,
                 pod,
                 k=k,
-                config=config,
+                config=node_config,
                 predictors=predictors,
                 usage=usage,
                 gang_elsewhere=gang_elsewhere,
@@ -412,20 +419,20 @@ def evaluate_batch(
             )
         else:
             # Shares are evaluated together once every node is seen (`_evaluate_shares`).
-            deferred.append((len(raws), node, memo, node_key, usage, fit))
+            deferred.append((len(raws), node, memo, node_key, usage, fit, node_config))
             raws.append(_PENDING)
             continue
         memo[node_key] = raw
         raws.append(raw)
     if deferred:
-        _evaluate_shares(pod, deferred, raws, config=config, predictors=predictors, gang_elsewhere=gang_elsewhere)
+        _evaluate_shares(pod, deferred, raws, predictors=predictors, gang_elsewhere=gang_elsewhere)
     return raws
 
 
 _MemoKey = int | tuple[int, tuple[int, int]]
-_Deferred = tuple[int, NodeState, dict[_MemoKey, RawVerdict], _MemoKey, UsageProfile, Fit | None]
+_Deferred = tuple[int, NodeState, dict[_MemoKey, RawVerdict], _MemoKey, UsageProfile, Fit | None, ScoringConfig]
 """A node whose share verdict is still to be computed: (its place in the batch, the node, its memo, the memo key, the
-pod's expected use on its GPU model, its CPU/memory fit indices)."""
+pod's expected use on its GPU model, its CPU/memory fit indices, the configuration its GPU model is scored with)."""
 
 
 _PENDING = RawVerdict("", "", False, detail="pending")
@@ -438,17 +445,17 @@ def _evaluate_shares(
     deferred: list[_Deferred],
     raws: list[RawVerdict | NodeScore],
     *,
-    config: ScoringConfig,
     predictors: Predictors,
     gang_elsewhere: bool,
 ) -> None:
-    """Fill in the share verdicts of `deferred` (and their memos): nodes of the same GPU count together through
-    `columnar.share_choices` where there are enough of them, else one by one (`_evaluate_share`); the same
-    verdicts either way."""
-    by_count: dict[int, list[_Deferred]] = {}
+    """Fill in the share verdicts of `deferred` (and their memos): nodes of the same GPU count and configuration
+    (`ScoringConfig.for_model`) together through `columnar.share_choices` where there are enough of them, else one
+    by one (`_evaluate_share`); the same verdicts either way."""
+    groups: dict[tuple[int, int], list[_Deferred]] = {}
     for d in deferred:
-        by_count.setdefault(d[1].topology.gpu_count, []).append(d)
-    for group in by_count.values():
+        groups.setdefault((d[1].topology.gpu_count, id(d[6])), []).append(d)
+    for group in groups.values():
+        config = group[0][6]
         if len(group) >= _COLUMNAR_MIN_NODES:
             choices = share_choices(
                 pod,
@@ -458,10 +465,10 @@ def _evaluate_shares(
                 config=config,
                 predictors=predictors,
             )
-            for (slot, node, memo, key, _, _), choice in zip(group, choices, strict=True):
+            for (slot, node, memo, key, _, _, _), choice in zip(group, choices, strict=True):
                 memo[key] = raws[slot] = _share_verdict(node, pod, choice, gang_elsewhere=gang_elsewhere)
         else:
-            for slot, node, memo, key, usage, fit in group:
+            for slot, node, memo, key, usage, fit, _ in group:
                 memo[key] = raws[slot] = _evaluate_share(
                     node,
                     pod,

@@ -5,7 +5,7 @@ for the advisor's scorer (`ScoringConfig.task_mix`), CPU and memory included in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from advisor.placement.fragmentation import TaskMix, Workload, workload_of_requests
 from advisor.sim.model import GPU_MILLI, Pod
@@ -45,17 +45,33 @@ UNUSABLE_CPU_MILLI = 1e12
 scorer counts all of a node's free GPU share as fragment for it — FGD's rule for a node a task cannot use."""
 
 
-def task_mix_for_model(pods: Sequence[Pod], gpu_model: str) -> TaskMix:
-    """`task_mix_of(pods)` as seen from a node of `gpu_model`: a request whose acceptable GPU models (`Pod.gpu_models`)
-    leave `gpu_model` out asks for `UNUSABLE_CPU_MILLI`, so it fits none of that model's nodes."""
+def task_mix_for_model(pods: Sequence[Pod], gpu_model: str, capacity_gpus: Mapping[str, float]) -> TaskMix:
+    """`task_mix_of(pods)` as seen from a node of `gpu_model`, for a cluster with `capacity_gpus` GPUs per model.
+
+    A request whose acceptable GPU models (`Pod.gpu_models`) leave `gpu_model` out asks for `UNUSABLE_CPU_MILLI`, so
+    it fits none of that model's nodes (FGD: all their free GPU share is fragment for it). A request that constrains
+    the model weighs its count × cluster GPUs / GPUs of the models it accepts (`scarcity_weight`): its pods all land
+    on that part of the cluster, so a GPU there is that much more likely to be wanted by one of them. Placing a pod
+    on a node then lowers the node's fragmentation by the weight of the requests that cannot use its model, so pods
+    that may run anywhere go where the constrained ones cannot, and room on a model few pods may use is kept for
+    them."""
     if not any(p.num_gpu > 0 for p in pods):
         raise ValueError("the trace has no pod that requests a GPU")
-    counts: dict[tuple[int, int, float, float], int] = {}
+    counts: dict[tuple[int, int, float, float], float] = {}
     for p in pods:
         usable = not p.gpu_models or gpu_model in p.gpu_models
         key = (p.num_gpu, _milli_of(p), float(p.cpu_milli) if usable else UNUSABLE_CPU_MILLI, float(p.memory_mib))
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0.0) + scarcity_weight(p.gpu_models, capacity_gpus)
     return tuple((k, m, n / len(pods), c, mem) for (k, m, c, mem), n in sorted(counts.items()))
+
+
+def scarcity_weight(gpu_models: tuple[str, ...], capacity_gpus: Mapping[str, float]) -> float:
+    """How much one pod accepting `gpu_models` (empty: any) weighs in a per-model task mix: the cluster's GPUs over
+    the GPUs of the models it accepts (1 for a pod that accepts any; a pod no GPU in the cluster accepts, 1)."""
+    if not gpu_models:
+        return 1.0
+    usable = sum(capacity_gpus.get(m, 0.0) for m in set(gpu_models))
+    return sum(capacity_gpus.values()) / usable if usable > 0 else 1.0
 
 
 def _milli_of(pod: Pod) -> int:

@@ -81,14 +81,11 @@ def fragmentation_policy(
     config: ScoringConfig,
     seed: int,
     typical: TypicalPods,
-    *,
-    model_configs: dict[str, ScoringConfig] | None = None,
 ) -> PackPolicy:
-    """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`), `typical` the paper's
-    target workload, `model_configs` the advisor's scorer per GPU model where pods constrain the model
-    (`model_scoring_configs`). The paper's policies take the first of equal nodes by name, as the authors'
-    simulator does; spread, binpack and the advisor draw among equal nodes at random, as kube-scheduler's
-    `selectHost` does."""
+    """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`, per GPU model where pods
+    constrain the model: `with_model_task_mixes`), `typical` the paper's target workload. The paper's policies take
+    the first of equal nodes by name, as the authors' simulator does; spread, binpack and the advisor draw among
+    equal nodes at random, as kube-scheduler's `selectHost` does."""
     rng = np.random.default_rng(seed)
     if name == "random":
         return RandomFit(rng)
@@ -105,9 +102,7 @@ def fragmentation_policy(
     if name in ("spread", "binpack"):
         return AllocatedPolicy(most=name == "binpack", rng=rng)
     if name == "advisor":
-        return AdvisorPackPolicy(
-            cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng, model_configs=model_configs
-        )
+        return AdvisorPackPolicy(cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
 
 
@@ -129,12 +124,12 @@ def run_fragmentation_mode(
     if config is None:
         config = fragmentation_scoring_config(pods)
     typical = typical_pods(pods)
-    model_configs = model_scoring_configs(cluster, pods, config)
+    config = with_model_task_mixes(cluster, pods, config)
     results = []
     for name in policies:
         if progress:
             progress(name)
-        policy = fragmentation_policy(name, cluster, config, seed, typical, model_configs=model_configs)
+        policy = fragmentation_policy(name, cluster, config, seed, typical)
         results.append(
             run_fragmentation(
                 cluster, pods, sequence, policy, lambda state: fragmentation_milli(typical, cluster, state)
@@ -148,15 +143,17 @@ def fragmentation_scoring_config(pods: Sequence[Pod], profile: str = "packing") 
     return scoring_profile(profile, task_mix_of(pods))
 
 
-def model_scoring_configs(
-    cluster: Cluster, pods: Sequence[Pod], config: ScoringConfig
-) -> dict[str, ScoringConfig] | None:
-    """Where some pod accepts only some GPU models: `config` with each model's own task mix
-    (`task_mix_for_model`), what an admin sets per node pool; None when no pod constrains the model."""
+def with_model_task_mixes(cluster: Cluster, pods: Sequence[Pod], config: ScoringConfig) -> ScoringConfig:
+    """Where some pod accepts only some GPU models: `config` with each model's own task mix (`model_task_mix`,
+    `task_mix_for_model`: requests that cannot use the model, and room scarce for the constrained ones), what an
+    admin sets per node pool; `config` itself when no pod constrains the model."""
     if not any(p.gpu_models for p in pods) or config.resources is None:
-        return None
-    models = sorted({n.gpu_model for n in cluster.nodes if n.gpus})
-    return {m: replace(config, task_mix=task_mix_for_model(pods, m)) for m in models}
+        return config
+    capacity: dict[str, float] = {}
+    for node in cluster.nodes:
+        capacity[node.gpu_model] = capacity.get(node.gpu_model, 0.0) + node.gpus
+    mixes = {m: task_mix_for_model(pods, m, capacity) for m in sorted(m for m, n in capacity.items() if n > 0)}
+    return replace(config, model_task_mix=mixes)
 
 
 def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> None:
@@ -298,7 +295,10 @@ def scorer_setup(config: ScoringConfig, extender_weight: float) -> dict[str, obj
         "wait_slack": config.wait_slack,
         "hold_for_blocked": config.hold_for_blocked,
         "shortest_first": config.shortest_first,
-        "kube_scheduler_score": "NodeResourcesFit LeastAllocated",
+        "kube_scheduler_score": "none (first of equals)"
+        if config.extender_first_of_equals
+        else "NodeResourcesFit LeastAllocated",
+        "extender_first_of_equals": config.extender_first_of_equals,
         "task_mix_entries": len(config.task_mix),
     }
 

@@ -121,13 +121,22 @@ def verdicts(pod: PodRequest, nodes: list[NodeState], config: ScoringConfig) -> 
     return scores, ints
 
 
+def config_for(mix: str) -> ScoringConfig:
+    if mix == "cpu-memory":
+        return ScoringConfig(task_mix=CPU_MIX)
+    if mix == "per-model":  # the H100 nodes scored with their own mix; best fit a tenth of packing
+        h100_mix: TaskMix = ((1, 500, 0.4), (1, 1000, 0.3), (2, 1000, 0.3))
+        return ScoringConfig(model_task_mix={MODELS[0]: h100_mix}, packing_best_fit_share=0.1)
+    return ScoringConfig()
+
+
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory"])
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model"])
 def test_vectorised_shares_match_the_scalar_scorer_exactly(
     seed: int, mix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
-    config = ScoringConfig(task_mix=CPU_MIX) if mix == "cpu-memory" else ScoringConfig()
+    config = config_for(mix)
     nodes = [random_node(rng, f"n{i}", rng.choice((8, 8, 4)), cpu=mix == "cpu-memory") for i in range(60)]
     pods = [random_pod(rng) for _ in range(25)]
     vectorised = [verdicts(pod, nodes, config) for pod in pods]
@@ -162,12 +171,12 @@ def test_a_large_batch_of_shares_goes_through_the_vectorised_path(monkeypatch: p
     assert sum(calls) > 30
 
 
-@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory"])
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model"])
 def test_verdicts_from_a_warm_memo_are_the_verdicts_from_scratch(mix: str) -> None:
     """The memo keys on what the GPU choice depends on (not the pod's CPU/memory, and not its workload where no
     resident can interfere): pods that share a memo entry must get exactly what they would get from scratch."""
     rng = random.Random(7)
-    config = ScoringConfig(task_mix=CPU_MIX) if mix == "cpu-memory" else ScoringConfig()
+    config = config_for(mix)
     nodes = [random_node(rng, f"n{i}", 8, cpu=mix == "cpu-memory") for i in range(40)]
     base = [random_pod(rng) for _ in range(12)]
     # the same GPU requests again with other workloads and CPU/memory requests

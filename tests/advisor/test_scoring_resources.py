@@ -4,11 +4,12 @@ no longer fits), and that without them the scorer gives exactly the scores it ga
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores
+from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores, first_of_equals
 from advisor.placement.filter import filter_nodes
 from advisor.placement.fragmentation import TaskMix
 from advisor.placement.scoring import score_candidates, score_nodes
@@ -252,3 +253,60 @@ def test_a_new_cpu_memory_request_reuses_the_gpu_verdict_but_is_still_refused_wh
     assert refused[1].detail == "needs 8000 milli-CPU, has 3500 free"
     # and back: the smaller request fits the tight node again (the refusal was not memoised as its verdict)
     assert score_nodes(small, [roomy, tight], config=config) == first
+
+
+def test_nodes_of_a_gpu_model_are_scored_with_that_models_task_mix() -> None:
+    # Half the typical requests cannot use T4 (CPU 1e12: they fit no T4 node), so a T4 node's free GPUs are all
+    # fragment for them: F = 0.5 × 4000 before a 1-GPU pod, 0.5 × 3000 after, ΔF = −0.5 GPU. The other node is scored
+    # with the cluster-wide mix, where the 1-GPU request still fits: ΔF = 0. "Tesla-T4" is the T4 of the mix.
+    base: TaskMix = ((1, 1000, 1.0, 1000.0, 1024.0),)
+    on_t4: TaskMix = ((1, 1000, 0.5, 1000.0, 1024.0), (1, 1000, 0.5, 1e12, 1024.0))
+    config = ScoringConfig(
+        task_mix=base, model_task_mix={"T4": on_t4}, weight_interference=0, weight_jct=0, weight_affinity=0
+    )
+    topology = Topology.uniform(4, LinkLevel.PCIE_HOSTBRIDGE)
+    h100 = node("h100", 4, {}, topology, cpu_free=64000, memory_free=1 << 20)
+    t4 = node("t4", 4, {}, topology, cpu_free=64000, memory_free=1 << 20)
+    t4 = replace(t4, gpus=tuple(replace(g, model="Tesla-T4") for g in t4.gpus))
+    pod = PodRequest(gpus=1, cpu_milli=1000, memory_mib=1024)
+    scores = {s.node: s for s in score_nodes(pod, [h100, t4], config=config)}
+    assert scores["h100"].packing == pytest.approx(0.8 * 0.5 + 0.2 * 0.25)
+    assert scores["t4"].packing == pytest.approx(0.8 / (1 + math.exp(-0.5)) + 0.2 * 0.25)
+    assert config.for_model("NVIDIA H100 80GB HBM3") is config
+    plain = ScoringConfig(task_mix=base, weight_interference=0, weight_jct=0, weight_affinity=0)
+    assert [s.packing for s in score_nodes(pod, [h100, t4], config=plain)] == [pytest.approx(0.45)] * 2
+
+
+def test_a_bad_model_task_mix_names_the_model() -> None:
+    with pytest.raises(ScoringInputError, match=r"model_task_mix\[T4\]: task_mix\[0\]: milli"):
+        ScoringConfig(model_task_mix={"T4": ((1, 5000, 1.0),)})
+
+
+def test_first_of_equals_keeps_the_top_integer_for_one_node_by_name() -> None:
+    # Three idle nodes the advisor rates equal, one it rates lower, one it does not know: with first_of_equals only
+    # "a" keeps 10 (kube-scheduler then has no tie to draw); the rest of the top drops to 9, the others keep theirs.
+    topology = Topology.uniform(4, LinkLevel.PCIE_HOSTBRIDGE)
+    nodes = {n: node(n, 4, {}, topology) for n in ("c", "a", "b")}
+    nodes["busy"] = node("busy", 4, {0: 1000, 1: 1000, 2: 1000}, topology)
+    names = ["c", "a", "b", "busy", "ghost"]
+    pod = PodRequest(gpus=2)
+    plain = extender_priorities(pod, names, nodes, config=ScoringConfig(task_mix=GPU_ONLY_MIX)).scores
+    assert plain[:3] == [10, 10, 10]
+    config = ScoringConfig(task_mix=GPU_ONLY_MIX, extender_first_of_equals=True)
+    scores = extender_priorities(pod, names, nodes, config=config).scores
+    assert scores == [9, 10, 9, plain[3], plain[4]]
+    assert first_of_equals([3, 7, 7, 7], ["d", "c", "b", "a"], [True, True, True, False]) == [3, 6, 7, 7]
+
+
+def test_the_best_fit_share_of_packing_is_configurable() -> None:
+    # One idle 4-GPU node, a 1-GPU pod, a mix of 1-GPU requests only: ΔF = 0, 3 of 4 GPUs left free.
+    topology = Topology.uniform(4, LinkLevel.PCIE_HOSTBRIDGE)
+    idle = node("idle", 4, {}, topology)
+    pod = PodRequest(gpus=1)
+    weights = {"weight_interference": 0.0, "weight_jct": 0.0, "weight_affinity": 0.0}
+    for share in (0.2, 0.1, 0.0):
+        config = ScoringConfig(task_mix=((1, 1000, 1.0),), packing_best_fit_share=share, **weights)
+        (verdict,) = score_nodes(pod, [idle], config=config)
+        assert verdict.packing == pytest.approx((1 - share) * 0.5 + share * 0.25)
+    with pytest.raises(ScoringInputError, match="packing_best_fit_share"):
+        ScoringConfig(packing_best_fit_share=1.5)

@@ -101,3 +101,26 @@ def test_shortest_first_is_off_unless_turned_on(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("GPUADVISOR_SHORTEST_FIRST", "maybe")
     with pytest.raises(ValueError, match="shortest_first"):
         AdvisorSettings()
+
+
+def test_per_model_task_mixes_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scoring_config(AdvisorSettings()).model_task_mix is None
+    monkeypatch.setenv("GPUADVISOR_MODEL_TASK_MIX", '{"T4": [[1, 1000, 0.5, 8000, 16384], [1, 1000, 0.5, 1e12, null]]}')
+    config = scoring_config(AdvisorSettings())
+    assert config.for_model("Tesla-T4").task_mix == ((1, 1000, 0.5, 8000.0, 16384.0), (1, 1000, 0.5, 1e12, None))
+    assert config.for_model("NVIDIA A100-SXM4-40GB") is config
+    monkeypatch.setenv("GPUADVISOR_MODEL_TASK_MIX", '{"T4": [[1, 1000]]}')
+    with pytest.raises(ValueError, match=r"T4: task_mix\[0\]: expected"):
+        AdvisorSettings()
+    monkeypatch.setenv("GPUADVISOR_MODEL_TASK_MIX", "[[1, 1000, 1.0]]")
+    with pytest.raises(ValueError, match="JSON object of GPU model"):
+        AdvisorSettings()
+
+
+def test_the_best_fit_share_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scoring_config(AdvisorSettings()).packing_best_fit_share == 0.2
+    monkeypatch.setenv("GPUADVISOR_PACKING_BEST_FIT_SHARE", "0.1")
+    assert scoring_config(AdvisorSettings()).packing_best_fit_share == 0.1
+    monkeypatch.setenv("GPUADVISOR_PACKING_BEST_FIT_SHARE", "2")
+    with pytest.raises(ValueError, match="packing_best_fit_share"):
+        AdvisorSettings()

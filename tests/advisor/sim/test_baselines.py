@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +20,11 @@ from advisor.sim.baselines import (
     TypicalFragmentation,
     typical_pods,
 )
-from advisor.sim.fragmentation import workload_of
+from advisor.sim.fragmentation import scarcity_weight, task_mix_for_model, workload_of
 from advisor.sim.loaders import load_trace
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import AdvisorPackPolicy, PackState, authors_sequence, run_fragmentation
-from advisor.sim.run import fragmentation_scoring_config, model_scoring_configs
+from advisor.sim.run import fragmentation_scoring_config, with_model_task_mixes
 from tests.advisor.sim.conftest import write
 
 
@@ -186,22 +187,86 @@ def test_fgd_allocates_more_than_random_on_a_share_heavy_run() -> None:
 
 def test_the_advisor_with_per_model_task_mixes_keeps_room_on_the_model_constrained_pods_need() -> None:
     """Most of the trace accepts only T4: an unconstrained pod goes to the equal P100 node once the advisor scores
-    each model's nodes with that model's task mix; without it the two nodes tie and either is drawn."""
-    cluster = Cluster((SimNode("t4", "T4", 2, 32000, 65536), SimNode("p100", "P100", 2, 32000, 65536)))
+    each model's nodes with that model's task mix; without it the two nodes tie and the first by name is taken."""
+    cluster = Cluster((SimNode("a-t4", "T4", 2, 32000, 65536), SimNode("b-p100", "P100", 2, 32000, 65536)))
     trace = [Pod(f"t{i}", 1, 1000, 4000, 8192, gpu_models=("T4",)) for i in range(8)]
     trace += [Pod("any", 1, 1000, 4000, 8192)]
     config = fragmentation_scoring_config(trace)
-    model_configs = model_scoring_configs(cluster, trace, config)
-    assert model_configs is not None
+    per_model = with_model_task_mixes(cluster, trace, config)
+    assert per_model is not config
+    assert per_model.model_task_mix is not None
     state = _state(cluster, trace)
     both = np.array([0, 1])
 
-    def pick(configs: dict[str, ScoringConfig] | None, seed: int) -> int:
-        policy = AdvisorPackPolicy(cluster, config, rng=np.random.default_rng(seed), model_configs=configs)
-        return policy.choose(trace[-1], state, both)[0]
+    def pick(scorer: ScoringConfig, seed: int) -> int:
+        return AdvisorPackPolicy(cluster, scorer, rng=np.random.default_rng(seed)).choose(trace[-1], state, both)[0]
 
-    assert {pick(model_configs, s) for s in range(8)} == {1}
-    assert {pick(None, s) for s in range(8)} == {0, 1}
+    assert {pick(per_model, s) for s in range(8)} == {1}
+    assert {pick(config, s) for s in range(8)} == {0}
+
+
+def test_the_advisor_keeps_a_scarce_gpu_model_for_the_pods_that_need_it() -> None:
+    """Two pods need model A (4 GPUs in the cluster), four need model B (12 GPUs). Counted by pods alone, more
+    requests cannot use A than B, so FGD's rule (a node a request cannot use is all fragment for it) sends a pod that
+    may run anywhere to A; weighed by how much of the cluster each request may use, A's pods press twice as hard on
+    their 4 GPUs as B's on their 12, and the pod goes to B."""
+    cluster = Cluster(
+        (
+            SimNode("a", "A", 4, 32000, 65536),
+            *(SimNode(f"b{i}", "B", 4, 32000, 65536) for i in range(3)),
+        )
+    )
+    trace = [Pod(f"a{i}", 1, 1000, 4000, 8192, gpu_models=("A",)) for i in range(2)]
+    trace += [Pod(f"b{i}", 1, 1000, 4000, 8192, gpu_models=("B",)) for i in range(4)]
+    trace += [Pod("any", 1, 1000, 4000, 8192)]
+    config = with_model_task_mixes(cluster, trace, fragmentation_scoring_config(trace))
+    state = _state(cluster, trace)
+    picked = {
+        AdvisorPackPolicy(cluster, config, rng=np.random.default_rng(s)).choose(trace[-1], state, np.arange(4))[0]
+        for s in range(8)
+    }
+    assert picked <= {1, 2, 3}
+    counted = {m: task_mix_for_model(trace, m, {"A": 1.0, "B": 1.0}) for m in ("A", "B")}
+    by_pods = replace(config, model_task_mix=counted)
+    assert {
+        AdvisorPackPolicy(cluster, by_pods, rng=np.random.default_rng(s)).choose(trace[-1], state, np.arange(4))[0]
+        for s in range(8)
+    } == {0}
+
+
+def test_the_scarcity_weight_is_the_share_of_the_cluster_a_request_may_use() -> None:
+    capacity = {"A": 4.0, "B": 12.0}
+    assert scarcity_weight((), capacity) == 1.0
+    assert scarcity_weight(("A",), capacity) == 4.0
+    assert scarcity_weight(("B",), capacity) == pytest.approx(16 / 12)
+    assert scarcity_weight(("A", "B", "B"), capacity) == 1.0
+    assert scarcity_weight(("H100",), capacity) == 1.0
+
+
+def test_the_packing_profile_fills_equal_nodes_one_after_another() -> None:
+    """Four equal idle nodes: the packing profile's extender keeps its top integer for the first by name only, so
+    every seed picks n0 and the next pod follows it there; with ties left to kube-scheduler any node is drawn."""
+    cluster = Cluster(tuple(SimNode(f"n{i}", "T4", 4, 32000, 65536) for i in (3, 1, 0, 2)))
+    trace = [Pod("p", 1, 1000, 4000, 8192), Pod("q", 1, 500, 2000, 4096)]
+    config = fragmentation_scoring_config(trace)
+    assert config.extender_first_of_equals
+    everyone = np.arange(4)
+
+    def picks(scorer: ScoringConfig) -> set[int]:
+        return {
+            AdvisorPackPolicy(cluster, scorer, rng=np.random.default_rng(s)).choose(
+                trace[0], _state(cluster, trace), everyone
+            )[0]
+            for s in range(12)
+        }
+
+    assert picks(config) == {2}
+    assert len(picks(replace(config, extender_first_of_equals=False))) > 1
+    state = _state(cluster, trace)
+    policy = AdvisorPackPolicy(cluster, config, rng=np.random.default_rng(0))
+    node, gpus = policy.choose(trace[0], state, everyone)
+    state.place(node, gpus, trace[0])
+    assert policy.choose(trace[1], state, everyone)[0] == 2
 
 
 @pytest.mark.parametrize("ties", ["first", "random"])
