@@ -10,9 +10,10 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
 * packing — fragmentation gradient (FGD, ATC'23; the math is `advisor.placement.fragmentation`): Δ = how much placing
   the pod increases the node's expected fragmentation, i.e. the free GPU capacity (fractional shares included) that a
   task drawn from the target workload `ScoringConfig.task_mix` could not use. A task of 1 < k ≤ largest NVLink island
-  GPUs only counts as runnable inside one island. `packing = 0.8 / (1 + exp(Δ in GPUs)) + 0.2 × (1 − free GPU
-  capacity left / capacity)`: a pod that fills a gap scores high, one that breaks up a whole node, island or GPU low,
-  and the best-fit fifth breaks ties between equal fragmentation changes toward the fuller node. A GPU share is
+  GPUs only counts as runnable inside one island. `packing = (1 − b) / (1 + exp(Δ in GPUs)) + b × (1 − free GPU
+  capacity left / capacity)`, b = `ScoringConfig.packing_best_fit_share` (0.2; the packing profile 0.1): a pod that
+  fills a gap scores high, one that breaks up a whole node, island or GPU low, and the best-fit share breaks ties
+  between equal fragmentation changes toward the fuller node. A GPU share is
   scored on every GPU it fits on (the GPU with the best packing + interference wins). Where a node's free CPU /
   memory is known and the task mix gives CPU / memory, task types that no longer fit there count all its free GPUs
   as fragments (FGD's full definition; the pod's own CPU/memory is taken off first), and a pod without GPU is scored
