@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -39,11 +41,28 @@ _SM = 7
 _BW = 7 + COLUMN_RESIDENTS
 
 
+_columns_of = attrgetter("columns")
+_largest_island_of = attrgetter("topology.largest_island")
+_sm_of = attrgetter("sm_utilization_ratio")
+_bandwidth_of = attrgetter("memory_bandwidth_utilization_ratio")
+
 ShareChoice = tuple[int, float, float, float]
 """The best GPU for a share on one node: (position in `NodeState.gpus`, or -1 when none fits; its packing, the pod's
 slowdown there, the residents' worst slowdown)."""
 
 NO_SHARE: ShareChoice = (-1, 0.0, 1.0, 1.0)
+
+
+class ShareColumns(NamedTuple):
+    """The best GPU for a share on each of many nodes, one list per field (no tuple per node: the caller builds each
+    node's verdict straight from them). `interference` is `0.5 / pod_slowdown + 0.5 / resident_slowdown`, the
+    verdict's component, computed here as the scalar path does."""
+
+    positions: list[int]  # in `NodeState.gpus`; -1 where none fits (the other fields then mean nothing)
+    packing: list[float]
+    interference: list[float]
+    pod_slowdown: list[float]
+    resident_slowdown: list[float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +203,10 @@ def _slowdowns(
     busy = candidates & (residents > 0)
     interference = predictors.interference
     if type(interference) is HeuristicInterference:
-        sm = np.array([u.sm_utilization_ratio for u in usages])[:, None] + np.zeros((n, g))
-        bw = np.array([u.memory_bandwidth_utilization_ratio for u in usages])[:, None] + np.zeros((n, g))
-        for j in range(COLUMN_RESIDENTS):
+        # the pod's own use, then each resident's, added in the heuristic's order (broadcast over the node's GPUs)
+        sm = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[:, None] + cols[:, _SM, :]
+        bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[:, None] + cols[:, _BW, :]
+        for j in range(1, COLUMN_RESIDENTS):
             sm = sm + cols[:, _SM + j, :]
             bw = bw + cols[:, _BW + j, :]
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
@@ -212,14 +232,14 @@ def share_choices(
     *,
     config: ScoringConfig,
     predictors: Predictors,
-) -> list[ShareChoice]:
+) -> ShareColumns:
     """For each node (all with the same number of GPUs, at least one healthy), the GPU a share of `pod` goes on:
     the best `weight_packing × packing + weight_interference × interference` among the GPUs it fits on, the first
     on ties, exactly as `scoring._evaluate_share` chooses. `fits` are the nodes' CPU/memory fit indices before and
     after the pod (None: GPU-only), `usages` the pod's expected use on each node's GPU model."""
     n = len(nodes)
     g = nodes[0].topology.gpu_count
-    cols = np.frombuffer(b"".join([node.columns for node in nodes]), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
+    cols = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
     free = cols[:, _FREE, :]
     milli = pod.share_milli
     ok = (cols[:, _SHARE_OK, :] > 0) & (cols[:, _ALLOCATED, :] + milli <= WHOLE_GPU_MILLI)
@@ -229,14 +249,18 @@ def share_choices(
         free_memory = np.maximum(0.0, total_memory - cols[:, _MEMORY_USED, :])
         ok &= (total_memory <= 0) | (free_memory >= need)
     island_ids = cols[:, _ISLAND, :].astype(np.int64)
-    largest = np.array([node.topology.largest_island for node in nodes], dtype=np.float64)
+    largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
 
     sizes = _share_sizes(config)
     before, per_island = _before(free, island_ids, sizes)
     after = _after(free, island_ids, per_island, before, milli)
-    uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)
-    before_weights = _weights(config, [f[0] if f is not None else None for f in fits])
-    after_weights = _weights(config, [f[1] if f is not None else None for f in fits])
+    if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
+        uses_fit = np.zeros(n, dtype=np.bool_)
+        before_weights = after_weights = None
+    else:
+        uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)
+        before_weights = _weights(config, [f[0] if f is not None else None for f in fits])
+        after_weights = _weights(config, [f[1] if f is not None else None for f in fits])
     frag_before = _fragmentation(before, largest, config=config, weights=before_weights, uses_fit=uses_fit)
     frag_after = _fragmentation(
         after,
@@ -259,12 +283,10 @@ def share_choices(
     best = value.argmax(axis=1)
     rows = np.arange(n)
     positions = np.where(ok[rows, best], best, -1)
-    return list(
-        zip(
-            positions.tolist(),
-            packing[rows, best].tolist(),
-            pod_slow[rows, best].tolist(),
-            res_slow[rows, best].tolist(),
-            strict=True,
-        )
+    return ShareColumns(
+        positions.tolist(),
+        packing[rows, best].tolist(),
+        interference[rows, best].tolist(),
+        pod_slow[rows, best].tolist(),
+        res_slow[rows, best].tolist(),
     )

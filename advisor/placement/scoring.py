@@ -458,7 +458,7 @@ def _evaluate_shares(
     for group in groups.values():
         config = group[0][6]
         if len(group) >= _COLUMNAR_MIN_NODES:
-            choices = share_choices(
+            columns = share_choices(
                 pod,
                 [d[1] for d in group],
                 [d[5] for d in group],
@@ -466,8 +466,32 @@ def _evaluate_shares(
                 config=config,
                 predictors=predictors,
             )
-            for (slot, node, memo, key, _, _, _), choice in zip(group, choices, strict=True):
-                memo[key] = raws[slot] = _share_verdict(node, pod, choice, gang_elsewhere=gang_elsewhere)
+            # `_share_verdict` inlined: one verdict per candidate node on a cold call, built from the columns as is.
+            gang = pod.gang
+            affinity = 1.0
+            for (slot, node, memo, key, _, _, _), pos, packing, interference, pod_slow, res_slow in zip(
+                group, *columns, strict=True
+            ):
+                if pos < 0:
+                    raw = _share_verdict(node, pod, NO_SHARE, gang_elsewhere=gang_elsewhere)
+                else:
+                    if gang:
+                        affinity = 0.5 + 0.5 * (1.0 if gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
+                    gpu = node.gpus[pos]
+                    raw = RawVerdict(
+                        node.name,
+                        node.gpu_model,
+                        True,
+                        (gpu.index,),
+                        packing,
+                        affinity,
+                        interference,
+                        pod_slow,
+                        "",
+                        len(gpu.residents),
+                        res_slow,
+                    )
+                memo[key] = raws[slot] = raw
         else:
             for slot, node, memo, key, usage, fit, _ in group:
                 memo[key] = raws[slot] = _evaluate_share(
