@@ -84,13 +84,15 @@ def _share_sizes(config: ScoringConfig) -> set[int]:
     return {milli for k, milli in shapes if k == 1 and milli < WHOLE_GPU_MILLI}
 
 
-def _before(free: FloatArray, island_ids: NDArray[np.int64], sizes: set[int]) -> tuple[_Stats, FloatArray]:
-    """Each node's statistics as it is, and its full GPUs per island (n × g: island i of node r at [r, i])."""
+def _before(free: FloatArray, island_ids: NDArray[np.int64], sizes: set[int]) -> tuple[_Stats, FloatArray, FloatArray]:
+    """Each node's statistics as it is, its full GPUs per island (n × g: island i of node r at [r, i]) and, per GPU,
+    the full GPUs of its own island (n × g)."""
     full = free >= WHOLE_GPU_MILLI
     n, g = free.shape
     slots = (island_ids + g * np.arange(n)[:, None]).ravel()
-    counts = np.bincount(slots, weights=full.ravel().astype(np.float64), minlength=n * g)  # float64: weighted
-    per_island = counts.reshape(n, g).astype(np.float64)
+    weighted = np.bincount(slots, weights=full.ravel().astype(np.float64), minlength=n * g)
+    counts = weighted.astype(np.float64, copy=False)  # already float64 (weighted): typed, not copied
+    per_island = counts.reshape(n, g)
     stats = _Stats(
         total=free.sum(axis=1),
         full=full.sum(axis=1).astype(np.float64),
@@ -98,12 +100,10 @@ def _before(free: FloatArray, island_ids: NDArray[np.int64], sizes: set[int]) ->
         island_full=per_island.max(axis=1),
         below={m: (free * (free < m)).sum(axis=1) for m in sizes},
     )
-    return stats, per_island
+    return stats, per_island, counts[slots].reshape(n, g)
 
 
-def _after(
-    free: FloatArray, island_ids: NDArray[np.int64], per_island: FloatArray, before: _Stats, milli: int
-) -> _Stats:
+def _after(free: FloatArray, per_island: FloatArray, own: FloatArray, before: _Stats, milli: int) -> _Stats:
     """The statistics after `milli` is taken from each GPU in turn (n × g): only that GPU's free share changes."""
     taken = free - milli
     was_full = free >= WHOLE_GPU_MILLI
@@ -111,11 +111,10 @@ def _after(
     # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
     ordered = np.sort(free, axis=1)
     first, second = ordered[:, -1:], ordered[:, -2:-1] if free.shape[1] > 1 else np.zeros_like(ordered[:, -1:])
-    only_max = (free == first) & ((free == first).sum(axis=1, keepdims=True) == 1)
+    only_max = (free == first) & (second < first)  # the maximum is unique where the second largest is below it
     others_max = np.where(only_max, second, first)
     # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
-    top = per_island.max(axis=1, keepdims=True)
-    own = np.take_along_axis(per_island, island_ids, axis=1)
+    top = before.island_full[:, None]
     top_islands = (per_island == top).sum(axis=1, keepdims=True)
     island_full = top - lost_full * ((own == top) & (top_islands == 1))
     return _Stats(
@@ -148,7 +147,7 @@ def _fragmentation(
         if k == 1 and milli < WHOLE_GPU_MILLI:
             share: FloatArray = np.where(stats.max_free < milli, total, stats.below[milli])
             return share
-        fits = np.where((k > 1) & (k <= largest), stats.island_full >= k, stats.full >= k)
+        fits = np.where(k <= largest, stats.island_full >= k, stats.full >= k) if k > 1 else stats.full >= k
         whole: FloatArray = np.where(fits, partial, total)
         return whole
 
@@ -252,8 +251,8 @@ def share_choices(
     largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
 
     sizes = _share_sizes(config)
-    before, per_island = _before(free, island_ids, sizes)
-    after = _after(free, island_ids, per_island, before, milli)
+    before, per_island, own_island = _before(free, island_ids, sizes)
+    after = _after(free, per_island, own_island, before, milli)
     if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
         uses_fit = np.zeros(n, dtype=np.bool_)
         before_weights = after_weights = None
