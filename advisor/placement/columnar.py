@@ -68,7 +68,7 @@ class ShareColumns(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class _Stats:
     """What F_n(M) reads of a node's free GPU shares (`fragmentation._fragments`), per node (shape n) or per
-    (node, GPU the share would take) after-state (shape n × g). Sums of integers: exact in float64."""
+    (GPU the share would take, node) after-state (shape g × n). Sums of integers: exact in float64."""
 
     total: FloatArray
     full: FloatArray
@@ -85,44 +85,45 @@ def _share_sizes(config: ScoringConfig) -> set[int]:
 
 
 def _before(free: FloatArray, island_ids: NDArray[np.int64], sizes: set[int]) -> tuple[_Stats, FloatArray, FloatArray]:
-    """Each node's statistics as it is, its full GPUs per island (n × g: island i of node r at [r, i]) and, per GPU,
-    the full GPUs of its own island (n × g)."""
+    """Each node's statistics as it is, its full GPUs per island (g × n: island i of node r at [i, r]) and, per GPU,
+    the full GPUs of its own island (g × n). Arrays are GPU position × node: a reduction over a node's GPUs is then
+    a few operations on whole rows, not one short loop per node."""
     full = free >= WHOLE_GPU_MILLI
-    n, g = free.shape
-    slots = (island_ids + g * np.arange(n)[:, None]).ravel()
+    g, n = free.shape
+    slots = (island_ids * n + np.arange(n)).ravel()
     weighted = np.bincount(slots, weights=full.ravel().astype(np.float64), minlength=n * g)
     counts = weighted.astype(np.float64, copy=False)  # already float64 (weighted): typed, not copied
-    per_island = counts.reshape(n, g)
+    per_island = counts.reshape(g, n)
     stats = _Stats(
-        total=free.sum(axis=1),
-        full=full.sum(axis=1).astype(np.float64),
-        max_free=free.max(axis=1),
-        island_full=per_island.max(axis=1),
-        below={m: (free * (free < m)).sum(axis=1) for m in sizes},
+        total=free.sum(axis=0),
+        full=full.sum(axis=0).astype(np.float64),
+        max_free=free.max(axis=0),
+        island_full=per_island.max(axis=0),
+        below={m: (free * (free < m)).sum(axis=0) for m in sizes},
     )
-    return stats, per_island, counts[slots].reshape(n, g)
+    return stats, per_island, counts[slots].reshape(g, n)
 
 
 def _after(free: FloatArray, per_island: FloatArray, own: FloatArray, before: _Stats, milli: int) -> _Stats:
-    """The statistics after `milli` is taken from each GPU in turn (n × g): only that GPU's free share changes."""
+    """The statistics after `milli` is taken from each GPU in turn (g × n): only that GPU's free share changes."""
     taken = free - milli
     was_full = free >= WHOLE_GPU_MILLI
     lost_full = (was_full & (taken < WHOLE_GPU_MILLI)).astype(np.float64)
     # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
-    ordered = np.sort(free, axis=1)
-    first, second = ordered[:, -1:], ordered[:, -2:-1] if free.shape[1] > 1 else np.zeros_like(ordered[:, -1:])
+    ordered = np.sort(free, axis=0)
+    first, second = ordered[-1], ordered[-2] if free.shape[0] > 1 else np.zeros_like(ordered[-1])
     only_max = (free == first) & (second < first)  # the maximum is unique where the second largest is below it
     others_max = np.where(only_max, second, first)
     # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
-    top = before.island_full[:, None]
-    top_islands = (per_island == top).sum(axis=1, keepdims=True)
+    top = before.island_full
+    top_islands = (per_island == top).sum(axis=0)
     island_full = top - lost_full * ((own == top) & (top_islands == 1))
     return _Stats(
-        total=before.total[:, None] - milli,
-        full=before.full[:, None] - lost_full,
+        total=before.total - milli,
+        full=before.full - lost_full,
         max_free=np.maximum(others_max, taken),
         island_full=island_full,
-        below={m: below[:, None] - free * (free < m) + taken * (taken < m) for m, below in before.below.items()},
+        below={m: below - free * (free < m) + taken * (taken < m) for m, below in before.below.items()},
     )
 
 
@@ -135,9 +136,9 @@ def _fragmentation(
     uses_fit: BoolArray,
 ) -> FloatArray:
     """F_n(M) in milli-GPU as `gpuset.fragmentation_with` computes it, term by term in the same order: GPU-only
-    (`node_fragmentation_milli`) where `uses_fit` is false, else with each row's CPU/memory weights
-    (`node_fragmentation_fit_milli`; `weights` per row and task shape of `MixResources.shapes`). `largest`: the
-    largest NVLink island, broadcast against the statistics' shape."""
+    (`node_fragmentation_milli`) where `uses_fit` (per node) is false, else with each node's CPU/memory weights
+    (`node_fragmentation_fit_milli`; `weights` per node and task shape of `MixResources.shapes`). `largest`: the
+    largest NVLink island per node. Per-node arrays broadcast against a g × n after-state."""
     total = stats.total
     partial = total - stats.full * WHOLE_GPU_MILLI
 
@@ -195,31 +196,31 @@ def _slowdowns(
     """(the pod's slowdown, the residents' worst) on each candidate GPU; 1 where it has no residents. The heuristic
     predictor's arithmetic on arrays, in its order (padding residents add 0.0, which changes no sum); any other
     predictor, and GPUs with more residents than the columns hold, through `slowdowns` itself."""
-    n, g = candidates.shape
-    pod_slow = np.ones((n, g))
-    res_slow = np.ones((n, g))
-    residents = cols[:, _RESIDENTS, :]
+    pod_slow = np.ones(candidates.shape)
+    res_slow = np.ones(candidates.shape)
+    residents = cols[_RESIDENTS]
     busy = candidates & (residents > 0)
     interference = predictors.interference
     if type(interference) is HeuristicInterference:
         # the pod's own use, then each resident's, added in the heuristic's order (broadcast over the node's GPUs)
-        sm = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[:, None] + cols[:, _SM, :]
-        bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[:, None] + cols[:, _BW, :]
+        n = len(usages)
+        sm = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n) + cols[_SM]
+        bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n) + cols[_BW]
         for j in range(1, COLUMN_RESIDENTS):
-            sm = sm + cols[:, _SM + j, :]
-            bw = bw + cols[:, _BW + j, :]
+            sm = sm + cols[_SM + j]
+            bw = bw + cols[_BW + j]
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
         pod_slow = np.where(busy, contention, pod_slow)
         res_slow = pod_slow.copy()
         busy = busy & (residents > COLUMN_RESIDENTS)
-    rows, positions = np.nonzero(busy)
+    positions, rows = np.nonzero(busy)
     if rows.size:
         pairs = []
         for i, p in zip(rows.tolist(), positions.tolist(), strict=True):
             gpu = nodes[i].gpus[p]
             pairs.append(interference.slowdowns(gpu.model, pod.workload, usages[i], gpu.residents))
-        pod_slow[rows, positions] = [a for a, _ in pairs]
-        res_slow[rows, positions] = [b for _, b in pairs]
+        pod_slow[positions, rows] = [a for a, _ in pairs]
+        res_slow[positions, rows] = [b for _, b in pairs]
     return pod_slow, res_slow
 
 
@@ -238,16 +239,17 @@ def share_choices(
     after the pod (None: GPU-only), `usages` the pod's expected use on each node's GPU model."""
     n = len(nodes)
     g = nodes[0].topology.gpu_count
-    cols = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
-    free = cols[:, _FREE, :]
+    flat = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64)
+    cols = flat.reshape(n, COLUMN_ROWS, g).transpose(1, 2, 0).copy()  # row × GPU position × node (see `_before`)
+    free = cols[_FREE]
     milli = pod.share_milli
-    ok = (cols[:, _SHARE_OK, :] > 0) & (cols[:, _ALLOCATED, :] + milli <= WHOLE_GPU_MILLI)
+    ok = (cols[_SHARE_OK] > 0) & (cols[_ALLOCATED] + milli <= WHOLE_GPU_MILLI)
     need = pod.gpu_memory_bytes
     if need is not None:
-        total_memory = cols[:, _MEMORY_TOTAL, :]
-        free_memory = np.maximum(0.0, total_memory - cols[:, _MEMORY_USED, :])
+        total_memory = cols[_MEMORY_TOTAL]
+        free_memory = np.maximum(0.0, total_memory - cols[_MEMORY_USED])
         ok &= (total_memory <= 0) | (free_memory >= need)
-    island_ids = cols[:, _ISLAND, :].astype(np.int64)
+    island_ids = cols[_ISLAND].astype(np.int64)
     largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
 
     sizes = _share_sizes(config)
@@ -261,17 +263,11 @@ def share_choices(
         before_weights = _weights(config, [f[0] if f is not None else None for f in fits])
         after_weights = _weights(config, [f[1] if f is not None else None for f in fits])
     frag_before = _fragmentation(before, largest, config=config, weights=before_weights, uses_fit=uses_fit)
-    frag_after = _fragmentation(
-        after,
-        largest[:, None],
-        config=config,
-        weights=None if after_weights is None else after_weights[:, None, :],
-        uses_fit=uses_fit[:, None],
-    )
-    delta = frag_after - frag_before[:, None]
+    frag_after = _fragmentation(after, largest, config=config, weights=after_weights, uses_fit=uses_fit)
+    delta = frag_after - frag_before
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
     # The sigmoid only where the share fits (elsewhere its value is never read).
-    sigmoid = np.zeros((n, g))
+    sigmoid = np.zeros((g, n))
     sigmoid[ok] = _sigmoid_of_negative(delta[ok] / WHOLE_GPU_MILLI)
     best_fit = config.packing_best_fit_share
     packing = (1.0 - best_fit) * sigmoid + best_fit * (1.0 - left_ratio)
@@ -279,13 +275,13 @@ def share_choices(
     pod_slow, res_slow = _slowdowns(pod, nodes, cols, ok, usages=usages, predictors=predictors)
     interference = 0.5 / pod_slow + 0.5 / res_slow
     value = np.where(ok, config.weight_packing * packing + config.weight_interference * interference, -np.inf)
-    best = value.argmax(axis=1)
+    best = value.argmax(axis=0)  # the first GPU position on ties
     rows = np.arange(n)
-    positions = np.where(ok[rows, best], best, -1)
+    positions = np.where(ok[best, rows], best, -1)
     return ShareColumns(
         positions.tolist(),
-        packing[rows, best].tolist(),
-        interference[rows, best].tolist(),
-        pod_slow[rows, best].tolist(),
-        res_slow[rows, best].tolist(),
+        packing[best, rows].tolist(),
+        interference[best, rows].tolist(),
+        pod_slow[best, rows].tolist(),
+        res_slow[best, rows].tolist(),
     )
