@@ -388,7 +388,9 @@ def evaluate_batch(
             raws.append(cached)
             continue
         if len(memo) >= _MEMO_LIMIT:
-            memo.clear()
+            # The oldest shape goes: one eviction per new shape. Clearing the whole memo instead frees every node's
+            # verdicts in the same call (each node fills up with the same shapes), a burst that set the p99.
+            del memo[next(iter(memo))]
         short = _model_short(node, pod)
         if short is not None:
             raw = memo[node_key] = RawVerdict(node.name, node.gpu_model, False, detail=short)

@@ -232,3 +232,29 @@ def test_any_interference_predictor_gives_the_scalar_verdicts(monkeypatch: pytes
     monkeypatch.setattr(scoring, "_COLUMNAR_MIN_NODES", 10**9)
     assert vectorised == run()
     assert any(s.predicted_slowdown > 1.3 for scores in vectorised for s in scores if s.feasible and s.known)
+
+
+def test_a_full_memo_forgets_only_its_oldest_shape() -> None:
+    """Each new request shape on a full memo evicts the oldest one (no whole-memo clear on every node at once):
+    the newest shapes are still answered from the memo, the oldest is computed again, to the same verdicts."""
+    rng = random.Random(3)
+    nodes = [random_node(rng, f"n{i}", 8, cpu=False) for i in range(12)]
+    config = ScoringConfig()
+    pods = [PodRequest(gpu_milli=100 + i) for i in range(scoring._MEMO_LIMIT + 1)]
+
+    def evaluate(pod: PodRequest) -> list[object]:
+        return scoring.evaluate_batch(
+            pod, nodes, config=config, predictors=scoring.HEURISTIC_PREDICTORS, now_seconds=1010.0
+        )
+
+    scoring.clear_verdicts()
+    first = [evaluate(pod) for pod in pods]
+    memoised = [i for i, v in enumerate(first[0]) if isinstance(v, scoring.RawVerdict)]  # stale nodes: never
+    assert len(memoised) > 6
+    for i in (len(pods) - 1, 1):  # kept: the very objects memoised
+        again = evaluate(pods[i])
+        assert all(again[j] is first[i][j] for j in memoised)
+    again = evaluate(pods[0])  # forgotten: computed afresh, the same verdicts
+    assert all(again[j] is not first[0][j] for j in memoised)
+    assert again == first[0]
+    scoring.clear_verdicts()
