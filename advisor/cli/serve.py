@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from advisor.api import create_app
 from advisor.cli.common import fail, settings_error
+from advisor.cli.task_mix import task_mix
 from advisor.settings import AdvisorSettings
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 from profiler.store import db
@@ -115,3 +116,6 @@ def serve(  # noqa: PLR0917 - Typer maps every option to a parameter
     """Serve the scoring API, the scheduler extender and telemetry ingest."""
     certificate = check_certificate(tls_cert_file, tls_key_file)
     run_server(build_settings(db_url, no_kube=no_kube or None), host, port, certificate=certificate)
+
+
+app.command("task-mix")(task_mix)

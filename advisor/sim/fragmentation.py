@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from advisor.placement.fragmentation import TaskMix, Workload, workload_of_requests
-from advisor.sim.model import GPU_MILLI, Pod
+from advisor.sim.model import GPU_MILLI, Cluster, Pod
 
 
 def workload_of(pods: Sequence[Pod]) -> Workload:
@@ -63,6 +63,17 @@ def task_mix_for_model(pods: Sequence[Pod], gpu_model: str, capacity_gpus: Mappi
         key = (p.num_gpu, _milli_of(p), float(p.cpu_milli) if usable else UNUSABLE_CPU_MILLI, float(p.memory_mib))
         counts[key] = counts.get(key, 0.0) + scarcity_weight(p.gpu_models, capacity_gpus)
     return tuple((k, m, n / len(pods), c, mem) for (k, m, c, mem), n in sorted(counts.items()))
+
+
+def model_task_mixes(cluster: Cluster, pods: Sequence[Pod]) -> dict[str, TaskMix]:
+    """`task_mix_for_model` for every GPU model of `cluster` (`ScoringConfig.model_task_mix`, what an admin sets per
+    node pool as GPUADVISOR_MODEL_TASK_MIX); empty when no pod constrains the GPU model."""
+    if not any(p.gpu_models for p in pods):
+        return {}
+    capacity: dict[str, float] = {}
+    for node in cluster.nodes:
+        capacity[node.gpu_model] = capacity.get(node.gpu_model, 0.0) + node.gpus
+    return {m: task_mix_for_model(pods, m, capacity) for m in sorted(m for m, n in capacity.items() if n > 0)}
 
 
 def scarcity_weight(gpu_models: tuple[str, ...], capacity_gpus: Mapping[str, float]) -> float:

@@ -26,7 +26,7 @@ from advisor.sim.baselines import (
     fragmentation_milli,
     typical_pods,
 )
-from advisor.sim.fragmentation import task_mix_for_model, task_mix_of
+from advisor.sim.fragmentation import model_task_mixes, task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
@@ -147,13 +147,8 @@ def with_model_task_mixes(cluster: Cluster, pods: Sequence[Pod], config: Scoring
     """Where some pod accepts only some GPU models: `config` with each model's own task mix (`model_task_mix`,
     `task_mix_for_model`: requests that cannot use the model, and room scarce for the constrained ones), what an
     admin sets per node pool; `config` itself when no pod constrains the model."""
-    if not any(p.gpu_models for p in pods) or config.resources is None:
-        return config
-    capacity: dict[str, float] = {}
-    for node in cluster.nodes:
-        capacity[node.gpu_model] = capacity.get(node.gpu_model, 0.0) + node.gpus
-    mixes = {m: task_mix_for_model(pods, m, capacity) for m in sorted(m for m, n in capacity.items() if n > 0)}
-    return replace(config, model_task_mix=mixes)
+    mixes = model_task_mixes(cluster, pods) if config.resources is not None else {}
+    return replace(config, model_task_mix=mixes) if mixes else config
 
 
 def check_coverage(cluster: Cluster, jobs: Sequence[Job], truth: RateTable) -> None:
