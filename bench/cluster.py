@@ -6,12 +6,14 @@ Shared by `score_latency.py` and `ingest.py` (run from the repository root: `pyt
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import random
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -148,6 +150,37 @@ def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int,
     conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     response = conn.getresponse()
     return response.status, response.read()
+
+
+def push_snapshots(conn: http.client.HTTPConnection, snapshots: list[dict[str, Any]]) -> None:
+    """Every snapshot to `POST /v1/telemetry`, each accepted (202)."""
+    for raw in snapshots:
+        status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
+        assert status == 202, status
+
+
+def sustained_rate(port: int, path: str, bodies: list[bytes], clients: int, seconds: float) -> tuple[float, float]:
+    """`clients` keep-alive clients posting `bodies` in turn to `path` for `seconds`: (requests/s, elapsed s)."""
+    counts = [0] * clients
+    stop = time.perf_counter() + seconds
+
+    def worker(k: int) -> None:
+        c = http.client.HTTPConnection("127.0.0.1", port)
+        i = k
+        while time.perf_counter() < stop:
+            s, _ = post(c, path, bodies[i % len(bodies)])
+            assert s == 200
+            counts[k] += 1
+            i += 1
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return sum(counts) / elapsed, elapsed
 
 
 def start_advisor(port: int, db_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

@@ -24,7 +24,16 @@ import tempfile
 from http.client import HTTPConnection
 from pathlib import Path
 
-from cluster import POD_MIX, free_port, machine_note, post, process_cpu_seconds, start_advisor, synthetic_cluster
+from cluster import (
+    POD_MIX,
+    free_port,
+    machine_note,
+    post,
+    process_cpu_seconds,
+    push_snapshots,
+    start_advisor,
+    synthetic_cluster,
+)
 
 LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -82,9 +91,7 @@ def main() -> None:
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
             conn = HTTPConnection("127.0.0.1", port, timeout=30)
-            for raw in snapshots:
-                status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
-                assert status == 202, status
+            push_snapshots(conn, snapshots)
             print(f"{args.nodes} nodes; {machine_note()}")
             for path, body in bodies.items():
                 body_file = Path(tmp) / f"{path.strip('/').replace('/', '_')}.json"

@@ -25,7 +25,6 @@ import argparse
 import gc
 import json
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from http.client import HTTPConnection
@@ -39,7 +38,9 @@ from cluster import (
     percentiles_ms,
     post,
     process_cpu_seconds,
+    push_snapshots,
     start_advisor,
+    sustained_rate,
     synthetic_cluster,
     v1_pod,
 )
@@ -109,9 +110,7 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
             conn = HTTPConnection("127.0.0.1", port)
-            for raw in snapshots:
-                status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
-                assert status == 202, status
+            push_snapshots(conn, snapshots)
             names = [s["node"] for s in snapshots]
             bodies = [json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode() for pod in POD_MIX]
             status, reply = post(conn, "/extender/prioritize", bodies[0])
@@ -165,26 +164,8 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
                     f"p99 {p99:.2f} ms ({len(samples)} requests)"
                 )
             print(f"  server CPU over the cold requests: {cpu_ms:.2f} ms/request")
-            counts = [0] * clients
-            stop = time.perf_counter() + seconds
-
-            def worker(k: int) -> None:
-                c = HTTPConnection("127.0.0.1", port)
-                i = k
-                while time.perf_counter() < stop:
-                    s, _ = post(c, "/extender/prioritize", bodies[i % len(bodies)])
-                    assert s == 200
-                    counts[k] += 1
-                    i += 1
-
-            threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
-            start = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            elapsed = time.perf_counter() - start
-            print(f"sustained: {sum(counts) / elapsed:.0f} requests/s, {clients} concurrent clients, {elapsed:.1f} s")
+            rate, elapsed = sustained_rate(port, "/extender/prioritize", bodies, clients, seconds)
+            print(f"sustained: {rate:.0f} requests/s, {clients} concurrent clients, {elapsed:.1f} s")
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -197,9 +178,7 @@ def bench_score_http(snapshots: list[dict[str, Any]], requests: int, seconds: fl
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
             conn = HTTPConnection("127.0.0.1", port)
-            for raw in snapshots:
-                status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
-                assert status == 202, status
+            push_snapshots(conn, snapshots)
             pods = [{"gpus": 1}, {"gpus": 2}, {"gpus": 4}, {"gpus": 8}, {"gpu_milli": 250}, {"gpus": 1}]
             bodies = [json.dumps({"pod": {**pod, "workload": "resnet50-bs64"}}).encode() for pod in pods]
             status, reply = post(conn, "/v1/score", bodies[0])
@@ -222,27 +201,9 @@ def bench_score_http(snapshots: list[dict[str, Any]], requests: int, seconds: fl
                 f"HTTP /v1/score, {len(snapshots)} nodes, one keep-alive client: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
                 f"({requests} requests); server CPU {cpu_ms:.2f} ms/request"
             )
-            counts = [0] * clients
-            stop = time.perf_counter() + seconds
-
-            def worker(k: int) -> None:
-                c = HTTPConnection("127.0.0.1", port)
-                i = k
-                while time.perf_counter() < stop:
-                    s, _ = post(c, "/v1/score", bodies[i % len(bodies)])
-                    assert s == 200
-                    counts[k] += 1
-                    i += 1
-
-            threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
-            start = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            elapsed = time.perf_counter() - start
+            rate, elapsed = sustained_rate(port, "/v1/score", bodies, clients, seconds)
             print(
-                f"/v1/score sustained: {sum(counts) / elapsed:.0f} requests/s, {clients} concurrent clients, "
+                f"/v1/score sustained: {rate:.0f} requests/s, {clients} concurrent clients, "
                 f"{elapsed:.1f} s (server at most one core: {1e3 / max(cpu_ms, 1e-9):.0f} requests/s of CPU)"
             )
         finally:

@@ -24,7 +24,15 @@ import time
 from http.client import HTTPConnection
 from pathlib import Path
 
-from cluster import free_port, machine_note, post, process_cpu_seconds, start_advisor, synthetic_snapshot
+from cluster import (
+    free_port,
+    machine_note,
+    post,
+    process_cpu_seconds,
+    push_snapshots,
+    start_advisor,
+    synthetic_snapshot,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the bodies come from the tests' upstream fixtures
 from tests.support import upstream
@@ -58,9 +66,7 @@ def main() -> None:
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
             conn = HTTPConnection("127.0.0.1", port, timeout=30)
-            for raw in snapshots:
-                status, _ = post(conn, "/v1/telemetry", json.dumps(raw).encode())
-                assert status == 202, status
+            push_snapshots(conn, snapshots)
             status, reply = post(conn, "/volcano/prioritize", prioritize)
             assert status == 200, reply[:300]
             scores = json.loads(reply)["nodeScore"]

@@ -275,16 +275,22 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)  # one copy (none for a body that came in one chunk): Volcano's are ~14 MB
-        sent = False
+        await self.app(scope, replaying(body, receive), send)
 
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """An ASGI `receive` for a request whose body was read already: `body` in one message, then the connection's own
+    messages (a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> None:

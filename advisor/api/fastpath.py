@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from advisor.api.context import AppContext
+from advisor.api.errors import replaying
 
 Answer = Callable[[bytes, AppContext], bytes]
 """A route's whole answer (JSON) to a raw body; raises on anything the route would not answer with a 200."""
@@ -66,16 +67,7 @@ class JsonFastPath:
             except Exception:  # whatever it is, the app answers it as it always has
                 result = None
         if result is None:
-            sent = False
-
-            async def replay() -> Message:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
+            await self.app(scope, replaying(body, receive), send)
             return
         scope["route"] = route
         headers = [(b"content-length", str(len(result)).encode()), (b"content-type", b"application/json")]
