@@ -87,7 +87,7 @@ def test_a_bad_certificate_pair_is_one_error_line(
 ) -> None:
     cert, key = files
     tls = [f"--tls-cert-file={certificates / cert}"] + ([f"--tls-key-file={certificates / key}"] if key else [])
-    result = CliRunner().invoke(serve_app, ["--no-kube", "--db", f"sqlite:///{tmp_path}/store.db", *tls])
+    result = CliRunner().invoke(serve_app, ["serve", "--no-kube", "--db", f"sqlite:///{tmp_path}/store.db", *tls])
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
     assert line.startswith("error:")
