@@ -42,6 +42,7 @@ from cluster import (
     start_advisor,
     sustained_rate,
     synthetic_cluster,
+    timed_requests,
     v1_pod,
 )
 
@@ -128,15 +129,7 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
                 conn.getresponse().read()
             floor_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
             print(f"HTTP floor: GET /healthz costs the server {floor_ms:.2f} ms CPU/request (uvicorn + FastAPI alone)")
-            times = []
-            cpu0 = process_cpu_seconds(proc.pid)
-            for i in range(requests):
-                t0 = time.perf_counter()
-                status, _ = post(conn, "/extender/prioritize", bodies[i % len(bodies)])
-                times.append(time.perf_counter() - t0)
-                assert status == 200
-            cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
-            p50, p99 = percentiles_ms(times)
+            p50, p99, cpu_ms = timed_requests(conn, proc.pid, "/extender/prioritize", bodies, requests)
             print(
                 f"HTTP /extender/prioritize, one keep-alive client: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
                 f"({requests} requests); server CPU {cpu_ms:.2f} ms/request"
@@ -188,15 +181,7 @@ def bench_score_http(snapshots: list[dict[str, Any]], requests: int, seconds: fl
             print(f"/v1/score answer for a 1-GPU pod: {len(answer['scores'])} nodes, {len(reply) / 1e3:.0f} kB")
             for body in bodies:
                 post(conn, "/v1/score", body)
-            times = []
-            cpu0 = process_cpu_seconds(proc.pid)
-            for i in range(requests):
-                t0 = time.perf_counter()
-                status, _ = post(conn, "/v1/score", bodies[i % len(bodies)])
-                times.append(time.perf_counter() - t0)
-                assert status == 200
-            cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
-            p50, p99 = percentiles_ms(times)
+            p50, p99, cpu_ms = timed_requests(conn, proc.pid, "/v1/score", bodies, requests)
             print(
                 f"HTTP /v1/score, {len(snapshots)} nodes, one keep-alive client: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
                 f"({requests} requests); server CPU {cpu_ms:.2f} ms/request"
