@@ -172,8 +172,8 @@ class _DroppingAdvisor:
     def _handle(self, conn: socket.socket) -> None:
         with conn:
             if self._read_request(conn):
+                self.answered += 1  # counted before the answer leaves: the client may assert as soon as it reads it
                 conn.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n")
-                self.answered += 1
                 self._read_request(conn)  # the next request on this connection: dropped unanswered
 
     def close(self) -> None:
