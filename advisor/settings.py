@@ -33,6 +33,9 @@ class AdvisorSettings(BaseSettings):
     # nodeCacheCapable sends every candidate's full Node object (about 5 KB each, 25 MB for 5,000 nodes) and Volcano
     # sends NodeInfos with their tasks. The native API (/v1/*) takes at most 1 MiB, a snapshot 4 MiB.
     scheduler_body_limit_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    # Processes that serve the collectors' connections besides the one that holds the state (`advisor serve` only;
+    # docs/design.md §5.1): None = one per core beyond the first, at most 4; 0 = everything in one process.
+    ingest_workers: int | None = Field(default=None, ge=0, le=64)
     model_dir: Path = Path("./.gpuadvisor/models")
     # How often each replica asks the registry which model versions are promoted, and loads them when they changed
     # (a training on another replica, `gpuadvisor models rollback`, `models train --db`); 0 = only at start-up and

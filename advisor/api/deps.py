@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request, status
 from sqlalchemy.orm import Session
 
+from advisor.api.auth import token_problem
 from advisor.api.context import AppContext
-from advisor.settings import AdvisorSettings
 
 
 async def get_ctx(request: Request) -> AppContext:
@@ -22,23 +21,6 @@ async def get_ctx(request: Request) -> AppContext:
 def get_session(ctx: Annotated[AppContext, Depends(get_ctx)]) -> Iterator[Session]:
     with ctx.sessions() as session:
         yield session
-
-
-def token_problem(settings: AdvisorSettings, authorization: str | None) -> str | None:
-    """Why `authorization` may not write, or None when it may: it carries the configured bearer token, or no token
-    is configured and unauthenticated writes are explicitly allowed."""
-    expected = settings.api_token
-    if not expected:
-        if settings.allow_unauthenticated_writes:
-            return None
-        return (
-            "Authorization: this advisor has no API token configured (GPUADVISOR_API_TOKEN), so it takes no writes; "
-            "configure one (or GPUADVISOR_ALLOW_UNAUTHENTICATED_WRITES=true on a test stack)"
-        )
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected.encode()):
-        return "Authorization: a valid `Bearer` token (GPUADVISOR_API_TOKEN) is required"
-    return None
 
 
 async def require_token(

@@ -51,6 +51,16 @@ class AdvisorMetrics:
             ["result"],
             registry=r,
         )
+        self.ingest_handoffs = Counter(
+            "gpuadvisor_advisor_ingest_connections_handed_off",
+            "Collector connections handed to an ingest worker after their first snapshot (GPUADVISOR_INGEST_WORKERS).",
+            registry=r,
+        )
+        self.ingest_worker_exits = Counter(
+            "gpuadvisor_advisor_ingest_worker_exits",
+            "Ingest workers that exited while the advisor ran; each is restarted, its connections reconnect.",
+            registry=r,
+        )
         self.nodes = Gauge(
             "gpuadvisor_advisor_nodes",
             "Nodes in the advisor's state, by freshness (fresh, stale).",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import ssl
@@ -12,14 +13,23 @@ from typing import Annotated
 import typer
 import uvicorn
 from pydantic import ValidationError
+from uvicorn.config import STARTUP_FAILURE
 
 from advisor.api import create_app
+from advisor.api.steering import (
+    IngestWorkers,
+    SteeringServer,
+    cores_available,
+    default_ingest_workers,
+    steering_protocol,
+)
 from advisor.cli.common import fail, settings_error
 from advisor.cli.task_mix import task_mix
 from advisor.settings import AdvisorSettings
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 from profiler.store import db
 
+log = logging.getLogger(__name__)
 app = typer.Typer(help="The advisor service.", no_args_is_help=True)
 
 
@@ -89,8 +99,11 @@ def run_server(
         fail(str(e))
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
+    workers = ingest_workers(settings, certificate)
+    pool = IngestWorkers(workers, api, api.state.ctx) if workers else None
+    log.info("ingest workers: %d (GPUADVISOR_INGEST_WORKERS, --ingest-workers)", workers)
     # keep-alive above the collectors' push interval: a push never races the server closing the connection
-    uvicorn.run(
+    config = uvicorn.Config(
         api,
         host=host,
         port=port,
@@ -99,7 +112,24 @@ def run_server(
         timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS,
         ssl_certfile=certificate.cert_file if certificate else None,
         ssl_keyfile=certificate.key_file if certificate else None,
+        http=steering_protocol(pool) if pool else "auto",
     )
+    server = SteeringServer(config, pool) if pool else uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
+        server.run()
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE)
+
+
+def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | None) -> int:
+    """How many ingest worker processes to start: the setting, else one per core beyond the first (at most 4); none
+    over HTTPS (a TLS session cannot move to another process)."""
+    wanted = settings.ingest_workers
+    if certificate is not None:
+        if wanted:
+            log.warning("--ingest-workers %d ignored: over HTTPS one process serves every connection", wanted)
+        return 0
+    return default_ingest_workers(cores_available()) if wanted is None else wanted
 
 
 @app.command()
@@ -112,10 +142,20 @@ def serve(  # noqa: PLR0917 - Typer maps every option to a parameter
         Path | None, typer.Option(help="PEM certificate (chain): serve HTTPS instead of HTTP (with --tls-key-file).")
     ] = None,
     tls_key_file: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert-file.")] = None,
+    ingest_workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Processes serving the collectors' connections beside the one holding the state "
+            "(GPUADVISOR_INGEST_WORKERS; default: one per core beyond the first, at most 4; 0: one process).",
+            min=0,
+            max=64,
+        ),
+    ] = None,
 ) -> None:
     """Serve the scoring API, the scheduler extender and telemetry ingest."""
     certificate = check_certificate(tls_cert_file, tls_key_file)
-    run_server(build_settings(db_url, no_kube=no_kube or None), host, port, certificate=certificate)
+    settings = build_settings(db_url, no_kube=no_kube or None, ingest_workers=ingest_workers)
+    run_server(settings, host, port, certificate=certificate)
 
 
 app.command("task-mix")(task_mix)

@@ -1,0 +1,343 @@
+"""Ingest on more than one core: ingest worker processes, and the connection steering that feeds them.
+
+One process owns the cluster state and listens (docs/design.md §5.1, "Consistency"). A connection whose first request
+is `POST /v1/telemetry` — a collector, which keeps one connection open and pushes on it every cycle — is answered
+there as always, then its socket is handed to an ingest worker (`socket.send_fds`, SCM_RIGHTS over a Unix socket
+pair) which serves the connection from then on (advisor/api/ingest_worker.py): HTTP, the token and every snapshot
+check run in the worker; the owner receives each valid snapshot's JSON, applies it on its event loop in arrival
+order, and acks, and the worker answers 202 after the ack. Every other connection (kube-scheduler, Volcano,
+Prometheus, users) stays with the owner, so scoring pays nothing for the workers.
+
+`IngestWorkers` starts and watches the workers; a worker that exits is restarted (its connections closed with it;
+their collectors reconnect, and a push whose answer never came is pushed again next cycle). `steering_protocol`
+is uvicorn's HTTP protocol with the hand-off added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Message
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from advisor.api import ingest_channel as ch
+from advisor.api.context import AppContext
+from advisor.api.errors import pydantic_errors
+from advisor.api.routes import telemetry
+from collector.snapshot import NodeSnapshot
+
+log = logging.getLogger(__name__)
+
+MAX_DEFAULT_WORKERS = 4
+"""Each worker takes a collector's snapshot to the owner for ≈ 0.3 ms of its CPU; at 1,000 snapshots/s one worker
+is a third of a core, so a few cover any cluster and leave the cores to the owner's scoring."""
+STOP_SECONDS = 5.0
+RESTART_DELAY_SECONDS = (1.0, 30.0)  # after a crash soon after start the delay doubles, up to the second value
+STABLE_SECONDS = 10.0  # a worker that ran this long and then exited is restarted after the first delay again
+
+
+def cores_available(cgroup_root: Path = Path("/sys/fs/cgroup")) -> float:
+    """CPUs this process may use: its affinity, lowered by a cgroup v2 CPU limit (a container's `limits.cpu`)."""
+    cores = float(len(os.sched_getaffinity(0)))
+    try:
+        quota, period = (cgroup_root / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    if quota != "max" and float(period) > 0:
+        cores = min(cores, float(quota) / float(period))
+    return cores
+
+
+def default_ingest_workers(cores: float) -> int:
+    """One worker per core beyond the first (the owner's), at most `MAX_DEFAULT_WORKERS`; none on one core, where a
+    worker would only add the channel's cost."""
+    return max(0, min(MAX_DEFAULT_WORKERS, int(cores) - 1))
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One worker process and the owner's ends of its two channels."""
+
+    slot: int
+    process: subprocess.Popen[bytes]
+    handoffs: socket.socket
+    started_seconds: float
+    link: _WorkerLink | None = None
+    ready: bool = False
+
+
+class _WorkerLink(asyncio.Protocol):
+    """The owner's end of one worker's data channel."""
+
+    def __init__(self, workers: IngestWorkers, worker: _Worker) -> None:
+        self.workers = workers
+        self.worker = worker
+        self.transport: asyncio.Transport | None = None
+        self._reader = ch.FrameReader()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for frame in self._reader.feed(data):
+                self.workers.on_frame(self, frame)
+        except ch.ChannelError as e:
+            log.error("ingest worker %d sent a corrupt frame (%s); restarting it", self.worker.slot, e)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.workers.on_lost(self.worker)
+
+    def send(self, kind: int, request_id: int, payload: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(ch.encode(kind, request_id, payload))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+@dataclass(eq=False)
+class IngestWorkers:
+    """`count` ingest worker processes serving collectors' connections for the state of `ctx`; `app` answers the
+    other requests that arrive on those connections."""
+
+    count: int
+    app: ASGIApp
+    ctx: AppContext
+    _workers: dict[int, _Worker] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _turn: int = 0
+    _stopping: bool = False
+    _delays: dict[int, float] = field(default_factory=dict)
+
+    async def start(self) -> None:
+        for slot in range(self.count):
+            await self._spawn(slot)
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers.values()]
+
+    async def _spawn(self, slot: int) -> None:
+        loop = asyncio.get_running_loop()
+        data, data_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        handoffs, handoffs_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fds = (data_theirs.fileno(), handoffs_theirs.fileno())
+        process = subprocess.Popen(
+            [sys.executable, "-m", "advisor.api.ingest_worker", *map(str, fds)], pass_fds=fds, stdin=subprocess.DEVNULL
+        )
+        data_theirs.close()
+        handoffs_theirs.close()
+        handoffs.setblocking(False)
+        worker = _Worker(slot, process, handoffs, time.monotonic())
+        self._workers[slot] = worker
+        _, link = await loop.create_unix_connection(lambda: _WorkerLink(self, worker), sock=data)
+        worker.link = link
+        link.send(ch.SETTINGS, 0, self.ctx.settings.model_dump_json().encode())
+
+    def hand_off(self, transport: asyncio.Transport) -> bool:
+        """Give the connection of `transport` to the next ready worker (round robin); False when none took it, and
+        the caller keeps serving it."""
+        ready = [w for w in self._workers.values() if w.ready]
+        if not ready or self._stopping:
+            return False
+        worker = ready[self._turn % len(ready)]
+        self._turn += 1
+        sock = transport.get_extra_info("socket")
+        try:
+            socket.send_fds(worker.handoffs, [b"c"], [sock.fileno()])
+        except OSError as e:  # its queue is full or it just died: this connection stays here
+            log.warning("could not hand a collector's connection to ingest worker %d: %s", worker.slot, e)
+            return False
+        self.ctx.metrics.ingest_handoffs.inc()
+        return True
+
+    def on_frame(self, link: _WorkerLink, frame: ch.Frame) -> None:
+        if frame.kind == ch.SNAPSHOT:
+            code, payload = self._take(frame.payload)
+            link.send(ch.ACK, frame.request_id, ch.ACK_STATUS.pack(code) + json.dumps(payload).encode())
+        elif frame.kind == ch.OUTCOME_FRAME:
+            code, seconds = ch.OUTCOME.unpack_from(frame.payload)
+            counted_as = frame.payload[ch.OUTCOME.size :].decode("ascii")
+            if counted_as:
+                self.ctx.metrics.snapshots.labels(counted_as).inc()
+            self.ctx.metrics.request_duration.labels(telemetry.PATH, "POST", str(code)).observe(seconds)
+        elif frame.kind == ch.REQUEST:
+            task = asyncio.get_running_loop().create_task(self._answer(link, frame.request_id, frame.payload))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif frame.kind == ch.READY:
+            link.worker.ready = True
+        else:
+            raise ch.ChannelError(f"a frame of kind {frame.kind}")
+
+    def _take(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Apply a snapshot the worker checked, on this loop, in arrival order (the state's own ordering rule)."""
+        try:
+            snapshot = NodeSnapshot.model_validate_json(body)
+        except ValidationError as e:  # a worker of another version let it through: refused as the route would
+            self.ctx.metrics.snapshots.labels("invalid").inc()
+            return 422, {"detail": pydantic_errors(e.errors(), ("body",))}
+        return telemetry.take_snapshot(self.ctx, snapshot, body)
+
+    async def _answer(self, link: _WorkerLink, request_id: int, payload: bytes) -> None:
+        """Run a forwarded request through the app, as if it had arrived here, and send its whole answer back."""
+        request = ch.load_request(payload)
+        done = asyncio.Event()
+        body_sent = False
+        started: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def receive() -> Message:
+            nonlocal body_sent
+            if not body_sent:
+                body_sent = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    done.set()
+
+        try:
+            await self.app(request.scope(), receive, send)
+        except Exception:
+            log.exception("a request forwarded by an ingest worker failed: %s %s", request.method, request.path)
+            if not started:
+                started = {"status": 500, "headers": [(b"content-type", b"text/plain; charset=utf-8")]}
+                chunks = [b"Internal Server Error"]
+        done.set()
+        answer = ch.ForwardedResponse(int(started["status"]), list(started.get("headers", [])), b"".join(chunks))
+        link.send(ch.RESPONSE, request_id, ch.dump(answer))
+
+    def on_lost(self, worker: _Worker) -> None:
+        """A worker's channel closed: it exited (or is stopping); restart it unless the service is stopping."""
+        if self._workers.get(worker.slot) is not worker:
+            return
+        del self._workers[worker.slot]
+        worker.handoffs.close()
+        if self._stopping:
+            return
+        ran = time.monotonic() - worker.started_seconds
+        first, longest = RESTART_DELAY_SECONDS
+        delay = first if ran >= STABLE_SECONDS else min(longest, self._delays.get(worker.slot, first / 2) * 2)
+        self._delays[worker.slot] = delay
+        self.ctx.metrics.ingest_worker_exits.inc()
+        log.warning(
+            "ingest worker %d (pid %d) exited (%s) after %.0f s; its connections closed, restarting it in %.0f s",
+            worker.slot,
+            worker.process.pid,
+            worker.process.poll(),
+            ran,
+            delay,
+        )
+        task = asyncio.get_running_loop().create_task(self._restart(worker, delay))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _restart(self, worker: _Worker, delay_seconds: float) -> None:
+        await _reap([worker.process], STOP_SECONDS)
+        await asyncio.sleep(delay_seconds)
+        if not self._stopping:
+            await self._spawn(worker.slot)
+
+    async def stop(self) -> None:
+        """Close every worker's channel (each closes its connections and exits) and wait for them; kill laggards."""
+        self._stopping = True
+        workers = list(self._workers.values())
+        for worker in workers:
+            if worker.link is not None:
+                worker.link.close()
+            worker.handoffs.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await _reap([w.process for w in workers], STOP_SECONDS)
+
+
+async def _reap(processes: list[subprocess.Popen[bytes]], within_seconds: float) -> None:
+    """Wait for the processes to exit; after `within_seconds`, kill what is left (a worker stuck in a snapshot)."""
+    deadline = time.monotonic() + within_seconds
+    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    for p in processes:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def steering_protocol(workers: IngestWorkers) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol that hands a connection to `workers` once its first request, a snapshot pushed over
+    plain HTTP with keep-alive, is answered — unless anything of a second request has arrived already (then it
+    stays here, as do connections over TLS: the worker could not continue the session)."""
+
+    class SteeringProtocol(HttpToolsProtocol):
+        requests = 0
+        steer = False
+
+        def on_message_begin(self) -> None:
+            self.requests += 1
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self.steer = (
+                self.requests == 1
+                and self.scheme == "http"
+                and self.scope.get("method") == "POST"
+                and self.scope.get("path") == telemetry.PATH
+            )
+
+        def on_response_complete(self) -> None:
+            if (
+                self.steer
+                and self.requests == 1
+                and self.cycle.keep_alive
+                and not self.transport.is_closing()
+                and self.transport.get_write_buffer_size() == 0
+                and workers.hand_off(self.transport)
+            ):
+                self.server_state.total_requests += 1
+                self._unset_keepalive_if_required()
+                self.transport.close()  # this process's descriptor; the connection lives on in the worker
+                return
+            self.steer = False
+            super().on_response_complete()
+
+    return SteeringProtocol
+
+
+class SteeringServer(uvicorn.Server):
+    """uvicorn's server with the ingest workers: started once it listens, stopped before it stops serving (their
+    connections close; a collector's push in flight gets a 503 and is pushed again next cycle)."""
+
+    def __init__(self, config: uvicorn.Config, workers: IngestWorkers) -> None:
+        super().__init__(config)
+        self.workers = workers
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit:
+            await self.workers.start()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.workers.stop()
+        await super().shutdown(sockets)
