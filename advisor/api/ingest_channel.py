@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HEADER = struct.Struct("<BII")  # kind, request id, payload bytes
-OUTCOME = struct.Struct("<Hd")  # HTTP status, seconds to answer (then the snapshot metric's result, ASCII)
+OUTCOME = struct.Struct("<HdB")  # HTTP status, seconds to answer, length of the snapshot metric's result (ASCII)
 ACK_STATUS = struct.Struct("<H")  # HTTP status (then the JSON answer)
 
 # worker → owner
 SNAPSHOT = 1
 """A checked snapshot's JSON, to apply; answered by ACK."""
 OUTCOME_FRAME = 2
-"""An ingest request the worker answered: its status and duration, and the snapshot result the owner counts."""
+"""Ingest requests the worker answered (`encode_outcomes`): each one's status and duration, and the snapshot result
+the owner counts."""
 REQUEST = 3
 """Any other request on a handed-off connection (`ForwardedRequest`); answered by RESPONSE."""
 READY = 7
@@ -57,6 +58,23 @@ class Frame:
 
 def encode(kind: int, request_id: int, payload: bytes) -> bytes:
     return HEADER.pack(kind, request_id, len(payload)) + payload
+
+
+Outcome = tuple[int, float, str]
+"""An answered ingest request: HTTP status, seconds to answer, the `snapshots` metric's result to count ("": none)."""
+
+
+def encode_outcomes(outcomes: list[Outcome]) -> bytes:
+    return b"".join(OUTCOME.pack(code, seconds, len(what)) + what.encode("ascii") for code, seconds, what in outcomes)
+
+
+def decode_outcomes(payload: bytes) -> Iterator[Outcome]:
+    at = 0
+    while at < len(payload):
+        code, seconds, size = OUTCOME.unpack_from(payload, at)
+        at += OUTCOME.size
+        yield code, seconds, payload[at : at + size].decode("ascii")
+        at += size
 
 
 @dataclass(slots=True)

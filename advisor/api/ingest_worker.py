@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 # Requests sent to the owner and not answered yet, at most; more wait here. Bounds what either side buffers for a
 # worker, whatever the number of connections it serves (one request in flight per connection otherwise).
 MAX_IN_FLIGHT = 256
+# Answered requests are reported to the owner (its metrics) with the next frame this worker sends, or after this long.
+OUTCOMES_DELAY_SECONDS = 0.05
 GONE = {"detail": "the advisor is shutting down or restarting this connection's worker; push again"}
 
 
@@ -54,6 +56,7 @@ class OwnerLink(asyncio.Protocol):
         self._waiting: dict[int, asyncio.Future[ch.Frame]] = {}
         self._last_id = 0
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._outcomes: list[ch.Outcome] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -96,16 +99,31 @@ class OwnerLink(asyncio.Protocol):
             request_id = self._last_id
             waiter: asyncio.Future[ch.Frame] = asyncio.get_running_loop().create_future()
             self._waiting[request_id] = waiter
-            transport.write(ch.encode(kind, request_id, payload))
+            transport.write(self._pending_outcomes() + ch.encode(kind, request_id, payload))
             try:
                 return await waiter
             finally:
                 self._waiting.pop(request_id, None)
 
-    def tell(self, kind: int, payload: bytes) -> None:
-        """Send a frame that needs no answer (lost if the owner is gone: it is only a metric then)."""
+    def report(self, outcome: ch.Outcome) -> None:
+        """Count an answered ingest request in the owner's metrics: sent with the next frame, or shortly."""
+        if not self._outcomes:
+            asyncio.get_running_loop().call_later(OUTCOMES_DELAY_SECONDS, self._flush)
+        self._outcomes.append(outcome)
+
+    def _pending_outcomes(self) -> bytes:
+        if not self._outcomes:
+            return b""
+        frame = ch.encode(ch.OUTCOME_FRAME, 0, ch.encode_outcomes(self._outcomes))
+        self._outcomes = []
+        return frame
+
+    def _flush(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(ch.encode(kind, 0, payload))
+            self.transport.write(self._pending_outcomes())
+
+    def ready(self) -> None:
+        self._alive().write(ch.encode(ch.READY, 0, b""))
 
 
 async def _read_body(receive: Any, limit_bytes: int) -> bytes | None:
@@ -163,7 +181,7 @@ class WorkerApp:
                 headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
         await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": raw})
-        self.link.tell(ch.OUTCOME_FRAME, ch.OUTCOME.pack(code, time.perf_counter() - start) + counted_as.encode())
+        self.link.report((code, time.perf_counter() - start, counted_as))
 
     async def _forward(self, scope: Any, receive: Any, send: Any) -> None:
         # The owner's own body limits answer an oversized body (413): it gets one byte more than the largest.
@@ -247,7 +265,7 @@ async def serve(data: socket.socket, handoffs: socket.socket) -> None:
 
     tick()
     loop.add_reader(handoffs.fileno(), take)
-    link.tell(ch.READY, b"")
+    link.ready()
     gc.freeze()  # imports and settings live as long as the process
     await link.closed
     for connection in list(state.connections):

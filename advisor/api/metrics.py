@@ -56,6 +56,11 @@ class AdvisorMetrics:
             "Collector connections handed to an ingest worker after their first snapshot (GPUADVISOR_INGEST_WORKERS).",
             registry=r,
         )
+        self.ingest_workers = Gauge(
+            "gpuadvisor_advisor_ingest_workers",
+            "Ingest workers serving collectors' connections now (started, and not exited since).",
+            registry=r,
+        )
         self.ingest_worker_exits = Counter(
             "gpuadvisor_advisor_ingest_worker_exits",
             "Ingest workers that exited while the advisor ran; each is restarted, its connections reconnect.",

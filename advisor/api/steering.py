@@ -86,24 +86,32 @@ class _WorkerLink(asyncio.Protocol):
         self.worker = worker
         self.transport: asyncio.Transport | None = None
         self._reader = ch.FrameReader()
+        self._batch: list[bytes] | None = None  # the acks of one read, written at once (one send for many)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self._batch = []
         try:
             for frame in self._reader.feed(data):
                 self.workers.on_frame(self, frame)
         except ch.ChannelError as e:
             log.error("ingest worker %d sent a corrupt frame (%s); restarting it", self.worker.slot, e)
             self.close()
+        finally:
+            batch, self._batch = self._batch, None
+            if batch and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(b"".join(batch))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.workers.on_lost(self.worker)
 
     def send(self, kind: int, request_id: int, payload: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self._batch is not None:
+            self._batch.append(ch.encode(kind, request_id, payload))
+        elif self.transport is not None and not self.transport.is_closing():
             self.transport.write(ch.encode(kind, request_id, payload))
 
     def close(self) -> None:
@@ -171,17 +179,17 @@ class IngestWorkers:
             code, payload = self._take(frame.payload)
             link.send(ch.ACK, frame.request_id, ch.ACK_STATUS.pack(code) + json.dumps(payload).encode())
         elif frame.kind == ch.OUTCOME_FRAME:
-            code, seconds = ch.OUTCOME.unpack_from(frame.payload)
-            counted_as = frame.payload[ch.OUTCOME.size :].decode("ascii")
-            if counted_as:
-                self.ctx.metrics.snapshots.labels(counted_as).inc()
-            self.ctx.metrics.request_duration.labels(telemetry.PATH, "POST", str(code)).observe(seconds)
+            for code, seconds, counted_as in ch.decode_outcomes(frame.payload):
+                if counted_as:
+                    self.ctx.metrics.snapshots.labels(counted_as).inc()
+                self.ctx.metrics.request_duration.labels(telemetry.PATH, "POST", str(code)).observe(seconds)
         elif frame.kind == ch.REQUEST:
             task = asyncio.get_running_loop().create_task(self._answer(link, frame.request_id, frame.payload))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif frame.kind == ch.READY:
             link.worker.ready = True
+            self.ctx.metrics.ingest_workers.inc()
         else:
             raise ch.ChannelError(f"a frame of kind {frame.kind}")
 
@@ -235,6 +243,8 @@ class IngestWorkers:
             return
         del self._workers[worker.slot]
         worker.handoffs.close()
+        if worker.ready:
+            self.ctx.metrics.ingest_workers.dec()
         if self._stopping:
             return
         ran = time.monotonic() - worker.started_seconds
