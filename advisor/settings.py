@@ -34,7 +34,7 @@ class AdvisorSettings(BaseSettings):
     # sends NodeInfos with their tasks. The native API (/v1/*) takes at most 1 MiB, a snapshot 4 MiB.
     scheduler_body_limit_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
     # Processes that serve the collectors' connections besides the one that holds the state (`advisor serve` only;
-    # docs/design.md §5.1): None = one per core beyond the first, at most 4; 0 = everything in one process.
+    # docs/design.md §5.1): None = 1 where this process may use two cores or more, else 0 (everything in one process).
     ingest_workers: int | None = Field(default=None, ge=0, le=64)
     model_dir: Path = Path("./.gpuadvisor/models")
     # How often each replica asks the registry which model versions are promoted, and loads them when they changed

@@ -40,9 +40,10 @@ from collector.snapshot import NodeSnapshot
 
 log = logging.getLogger(__name__)
 
-MAX_DEFAULT_WORKERS = 4
-"""Each worker takes a collector's snapshot to the owner for ≈ 0.3 ms of its CPU; at 1,000 snapshots/s one worker
-is a third of a core, so a few cover any cluster and leave the cores to the owner's scoring."""
+MAX_DEFAULT_WORKERS = 1
+"""A worker spends ≈ 0.36 ms of CPU on a snapshot (HTTP, checks), the owner ≈ 0.38 ms applying it (docs/benchmarks.md):
+one worker keeps up with all the owner can apply, so more add memory (≈ 90 MB each), not throughput; they only
+spread what one worker's crash interrupts. Raise it with GPUADVISOR_INGEST_WORKERS."""
 STOP_SECONDS = 5.0
 RESTART_DELAY_SECONDS = (1.0, 30.0)  # after a crash soon after start the delay doubles, up to the second value
 STABLE_SECONDS = 10.0  # a worker that ran this long and then exited is restarted after the first delay again
@@ -61,8 +62,8 @@ def cores_available(cgroup_root: Path = Path("/sys/fs/cgroup")) -> float:
 
 
 def default_ingest_workers(cores: float) -> int:
-    """One worker per core beyond the first (the owner's), at most `MAX_DEFAULT_WORKERS`; none on one core, where a
-    worker would only add the channel's cost."""
+    """One worker with a second core (`MAX_DEFAULT_WORKERS`); none on one core, where a worker would only add the
+    channel's cost."""
     return max(0, min(MAX_DEFAULT_WORKERS, int(cores) - 1))
 
 
@@ -295,13 +296,14 @@ async def _reap(processes: list[subprocess.Popen[bytes]], within_seconds: float)
 
 
 def steering_protocol(workers: IngestWorkers) -> type[HttpToolsProtocol]:
-    """uvicorn's HTTP protocol that hands a connection to `workers` once its first request, a snapshot pushed over
-    plain HTTP with keep-alive, is answered — unless anything of a second request has arrived already (then it
-    stays here, as do connections over TLS: the worker could not continue the session)."""
+    """uvicorn's HTTP protocol that hands a connection to `workers` once a snapshot pushed on it over plain HTTP with
+    keep-alive is answered — its first request, for a collector; or a later one, when no worker was ready at the
+    first (a worker restarting) — unless anything of a next request has arrived already (then it stays here, as do
+    connections over TLS: the worker could not continue the session)."""
 
     class SteeringProtocol(HttpToolsProtocol):
-        requests = 0
-        steer = False
+        requests = 0  # requests begun on this connection
+        steer_at = 0  # the number of the snapshot push to hand the connection off after (0: none)
 
         def on_message_begin(self) -> None:
             self.requests += 1
@@ -309,17 +311,12 @@ def steering_protocol(workers: IngestWorkers) -> type[HttpToolsProtocol]:
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
-            self.steer = (
-                self.requests == 1
-                and self.scheme == "http"
-                and self.scope.get("method") == "POST"
-                and self.scope.get("path") == telemetry.PATH
-            )
+            push = self.scope.get("method") == "POST" and self.scope.get("path") == telemetry.PATH
+            self.steer_at = self.requests if push and self.scheme == "http" else 0
 
         def on_response_complete(self) -> None:
             if (
-                self.steer
-                and self.requests == 1
+                self.steer_at == self.requests
                 and self.cycle.keep_alive
                 and not self.transport.is_closing()
                 and self.transport.get_write_buffer_size() == 0
@@ -329,7 +326,6 @@ def steering_protocol(workers: IngestWorkers) -> type[HttpToolsProtocol]:
                 self._unset_keepalive_if_required()
                 self.transport.close()  # this process's descriptor; the connection lives on in the worker
                 return
-            self.steer = False
             super().on_response_complete()
 
     return SteeringProtocol

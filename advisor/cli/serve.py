@@ -122,8 +122,8 @@ def run_server(
 
 
 def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | None) -> int:
-    """How many ingest worker processes to start: the setting, else one per core beyond the first (at most 4); none
-    over HTTPS (a TLS session cannot move to another process)."""
+    """How many ingest worker processes to start: the setting, else one when this process may use two cores or more;
+    none over HTTPS (a TLS session cannot move to another process)."""
     wanted = settings.ingest_workers
     if certificate is not None:
         if wanted:
@@ -146,7 +146,7 @@ def serve(  # noqa: PLR0917 - Typer maps every option to a parameter
         int | None,
         typer.Option(
             help="Processes serving the collectors' connections beside the one holding the state "
-            "(GPUADVISOR_INGEST_WORKERS; default: one per core beyond the first, at most 4; 0: one process).",
+            "(GPUADVISOR_INGEST_WORKERS; default: 1 with two cores or more; 0: one process).",
             min=0,
             max=64,
         ),

@@ -222,7 +222,7 @@ def _worker_serving(advisor: Advisor, conn: http.client.HTTPConnection) -> int:
 
 
 def test_a_killed_worker_takes_only_its_connections_and_is_replaced(tmp_path: Path) -> None:
-    with serving(tmp_path) as advisor:
+    with serving(tmp_path, workers=1) as advisor:
         conn = advisor.connect()
         assert push(conn, raw("k-1"))[0] == 202
         assert push(conn, raw("k-2"))[0] == 202
@@ -230,15 +230,20 @@ def test_a_killed_worker_takes_only_its_connections_and_is_replaced(tmp_path: Pa
         os.kill(victim, signal.SIGKILL)
         with pytest.raises((ConnectionError, http.client.HTTPException)):
             push(conn, raw("k-3"))
-        # the advisor serves on, and a collector that reconnects pushes again
+        # the advisor serves on: a collector that reconnects pushes to the owner while the worker restarts ...
         again = advisor.connect()
         assert push(again, raw("k-3"))[0] == 202
-        assert push(again, raw("k-4"))[0] == 202
         assert wait_until(lambda: advisor.metric("gpuadvisor_advisor_ingest_worker_exits_total") == 1, timeout_s=10)
-        assert wait_until(lambda: advisor.metric("gpuadvisor_advisor_ingest_workers") == WORKERS, timeout_s=60)
-        assert victim not in advisor.workers()
+        assert wait_until(lambda: advisor.metric("gpuadvisor_advisor_ingest_workers") == 1, timeout_s=60)
+        (replacement,) = advisor.workers()
+        assert replacement != victim
+        # ... and its next push moves the connection to the new worker
+        assert push(again, raw("k-4"))[0] == 202
+        assert advisor.metric("gpuadvisor_advisor_ingest_connections_handed_off_total") == 2
+        assert _worker_serving(advisor, again) == replacement
+        assert push(again, raw("k-5"))[0] == 202
         conn = advisor.connect()
-        conn.request("GET", "/v1/nodes/k-4")
+        conn.request("GET", "/v1/nodes/k-5")
         assert conn.getresponse().status == 200
 
 

@@ -1,0 +1,78 @@
+"""The owner ↔ ingest-worker frames, and how many workers `advisor serve` starts by default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from advisor.api import ingest_channel as ch
+from advisor.api.steering import cores_available, default_ingest_workers
+from advisor.cli.serve import ServingCertificate, ingest_workers
+from advisor.settings import AdvisorSettings
+
+
+def test_frames_come_out_whole_however_the_stream_is_cut() -> None:
+    frames = [
+        ch.encode(ch.SNAPSHOT, 1, b'{"node": "n1"}'),
+        ch.encode(ch.OUTCOME_FRAME, 0, ch.encode_outcomes([(202, 0.001, ""), (422, 0.002, "future")])),
+        ch.encode(ch.READY, 0, b""),
+        ch.encode(ch.ACK, 4_000_000_000, b"\xca\x00" + b"x" * 70_000),
+    ]
+    stream = b"".join(frames)
+    for cut in (1, 5, 9, 4096, len(stream)):
+        reader = ch.FrameReader()
+        got = [f for i in range(0, len(stream), cut) for f in reader.feed(stream[i : i + cut])]
+        assert [(f.kind, f.request_id) for f in got] == [(1, 1), (2, 0), (7, 0), (5, 4_000_000_000)]
+        assert got[0].payload == b'{"node": "n1"}'
+        assert list(ch.decode_outcomes(got[1].payload)) == [(202, 0.001, ""), (422, 0.002, "future")]
+        assert len(got[3].payload) == 70_002
+
+
+def test_a_frame_claiming_an_absurd_length_breaks_the_channel() -> None:
+    header = ch.HEADER.pack(ch.SNAPSHOT, 1, ch.MAX_PAYLOAD_BYTES + 1)
+    with pytest.raises(ch.ChannelError):
+        list(ch.FrameReader().feed(header))
+
+
+def test_a_forwarded_request_keeps_what_the_app_reads() -> None:
+    request = ch.ForwardedRequest(
+        method="GET",
+        scheme="http",
+        http_version="1.1",
+        path="/v1/nodes/a b",
+        raw_path=b"/v1/nodes/a%20b",
+        query_string=b"x=1",
+        root_path="",
+        headers=[(b"host", b"advisor")],
+        client=("10.0.0.7", 41000),
+        server=("10.0.0.1", 8080),
+        body=b"",
+    )
+    loaded = ch.load_request(ch.dump(request))
+    assert loaded == request
+    assert loaded.scope()["client"] == ("10.0.0.7", 41000)
+    with pytest.raises(ch.ChannelError):
+        ch.load_request(ch.dump(ch.ForwardedResponse(200, [], b"")))
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1.0, 0), (1.5, 0), (2.0, 1), (4.0, 1), (64.0, 1)])
+def test_one_worker_by_default_where_there_is_a_second_core(cores: float, workers: int) -> None:
+    assert default_ingest_workers(cores) == workers
+
+
+def test_a_containers_cpu_limit_bounds_the_cores(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    affinity = len(os.sched_getaffinity(0))
+    assert cores_available(tmp_path) == min(affinity, 1.5)
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cores_available(tmp_path) == affinity
+    assert cores_available(tmp_path / "absent") == affinity
+
+
+def test_the_setting_wins_and_https_serves_in_one_process(tmp_path: Path) -> None:
+    assert ingest_workers(AdvisorSettings(ingest_workers=3), None) == 3
+    assert ingest_workers(AdvisorSettings(ingest_workers=0), None) == 0
+    certificate = ServingCertificate(tmp_path / "c.pem", tmp_path / "k.pem")
+    assert ingest_workers(AdvisorSettings(ingest_workers=3), certificate) == 0
