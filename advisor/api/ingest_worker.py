@@ -57,6 +57,7 @@ class OwnerLink(asyncio.Protocol):
         self._last_id = 0
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._outcomes: list[ch.Outcome] = []
+        self._out: list[bytes] = []  # frames of this turn of the loop, written together at its end
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -99,11 +100,20 @@ class OwnerLink(asyncio.Protocol):
             request_id = self._last_id
             waiter: asyncio.Future[ch.Frame] = asyncio.get_running_loop().create_future()
             self._waiting[request_id] = waiter
-            transport.write(self._pending_outcomes() + ch.encode(kind, request_id, payload))
+            if not self._out:
+                asyncio.get_running_loop().call_soon(self._send_out, transport)
+            self._out.append(ch.encode(kind, request_id, payload))
             try:
                 return await waiter
             finally:
                 self._waiting.pop(request_id, None)
+
+    def _send_out(self, transport: asyncio.Transport) -> None:
+        """One write for every frame asked this turn (under load, several connections' snapshots): the owner then
+        reads, applies and acks them in one go, instead of waking up for each."""
+        frames, self._out = self._out, []
+        if not transport.is_closing():
+            transport.write(self._pending_outcomes() + b"".join(frames))
 
     def report(self, outcome: ch.Outcome) -> None:
         """Count an answered ingest request in the owner's metrics: sent with the next frame, or shortly."""
