@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,7 +166,12 @@ def test_a_bad_snapshot_on_a_worker_gets_the_answer_of_a_single_process(
     conn = advisor.connect()
     assert push(conn, raw("first"))[0] == 202  # the connection is a worker's from here on
     status, answer = push(conn, body)
-    assert (status, json.loads(answer)) == (expected.status_code, expected.json())
+    assert (status, _clockless(answer.decode())) == (expected.status_code, _clockless(expected.text))
+
+
+def _clockless(answer: str) -> object:
+    """An answer without the seconds a future snapshot is ahead (they differ between two clocks read apart)."""
+    return json.loads(re.sub(r"\b\d+ s ahead", "N s ahead", answer))
 
 
 def test_a_push_without_the_token_is_refused_on_a_worker_and_the_connection_goes_on(advisor: Advisor) -> None:
