@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # Requests sent to the owner and not answered yet, at most; more wait here. Bounds what either side buffers for a
 # worker, whatever the number of connections it serves (one request in flight per connection otherwise).
 MAX_IN_FLIGHT = 256
+STOP_SECONDS = 2.0  # for the answers under way when the owner closes the channel
 # Answered requests are reported to the owner (its metrics) with the next frame this worker sends, or after this long.
 OUTCOMES_DELAY_SECONDS = 0.05
 GONE = {"detail": "the advisor is shutting down or restarting this connection's worker; push again"}
@@ -279,7 +280,10 @@ async def serve(data: socket.socket, handoffs: socket.socket) -> None:
     gc.freeze()  # imports and settings live as long as the process
     await link.closed
     for connection in list(state.connections):
-        connection.shutdown()
+        connection.shutdown()  # idle ones close now; busy ones after their answer (a 503: the owner is gone)
+    deadline = time.monotonic() + STOP_SECONDS
+    while state.tasks and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
 
 
 def main(argv: list[str]) -> None:

@@ -167,6 +167,8 @@ class IngestWorkers:
         worker = ready[self._turn % len(ready)]
         self._turn += 1
         sock = transport.get_extra_info("socket")
+        if sock is None:
+            return False
         try:
             socket.send_fds(worker.handoffs, [b"c"], [sock.fileno()])
         except OSError as e:  # its queue is full or it just died: this connection stays here
@@ -201,7 +203,11 @@ class IngestWorkers:
         except ValidationError as e:  # a worker of another version let it through: refused as the route would
             self.ctx.metrics.snapshots.labels("invalid").inc()
             return 422, {"detail": pydantic_errors(e.errors(), ("body",))}
-        return telemetry.take_snapshot(self.ctx, snapshot, body)
+        try:
+            return telemetry.take_snapshot(self.ctx, snapshot, body)
+        except Exception:  # as uvicorn answers a route that raised: a 500 for this push, the channel goes on
+            log.exception("applying the snapshot of node %s failed", snapshot.node)
+            return 500, {"detail": "Internal Server Error"}
 
     async def _answer(self, link: _WorkerLink, request_id: int, payload: bytes) -> None:
         """Run a forwarded request through the app, as if it had arrived here, and send its whole answer back."""
