@@ -190,7 +190,9 @@ def test_holding_out_a_family_scores_only_its_side(gavel: GavelData) -> None:
         family = fold["fold"].removeprefix("family=")
         assert fold["scored_sides"] == int(np.sum(fam_a == family) + np.sum(fam_b == family))
         # The fold's validation figures come from its training families alone.
-        assert fold["inner_check"]["held_out_families"] == len(set(fam_a) | set(fam_b)) - 1
+        inner = fold["inner_check"]
+        assert inner["held_out_families"] == len(set(fam_a) | set(fam_b)) - 1
+        assert inner["mae_no_probes"] <= inner["heuristic_mae_no_probes"]
     assert result["model_at_or_below_util_sum_on_every_fold"], result
 
 
