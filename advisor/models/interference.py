@@ -642,6 +642,9 @@ class InterferenceModel(BoostedEstimator):
             summary[f"selection_holds_at_weight_{unmeasured_weight:g}"] = holds
             if holds or unmeasured_weight == UNMEASURED_WEIGHTS[-1]:
                 break
+        # The heuristic's figures on the same held-out sides, to read the model's beside.
+        for probes, heuristic, count in zip(sorted(folds), totals.heuristic, totals.counts, strict=True):
+            summary[f"heuristic_mae_{probes or 'no'}_probes"] = float(heuristic.sum() / max(count.sum(), 1.0))
         best = totals.best()
         if best is None:
             summary["every_point_lost"] = True

@@ -3,8 +3,9 @@ the service look a kind up instead of branching on its name.
 
 Per kind (`ModelKind`): the estimator class (with `from_artifact`), the CSV format of its data, the store reader that
 builds the same frame from the store, the rows that carry a label, the primary validation metric (lower is better),
-how the model and its baselines are scored on held-out rows, a summary of its training data, and how its predictions
-are written as JSON rows (`models predict --json`).
+how the model and its baselines are scored on held-out rows, the figures of the check a fitted model made on its own
+training data (its validation figures, beside each fold's test figures in `models evaluate`), a summary of its
+training data, and how its predictions are written as JSON rows (`models predict --json`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ def _interference_errors(
     return out
 
 
+def _interference_check(model: Model) -> dict[str, Any]:
+    assert isinstance(model, InterferenceModel)
+    return dict(model.check_)
+
+
 def _interference_summary(errors: dict[str, FloatArray]) -> dict[str, dict[str, float]]:
     return {name: {"mae": float(np.mean(e))} for name, e in errors.items()}
 
@@ -103,6 +109,11 @@ def _throughput_errors(
         out[name] = np.abs(predicted - truth) / truth
         out[f"{name}:log2"] = np.abs(np.log2(np.maximum(predicted, 1e-12)) - np.log2(truth))
     return out
+
+
+def _throughput_check(model: Model) -> dict[str, Any]:
+    assert isinstance(model, ThroughputModel)
+    return dict(model.check_)
 
 
 def _throughput_summary(errors: dict[str, FloatArray]) -> dict[str, dict[str, float]]:
@@ -141,6 +152,11 @@ def _jct_errors(train: pd.DataFrame, test: pd.DataFrame, model: Model, scored: S
         out[name] = np.abs(pred - truth)
         out[f"{name}:log"] = np.abs(np.log(pred) - np.log(truth))
     return out
+
+
+def _jct_check(model: Model) -> dict[str, Any]:
+    assert isinstance(model, JctModel)
+    return dict(model.validation_)
 
 
 def _jct_summary(errors: dict[str, FloatArray]) -> dict[str, dict[str, float]]:
@@ -184,6 +200,7 @@ class ModelKind:
     labelled: Callable[[pd.DataFrame], pd.DataFrame]
     metric: str
     errors: Errors
+    check: Callable[[Model], dict[str, Any]]
     summarise: Callable[[dict[str, FloatArray]], dict[str, dict[str, float]]]
     data_summary: Callable[[pd.DataFrame], dict[str, Any]]
     prediction_rows: Callable[[Model, pd.DataFrame], list[dict[str, float | None]]]
@@ -203,6 +220,7 @@ MODEL_KINDS: dict[Kind, ModelKind] = {
         labelled=usable_rows,
         metric="mae",
         errors=_interference_errors,
+        check=_interference_check,
         summarise=_interference_summary,
         data_summary=_interference_data,
         prediction_rows=_interference_rows,
@@ -216,6 +234,7 @@ MODEL_KINDS: dict[Kind, ModelKind] = {
         labelled=lambda frame: frame[frame["throughput"] > 0].reset_index(drop=True),
         metric="mape",
         errors=_throughput_errors,
+        check=_throughput_check,
         summarise=_throughput_summary,
         data_summary=_throughput_data,
         prediction_rows=_throughput_rows,
@@ -229,6 +248,7 @@ MODEL_KINDS: dict[Kind, ModelKind] = {
         labelled=_jct_labelled,
         metric="mae_log",
         errors=_jct_errors,
+        check=_jct_check,
         summarise=_jct_summary,
         data_summary=_jct_data,
         prediction_rows=_jct_rows,

@@ -264,9 +264,9 @@ def blend_estimates(spec_scaled: FloatArray, nearest: FloatArray, weights: Float
     return result
 
 
-def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
+def _choose_spec_scaling(table: ReferenceTable) -> tuple[SpecScaling, dict[str, Any]]:
     """`SpecScaling` of the table with the `SHRINKAGES` value and the per-workload `WEIGHTS` whose estimates are
-    best on unseen GPU types.
+    best on unseen GPU types, and the check's figures (`_check_summary`).
 
     Leave-one-GPU-type-out over the table's own measurements. The shrinkage is scored by the mean absolute log2
     error of `spec_scaled_estimate` over all held-out rows, pooled. Then, with that shrinkage, each workload's
@@ -281,9 +281,10 @@ def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
     gpus = sorted({g for g, k in zip(table.gpu_models, known, strict=True) if k})
     if len(gpus) < 3:
         scaling = fit_spec_scaling(table, DEFAULT_SHRINKAGE)
-        return replace(scaling, weights=np.zeros_like(scaling.weights))
+        return replace(scaling, weights=np.zeros_like(scaling.weights)), {"held_out_gpu_types": 0}
     models = np.asarray(table.gpu_models, dtype=object)
     error_sum = np.zeros(len(SHRINKAGES))
+    error_count = np.zeros(len(SHRINKAGES))
     folds = []
     for gpu in gpus:
         held = models == gpu
@@ -296,6 +297,7 @@ def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
             estimate = spec_scaled_estimate(query, anchors, fit_spec_scaling(train, shrinkage))
             ok = ~np.isnan(estimate)
             error_sum[i] += float(np.abs(np.log2(estimate[ok]) - truth[ok]).sum())
+            error_count[i] += float(ok.sum())
             estimates.append(estimate)
         nearest = nearest_gpu_estimate(query, find_anchors(query, train)[0])
         folds.append((query.workloads, truth, nearest, estimates))
@@ -317,7 +319,81 @@ def _choose_spec_scaling(table: ReferenceTable) -> SpecScaling:
     mean_error = np.nanmean(errors[:, scored], axis=0)  # (scored slots, weights)
     weights = np.full(slots, np.nan)
     weights[scored] = np.asarray(WEIGHTS)[np.argmin(mean_error, axis=1)]
-    return replace(scaling, weights=np.where(np.isnan(weights), weights[-1], weights))
+    scaling = replace(scaling, weights=np.where(np.isnan(weights), weights[-1], weights))
+    pooled = np.where(error_count > 0, error_sum / np.maximum(error_count, 1.0), np.nan)
+    return scaling, _check_summary(gpus, folds, best=best, scaling=scaling, errors=errors, pooled_errors=pooled)
+
+
+def _typical_errors(estimate: FloatArray, truth_log2: FloatArray) -> dict[str, float | None]:
+    """Median absolute percentage error (a ratio) and mean absolute log2 error over the rows with an estimate (None
+    without any)."""
+    ok = ~np.isnan(estimate)
+    if not ok.any():
+        return {"median_ape": None, "mean_abs_log2_error": None}
+    log_error = np.log2(estimate[ok]) - truth_log2[ok]
+    return {
+        "median_ape": float(np.median(np.abs(np.exp2(log_error) - 1.0))),
+        "mean_abs_log2_error": float(np.mean(np.abs(log_error))),
+    }
+
+
+def _beats(ours: dict[str, float | None], theirs: dict[str, float | None]) -> bool:
+    """Lower on both typical-error measures (as the cross-GPU goal asks)."""
+    return all(
+        (a := ours[m]) is not None and (b := theirs[m]) is not None and a < b
+        for m in ("median_ape", "mean_abs_log2_error")
+    )
+
+
+def _check_summary(
+    gpus: list[str],
+    folds: list[tuple[Sequence[str], FloatArray, FloatArray, list[FloatArray]]],
+    *,
+    best: int,
+    scaling: SpecScaling,
+    errors: FloatArray,
+    pooled_errors: FloatArray,
+) -> dict[str, Any]:
+    """The validation figures of `_choose_spec_scaling` (kept in the artifact and in `models evaluate` folds).
+
+    Per held-out training GPU type: the spec-scaled estimate at the chosen shrinkage (weight 1) and the nearest-GPU
+    one (weight 0), and the blend with the chosen per-workload weights — chosen on these same folds, so in-sample
+    for the weights. Per workload and held-out type, the mean absolute log2 error of each weight of `WEIGHTS`, from
+    which its weight was chosen."""
+    per_type: dict[str, Any] = {}
+    for gpu, (workloads, truth, nearest, estimates) in zip(gpus, folds, strict=True):
+        weight = scaling.weights[scaling.workload_rows(workloads)]
+        per_type[gpu] = {
+            "rows": len(truth),
+            "spec_scaled": _typical_errors(estimates[best], truth),
+            "nearest_gpu": _typical_errors(nearest, truth),
+            "blended_in_sample": _typical_errors(blend_estimates(estimates[best], nearest, weight), truth),
+        }
+    per_workload = {
+        workload: {
+            gpu: [None if np.isnan(e) else float(e) for e in errors[f, w]]
+            for f, gpu in enumerate(gpus)
+            if not np.isnan(errors[f, w]).all()
+        }
+        for w, workload in enumerate(scaling.workloads)
+    }
+    return {
+        "held_out_gpu_types": len(gpus),
+        "shrinkage": scaling.shrinkage,
+        "mean_abs_log2_error_by_shrinkage": {
+            str(shrinkage): float(e) if np.isfinite(e) else None
+            for shrinkage, e in zip(SHRINKAGES, pooled_errors, strict=True)
+        },
+        "weights_grid": list(WEIGHTS),
+        "per_gpu_type": per_type,
+        "per_workload_mean_abs_log2_error": per_workload,
+        "spec_scaled_beats_nearest_gpu_on_every_type": all(
+            _beats(t["spec_scaled"], t["nearest_gpu"]) for t in per_type.values()
+        ),
+        "blend_beats_nearest_gpu_on_every_type": all(
+            _beats(t["blended_in_sample"], t["nearest_gpu"]) for t in per_type.values()
+        ),
+    }
 
 
 class NearestGpuThroughput:
@@ -424,7 +500,7 @@ class ThroughputModel(BoostedEstimator):
         """Train on a throughputs frame (`advisor.datasets.THROUGHPUTS`); rows with throughput ≤ 0 are dropped."""
         frame = frame[frame["throughput"] > 0].reset_index(drop=True)
         self.table_ = ReferenceTable.from_frame(frame)
-        self.scaling_ = _choose_spec_scaling(self.table_)
+        self.scaling_, self.check_ = _choose_spec_scaling(self.table_)
         self.booster_ = self._fit_correction(frame, self.table_)
         query = throughput_query_from_frame(frame)
         log_y = np.log2(frame["throughput"].to_numpy(np.float64))
@@ -528,6 +604,7 @@ class ThroughputModel(BoostedEstimator):
             state={
                 "n_rows": self.n_rows_,
                 "spec_scaling": self.scaling_.to_json(),
+                "check": self.check_,
                 "reference": self.table_.to_json(),
                 "features": list(THROUGHPUT_FEATURES),
             },
@@ -542,5 +619,7 @@ class ThroughputModel(BoostedEstimator):
         model.table_ = ReferenceTable.from_json(artifact.state["reference"])
         model.n_rows_ = int(artifact.state["n_rows"])
         model.scaling_ = SpecScaling.from_json(artifact.state["spec_scaling"])
+        # Artifacts saved before the check's figures were kept have none.
+        model.check_ = dict(artifact.state.get("check", {}))
         _ = model.table_.transfers  # built at load (a third of a second for Sia's table), not by the first request
         return model

@@ -212,6 +212,9 @@ def evaluate(
     `probes` K > 0 (interference, side splits only): for each held-out workload its pairs with K fixed reference
     workloads (`advisor.models.interference.reference_workloads`, chosen among the training pairs of the fold) move
     from the test set into training — what the profiler's probe co-runs give a new workload.
+
+    Each fold also carries `inner_check`: the figures of the check the fold's model made on its training part alone
+    (`ModelKind.check`): validation figures, beside the fold's test figures.
     """
     spec = MODEL_KINDS[kind]
     frame = spec.labelled(frame)
@@ -253,7 +256,8 @@ def evaluate(
         test_part = frame.iloc[test_rows].reset_index(drop=True)
         if len(test_part) == 0 or len(train) < fmt.min_train_rows:
             continue
-        errors = spec.errors(train, test_part, spec.new_model(num_threads=num_threads, params=params), scored)
+        model = spec.new_model(num_threads=num_threads, params=params)
+        errors = spec.errors(train, test_part, model, scored)
         for name, e in errors.items():
             pooled.setdefault(name, []).append(e)
         scored_count = {"scored_sides": int(np.sum(scored))} if scored is not None else {}
@@ -264,6 +268,7 @@ def evaluate(
                 "test_rows": len(test_part),
                 **scored_count,
                 **spec.summarise(errors),
+                "inner_check": spec.check(model),
             }
         )
     if not folds:

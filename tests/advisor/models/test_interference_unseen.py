@@ -189,6 +189,10 @@ def test_holding_out_a_family_scores_only_its_side(gavel: GavelData) -> None:
     for fold in result["folds"]:
         family = fold["fold"].removeprefix("family=")
         assert fold["scored_sides"] == int(np.sum(fam_a == family) + np.sum(fam_b == family))
+        # The fold's validation figures come from its training families alone.
+        inner = fold["inner_check"]
+        assert inner["held_out_families"] == len(set(fam_a) | set(fam_b)) - 1
+        assert inner["mae_no_probes"] <= inner["heuristic_mae_no_probes"]
     assert result["model_at_or_below_util_sum_on_every_fold"], result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from advisor.models.throughput import (
     blend_estimates,
     spec_scaled_estimate,
 )
+from advisor.models.training import evaluate
 
 FAST = {"num_boost_round": 80, "num_threads": 1}
 
@@ -320,3 +322,41 @@ def test_a_gpu_count_measured_on_another_gpu_type_carries_over_within_one_node()
     assert single_node_p100 == pytest.approx(250.0 * 300.0 / 100.0)
     assert over_nodes != pytest.approx(500.0 * 350.0 / 100.0)  # no 4-node configuration on the V100 to bridge from
     assert model.predict_frame(data.head(1)) == pytest.approx([100.0])  # measurements still come back as measured
+
+
+def test_the_check_reports_per_held_out_gpu_type_the_errors_each_weight_was_chosen_from(tmp_path: Path) -> None:
+    """Workload "a" runs 10x slower on the V100 than its data sheet says: held out, the V100 is where both estimates
+    miss "a", and the weights in the artifact are the ones the reported per-workload errors favour."""
+    model = ThroughputModel(**FAST).fit(_synthetic_throughputs(v100_slowdown_of_a=10.0))
+    check = model.check_
+    assert check["held_out_gpu_types"] == 4
+    assert set(check["per_gpu_type"]) == {"t4", "rtx-2080ti", "v100", "a100-40gb"}
+    assert check["shrinkage"] == model.scaling_.shrinkage
+    v100 = check["per_gpu_type"]["v100"]
+    assert v100["rows"] == 18
+    assert (
+        v100["spec_scaled"]["mean_abs_log2_error"] > check["per_gpu_type"]["t4"]["spec_scaled"]["mean_abs_log2_error"]
+    )
+    for workload, by_gpu in check["per_workload_mean_abs_log2_error"].items():
+        mean_by_weight = np.mean(list(by_gpu.values()), axis=0)
+        chosen = model.scaling_.weights[model.scaling_.workload_rows([workload])][0]
+        assert chosen == check["weights_grid"][int(np.argmin(mean_by_weight))]
+    save_artifact(model.to_artifact(), tmp_path / "m")
+    assert ThroughputModel.from_artifact(load_artifact(tmp_path / "m")).check_ == json.loads(json.dumps(check))
+
+
+def test_an_artifact_from_before_the_check_was_kept_loads_without_one() -> None:
+    artifact = ThroughputModel(**FAST).fit(_synthetic_throughputs(v100_slowdown_of_a=1.0)).to_artifact()
+    del artifact.state["check"]
+    assert ThroughputModel.from_artifact(artifact).check_ == {}
+
+
+def test_evaluating_by_gpu_type_reports_each_folds_check_without_its_held_out_type() -> None:
+    data = _synthetic_throughputs(v100_slowdown_of_a=10.0)
+    report = evaluate("throughput", data, "gpu_model", params={"num_boost_round": 80}).to_json()
+    assert len(report["folds"]) == 4
+    for fold in report["folds"]:
+        held_out = fold["fold"].removeprefix("gpu_model=")
+        inner = fold["inner_check"]
+        assert set(inner["per_gpu_type"]) == {"t4", "rtx-2080ti", "v100", "a100-40gb"} - {held_out}
+        assert inner["held_out_gpu_types"] == 3
