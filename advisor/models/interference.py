@@ -61,7 +61,9 @@ DEFAULT_UTIL_RATIO = 1.0
 
 # The grid of the leave-one-family-out check in `InterferenceModel.fit` (see the module doc).
 ALPHA_GRID = (0.0, 0.5, 1.0)
-SHRINKAGE_GRID = (1.0, 3.0, 10.0)
+# 0.3: a new workload's three probe pairs per GPU model keep 3 / 3.3 of its offsets when its measurements are
+# consistent enough for the check to trust them.
+SHRINKAGE_GRID = (0.3, 1.0, 3.0, 10.0)
 PARTNER_GRID = (True, False)
 # (α, λ, partner offsets, ω) and the grid point of the check's fits, (α, λ, partner offsets).
 _Knobs = tuple[float, float, bool, float]

@@ -114,6 +114,21 @@ def test_probe_co_runs_move_a_new_workload_toward_its_measurements(v100_pairs: p
     assert np.mean(with_probes) < np.mean(without) - 0.1
 
 
+def test_consistent_workloads_let_three_probe_pairs_count_almost_fully(v100_pairs: pd.DataFrame) -> None:
+    """Where each workload's normalised throughput is its own, whatever the partner, three probe pairs are enough to
+    know a new workload: the check then picks the lightest shrinkage of its offsets, which keeps ~90 % of them."""
+    names = sorted(set(v100_pairs["workload_a"]) | set(v100_pairs["workload_b"]))
+    own = dict(zip(names, np.linspace(0.2, 0.9, len(names)), strict=True))
+    frame = v100_pairs.assign(
+        coloc_throughput_a=v100_pairs["solo_throughput_a"] * v100_pairs["workload_a"].map(own),
+        coloc_throughput_b=v100_pairs["solo_throughput_b"] * v100_pairs["workload_b"].map(own),
+    )
+    model = InterferenceModel(**FAST).fit(frame)
+    assert model.shrinkage_ == min(SHRINKAGE_GRID)
+    assert 3 / (3 + model.shrinkage_) >= 0.9  # the share of its offsets that three pairs give a new workload
+    assert model.check_["mae_3_probes"] < model.check_["mae_no_probes"]
+
+
 def test_clipping_at_one_is_decided_from_the_data(v100_pairs: pd.DataFrame) -> None:
     faster = v100_pairs.assign(coloc_throughput_a=1.2 * v100_pairs["solo_throughput_a"])
     assert InterferenceModel(**FAST).fit(faster).norm_max_ > 1.0
