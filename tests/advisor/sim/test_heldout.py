@@ -12,6 +12,10 @@ from advisor.sim.rates import RateTable, truth_table
 
 GAVEL = Path(__file__).resolve().parents[3] / "advisor" / "data" / "gavel" / "simulation_throughputs.json"
 
+# Each call trains 28 interference models, each choosing its knobs by leave-one-family-out (≈ 50 s of CPU on one core
+# of the 2-core CI machine): twice the suite's default limit leaves room for a busy machine without hiding a hang.
+pytestmark = pytest.mark.timeout(240)
+
 
 @pytest.fixture(scope="module")
 def truth() -> RateTable:
