@@ -65,6 +65,16 @@ class ShareColumns(NamedTuple):
     resident_slowdown: list[float]
 
 
+class ShareArrays(NamedTuple):
+    """`ShareColumns` as arrays (one element per node): what the prioritize verb's score vectors store."""
+
+    positions: NDArray[np.intp]
+    packing: FloatArray
+    interference: FloatArray
+    pod_slowdown: FloatArray
+    resident_slowdown: FloatArray
+
+
 @dataclass(frozen=True, slots=True)
 class _Stats:
     """What F_n(M) reads of a node's free GPU shares (`fragmentation._fragments`), per node (shape n) or per
@@ -233,6 +243,20 @@ def share_choices(
     config: ScoringConfig,
     predictors: Predictors,
 ) -> ShareColumns:
+    """`share_arrays` as one list per field (the per-node verdicts are built from them)."""
+    arrays = share_arrays(pod, nodes, fits, usages, config=config, predictors=predictors)
+    return ShareColumns(*(a.tolist() for a in arrays))
+
+
+def share_arrays(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
+    usages: Sequence[UsageProfile],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+) -> ShareArrays:
     """For each node (all with the same number of GPUs, at least one healthy), the GPU a share of `pod` goes on:
     the best `weight_packing × packing + weight_interference × interference` among the GPUs it fits on, the first
     on ties, exactly as `scoring._evaluate_share` chooses. `fits` are the nodes' CPU/memory fit indices before and
@@ -278,10 +302,6 @@ def share_choices(
     best = value.argmax(axis=0)  # the first GPU position on ties
     rows = np.arange(n)
     positions = np.where(ok[best, rows], best, -1)
-    return ShareColumns(
-        positions.tolist(),
-        packing[best, rows].tolist(),
-        interference[best, rows].tolist(),
-        pod_slow[best, rows].tolist(),
-        res_slow[best, rows].tolist(),
+    return ShareArrays(
+        positions, packing[best, rows], interference[best, rows], pod_slow[best, rows], res_slow[best, rows]
     )
