@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import share_arrays
+from advisor.placement.columnar import NodeFacts, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.scoring import RawVerdict, evaluate_batch, jct_basis
 from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest
@@ -112,6 +112,7 @@ class ScoreVectors:
         self._free_residents = np.zeros(capacity, dtype=np.bool_)
         self._healthy = np.zeros(capacity, dtype=np.bool_)  # at least one healthy GPU
         self._gpu_count = np.zeros(capacity, dtype=np.intp)
+        self._largest_island = np.zeros(capacity)
         self._model = np.zeros(capacity, dtype=np.intp)  # index into `_models`
         self._models: list[str] = []
         self._model_ids: dict[str, int] = {}
@@ -135,6 +136,7 @@ class ScoreVectors:
         self._free_residents = grown(self._free_residents, False)
         self._healthy = grown(self._healthy, False)
         self._gpu_count = grown(self._gpu_count, 0)
+        self._largest_island = grown(self._largest_island, 0.0)
         self._model = grown(self._model, 0)
 
     def _slots(self, names: Sequence[str], states: list[NodeState | None], cluster_size: int) -> list[int]:
@@ -174,6 +176,7 @@ class ScoreVectors:
         self._free_residents[slot] = state.free_residents
         self._healthy[slot] = state.healthy_count > 0
         self._gpu_count[slot] = state.topology.gpu_count
+        self._largest_island[slot] = state.topology.largest_island
         model = self._model_ids.get(state.gpu_model)
         if model is None:
             model = self._model_ids[state.gpu_model] = len(self._models)
@@ -308,7 +311,7 @@ class ScoreVectors:
         numbers = np.array([distinct.index(c) for c in per_model], dtype=np.intp)
         group = self._gpu_count[target] * len(distinct) + numbers[model]
         fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
-        usages = {m: predictors.usage.usage(pod.workload, models[m]) or fallback for m in np.unique(model[ok]).tolist()}
+        usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as evaluate_batch
         for key in np.unique(group[ok]).tolist():
             members = np.flatnonzero(ok & (group == key))
             nodes = [batch[j] for j in members.tolist()]
@@ -321,9 +324,10 @@ class ScoreVectors:
                 pod,
                 nodes,
                 [None] * len(nodes),
-                [usages[m] for m in model[members].tolist()],
+                usages,
                 config=distinct[key % len(distinct)],
                 predictors=predictors,
+                facts=NodeFacts(self._largest_island[target[members]], model[members]),
             )
             values[_FEASIBLE, members] = chosen.positions >= 0
             values[_PACKING, members] = chosen.packing
