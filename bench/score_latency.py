@@ -1,8 +1,9 @@
 """Scoring latency at the scale kube-scheduler sends: 500 candidate nodes × 8 GPUs, ~2,000 residents.
 
 One command, prints the figures recorded in docs/benchmarks.md:
-  * in-process `advisor.placement.scoring.score_candidates` over the 500 nodes, p50/p99 per call — warm (node states and
-    request shapes seen before: the score vectors and memo answer) and cold (every node just refreshed by a new snapshot);
+  * in-process `advisor.placement.scoring.score_candidates` and `extender_priorities` over the 500 nodes, p50/p99 per
+    call — warm (node states and request shapes seen before: the score vectors and the memo answer) and cold (every
+    node just refreshed by a new snapshot);
   * `POST /extender/prioritize` over HTTP on loopback (a full v1.Pod, 500 NodeNames) against
     `gpuadvisor advisor serve --no-kube` in a subprocess: p50/p99 with one keep-alive client, and the server's own
     CPU time per request (unaffected by other load on the machine);
