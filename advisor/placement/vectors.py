@@ -4,8 +4,9 @@ kube-scheduler asks about every GPU pod with ~500 candidate nodes. Memoised verd
 cost a memo lookup, a verdict object and a weighted sum per node in Python on every call. Here each request shape has
 one row of numbers per node slot — feasible, packing, affinity, interference, slowdown — each row valid for one node
 state. A call maps the candidates' names to slots, finds with one array comparison the rows that do not belong to the
-node states of this moment (a shape not seen before, a node that sent a new snapshot), has `evaluate_batch` compute
-only those, and weighs the components and converts them to 0..10 with numpy, in the same IEEE operations and order as
+node states of this moment (a shape not seen before, a node that sent a new snapshot), computes only those — a share
+straight from `columnar.share_arrays` (no verdict object per node), whole GPUs through `evaluate_batch` and its memo —
+and weighs the components and converts them to 0..10 with numpy, in the same IEEE operations and order as
 `extender._extender_totals` and `extender._extender_int`: the same integers (tests/advisor/test_vectors.py compares).
 
 The shape is `evaluate_batch`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
@@ -354,7 +355,7 @@ class ScoreVectors:
         out[infeasible] = 0
         if feasible.any():
             model = self._model[slots][feasible]
-            present = np.unique(model).tolist()
+            present = np.flatnonzero(np.bincount(model, minlength=len(self._models))).tolist()
             # `jct_basis` reads only the verdicts' GPU models: one stand-in verdict per model present.
             stand_ins = [RawVerdict("", self._models[m], True) for m in present]
             _, unit_time, _ = jct_basis(pod, stand_ins, predictors)
