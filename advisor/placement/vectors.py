@@ -19,13 +19,15 @@ the whole batch), under a configuration whose task mixes give no CPU/memory (no 
 goes through the per-node path unchanged (`covers`).
 
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
-per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew, and is
-started afresh once it holds more than twice as many as the cluster has nodes (`_SPARE_SLOTS` aside).
+per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
+state last found there only weakly), and is started afresh once it holds more than twice as many names as the cluster
+has nodes (`_SPARE_SLOTS` aside).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from itertools import count
@@ -91,6 +93,15 @@ class _Table:
 _epochs = count(1)
 
 
+class _Seen(weakref.ref[NodeState]):
+    """The node state a slot was last found with, weakly (the index keeps no state alive): when that state is freed
+    the slot's id is wiped by the callback, before its memory — and so its id — can be another state's."""
+
+    __slots__ = ("slot",)
+
+    slot: int
+
+
 class ScoreVectors:
     """The node index and the per-shape tables of one process (the service's prioritize verb; one lock: a call
     reads and writes both)."""
@@ -99,11 +110,25 @@ class ScoreVectors:
         self._lock = threading.Lock()
         self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
         self._reset(64)
+        self_ref = weakref.ref(self)
+
+        def forget(seen: weakref.ref[NodeState]) -> None:
+            index = self_ref()
+            if (
+                index is not None
+                and isinstance(seen, _Seen)
+                and seen.slot < len(index._seen)
+                and index._seen[seen.slot] is seen
+            ):
+                index._ids[seen.slot] = 0  # no live object has id 0: the slot's rows are stale
+                index._seen[seen.slot] = None
+
+        self._forget = forget
 
     def _reset(self, capacity: int) -> None:
         self._tables.clear()
         self._slot_of: dict[str, int] = {}
-        self._states: list[NodeState | None] = [None]  # slot 0: every name the cluster does not know
+        self._seen: list[_Seen | None] = [None]  # slot 0: every name the cluster does not know
         self._ids = np.zeros(capacity, dtype=np.uint64)  # id() of the state each slot was last seen with
         self._ids[0] = id(None)
         self._epoch = np.zeros(capacity, dtype=np.int64)
@@ -155,8 +180,8 @@ class ScoreVectors:
             elif state is None:
                 out.append(0)
             else:
-                slot = self._slot_of[name] = len(self._states)
-                self._states.append(None)
+                slot = self._slot_of[name] = len(self._seen)
+                self._seen.append(None)
                 if slot >= self._ids.size:
                     self._grow(2 * self._ids.size)
                 out.append(slot)
@@ -164,7 +189,11 @@ class ScoreVectors:
 
     def _refresh(self, slot: int, state: NodeState | None) -> None:
         """Take a slot's node-level facts from the state a call found there (its rows in every table go stale)."""
-        self._states[slot] = state  # held, so that its id cannot be another state's while the slot names it
+        if state is None:
+            self._seen[slot] = None
+        else:
+            seen = self._seen[slot] = _Seen(state, self._forget)
+            seen.slot = slot
         self._ids[slot] = id(state)
         self._epoch[slot] = next(_epochs)
         if state is None:

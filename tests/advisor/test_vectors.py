@@ -6,6 +6,7 @@ the rows they lack."""
 from __future__ import annotations
 
 import random
+import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -180,3 +181,22 @@ def test_shapes_kept_are_bounded_and_nodes_that_left_free_their_slots() -> None:
         )
         assert len(got.scores) == 600
     assert len(kept._slot_of) <= 2 * 600 + vectors._SPARE_SLOTS
+
+
+def test_the_index_keeps_no_node_state_alive_and_a_freed_states_rows_are_never_reused() -> None:
+    rng = random.Random(12)
+    kept = vectors.ScoreVectors()
+    nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(12)}
+    pod = PodRequest(gpu_milli=300)
+    kept.priorities(
+        pod, list(nodes), nodes, config=ScoringConfig(), predictors=Predictors.heuristic(), now_seconds=None
+    )
+    gone = weakref.ref(nodes["n5"])
+    slot = kept._slot_of["n5"]
+    assert kept._ids[slot] == id(nodes["n5"])
+    nodes["n5"] = random_node(rng, "n5", 8, cpu=False)  # a new snapshot; the old state has no other holder
+    assert gone() is None
+    assert kept._ids[slot] == 0  # whatever state is built at the freed address next, it cannot match
+    scoring.clear_verdicts()
+    vectors.VECTORS.clear()
+    check(pod, list(nodes), nodes, ScoringConfig(), now=NOW)
