@@ -93,3 +93,5 @@ def test_the_prioritize_answer_is_the_host_priority_list_for_any_names(client: T
     assert hosts[0] == hosts[4]
     assert all(type(h["Score"]) is int and 0 <= h["Score"] <= 10 for h in hosts)
     assert max(h["Score"] for h in hosts) == 10
+    empty = client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=1), "NodeNames": []}, headers=JSON)
+    assert (empty.status_code, empty.json()) == (200, [])
