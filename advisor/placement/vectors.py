@@ -27,10 +27,10 @@ has nodes (`_SPARE_SLOTS` aside).
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from itertools import count
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -90,51 +90,43 @@ class _Table:
             self.epoch, self.data = epoch, data
 
 
-_epochs = count(1)
+class _Absent:
+    """Stands for a name the cluster does not know (the default of `nodes.get`): serial 0, no state's."""
+
+    serial = 0
 
 
-class _Seen(weakref.ref[NodeState]):
-    """The node state a slot was last found with, weakly (the index keeps no state alive): when that state is freed
-    the slot's id is wiped by the callback, before its memory — and so its id — can be another state's."""
-
-    __slots__ = ("slot",)
-
-    slot: int
+_ABSENT = _Absent()
+_serial_of = attrgetter("serial")
+_observed_of = attrgetter("observed_at_seconds")
+_cpu_free_of = attrgetter("cpu_free_milli")
+_memory_free_of = attrgetter("memory_free_mib")
+_free_residents_of = attrgetter("free_residents")
+_healthy_count_of = attrgetter("healthy_count")
+_gpu_count_of = attrgetter("topology.gpu_count")
+_largest_island_of = attrgetter("topology.largest_island")
+_gpu_model_of = attrgetter("gpu_model")
 
 
 class ScoreVectors:
     """The node index and the per-shape tables of one process (the service's prioritize verb; one lock: a call
-    reads and writes both)."""
+    reads and writes both). A slot holds no node state: it knows the state last found there by its `serial`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
+        self._next_epoch = 1
         self._reset(64)
-        self_ref = weakref.ref(self)
-
-        def forget(seen: weakref.ref[NodeState]) -> None:
-            index = self_ref()
-            if (
-                index is not None
-                and isinstance(seen, _Seen)
-                and seen.slot < len(index._seen)
-                and index._seen[seen.slot] is seen
-            ):
-                index._ids[seen.slot] = 0  # no live object has id 0: the slot's rows are stale
-                index._seen[seen.slot] = None
-
-        self._forget = forget
 
     def _reset(self, capacity: int) -> None:
         self._tables.clear()
         self._slot_of: dict[str, int] = {}
-        self._seen: list[_Seen | None] = [None]  # slot 0: every name the cluster does not know
-        self._ids = np.zeros(capacity, dtype=np.uint64)  # id() of the state each slot was last seen with
-        self._ids[0] = id(None)
-        self._epoch = np.zeros(capacity, dtype=np.int64)
+        self._used = 1  # slots taken; slot 0 answers for every name the cluster does not know
+        self._serial = np.zeros(capacity, dtype=np.int64)  # `NodeState.serial` each slot was last found with
+        self._epoch = np.zeros(capacity, dtype=np.int64)  # a new number whenever that changes: rows compare it
         self._observed = np.full(capacity, np.nan)  # NaN: never observed (or not a known node)
-        self._cpu_free = np.full(capacity, np.inf)  # inf: unknown (never short)
-        self._memory_free = np.full(capacity, np.inf)
+        self._cpu_free = np.full(capacity, np.nan)  # NaN: unknown (never short)
+        self._memory_free = np.full(capacity, np.nan)
         self._free_residents = np.zeros(capacity, dtype=np.bool_)
         self._healthy = np.zeros(capacity, dtype=np.bool_)  # at least one healthy GPU
         self._gpu_count = np.zeros(capacity, dtype=np.intp)
@@ -144,9 +136,11 @@ class ScoreVectors:
         self._model_ids: dict[str, int] = {}
 
     def clear(self) -> None:
-        """Forget every node and row (a benchmark's cold start)."""
+        """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
+        stay, each one's state unknown until the next call finds it."""
         with self._lock:
-            self._reset(64)
+            self._tables.clear()
+            self._serial[1:] = -1  # no state's serial
 
     def _grow(self, capacity: int) -> None:
         def grown(a: NDArray[Any], fill: object) -> NDArray[Any]:
@@ -154,74 +148,80 @@ class ScoreVectors:
             out[: a.size] = a
             return out
 
-        self._ids = grown(self._ids, 0)
+        self._serial = grown(self._serial, 0)
         self._epoch = grown(self._epoch, 0)
         self._observed = grown(self._observed, np.nan)
-        self._cpu_free = grown(self._cpu_free, np.inf)
-        self._memory_free = grown(self._memory_free, np.inf)
+        self._cpu_free = grown(self._cpu_free, np.nan)
+        self._memory_free = grown(self._memory_free, np.nan)
         self._free_residents = grown(self._free_residents, False)
         self._healthy = grown(self._healthy, False)
         self._gpu_count = grown(self._gpu_count, 0)
         self._largest_island = grown(self._largest_island, 0.0)
         self._model = grown(self._model, 0)
 
-    def _slots(self, names: Sequence[str], states: list[NodeState | None], cluster_size: int) -> list[int]:
+    def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> list[int]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
         got = list(map(self._slot_of.get, names))
         if None not in got:
             return cast("list[int]", got)
         if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
-            self._reset(self._ids.size)  # mostly names of nodes that left: start afresh
+            self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
             got = list(map(self._slot_of.get, names))
         out: list[int] = []
         for name, found, state in zip(names, got, states, strict=True):
             if found is not None:
                 out.append(found)
-            elif state is None:
+            elif state is _ABSENT:
                 out.append(0)
             else:
-                slot = self._slot_of[name] = len(self._seen)
-                self._seen.append(None)
-                if slot >= self._ids.size:
-                    self._grow(2 * self._ids.size)
+                slot = self._slot_of[name] = self._used
+                self._used += 1
+                if slot >= self._serial.size:
+                    self._grow(2 * self._serial.size)
                 out.append(slot)
         return out
 
-    def _refresh(self, slot: int, state: NodeState | None) -> None:
-        """Take a slot's node-level facts from the state a call found there (its rows in every table go stale)."""
-        if state is None:
-            self._seen[slot] = None
-        else:
-            seen = self._seen[slot] = _Seen(state, self._forget)
-            seen.slot = slot
-        self._ids[slot] = id(state)
-        self._epoch[slot] = next(_epochs)
-        if state is None:
-            self._observed[slot] = np.nan
-            self._cpu_free[slot] = self._memory_free[slot] = np.inf
+    def _refresh(
+        self, changed: IntArray, slots: NDArray[np.intp], states: list[NodeState | _Absent], serials: IntArray
+    ) -> None:
+        """Take the node-level facts of the candidates at `changed` from the states this call found (their rows in
+        every table go stale), one array assignment per fact."""
+        target = slots[changed]
+        self._serial[target] = serials[changed]
+        self._epoch[target] = np.arange(self._next_epoch, self._next_epoch + target.size)
+        self._next_epoch += target.size
+        found = [states[i] for i in changed.tolist()]
+        known = cast("list[NodeState]", [s for s in found if s is not _ABSENT])
+        if len(known) < len(found):
+            absent = np.fromiter((s is _ABSENT for s in found), dtype=np.bool_, count=len(found))
+            self._observed[target[absent]] = np.nan
+            target = target[~absent]
+        if not known:
             return
-        self._observed[slot] = np.nan if state.observed_at_seconds is None else state.observed_at_seconds
-        self._cpu_free[slot] = np.inf if state.cpu_free_milli is None else state.cpu_free_milli
-        self._memory_free[slot] = np.inf if state.memory_free_mib is None else state.memory_free_mib
-        self._free_residents[slot] = state.free_residents
-        self._healthy[slot] = state.healthy_count > 0
-        self._gpu_count[slot] = state.topology.gpu_count
-        self._largest_island[slot] = state.topology.largest_island
-        model = self._model_ids.get(state.gpu_model)
-        if model is None:
-            model = self._model_ids[state.gpu_model] = len(self._models)
-            self._models.append(state.gpu_model)
-        self._model[slot] = model
+        n = len(known)
+        # None (unknown) becomes NaN: never observed, never short of CPU or memory
+        self._observed[target] = np.array(list(map(_observed_of, known)), dtype=np.float64)
+        self._cpu_free[target] = np.array(list(map(_cpu_free_of, known)), dtype=np.float64)
+        self._memory_free[target] = np.array(list(map(_memory_free_of, known)), dtype=np.float64)
+        self._free_residents[target] = np.fromiter(map(_free_residents_of, known), dtype=np.bool_, count=n)
+        self._healthy[target] = np.fromiter(map(_healthy_count_of, known), dtype=np.intp, count=n) > 0
+        self._gpu_count[target] = np.fromiter(map(_gpu_count_of, known), dtype=np.intp, count=n)
+        self._largest_island[target] = np.fromiter(map(_largest_island_of, known), dtype=np.float64, count=n)
+        models = list(map(_gpu_model_of, known))
+        for model in set(models).difference(self._model_ids):
+            self._model_ids[model] = len(self._models)
+            self._models.append(model)
+        self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
 
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
         if table is None:
-            table = self._tables[key] = _Table(self._ids.size)
+            table = self._tables[key] = _Table(self._serial.size)
             if len(self._tables) > MAX_TABLES:
                 self._tables.popitem(last=False)
         else:
             self._tables.move_to_end(key)
-            table.fit(self._ids.size)
+            table.fit(self._serial.size)
         return table
 
     def priorities(
@@ -248,12 +248,12 @@ class ScoreVectors:
         predictors: Predictors,
         now_seconds: float | None,
     ) -> Priorities:
-        states = list(map(nodes.get, names))
-        slots_list = self._slots(names, states, len(nodes))
-        slots = np.array(slots_list, dtype=np.intp)
-        seen = np.fromiter(map(id, states), dtype=np.uint64, count=len(states))
-        for i in np.flatnonzero(seen != self._ids[slots]).tolist():
-            self._refresh(slots_list[i], states[i])
+        states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
+        slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
+        serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
+        changed = np.flatnonzero(serials != self._serial[slots])
+        if changed.size:
+            self._refresh(changed, slots, states, serials)
         observed = self._observed[slots]
         # `evaluate_batch`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
         fresh = ~np.isnan(observed) if now_seconds is None else observed >= now_seconds - config.staleness_seconds
@@ -288,7 +288,7 @@ class ScoreVectors:
         pod: PodRequest,
         cold: IntArray,
         slots: NDArray[np.intp],
-        states: list[NodeState | None],
+        states: list[NodeState | _Absent],
         *,
         tables: tuple[_Table, _Table, BoolArray | None],
         config: ScoringConfig,
@@ -416,16 +416,16 @@ class ScoreVectors:
 
 
 def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:
-    """Verdicts as table rows (fields × nodes); every one a `RawVerdict` (fresh nodes, a GPU pod)."""
-    rows = []
-    for r in raws:
-        if not isinstance(r, RawVerdict):
-            raise TypeError(f"evaluate_batch answered a fresh node of a GPU pod with {r!r}")
-        rows.append((1.0, r.packing, r.affinity, r.interference, r.slowdown) if r.feasible else _NO_ROW)
-    return np.array(rows).T.reshape(_FIELDS, len(rows))
+    """Verdicts as table rows (fields × nodes), one attribute at a time (an infeasible verdict's other fields are
+    never read). Every one is a `RawVerdict` (fresh nodes, a GPU pod): a `NodeScore` has no `slowdown`."""
+    n = len(raws)
+    rows = np.empty((_FIELDS, n))
+    for field, of in enumerate(_FIELD_OF):
+        rows[field] = np.fromiter(map(of, raws), dtype=np.float64, count=n)
+    return rows
 
 
-_NO_ROW = (0.0, 0.0, 0.0, 0.0, 1.0)
+_FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "interference", "slowdown")]
 _VECTORISE_MIN_NODES = 8
 """Below this many cold nodes of one GPU count and configuration, `evaluate_batch`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""

@@ -183,20 +183,21 @@ def test_shapes_kept_are_bounded_and_nodes_that_left_free_their_slots() -> None:
     assert len(kept._slot_of) <= 2 * 600 + vectors._SPARE_SLOTS
 
 
-def test_the_index_keeps_no_node_state_alive_and_a_freed_states_rows_are_never_reused() -> None:
+def test_the_index_keeps_no_node_state_alive_and_tells_states_apart_by_serial() -> None:
     rng = random.Random(12)
     kept = vectors.ScoreVectors()
     nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(12)}
     pod = PodRequest(gpu_milli=300)
-    kept.priorities(
-        pod, list(nodes), nodes, config=ScoringConfig(), predictors=Predictors.heuristic(), now_seconds=None
-    )
+    heuristic = Predictors.heuristic()
+    kept.priorities(pod, list(nodes), nodes, config=ScoringConfig(), predictors=heuristic, now_seconds=None)
     gone = weakref.ref(nodes["n5"])
     slot = kept._slot_of["n5"]
-    assert kept._ids[slot] == id(nodes["n5"])
+    assert kept._serial[slot] == nodes["n5"].serial
     nodes["n5"] = random_node(rng, "n5", 8, cpu=False)  # a new snapshot; the old state has no other holder
     assert gone() is None
-    assert kept._ids[slot] == 0  # whatever state is built at the freed address next, it cannot match
-    scoring.clear_verdicts()
-    vectors.VECTORS.clear()
-    check(pod, list(nodes), nodes, ScoringConfig(), now=NOW)
+    assert nodes["n5"].serial > kept._serial[slot]  # serials are never reused: the old rows cannot match
+    got = kept.priorities(pod, list(nodes), nodes, config=ScoringConfig(), predictors=heuristic, now_seconds=None)
+    assert kept._serial[slot] == nodes["n5"].serial
+    assert got.scores == extender_scores(
+        scoring.score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), now_seconds=None)
+    )
