@@ -17,7 +17,7 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_priorities, extender_scores, first_of_equals
 from advisor.placement.types import NodeState, PodRequest
 from advisor.predictors import Predictors
-from tests.advisor.test_columnar import CPU_MIX, MODELS, WorkloadAwareInterference, random_node, random_pod
+from tests.advisor.test_columnar import CPU_MIX, GIB, MODELS, WorkloadAwareInterference, random_node, random_pod
 
 NOW = 1010.0
 
@@ -83,6 +83,7 @@ def test_vectors_give_the_integers_of_the_full_verdicts_through_refreshes_and_st
     names = [*nodes, "ghost", "n3"]  # a node the advisor does not know, and a name sent twice
     pods = [random_pod(rng) for _ in range(10)]
     pods += [replace(p, workload="other", cpu_milli=rng.choice((None, 100, 60_000))) for p in pods]  # same shapes
+    pods += [PodRequest(gpus=rng.choice((1, 2, 4)), gpu_memory_bytes=rng.choice((10, 50)) * GIB) for _ in range(3)]
     covered = 0
     for round_ in range(3):
         for pod in pods:
