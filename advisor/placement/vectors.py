@@ -39,9 +39,10 @@ from numpy.typing import NDArray
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.columnar import NodeFacts, share_arrays
 from advisor.placement.config import ScoringConfig
-from advisor.placement.scoring import RawVerdict, evaluate_batch, jct_basis
+from advisor.placement.gpuset import whole_plan
+from advisor.placement.scoring import RawVerdict, evaluate_batch, jct_basis, whole_eligible_mask
 from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest
-from advisor.predictors import Predictors, default_usage
+from advisor.predictors import Predictors, UsageProfile, default_usage
 
 MAX_TABLES = 32
 """Request shapes whose score vectors are kept (each 48 bytes per node slot: 0.5 MB per shape at 10,000 nodes)."""
@@ -295,7 +296,7 @@ class ScoreVectors:
         predictors: Predictors,
     ) -> None:
         """Fill the rows of the candidates at `cold` (fresh, with room for the pod's CPU/memory): a share straight
-        from `columnar.share_arrays`, whole GPUs from `evaluate_batch` (its memo answers what it has). `tables`:
+        from `columnar.share_arrays`, whole GPUs by `_whole_rows`. `tables`:
         the shape's table, the any-workload one, and per candidate whether its row is in the first (None: one
         table)."""
         table, any_table, own = tables
@@ -304,7 +305,7 @@ class ScoreVectors:
         if pod.is_share:
             values = self._share_rows(pod, batch, target, config=config, predictors=predictors)
         else:
-            values = _rows(evaluate_batch(pod, batch, config=config, predictors=predictors, now_seconds=None))
+            values = _whole_rows(pod, batch, config=config, predictors=predictors)
         epochs = self._epoch[target]
         if own is None:
             table.data[:, target] = values
@@ -413,6 +414,51 @@ class ScoreVectors:
             ints = np.rint(10.0 - 10.0 * (best - total) / config.extender_span_points)
             out[feasible] = np.maximum(1, ints.astype(np.int64))
         return Priorities(out.tolist(), feasible, infeasible)
+
+
+def _whole_rows(
+    pod: PodRequest, batch: list[NodeState], *, config: ScoringConfig, predictors: Predictors
+) -> FloatArray:
+    """Whole GPUs' rows (fields × nodes) without a verdict object or memo entry per node: `evaluate_batch`'s checks
+    (a GPU model the pod does not accept, no healthy GPU) and `scoring._evaluate_whole` for a pod without a gang on
+    nodes without a CPU/memory fit index (what `covers` admits): the eligible GPUs, the node shape's cached plan
+    (`gpuset.whole_plan`), its packing and link affinity, the interference with residents on the chosen GPUs."""
+    k = pod.whole_gpus
+    accepted = pod.gpu_models
+    fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+    usages: dict[str, UsageProfile] = {}
+    slowdowns = predictors.interference.slowdowns
+    feasible, packing, affinity, interference, slowdown = [], [], [], [], []
+    for node in batch:
+        plan = None
+        if (not accepted or normalize_gpu_model(node.gpu_model) in accepted) and node.healthy_count:
+            eligible = whole_eligible_mask(node, pod)
+            if eligible.bit_count() >= k:
+                plan = whole_plan(node.topology, node.free_milli, eligible, k, config.for_model(node.gpu_model))
+        if plan is None:
+            feasible.append(0.0)
+            packing.append(0.0)
+            affinity.append(0.0)
+            interference.append(0.0)
+            slowdown.append(1.0)
+            continue
+        pod_slow, res_slow = 1.0, 1.0
+        gpus = node.gpus
+        for pos in plan.positions:
+            residents = gpus[pos].residents
+            if residents:
+                usage = usages.get(node.gpu_model)
+                if usage is None:
+                    usage = usages[node.gpu_model] = predictors.usage.usage(pod.workload, node.gpu_model) or fallback
+                p, r = slowdowns(gpus[pos].model, pod.workload, usage, residents)
+                pod_slow = max(pod_slow, p)
+                res_slow = max(res_slow, r)
+        feasible.append(1.0)
+        packing.append(plan.packing)
+        affinity.append(plan.topology_affinity)
+        interference.append(0.5 / pod_slow + 0.5 / res_slow)
+        slowdown.append(pod_slow)
+    return np.array([feasible, packing, affinity, interference, slowdown], dtype=np.float64).reshape(_FIELDS, -1)
 
 
 def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:

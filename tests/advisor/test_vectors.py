@@ -15,7 +15,7 @@ import pytest
 from advisor.placement import scoring, vectors
 from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_priorities, extender_scores, first_of_equals
-from advisor.placement.types import NodeState, PodRequest
+from advisor.placement.types import NodeState, PodRequest, Resident
 from advisor.predictors import Predictors
 from tests.advisor.test_columnar import CPU_MIX, GIB, MODELS, WorkloadAwareInterference, random_node, random_pod
 
@@ -125,7 +125,7 @@ def test_a_warm_call_computes_nothing_and_a_new_snapshot_only_its_node(
         object.__setattr__(node, "observed_at_seconds", 1000.0)
     config = ScoringConfig()
     computed: list[int] = []
-    for name in ("evaluate_batch", "share_arrays"):
+    for name in ("evaluate_batch", "share_arrays", "_whole_rows"):
         real = getattr(vectors, name)
 
         def counting(
@@ -202,3 +202,35 @@ def test_the_index_keeps_no_node_state_alive_and_tells_states_apart_by_serial() 
     assert got.scores == extender_scores(
         scoring.score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), now_seconds=None)
     )
+
+
+def with_host_processes(rng: random.Random, node: NodeState) -> NodeState:
+    """The node with an unallocated process (a host job, a pod the watch has not listed) on some of its free GPUs:
+    whole GPUs chosen there are shared, so the workload and the predictor matter."""
+    gpus = tuple(
+        replace(g, residents=(Resident("host", rng.choice(("bert", None)), 0, rng.random(), rng.random() * 0.5),))
+        if g.allocated_milli == 0 and rng.random() < 0.4
+        else g
+        for g in node.gpus
+    )
+    return NodeState(
+        name=node.name,
+        gpus=gpus,
+        topology=node.topology,
+        observed_at_seconds=node.observed_at_seconds,
+        gangs=node.gangs,
+    )
+
+
+@pytest.mark.parametrize("predictors", [Predictors.heuristic(), None])
+def test_whole_gpus_chosen_beside_unallocated_processes_give_the_same_integers(predictors: Predictors | None) -> None:
+    rng = random.Random(21)
+    chosen = predictors or replace(Predictors.heuristic(), interference=WorkloadAwareInterference())
+    nodes = {f"n{i}": with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)) for i in range(40)}
+    assert any(n.free_residents for n in nodes.values())
+    vectors.VECTORS.clear()
+    for _ in range(2):  # cold, then warm
+        for gpus in (1, 2, 4, 8):
+            for workload in ("bert", "gpt2", None):
+                pod = PodRequest(gpus=gpus, workload=workload, gpu_memory_bytes=rng.choice((None, 20 * GIB)))
+                check(pod, list(nodes), nodes, ScoringConfig(), predictors=chosen)
