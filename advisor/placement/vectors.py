@@ -4,10 +4,11 @@ kube-scheduler asks about every GPU pod with ~500 candidate nodes. Memoised verd
 cost a memo lookup, a verdict object and a weighted sum per node in Python on every call. Here each request shape has
 one row of numbers per node slot — feasible, packing, affinity, interference, slowdown — each row valid for one node
 state. A call maps the candidates' names to slots, finds with one array comparison the rows that do not belong to the
-node states of this moment (a shape not seen before, a node that sent a new snapshot), computes only those — a share
-straight from `columnar.share_arrays` (no verdict object per node), whole GPUs through `evaluate_batch` and its memo —
-and weighs the components and converts them to 0..10 with numpy, in the same IEEE operations and order as
-`extender._extender_totals` and `extender._extender_int`: the same integers (tests/advisor/test_vectors.py compares).
+node states of this moment (a shape not seen before, a node that sent a new snapshot), computes only those (a share
+straight from `columnar.share_arrays`, whole GPUs from the node shape's cached plan in `_whole_rows`; no verdict object
+or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, in the same IEEE
+operations and order as `extender._extender_totals` and `extender._extender_int`: the same integers
+(tests/advisor/test_vectors.py compares).
 
 The shape is `evaluate_batch`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
 — except for whole GPUs on a node whose free GPUs have no residents, whose rows hold for any workload (each such call
