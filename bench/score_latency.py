@@ -1,8 +1,9 @@
 """Scoring latency at the scale kube-scheduler sends: 500 candidate nodes × 8 GPUs, ~2,000 residents.
 
 One command, prints the figures recorded in docs/benchmarks.md:
-  * in-process `advisor.placement.scoring.score_candidates` over the 500 nodes, p50/p99 per call — warm (node states and
-    request shapes seen before: the per-node memo answers) and cold (every node just refreshed by a new snapshot);
+  * in-process `advisor.placement.scoring.score_candidates` and `extender_priorities` over the 500 nodes, p50/p99 per
+    call — warm (node states and request shapes seen before: the score vectors and the memo answer) and cold (every
+    node just refreshed by a new snapshot);
   * `POST /extender/prioritize` over HTTP on loopback (a full v1.Pod, 500 NodeNames) against
     `gpuadvisor advisor serve --no-kube` in a subprocess: p50/p99 with one keep-alive client, and the server's own
     CPU time per request (unaffected by other load on the machine);
@@ -53,6 +54,7 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_priorities
 from advisor.placement.scoring import clear_verdicts, score_candidates
 from advisor.placement.types import PodRequest
+from advisor.placement.vectors import VECTORS
 from collector.snapshot import NodeSnapshot
 
 
@@ -93,6 +95,7 @@ def bench_in_process(snapshots: list[dict[str, Any]], iterations: int, *, node_c
             for i in range(count):
                 if label == "cold":
                     clear_verdicts()
+                    VECTORS.clear()
                 t0, c0 = time.perf_counter(), time.thread_time()
                 call(pods[i % len(pods)])
                 wall.append(time.perf_counter() - t0)

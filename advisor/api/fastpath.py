@@ -12,12 +12,25 @@ and latency metrics are the route's own.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
+import msgspec
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from advisor.api.context import AppContext
 from advisor.api.errors import replaying
+
+_DECODE = msgspec.json.Decoder().decode
+
+
+def decode_json(body: bytes) -> Any:
+    """The body as JSON, for an answer here: msgspec's decoder, ~5x faster than `errors.parse_json` on a
+    prioritize body. It raises on everything `parse_json` refuses (invalid UTF-8, NaN and Infinity, numbers that
+    overflow a float, unpaired surrogate escapes; integers past 64 bits too), so the route answers those with its
+    own 422; what it accepts decodes to the values `json.loads` gives (tests/advisor/test_fastpath.py)."""
+    return _DECODE(body)
+
 
 Answer = Callable[[bytes, AppContext], bytes]
 """A route's whole answer (JSON) to a raw body; raises on anything the route would not answer with a 200."""

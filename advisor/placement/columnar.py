@@ -65,6 +65,24 @@ class ShareColumns(NamedTuple):
     resident_slowdown: list[float]
 
 
+class ShareArrays(NamedTuple):
+    """`ShareColumns` as arrays (one element per node): what the prioritize verb's score vectors store."""
+
+    positions: NDArray[np.intp]
+    packing: FloatArray
+    interference: FloatArray
+    pod_slowdown: FloatArray
+    resident_slowdown: FloatArray
+
+
+class NodeFacts(NamedTuple):
+    """What a caller already holds per node in arrays (the prioritize verb's node index), so that `share_arrays`
+    need not read it from every node: its largest NVLink island, and which of `usages` is the pod's on it."""
+
+    largest_island: FloatArray
+    usage_index: NDArray[np.intp]
+
+
 @dataclass(frozen=True, slots=True)
 class _Stats:
     """What F_n(M) reads of a node's free GPU shares (`fragmentation._fragments`), per node (shape n) or per
@@ -104,26 +122,38 @@ def _before(free: FloatArray, island_ids: NDArray[np.int64], sizes: set[int]) ->
     return stats, per_island, counts[slots].reshape(g, n)
 
 
-def _after(free: FloatArray, per_island: FloatArray, own: FloatArray, before: _Stats, milli: int) -> _Stats:
-    """The statistics after `milli` is taken from each GPU in turn (g × n): only that GPU's free share changes."""
-    taken = free - milli
-    was_full = free >= WHOLE_GPU_MILLI
-    lost_full = (was_full & (taken < WHOLE_GPU_MILLI)).astype(np.float64)
+def _after(
+    free: FloatArray,
+    per_island: FloatArray,
+    own: FloatArray,
+    before: _Stats,
+    *,
+    milli: int,
+    at: tuple[NDArray[np.intp], NDArray[np.intp]],
+) -> _Stats:
+    """The statistics after `milli` is taken from each GPU `at` (GPU positions, nodes: the GPUs the share fits on)
+    in turn, one element per such GPU: only that GPU's free share changes. Computed only where the share fits (a
+    quarter of a busy cluster's GPUs): the other GPUs' values were never read."""
+    positions, rows = at
+    f = free[positions, rows]
+    taken = f - milli
+    lost_full = ((f >= WHOLE_GPU_MILLI) & (taken < WHOLE_GPU_MILLI)).astype(np.float64)
     # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
     ordered = np.sort(free, axis=0)
-    first, second = ordered[-1], ordered[-2] if free.shape[0] > 1 else np.zeros_like(ordered[-1])
-    only_max = (free == first) & (second < first)  # the maximum is unique where the second largest is below it
+    first = ordered[-1][rows]
+    second = ordered[-2][rows] if free.shape[0] > 1 else np.zeros_like(first)
+    only_max = (f == first) & (second < first)  # the maximum is unique where the second largest is below it
     others_max = np.where(only_max, second, first)
     # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
-    top = before.island_full
-    top_islands = (per_island == top).sum(axis=0)
-    island_full = top - lost_full * ((own == top) & (top_islands == 1))
+    top = before.island_full[rows]
+    top_islands = (per_island == before.island_full).sum(axis=0)[rows]
+    island_full = top - lost_full * ((own[positions, rows] == top) & (top_islands == 1))
     return _Stats(
-        total=before.total - milli,
-        full=before.full - lost_full,
+        total=before.total[rows] - milli,
+        full=before.full[rows] - lost_full,
         max_free=np.maximum(others_max, taken),
         island_full=island_full,
-        below={m: below - free * (free < m) + taken * (taken < m) for m, below in before.below.items()},
+        below={m: below[rows] - f * (f < m) + taken * (taken < m) for m, below in before.below.items()},
     )
 
 
@@ -187,40 +217,45 @@ def _sigmoid_of_negative(x: FloatArray) -> FloatArray:
 def _slowdowns(
     pod: PodRequest,
     nodes: Sequence[NodeState],
-    cols: FloatArray,
-    candidates: BoolArray,
+    entries: FloatArray,
+    at: tuple[NDArray[np.intp], NDArray[np.intp]],
     *,
     usages: Sequence[UsageProfile],
+    usage_index: NDArray[np.intp],
     predictors: Predictors,
 ) -> tuple[FloatArray, FloatArray]:
-    """(the pod's slowdown, the residents' worst) on each candidate GPU; 1 where it has no residents. The heuristic
-    predictor's arithmetic on arrays, in its order (padding residents add 0.0, which changes no sum); any other
-    predictor, and GPUs with more residents than the columns hold, through `slowdowns` itself."""
-    pod_slow = np.ones(candidates.shape)
-    res_slow = np.ones(candidates.shape)
-    residents = cols[_RESIDENTS]
-    busy = candidates & (residents > 0)
+    """(the pod's slowdown, the residents' worst) on each GPU `at` (`entries`: its columns, row × GPU; node i's
+    usage `usages[usage_index[i]]`); 1 where it has no residents. The heuristic predictor's arithmetic on arrays,
+    in its order (padding residents add 0.0, which changes no sum); any other predictor, and GPUs with more
+    residents than the columns hold, through `slowdowns` itself."""
+    positions, rows = at
+    residents = entries[_RESIDENTS]
+    pod_slow = np.ones(residents.shape)
+    busy = residents > 0
     interference = predictors.interference
     if type(interference) is HeuristicInterference:
-        # the pod's own use, then each resident's, added in the heuristic's order (broadcast over the node's GPUs)
+        # the pod's own use, then each resident's, added in the heuristic's order
         n = len(usages)
-        sm = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n) + cols[_SM]
-        bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n) + cols[_BW]
+        of_entry = usage_index[rows]
+        sm = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[of_entry] + entries[_SM]
+        bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[of_entry] + entries[_BW]
         for j in range(1, COLUMN_RESIDENTS):
-            sm = sm + cols[_SM + j]
-            bw = bw + cols[_BW + j]
+            sm = sm + entries[_SM + j]
+            bw = bw + entries[_BW + j]
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
         pod_slow = np.where(busy, contention, pod_slow)
         res_slow = pod_slow.copy()
         busy = busy & (residents > COLUMN_RESIDENTS)
-    positions, rows = np.nonzero(busy)
-    if rows.size:
+    else:
+        res_slow = pod_slow.copy()
+    asked = np.flatnonzero(busy)
+    if asked.size:
         pairs = []
-        for i, p in zip(rows.tolist(), positions.tolist(), strict=True):
+        for i, p in zip(rows[asked].tolist(), positions[asked].tolist(), strict=True):
             gpu = nodes[i].gpus[p]
-            pairs.append(interference.slowdowns(gpu.model, pod.workload, usages[i], gpu.residents))
-        pod_slow[positions, rows] = [a for a, _ in pairs]
-        res_slow[positions, rows] = [b for _, b in pairs]
+            pairs.append(interference.slowdowns(gpu.model, pod.workload, usages[usage_index[i]], gpu.residents))
+        pod_slow[asked] = [a for a, _ in pairs]
+        res_slow[asked] = [b for _, b in pairs]
     return pod_slow, res_slow
 
 
@@ -233,28 +268,54 @@ def share_choices(
     config: ScoringConfig,
     predictors: Predictors,
 ) -> ShareColumns:
+    """`share_arrays` as one list per field (the per-node verdicts are built from them)."""
+    arrays = share_arrays(pod, nodes, fits, usages, config=config, predictors=predictors)
+    return ShareColumns(*(a.tolist() for a in arrays))
+
+
+def share_arrays(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
+    usages: Sequence[UsageProfile],
+    *,
+    config: ScoringConfig,
+    predictors: Predictors,
+    facts: NodeFacts | None = None,
+) -> ShareArrays:
     """For each node (all with the same number of GPUs, at least one healthy), the GPU a share of `pod` goes on:
     the best `weight_packing × packing + weight_interference × interference` among the GPUs it fits on, the first
     on ties, exactly as `scoring._evaluate_share` chooses. `fits` are the nodes' CPU/memory fit indices before and
-    after the pod (None: GPU-only), `usages` the pod's expected use on each node's GPU model."""
+    after the pod (None: GPU-only), `usages` the pod's expected use on each node's GPU model — or, with `facts`,
+    on the node's GPU model as `facts.usage_index` says."""
     n = len(nodes)
     g = nodes[0].topology.gpu_count
-    flat = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64)
-    cols = flat.reshape(n, COLUMN_ROWS, g).transpose(1, 2, 0).copy()  # row × GPU position × node (see `_before`)
-    free = cols[_FREE]
+    flat = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
+
+    def row(r: int) -> FloatArray:
+        """One row of every node's columns as GPU position × node (see `_before`)."""
+        return np.ascontiguousarray(flat[:, r, :].T)
+
+    free = row(_FREE)
     milli = pod.share_milli
-    ok = (cols[_SHARE_OK] > 0) & (cols[_ALLOCATED] + milli <= WHOLE_GPU_MILLI)
+    ok = (row(_SHARE_OK) > 0) & (row(_ALLOCATED) + milli <= WHOLE_GPU_MILLI)
     need = pod.gpu_memory_bytes
     if need is not None:
-        total_memory = cols[_MEMORY_TOTAL]
-        free_memory = np.maximum(0.0, total_memory - cols[_MEMORY_USED])
+        total_memory = row(_MEMORY_TOTAL)
+        free_memory = np.maximum(0.0, total_memory - row(_MEMORY_USED))
         ok &= (total_memory <= 0) | (free_memory >= need)
-    island_ids = cols[_ISLAND].astype(np.int64)
-    largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
+    island_ids = row(_ISLAND).astype(np.int64)
+    if facts is None:
+        largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
+        usage_index = np.arange(n)
+    else:
+        largest, usage_index = facts
+    positions, rows = np.nonzero(ok)  # the GPUs the share fits on, position-major
+    at = (positions, rows)
 
     sizes = _share_sizes(config)
     before, per_island, own_island = _before(free, island_ids, sizes)
-    after = _after(free, per_island, own_island, before, milli)
+    after = _after(free, per_island, own_island, before, milli=milli, at=at)
     if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
         uses_fit = np.zeros(n, dtype=np.bool_)
         before_weights = after_weights = None
@@ -263,25 +324,32 @@ def share_choices(
         before_weights = _weights(config, [f[0] if f is not None else None for f in fits])
         after_weights = _weights(config, [f[1] if f is not None else None for f in fits])
     frag_before = _fragmentation(before, largest, config=config, weights=before_weights, uses_fit=uses_fit)
-    frag_after = _fragmentation(after, largest, config=config, weights=after_weights, uses_fit=uses_fit)
-    delta = frag_after - frag_before
+    frag_after = _fragmentation(
+        after,
+        largest[rows],
+        config=config,
+        weights=None if after_weights is None else after_weights[rows],
+        uses_fit=uses_fit[rows],
+    )
+    delta = frag_after - frag_before[rows]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
-    # The sigmoid only where the share fits (elsewhere its value is never read).
-    sigmoid = np.zeros((g, n))
-    sigmoid[ok] = _sigmoid_of_negative(delta[ok] / WHOLE_GPU_MILLI)
     best_fit = config.packing_best_fit_share
-    packing = (1.0 - best_fit) * sigmoid + best_fit * (1.0 - left_ratio)
+    packing = (1.0 - best_fit) * _sigmoid_of_negative(delta / WHOLE_GPU_MILLI) + best_fit * (1.0 - left_ratio)
 
-    pod_slow, res_slow = _slowdowns(pod, nodes, cols, ok, usages=usages, predictors=predictors)
+    entries = flat[rows, :, positions].T  # row × GPU the share fits on
+    pod_slow, res_slow = _slowdowns(
+        pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors
+    )
     interference = 0.5 / pod_slow + 0.5 / res_slow
-    value = np.where(ok, config.weight_packing * packing + config.weight_interference * interference, -np.inf)
+    value = np.full((g, n), -np.inf)
+    value[at] = config.weight_packing * packing + config.weight_interference * interference
     best = value.argmax(axis=0)  # the first GPU position on ties
-    rows = np.arange(n)
-    positions = np.where(ok[best, rows], best, -1)
-    return ShareColumns(
-        positions.tolist(),
-        packing[best, rows].tolist(),
-        interference[best, rows].tolist(),
-        pod_slow[best, rows].tolist(),
-        res_slow[best, rows].tolist(),
+    entry = np.zeros((g, n), dtype=np.intp)
+    entry[at] = np.arange(rows.size)
+    chosen = entry[best, np.arange(n)]
+    placed = ok[best, np.arange(n)]
+    if not rows.size:  # fits nowhere: the other fields mean nothing
+        return ShareArrays(np.full(n, -1, dtype=np.intp), *(np.zeros(n) for _ in range(4)))
+    return ShareArrays(
+        np.where(placed, best, -1), packing[chosen], interference[chosen], pod_slow[chosen], res_slow[chosen]
     )

@@ -20,6 +20,7 @@ from advisor.placement.scoring import (
     scores_without_gpu,
 )
 from advisor.placement.types import NodeScore, NodeState, PodRequest
+from advisor.placement.vectors import VECTORS, covers
 from advisor.predictors import Predictors
 
 
@@ -64,12 +65,21 @@ def extender_priorities(
 ) -> ExtenderVerdict:
     """`extender_scores(score_candidates(...))` without building a `NodeScore` per node (the scheduler's hot path).
 
-    Same numbers: only the totals are computed, since kube-scheduler reads nothing else.
+    Same numbers: only the totals are computed, since kube-scheduler reads nothing else. The pods `vectors.covers`
+    (GPU pods without a gang, a task mix without CPU/memory) are answered from per-shape score vectors
+    (`advisor.placement.vectors`): a gather where the shape and the nodes' states were seen before.
     """
     predictors = predictors or HEURISTIC_PREDICTORS
     unknown_int = min(10, max(0, round(config.unknown_node_score / 10.0)))
     if pod.whole_gpus == 0 and not pod.is_share and not scores_without_gpu(pod, config):
         return ExtenderVerdict([5] * len(names), 0, 0, len(names))
+    if covers(pod, config):
+        got = VECTORS.priorities(pod, names, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
+        scored_count, infeasible_count = int(got.scored.sum()), int(got.infeasible.sum())
+        ints = got.scores
+        if config.extender_first_of_equals:
+            ints = first_of_equals(ints, names, got.scored.tolist())
+        return ExtenderVerdict(ints, scored_count, infeasible_count, len(names) - scored_count - infeasible_count)
     known = [nodes[n] for n in names if n in nodes]
     raws = evaluate_batch(pod, known, config=config, predictors=predictors, now_seconds=now_seconds)
     totals = _extender_totals(pod, raws, config, predictors)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import count
 from typing import NamedTuple
 
 from collector.snapshot import LINK_RANK, LinkLevel
@@ -178,6 +179,9 @@ def _nvlink_islands(ranks: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     return tuple(islands)
 
 
+_SERIALS = count(1)
+
+
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class NodeState:
     """One node as the advisor sees it. Derived masks are computed once here, not per scoring call.
@@ -192,6 +196,8 @@ class NodeState:
 
     Immutable, compared and hashed by identity: the scorer memoises what it derives from a node against the node
     itself (`advisor.placement.memo.NodeMemo`; a new snapshot makes a new `NodeState`, so a memo never goes stale).
+    `serial` numbers the states of a process, never reused: the prioritize verb's score vectors
+    (`advisor.placement.vectors`) tell a node's states apart by it, in arrays, without holding them.
     """
 
     name: str
@@ -211,8 +217,10 @@ class NodeState:
     natural_indices: bool = field(init=False)
     free_residents: bool = field(init=False)
     columns: bytes = field(init=False, repr=False)
+    serial: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "serial", next(_SERIALS))
         if self.topology.gpu_count != len(self.gpus):
             raise ScoringInputError(
                 f"node {self.name}: topology covers {self.topology.gpu_count} GPUs, node has {len(self.gpus)}"

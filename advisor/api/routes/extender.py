@@ -12,15 +12,16 @@ Node objects that pass come back exactly as sent.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 
-import pydantic_core
 from fastapi import APIRouter
 from fastapi.responses import Response
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, parse_json
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
+from advisor.api.fastpath import decode_json
 from advisor.api.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
 from advisor.placement.extender import extender_priorities
 from advisor.placement.filter import extender_filter
@@ -58,11 +59,35 @@ def _priorities(args: ExtenderArgs, ctx: AppContext) -> bytes:
     verdict = extender_priorities(
         pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
     )
-    hosts = [{"Host": name, "Score": score} for name, score in zip(names, verdict.scores, strict=True)]
     ctx.metrics.count_scores("extender", verdict.scored, verdict.infeasible, verdict.unknown)
     ctx.metrics.count_fallbacks(predictors.names())
-    # Serialised here (not by FastAPI): 500 entries per call, 4x cheaper than re-validating them through a model.
-    return pydantic_core.to_json(hosts)
+    return host_priorities(names, verdict.scores, len(ctx.state.nodes))
+
+
+_HOST_PREFIX: dict[str, bytes] = {}
+"""`{"Host":<the name as JSON>,"Score":` per node name answered, so that an answer is a join (0.04 ms for 500 hosts,
+against 0.2 ms through a list of dicts and a JSON encoder); emptied when it outgrows the cluster (nodes that left)."""
+_SCORE_CLOSE = [f"{score}}},".encode() for score in range(11)]
+
+
+def host_priorities(names: list[str], scores: list[int], cluster_size: int) -> bytes:
+    """The HostPriorityList as JSON (scores 0..10)."""
+    if not names:
+        return b"[]"
+    prefix = _HOST_PREFIX
+    if len(prefix) > 2 * cluster_size + 1024:
+        prefix.clear()
+    heads = list(map(prefix.get, names))
+    if None in heads:
+        for name in names:
+            if name not in prefix:
+                prefix[name] = b'{"Host":' + json.dumps(name).encode() + b',"Score":'
+        heads = list(map(prefix.get, names))
+    # name, score, name, score, ...: interleaved by slices, no Python loop per host
+    parts: list[bytes | None] = [None] * (2 * len(heads))
+    parts[0::2] = heads
+    parts[1::2] = map(_SCORE_CLOSE.__getitem__, scores)
+    return b"[" + b"".join(parts)[:-1] + b"]"  # type: ignore[arg-type]  # every slot filled above
 
 
 @router.post("/prioritize", response_model=list[HostPriority])
@@ -81,7 +106,7 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
 
 def fast_prioritize(body: bytes, ctx: AppContext) -> bytes:
     """`JsonFastPath`'s answer for a raw prioritize body (raises where the route would not answer 200)."""
-    return _priorities(ExtenderArgs.model_validate(parse_json(body)), ctx)
+    return _priorities(ExtenderArgs.model_validate(decode_json(body)), ctx)
 
 
 @router.post("/filter", response_model=ExtenderFilterResult, response_model_exclude_none=True)

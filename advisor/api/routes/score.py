@@ -11,7 +11,8 @@ from fastapi.responses import Response
 
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented, parse_json
+from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
+from advisor.api.fastpath import decode_json
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -79,7 +80,7 @@ async def score(body: ScoreRequest, ctx: Ctx) -> Response:
 
 def fast_score(body: bytes, ctx: AppContext) -> bytes:
     """`JsonFastPath`'s answer for a raw score body (raises where the route would not answer 200)."""
-    return _answer(ScoreRequest.model_validate(parse_json(body)), ctx)
+    return _answer(ScoreRequest.model_validate(decode_json(body)), ctx)
 
 
 def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:

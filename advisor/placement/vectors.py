@@ -1,0 +1,483 @@
+"""Per-shape score vectors over a node index: kube-scheduler's prioritize verb as a gather.
+
+kube-scheduler asks about every GPU pod with ~500 candidate nodes. Memoised verdicts (`scoring.evaluate_batch`) still
+cost a memo lookup, a verdict object and a weighted sum per node in Python on every call. Here each request shape has
+one row of numbers per node slot — feasible, packing, affinity, interference, slowdown — each row valid for one node
+state. A call maps the candidates' names to slots, finds with one array comparison the rows that do not belong to the
+node states of this moment (a shape not seen before, a node that sent a new snapshot), computes only those (a share
+straight from `columnar.share_arrays`, whole GPUs from the node shape's cached plan in `_whole_rows`; no verdict object
+or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, in the same IEEE
+operations and order as `extender._extender_totals` and `extender._extender_int`: the same integers
+(tests/advisor/test_vectors.py compares).
+
+The shape is `evaluate_batch`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
+— except for whole GPUs on a node whose free GPUs have no residents, whose rows hold for any workload (each such call
+reads two tables, as the memo reads two keys). The pod's CPU/memory is no part of it: a shortfall is checked on every
+call over the nodes' free CPU/memory, as `evaluate_batch` does.
+
+What it covers: pods that ask for GPUs (whole or a share), without a gang (whether a member runs elsewhere depends on
+the whole batch), under a configuration whose task mixes give no CPU/memory (no node has a fit index). Everything else
+goes through the per-node path unchanged (`covers`).
+
+Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
+per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
+state last found there only weakly), and is started afresh once it holds more than twice as many names as the cluster
+has nodes (`_SPARE_SLOTS` aside).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, NamedTuple, cast
+
+import numpy as np
+from numpy.typing import NDArray
+
+from advisor.gpus import normalize_gpu_model
+from advisor.placement.columnar import NodeFacts, share_arrays
+from advisor.placement.config import ScoringConfig
+from advisor.placement.gpuset import whole_plan
+from advisor.placement.scoring import RawVerdict, evaluate_batch, jct_basis, whole_eligible_mask
+from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest
+from advisor.predictors import Predictors, UsageProfile, default_usage
+
+MAX_TABLES = 32
+"""Request shapes whose score vectors are kept (each 48 bytes per node slot: 0.5 MB per shape at 10,000 nodes)."""
+_SPARE_SLOTS = 1024
+_FEASIBLE, _PACKING, _AFFINITY, _INTERFERENCE, _SLOWDOWN = range(5)
+_FIELDS = 5
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+
+class Priorities(NamedTuple):
+    """A batch's 0..10 per candidate (in order) and, per candidate, whether it was scored (known, fresh, feasible)
+    or is infeasible; the rest are unknown."""
+
+    scores: list[int]
+    scored: BoolArray
+    infeasible: BoolArray
+
+
+def covers(pod: PodRequest, config: ScoringConfig) -> bool:
+    """Whether `priorities` answers this pod under this configuration (else: the per-node path)."""
+    if pod.gang or not (pod.whole_gpus > 0 or pod.is_share) or config.resources is not None:
+        return False
+    return all(config.for_model(model).resources is None for model in config.model_task_mix or ())
+
+
+class _Table:
+    """One shape's rows: `epoch[slot]` is the node index's epoch of the state the row was computed for (-1: none)."""
+
+    __slots__ = ("data", "epoch")
+
+    def __init__(self, capacity: int) -> None:
+        self.epoch: IntArray = np.full(capacity, -1, dtype=np.int64)
+        self.data: FloatArray = np.zeros((_FIELDS, capacity))
+
+    def fit(self, capacity: int) -> None:
+        """Grow to the index's capacity (new slots: no row)."""
+        old = self.epoch.size
+        if old < capacity:
+            epoch = np.full(capacity, -1, dtype=np.int64)
+            epoch[:old] = self.epoch
+            data = np.zeros((_FIELDS, capacity))
+            data[:, :old] = self.data
+            self.epoch, self.data = epoch, data
+
+
+class _Absent:
+    """Stands for a name the cluster does not know (the default of `nodes.get`): serial 0, no state's."""
+
+    serial = 0
+
+
+_ABSENT = _Absent()
+_serial_of = attrgetter("serial")
+_observed_of = attrgetter("observed_at_seconds")
+_cpu_free_of = attrgetter("cpu_free_milli")
+_memory_free_of = attrgetter("memory_free_mib")
+_free_residents_of = attrgetter("free_residents")
+_healthy_count_of = attrgetter("healthy_count")
+_gpu_count_of = attrgetter("topology.gpu_count")
+_largest_island_of = attrgetter("topology.largest_island")
+_gpu_model_of = attrgetter("gpu_model")
+
+
+class ScoreVectors:
+    """The node index and the per-shape tables of one process (the service's prioritize verb; one lock: a call
+    reads and writes both). A slot holds no node state: it knows the state last found there by its `serial`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
+        self._next_epoch = 1
+        self._reset(64)
+
+    def _reset(self, capacity: int) -> None:
+        self._tables.clear()
+        self._slot_of: dict[str, int] = {}
+        self._used = 1  # slots taken; slot 0 answers for every name the cluster does not know
+        self._serial = np.zeros(capacity, dtype=np.int64)  # `NodeState.serial` each slot was last found with
+        self._epoch = np.zeros(capacity, dtype=np.int64)  # a new number whenever that changes: rows compare it
+        self._observed = np.full(capacity, np.nan)  # NaN: never observed (or not a known node)
+        self._cpu_free = np.full(capacity, np.nan)  # NaN: unknown (never short)
+        self._memory_free = np.full(capacity, np.nan)
+        self._free_residents = np.zeros(capacity, dtype=np.bool_)
+        self._healthy = np.zeros(capacity, dtype=np.bool_)  # at least one healthy GPU
+        self._gpu_count = np.zeros(capacity, dtype=np.intp)
+        self._largest_island = np.zeros(capacity)
+        self._model = np.zeros(capacity, dtype=np.intp)  # index into `_models`
+        self._models: list[str] = []
+        self._model_ids: dict[str, int] = {}
+
+    def clear(self) -> None:
+        """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
+        stay, each one's state unknown until the next call finds it."""
+        with self._lock:
+            self._tables.clear()
+            self._serial[1:] = -1  # no state's serial
+
+    def _grow(self, capacity: int) -> None:
+        def grown(a: NDArray[Any], fill: object) -> NDArray[Any]:
+            out = np.full(capacity, fill, dtype=a.dtype)
+            out[: a.size] = a
+            return out
+
+        self._serial = grown(self._serial, 0)
+        self._epoch = grown(self._epoch, 0)
+        self._observed = grown(self._observed, np.nan)
+        self._cpu_free = grown(self._cpu_free, np.nan)
+        self._memory_free = grown(self._memory_free, np.nan)
+        self._free_residents = grown(self._free_residents, False)
+        self._healthy = grown(self._healthy, False)
+        self._gpu_count = grown(self._gpu_count, 0)
+        self._largest_island = grown(self._largest_island, 0.0)
+        self._model = grown(self._model, 0)
+
+    def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> list[int]:
+        """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
+        got = list(map(self._slot_of.get, names))
+        if None not in got:
+            return cast("list[int]", got)
+        if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
+            self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
+            got = list(map(self._slot_of.get, names))
+        out: list[int] = []
+        for name, found, state in zip(names, got, states, strict=True):
+            if found is not None:
+                out.append(found)
+            elif state is _ABSENT:
+                out.append(0)
+            else:
+                slot = self._slot_of[name] = self._used
+                self._used += 1
+                if slot >= self._serial.size:
+                    self._grow(2 * self._serial.size)
+                out.append(slot)
+        return out
+
+    def _refresh(
+        self, changed: IntArray, slots: NDArray[np.intp], states: list[NodeState | _Absent], serials: IntArray
+    ) -> None:
+        """Take the node-level facts of the candidates at `changed` from the states this call found (their rows in
+        every table go stale), one array assignment per fact."""
+        target = slots[changed]
+        self._serial[target] = serials[changed]
+        self._epoch[target] = np.arange(self._next_epoch, self._next_epoch + target.size)
+        self._next_epoch += target.size
+        found = [states[i] for i in changed.tolist()]
+        known = cast("list[NodeState]", [s for s in found if s is not _ABSENT])
+        if len(known) < len(found):
+            absent = np.fromiter((s is _ABSENT for s in found), dtype=np.bool_, count=len(found))
+            self._observed[target[absent]] = np.nan
+            target = target[~absent]
+        if not known:
+            return
+        n = len(known)
+        # None (unknown) becomes NaN: never observed, never short of CPU or memory
+        self._observed[target] = np.array(list(map(_observed_of, known)), dtype=np.float64)
+        self._cpu_free[target] = np.array(list(map(_cpu_free_of, known)), dtype=np.float64)
+        self._memory_free[target] = np.array(list(map(_memory_free_of, known)), dtype=np.float64)
+        self._free_residents[target] = np.fromiter(map(_free_residents_of, known), dtype=np.bool_, count=n)
+        self._healthy[target] = np.fromiter(map(_healthy_count_of, known), dtype=np.intp, count=n) > 0
+        self._gpu_count[target] = np.fromiter(map(_gpu_count_of, known), dtype=np.intp, count=n)
+        self._largest_island[target] = np.fromiter(map(_largest_island_of, known), dtype=np.float64, count=n)
+        models = list(map(_gpu_model_of, known))
+        for model in set(models).difference(self._model_ids):
+            self._model_ids[model] = len(self._models)
+            self._models.append(model)
+        self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
+
+    def _table(self, key: tuple[object, ...]) -> _Table:
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = _Table(self._serial.size)
+            if len(self._tables) > MAX_TABLES:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(key)
+            table.fit(self._serial.size)
+        return table
+
+    def priorities(
+        self,
+        pod: PodRequest,
+        names: Sequence[str],
+        nodes: Mapping[str, NodeState],
+        *,
+        config: ScoringConfig,
+        predictors: Predictors,
+        now_seconds: float | None,
+    ) -> Priorities:
+        """The extender's integers for `names` (a pod `covers` accepts): `extender_priorities`' numbers."""
+        with self._lock:
+            return self._priorities(pod, names, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
+
+    def _priorities(
+        self,
+        pod: PodRequest,
+        names: Sequence[str],
+        nodes: Mapping[str, NodeState],
+        *,
+        config: ScoringConfig,
+        predictors: Predictors,
+        now_seconds: float | None,
+    ) -> Priorities:
+        states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
+        slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
+        serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
+        changed = np.flatnonzero(serials != self._serial[slots])
+        if changed.size:
+            self._refresh(changed, slots, states, serials)
+        observed = self._observed[slots]
+        # `evaluate_batch`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
+        fresh = ~np.isnan(observed) if now_seconds is None else observed >= now_seconds - config.staleness_seconds
+        fresh_fits = fresh
+        if pod.cpu_milli is not None:
+            fresh_fits = fresh_fits & ~(pod.cpu_milli > self._cpu_free[slots])
+        if pod.memory_mib is not None:
+            fresh_fits = fresh_fits & ~(pod.memory_mib > self._memory_free[slots])
+
+        shape = (pod.whole_gpus, pod.share_milli, pod.gpu_memory_bytes, pod.gpu_models, config, predictors)
+        table = self._table((*shape, pod.workload))
+        epochs = self._epoch[slots]
+        if pod.whole_gpus > 0:
+            # Whole GPUs on a node whose free GPUs have no residents do not depend on the workload (as the memo).
+            any_table = self._table((*shape, _ANY_WORKLOAD))
+            own = self._free_residents[slots]
+            row_epoch = np.where(own, table.epoch[slots], any_table.epoch[slots])
+        else:
+            any_table, own = table, None
+            row_epoch = table.epoch[slots]
+        cold = np.flatnonzero(fresh_fits & (row_epoch != epochs))
+        if cold.size:
+            self._compute(
+                pod, cold, slots, states, tables=(table, any_table, own), config=config, predictors=predictors
+            )
+        rows = table.data[:, slots] if own is None else np.where(own, table.data[:, slots], any_table.data[:, slots])
+        feasible = fresh_fits & (rows[_FEASIBLE] > 0)
+        return self._integers(pod, feasible, fresh, rows, slots, config=config, predictors=predictors)
+
+    def _compute(
+        self,
+        pod: PodRequest,
+        cold: IntArray,
+        slots: NDArray[np.intp],
+        states: list[NodeState | _Absent],
+        *,
+        tables: tuple[_Table, _Table, BoolArray | None],
+        config: ScoringConfig,
+        predictors: Predictors,
+    ) -> None:
+        """Fill the rows of the candidates at `cold` (fresh, with room for the pod's CPU/memory): a share straight
+        from `columnar.share_arrays`, whole GPUs by `_whole_rows`. `tables`:
+        the shape's table, the any-workload one, and per candidate whether its row is in the first (None: one
+        table)."""
+        table, any_table, own = tables
+        batch = cast("list[NodeState]", [states[i] for i in cold.tolist()])  # fresh: known nodes
+        target = slots[cold]
+        if pod.is_share:
+            values = self._share_rows(pod, batch, target, config=config, predictors=predictors)
+        else:
+            values = _whole_rows(pod, batch, config=config, predictors=predictors)
+        epochs = self._epoch[target]
+        if own is None:
+            table.data[:, target] = values
+            table.epoch[target] = epochs
+            return
+        mine = own[cold]
+        for chosen, where in ((table, mine), (any_table, ~mine)):
+            chosen.data[:, target[where]] = values[:, where]
+            chosen.epoch[target[where]] = epochs[where]
+
+    def _share_rows(
+        self,
+        pod: PodRequest,
+        batch: list[NodeState],
+        target: NDArray[np.intp],
+        *,
+        config: ScoringConfig,
+        predictors: Predictors,
+    ) -> FloatArray:
+        """A share's rows (fields × nodes) without a verdict object per node: `evaluate_batch`'s checks (a GPU
+        model the pod does not accept, no healthy GPU: infeasible) over the index's arrays, then the nodes of one
+        GPU count and packing configuration (`ScoringConfig.for_model`) together through `share_arrays`, as
+        `scoring._evaluate_shares` groups them."""
+        values = np.zeros((_FIELDS, len(batch)))
+        values[_SLOWDOWN] = 1.0
+        model = self._model[target]
+        ok = self._healthy[target]
+        models = self._models
+        if pod.gpu_models:
+            accepted = np.array([normalize_gpu_model(m) in pod.gpu_models for m in models], dtype=np.bool_)
+            ok = ok & accepted[model]
+        per_model = [config.for_model(m) for m in models]
+        distinct = list({id(c): c for c in per_model}.values())  # compared by identity
+        numbers = np.array([distinct.index(c) for c in per_model], dtype=np.intp)
+        group = self._gpu_count[target] * len(distinct) + numbers[model]
+        fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+        usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as evaluate_batch
+        for key in np.unique(group[ok]).tolist():
+            members = np.flatnonzero(ok & (group == key))
+            nodes = [batch[j] for j in members.tolist()]
+            if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
+                values[:, members] = _rows(
+                    evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=None)
+                )
+                continue
+            chosen = share_arrays(
+                pod,
+                nodes,
+                [None] * len(nodes),
+                usages,
+                config=distinct[key % len(distinct)],
+                predictors=predictors,
+                facts=NodeFacts(self._largest_island[target[members]], model[members]),
+            )
+            values[_FEASIBLE, members] = chosen.positions >= 0
+            values[_PACKING, members] = chosen.packing
+            values[_AFFINITY, members] = 1.0  # no gang: `scoring._share_verdict`'s affinity
+            values[_INTERFERENCE, members] = chosen.interference
+            values[_SLOWDOWN, members] = chosen.pod_slowdown
+        return values
+
+    def _integers(
+        self,
+        pod: PodRequest,
+        feasible: BoolArray,
+        fresh: BoolArray,
+        rows: FloatArray,
+        slots: NDArray[np.intp],
+        *,
+        config: ScoringConfig,
+        predictors: Predictors,
+    ) -> Priorities:
+        """`_extender_totals` then `_extender_int` on arrays: the same operations in the same order per node."""
+        unknown_int = min(10, max(0, round(config.unknown_node_score / 10.0)))
+        out = np.full(feasible.size, unknown_int, dtype=np.int64)
+        infeasible = fresh & ~feasible
+        out[infeasible] = 0
+        if feasible.any():
+            model = self._model[slots][feasible]
+            present = np.flatnonzero(np.bincount(model, minlength=len(self._models))).tolist()
+            # `jct_basis` reads only the verdicts' GPU models: one stand-in verdict per model present.
+            stand_ins = [RawVerdict("", self._models[m], True) for m in present]
+            _, unit_time, _ = jct_basis(pod, stand_ins, predictors)
+            unit = np.zeros(len(self._models))
+            unit[present] = [unit_time[self._models[m]] for m in present]
+            times = rows[_SLOWDOWN][feasible] * unit[model]
+            best_time = times.min()
+            w_p, w_a, w_i, w_j = (
+                config.weight_packing,
+                config.weight_affinity,
+                config.weight_interference,
+                config.weight_jct,
+            )
+            w_total = w_p + w_a + w_i + w_j
+            scale = 100.0 / w_total if w_total > 0 else 0.0
+            if scale:
+                positive = times > 0
+                jct_ratio = np.ones_like(times)
+                np.divide(best_time, times, out=jct_ratio, where=positive)
+                r = rows[:, feasible]
+                total = scale * (w_p * r[_PACKING] + w_a * r[_AFFINITY] + w_i * r[_INTERFERENCE] + w_j * jct_ratio)
+                total = np.where(total > 100.0, 100.0, np.where(total < 0.0, 0.0, total))
+            else:
+                total = np.full(times.size, 50.0)
+            best = total.max()
+            ints = np.rint(10.0 - 10.0 * (best - total) / config.extender_span_points)
+            out[feasible] = np.maximum(1, ints.astype(np.int64))
+        return Priorities(out.tolist(), feasible, infeasible)
+
+
+def _whole_rows(
+    pod: PodRequest, batch: list[NodeState], *, config: ScoringConfig, predictors: Predictors
+) -> FloatArray:
+    """Whole GPUs' rows (fields × nodes) without a verdict object or memo entry per node: `evaluate_batch`'s checks
+    (a GPU model the pod does not accept, no healthy GPU) and `scoring._evaluate_whole` for a pod without a gang on
+    nodes without a CPU/memory fit index (what `covers` admits): the eligible GPUs, the node shape's cached plan
+    (`gpuset.whole_plan`), its packing and link affinity, the interference with residents on the chosen GPUs."""
+    k = pod.whole_gpus
+    accepted = pod.gpu_models
+    fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+    usages: dict[str, UsageProfile] = {}
+    slowdowns = predictors.interference.slowdowns
+    feasible, packing, affinity, interference, slowdown = [], [], [], [], []
+    for node in batch:
+        plan = None
+        if (not accepted or normalize_gpu_model(node.gpu_model) in accepted) and node.healthy_count:
+            eligible = whole_eligible_mask(node, pod)
+            if eligible.bit_count() >= k:
+                plan = whole_plan(node.topology, node.free_milli, eligible, k, config.for_model(node.gpu_model))
+        if plan is None:
+            feasible.append(0.0)
+            packing.append(0.0)
+            affinity.append(0.0)
+            interference.append(0.0)
+            slowdown.append(1.0)
+            continue
+        pod_slow, res_slow = 1.0, 1.0
+        gpus = node.gpus
+        for pos in plan.positions:
+            residents = gpus[pos].residents
+            if residents:
+                usage = usages.get(node.gpu_model)
+                if usage is None:
+                    usage = usages[node.gpu_model] = predictors.usage.usage(pod.workload, node.gpu_model) or fallback
+                p, r = slowdowns(gpus[pos].model, pod.workload, usage, residents)
+                pod_slow = max(pod_slow, p)
+                res_slow = max(res_slow, r)
+        feasible.append(1.0)
+        packing.append(plan.packing)
+        affinity.append(plan.topology_affinity)
+        interference.append(0.5 / pod_slow + 0.5 / res_slow)
+        slowdown.append(pod_slow)
+    return np.array([feasible, packing, affinity, interference, slowdown], dtype=np.float64).reshape(_FIELDS, -1)
+
+
+def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:
+    """Verdicts as table rows (fields × nodes), one attribute at a time (an infeasible verdict's other fields are
+    never read). Every one is a `RawVerdict` (fresh nodes, a GPU pod): a `NodeScore` has no `slowdown`."""
+    n = len(raws)
+    rows = np.empty((_FIELDS, n))
+    for field, of in enumerate(_FIELD_OF):
+        rows[field] = np.fromiter(map(of, raws), dtype=np.float64, count=n)
+    return rows
+
+
+_FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "interference", "slowdown")]
+_VECTORISE_MIN_NODES = 8
+"""Below this many cold nodes of one GPU count and configuration, `evaluate_batch`'s scalar loop is cheaper than
+setting up the arrays (the same numbers either way)."""
+_ANY_WORKLOAD = object()
+"""Stands for the workload in the key of a whole-GPU table whose rows hold for any workload."""
+
+VECTORS = ScoreVectors()
+"""The process's score vectors (the service's prioritize verb)."""
