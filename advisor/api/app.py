@@ -50,6 +50,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         extender_span_points=settings.extender_span_points,
         extender_first_of_equals=settings.extender_first_of_equals,
         packing_best_fit_share=settings.packing_best_fit_share,
+        packing_gradient_steps=settings.packing_gradient_steps,
         wait_slack=settings.wait_slack or None,
         hold_for_blocked=settings.hold_for_blocked,
         shortest_first=settings.shortest_first,

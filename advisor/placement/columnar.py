@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from advisor.placement.config import ScoringConfig
+from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
 from advisor.predictors import HeuristicInterference, Predictors, UsageProfile
 
@@ -269,6 +269,9 @@ def share_choices(
     # The sigmoid only where the share fits (elsewhere its value is never read).
     sigmoid = np.zeros((g, n))
     sigmoid[ok] = _sigmoid_of_negative(delta[ok] / WHOLE_GPU_MILLI)
+    if config.packing_gradient_steps:
+        steps = config.packing_gradient_steps
+        sigmoid = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
     best_fit = config.packing_best_fit_share
     packing = (1.0 - best_fit) * sigmoid + best_fit * (1.0 - left_ratio)
 

@@ -29,6 +29,10 @@ than by waiting for a faster GPU model (chosen among off, 1, 1.5 and 2 on the Ga
 DEFAULT_EXTENDER_SPAN_POINTS = 40.0
 """The extender's integer drops one step per this / 10 points a node is behind the batch's best (`extender_scores`)."""
 
+GRADIENT_STEP_SLACK = 1e-9
+"""Added before flooring a stepped packing gradient (`ScoringConfig.packing_gradient_steps`), so that float noise in
+F's sum over task types cannot move a change of exactly 0 (sigmoid 0.5) one step down."""
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ScoringConfig:
@@ -51,7 +55,9 @@ class ScoringConfig:
     packing profile): of the nodes at the extender's highest integer only the first by name keeps it
     (`advisor.placement.extender.first_of_equals`), so kube-scheduler does not draw among them at random.
     `packing_best_fit_share` is the share of the packing component that prefers the fuller node (the rest is the
-    fragmentation gradient; `advisor.placement.gpuset.packing_of`).
+    fragmentation gradient; `advisor.placement.gpuset.packing_of`). `packing_gradient_steps` (0: continuous) floors the
+    gradient's sigmoid to that many steps, as the FGD authors' integer score does (the packing profile: 100, with a
+    best-fit share below one step, so best fit only orders nodes within a step).
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -72,6 +78,7 @@ class ScoringConfig:
     model_task_mix: Mapping[str, TaskMix] | None = None
     extender_first_of_equals: bool = False
     packing_best_fit_share: float = 0.2
+    packing_gradient_steps: int = 0
     resources: MixResources | None = field(init=False, repr=False)
     _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
 
@@ -98,6 +105,8 @@ class ScoringConfig:
             raise ScoringInputError("staleness_seconds must be > 0")
         if not 0 <= self.packing_best_fit_share <= 1:
             raise ScoringInputError("packing_best_fit_share must be within 0..1")
+        if self.packing_gradient_steps < 0:
+            raise ScoringInputError("packing_gradient_steps must be >= 0 (0: a continuous gradient)")
         if not self.extender_span_points > 0:
             raise ScoringInputError("extender_span_points must be > 0")
         if not 0 <= self.unknown_node_score <= 100:

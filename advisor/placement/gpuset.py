@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 
-from advisor.placement.config import ScoringConfig
+from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.fragmentation import TaskMix, node_fragmentation_fit_milli, node_fragmentation_milli
 from advisor.placement.types import WHOLE_GPU_MILLI, WORST_LINK_RANK, Topology
 from collector.snapshot import LINK_RANK
@@ -140,6 +140,7 @@ def whole_plan(
         - fragmentation_milli(topology, free_milli, config.task_mix),
         after_milli,
         config.packing_best_fit_share,
+        config.packing_gradient_steps,
     )
     left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
     if k <= 1:
@@ -148,11 +149,18 @@ def whole_plan(
     return WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
 
 
-def packing_of(delta_fragmentation_milli: float, free_after_milli: tuple[int, ...], best_fit_share: float) -> float:
+def packing_of(
+    delta_fragmentation_milli: float, free_after_milli: tuple[int, ...], best_fit_share: float, gradient_steps: int = 0
+) -> float:
     """1 − `best_fit_share` fragmentation change (in GPUs), `best_fit_share` best fit (less free capacity left;
-    `ScoringConfig.packing_best_fit_share`, 20 % by default): equal fragmentation changes go to the fuller node."""
+    `ScoringConfig.packing_best_fit_share`, 20 % by default): equal fragmentation changes go to the fuller node.
+
+    With `gradient_steps` (`ScoringConfig.packing_gradient_steps`) the gradient's sigmoid is floored to that many
+    steps, as the FGD authors' integer score floors it to 100: nodes whose changes fall in one step tie on it."""
     left_ratio = sum(free_after_milli) / max(1, WHOLE_GPU_MILLI * len(free_after_milli))
     fragmentation = _sigmoid_of_negative(delta_fragmentation_milli / WHOLE_GPU_MILLI)
+    if gradient_steps:
+        fragmentation = math.floor(fragmentation * gradient_steps + GRADIENT_STEP_SLACK) / gradient_steps
     return (1.0 - best_fit_share) * fragmentation + best_fit_share * (1.0 - left_ratio)
 
 

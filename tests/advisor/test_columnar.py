@@ -127,11 +127,13 @@ def config_for(mix: str) -> ScoringConfig:
     if mix == "per-model":  # the H100 nodes scored with their own mix; best fit a tenth of packing
         h100_mix: TaskMix = ((1, 500, 0.4), (1, 1000, 0.3), (2, 1000, 0.3))
         return ScoringConfig(model_task_mix={MODELS[0]: h100_mix}, packing_best_fit_share=0.1)
+    if mix == "stepped":  # the packing profile's gradient in a hundred steps, best fit only within a step
+        return ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.005)
     return ScoringConfig()
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model"])
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped"])
 def test_vectorised_shares_match_the_scalar_scorer_exactly(
     seed: int, mix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,7 +173,7 @@ def test_a_large_batch_of_shares_goes_through_the_vectorised_path(monkeypatch: p
     assert sum(calls) > 30
 
 
-@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model"])
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped"])
 def test_verdicts_from_a_warm_memo_are_the_verdicts_from_scratch(mix: str) -> None:
     """The memo keys on what the GPU choice depends on (not the pod's CPU/memory, and not its workload where no
     resident can interfere): pods that share a memo entry must get exactly what they would get from scratch."""

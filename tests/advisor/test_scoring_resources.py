@@ -12,6 +12,7 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores, first_of_equals
 from advisor.placement.filter import filter_nodes
 from advisor.placement.fragmentation import TaskMix
+from advisor.placement.gpuset import packing_of
 from advisor.placement.scoring import score_candidates, score_nodes
 from advisor.placement.types import GpuState, NodeState, PodRequest, Resident, ScoringInputError, Topology
 from collector.snapshot import LINK_RANK, LinkLevel
@@ -310,3 +311,18 @@ def test_the_best_fit_share_of_packing_is_configurable() -> None:
         assert verdict.packing == pytest.approx((1 - share) * 0.5 + share * 0.25)
     with pytest.raises(ScoringInputError, match="packing_best_fit_share"):
         ScoringConfig(packing_best_fit_share=1.5)
+
+
+def test_a_stepped_gradient_ties_nearly_equal_fragmentation_changes_and_best_fit_orders_them() -> None:
+    # Changes of -10 and -30 milli-GPU: sigmoids 0.5025 and 0.5075, one step of a hundred (0.50); a change of exactly
+    # 0 stays in that step despite float noise, and +20 milli (0.495) falls one step below.
+    emptier, fuller = (1000, 1000, 1000, 0), (1000, 0, 0, 0)
+    assert packing_of(-10.0, emptier, 0.0, 100) == packing_of(-30.0, emptier, 0.0, 100) == 0.5
+    assert packing_of(-10.0, emptier, 0.0) < packing_of(-30.0, emptier, 0.0)
+    assert packing_of(1e-12, emptier, 0.0, 100) == 0.5
+    assert packing_of(20.0, emptier, 0.0, 100) == 0.49
+    # Best fit within a step: the fuller node wins a tie and never outweighs a step.
+    assert packing_of(-10.0, fuller, 0.005, 100) > packing_of(-30.0, emptier, 0.005, 100)
+    assert packing_of(20.0, (0, 0, 0, 0), 0.005, 100) < packing_of(-10.0, (1000,) * 4, 0.005, 100)
+    with pytest.raises(ScoringInputError, match="packing_gradient_steps"):
+        ScoringConfig(packing_gradient_steps=-1)
