@@ -224,6 +224,30 @@ def _slowdowns(
     return pod_slow, res_slow
 
 
+def _balance_penalties(
+    nodes: Sequence[NodeState],
+    fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
+    total_after: FloatArray,
+    gpu_count: int,
+    config: ScoringConfig,
+) -> FloatArray | float:
+    """`ScoringConfig.cpu_balance_penalty` per node (nodes of `gpu_count` GPUs with `total_after` milli-GPU free after
+    the share), its arithmetic in its order; 0.0 when the config has it off."""
+    per_gpu = config.cpu_per_gpu_milli
+    resources = config.resources
+    if not config.packing_cpu_balance or resources is None or per_gpu is None:
+        return 0.0
+    cpu_left = np.array(
+        [
+            resources.cpu_at(f[1][0]) if f is not None and node.cpu_free_milli is not None else np.nan
+            for node, f in zip(nodes, fits, strict=True)
+        ]
+    )
+    gpus_left = total_after / WHOLE_GPU_MILLI
+    penalty = config.packing_cpu_balance * np.abs(cpu_left - per_gpu * gpus_left) / (per_gpu * gpu_count)
+    return np.where(np.isnan(penalty), 0.0, penalty)
+
+
 def share_choices(
     pod: PodRequest,
     nodes: Sequence[NodeState],
@@ -273,7 +297,8 @@ def share_choices(
         steps = config.packing_gradient_steps
         sigmoid = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
     best_fit = config.packing_best_fit_share
-    packing = (1.0 - best_fit) * sigmoid + best_fit * (1.0 - left_ratio)
+    penalty = _balance_penalties(nodes, fits, after.total, g, config)
+    packing = (1.0 - best_fit) * sigmoid + best_fit * (1.0 - left_ratio - penalty)
 
     pod_slow, res_slow = _slowdowns(pod, nodes, cols, ok, usages=usages, predictors=predictors)
     interference = 0.5 / pod_slow + 0.5 / res_slow

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.fragmentation import (
     DEFAULT_TASK_MIX,
+    GPU_MILLI,
     MixResources,
     TaskMix,
     TaskMixError,
@@ -20,6 +21,18 @@ from advisor.placement.fragmentation import (
     whole_gpu_mix,
 )
 from advisor.placement.types import ScoringInputError
+
+
+def cpu_per_gpu_of(mix: TaskMix) -> float | None:
+    """The workload's milli-CPU per GPU: over the GPU requests of `mix` that give their CPU, CPU over GPUs asked
+    for, both weighted by popularity (None when none gives it)."""
+    cpu = gpus = 0.0
+    for entry in mix:
+        if entry[0] > 0 and len(entry) == 5 and entry[3] is not None:
+            cpu += entry[2] * entry[3]
+            gpus += entry[2] * entry[0] * min(entry[1], GPU_MILLI) / GPU_MILLI
+    return cpu / gpus if cpu > 0 and gpus > 0 else None
+
 
 DEFAULT_WAIT_SLACK = 1.5
 """`ScoringConfig.wait_slack` of the service: pass a node over when the pod would finish there more than 1.5x later
@@ -57,7 +70,9 @@ class ScoringConfig:
     `packing_best_fit_share` is the share of the packing component that prefers the fuller node (the rest is the
     fragmentation gradient; `advisor.placement.gpuset.packing_of`). `packing_gradient_steps` (0: continuous) floors the
     gradient's sigmoid to that many steps, as the FGD authors' integer score does (the packing profile: 100, with a
-    best-fit share below one step, so best fit only orders nodes within a step).
+    best-fit share below one step, so best fit only orders nodes within a step). `packing_cpu_balance` (0: off; the
+    packing profile 0.1) takes `cpu_balance_penalty` off best fit: of equally full nodes, the one whose CPU left
+    matches what its GPUs left need at the workload's CPU per GPU (`cpu_per_gpu_milli`; None: from `task_mix`) wins.
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -79,6 +94,8 @@ class ScoringConfig:
     extender_first_of_equals: bool = False
     packing_best_fit_share: float = 0.2
     packing_gradient_steps: int = 0
+    packing_cpu_balance: float = 0.0
+    cpu_per_gpu_milli: float | None = None
     resources: MixResources | None = field(init=False, repr=False)
     _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
 
@@ -90,6 +107,8 @@ class ScoringConfig:
         except TaskMixError as exc:
             raise ScoringInputError(str(exc)) from None
         object.__setattr__(self, "resources", mix_resources(self.task_mix))
+        if self.cpu_per_gpu_milli is None:
+            object.__setattr__(self, "cpu_per_gpu_milli", cpu_per_gpu_of(self.task_mix))
         by_model: dict[str, ScoringConfig] = {}
         for model, mix in (self.model_task_mix or {}).items():
             try:
@@ -105,6 +124,10 @@ class ScoringConfig:
             raise ScoringInputError("staleness_seconds must be > 0")
         if not 0 <= self.packing_best_fit_share <= 1:
             raise ScoringInputError("packing_best_fit_share must be within 0..1")
+        if not self.packing_cpu_balance >= 0:
+            raise ScoringInputError("packing_cpu_balance must be >= 0")
+        if self.cpu_per_gpu_milli is not None and not self.cpu_per_gpu_milli > 0:
+            raise ScoringInputError("cpu_per_gpu_milli must be > 0")
         if self.packing_gradient_steps < 0:
             raise ScoringInputError("packing_gradient_steps must be >= 0 (0: a continuous gradient)")
         if not self.extender_span_points > 0:
@@ -114,6 +137,18 @@ class ScoringConfig:
         if self.wait_slack is not None and not self.wait_slack >= 1:
             # Below 1 even the node with the soonest finish would be passed over.
             raise ScoringInputError("wait_slack must be >= 1 (None turns waiting for a faster GPU off)")
+
+    def cpu_balance_penalty(self, free_after_milli: tuple[int, ...], cpu_fit_after: int | None) -> float:
+        """`packing_cpu_balance` × how far the node's CPU left is from what its GPUs left need at the workload's CPU
+        per GPU (`cpu_per_gpu_milli`), per the CPU all its GPUs would need: 0 when off, or where the node's free CPU
+        is not known (`cpu_fit_after` None). Free CPU is read at the fit index's grain (`MixResources.cpu_at`), on
+        which the verdicts are memoised. Too much CPU left strands it, too little strands the GPUs."""
+        per_gpu = self.cpu_per_gpu_milli
+        if not self.packing_cpu_balance or cpu_fit_after is None or self.resources is None or per_gpu is None:
+            return 0.0
+        gpus_left = sum(free_after_milli) / GPU_MILLI
+        cpu_left = self.resources.cpu_at(cpu_fit_after)
+        return self.packing_cpu_balance * abs(cpu_left - per_gpu * gpus_left) / (per_gpu * len(free_after_milli))
 
     def for_model(self, gpu_model: str) -> ScoringConfig:
         """The configuration packing scores a node of `gpu_model` with: its `model_task_mix` entry's, else this one."""

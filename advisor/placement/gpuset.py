@@ -150,18 +150,24 @@ def whole_plan(
 
 
 def packing_of(
-    delta_fragmentation_milli: float, free_after_milli: tuple[int, ...], best_fit_share: float, gradient_steps: int = 0
+    delta_fragmentation_milli: float,
+    free_after_milli: tuple[int, ...],
+    best_fit_share: float,
+    gradient_steps: int = 0,
+    balance_penalty: float = 0.0,
 ) -> float:
     """1 − `best_fit_share` fragmentation change (in GPUs), `best_fit_share` best fit (less free capacity left;
     `ScoringConfig.packing_best_fit_share`, 20 % by default): equal fragmentation changes go to the fuller node.
 
     With `gradient_steps` (`ScoringConfig.packing_gradient_steps`) the gradient's sigmoid is floored to that many
-    steps, as the FGD authors' integer score floors it to 100: nodes whose changes fall in one step tie on it."""
+    steps, as the FGD authors' integer score floors it to 100: nodes whose changes fall in one step tie on it.
+    `balance_penalty` (`ScoringConfig.cpu_balance_penalty`, 0 unless the config asks) is taken off the best-fit
+    part: of equally full nodes, the one whose CPU left matches its GPUs left wins."""
     left_ratio = sum(free_after_milli) / max(1, WHOLE_GPU_MILLI * len(free_after_milli))
     fragmentation = _sigmoid_of_negative(delta_fragmentation_milli / WHOLE_GPU_MILLI)
     if gradient_steps:
         fragmentation = math.floor(fragmentation * gradient_steps + GRADIENT_STEP_SLACK) / gradient_steps
-    return (1.0 - best_fit_share) * fragmentation + best_fit_share * (1.0 - left_ratio)
+    return (1.0 - best_fit_share) * fragmentation + best_fit_share * (1.0 - left_ratio - balance_penalty)
 
 
 def _sigmoid_of_negative(x: float) -> float:

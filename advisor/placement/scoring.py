@@ -74,6 +74,11 @@ def _fit(node: NodeState, pod: PodRequest, resources: MixResources | None) -> Fi
     )
 
 
+def _cpu_fit(node: NodeState, fit_after: tuple[int, int] | None) -> int | None:
+    """The CPU part of the node's fit index after the pod, or None where its free CPU is not known."""
+    return None if fit_after is None or node.cpu_free_milli is None else fit_after[0]
+
+
 def resources_short(node: NodeState, pod: PodRequest) -> str | None:
     """Why the node cannot hold the pod's own request — a GPU model the pod does not accept, too little free CPU or
     memory (where known) — or None when it can."""
@@ -165,6 +170,7 @@ def _evaluate_whole(
             after,
             config.packing_best_fit_share,
             config.packing_gradient_steps,
+            config.cpu_balance_penalty(after, _cpu_fit(node, fit[1])),
         )
     affinity = plan.topology_affinity
     if pod.gang:
@@ -208,6 +214,7 @@ def _evaluate_share(
     fit_before, fit_after = fit if fit is not None else (None, None)
     before = fragmentation_with(topo, free_milli, config, fit_before)
     gpus = node.gpus
+    cpu_fit = _cpu_fit(node, fit_after)
     for pos in node.share_positions:
         g = gpus[pos]
         if g.allocated_milli + milli > WHOLE_GPU_MILLI:
@@ -220,6 +227,7 @@ def _evaluate_share(
             after_milli,
             config.packing_best_fit_share,
             config.packing_gradient_steps,
+            config.cpu_balance_penalty(after_milli, cpu_fit),
         )
         if g.residents:
             pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
@@ -272,7 +280,13 @@ def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -
         node.name,
         node.gpu_model,
         True,
-        packing=packing_of(delta, free_milli, config.packing_best_fit_share, config.packing_gradient_steps),
+        packing=packing_of(
+            delta,
+            free_milli,
+            config.packing_best_fit_share,
+            config.packing_gradient_steps,
+            config.cpu_balance_penalty(free_milli, _cpu_fit(node, fit[1])),
+        ),
         affinity=1.0,
         detail=f", no GPU; leaves {delta / WHOLE_GPU_MILLI:+.2f} GPUs of fragmentation",
     )

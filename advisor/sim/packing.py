@@ -63,6 +63,10 @@ PACKING_BEST_FIT_SHARE = 0.005
 """`ScoringConfig.packing_best_fit_share` of the packing profile: below one gradient step ((1 − 0.005) / 100), so best
 fit (less free GPU left on the node) only orders the nodes within one step, before their names; chosen with
 `PACKING_GRADIENT_STEPS` on openb's trace suite, seeds 4–9 (docs/evaluation.md)."""
+PACKING_CPU_BALANCE = 0.1
+"""`ScoringConfig.packing_cpu_balance` of the packing profile: of two equally full nodes, best fit prefers the one
+whose CPU left matches what its GPUs left need (chosen among 0, 0.01, 0.1, 0.3 and 1 on openb's default and gpushare40
+traces, seeds 4–6, and checked on the whole suite, seeds 4–9; docs/evaluation.md)."""
 SCORE_PODS_WITHOUT_GPU = True
 """Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
 
@@ -75,8 +79,9 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
     """The scorer configured as profile `name` with `task_mix` as the requests packing keeps room for (None: the
     service's default mix). `packing` is what an admin whose goal is allocation would set (deploy/profiles/packing):
     packing alone (affinity, interference and JCT weights 0) as a strict order — the fragmentation gradient in
-    `PACKING_GRADIENT_STEPS` steps, best fit within a step, the first node by name among equals — and no waiting for a
-    faster GPU (it would leave GPUs idle); `default` the service's defaults."""
+    `PACKING_GRADIENT_STEPS` steps, best fit within a step (CPU left balanced against GPUs left,
+    `PACKING_CPU_BALANCE`), the first node by name among equals — and no waiting for a faster GPU (it would leave
+    GPUs idle); `default` the service's defaults."""
     mix = DEFAULT_TASK_MIX if task_mix is None else task_mix
     if name == "packing":
         return ScoringConfig(
@@ -89,6 +94,7 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
             extender_first_of_equals=True,
             packing_best_fit_share=PACKING_BEST_FIT_SHARE,
             packing_gradient_steps=PACKING_GRADIENT_STEPS,
+            packing_cpu_balance=PACKING_CPU_BALANCE,
         )
     if name == "default":
         return ScoringConfig(task_mix=mix)

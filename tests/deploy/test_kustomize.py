@@ -416,6 +416,7 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
         "extender_first_of_equals",
         "packing_best_fit_share",
         "packing_gradient_steps",
+        "packing_cpu_balance",
     )
     for field in fields:
         assert getattr(shipped, field) == getattr(measured, field), field
