@@ -52,6 +52,7 @@ def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
         packing_best_fit_share=settings.packing_best_fit_share,
         packing_gradient_steps=settings.packing_gradient_steps,
         packing_cpu_balance=settings.packing_cpu_balance,
+        packing_gradient_residual=settings.packing_gradient_residual,
         wait_slack=settings.wait_slack or None,
         hold_for_blocked=settings.hold_for_blocked,
         shortest_first=settings.shortest_first,

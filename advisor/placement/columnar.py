@@ -293,12 +293,13 @@ def share_choices(
     # The sigmoid only where the share fits (elsewhere its value is never read).
     sigmoid = np.zeros((g, n))
     sigmoid[ok] = _sigmoid_of_negative(delta[ok] / WHOLE_GPU_MILLI)
+    stepped = sigmoid
     if config.packing_gradient_steps:
         steps = config.packing_gradient_steps
-        sigmoid = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
-    best_fit = config.packing_best_fit_share
-    penalty = _balance_penalties(nodes, fits, after.total, g, config)
-    packing = (1.0 - best_fit) * sigmoid + best_fit * (1.0 - left_ratio - penalty)
+        stepped = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
+    best_fit_share = config.packing_best_fit_share
+    best_fit = best_fit_share * (1.0 - left_ratio - _balance_penalties(nodes, fits, after.total, g, config))
+    packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
 
     pod_slow, res_slow = _slowdowns(pod, nodes, cols, ok, usages=usages, predictors=predictors)
     interference = 0.5 / pod_slow + 0.5 / res_slow

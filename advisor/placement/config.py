@@ -73,6 +73,8 @@ class ScoringConfig:
     best-fit share below one step, so best fit only orders nodes within a step). `packing_cpu_balance` (0: off; the
     packing profile 0.1) takes `cpu_balance_penalty` off best fit: of equally full nodes, the one whose CPU left
     matches what its GPUs left need at the workload's CPU per GPU (`cpu_per_gpu_milli`; None: from `task_mix`) wins.
+    `packing_gradient_residual` (0: off) adds back that share of what the steps floored off the gradient, beside
+    best fit (the packing profile: 0.05).
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -95,6 +97,7 @@ class ScoringConfig:
     packing_best_fit_share: float = 0.2
     packing_gradient_steps: int = 0
     packing_cpu_balance: float = 0.0
+    packing_gradient_residual: float = 0.0
     cpu_per_gpu_milli: float | None = None
     resources: MixResources | None = field(init=False, repr=False)
     _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
@@ -124,6 +127,8 @@ class ScoringConfig:
             raise ScoringInputError("staleness_seconds must be > 0")
         if not 0 <= self.packing_best_fit_share <= 1:
             raise ScoringInputError("packing_best_fit_share must be within 0..1")
+        if not 0 <= self.packing_gradient_residual <= 1:
+            raise ScoringInputError("packing_gradient_residual must be within 0..1")
         if not self.packing_cpu_balance >= 0:
             raise ScoringInputError("packing_cpu_balance must be >= 0")
         if self.cpu_per_gpu_milli is not None and not self.cpu_per_gpu_milli > 0:

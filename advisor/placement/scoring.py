@@ -168,8 +168,7 @@ def _evaluate_whole(
         packing = packing_of(
             fragmentation_with(node.topology, after, config, fit[1]) - before_f,
             after,
-            config.packing_best_fit_share,
-            config.packing_gradient_steps,
+            config,
             config.cpu_balance_penalty(after, _cpu_fit(node, fit[1])),
         )
     affinity = plan.topology_affinity
@@ -225,8 +224,7 @@ def _evaluate_share(
         packing = packing_of(
             fragmentation_with(topo, after_milli, config, fit_after) - before,
             after_milli,
-            config.packing_best_fit_share,
-            config.packing_gradient_steps,
+            config,
             config.cpu_balance_penalty(after_milli, cpu_fit),
         )
         if g.residents:
@@ -283,8 +281,7 @@ def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -
         packing=packing_of(
             delta,
             free_milli,
-            config.packing_best_fit_share,
-            config.packing_gradient_steps,
+            config,
             config.cpu_balance_penalty(free_milli, _cpu_fit(node, fit[1])),
         ),
         affinity=1.0,

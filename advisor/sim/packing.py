@@ -67,6 +67,11 @@ PACKING_CPU_BALANCE = 0.1
 """`ScoringConfig.packing_cpu_balance` of the packing profile: of two equally full nodes, best fit prefers the one
 whose CPU left matches what its GPUs left need (chosen among 0, 0.01, 0.1, 0.3 and 1 on openb's default and gpushare40
 traces, seeds 4–6, and checked on the whole suite, seeds 4–9; docs/evaluation.md)."""
+PACKING_GRADIENT_RESIDUAL = 0.05
+"""`ScoringConfig.packing_gradient_residual` of the packing profile: a twentieth of what the gradient's steps floor off
+is added back beside best fit, so that within a step a smaller fragmentation change still counts a little (chosen
+among 0, 0.00005, 0.0002, 0.0005, 0.002, 0.005 and 0.05 on openb's default and gpushare40 traces, seeds 4–6, then
+0.0005 and 0.05 against 0 on the whole suite, seeds 4–9; docs/evaluation.md)."""
 SCORE_PODS_WITHOUT_GPU = True
 """Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
 
@@ -80,7 +85,8 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
     service's default mix). `packing` is what an admin whose goal is allocation would set (deploy/profiles/packing):
     packing alone (affinity, interference and JCT weights 0) as a strict order — the fragmentation gradient in
     `PACKING_GRADIENT_STEPS` steps, best fit within a step (CPU left balanced against GPUs left,
-    `PACKING_CPU_BALANCE`), the first node by name among equals — and no waiting for a faster GPU (it would leave
+    `PACKING_CPU_BALANCE`; a little of the gradient below its step, `PACKING_GRADIENT_RESIDUAL`), the first node by
+    name among equals — and no waiting for a faster GPU (it would leave
     GPUs idle); `default` the service's defaults."""
     mix = DEFAULT_TASK_MIX if task_mix is None else task_mix
     if name == "packing":
@@ -95,6 +101,7 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
             packing_best_fit_share=PACKING_BEST_FIT_SHARE,
             packing_gradient_steps=PACKING_GRADIENT_STEPS,
             packing_cpu_balance=PACKING_CPU_BALANCE,
+            packing_gradient_residual=PACKING_GRADIENT_RESIDUAL,
         )
     if name == "default":
         return ScoringConfig(task_mix=mix)

@@ -131,7 +131,11 @@ def config_for(mix: str) -> ScoringConfig:
         return ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.005)
     if mix == "cpu-balance":  # the packing profile's order with CPU and memory, CPU left balanced against GPUs left
         return ScoringConfig(
-            task_mix=CPU_MIX, packing_gradient_steps=100, packing_best_fit_share=0.005, packing_cpu_balance=0.1
+            task_mix=CPU_MIX,
+            packing_gradient_steps=100,
+            packing_best_fit_share=0.005,
+            packing_cpu_balance=0.1,
+            packing_gradient_residual=0.05,
         )
     return ScoringConfig()
 

@@ -317,15 +317,24 @@ def test_a_stepped_gradient_ties_nearly_equal_fragmentation_changes_and_best_fit
     # Changes of -10 and -30 milli-GPU: sigmoids 0.5025 and 0.5075, one step of a hundred (0.50); a change of exactly
     # 0 stays in that step despite float noise, and +20 milli (0.495) falls one step below.
     emptier, fuller = (1000, 1000, 1000, 0), (1000, 0, 0, 0)
-    assert packing_of(-10.0, emptier, 0.0, 100) == packing_of(-30.0, emptier, 0.0, 100) == 0.5
-    assert packing_of(-10.0, emptier, 0.0) < packing_of(-30.0, emptier, 0.0)
-    assert packing_of(1e-12, emptier, 0.0, 100) == 0.5
-    assert packing_of(20.0, emptier, 0.0, 100) == 0.49
+    stepped = ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.0)
+    continuous = ScoringConfig(packing_best_fit_share=0.0)
+    assert packing_of(-10.0, emptier, stepped) == packing_of(-30.0, emptier, stepped) == 0.5
+    assert packing_of(-10.0, emptier, continuous) < packing_of(-30.0, emptier, continuous)
+    assert packing_of(1e-12, emptier, stepped) == 0.5
+    assert packing_of(20.0, emptier, stepped) == 0.49
     # Best fit within a step: the fuller node wins a tie and never outweighs a step.
-    assert packing_of(-10.0, fuller, 0.005, 100) > packing_of(-30.0, emptier, 0.005, 100)
-    assert packing_of(20.0, (0, 0, 0, 0), 0.005, 100) < packing_of(-10.0, (1000,) * 4, 0.005, 100)
+    profile = ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.005)
+    assert packing_of(-10.0, fuller, profile) > packing_of(-30.0, emptier, profile)
+    assert packing_of(20.0, (0, 0, 0, 0), profile) < packing_of(-10.0, (1000,) * 4, profile)
+    # A residual share of what the step floored off: within a step the smaller change counts a little again.
+    residual = ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.0, packing_gradient_residual=0.05)
+    gain = packing_of(-30.0, emptier, residual) - packing_of(-10.0, emptier, residual)
+    assert gain == pytest.approx(0.05 * 0.005, rel=1e-3)
     with pytest.raises(ScoringInputError, match="packing_gradient_steps"):
         ScoringConfig(packing_gradient_steps=-1)
+    with pytest.raises(ScoringInputError, match="packing_gradient_residual"):
+        ScoringConfig(packing_gradient_residual=2.0)
 
 
 def test_cpu_balance_takes_cpu_left_unmatched_by_gpus_left_off_best_fit() -> None:

@@ -417,6 +417,7 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
         "packing_best_fit_share",
         "packing_gradient_steps",
         "packing_cpu_balance",
+        "packing_gradient_residual",
     )
     for field in fields:
         assert getattr(shipped, field) == getattr(measured, field), field
