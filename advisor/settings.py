@@ -60,6 +60,17 @@ class AdvisorSettings(BaseSettings):
     # The share of the packing component that prefers the fuller node; the rest is the fragmentation gradient
     # (docs/advisor.md, "Scoring"; the packing profile sets 0.1).
     packing_best_fit_share: float = Field(default=0.2, ge=0, le=1)
+    # Floor the fragmentation gradient to this many steps (0: continuous), as the FGD authors' integer score floors it
+    # to 100: nodes whose fragmentation changes nearly equally tie on it (the packing profile sets 100; docs/advisor.md,
+    # "Scoring").
+    packing_gradient_steps: int = Field(default=0, ge=0)
+    # Within best fit, how much a node whose CPU left does not match what its GPUs left need (at the task mix's CPU
+    # per GPU; CPU read at the task mix's grain) loses, per the CPU all its GPUs would need (0: off; the packing profile
+    # sets 0.1; docs/advisor.md, "Scoring"). Needs a task mix with CPU.
+    packing_cpu_balance: float = Field(default=0.0, ge=0)
+    # With stepped gradients: the share of what the steps floor off that is added back beside best fit (0: none; the
+    # packing profile sets 0.05; docs/advisor.md, "Scoring").
+    packing_gradient_residual: float = Field(default=0.0, ge=0, le=1)
     # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
     # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from advisor.placement.config import ScoringConfig
+from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
 from advisor.predictors import HeuristicInterference, Predictors, UsageProfile
 
@@ -259,6 +259,32 @@ def _slowdowns(
     return pod_slow, res_slow
 
 
+def _balance_penalties(
+    nodes: Sequence[NodeState],
+    fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
+    total_after: FloatArray,
+    rows: NDArray[np.intp],
+    *,
+    gpu_count: int,
+    config: ScoringConfig,
+) -> FloatArray | float:
+    """`ScoringConfig.cpu_balance_penalty` for each place a share fits (node `rows[k]`, of `gpu_count` GPUs, with
+    `total_after[k]` milli-GPU free after the share), its arithmetic in its order; 0.0 when the config has it off."""
+    per_gpu = config.cpu_per_gpu_milli
+    resources = config.resources
+    if not config.packing_cpu_balance or resources is None or per_gpu is None:
+        return 0.0
+    cpu_left = np.array(
+        [
+            resources.cpu_at(f[1][0]) if f is not None and node.cpu_free_milli is not None else np.nan
+            for node, f in zip(nodes, fits, strict=True)
+        ]
+    )[rows]
+    gpus_left = total_after / WHOLE_GPU_MILLI
+    penalty = config.packing_cpu_balance * np.abs(cpu_left - per_gpu * gpus_left) / (per_gpu * gpu_count)
+    return np.where(np.isnan(penalty), 0.0, penalty)
+
+
 def share_choices(
     pod: PodRequest,
     nodes: Sequence[NodeState],
@@ -333,8 +359,15 @@ def share_arrays(
     )
     delta = frag_after - frag_before[rows]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
-    best_fit = config.packing_best_fit_share
-    packing = (1.0 - best_fit) * _sigmoid_of_negative(delta / WHOLE_GPU_MILLI) + best_fit * (1.0 - left_ratio)
+    sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
+    stepped = sigmoid
+    if config.packing_gradient_steps:
+        steps = config.packing_gradient_steps
+        stepped = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
+    best_fit_share = config.packing_best_fit_share
+    penalty = _balance_penalties(nodes, fits, after.total, rows, gpu_count=g, config=config)
+    best_fit = best_fit_share * (1.0 - left_ratio - penalty)
+    packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
 
     entries = flat[rows, :, positions].T  # row × GPU the share fits on
     pod_slow, res_slow = _slowdowns(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.fragmentation import (
     DEFAULT_TASK_MIX,
+    GPU_MILLI,
     MixResources,
     TaskMix,
     TaskMixError,
@@ -21,6 +22,18 @@ from advisor.placement.fragmentation import (
 )
 from advisor.placement.types import ScoringInputError
 
+
+def cpu_per_gpu_of(mix: TaskMix) -> float | None:
+    """The workload's milli-CPU per GPU: over the GPU requests of `mix` that give their CPU, CPU over GPUs asked
+    for, both weighted by popularity (None when none gives it)."""
+    cpu = gpus = 0.0
+    for entry in mix:
+        if entry[0] > 0 and len(entry) == 5 and entry[3] is not None:
+            cpu += entry[2] * entry[3]
+            gpus += entry[2] * entry[0] * min(entry[1], GPU_MILLI) / GPU_MILLI
+    return cpu / gpus if cpu > 0 and gpus > 0 else None
+
+
 DEFAULT_WAIT_SLACK = 1.5
 """`ScoringConfig.wait_slack` of the service: pass a node over when the pod would finish there more than 1.5x later
 than by waiting for a faster GPU model (chosen among off, 1, 1.5 and 2 on the Gavel validation run,
@@ -28,6 +41,10 @@ than by waiting for a faster GPU model (chosen among off, 1, 1.5 and 2 on the Ga
 
 DEFAULT_EXTENDER_SPAN_POINTS = 40.0
 """The extender's integer drops one step per this / 10 points a node is behind the batch's best (`extender_scores`)."""
+
+GRADIENT_STEP_SLACK = 1e-9
+"""Added before flooring a stepped packing gradient (`ScoringConfig.packing_gradient_steps`), so that float noise in
+F's sum over task types cannot move a change of exactly 0 (sigmoid 0.5) one step down."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -51,7 +68,13 @@ class ScoringConfig:
     packing profile): of the nodes at the extender's highest integer only the first by name keeps it
     (`advisor.placement.extender.first_of_equals`), so kube-scheduler does not draw among them at random.
     `packing_best_fit_share` is the share of the packing component that prefers the fuller node (the rest is the
-    fragmentation gradient; `advisor.placement.gpuset.packing_of`).
+    fragmentation gradient; `advisor.placement.gpuset.packing_of`). `packing_gradient_steps` (0: continuous) floors the
+    gradient's sigmoid to that many steps, as the FGD authors' integer score does (the packing profile: 100, with a
+    best-fit share below one step, so best fit only orders nodes within a step). `packing_cpu_balance` (0: off; the
+    packing profile 0.1) takes `cpu_balance_penalty` off best fit: of equally full nodes, the one whose CPU left
+    matches what its GPUs left need at the workload's CPU per GPU (`cpu_per_gpu_milli`; None: from `task_mix`) wins.
+    `packing_gradient_residual` (0: off) adds back that share of what the steps floored off the gradient, beside
+    best fit (the packing profile: 0.05).
 
     Compared and hashed by identity (it keys the per-shape caches): build one per service or simulation run.
     """
@@ -72,6 +95,10 @@ class ScoringConfig:
     model_task_mix: Mapping[str, TaskMix] | None = None
     extender_first_of_equals: bool = False
     packing_best_fit_share: float = 0.2
+    packing_gradient_steps: int = 0
+    packing_cpu_balance: float = 0.0
+    packing_gradient_residual: float = 0.0
+    cpu_per_gpu_milli: float | None = None
     resources: MixResources | None = field(init=False, repr=False)
     _by_model: dict[str, ScoringConfig] = field(init=False, repr=False)
 
@@ -83,6 +110,8 @@ class ScoringConfig:
         except TaskMixError as exc:
             raise ScoringInputError(str(exc)) from None
         object.__setattr__(self, "resources", mix_resources(self.task_mix))
+        if self.cpu_per_gpu_milli is None:
+            object.__setattr__(self, "cpu_per_gpu_milli", cpu_per_gpu_of(self.task_mix))
         by_model: dict[str, ScoringConfig] = {}
         for model, mix in (self.model_task_mix or {}).items():
             try:
@@ -98,6 +127,14 @@ class ScoringConfig:
             raise ScoringInputError("staleness_seconds must be > 0")
         if not 0 <= self.packing_best_fit_share <= 1:
             raise ScoringInputError("packing_best_fit_share must be within 0..1")
+        if not 0 <= self.packing_gradient_residual <= 1:
+            raise ScoringInputError("packing_gradient_residual must be within 0..1")
+        if not self.packing_cpu_balance >= 0:
+            raise ScoringInputError("packing_cpu_balance must be >= 0")
+        if self.cpu_per_gpu_milli is not None and not self.cpu_per_gpu_milli > 0:
+            raise ScoringInputError("cpu_per_gpu_milli must be > 0")
+        if self.packing_gradient_steps < 0:
+            raise ScoringInputError("packing_gradient_steps must be >= 0 (0: a continuous gradient)")
         if not self.extender_span_points > 0:
             raise ScoringInputError("extender_span_points must be > 0")
         if not 0 <= self.unknown_node_score <= 100:
@@ -105,6 +142,18 @@ class ScoringConfig:
         if self.wait_slack is not None and not self.wait_slack >= 1:
             # Below 1 even the node with the soonest finish would be passed over.
             raise ScoringInputError("wait_slack must be >= 1 (None turns waiting for a faster GPU off)")
+
+    def cpu_balance_penalty(self, free_after_milli: tuple[int, ...], cpu_fit_after: int | None) -> float:
+        """`packing_cpu_balance` × how far the node's CPU left is from what its GPUs left need at the workload's CPU
+        per GPU (`cpu_per_gpu_milli`), per the CPU all its GPUs would need: 0 when off, or where the node's free CPU
+        is not known (`cpu_fit_after` None). Free CPU is read at the fit index's grain (`MixResources.cpu_at`), on
+        which the verdicts are memoised. Too much CPU left strands it, too little strands the GPUs."""
+        per_gpu = self.cpu_per_gpu_milli
+        if not self.packing_cpu_balance or cpu_fit_after is None or self.resources is None or per_gpu is None:
+            return 0.0
+        gpus_left = sum(free_after_milli) / GPU_MILLI
+        cpu_left = self.resources.cpu_at(cpu_fit_after)
+        return self.packing_cpu_balance * abs(cpu_left - per_gpu * gpus_left) / (per_gpu * len(free_after_milli))
 
     def for_model(self, gpu_model: str) -> ScoringConfig:
         """The configuration packing scores a node of `gpu_model` with: its `model_task_mix` entry's, else this one."""

@@ -233,6 +233,11 @@ class MixResources:
         """(a, b): how many of the mix's distinct CPU / memory requests fit in what is free."""
         return bisect_right(self._cpu_grid, cpu_free_milli), bisect_right(self._memory_grid, memory_free_mib)
 
+    def cpu_at(self, a: int) -> float:
+        """The free milli-CPU that CPU fit index `a` vouches for: the largest of the mix's CPU requests that fits
+        (0 below every request)."""
+        return self._cpu_grid[a - 1] if a > 0 else 0.0
+
     def weights(self, a: int, b: int) -> tuple[float, ...]:
         """Per GPU shape (`shapes`), the popularity of its task types that fit at fit index (a, b)."""
         found = self._weights.get((a, b))

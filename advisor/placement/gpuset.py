@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 
-from advisor.placement.config import ScoringConfig
+from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.fragmentation import TaskMix, node_fragmentation_fit_milli, node_fragmentation_milli
 from advisor.placement.types import WHOLE_GPU_MILLI, WORST_LINK_RANK, Topology
 from collector.snapshot import LINK_RANK
@@ -139,7 +139,7 @@ def whole_plan(
         fragmentation_milli(topology, after_milli, config.task_mix)
         - fragmentation_milli(topology, free_milli, config.task_mix),
         after_milli,
-        config.packing_best_fit_share,
+        config,
     )
     left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
     if k <= 1:
@@ -148,12 +148,30 @@ def whole_plan(
     return WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
 
 
-def packing_of(delta_fragmentation_milli: float, free_after_milli: tuple[int, ...], best_fit_share: float) -> float:
-    """1 − `best_fit_share` fragmentation change (in GPUs), `best_fit_share` best fit (less free capacity left;
-    `ScoringConfig.packing_best_fit_share`, 20 % by default): equal fragmentation changes go to the fuller node."""
+def packing_of(
+    delta_fragmentation_milli: float,
+    free_after_milli: tuple[int, ...],
+    config: ScoringConfig,
+    balance_penalty: float = 0.0,
+) -> float:
+    """1 − b fragmentation change (in GPUs), b best fit (less free capacity left; b =
+    `ScoringConfig.packing_best_fit_share`, 20 % by default): equal fragmentation changes go to the fuller node.
+
+    With `ScoringConfig.packing_gradient_steps` the gradient's sigmoid is floored to that many steps, as the FGD
+    authors' integer score floors it to 100: nodes whose changes fall in one step tie on it, and
+    `ScoringConfig.packing_gradient_residual` of what the floor took off is added back beside best fit, so that within
+    a step a smaller change still counts a little. `balance_penalty` (`ScoringConfig.cpu_balance_penalty`, 0 unless
+    the config asks) is taken off the best-fit part: of equally full nodes, the one whose CPU left matches its GPUs
+    left wins."""
     left_ratio = sum(free_after_milli) / max(1, WHOLE_GPU_MILLI * len(free_after_milli))
     fragmentation = _sigmoid_of_negative(delta_fragmentation_milli / WHOLE_GPU_MILLI)
-    return (1.0 - best_fit_share) * fragmentation + best_fit_share * (1.0 - left_ratio)
+    stepped = fragmentation
+    steps = config.packing_gradient_steps
+    if steps:
+        stepped = math.floor(fragmentation * steps + GRADIENT_STEP_SLACK) / steps
+    best_fit_share = config.packing_best_fit_share
+    best_fit = best_fit_share * (1.0 - left_ratio - balance_penalty)
+    return (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (fragmentation - stepped)
 
 
 def _sigmoid_of_negative(x: float) -> float:

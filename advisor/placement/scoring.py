@@ -11,13 +11,14 @@ Components (each a ratio 0..1; the score is their weighted mean × 100):
   the pod increases the node's expected fragmentation, i.e. the free GPU capacity (fractional shares included) that a
   task drawn from the target workload `ScoringConfig.task_mix` could not use. A task of 1 < k ≤ largest NVLink island
   GPUs only counts as runnable inside one island. `packing = (1 − b) / (1 + exp(Δ in GPUs)) + b × (1 − free GPU
-  capacity left / capacity)`, b = `ScoringConfig.packing_best_fit_share` (0.2; the packing profile 0.1): a pod that
+  capacity left / capacity)`, b = `ScoringConfig.packing_best_fit_share` (0.2; the packing profile 0.005): a pod that
   fills a gap scores high, one that breaks up a whole node, island or GPU low, and the best-fit share breaks ties
-  between equal fragmentation changes toward the fuller node. A GPU share is
-  scored on every GPU it fits on (the GPU with the best packing + interference wins). Where a node's free CPU /
-  memory is known and the task mix gives CPU / memory, task types that no longer fit there count all its free GPUs
-  as fragments (FGD's full definition; the pod's own CPU/memory is taken off first), and a pod without GPU is scored
-  by this component alone; otherwise the scores are exactly the GPU-only ones.
+  between equal fragmentation changes toward the fuller node. With `ScoringConfig.packing_gradient_steps` (the
+  packing profile: 100) the sigmoid is floored to that many steps first, as the FGD authors' integer score is.
+  A GPU share is scored on every GPU it fits on (the GPU with the best packing + interference wins). Where a node's
+  free CPU / memory is known and the task mix gives CPU / memory, task types that no longer fit there count all its
+  free GPUs as fragments (FGD's full definition; the pod's own CPU/memory is taken off first), and a pod without GPU
+  is scored by this component alone; otherwise the scores are exactly the GPU-only ones.
 * affinity — for k ≥ 2 GPUs the best free k-set by link level (NVLINK > PCIE_SWITCH > PCIE_HOSTBRIDGE > NUMA >
   SYSTEM): `1 − mean pairwise link rank / 4`. For members of a gang, half of it is gang locality: 1 on a node that
   already runs a member, 0 on another node when members run elsewhere.
@@ -71,6 +72,11 @@ def _fit(node: NodeState, pod: PodRequest, resources: MixResources | None) -> Fi
         resources.fit_index(cpu, memory),
         resources.fit_index(cpu - (pod.cpu_milli or 0), memory - (pod.memory_mib or 0)),
     )
+
+
+def _cpu_fit(node: NodeState, fit_after: tuple[int, int] | None) -> int | None:
+    """The CPU part of the node's fit index after the pod, or None where its free CPU is not known."""
+    return None if fit_after is None or node.cpu_free_milli is None else fit_after[0]
 
 
 def resources_short(node: NodeState, pod: PodRequest) -> str | None:
@@ -160,7 +166,10 @@ def _evaluate_whole(
         after = take_milli(node.free_milli, plan.positions, WHOLE_GPU_MILLI)
         before_f = fragmentation_with(node.topology, node.free_milli, config, fit[0])
         packing = packing_of(
-            fragmentation_with(node.topology, after, config, fit[1]) - before_f, after, config.packing_best_fit_share
+            fragmentation_with(node.topology, after, config, fit[1]) - before_f,
+            after,
+            config,
+            config.cpu_balance_penalty(after, _cpu_fit(node, fit[1])),
         )
     affinity = plan.topology_affinity
     if pod.gang:
@@ -204,6 +213,7 @@ def _evaluate_share(
     fit_before, fit_after = fit if fit is not None else (None, None)
     before = fragmentation_with(topo, free_milli, config, fit_before)
     gpus = node.gpus
+    cpu_fit = _cpu_fit(node, fit_after)
     for pos in node.share_positions:
         g = gpus[pos]
         if g.allocated_milli + milli > WHOLE_GPU_MILLI:
@@ -214,7 +224,8 @@ def _evaluate_share(
         packing = packing_of(
             fragmentation_with(topo, after_milli, config, fit_after) - before,
             after_milli,
-            config.packing_best_fit_share,
+            config,
+            config.cpu_balance_penalty(after_milli, cpu_fit),
         )
         if g.residents:
             pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
@@ -267,7 +278,12 @@ def _evaluate_without_gpu(node: NodeState, *, config: ScoringConfig, fit: Fit) -
         node.name,
         node.gpu_model,
         True,
-        packing=packing_of(delta, free_milli, config.packing_best_fit_share),
+        packing=packing_of(
+            delta,
+            free_milli,
+            config,
+            config.cpu_balance_penalty(free_milli, _cpu_fit(node, fit[1])),
+        ),
         affinity=1.0,
         detail=f", no GPU; leaves {delta / WHOLE_GPU_MILLI:+.2f} GPUs of fragmentation",
     )

@@ -10,6 +10,11 @@ from collections.abc import Mapping, Sequence
 from advisor.placement.fragmentation import TaskMix, Workload, workload_of_requests
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 
+UNUSABLE_CPU_MILLI = 1e12
+"""The CPU request a task mix gives a request that cannot use a node's GPUs (a GPU model it does not accept, or no GPU
+at all: `task_mix_for_model`, `task_mix_of`): no node has that much, so the scorer counts all of a node's free GPU
+share as fragment for it — FGD's rule for a node a task cannot use."""
+
 
 def workload_of(pods: Sequence[Pod]) -> Workload:
     """The target workload: every distinct request of `pods`, weighted by how often it occurs."""
@@ -18,18 +23,22 @@ def workload_of(pods: Sequence[Pod]) -> Workload:
     return workload_of_requests([(p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods])
 
 
-def task_mix_of(pods: Sequence[Pod], *, with_resources: bool = True) -> TaskMix:
+def task_mix_of(pods: Sequence[Pod], *, with_resources: bool = True, without_gpu_all_fragment: bool = True) -> TaskMix:
     """The trace's requests as `ScoringConfig.task_mix`: (GPUs, milli per GPU, share, CPU milli, memory MiB) per
     distinct request, pods without GPU included, shares of all pods — the workload `workload_of` gives `fgd`.
 
-    `with_resources=False`: GPU requests only, (GPUs, milli per GPU, share of the GPU pods) — GPU-only packing.
+    A request without GPU asks for `UNUSABLE_CPU_MILLI` (`without_gpu_all_fragment`, the default): it can use none
+    of a node's GPUs, so all their free share is fragment for it, FGD's definition. Its own CPU (False) would make
+    packing keep CPU free for pods that allocate no GPU. `with_resources=False`: GPU requests only, (GPUs, milli per
+    GPU, share of the GPU pods) — GPU-only packing.
     """
     if not any(p.num_gpu > 0 for p in pods):
         raise ValueError("the trace has no pod that requests a GPU")
     if with_resources:
         counts: dict[tuple[int, int, float, float], int] = {}
         for p in pods:
-            key = (p.num_gpu, _milli_of(p), float(p.cpu_milli), float(p.memory_mib))
+            cpu = UNUSABLE_CPU_MILLI if without_gpu_all_fragment and p.num_gpu == 0 else float(p.cpu_milli)
+            key = (p.num_gpu, _milli_of(p), cpu, float(p.memory_mib))
             counts[key] = counts.get(key, 0) + 1
         return tuple((k, m, n / len(pods), c, mem) for (k, m, c, mem), n in sorted(counts.items()))
     shapes: dict[tuple[int, int], int] = {}
@@ -40,26 +49,27 @@ def task_mix_of(pods: Sequence[Pod], *, with_resources: bool = True) -> TaskMix:
     return tuple((k, m, n / total) for (k, m), n in sorted(shapes.items()))
 
 
-UNUSABLE_CPU_MILLI = 1e12
-"""The CPU request `task_mix_for_model` gives a request that cannot use a GPU model: no node has that much, so the
-scorer counts all of a node's free GPU share as fragment for it — FGD's rule for a node a task cannot use."""
-
-
-def task_mix_for_model(pods: Sequence[Pod], gpu_model: str, capacity_gpus: Mapping[str, float]) -> TaskMix:
+def task_mix_for_model(
+    pods: Sequence[Pod],
+    gpu_model: str,
+    capacity_gpus: Mapping[str, float],
+    *,
+    without_gpu_all_fragment: bool = True,
+) -> TaskMix:
     """`task_mix_of(pods)` as seen from a node of `gpu_model`, for a cluster with `capacity_gpus` GPUs per model.
 
     A request whose acceptable GPU models (`Pod.gpu_models`) leave `gpu_model` out asks for `UNUSABLE_CPU_MILLI`, so
-    it fits none of that model's nodes (FGD: all their free GPU share is fragment for it). A request that constrains
-    the model weighs its count × cluster GPUs / GPUs of the models it accepts (`scarcity_weight`): its pods all land
-    on that part of the cluster, so a GPU there is that much more likely to be wanted by one of them. Placing a pod
-    on a node then lowers the node's fragmentation by the weight of the requests that cannot use its model, so pods
-    that may run anywhere go where the constrained ones cannot, and room on a model few pods may use is kept for
-    them."""
+    it fits none of that model's nodes (FGD: all their free GPU share is fragment for it); so does a request without
+    GPU, as in `task_mix_of`. A request that constrains the model weighs its count × cluster GPUs / GPUs of the
+    models it accepts (`scarcity_weight`): its pods all land on that part of the cluster, so a GPU there is that
+    much more likely to be wanted by one of them. Placing a pod on a node then lowers the node's fragmentation by the
+    weight of the requests that cannot use its model, so pods that may run anywhere go where the constrained ones
+    cannot, and room on a model few pods may use is kept for them."""
     if not any(p.num_gpu > 0 for p in pods):
         raise ValueError("the trace has no pod that requests a GPU")
     counts: dict[tuple[int, int, float, float], float] = {}
     for p in pods:
-        usable = not p.gpu_models or gpu_model in p.gpu_models
+        usable = (p.num_gpu > 0 or not without_gpu_all_fragment) and (not p.gpu_models or gpu_model in p.gpu_models)
         key = (p.num_gpu, _milli_of(p), float(p.cpu_milli) if usable else UNUSABLE_CPU_MILLI, float(p.memory_mib))
         counts[key] = counts.get(key, 0.0) + scarcity_weight(p.gpu_models, capacity_gpus)
     return tuple((k, m, n / len(pods), c, mem) for (k, m, c, mem), n in sorted(counts.items()))

@@ -49,11 +49,29 @@ FRAGMENTATION_EXTENDER_WEIGHT = 2.0
 """The extender's weight for fragmentation mode (an integer, as kube-scheduler's configuration needs): chosen with
 `FRAGMENTATION_SPAN_POINTS` and the packing-only weights on openb seeds 1, 10 and 11 (validation);
 docs/evaluation.md reports the other seeds with it."""
-FRAGMENTATION_SPAN_POINTS = 20.0
-"""`ScoringConfig.extender_span_points` of the fragmentation profile: one extender step per 2 points of the score."""
-PACKING_BEST_FIT_SHARE = 0.1
-"""`ScoringConfig.packing_best_fit_share` of the packing profile: 0.1 rather than the default 0.2 (chosen among 0, 0.05,
-0.1, 0.15, 0.2 and 0.3 on openb's trace suite, seeds 4–6, and checked against 0.2 on seeds 7–9; docs/evaluation.md)."""
+FRAGMENTATION_SPAN_POINTS = 0.001
+"""`ScoringConfig.extender_span_points` of the packing profile: so small that only the nodes whose score equals the
+best keep the top integer (one step per 0.0001 points), and the profile's score is a strict order: the gradient's step
+(`PACKING_GRADIENT_STEPS`), then best fit (`PACKING_BEST_FIT_SHARE`), then the first by name
+(`extender_first_of_equals`). It was 20 (one step per 2 points) before the gradient was stepped."""
+PACKING_GRADIENT_STEPS = 100
+"""`ScoringConfig.packing_gradient_steps` of the packing profile: the fragmentation gradient floored to a hundredth of
+its sigmoid, as the FGD authors' integer score floors it, so that nodes whose fragmentation changes nearly equally tie
+and fill one after another (chosen against 30 and 50 and a continuous gradient on openb's trace suite, seeds 4–9;
+docs/evaluation.md)."""
+PACKING_BEST_FIT_SHARE = 0.005
+"""`ScoringConfig.packing_best_fit_share` of the packing profile: below one gradient step ((1 − 0.005) / 100), so best
+fit (less free GPU left on the node) only orders the nodes within one step, before their names; chosen with
+`PACKING_GRADIENT_STEPS` on openb's trace suite, seeds 4–9 (docs/evaluation.md)."""
+PACKING_CPU_BALANCE = 0.1
+"""`ScoringConfig.packing_cpu_balance` of the packing profile: of two equally full nodes, best fit prefers the one
+whose CPU left matches what its GPUs left need (chosen among 0, 0.01, 0.1, 0.3 and 1 on openb's default and gpushare40
+traces, seeds 4–6, and checked on the whole suite, seeds 4–9; docs/evaluation.md)."""
+PACKING_GRADIENT_RESIDUAL = 0.05
+"""`ScoringConfig.packing_gradient_residual` of the packing profile: a twentieth of what the gradient's steps floor off
+is added back beside best fit, so that within a step a smaller fragmentation change still counts a little (chosen
+among 0, 0.00005, 0.0002, 0.0005, 0.002, 0.005 and 0.05 on openb's default and gpushare40 traces, seeds 4–6, then
+0.0005 and 0.05 against 0 on the whole suite, seeds 4–9; docs/evaluation.md)."""
 SCORE_PODS_WITHOUT_GPU = True
 """Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
 
@@ -65,8 +83,11 @@ PROFILES = ("default", "packing")
 def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig:
     """The scorer configured as profile `name` with `task_mix` as the requests packing keeps room for (None: the
     service's default mix). `packing` is what an admin whose goal is allocation would set (deploy/profiles/packing):
-    packing alone (affinity, interference and JCT weights 0), one extender step per `FRAGMENTATION_SPAN_POINTS` / 10
-    points, and no waiting for a faster GPU (it would leave GPUs idle); `default` the service's defaults."""
+    packing alone (affinity, interference and JCT weights 0) as a strict order — the fragmentation gradient in
+    `PACKING_GRADIENT_STEPS` steps, best fit within a step (CPU left balanced against GPUs left,
+    `PACKING_CPU_BALANCE`; a little of the gradient below its step, `PACKING_GRADIENT_RESIDUAL`), the first node by
+    name among equals — and no waiting for a faster GPU (it would leave
+    GPUs idle); `default` the service's defaults."""
     mix = DEFAULT_TASK_MIX if task_mix is None else task_mix
     if name == "packing":
         return ScoringConfig(
@@ -78,6 +99,9 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
             wait_slack=None,
             extender_first_of_equals=True,
             packing_best_fit_share=PACKING_BEST_FIT_SHARE,
+            packing_gradient_steps=PACKING_GRADIENT_STEPS,
+            packing_cpu_balance=PACKING_CPU_BALANCE,
+            packing_gradient_residual=PACKING_GRADIENT_RESIDUAL,
         )
     if name == "default":
         return ScoringConfig(task_mix=mix)

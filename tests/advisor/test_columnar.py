@@ -127,17 +127,29 @@ def config_for(mix: str) -> ScoringConfig:
     if mix == "per-model":  # the H100 nodes scored with their own mix; best fit a tenth of packing
         h100_mix: TaskMix = ((1, 500, 0.4), (1, 1000, 0.3), (2, 1000, 0.3))
         return ScoringConfig(model_task_mix={MODELS[0]: h100_mix}, packing_best_fit_share=0.1)
+    if mix == "stepped":  # the packing profile's gradient in a hundred steps, best fit only within a step
+        return ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.005)
+    if mix == "cpu-balance":  # the packing profile's order with CPU and memory, CPU left balanced against GPUs left
+        return ScoringConfig(
+            task_mix=CPU_MIX,
+            packing_gradient_steps=100,
+            packing_best_fit_share=0.005,
+            packing_cpu_balance=0.1,
+            packing_gradient_residual=0.05,
+        )
     return ScoringConfig()
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model"])
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
 def test_vectorised_shares_match_the_scalar_scorer_exactly(
     seed: int, mix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
     config = config_for(mix)
-    nodes = [random_node(rng, f"n{i}", rng.choice((8, 8, 4)), cpu=mix == "cpu-memory") for i in range(60)]
+    nodes = [
+        random_node(rng, f"n{i}", rng.choice((8, 8, 4)), cpu=mix in ("cpu-memory", "cpu-balance")) for i in range(60)
+    ]
     pods = [random_pod(rng) for _ in range(25)]
     vectorised = [verdicts(pod, nodes, config) for pod in pods]
     monkeypatch.setattr(scoring, "_COLUMNAR_MIN_NODES", 10**9)  # every node through the scalar `_evaluate_share`
@@ -171,13 +183,13 @@ def test_a_large_batch_of_shares_goes_through_the_vectorised_path(monkeypatch: p
     assert sum(calls) > 30
 
 
-@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model"])
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
 def test_verdicts_from_a_warm_memo_are_the_verdicts_from_scratch(mix: str) -> None:
     """The memo keys on what the GPU choice depends on (not the pod's CPU/memory, and not its workload where no
     resident can interfere): pods that share a memo entry must get exactly what they would get from scratch."""
     rng = random.Random(7)
     config = config_for(mix)
-    nodes = [random_node(rng, f"n{i}", 8, cpu=mix == "cpu-memory") for i in range(40)]
+    nodes = [random_node(rng, f"n{i}", 8, cpu=mix in ("cpu-memory", "cpu-balance")) for i in range(40)]
     base = [random_pod(rng) for _ in range(12)]
     # the same GPU requests again with other workloads and CPU/memory requests
     pods = base + [

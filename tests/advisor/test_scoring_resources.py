@@ -12,6 +12,7 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores, first_of_equals
 from advisor.placement.filter import filter_nodes
 from advisor.placement.fragmentation import TaskMix
+from advisor.placement.gpuset import packing_of
 from advisor.placement.scoring import score_candidates, score_nodes
 from advisor.placement.types import GpuState, NodeState, PodRequest, Resident, ScoringInputError, Topology
 from collector.snapshot import LINK_RANK, LinkLevel
@@ -310,3 +311,54 @@ def test_the_best_fit_share_of_packing_is_configurable() -> None:
         assert verdict.packing == pytest.approx((1 - share) * 0.5 + share * 0.25)
     with pytest.raises(ScoringInputError, match="packing_best_fit_share"):
         ScoringConfig(packing_best_fit_share=1.5)
+
+
+def test_a_stepped_gradient_ties_nearly_equal_fragmentation_changes_and_best_fit_orders_them() -> None:
+    # Changes of -10 and -30 milli-GPU: sigmoids 0.5025 and 0.5075, one step of a hundred (0.50); a change of exactly
+    # 0 stays in that step despite float noise, and +20 milli (0.495) falls one step below.
+    emptier, fuller = (1000, 1000, 1000, 0), (1000, 0, 0, 0)
+    stepped = ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.0)
+    continuous = ScoringConfig(packing_best_fit_share=0.0)
+    assert packing_of(-10.0, emptier, stepped) == packing_of(-30.0, emptier, stepped) == 0.5
+    assert packing_of(-10.0, emptier, continuous) < packing_of(-30.0, emptier, continuous)
+    assert packing_of(1e-12, emptier, stepped) == 0.5
+    assert packing_of(20.0, emptier, stepped) == 0.49
+    # Best fit within a step: the fuller node wins a tie and never outweighs a step.
+    profile = ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.005)
+    assert packing_of(-10.0, fuller, profile) > packing_of(-30.0, emptier, profile)
+    assert packing_of(20.0, (0, 0, 0, 0), profile) < packing_of(-10.0, (1000,) * 4, profile)
+    # A residual share of what the step floored off: within a step the smaller change counts a little again.
+    residual = ScoringConfig(packing_gradient_steps=100, packing_best_fit_share=0.0, packing_gradient_residual=0.05)
+    gain = packing_of(-30.0, emptier, residual) - packing_of(-10.0, emptier, residual)
+    assert gain == pytest.approx(0.05 * 0.005, rel=1e-3)
+    with pytest.raises(ScoringInputError, match="packing_gradient_steps"):
+        ScoringConfig(packing_gradient_steps=-1)
+    with pytest.raises(ScoringInputError, match="packing_gradient_residual"):
+        ScoringConfig(packing_gradient_residual=2.0)
+
+
+def test_cpu_balance_takes_cpu_left_unmatched_by_gpus_left_off_best_fit() -> None:
+    # 8000 milli-CPU per GPU in the mix. A 1-GPU pod with 8000 milli-CPU on an idle 4-GPU node: F stays 0 (both
+    # task types still fit), so the gradient is 0.5; 3 GPUs left need 24000 milli-CPU.
+    mix: TaskMix = ((1, 1000, 0.5, 8000, None), (2, 1000, 0.5, 16000, None))
+    topology = Topology.uniform(4, LinkLevel.PCIE_HOSTBRIDGE)
+    pod = PodRequest(gpus=1, cpu_milli=8000)
+    weights = {"weight_interference": 0.0, "weight_jct": 0.0, "weight_affinity": 0.0}
+    balanced = ScoringConfig(
+        task_mix=mix, packing_gradient_steps=100, packing_best_fit_share=0.005, packing_cpu_balance=0.1, **weights
+    )
+    assert balanced.cpu_per_gpu_milli == 8000
+    # 40000 free: 32000 left, read at the mix's grain as 16000 (its largest request that fits); |16000 − 24000| over
+    # the 32000 four GPUs would need = 0.25, × 0.1 taken off best fit's 1 − 3/4.
+    (verdict,) = score_nodes(pod, [node("n", 4, {}, topology, cpu_free=40000)], config=balanced)
+    assert verdict.packing == pytest.approx(0.995 * 0.5 + 0.005 * (0.25 - 0.1 * 0.25))
+    # Unknown free CPU, or the balance off (the default): best fit alone.
+    (unknown,) = score_nodes(pod, [node("u", 4, {}, topology)], config=balanced)
+    off = replace(balanced, packing_cpu_balance=0.0)
+    (plain,) = score_nodes(pod, [node("n", 4, {}, topology, cpu_free=40000)], config=off)
+    assert unknown.packing == plain.packing == pytest.approx(0.995 * 0.5 + 0.005 * 0.25)
+    # Per-model views keep the whole workload's CPU per GPU (their unusable requests say nothing about it).
+    per_model = replace(balanced, model_task_mix={H100: ((1, 1000, 1.0, 1e12, None),)})
+    assert per_model.for_model(H100).cpu_per_gpu_milli == 8000
+    with pytest.raises(ScoringInputError, match="packing_cpu_balance"):
+        ScoringConfig(packing_cpu_balance=-0.1)

@@ -67,6 +67,13 @@ def configs() -> dict[str, ScoringConfig]:
         "per-model": ScoringConfig(model_task_mix={MODELS[0]: h100_mix}, packing_best_fit_share=0.1),
         "first-of-equals": ScoringConfig(extender_first_of_equals=True, extender_span_points=10.0),
         "no-weights": ScoringConfig(weight_packing=0, weight_affinity=0, weight_interference=0, weight_jct=0),
+        "stepped gradient (packing profile)": ScoringConfig(
+            packing_gradient_steps=100,
+            packing_gradient_residual=0.05,
+            packing_best_fit_share=0.005,
+            extender_first_of_equals=True,
+            extender_span_points=0.001,
+        ),
         "cpu-memory (per-node path)": ScoringConfig(task_mix=CPU_MIX),
     }
 

@@ -415,6 +415,9 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
         "wait_slack",
         "extender_first_of_equals",
         "packing_best_fit_share",
+        "packing_gradient_steps",
+        "packing_cpu_balance",
+        "packing_gradient_residual",
     )
     for field in fields:
         assert getattr(shipped, field) == getattr(measured, field), field

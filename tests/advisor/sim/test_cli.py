@@ -63,7 +63,7 @@ def test_fragmentation_json_and_plot(small: dict[str, Path], tmp_path: Path) -> 
     # the advisor's configuration is reported: what an admin sets to score as it did (the packing profile)
     assert report["advisor"]["profile"] == "packing"
     assert report["advisor"]["weights"] == {"packing": 1.0, "affinity": 0.0, "interference": 0.0, "jct": 0.0}
-    assert report["advisor"]["extender_span_points"] == 20.0
+    assert report["advisor"]["extender_span_points"] == 0.001
     assert report["advisor"]["extender_weight"] == 2.0
     assert report["advisor"]["wait_slack"] is None  # the packing profile never holds a pod back
 

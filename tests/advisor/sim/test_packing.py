@@ -9,7 +9,7 @@ import pytest
 
 from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import class_sums, expected_fragmentation
-from advisor.sim.fragmentation import task_mix_of, workload_of
+from advisor.sim.fragmentation import UNUSABLE_CPU_MILLI, task_mix_of, workload_of
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import (
     AdvisorPackPolicy,
@@ -196,11 +196,13 @@ def test_the_trace_task_mix_gives_every_request_with_cpu_and_memory() -> None:
         Pod("c", 2, 1000, 16000, 65536),
         Pod("d", 0, 0, 1000, 2048),
     ]
+    # The pod without GPU can use no GPU: its CPU request is one no node has, so every free GPU is fragment for it.
     assert task_mix_of(pods) == (
-        (0, 0, 0.25, 1000.0, 2048.0),
+        (0, 0, 0.25, UNUSABLE_CPU_MILLI, 2048.0),
         (1, 500, 0.5, 4000.0, 8192.0),
         (2, 1000, 0.25, 16000.0, 65536.0),
     )
+    assert task_mix_of(pods, without_gpu_all_fragment=False)[0] == (0, 0, 0.25, 1000.0, 2048.0)
     assert task_mix_of(pods, with_resources=False) == ((1, 500, 2 / 3), (2, 1000, 1 / 3))
 
 
