@@ -34,7 +34,7 @@ from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservatio
 from advisor.placement.scoring import is_stale, score_nodes
 from advisor.placement.shortest import Claim, Claimant, claims
 from advisor.placement.types import NodeState, PodRequest, Resident
-from advisor.placement.waiting import LeaveTimes, has_room_now, room_seconds
+from advisor.placement.waiting import LeaveTimes, RoomAt, has_room_now, room_at
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
@@ -73,10 +73,10 @@ class JobState:
         self.residents: dict[tuple[int, int], list[Job]] = {}
         self.gangs: list[dict[str, int]] = [{} for _ in range(n)]
         self.version = np.zeros(n, dtype=np.int64)
+        self.changes = 0
+        """Assigns and releases so far (the sum of `version`): the cluster is as it was while this stays the same."""
         self.now = 0.0
         self.started: dict[str, tuple[Job, float]] = {}
-        self.restarts = 0
-        """How many times a started job was taken back before it ran (a gang whose last members found no room)."""
         self._models = [normalize_gpu_model(x.gpu_model) for x in cluster.nodes]
         self._truth = truth
         model_names = sorted(set(self._models))
@@ -143,6 +143,7 @@ class JobState:
             self.gangs[node][gang] = self.gangs[node].get(gang, 0) + 1
         self.started.setdefault(job.job_id, (job, self.now))
         self.version[node] += 1
+        self.changes += 1
 
     def release(self, job: Job, node: int, gpus: Sequence[int], milli: int, gang: str | None) -> None:
         for g in gpus:
@@ -156,6 +157,7 @@ class JobState:
             if not self.gangs[node][gang]:
                 del self.gangs[node][gang]
         self.version[node] += 1
+        self.changes += 1
 
 
 class JobPolicy(Protocol):
@@ -174,6 +176,11 @@ class JobPolicy(Protocol):
     def hold(self, job: Job, state: JobState) -> bool:
         """Called with each job of the queue that could not be placed in this scheduling pass, in order, until it
         answers True (nodes are held for `job`, or the policy holds nothing this pass)."""
+        ...
+
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        """True when `choose` with these arguments is already known to answer None without drawing anything (a
+        verdict kept since the cluster last changed), so the engine need not ask it; False when not known."""
         ...
 
 
@@ -201,6 +208,10 @@ class KubeJobPolicy:
     def hold(self, job: Job, state: JobState) -> bool:
         """kube-scheduler holds nothing for a blocked pod."""
         return True
+
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        """A job fails here only for want of room, which the engine tracks itself."""
+        return False
 
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
@@ -283,14 +294,20 @@ class ExtenderJobPolicy:
         self._node_memo: dict[int, tuple[int, dict[tuple[str | None, str | None], int]]] = {}
         self._memo_state: JobState | None = None
         self._predicted: dict[tuple[str, str], float | None] = {}  # believed run time per (job id, GPU model)
-        self._leave_key: tuple[JobState | None, int, object] = (None, 0, object())
+        self._leave_key: tuple[JobState | None, object] = (None, object())
+        self._leaving: LeaveTimes | None = None  # `_leave_times`, for its key and clock reading
         self._views_at: tuple[JobState | None, int] = (None, -1)
         self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState]]] = {}
         """Per view (`_all_nodes`): each node's version when last brought up to date, and every node's state."""
-        self._alike: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}  # a node per distinct state
-        self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`
-        self._rooms_at: tuple[float, object] | None = None
-        self._rooms: dict[tuple[int, int, int], float | None] = {}
+        self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`, this cluster version
+        self._room_times: dict[tuple[object, ...], _RoomTimes] = {}  # per view and shape, for `_room_key`
+        self._room_key: object = None  # the leave times' `cache_key` that `_room_times` and `_room_at` hold for
+        self._room_at: dict[tuple[int, int, int], tuple[RoomAt, float] | None] = {}
+        """Per (interned node state, by id: the interner keeps each alive, whole GPUs, share): its `room_at` and the
+        clock time it was found at; None when it does not count (has room now)."""
+        gpu_models = sorted({n.gpu_model for n in cluster.nodes})
+        self._gpu_model_of = np.array([gpu_models.index(n.gpu_model) for n in cluster.nodes], dtype=np.int64)
+        """Per node: its GPU model (as its `NodeState` names it) by position in the sorted models."""
         self._waited: dict[tuple[object, ...], IntArray] = {}  # the wait rule's passed candidates, `_passed_over`
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
@@ -307,6 +324,7 @@ class ExtenderJobPolicy:
                     gpu_milli=SHARE_MILLI if r.num_gpus == 1 else GPU_MILLI,
                     sm_utilization_ratio=_RESIDENT_SM_RATIO,
                     memory_bandwidth_utilization_ratio=_RESIDENT_BANDWIDTH_RATIO,
+                    started_seconds=state.started[r.job_id][1],
                 )
                 for r in jobs
             )
@@ -336,12 +354,14 @@ class ExtenderJobPolicy:
         """What the scorer believes of when a resident leaves: its start plus its work over the table's speed.
 
         Each job's predicted run time is kept per GPU model, and each node state's GPU end times are memoised by the
-        placement code under `LeaveTimes.cache_key` (`advisor.placement.waiting.gpu_ends`). An interned node state
-        always holds the same jobs, and a running job keeps its start, so the ends hold until a job is taken back
-        from a gang that did not fit (`JobState.restarts`) and may start again later: the key is renewed then, and
-        for every new run."""
-        if self._leave_key[0] is not state or self._leave_key[1] != state.restarts:
-            self._leave_key = (state, state.restarts, object())
+        placement code under `LeaveTimes.cache_key` (`advisor.placement.waiting.gpu_ends`) for the whole run (the key
+        is renewed for every new run): an interned node state always holds the same jobs with the same starts (a job
+        taken back from a gang that did not fit and started again later is a new state, `_node_gpus`)."""
+        if self._leave_key[0] is not state:
+            self._leave_key = (state, object())
+        leaving = self._leaving
+        if leaving is not None and leaving.cache_key is self._leave_key[1] and leaving.now_seconds == state.now:
+            return leaving  # `end` reads the running jobs as they are when called: the same object serves a pass
         predicted = self._predicted
 
         def end(node: NodeState, resident: Resident) -> float | None:
@@ -356,17 +376,18 @@ class ExtenderJobPolicy:
                 seconds = predicted[key] = believed.jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
             return None if seconds is None else started + seconds
 
-        return LeaveTimes(end, state.now, cache_key=self._leave_key[2])
+        self._leaving = LeaveTimes(end, state.now, cache_key=self._leave_key[1])
+        return self._leaving
 
     def _all_nodes(self, state: JobState, job: Job, share: bool, gang: str | None) -> dict[str, NodeState]:
         """Every node's state as `job` sees it (GPUs it may not share count as full): a view per (job type where it
         shares, gang), brought up to date from the nodes changed since it was last asked for. The returned mapping
         changes with the cluster: read it before the next placement."""
-        version = int(state.version.sum())  # every assign and release bumps a node's version
+        version = state.changes
         if self._views_at[0] is not state:
             self._views = {}
         if self._views_at != (state, version):
-            self._views_at, self._alike, self._soonest, self._waited = (state, version), {}, {}, {}
+            self._views_at, self._soonest, self._waited = (state, version), {}, {}
         key = (job.job_type if share else None, gang)
         entry = self._views.get(key)
         if entry is None:
@@ -378,11 +399,6 @@ class ExtenderJobPolicy:
                 self._intern(state, n, job, share, gang)
                 view[state.nodes[n].name] = self._interner.states[int(self._interner.node_state[n])]
             seen[changed] = state.version[changed]
-        if key not in self._alike:
-            firsts: dict[int, tuple[str, NodeState]] = {}
-            for name, node in view.items():
-                firsts.setdefault(id(node), (name, node))
-            self._alike[key] = dict(firsts.values())
         return view
 
     def _soonest_room(
@@ -390,26 +406,46 @@ class ExtenderJobPolicy:
     ) -> dict[str, NodeState]:
         """Per GPU model, the node (as `view` sees them) without room now that has room for `request`'s shape
         soonest (`advisor.placement.waiting.room_seconds`), kept per shape and leave times until the cluster
-        changes: every job of that shape tried in a pass asks the same."""
+        changes: every job of that shape tried in a pass asks the same.
+
+        Each node's clock time of room (`room_at`) is kept across events in `_RoomTimes` and found again only for
+        the nodes changed since, or whose answer expired (a predicted end passed), so a query costs a few array
+        operations over the nodes, not a Python loop. The time until room is that clock time minus now, the figure
+        `room_seconds` gives; rounding is monotone, so the least of those times is the least clock time minus now."""
         key = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
         found = self._soonest.get(key)
-        if found is None:
-            if self._rooms_at != (leaving.now_seconds, leaving.cache_key):
-                self._rooms_at, self._rooms = (leaving.now_seconds, leaving.cache_key), {}
-            rooms = self._rooms  # per (interned node state, shape): its time until room, None with room now
-            best: dict[str, tuple[float, str, NodeState]] = {}
-            for name, node in self._alike[view].items():
-                at = (id(node), request.whole_gpus, request.share_milli)
-                if at in rooms:
-                    seconds = rooms[at]
-                elif not node.gpu_model or is_stale(node, self._config, None) or has_room_now(node, request):
-                    seconds = rooms[at] = None
-                else:
-                    seconds = rooms[at] = room_seconds(node, request, leaving)
-                if seconds is not None and (node.gpu_model not in best or seconds < best[node.gpu_model][0]):
-                    best[node.gpu_model] = (seconds, name, node)
-            found = self._soonest[key] = {name: node for _, name, node in best.values()}
-        return found
+        if found is not None:
+            return found
+        if self._room_key is not leaving.cache_key:  # a new run
+            self._room_key, self._room_times, self._room_at = leaving.cache_key, {}, {}
+        times = self._room_times.get(key[:3])
+        if times is None:
+            times = self._room_times[key[:3]] = _RoomTimes(len(state.nodes))
+        now = leaving.now_seconds
+        nodes = self._views[view][1]
+        stale = np.flatnonzero((state.version != times.seen) | (now >= times.until) | (now < times.since))
+        memo = self._room_at
+        for n in stale.tolist():
+            node = nodes[state.nodes[n].name]
+            at = (id(node), request.whole_gpus, request.share_milli)
+            answer = memo.get(at)
+            if at not in memo or (answer is not None and not answer[1] <= now < answer[0].until_seconds):
+                counted = bool(node.gpu_model) and not is_stale(node, self._config, None)
+                counted = counted and not has_room_now(node, request)
+                answer = memo[at] = (room_at(node, request, leaving), now) if counted else None
+            if answer is None:
+                times.counted[n], times.since[n], times.until[n] = False, -math.inf, math.inf
+            else:
+                room, since = answer
+                times.counted[n], times.at[n], times.since[n], times.until[n] = True, room[0], since, room[1]
+        times.seen[stale] = state.version[stale]
+        soonest: dict[str, NodeState] = {}
+        for model in np.unique(self._gpu_model_of[times.counted]).tolist():
+            among = np.flatnonzero(times.counted & (self._gpu_model_of == model))
+            name = state.nodes[int(among[np.argmin(times.at[among])])].name
+            soonest[name] = nodes[name]
+        self._soonest[key] = soonest
+        return soonest
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
         """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
@@ -470,7 +506,7 @@ class ExtenderJobPolicy:
         own = self._claimants.get(job.job_id) if self._config.shortest_first else None
         if own is None:
             return QueueRules()
-        version = int(state.version.sum())  # every assign and release bumps a node's version
+        version = state.changes
         if self._log is None or self._log[0] != version:
             # Room as it is, whatever the job (GPUs it may not share are not marked full): the same for every job.
             nodes = self._all_nodes(state, job, False, None)
@@ -514,7 +550,7 @@ class ExtenderJobPolicy:
             believed = self._believed(job)
             view = (job.job_type if share else None, request.gang)
             alike = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
-            alike += (believed.job_type, believed.num_gpus, believed.work, int(state.version.sum()))
+            alike += (believed.job_type, believed.num_gpus, believed.work, state.changes)
         return _Rules(held, claimed, leaving, alike)
 
     def _passed_over(
@@ -528,14 +564,20 @@ class ExtenderJobPolicy:
         held, claimed, leaving, alike = rules
         if held is None and not claimed.claim_log and leaving is None:
             return candidates
-        names = [state.nodes[int(n)].name for n in candidates]
         nodes = self._all_nodes(state, job, share, request.gang)
+        models = self._gpu_model_of[candidates]
+        offered = candidates
         if alike is not None and leaving is not None:
-            # Of the other nodes it reads only the least time until one of each GPU model has room: given with the
-            # candidates, that node decides the same.
-            nodes = self._soonest_room(state, (job.job_type if share else None, request.gang), request, leaving) | {
-                n: nodes[n] for n in names
+            # The wait rule alone passes or fails a candidate by its GPU model (candidates have room: capacity passes
+            # them), so one candidate per model is offered, with the other nodes' soonest room per model: the
+            # verdicts are those of every candidate and every node, and cost a few per model.
+            _, firsts = np.unique(models, return_index=True)
+            offered = candidates[np.sort(firsts)]
+            view = (job.job_type if share else None, request.gang)
+            nodes = self._soonest_room(state, view, request, leaving) | {
+                state.nodes[int(n)].name: nodes[state.nodes[int(n)].name] for n in offered
             }
+        names = [state.nodes[int(n)].name for n in offered]
         passed, _ = run_filter(
             request,
             names,
@@ -545,21 +587,30 @@ class ExtenderJobPolicy:
             predictors=with_job(self._bundle, self._table, self._believed(job)),
         )
         kept = set(passed)
-        keep: IntArray = candidates if len(passed) == len(names) else candidates[[name in kept for name in names]]
+        keep: IntArray = candidates
+        if len(passed) < len(names) and alike is None:
+            keep = candidates[[name in kept for name in names]]
+        elif len(passed) < len(names):  # by GPU model, as decided
+            passing = [m for name, m in zip(names, self._gpu_model_of[offered].tolist(), strict=True) if name in kept]
+            keep = candidates[np.isin(models, passing)]
         if alike is not None:
             self._waited[alike] = keep
         return keep
 
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        """Whether a job alike to `job` (`_rules`) was filtered since the cluster last changed and every candidate
+        was passed over: `choose` would answer None from that verdict, before any draw."""
+        if not self._waited:
+            return False
+        request = _pod_request(job, gpus, share, gang)
+        alike = self._rules(job, request, state, share=share).alike
+        known = self._waited.get(alike) if alike is not None else None
+        return known is not None and len(known) == 0
+
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
-        request = PodRequest(
-            name=job.job_id,
-            gpus=0 if share else gpus,
-            gpu_milli=SHARE_MILLI if share else 0,
-            workload=job.job_type,
-            gang=gang,
-        )
+        request = _pod_request(job, gpus, share, gang)
         rules = self._rules(job, request, state, share=share)
         known = self._waited.get(rules.alike) if rules.alike is not None else None
         if known is not None:  # a job alike to this one was filtered since the cluster last changed
@@ -586,6 +637,30 @@ class ExtenderJobPolicy:
         if not chosen.feasible:
             return None
         return int(candidates[best]), chosen.gpus
+
+
+def _pod_request(job: Job, gpus: int, share: bool, gang: str | None) -> PodRequest:
+    """The pod request of one member of `job` as `JobPolicy.choose` is asked for it."""
+    return PodRequest(
+        name=job.job_id,
+        gpus=0 if share else gpus,
+        gpu_milli=SHARE_MILLI if share else 0,
+        workload=job.job_type,
+        gang=gang,
+    )
+
+
+class _RoomTimes:
+    """Per node, for one view, pod shape and leave times (`ExtenderJobPolicy._soonest_room`): the node's version when
+    last looked at, whether it counts (a GPU model, no room now), and when counted its clock time of room (`room_at`)
+    and the clock times between which that holds."""
+
+    def __init__(self, n: int) -> None:
+        self.seen = np.full(n, -1, dtype=np.int64)
+        self.counted = np.zeros(n, dtype=bool)
+        self.at = np.full(n, math.inf)
+        self.since = np.full(n, -math.inf)
+        self.until = np.full(n, math.inf)
 
 
 class _Rules(NamedTuple):
@@ -666,6 +741,8 @@ class _Engine:
         self._active: IntArray = np.zeros(0, dtype=np.int64)
         """The slots of the running jobs, ascending (recomputed when `_active_stale`)."""
         self._active_stale = False
+        self._rooms: dict[tuple[int, bool, str | None], tuple[int, bool]] = {}
+        """`has_room` per room key, with `JobState.changes` when found (it holds until the cluster changes)."""
 
     def _rate(self, run: _Running) -> float:
         gpus = tuple((n, g) for n, gs in run.parts for g in gs)
@@ -719,6 +796,15 @@ class _Engine:
         finished = slots[self._remaining[slots] / self._rates[slots] <= _DONE_EPS_SECONDS]
         return [r for r in (self._slots[int(i)] for i in finished) if r is not None]
 
+    def passed_over(self, job: Job, now: float) -> bool:
+        """Whether `try_place` is known to fail now before the policy draws anything (`JobPolicy.passes_over` of the
+        job's first pod): trying it would change nothing but the clock, which this sets as trying would."""
+        self.state.now = now
+        share = self.sharing and job.num_gpus == 1
+        if job.num_gpus > self.per_node:
+            return False
+        return self.policy.passes_over(job, job.num_gpus, share, None, self.state)
+
     def try_place(self, job: Job, now: float) -> bool:
         share = self.sharing and job.num_gpus == 1
         sizes = [job.num_gpus] if job.num_gpus <= self.per_node else _gang_sizes(job.num_gpus, self.per_node)
@@ -731,8 +817,7 @@ class _Engine:
             if choice is None:
                 for node, gpus in parts:
                     self.state.release(job, node, gpus, milli, gang)
-                if self.state.started.pop(job.job_id, None) is not None:
-                    self.state.restarts += 1
+                self.state.started.pop(job.job_id, None)
                 return False
             self.state.assign(job, choice[0], choice[1], milli, gang)
             parts.append(choice)
@@ -761,10 +846,13 @@ class _Engine:
         """Whether some node has room for the job's first pod (gang member) as every policy looks for it: a GPU with
         half free that the job may share, or that many wholly free GPUs. Without, `try_place` fails before any
         policy decision (and draws nothing), and keeps failing until a job ends."""
-        size, share, _ = self.room_key(job)
-        if share:
-            return len(self.state.share_slots(job)[0]) > 0
-        return bool((self.state.free_whole() >= size).any())
+        key = self.room_key(job)
+        found = self._rooms.get(key)
+        if found is None or found[0] != self.state.changes:
+            size, share, _ = key
+            room = len(self.state.share_slots(job)[0]) > 0 if share else bool((self.state.free_whole() >= size).any())
+            found = self._rooms[key] = (self.state.changes, room)
+        return found[1]
 
     def finish(self, run: _Running) -> None:
         for node, gpus in run.parts:
@@ -877,6 +965,9 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
             fresh[key] -= 1
             if key in dead:
                 engine.state.now = now  # as `try_place` sets it before finding no room
+                placed = False
+            elif engine.passed_over(job, now):  # it has room (a job alike to it had candidates) but waits
+                live -= 1
                 placed = False
             else:
                 live -= 1
