@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -288,7 +289,7 @@ class ExtenderJobPolicy:
         self._models = sorted({n.gpu_model for n in cluster.nodes})
         self._job_runs: dict[str, dict[str, float]] = {}
         self._claimants: dict[str, Claimant] = {}
-        self._log: tuple[int, dict[str, NodeState], list[Claim]] | None = None
+        self._log: tuple[int, dict[str, NodeState], list[Claim], list[tuple[int, float]]] | None = None
         # Per node: its state version and, for that version, the interned state id per (job type where it shares,
         # gang it runs members of) — a long queue asks for every node's state once per waiting job and pass.
         self._node_memo: dict[int, tuple[int, dict[tuple[str | None, str | None], int]]] = {}
@@ -299,7 +300,7 @@ class ExtenderJobPolicy:
         self._views_at: tuple[JobState | None, int] = (None, -1)
         self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState]]] = {}
         """Per view (`_all_nodes`): each node's version when last brought up to date, and every node's state."""
-        self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`, this cluster version
+        self._orders: dict[tuple[object, ...], list[IntArray]] = {}  # `_room_order`, this cluster version
         self._room_times: dict[tuple[object, ...], _RoomTimes] = {}  # per view and shape, for `_room_key`
         self._room_key: object = None  # the leave times' `cache_key` that `_room_times` and `_room_at` hold for
         self._room_at: dict[tuple[int, int, int], tuple[RoomAt, float] | None] = {}
@@ -387,7 +388,7 @@ class ExtenderJobPolicy:
         if self._views_at[0] is not state:
             self._views = {}
         if self._views_at != (state, version):
-            self._views_at, self._soonest, self._waited = (state, version), {}, {}
+            self._views_at, self._orders, self._waited = (state, version), {}, {}
         key = (job.job_type if share else None, gang)
         entry = self._views.get(key)
         if entry is None:
@@ -401,19 +402,19 @@ class ExtenderJobPolicy:
             seen[changed] = state.version[changed]
         return view
 
-    def _soonest_room(
+    def _room_order(
         self, state: JobState, view: tuple[str | None, str | None], request: PodRequest, leaving: LeaveTimes
-    ) -> dict[str, NodeState]:
-        """Per GPU model, the node (as `view` sees them) without room now that has room for `request`'s shape
-        soonest (`advisor.placement.waiting.room_seconds`), kept per shape and leave times until the cluster
-        changes: every job of that shape tried in a pass asks the same.
+    ) -> list[IntArray]:
+        """Per GPU model, the nodes without room now for `request`'s shape (as `view` sees them), soonest room first
+        (`advisor.placement.waiting.room_seconds`; ties by node order), kept per shape and leave times until the
+        cluster changes: every job of that shape tried in a pass asks the same.
 
         Each node's clock time of room (`room_at`) is kept across events in `_RoomTimes` and found again only for
         the nodes changed since, or whose answer expired (a predicted end passed), so a query costs a few array
         operations over the nodes, not a Python loop. The time until room is that clock time minus now, the figure
-        `room_seconds` gives; rounding is monotone, so the least of those times is the least clock time minus now."""
+        `room_seconds` gives; rounding is monotone, so the order of those times is the order of the clock times."""
         key = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
-        found = self._soonest.get(key)
+        found = self._orders.get(key)
         if found is not None:
             return found
         if self._room_key is not leaving.cache_key:  # a new run
@@ -439,13 +440,34 @@ class ExtenderJobPolicy:
                 room, since = answer
                 times.counted[n], times.at[n], times.since[n], times.until[n] = True, room[0], since, room[1]
         times.seen[stale] = state.version[stale]
-        soonest: dict[str, NodeState] = {}
+        found = []
         for model in np.unique(self._gpu_model_of[times.counted]).tolist():
             among = np.flatnonzero(times.counted & (self._gpu_model_of == model))
-            name = state.nodes[int(among[np.argmin(times.at[among])])].name
-            soonest[name] = nodes[name]
-        self._soonest[key] = soonest
-        return soonest
+            found.append(among[np.argsort(times.at[among], kind="stable")])
+        self._orders[key] = found
+        return found
+
+    def _room_nodes(
+        self,
+        state: JobState,
+        view: tuple[str | None, str | None],
+        request: PodRequest,
+        leaving: LeaveTimes,
+        maybe_closed: set[str],
+    ) -> dict[str, NodeState]:
+        """The nodes without room now that the wait rule's soonest room per GPU model can come from: per model, in
+        order of room (`_room_order`), those the rule may not count on (`maybe_closed`: held or claimed by others;
+        it decides which) up to and with the first it surely counts on. A later node has room no sooner than that one,
+        so the wait rule's verdicts over these nodes are its verdicts over every node."""
+        nodes = self._views[view][1]
+        found: dict[str, NodeState] = {}
+        for order in self._room_order(state, view, request, leaving):
+            for n in order.tolist():
+                name = state.nodes[n].name
+                found[name] = nodes[name]
+                if name not in maybe_closed:
+                    break
+        return found
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
         """Nothing is held yet; with `ScoringConfig.shortest_first`, the waiting jobs (gangs aside) become claimants
@@ -511,9 +533,16 @@ class ExtenderJobPolicy:
             # Room as it is, whatever the job (GPUs it may not share are not marked full): the same for every job.
             nodes = self._all_nodes(state, job, False, None)
             waiting = [c for c in self._claimants.values() if c.pod not in state.started]
-            self._log = (version, nodes, claims(waiting, nodes, config=self._config))
-        _, nodes, log = self._log
+            log = claims(waiting, nodes, config=self._config)
+            self._log = (version, nodes, log, [(-c.claimant.priority, -c.claimant.ratio) for c in log])
+        _, nodes, log, _ = self._log
         return QueueRules(claim_log=log, rank=own.rank, claim_nodes=nodes)
+
+    def _ranked_above(self, rank: tuple[int, float]) -> int:
+        """How many claims of this version's log (`_claims`, in rank order) are ranked above `rank`: the filter yields
+        the room of those (`advisor.placement.shortest.yield_verdicts`) and reads no other."""
+        assert self._log is not None
+        return bisect_left(self._log[3], (-rank[0], -rank[1]))
 
     def hold(self, job: Job, state: JobState) -> bool:
         """Hold nodes for the first job of the pass that has no room now and whose start can be predicted
@@ -537,20 +566,22 @@ class ExtenderJobPolicy:
         return self._held is not None
 
     def _rules(self, job: Job, request: PodRequest, state: JobState, *, share: bool) -> _Rules:
-        """The filter's rules that apply to `job` now (`_passed_over`), and, when the wait rule alone applies, what its
-        verdict depends on: the candidates (the same for every job of this view and shape until the cluster
-        changes), the leave times, and of the job only its predicted run times, from its type, GPUs and believed
-        work."""
+        """The filter's rules that apply to `job` now (`_passed_over`), and, when it may wait, what its verdict
+        depends on: the candidates (the same for every job of this view and shape until the cluster changes), the
+        leave times, the nodes held this pass, how many claims are ranked above it (it yields their room), and of the
+        job only its predicted run times, from its type, GPUs and believed work."""
         held = self._held if self._held is not None and self._held.pod != job.job_id else None
         claimed = self._claims(job, state)
         waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
         leaving = self._leave_times(state) if waits else None
         alike: tuple[object, ...] | None = None
-        if held is None and not claimed.claim_log and leaving is not None:
+        if leaving is not None:
             believed = self._believed(job)
             view = (job.job_type if share else None, request.gang)
             alike = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
-            alike += (believed.job_type, believed.num_gpus, believed.work, state.changes)
+            alike += (believed.job_type, believed.num_gpus, believed.work, state.changes, held)
+            if claimed.claim_log and claimed.rank is not None:
+                alike += (self._ranked_above(claimed.rank),)
         return _Rules(held, claimed, leaving, alike)
 
     def _passed_over(
@@ -567,16 +598,26 @@ class ExtenderJobPolicy:
         nodes = self._all_nodes(state, job, share, request.gang)
         models = self._gpu_model_of[candidates]
         offered = candidates
-        if alike is not None and leaving is not None:
+        view = (job.job_type if share else None, request.gang)
+        if held is None and not claimed.claim_log and leaving is not None:
             # The wait rule alone passes or fails a candidate by its GPU model (candidates have room: capacity passes
             # them), so one candidate per model is offered, with the other nodes' soonest room per model: the
             # verdicts are those of every candidate and every node, and cost a few per model.
             _, firsts = np.unique(models, return_index=True)
             offered = candidates[np.sort(firsts)]
-            view = (job.job_type if share else None, request.gang)
-            nodes = self._soonest_room(state, view, request, leaving) | {
-                state.nodes[int(n)].name: nodes[state.nodes[int(n)].name] for n in offered
-            }
+            every = nodes
+            nodes = {}
+            for n in [order[0] for order in self._room_order(state, view, request, leaving)] + offered.tolist():
+                nodes[state.nodes[int(n)].name] = every[state.nodes[int(n)].name]
+        elif leaving is not None:
+            # Held and yielded nodes are known only inside the filter: it is given every node that may be held or
+            # claimed, the candidates, and per GPU model the other nodes up to the soonest room it surely counts on.
+            closed = set(held.nodes) if held is not None else set()
+            closed |= {c.node for c in claimed.claim_log if claimed.rank is not None and c.claimant.rank > claimed.rank}
+            every = nodes
+            nodes = self._room_nodes(state, view, request, leaving, closed)
+            nodes.update((name, every[name]) for name in closed if name in every)
+            nodes.update((state.nodes[int(n)].name, every[state.nodes[int(n)].name]) for n in candidates)
         names = [state.nodes[int(n)].name for n in offered]
         passed, _ = run_filter(
             request,
@@ -588,7 +629,7 @@ class ExtenderJobPolicy:
         )
         kept = set(passed)
         keep: IntArray = candidates
-        if len(passed) < len(names) and alike is None:
+        if len(passed) < len(names) and offered is candidates:
             keep = candidates[[name in kept for name in names]]
         elif len(passed) < len(names):  # by GPU model, as decided
             passing = [m for name, m in zip(names, self._gpu_model_of[offered].tolist(), strict=True) if name in kept]
@@ -665,8 +706,9 @@ class _RoomTimes:
 
 class _Rules(NamedTuple):
     """The extender filter's rules for one job now (`ExtenderJobPolicy._rules`): the head's reservation, the claims
-    of jobs ranked above it, the leave times when it may wait for a faster GPU, and the key of its wait verdict when
-    that rule applies alone."""
+    of jobs ranked above it, the leave times when it may wait for a faster GPU, and then the key of its verdict
+    (`alike`): what the filter reads of the job and the cluster, so that jobs with the same key get the same verdict
+    until the cluster changes."""
 
     held: Reservation | None
     claimed: QueueRules
