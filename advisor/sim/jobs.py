@@ -21,6 +21,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -33,7 +34,7 @@ from advisor.placement.filter import QueueRules, run_filter
 from advisor.placement.fragmentation import IntArray, TaskMix
 from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservation
 from advisor.placement.scoring import is_stale, score_nodes
-from advisor.placement.shortest import Claim, Claimant, claims
+from advisor.placement.shortest import CLAIM_SCAN, Claim, Claimant, claims
 from advisor.placement.types import NodeState, PodRequest, Resident
 from advisor.placement.waiting import LeaveTimes, RoomAt, has_room_now, room_at
 from advisor.predictors import Predictors
@@ -50,6 +51,7 @@ from advisor.sim.rates import (
 )
 
 SHARE_MILLI = GPU_MILLI // 2
+_NO_CLAIMS = QueueRules()
 JCT_EXTENDER_WEIGHT = 2.0
 """kube-scheduler's weight of the advisor extender in JCT runs (an integer, as the scheduler's configuration needs),
 chosen on the validation run only: Gavel trace msr_vc_6c71a0 at half its arrival rate, seeds 0-2
@@ -288,7 +290,9 @@ class ExtenderJobPolicy:
         self._head_tries = 0  # blocked jobs of this pass tried as the head (`hold`)
         self._models = sorted({n.gpu_model for n in cluster.nodes})
         self._job_runs: dict[str, dict[str, float]] = {}
+        self._requests: dict[tuple[str, int, bool, str | None], PodRequest] = {}  # `_pod_request`
         self._claimants: dict[str, Claimant] = {}
+        self._ranked: list[Claimant] = []  # `_claimants` by rank, this pass
         self._log: tuple[int, dict[str, NodeState], list[Claim], list[tuple[int, float]]] | None = None
         # Per node: its state version and, for that version, the interned state id per (job type where it shares,
         # gang it runs members of) — a long queue asks for every node's state once per waiting job and pass.
@@ -487,6 +491,8 @@ class ExtenderJobPolicy:
                 self._claimants[job.job_id] = Claimant(
                     job.job_id, self._request(job), waited_seconds=now - job.arrival_s, runs=runs
                 )
+        # In the order `claims` takes them (a stable sort: queue order breaks ties); a placement only removes some.
+        self._ranked = sorted(self._claimants.values(), key=lambda c: (-c.priority, -c.ratio))
 
     def _believed(self, job: Job) -> Job:
         """`job` with the work the policy believes it has: `lengths`' (by job id), else its own (built once per job:
@@ -514,25 +520,20 @@ class ExtenderJobPolicy:
         assert self._table is not None
         share = bool(self._table.norm) and job.num_gpus == 1
         sizes = [job.num_gpus] if job.num_gpus <= self._per_node else _gang_sizes(job.num_gpus, self._per_node)
-        return PodRequest(
-            name=job.job_id,
-            gpus=0 if share else sizes[0],
-            gpu_milli=SHARE_MILLI if share else 0,
-            workload=job.job_type,
-            gang=job.job_id if len(sizes) > 1 else None,
-        )
+        return self._pod_request(job, sizes[0], share, job.job_id if len(sizes) > 1 else None)
 
     def _claims(self, job: Job, state: JobState) -> QueueRules:
         """The room waiting jobs with a higher response ratio are expected to take (`advisor.placement.shortest.claims`,
         laid once per cluster version on every node), when `ScoringConfig.shortest_first`; the filter yields it."""
         own = self._claimants.get(job.job_id) if self._config.shortest_first else None
         if own is None:
-            return QueueRules()
+            return _NO_CLAIMS
         version = state.changes
         if self._log is None or self._log[0] != version:
             # Room as it is, whatever the job (GPUs it may not share are not marked full): the same for every job.
             nodes = self._all_nodes(state, job, False, None)
-            waiting = [c for c in self._claimants.values() if c.pod not in state.started]
+            # The first CLAIM_SCAN still waiting, by rank: all that `claims` lays (sorting them again keeps them).
+            waiting = list(islice((c for c in self._ranked if c.pod not in state.started), CLAIM_SCAN))
             log = claims(waiting, nodes, config=self._config)
             self._log = (version, nodes, log, [(-c.claimant.priority, -c.claimant.ratio) for c in log])
         _, nodes, log, _ = self._log
@@ -638,12 +639,27 @@ class ExtenderJobPolicy:
             self._waited[alike] = keep
         return keep
 
+    def _pod_request(self, job: Job, gpus: int, share: bool, gang: str | None) -> PodRequest:
+        """The pod request of one member of `job` as `choose` is asked for it (built once: a waiting job is asked for
+        again after every completion)."""
+        key = (job.job_id, gpus, share, gang)
+        request = self._requests.get(key)
+        if request is None:
+            request = self._requests[key] = PodRequest(
+                name=job.job_id,
+                gpus=0 if share else gpus,
+                gpu_milli=SHARE_MILLI if share else 0,
+                workload=job.job_type,
+                gang=gang,
+            )
+        return request
+
     def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
         """Whether a job alike to `job` (`_rules`) was filtered since the cluster last changed and every candidate
         was passed over: `choose` would answer None from that verdict, before any draw."""
         if not self._waited:
             return False
-        request = _pod_request(job, gpus, share, gang)
+        request = self._pod_request(job, gpus, share, gang)
         alike = self._rules(job, request, state, share=share).alike
         known = self._waited.get(alike) if alike is not None else None
         return known is not None and len(known) == 0
@@ -651,7 +667,7 @@ class ExtenderJobPolicy:
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
-        request = _pod_request(job, gpus, share, gang)
+        request = self._pod_request(job, gpus, share, gang)
         rules = self._rules(job, request, state, share=share)
         known = self._waited.get(rules.alike) if rules.alike is not None else None
         if known is not None:  # a job alike to this one was filtered since the cluster last changed
@@ -678,17 +694,6 @@ class ExtenderJobPolicy:
         if not chosen.feasible:
             return None
         return int(candidates[best]), chosen.gpus
-
-
-def _pod_request(job: Job, gpus: int, share: bool, gang: str | None) -> PodRequest:
-    """The pod request of one member of `job` as `JobPolicy.choose` is asked for it."""
-    return PodRequest(
-        name=job.job_id,
-        gpus=0 if share else gpus,
-        gpu_milli=SHARE_MILLI if share else 0,
-        workload=job.job_type,
-        gang=gang,
-    )
 
 
 class _RoomTimes:
