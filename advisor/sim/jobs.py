@@ -785,6 +785,7 @@ class _Engine:
         self._remaining = np.zeros(0)
         self._rates = np.ones(0)
         self._held_milli = np.zeros(0)
+        self._alive = np.zeros(0, dtype=bool)  # per slot: whether a running job holds it
         self._active: IntArray = np.zeros(0, dtype=np.int64)
         """The slots of the running jobs, ascending (recomputed when `_active_stale`)."""
         self._active_stale = False
@@ -813,6 +814,8 @@ class _Engine:
             rates[: len(keep)] = self._rates[keep]
             held[: len(keep)] = self._held_milli[keep]
             self._remaining, self._rates, self._held_milli = remaining, rates, held
+            self._alive = np.zeros(size, dtype=bool)
+            self._alive[: len(keep)] = True
             self._slots = list(runs)
             for i, kept in enumerate(runs):
                 assert kept is not None
@@ -821,12 +824,13 @@ class _Engine:
         self._slots.append(run)
         self._remaining[run.slot] = run.job.work
         self._held_milli[run.slot] = run.milli * sum(len(g) for _, g in run.parts)
+        self._alive[run.slot] = True
         self._active_stale = True
 
     def active(self) -> IntArray:
         """The running jobs' slots, in start order."""
         if self._active_stale:
-            self._active = np.array([i for i, r in enumerate(self._slots) if r is not None], dtype=np.int64)
+            self._active = np.flatnonzero(self._alive)
             self._active_stale = False
         return self._active
 
@@ -907,6 +911,7 @@ class _Engine:
         self.state.started.pop(run.job.job_id, None)
         del self.running[run.job.job_id]
         self._slots[run.slot] = None
+        self._alive[run.slot] = False
         self._active_stale = True
         if run.partner is not None:
             run.partner.partner = None
