@@ -302,8 +302,9 @@ class ExtenderJobPolicy:
         self._leave_key: tuple[JobState | None, object] = (None, object())
         self._leaving: LeaveTimes | None = None  # `_leave_times`, for its key and clock reading
         self._views_at: tuple[JobState | None, int] = (None, -1)
-        self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState]]] = {}
-        """Per view (`_all_nodes`): each node's version when last brought up to date, and every node's state."""
+        self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState], IntArray]] = {}
+        """Per view (`_all_nodes`): each node's version when last brought up to date, every node's state, and every
+        node's interned state id."""
         self._orders: dict[tuple[object, ...], list[IntArray]] = {}  # `_room_order`, this cluster version
         self._room_times: dict[tuple[object, ...], _RoomTimes] = {}  # per view and shape, for `_room_key`
         self._room_key: object = None  # the leave times' `cache_key` that `_room_times` and `_room_at` hold for
@@ -396,13 +397,15 @@ class ExtenderJobPolicy:
         key = (job.job_type if share else None, gang)
         entry = self._views.get(key)
         if entry is None:
-            entry = self._views[key] = (np.full(len(state.nodes), -1, dtype=np.int64), {})
-        seen, view = entry
+            n = len(state.nodes)
+            entry = self._views[key] = (np.full(n, -1, dtype=np.int64), {}, np.zeros(n, dtype=np.int64))
+        seen, view, ids = entry
         changed = np.flatnonzero(state.version != seen)
         if len(changed):
             for n in changed.tolist():
                 self._intern(state, n, job, share, gang)
-                view[state.nodes[n].name] = self._interner.states[int(self._interner.node_state[n])]
+                ids[n] = self._interner.node_state[n]
+                view[state.nodes[n].name] = self._interner.states[int(ids[n])]
             seen[changed] = state.version[changed]
         return view
 
@@ -679,8 +682,12 @@ class ExtenderJobPolicy:
             candidates = self._passed_over(job, request, candidates, state, rules, share=share)
         if len(candidates) == 0:
             return None
-        for n in candidates:
-            self._intern(state, int(n), job, share, gang)
+        if gang is None:  # the job's view holds every node's state as `_intern` gives it
+            self._all_nodes(state, job, share, None)
+            self._interner.node_state[candidates] = self._views[(job.job_type if share else None, None)][2][candidates]
+        else:
+            for n in candidates:
+                self._intern(state, int(n), job, share, gang)
         states, inverse = self._interner.distinct(candidates)
         scores = score_nodes(
             request, states, config=self._config, predictors=with_job(self._bundle, self._table, self._believed(job))
