@@ -3,7 +3,7 @@ ratio to ×1 (goal: ×4 nodes ≤ 6× the time, i.e. near-linear, since the trac
 
     .venv/bin/python bench/sim_scale.py [--scales 1,2,4] [--fragmentation-policies fgd] [--jct-policies spread,oracle]
                                         [--jobs 400] [--lengths trace|own] [--hold-for-blocked] [--shortest-first]
-                                        [--seed 0] [--digest]
+                                        [--seed 0] [--repeat 1] [--digest]
 
 Fragmentation mode: openb's node list (../shared/data/openb, 1,213 nodes) repeated k times (node names suffixed
 `~1`, `~2`, ...) and the default pod list repeated k times, so the inflated sequence (`authors_sequence`) asks for
@@ -15,7 +15,8 @@ as `gpuadvisor simulate` by default, each job's length believed from the trace's
 own`: its own); `--hold-for-blocked` / `--shortest-first` switch those rules on in the advisor's and the oracle's
 scorer, as the CLI's flags do. Each policy's time is its run's `seconds` (placement loop and bookkeeping; loading
 excluded), and beside it the CPU time of this process over the run (steadier than the wall time on a shared machine;
-the ratio is given for both).
+the ratio is given for both). `--repeat N` runs each N times and keeps the least of each time (the run's own cost,
+less what other work on the machine added); the runs are seeded, so their outcomes must agree.
 
 `--digest` prints a hash of every run's outcome (allocation curves, JCTs) instead of timing alone: two checkouts
 that print the same digests placed every pod and job identically.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 import time
 from dataclasses import replace
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--hold-for-blocked", action="store_true", help="JCT mode: ScoringConfig.hold_for_blocked")
     parser.add_argument("--shortest-first", action="store_true", help="JCT mode: ScoringConfig.shortest_first")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each policy and scale; the least times count")
     parser.add_argument("--digest", action="store_true", help="print a hash of each run's outcome")
     args = parser.parse_args()
     scales = [int(s) for s in args.scales.split(",")]
@@ -89,17 +92,24 @@ def main() -> None:
             pods = [p if c == 0 else replace(p, name=f"{p.name}~{c}") for c in range(k) for p in base_pods]
             typical_pods(pods)  # warm imports outside the timings
             for name in frag_policies:
-                cpu = time.process_time()
-                (result,) = run_fragmentation_mode(cluster, pods, [name], args.seed)
-                cpu = time.process_time() - cpu
-                timings.setdefault(("fragmentation", name), {})[k] = (result.seconds, cpu)
+                wall = cpu = math.inf
+                outcomes = set()
+                for _ in range(args.repeat):
+                    started = time.process_time()
+                    (result,) = run_fragmentation_mode(cluster, pods, [name], args.seed)
+                    cpu = min(cpu, time.process_time() - started)
+                    wall = min(wall, result.seconds)
+                    outcome = [result.allocation_ratio, result.failed_curve, result.fragmentation_ratio]
+                    outcomes.add(hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16])
+                if len(outcomes) > 1:
+                    sys.exit(f"fragmentation ×{k} {name}: repeated runs differ")
+                timings.setdefault(("fragmentation", name), {})[k] = (wall, cpu)
                 line = (
                     f"fragmentation ×{k}: {len(cluster.nodes)} nodes, {len(pods)} pods, {name}: "
-                    f"{result.seconds:.2f} s (CPU {cpu:.2f} s), allocation {result.gpu_allocation_ratio:.4f}"
+                    f"{wall:.2f} s (CPU {cpu:.2f} s), allocation {result.gpu_allocation_ratio:.4f}"
                 )
                 if args.digest:
-                    outcome = [result.allocation_ratio, result.failed_curve, result.fragmentation_ratio]
-                    line += f", digest {hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16]}"
+                    line += f", digest {outcomes.pop()}"
                 print(line, flush=True)
     if jct_policies:
         base_cluster = load_cluster(ROOT / "bench" / "data" / "gavel_cluster.csv")
@@ -116,22 +126,29 @@ def main() -> None:
                 hold_for_blocked=args.hold_for_blocked,
                 shortest_first=args.shortest_first,
             )
-            lengths = trace_lengths(jobs) if args.lengths == "trace" else None
+            given = trace_lengths(jobs) if args.lengths == "trace" else None
             for name in jct_policies:
-                started, cpu = time.perf_counter(), time.process_time()
-                (result,) = run_jct_mode(
-                    cluster, jobs, [name], truth=truth, believed=None, config=config, seed=args.seed, lengths=lengths
-                )
-                cpu = time.process_time() - cpu
-                timings.setdefault(("jct", name), {})[k] = (result.seconds, cpu)
+                wall = cpu = whole = math.inf
+                outcomes = set()
+                for _ in range(args.repeat):
+                    started, on_cpu = time.perf_counter(), time.process_time()
+                    (result,) = run_jct_mode(
+                        cluster, jobs, [name], truth=truth, believed=None, config=config, seed=args.seed, lengths=given
+                    )
+                    cpu = min(cpu, time.process_time() - on_cpu)
+                    whole = min(whole, time.perf_counter() - started)
+                    wall = min(wall, result.seconds)
+                    outcome = [result.jct_s, result.avg_queue_s, result.makespan_s, result.gpu_utilization]
+                    outcomes.add(hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16])
+                if len(outcomes) > 1:
+                    sys.exit(f"jct ×{k} {name}: repeated runs differ")
+                timings.setdefault(("jct", name), {})[k] = (wall, cpu)
                 line = (
-                    f"jct ×{k}: {len(cluster.nodes)} nodes, {len(jobs)} jobs, {name}: {result.seconds:.2f} s "
-                    f"({time.perf_counter() - started:.2f} s with set-up, CPU {cpu:.2f} s), "
-                    f"avg JCT {result.avg_jct_s:.0f} s"
+                    f"jct ×{k}: {len(cluster.nodes)} nodes, {len(jobs)} jobs, {name}: {wall:.2f} s "
+                    f"({whole:.2f} s with set-up, CPU {cpu:.2f} s), avg JCT {result.avg_jct_s:.0f} s"
                 )
                 if args.digest:
-                    outcome = [result.jct_s, result.avg_queue_s, result.makespan_s, result.gpu_utilization]
-                    line += f", digest {hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16]}"
+                    line += f", digest {outcomes.pop()}"
                 print(line, flush=True)
 
     print()

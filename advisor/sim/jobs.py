@@ -682,9 +682,10 @@ class ExtenderJobPolicy:
             candidates = self._passed_over(job, request, candidates, state, rules, share=share)
         if len(candidates) == 0:
             return None
-        if gang is None:  # the job's view holds every node's state as `_intern` gives it
-            self._all_nodes(state, job, share, None)
-            self._interner.node_state[candidates] = self._views[(job.job_type if share else None, None)][2][candidates]
+        same_run = self._views_at[0] is state  # a view of an earlier run counts versions of another cluster
+        view = self._views.get((job.job_type if share else None, None)) if gang is None and same_run else None
+        if view is not None and (view[0][candidates] == state.version[candidates]).all():
+            self._interner.node_state[candidates] = view[2][candidates]  # the job's view is up to date there
         else:
             for n in candidates:
                 self._intern(state, int(n), job, share, gang)
