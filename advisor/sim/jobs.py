@@ -100,6 +100,8 @@ class JobState:
         """Whether `job` may share this GPU with its resident (the truth has the pair measured as feasible)."""
         if self._truth is None:
             return False
+        if self.allocated[node, gpu] == SHARE_MILLI:  # one half-GPU job, its type in `_half_type`: the table says
+            return bool(self._pairs_of(job.job_type)[self._model_id[node], self._half_type[node, gpu]])
         model = self._models[node]
         return all(
             self._truth.sharing(model, job.job_type, r.job_type) is not None
@@ -291,6 +293,7 @@ class ExtenderJobPolicy:
         self._models = sorted({n.gpu_model for n in cluster.nodes})
         self._job_runs: dict[str, dict[str, float]] = {}
         self._requests: dict[tuple[str, int, bool, str | None], PodRequest] = {}  # `_pod_request`
+        self._residents: dict[tuple[str, float], Resident] = {}  # `_resident`
         self._claimants: dict[str, Claimant] = {}
         self._ranked: list[Claimant] = []  # `_claimants` by rank, this pass
         self._log: tuple[int, dict[str, NodeState], list[Claim], list[tuple[int, float]]] | None = None
@@ -321,21 +324,25 @@ class ExtenderJobPolicy:
         for g in range(state.nodes[node].gpus):
             jobs = state.residents.get((node, g), [])
             milli = int(state.allocated[node, g])
-            if share and jobs and not state.compatible(job, node, g):
+            if share and jobs and milli < GPU_MILLI and not state.compatible(job, node, g):
                 milli = GPU_MILLI  # the memory filter rules this GPU out for this job
-            residents = tuple(
-                Resident(
-                    pod=r.job_id,
-                    workload=r.job_type,
-                    gpu_milli=SHARE_MILLI if r.num_gpus == 1 else GPU_MILLI,
-                    sm_utilization_ratio=_RESIDENT_SM_RATIO,
-                    memory_bandwidth_utilization_ratio=_RESIDENT_BANDWIDTH_RATIO,
-                    started_seconds=state.started[r.job_id][1],
-                )
-                for r in jobs
-            )
-            out.append((milli, residents))
+            out.append((milli, tuple(self._resident(r, state.started[r.job_id][1]) for r in jobs)))
         return out
+
+    def _resident(self, job: Job, started: float) -> Resident:
+        """What telemetry shows of a running job on each of its GPUs (built once per job and start)."""
+        key = (job.job_id, started)
+        found = self._residents.get(key)
+        if found is None:
+            found = self._residents[key] = Resident(
+                pod=job.job_id,
+                workload=job.job_type,
+                gpu_milli=SHARE_MILLI if job.num_gpus == 1 else GPU_MILLI,
+                sm_utilization_ratio=_RESIDENT_SM_RATIO,
+                memory_bandwidth_utilization_ratio=_RESIDENT_BANDWIDTH_RATIO,
+                started_seconds=started,
+            )
+        return found
 
     def _intern(self, state: JobState, node: int, job: Job, share: bool, gang: str | None) -> None:
         """Point the interner's `node` at its state as `job` sees it; what `_node_gpus` reads of the job is its type
@@ -591,11 +598,13 @@ class ExtenderJobPolicy:
     def _passed_over(
         self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, rules: _Rules, *, share: bool
     ) -> IntArray:
-        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, every node's state as the
-        job sees it): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
+        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, node states as the job
+        sees them): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
         (`_claims`), not a slower GPU model it would finish sooner by waiting for. Candidates have room by
-        construction, so when no rule can apply the filter is not run. With the wait rule alone, what it passes is
-        kept (`_waited`) for the jobs alike to it until the cluster changes."""
+        construction, so when no rule can apply the filter is not run. The filter is given only the nodes its
+        verdicts can depend on (the comments below say why each set suffices), and what it passes is kept
+        (`_waited`) for the jobs alike to this one (`_rules`) until the cluster changes: the engine does not try
+        those again (`passes_over`)."""
         held, claimed, leaving, alike = rules
         if held is None and not claimed.claim_log and leaving is None:
             return candidates
