@@ -51,7 +51,7 @@ from advisor.sim.rates import (
 )
 
 SHARE_MILLI = GPU_MILLI // 2
-_NO_CLAIMS = QueueRules()
+_NO_CLAIMS = QueueRules()  # what a job that claims nothing (no claimant this pass) is asked to yield
 JCT_EXTENDER_WEIGHT = 2.0
 """kube-scheduler's weight of the advisor extender in JCT runs (an integer, as the scheduler's configuration needs),
 chosen on the validation run only: Gavel trace msr_vc_6c71a0 at half its arrival rate, seeds 0-2
