@@ -314,6 +314,7 @@ class ExtenderJobPolicy:
         self._room_at: dict[tuple[int, int, int], tuple[RoomAt, float] | None] = {}
         """Per (interned node state, by id: the interner keeps each alive, whole GPUs, share): its `room_at` and the
         clock time it was found at; None when it does not count (has room now)."""
+        self._index = {n.name: i for i, n in enumerate(cluster.nodes)}
         gpu_models = sorted({n.gpu_model for n in cluster.nodes})
         self._gpu_model_of = np.array([gpu_models.index(n.gpu_model) for n in cluster.nodes], dtype=np.int64)
         """Per node: its GPU model (as its `NodeState` names it) by position in the sorted models."""
@@ -460,6 +461,10 @@ class ExtenderJobPolicy:
             found.append(among[np.argsort(times.at[among], kind="stable")])
         self._orders[key] = found
         return found
+
+    def _indices(self, names: set[str]) -> IntArray:
+        """The positions of the nodes named in `names`."""
+        return np.array([self._index[name] for name in names], dtype=np.int64)
 
     def _room_nodes(
         self,
@@ -610,27 +615,27 @@ class ExtenderJobPolicy:
             return candidates
         nodes = self._all_nodes(state, job, share, request.gang)
         models = self._gpu_model_of[candidates]
-        offered = candidates
         view = (job.job_type if share else None, request.gang)
-        if held is None and not claimed.claim_log and leaving is not None:
-            # The wait rule alone passes or fails a candidate by its GPU model (candidates have room: capacity passes
-            # them), so one candidate per model is offered, with the other nodes' soonest room per model: the
-            # verdicts are those of every candidate and every node, and cost a few per model.
-            _, firsts = np.unique(models, return_index=True)
-            offered = candidates[np.sort(firsts)]
-            every = nodes
-            nodes = {}
-            for n in [order[0] for order in self._room_order(state, view, request, leaving)] + offered.tolist():
-                nodes[state.nodes[int(n)].name] = every[state.nodes[int(n)].name]
-        elif leaving is not None:
-            # Held and yielded nodes are known only inside the filter: it is given every node that may be held or
-            # claimed, the candidates, and per GPU model the other nodes up to the soonest room it surely counts on.
-            closed = set(held.nodes) if held is not None else set()
-            closed |= {c.node for c in claimed.claim_log if claimed.rank is not None and c.claimant.rank > claimed.rank}
+        closed: set[str] = set()  # nodes the reservation or the claims ranked above the job may keep it off
+        if held is not None:
+            closed |= held.nodes
+        if claimed.claim_log and claimed.rank is not None:
+            closed |= {c.node for c in claimed.claim_log[: self._ranked_above(claimed.rank)]}
+        # Without the wait rule every candidate gets its own verdict. With it, a candidate neither held nor claimed
+        # passes or fails by its GPU model alone (candidates have room: capacity passes them; held and yielded
+        # nodes are among `closed`), so the filter is offered the closed candidates and one other per model, and
+        # besides them only the nodes its verdicts can read: every closed node, and per model the nodes in order of
+        # room up to the first it surely counts on (`_room_nodes`).
+        own = np.ones(len(candidates), dtype=bool) if leaving is None else np.isin(candidates, self._indices(closed))
+        _, firsts = np.unique(models[~own], return_index=True)
+        stand_in = np.zeros(len(candidates), dtype=bool)
+        stand_in[np.flatnonzero(~own)[firsts]] = True
+        offered = candidates[own | stand_in]
+        if leaving is not None:
             every = nodes
             nodes = self._room_nodes(state, view, request, leaving, closed)
             nodes.update((name, every[name]) for name in closed if name in every)
-            nodes.update((state.nodes[int(n)].name, every[state.nodes[int(n)].name]) for n in candidates)
+            nodes.update((state.nodes[int(n)].name, every[state.nodes[int(n)].name]) for n in offered)
         names = [state.nodes[int(n)].name for n in offered]
         passed, _ = run_filter(
             request,
@@ -640,13 +645,13 @@ class ExtenderJobPolicy:
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
         )
-        kept = set(passed)
         keep: IntArray = candidates
-        if len(passed) < len(names) and offered is candidates:
-            keep = candidates[[name in kept for name in names]]
-        elif len(passed) < len(names):  # by GPU model, as decided
-            passing = [m for name, m in zip(names, self._gpu_model_of[offered].tolist(), strict=True) if name in kept]
-            keep = candidates[np.isin(models, passing)]
+        if len(passed) < len(names):
+            kept = set(passed)
+            passes = np.zeros(len(candidates), dtype=bool)
+            passes[own | stand_in] = [name in kept for name in names]
+            passes |= ~own & np.isin(models, models[stand_in & passes])  # the verdict of the model's stand-in
+            keep = candidates[passes]
         if alike is not None:
             self._waited[alike] = keep
         return keep
