@@ -2,7 +2,8 @@
 ratio to ×1 (goal: ×4 nodes ≤ 6× the time, i.e. near-linear, since the trace grows with the cluster).
 
     .venv/bin/python bench/sim_scale.py [--scales 1,2,4] [--fragmentation-policies fgd] [--jct-policies spread,oracle]
-                                        [--jobs 400] [--lengths trace|own] [--seed 0] [--digest]
+                                        [--jobs 400] [--lengths trace|own] [--hold-for-blocked] [--shortest-first]
+                                        [--seed 0] [--repeat 1] [--digest]
 
 Fragmentation mode: openb's node list (../shared/data/openb, 1,213 nodes) repeated k times (node names suffixed
 `~1`, `~2`, ...) and the default pod list repeated k times, so the inflated sequence (`authors_sequence`) asks for
@@ -11,7 +12,11 @@ JCT mode: Gavel's cluster (bench/data/gavel_cluster.csv, 108 GPUs) repeated k ti
 trace msr_vc_6c71a0 at half its arrival rate, each job k times (same arrival, ids suffixed), with Gavel's true
 throughputs (`oracle` scores with them: the advisor's own code path without training held-out models first) and,
 as `gpuadvisor simulate` by default, each job's length believed from the trace's other jobs of its type (`--lengths
-own`: its own). Each policy's time is its run's `seconds` (placement loop and bookkeeping; loading excluded).
+own`: its own); `--hold-for-blocked` / `--shortest-first` switch those rules on in the advisor's and the oracle's
+scorer, as the CLI's flags do. Each policy's time is its run's `seconds` (placement loop and bookkeeping; loading
+excluded), and beside it the CPU time of this process over the run (steadier than the wall time on a shared machine;
+the ratio is given for both). `--repeat N` runs each N times and keeps the least of each time (the run's own cost,
+less what other work on the machine added); the runs are seeded, so their outcomes must agree.
 
 `--digest` prints a hash of every run's outcome (allocation curves, JCTs) instead of timing alone: two checkouts
 that print the same digests placed every pod and job identically.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 import time
 from dataclasses import replace
@@ -63,7 +69,10 @@ def main() -> None:
         help="JCT mode: what the oracle believes of job lengths: the trace's other jobs of the type (the CLI's "
         "default) or each job's own",
     )
+    parser.add_argument("--hold-for-blocked", action="store_true", help="JCT mode: ScoringConfig.hold_for_blocked")
+    parser.add_argument("--shortest-first", action="store_true", help="JCT mode: ScoringConfig.shortest_first")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each policy and scale; the least times count")
     parser.add_argument("--digest", action="store_true", help="print a hash of each run's outcome")
     args = parser.parse_args()
     scales = [int(s) for s in args.scales.split(",")]
@@ -74,7 +83,7 @@ def main() -> None:
     if not openb.exists() or not gavel.exists():
         sys.exit(f"openb / gavel data not found under {SHARED}")
 
-    timings: dict[tuple[str, str], dict[int, float]] = {}
+    timings: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}  # (wall, CPU) seconds per scale
     if frag_policies:
         base_cluster = load_cluster(openb / "openb_node_list_gpu_node.csv")
         base_pods = [p for p in load_trace(openb / "openb_pod_list_default.csv") if isinstance(p, Pod)]
@@ -83,15 +92,24 @@ def main() -> None:
             pods = [p if c == 0 else replace(p, name=f"{p.name}~{c}") for c in range(k) for p in base_pods]
             typical_pods(pods)  # warm imports outside the timings
             for name in frag_policies:
-                (result,) = run_fragmentation_mode(cluster, pods, [name], args.seed)
-                timings.setdefault(("fragmentation", name), {})[k] = result.seconds
+                wall = cpu = math.inf
+                outcomes = set()
+                for _ in range(args.repeat):
+                    started = time.process_time()
+                    (result,) = run_fragmentation_mode(cluster, pods, [name], args.seed)
+                    cpu = min(cpu, time.process_time() - started)
+                    wall = min(wall, result.seconds)
+                    outcome = [result.allocation_ratio, result.failed_curve, result.fragmentation_ratio]
+                    outcomes.add(hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16])
+                if len(outcomes) > 1:
+                    sys.exit(f"fragmentation ×{k} {name}: repeated runs differ")
+                timings.setdefault(("fragmentation", name), {})[k] = (wall, cpu)
                 line = (
                     f"fragmentation ×{k}: {len(cluster.nodes)} nodes, {len(pods)} pods, {name}: "
-                    f"{result.seconds:.2f} s, allocation {result.gpu_allocation_ratio:.4f}"
+                    f"{wall:.2f} s (CPU {cpu:.2f} s), allocation {result.gpu_allocation_ratio:.4f}"
                 )
                 if args.digest:
-                    outcome = [result.allocation_ratio, result.failed_curve, result.fragmentation_ratio]
-                    line += f", digest {hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16]}"
+                    line += f", digest {outcomes.pop()}"
                 print(line, flush=True)
     if jct_policies:
         base_cluster = load_cluster(ROOT / "bench" / "data" / "gavel_cluster.csv")
@@ -103,29 +121,44 @@ def main() -> None:
         for k in scales:
             cluster = replicate(base_cluster, k)
             jobs = [j if c == 0 else replace(j, job_id=f"{j.job_id}~{c}") for j in base_jobs for c in range(k)]
-            config = jct_scoring_config(cluster, jobs, truth)
-            lengths = trace_lengths(jobs) if args.lengths == "trace" else None
+            config = replace(
+                jct_scoring_config(cluster, jobs, truth),
+                hold_for_blocked=args.hold_for_blocked,
+                shortest_first=args.shortest_first,
+            )
+            given = trace_lengths(jobs) if args.lengths == "trace" else None
             for name in jct_policies:
-                started = time.perf_counter()
-                (result,) = run_jct_mode(
-                    cluster, jobs, [name], truth=truth, believed=None, config=config, seed=args.seed, lengths=lengths
-                )
-                timings.setdefault(("jct", name), {})[k] = result.seconds
+                wall = cpu = whole = math.inf
+                outcomes = set()
+                for _ in range(args.repeat):
+                    started, on_cpu = time.perf_counter(), time.process_time()
+                    (result,) = run_jct_mode(
+                        cluster, jobs, [name], truth=truth, believed=None, config=config, seed=args.seed, lengths=given
+                    )
+                    cpu = min(cpu, time.process_time() - on_cpu)
+                    whole = min(whole, time.perf_counter() - started)
+                    wall = min(wall, result.seconds)
+                    outcome = [result.jct_s, result.avg_queue_s, result.makespan_s, result.gpu_utilization]
+                    outcomes.add(hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16])
+                if len(outcomes) > 1:
+                    sys.exit(f"jct ×{k} {name}: repeated runs differ")
+                timings.setdefault(("jct", name), {})[k] = (wall, cpu)
                 line = (
-                    f"jct ×{k}: {len(cluster.nodes)} nodes, {len(jobs)} jobs, {name}: {result.seconds:.2f} s "
-                    f"({time.perf_counter() - started:.2f} s with set-up), avg JCT {result.avg_jct_s:.0f} s"
+                    f"jct ×{k}: {len(cluster.nodes)} nodes, {len(jobs)} jobs, {name}: {wall:.2f} s "
+                    f"({whole:.2f} s with set-up, CPU {cpu:.2f} s), avg JCT {result.avg_jct_s:.0f} s"
                 )
                 if args.digest:
-                    outcome = [result.jct_s, result.avg_queue_s, result.makespan_s, result.gpu_utilization]
-                    line += f", digest {hashlib.sha256(json.dumps(outcome).encode()).hexdigest()[:16]}"
+                    line += f", digest {outcomes.pop()}"
                 print(line, flush=True)
 
     print()
     print(f"{'mode':<14} {'policy':<8} " + " ".join(f"{'×' + str(k):>8}" for k in scales) + "  ratio ×max/×min")
     for (mode, name), by_scale in timings.items():
-        cells = " ".join(f"{by_scale[k]:>7.2f}s" for k in scales)
-        ratio = by_scale[scales[-1]] / by_scale[scales[0]] if by_scale[scales[0]] > 0 else float("nan")
-        print(f"{mode:<14} {name:<8} {cells}  {ratio:.1f}")
+        for label, i in (("wall", 0), ("CPU", 1)):
+            cells = " ".join(f"{by_scale[k][i]:>7.2f}s" for k in scales)
+            low, high = by_scale[scales[0]][i], by_scale[scales[-1]][i]
+            ratio = high / low if low > 0 else float("nan")
+            print(f"{mode:<14} {name:<8} {cells}  {ratio:.1f} ({label})")
 
 
 if __name__ == "__main__":

@@ -118,15 +118,32 @@ def room_seconds(node: NodeState, pod: PodRequest, leaving: LeaveTimes) -> float
     GPU to empty (shares freed one by one are not counted: the estimate errs toward waiting less)."""
     if has_room_now(node, pod):
         return 0.0
+    return room_at(node, pod, leaving).at_seconds - leaving.now_seconds
+
+
+class RoomAt(NamedTuple):
+    """When a node without room now has room for a pod (`at_seconds`, on the clock of `LeaveTimes.now_seconds`; inf:
+    never as far as is known), and until when that answer holds (`until_seconds`: the next predicted end to pass, after
+    which that GPU counts as never freeing). Between the two the node's time until room only shrinks with the clock."""
+
+    at_seconds: float
+    until_seconds: float
+
+
+def room_at(node: NodeState, pod: PodRequest, leaving: LeaveTimes) -> RoomAt:
+    """`room_seconds` of a node without room now, as a clock time: the k-th last end among its busy GPUs whose residents
+    are not overdue. `room_seconds` is this minus the clock, so a caller that keeps the answer until `until_seconds`
+    (the simulator, across events) gets the same figures, bit for bit, as asking again."""
     need = max(pod.whole_gpus, 1) - (node.free_gpus if pod.whole_gpus else 0)
     ends = gpu_ends(node, leaving)
     if len(ends.lasts) < need:
-        return math.inf
+        return RoomAt(math.inf, math.inf)
     now = leaving.now_seconds
     if ends.first > now:  # nobody overdue: the k-th GPU to empty is the k-th last end
-        return ends.lasts[need - 1] - now
-    times = sorted(last - now if first > now else math.inf for first, last in ends.spans)
-    return times[need - 1]
+        return RoomAt(ends.lasts[need - 1], ends.first)
+    lasts = sorted(last for first, last in ends.spans if first > now)
+    at = lasts[need - 1] if len(lasts) >= need else math.inf
+    return RoomAt(at, min((first for first, _ in ends.spans if first > now), default=math.inf))
 
 
 def has_room_now(node: NodeState, pod: PodRequest) -> bool:

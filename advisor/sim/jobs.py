@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -32,9 +34,9 @@ from advisor.placement.filter import QueueRules, run_filter
 from advisor.placement.fragmentation import IntArray, TaskMix
 from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservation
 from advisor.placement.scoring import is_stale, score_nodes
-from advisor.placement.shortest import Claim, Claimant, claims
+from advisor.placement.shortest import CLAIM_SCAN, Claim, Claimant, claims
 from advisor.placement.types import NodeState, PodRequest, Resident
-from advisor.placement.waiting import LeaveTimes, has_room_now, room_seconds
+from advisor.placement.waiting import LeaveTimes, RoomAt, has_room_now, room_at
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner
 from advisor.sim.model import GPU_MILLI, Cluster, Job, best_index
@@ -49,6 +51,7 @@ from advisor.sim.rates import (
 )
 
 SHARE_MILLI = GPU_MILLI // 2
+_NO_CLAIMS = QueueRules()  # what a job that claims nothing (no claimant this pass) is asked to yield
 JCT_EXTENDER_WEIGHT = 2.0
 """kube-scheduler's weight of the advisor extender in JCT runs (an integer, as the scheduler's configuration needs),
 chosen on the validation run only: Gavel trace msr_vc_6c71a0 at half its arrival rate, seeds 0-2
@@ -73,10 +76,10 @@ class JobState:
         self.residents: dict[tuple[int, int], list[Job]] = {}
         self.gangs: list[dict[str, int]] = [{} for _ in range(n)]
         self.version = np.zeros(n, dtype=np.int64)
+        self.changes = 0
+        """Assigns and releases so far (the sum of `version`): the cluster is as it was while this stays the same."""
         self.now = 0.0
         self.started: dict[str, tuple[Job, float]] = {}
-        self.restarts = 0
-        """How many times a started job was taken back before it ran (a gang whose last members found no room)."""
         self._models = [normalize_gpu_model(x.gpu_model) for x in cluster.nodes]
         self._truth = truth
         model_names = sorted(set(self._models))
@@ -97,6 +100,8 @@ class JobState:
         """Whether `job` may share this GPU with its resident (the truth has the pair measured as feasible)."""
         if self._truth is None:
             return False
+        if self.allocated[node, gpu] == SHARE_MILLI:  # one half-GPU job, its type in `_half_type`: the table says
+            return bool(self._pairs_of(job.job_type)[self._model_id[node], self._half_type[node, gpu]])
         model = self._models[node]
         return all(
             self._truth.sharing(model, job.job_type, r.job_type) is not None
@@ -143,6 +148,7 @@ class JobState:
             self.gangs[node][gang] = self.gangs[node].get(gang, 0) + 1
         self.started.setdefault(job.job_id, (job, self.now))
         self.version[node] += 1
+        self.changes += 1
 
     def release(self, job: Job, node: int, gpus: Sequence[int], milli: int, gang: str | None) -> None:
         for g in gpus:
@@ -156,6 +162,7 @@ class JobState:
             if not self.gangs[node][gang]:
                 del self.gangs[node][gang]
         self.version[node] += 1
+        self.changes += 1
 
 
 class JobPolicy(Protocol):
@@ -174,6 +181,11 @@ class JobPolicy(Protocol):
     def hold(self, job: Job, state: JobState) -> bool:
         """Called with each job of the queue that could not be placed in this scheduling pass, in order, until it
         answers True (nodes are held for `job`, or the policy holds nothing this pass)."""
+        ...
+
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        """True when `choose` with these arguments is already known to answer None without drawing anything (a
+        verdict kept since the cluster last changed), so the engine need not ask it; False when not known."""
         ...
 
 
@@ -201,6 +213,10 @@ class KubeJobPolicy:
     def hold(self, job: Job, state: JobState) -> bool:
         """kube-scheduler holds nothing for a blocked pod."""
         return True
+
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        """A job fails here only for want of room, which the engine tracks itself."""
+        return False
 
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
@@ -276,21 +292,32 @@ class ExtenderJobPolicy:
         self._head_tries = 0  # blocked jobs of this pass tried as the head (`hold`)
         self._models = sorted({n.gpu_model for n in cluster.nodes})
         self._job_runs: dict[str, dict[str, float]] = {}
+        self._requests: dict[tuple[str, int, bool, str | None], PodRequest] = {}  # `_pod_request`
+        self._residents: dict[tuple[str, float], Resident] = {}  # `_resident`
         self._claimants: dict[str, Claimant] = {}
-        self._log: tuple[int, dict[str, NodeState], list[Claim]] | None = None
+        self._ranked: list[Claimant] = []  # `_claimants` by rank, this pass
+        self._log: tuple[int, dict[str, NodeState], list[Claim], list[tuple[int, float]]] | None = None
         # Per node: its state version and, for that version, the interned state id per (job type where it shares,
         # gang it runs members of) — a long queue asks for every node's state once per waiting job and pass.
         self._node_memo: dict[int, tuple[int, dict[tuple[str | None, str | None], int]]] = {}
         self._memo_state: JobState | None = None
         self._predicted: dict[tuple[str, str], float | None] = {}  # believed run time per (job id, GPU model)
-        self._leave_key: tuple[JobState | None, int, object] = (None, 0, object())
+        self._leave_key: tuple[JobState | None, object] = (None, object())
+        self._leaving: LeaveTimes | None = None  # `_leave_times`, for its key and clock reading
         self._views_at: tuple[JobState | None, int] = (None, -1)
-        self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState]]] = {}
-        """Per view (`_all_nodes`): each node's version when last brought up to date, and every node's state."""
-        self._alike: dict[tuple[str | None, str | None], dict[str, NodeState]] = {}  # a node per distinct state
-        self._soonest: dict[tuple[object, ...], dict[str, NodeState]] = {}  # `_soonest_room`
-        self._rooms_at: tuple[float, object] | None = None
-        self._rooms: dict[tuple[int, int, int], float | None] = {}
+        self._views: dict[tuple[str | None, str | None], tuple[IntArray, dict[str, NodeState], IntArray]] = {}
+        """Per view (`_all_nodes`): each node's version when last brought up to date, every node's state, and every
+        node's interned state id."""
+        self._orders: dict[tuple[object, ...], list[IntArray]] = {}  # `_room_order`, this cluster version
+        self._room_times: dict[tuple[object, ...], _RoomTimes] = {}  # per view and shape, for `_room_key`
+        self._room_key: object = None  # the leave times' `cache_key` that `_room_times` and `_room_at` hold for
+        self._room_at: dict[tuple[int, int, int], tuple[RoomAt, float] | None] = {}
+        """Per (interned node state, by id: the interner keeps each alive, whole GPUs, share): its `room_at` and the
+        clock time it was found at; None when it does not count (has room now)."""
+        self._index = {n.name: i for i, n in enumerate(cluster.nodes)}
+        gpu_models = sorted({n.gpu_model for n in cluster.nodes})
+        self._gpu_model_of = np.array([gpu_models.index(n.gpu_model) for n in cluster.nodes], dtype=np.int64)
+        """Per node: its GPU model (as its `NodeState` names it) by position in the sorted models."""
         self._waited: dict[tuple[object, ...], IntArray] = {}  # the wait rule's passed candidates, `_passed_over`
 
     def _node_gpus(self, state: JobState, node: int, job: Job, share: bool) -> list[tuple[int, tuple[Resident, ...]]]:
@@ -298,20 +325,25 @@ class ExtenderJobPolicy:
         for g in range(state.nodes[node].gpus):
             jobs = state.residents.get((node, g), [])
             milli = int(state.allocated[node, g])
-            if share and jobs and not state.compatible(job, node, g):
+            if share and jobs and milli < GPU_MILLI and not state.compatible(job, node, g):
                 milli = GPU_MILLI  # the memory filter rules this GPU out for this job
-            residents = tuple(
-                Resident(
-                    pod=r.job_id,
-                    workload=r.job_type,
-                    gpu_milli=SHARE_MILLI if r.num_gpus == 1 else GPU_MILLI,
-                    sm_utilization_ratio=_RESIDENT_SM_RATIO,
-                    memory_bandwidth_utilization_ratio=_RESIDENT_BANDWIDTH_RATIO,
-                )
-                for r in jobs
-            )
-            out.append((milli, residents))
+            out.append((milli, tuple(self._resident(r, state.started[r.job_id][1]) for r in jobs)))
         return out
+
+    def _resident(self, job: Job, started: float) -> Resident:
+        """What telemetry shows of a running job on each of its GPUs (built once per job and start)."""
+        key = (job.job_id, started)
+        found = self._residents.get(key)
+        if found is None:
+            found = self._residents[key] = Resident(
+                pod=job.job_id,
+                workload=job.job_type,
+                gpu_milli=SHARE_MILLI if job.num_gpus == 1 else GPU_MILLI,
+                sm_utilization_ratio=_RESIDENT_SM_RATIO,
+                memory_bandwidth_utilization_ratio=_RESIDENT_BANDWIDTH_RATIO,
+                started_seconds=started,
+            )
+        return found
 
     def _intern(self, state: JobState, node: int, job: Job, share: bool, gang: str | None) -> None:
         """Point the interner's `node` at its state as `job` sees it; what `_node_gpus` reads of the job is its type
@@ -336,12 +368,14 @@ class ExtenderJobPolicy:
         """What the scorer believes of when a resident leaves: its start plus its work over the table's speed.
 
         Each job's predicted run time is kept per GPU model, and each node state's GPU end times are memoised by the
-        placement code under `LeaveTimes.cache_key` (`advisor.placement.waiting.gpu_ends`). An interned node state
-        always holds the same jobs, and a running job keeps its start, so the ends hold until a job is taken back
-        from a gang that did not fit (`JobState.restarts`) and may start again later: the key is renewed then, and
-        for every new run."""
-        if self._leave_key[0] is not state or self._leave_key[1] != state.restarts:
-            self._leave_key = (state, state.restarts, object())
+        placement code under `LeaveTimes.cache_key` (`advisor.placement.waiting.gpu_ends`) for the whole run (the key
+        is renewed for every new run): an interned node state always holds the same jobs with the same starts (a job
+        taken back from a gang that did not fit and started again later is a new state, `_node_gpus`)."""
+        if self._leave_key[0] is not state:
+            self._leave_key = (state, object())
+        leaving = self._leaving
+        if leaving is not None and leaving.cache_key is self._leave_key[1] and leaving.now_seconds == state.now:
+            return leaving  # `end` reads the running jobs as they are when called: the same object serves a pass
         predicted = self._predicted
 
         def end(node: NodeState, resident: Resident) -> float | None:
@@ -356,59 +390,102 @@ class ExtenderJobPolicy:
                 seconds = predicted[key] = believed.jct_seconds(job.job_type, node.gpu_model, job.num_gpus)
             return None if seconds is None else started + seconds
 
-        return LeaveTimes(end, state.now, cache_key=self._leave_key[2])
+        self._leaving = LeaveTimes(end, state.now, cache_key=self._leave_key[1])
+        return self._leaving
 
     def _all_nodes(self, state: JobState, job: Job, share: bool, gang: str | None) -> dict[str, NodeState]:
         """Every node's state as `job` sees it (GPUs it may not share count as full): a view per (job type where it
         shares, gang), brought up to date from the nodes changed since it was last asked for. The returned mapping
         changes with the cluster: read it before the next placement."""
-        version = int(state.version.sum())  # every assign and release bumps a node's version
+        version = state.changes
         if self._views_at[0] is not state:
             self._views = {}
         if self._views_at != (state, version):
-            self._views_at, self._alike, self._soonest, self._waited = (state, version), {}, {}, {}
+            self._views_at, self._orders, self._waited = (state, version), {}, {}
         key = (job.job_type if share else None, gang)
         entry = self._views.get(key)
         if entry is None:
-            entry = self._views[key] = (np.full(len(state.nodes), -1, dtype=np.int64), {})
-        seen, view = entry
+            n = len(state.nodes)
+            entry = self._views[key] = (np.full(n, -1, dtype=np.int64), {}, np.zeros(n, dtype=np.int64))
+        seen, view, ids = entry
         changed = np.flatnonzero(state.version != seen)
         if len(changed):
             for n in changed.tolist():
                 self._intern(state, n, job, share, gang)
-                view[state.nodes[n].name] = self._interner.states[int(self._interner.node_state[n])]
+                ids[n] = self._interner.node_state[n]
+                view[state.nodes[n].name] = self._interner.states[int(ids[n])]
             seen[changed] = state.version[changed]
-        if key not in self._alike:
-            firsts: dict[int, tuple[str, NodeState]] = {}
-            for name, node in view.items():
-                firsts.setdefault(id(node), (name, node))
-            self._alike[key] = dict(firsts.values())
         return view
 
-    def _soonest_room(
+    def _room_order(
         self, state: JobState, view: tuple[str | None, str | None], request: PodRequest, leaving: LeaveTimes
-    ) -> dict[str, NodeState]:
-        """Per GPU model, the node (as `view` sees them) without room now that has room for `request`'s shape
-        soonest (`advisor.placement.waiting.room_seconds`), kept per shape and leave times until the cluster
-        changes: every job of that shape tried in a pass asks the same."""
+    ) -> list[IntArray]:
+        """Per GPU model, the nodes without room now for `request`'s shape (as `view` sees them), soonest room first
+        (`advisor.placement.waiting.room_seconds`; ties by node order), kept per shape and leave times until the
+        cluster changes: every job of that shape tried in a pass asks the same.
+
+        Each node's clock time of room (`room_at`) is kept across events in `_RoomTimes` and found again only for
+        the nodes changed since, or whose answer expired (a predicted end passed), so a query costs a few array
+        operations over the nodes, not a Python loop. The time until room is that clock time minus now, the figure
+        `room_seconds` gives; rounding is monotone, so the order of those times is the order of the clock times."""
         key = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
-        found = self._soonest.get(key)
-        if found is None:
-            if self._rooms_at != (leaving.now_seconds, leaving.cache_key):
-                self._rooms_at, self._rooms = (leaving.now_seconds, leaving.cache_key), {}
-            rooms = self._rooms  # per (interned node state, shape): its time until room, None with room now
-            best: dict[str, tuple[float, str, NodeState]] = {}
-            for name, node in self._alike[view].items():
-                at = (id(node), request.whole_gpus, request.share_milli)
-                if at in rooms:
-                    seconds = rooms[at]
-                elif not node.gpu_model or is_stale(node, self._config, None) or has_room_now(node, request):
-                    seconds = rooms[at] = None
-                else:
-                    seconds = rooms[at] = room_seconds(node, request, leaving)
-                if seconds is not None and (node.gpu_model not in best or seconds < best[node.gpu_model][0]):
-                    best[node.gpu_model] = (seconds, name, node)
-            found = self._soonest[key] = {name: node for _, name, node in best.values()}
+        found = self._orders.get(key)
+        if found is not None:
+            return found
+        if self._room_key is not leaving.cache_key:  # a new run
+            self._room_key, self._room_times, self._room_at = leaving.cache_key, {}, {}
+        times = self._room_times.get(key[:3])
+        if times is None:
+            times = self._room_times[key[:3]] = _RoomTimes(len(state.nodes))
+        now = leaving.now_seconds
+        nodes = self._views[view][1]
+        stale = np.flatnonzero((state.version != times.seen) | (now >= times.until) | (now < times.since))
+        memo = self._room_at
+        for n in stale.tolist():
+            node = nodes[state.nodes[n].name]
+            at = (id(node), request.whole_gpus, request.share_milli)
+            answer = memo.get(at)
+            if at not in memo or (answer is not None and not answer[1] <= now < answer[0].until_seconds):
+                counted = bool(node.gpu_model) and not is_stale(node, self._config, None)
+                counted = counted and not has_room_now(node, request)
+                answer = memo[at] = (room_at(node, request, leaving), now) if counted else None
+            if answer is None:
+                times.counted[n], times.since[n], times.until[n] = False, -math.inf, math.inf
+            else:
+                room, since = answer
+                times.counted[n], times.at[n], times.since[n], times.until[n] = True, room[0], since, room[1]
+        times.seen[stale] = state.version[stale]
+        found = []
+        for model in np.unique(self._gpu_model_of[times.counted]).tolist():
+            among = np.flatnonzero(times.counted & (self._gpu_model_of == model))
+            found.append(among[np.argsort(times.at[among], kind="stable")])
+        self._orders[key] = found
+        return found
+
+    def _indices(self, names: set[str]) -> IntArray:
+        """The positions of the nodes named in `names`."""
+        return np.array([self._index[name] for name in names], dtype=np.int64)
+
+    def _room_nodes(
+        self,
+        state: JobState,
+        view: tuple[str | None, str | None],
+        request: PodRequest,
+        leaving: LeaveTimes,
+        maybe_closed: set[str],
+    ) -> dict[str, NodeState]:
+        """The nodes without room now that the wait rule's soonest room per GPU model can come from: per model, in
+        order of room (`_room_order`), those the rule may not count on (`maybe_closed`: held or claimed by others;
+        it decides which) up to and with the first it surely counts on. A later node has room no sooner than that one,
+        so the wait rule's verdicts over these nodes are its verdicts over every node."""
+        nodes = self._views[view][1]
+        found: dict[str, NodeState] = {}
+        for order in self._room_order(state, view, request, leaving):
+            for n in order.tolist():
+                name = state.nodes[n].name
+                found[name] = nodes[name]
+                if name not in maybe_closed:
+                    break
         return found
 
     def begin_pass(self, queue: Sequence[Job], now: float, state: JobState) -> None:
@@ -429,6 +506,8 @@ class ExtenderJobPolicy:
                 self._claimants[job.job_id] = Claimant(
                     job.job_id, self._request(job), waited_seconds=now - job.arrival_s, runs=runs
                 )
+        # In the order `claims` takes them (a stable sort: queue order breaks ties); a placement only removes some.
+        self._ranked = sorted(self._claimants.values(), key=lambda c: (-c.priority, -c.ratio))
 
     def _believed(self, job: Job) -> Job:
         """`job` with the work the policy believes it has: `lengths`' (by job id), else its own (built once per job:
@@ -456,28 +535,30 @@ class ExtenderJobPolicy:
         assert self._table is not None
         share = bool(self._table.norm) and job.num_gpus == 1
         sizes = [job.num_gpus] if job.num_gpus <= self._per_node else _gang_sizes(job.num_gpus, self._per_node)
-        return PodRequest(
-            name=job.job_id,
-            gpus=0 if share else sizes[0],
-            gpu_milli=SHARE_MILLI if share else 0,
-            workload=job.job_type,
-            gang=job.job_id if len(sizes) > 1 else None,
-        )
+        return self._pod_request(job, sizes[0], share, job.job_id if len(sizes) > 1 else None)
 
     def _claims(self, job: Job, state: JobState) -> QueueRules:
         """The room waiting jobs with a higher response ratio are expected to take (`advisor.placement.shortest.claims`,
         laid once per cluster version on every node), when `ScoringConfig.shortest_first`; the filter yields it."""
         own = self._claimants.get(job.job_id) if self._config.shortest_first else None
         if own is None:
-            return QueueRules()
-        version = int(state.version.sum())  # every assign and release bumps a node's version
+            return _NO_CLAIMS
+        version = state.changes
         if self._log is None or self._log[0] != version:
             # Room as it is, whatever the job (GPUs it may not share are not marked full): the same for every job.
             nodes = self._all_nodes(state, job, False, None)
-            waiting = [c for c in self._claimants.values() if c.pod not in state.started]
-            self._log = (version, nodes, claims(waiting, nodes, config=self._config))
-        _, nodes, log = self._log
+            # The first CLAIM_SCAN still waiting, by rank: all that `claims` lays (sorting them again keeps them).
+            waiting = list(islice((c for c in self._ranked if c.pod not in state.started), CLAIM_SCAN))
+            log = claims(waiting, nodes, config=self._config)
+            self._log = (version, nodes, log, [(-c.claimant.priority, -c.claimant.ratio) for c in log])
+        _, nodes, log, _ = self._log
         return QueueRules(claim_log=log, rank=own.rank, claim_nodes=nodes)
+
+    def _ranked_above(self, rank: tuple[int, float]) -> int:
+        """How many claims of this version's log (`_claims`, in rank order) are ranked above `rank`: the filter yields
+        the room of those (`advisor.placement.shortest.yield_verdicts`) and reads no other."""
+        assert self._log is not None
+        return bisect_left(self._log[3], (-rank[0], -rank[1]))
 
     def hold(self, job: Job, state: JobState) -> bool:
         """Hold nodes for the first job of the pass that has no room now and whose start can be predicted
@@ -501,41 +582,61 @@ class ExtenderJobPolicy:
         return self._held is not None
 
     def _rules(self, job: Job, request: PodRequest, state: JobState, *, share: bool) -> _Rules:
-        """The filter's rules that apply to `job` now (`_passed_over`), and, when the wait rule alone applies, what its
-        verdict depends on: the candidates (the same for every job of this view and shape until the cluster
-        changes), the leave times, and of the job only its predicted run times, from its type, GPUs and believed
-        work."""
+        """The filter's rules that apply to `job` now (`_passed_over`), and, when it may wait, what its verdict
+        depends on: the candidates (the same for every job of this view and shape until the cluster changes), the
+        leave times, the nodes held this pass, how many claims are ranked above it (it yields their room), and of the
+        job only its predicted run times, from its type, GPUs and believed work."""
         held = self._held if self._held is not None and self._held.pod != job.job_id else None
         claimed = self._claims(job, state)
         waits = self._config.wait_slack is not None and self._table is not None and request.gang is None
         leaving = self._leave_times(state) if waits else None
         alike: tuple[object, ...] | None = None
-        if held is None and not claimed.claim_log and leaving is not None:
+        if leaving is not None:
             believed = self._believed(job)
             view = (job.job_type if share else None, request.gang)
             alike = (view, request.whole_gpus, request.share_milli, leaving.now_seconds, leaving.cache_key)
-            alike += (believed.job_type, believed.num_gpus, believed.work, int(state.version.sum()))
+            alike += (believed.job_type, believed.num_gpus, believed.work, state.changes, held)
+            if claimed.claim_log and claimed.rank is not None:
+                alike += (self._ranked_above(claimed.rank),)
         return _Rules(held, claimed, leaving, alike)
 
     def _passed_over(
         self, job: Job, request: PodRequest, candidates: IntArray, state: JobState, rules: _Rules, *, share: bool
     ) -> IntArray:
-        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, every node's state as the
-        job sees it): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
+        """The candidates the extender filter passes (`advisor.placement.filter.run_filter`, node states as the job
+        sees them): not held for the head (`hold`), not room that waiting jobs ranked above it are expected to take
         (`_claims`), not a slower GPU model it would finish sooner by waiting for. Candidates have room by
-        construction, so when no rule can apply the filter is not run. With the wait rule alone, what it passes is
-        kept (`_waited`) for the jobs alike to it until the cluster changes."""
+        construction, so when no rule can apply the filter is not run. The filter is given only the nodes its
+        verdicts can depend on (the comments below say why each set suffices), and what it passes is kept
+        (`_waited`) for the jobs alike to this one (`_rules`) until the cluster changes: the engine does not try
+        those again (`passes_over`)."""
         held, claimed, leaving, alike = rules
         if held is None and not claimed.claim_log and leaving is None:
             return candidates
-        names = [state.nodes[int(n)].name for n in candidates]
         nodes = self._all_nodes(state, job, share, request.gang)
-        if alike is not None and leaving is not None:
-            # Of the other nodes it reads only the least time until one of each GPU model has room: given with the
-            # candidates, that node decides the same.
-            nodes = self._soonest_room(state, (job.job_type if share else None, request.gang), request, leaving) | {
-                n: nodes[n] for n in names
-            }
+        models = self._gpu_model_of[candidates]
+        view = (job.job_type if share else None, request.gang)
+        closed: set[str] = set()  # nodes the reservation or the claims ranked above the job may keep it off
+        if held is not None:
+            closed |= held.nodes
+        if claimed.claim_log and claimed.rank is not None:
+            closed |= {c.node for c in claimed.claim_log[: self._ranked_above(claimed.rank)]}
+        # Without the wait rule every candidate gets its own verdict. With it, a candidate neither held nor claimed
+        # passes or fails by its GPU model alone (candidates have room: capacity passes them; held and yielded
+        # nodes are among `closed`), so the filter is offered the closed candidates and one other per model, and
+        # besides them only the nodes its verdicts can read: every closed node, and per model the nodes in order of
+        # room up to the first it surely counts on (`_room_nodes`).
+        own = np.ones(len(candidates), dtype=bool) if leaving is None else np.isin(candidates, self._indices(closed))
+        _, firsts = np.unique(models[~own], return_index=True)
+        stand_in = np.zeros(len(candidates), dtype=bool)
+        stand_in[np.flatnonzero(~own)[firsts]] = True
+        offered = candidates[own | stand_in]
+        if leaving is not None:
+            every = nodes
+            nodes = self._room_nodes(state, view, request, leaving, closed)
+            nodes.update((name, every[name]) for name in closed if name in every)
+            nodes.update((state.nodes[int(n)].name, every[state.nodes[int(n)].name]) for n in offered)
+        names = [state.nodes[int(n)].name for n in offered]
         passed, _ = run_filter(
             request,
             names,
@@ -544,22 +645,46 @@ class ExtenderJobPolicy:
             config=self._config,
             predictors=with_job(self._bundle, self._table, self._believed(job)),
         )
-        kept = set(passed)
-        keep: IntArray = candidates if len(passed) == len(names) else candidates[[name in kept for name in names]]
+        keep: IntArray = candidates
+        if len(passed) < len(names):
+            kept = set(passed)
+            passes = np.zeros(len(candidates), dtype=bool)
+            passes[own | stand_in] = [name in kept for name in names]
+            passes |= ~own & np.isin(models, models[stand_in & passes])  # the verdict of the model's stand-in
+            keep = candidates[passes]
         if alike is not None:
             self._waited[alike] = keep
         return keep
 
+    def _pod_request(self, job: Job, gpus: int, share: bool, gang: str | None) -> PodRequest:
+        """The pod request of one member of `job` as `choose` is asked for it (built once: a waiting job is asked for
+        again after every completion)."""
+        key = (job.job_id, gpus, share, gang)
+        request = self._requests.get(key)
+        if request is None:
+            request = self._requests[key] = PodRequest(
+                name=job.job_id,
+                gpus=0 if share else gpus,
+                gpu_milli=SHARE_MILLI if share else 0,
+                workload=job.job_type,
+                gang=gang,
+            )
+        return request
+
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        """Whether a job alike to `job` (`_rules`) was filtered since the cluster last changed and every candidate
+        was passed over: `choose` would answer None from that verdict, before any draw."""
+        if not self._waited:
+            return False
+        request = self._pod_request(job, gpus, share, gang)
+        alike = self._rules(job, request, state, share=share).alike
+        known = self._waited.get(alike) if alike is not None else None
+        return known is not None and len(known) == 0
+
     def choose(
         self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState
     ) -> tuple[int, tuple[int, ...]] | None:
-        request = PodRequest(
-            name=job.job_id,
-            gpus=0 if share else gpus,
-            gpu_milli=SHARE_MILLI if share else 0,
-            workload=job.job_type,
-            gang=gang,
-        )
+        request = self._pod_request(job, gpus, share, gang)
         rules = self._rules(job, request, state, share=share)
         known = self._waited.get(rules.alike) if rules.alike is not None else None
         if known is not None:  # a job alike to this one was filtered since the cluster last changed
@@ -571,8 +696,13 @@ class ExtenderJobPolicy:
             candidates = self._passed_over(job, request, candidates, state, rules, share=share)
         if len(candidates) == 0:
             return None
-        for n in candidates:
-            self._intern(state, int(n), job, share, gang)
+        same_run = self._views_at[0] is state  # a view of an earlier run counts versions of another cluster
+        view = self._views.get((job.job_type if share else None, None)) if gang is None and same_run else None
+        if view is not None and (view[0][candidates] == state.version[candidates]).all():
+            self._interner.node_state[candidates] = view[2][candidates]  # the job's view is up to date there
+        else:
+            for n in candidates:
+                self._intern(state, int(n), job, share, gang)
         states, inverse = self._interner.distinct(candidates)
         scores = score_nodes(
             request, states, config=self._config, predictors=with_job(self._bundle, self._table, self._believed(job))
@@ -588,10 +718,24 @@ class ExtenderJobPolicy:
         return int(candidates[best]), chosen.gpus
 
 
+class _RoomTimes:
+    """Per node, for one view, pod shape and leave times (`ExtenderJobPolicy._soonest_room`): the node's version when
+    last looked at, whether it counts (a GPU model, no room now), and when counted its clock time of room (`room_at`)
+    and the clock times between which that holds."""
+
+    def __init__(self, n: int) -> None:
+        self.seen = np.full(n, -1, dtype=np.int64)
+        self.counted = np.zeros(n, dtype=bool)
+        self.at = np.full(n, math.inf)
+        self.since = np.full(n, -math.inf)
+        self.until = np.full(n, math.inf)
+
+
 class _Rules(NamedTuple):
     """The extender filter's rules for one job now (`ExtenderJobPolicy._rules`): the head's reservation, the claims
-    of jobs ranked above it, the leave times when it may wait for a faster GPU, and the key of its wait verdict when
-    that rule applies alone."""
+    of jobs ranked above it, the leave times when it may wait for a faster GPU, and then the key of its verdict
+    (`alike`): what the filter reads of the job and the cluster, so that jobs with the same key get the same verdict
+    until the cluster changes."""
 
     held: Reservation | None
     claimed: QueueRules
@@ -663,9 +807,12 @@ class _Engine:
         self._remaining = np.zeros(0)
         self._rates = np.ones(0)
         self._held_milli = np.zeros(0)
+        self._alive = np.zeros(0, dtype=bool)  # per slot: whether a running job holds it
         self._active: IntArray = np.zeros(0, dtype=np.int64)
         """The slots of the running jobs, ascending (recomputed when `_active_stale`)."""
         self._active_stale = False
+        self._rooms: dict[tuple[int, bool, str | None], tuple[int, bool]] = {}
+        """`has_room` per room key, with `JobState.changes` when found (it holds until the cluster changes)."""
 
     def _rate(self, run: _Running) -> float:
         gpus = tuple((n, g) for n, gs in run.parts for g in gs)
@@ -689,6 +836,8 @@ class _Engine:
             rates[: len(keep)] = self._rates[keep]
             held[: len(keep)] = self._held_milli[keep]
             self._remaining, self._rates, self._held_milli = remaining, rates, held
+            self._alive = np.zeros(size, dtype=bool)
+            self._alive[: len(keep)] = True
             self._slots = list(runs)
             for i, kept in enumerate(runs):
                 assert kept is not None
@@ -697,12 +846,13 @@ class _Engine:
         self._slots.append(run)
         self._remaining[run.slot] = run.job.work
         self._held_milli[run.slot] = run.milli * sum(len(g) for _, g in run.parts)
+        self._alive[run.slot] = True
         self._active_stale = True
 
     def active(self) -> IntArray:
         """The running jobs' slots, in start order."""
         if self._active_stale:
-            self._active = np.array([i for i, r in enumerate(self._slots) if r is not None], dtype=np.int64)
+            self._active = np.flatnonzero(self._alive)
             self._active_stale = False
         return self._active
 
@@ -719,6 +869,15 @@ class _Engine:
         finished = slots[self._remaining[slots] / self._rates[slots] <= _DONE_EPS_SECONDS]
         return [r for r in (self._slots[int(i)] for i in finished) if r is not None]
 
+    def passed_over(self, job: Job, now: float) -> bool:
+        """Whether `try_place` is known to fail now before the policy draws anything (`JobPolicy.passes_over` of the
+        job's first pod): trying it would change nothing but the clock, which this sets as trying would."""
+        self.state.now = now
+        share = self.sharing and job.num_gpus == 1
+        if job.num_gpus > self.per_node:
+            return False
+        return self.policy.passes_over(job, job.num_gpus, share, None, self.state)
+
     def try_place(self, job: Job, now: float) -> bool:
         share = self.sharing and job.num_gpus == 1
         sizes = [job.num_gpus] if job.num_gpus <= self.per_node else _gang_sizes(job.num_gpus, self.per_node)
@@ -731,8 +890,7 @@ class _Engine:
             if choice is None:
                 for node, gpus in parts:
                     self.state.release(job, node, gpus, milli, gang)
-                if self.state.started.pop(job.job_id, None) is not None:
-                    self.state.restarts += 1
+                self.state.started.pop(job.job_id, None)
                 return False
             self.state.assign(job, choice[0], choice[1], milli, gang)
             parts.append(choice)
@@ -761,10 +919,13 @@ class _Engine:
         """Whether some node has room for the job's first pod (gang member) as every policy looks for it: a GPU with
         half free that the job may share, or that many wholly free GPUs. Without, `try_place` fails before any
         policy decision (and draws nothing), and keeps failing until a job ends."""
-        size, share, _ = self.room_key(job)
-        if share:
-            return len(self.state.share_slots(job)[0]) > 0
-        return bool((self.state.free_whole() >= size).any())
+        key = self.room_key(job)
+        found = self._rooms.get(key)
+        if found is None or found[0] != self.state.changes:
+            size, share, _ = key
+            room = len(self.state.share_slots(job)[0]) > 0 if share else bool((self.state.free_whole() >= size).any())
+            found = self._rooms[key] = (self.state.changes, room)
+        return found[1]
 
     def finish(self, run: _Running) -> None:
         for node, gpus in run.parts:
@@ -772,6 +933,7 @@ class _Engine:
         self.state.started.pop(run.job.job_id, None)
         del self.running[run.job.job_id]
         self._slots[run.slot] = None
+        self._alive[run.slot] = False
         self._active_stale = True
         if run.partner is not None:
             run.partner.partner = None
@@ -877,6 +1039,9 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
             fresh[key] -= 1
             if key in dead:
                 engine.state.now = now  # as `try_place` sets it before finding no room
+                placed = False
+            elif engine.passed_over(job, now):  # it has room (a job alike to it had candidates) but waits
+                live -= 1
                 placed = False
             else:
                 live -= 1

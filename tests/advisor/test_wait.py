@@ -27,7 +27,16 @@ from advisor.placement.filter import filter_nodes
 from advisor.placement.queue import NodePlacement, PendingPod
 from advisor.placement.shortest import CLAIM_GRACE_SECONDS
 from advisor.placement.types import WHOLE_GPU_MILLI, NodeState, PodRequest, Resident, ScoringInputError
-from advisor.placement.waiting import LEAVE_ENDS, LeaveTimes, has_room_now, jct_leave_times, room_seconds, wait_verdicts
+from advisor.placement.waiting import (
+    LEAVE_ENDS,
+    LeaveTimes,
+    RoomAt,
+    has_room_now,
+    jct_leave_times,
+    room_at,
+    room_seconds,
+    wait_verdicts,
+)
 from advisor.predictors import HeuristicInterference, HeuristicJct, HeuristicUsage, Predictors, SpecSpeed
 from advisor.settings import AdvisorSettings
 from profiler.store import db
@@ -160,6 +169,30 @@ def test_a_share_fits_beside_shares_now_or_waits_for_the_whole_gpu_to_empty() ->
     # 500 would fit once ml/a leaves (100 s), but shares freed one by one are not counted: the GPU empties at 400 s.
     assert room_seconds(node, PodRequest(gpu_milli=500), remaining) == 400.0
     assert room_seconds(node, PodRequest(gpu_milli=500), ends({"ml/a": 100.0, "ml/b": None})) == math.inf
+
+
+def test_room_as_a_clock_time_holds_until_a_resident_runs_past_its_predicted_end() -> None:
+    """`room_at` is `room_seconds` plus the clock, unchanged while the clock moves until the first predicted end
+    passes; then that GPU counts as never freeing, and the answer is found again."""
+    node = gpu_node(
+        "n",
+        gpus=4,
+        held={0: (resident("ml/a"),), 1: (resident("ml/b"),), 2: (resident("ml/c"),), 3: (resident("ml/d"),)},
+    )
+    at = {"ml/a": NOW + 50.0, "ml/b": NOW + 200.0, "ml/c": NOW + 300.0, "ml/d": NOW + 1000.0}
+
+    def leaving(now: float) -> LeaveTimes:
+        return LeaveTimes(lambda _, r: at[r.pod], now)
+
+    two = PodRequest(gpus=2)
+    assert room_at(node, two, leaving(NOW)) == RoomAt(NOW + 200.0, NOW + 50.0)
+    for now in (NOW, NOW + 20.0, NOW + 49.0):
+        assert room_seconds(node, two, leaving(now)) == NOW + 200.0 - now
+    # At NOW + 50 ml/a is overdue: its GPU never frees as far as is known, so two GPUs empty when ml/c leaves.
+    assert room_at(node, two, leaving(NOW + 50.0)) == RoomAt(NOW + 300.0, NOW + 200.0)
+    assert room_seconds(node, two, leaving(NOW + 50.0)) == 250.0
+    assert room_at(node, PodRequest(gpus=4), leaving(NOW + 50.0)) == RoomAt(math.inf, NOW + 200.0)
+    assert room_at(node, PodRequest(gpus=4), leaving(NOW + 1000.0)) == RoomAt(math.inf, math.inf)
 
 
 def test_the_routes_room_now_agrees_with_room_seconds() -> None:

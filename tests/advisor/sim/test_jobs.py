@@ -10,7 +10,7 @@ import pytest
 
 from advisor.placement.config import ScoringConfig
 from advisor.sim.heldout import prediction_errors
-from advisor.sim.jobs import ExtenderJobPolicy, JobState, KubeJobPolicy, job_task_mix, run_jct
+from advisor.sim.jobs import ExtenderJobPolicy, JobPolicy, JobState, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.loaders import load_throughputs
 from advisor.sim.model import GPU_MILLI, Cluster, Job, SimNode
 from advisor.sim.rates import CROSS_NVLINK_GROUP_RATIO, RateTable, truth_table
@@ -320,6 +320,10 @@ def test_shortest_first_lets_a_long_job_go_once_its_wait_outgrows_the_short_ones
         ("oracle-hold-shortest", 7, (84.98302619047618, 6.576595238095234, 0.5834854388036206)),
         ("oracle-trace-lengths", 7, (95.4359261904762, 11.532833333333338, 0.6513317468516333)),
         ("oracle", 3, (229.58107023809524, 113.78727857142857, 0.8476939289099937)),
+        ("oracle-hold", 3, (228.82316309523807, 114.01438333333334, 0.8774904293995441)),
+        ("oracle-shortest", 3, (207.0862011904762, 96.91454047619048, 0.8656888815408648)),
+        ("oracle-hold-shortest", 3, (210.6217119047619, 100.18278571428571, 0.8537560680188109)),
+        ("oracle-trace-lengths-shortest", 3, (221.67326190476194, 107.09449642857143, 0.8975737092761973)),
     ],
 )
 def test_a_queued_run_keeps_the_outcomes_of_the_engine_before_its_speed_ups(
@@ -327,9 +331,11 @@ def test_a_queued_run_keeps_the_outcomes_of_the_engine_before_its_speed_ups(
 ) -> None:
     """150 jobs (1-8 GPUs: shares, whole GPUs, gangs over 4-GPU nodes) queue on K80 and V100 nodes (the oracle
     believing each job's own length, or its type's from the other jobs, as the CLI by default), arriving every 7 s, or
-    every 3 s (busier: jobs wait for the V100s, each on its own predicted times). The figures are
-    what commit 2c864a6 computed, before the engine kept running jobs in arrays and stopped scanning the queue once
-    no remaining job could find room: the evaluation's numbers depend on the same placements, bit for bit."""
+    every 3 s (busier: jobs wait for the V100s, each on its own predicted times), with holding and shortest first
+    alone or together. The figures are what commit 2c864a6 computed, before the engine kept running jobs in arrays
+    and stopped scanning the queue once no remaining job could find room (the busier runs with holding or shortest
+    first: commit 9d99c39, the same engine, before waiting jobs' verdicts were kept across tries and the wait rule
+    stopped reading every node): the evaluation's numbers depend on the same placements, bit for bit."""
     truth = truth_table(load_throughputs(gavel_json))
     rng = np.random.default_rng(11)
     cluster = Cluster(tuple(SimNode(f"n{i}", "V100" if i % 3 else "K80", 4) for i in range(6)))
@@ -344,7 +350,7 @@ def test_a_queued_run_keeps_the_outcomes_of_the_engine_before_its_speed_ups(
         for i in range(150)
     ]
     config = jct_scoring_config(cluster, jobs, truth)
-    policies = {
+    policies: dict[str, JobPolicy] = {
         "spread": KubeJobPolicy(most=False, seed=3),
         "binpack": KubeJobPolicy(most=True, seed=3),
         "oracle": ExtenderJobPolicy("oracle", cluster, truth, config, seed=3),
@@ -354,7 +360,75 @@ def test_a_queued_run_keeps_the_outcomes_of_the_engine_before_its_speed_ups(
         "oracle-trace-lengths": ExtenderJobPolicy(
             "oracle", cluster, truth, config, seed=3, lengths=trace_lengths(jobs)
         ),  # jobs of a type alike to the wait rule: it decides once for them per pass
+        "oracle-hold": ExtenderJobPolicy("oracle", cluster, truth, replace(config, hold_for_blocked=True), seed=3),
+        "oracle-shortest": ExtenderJobPolicy("oracle", cluster, truth, replace(config, shortest_first=True), seed=3),
+        "oracle-trace-lengths-shortest": ExtenderJobPolicy(
+            "oracle", cluster, truth, replace(config, shortest_first=True), seed=3, lengths=trace_lengths(jobs)
+        ),
     }
     r = run_jct(cluster, jobs, policies[name], truth)
     assert (r.avg_jct_s, r.avg_queue_s, r.gpu_utilization) == expected
     assert (r.jobs, r.multi_node_jobs) == (150, 19)
+
+
+class _CheckedPolicy(ExtenderJobPolicy):
+    """The oracle, asking `choose` each time it says it would pass a job over: counts those, and any that `choose`
+    would have placed or that drew a random number."""
+
+    passed = wrong = drew = 0  # per instance once counted
+
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        known = super().passes_over(job, gpus, share, gang, state)
+        if known:
+            self.passed += 1
+            draws = self._rng.bit_generator.state if self._rng is not None else None
+            self.wrong += self.choose(job, gpus, share, gang, state) is not None
+            self.drew += (self._rng.bit_generator.state if self._rng is not None else None) != draws
+        return known
+
+
+class _TryingEveryJob(ExtenderJobPolicy):
+    """The oracle as it was before it kept verdicts across tries: the engine tries every waiting job."""
+
+    def passes_over(self, job: Job, gpus: int, share: bool, gang: str | None, state: JobState) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("every_s", "hold", "shortest", "lengths"),
+    [
+        (3, False, False, False),
+        (3, False, False, True),
+        (3, True, False, False),
+        (3, False, True, True),
+        (3, True, True, False),
+        (7, True, True, True),
+    ],
+)
+def test_a_job_the_oracle_passes_over_without_trying_is_one_it_would_refuse_without_a_draw(
+    gavel_json: Path, every_s: float, hold: bool, shortest: bool, lengths: bool
+) -> None:
+    """The engine does not try a waiting job whose verdict the policy already knows (an alike job was filtered since
+    the cluster last changed and every candidate was passed over): asked anyway, `choose` refuses it and draws
+    nothing, and the run is the same as one that tries every job."""
+    truth = truth_table(load_throughputs(gavel_json))
+    rng = np.random.default_rng(5)
+    cluster = Cluster(tuple(SimNode(f"n{i}", "V100" if i % 3 else "K80", 4) for i in range(6)))
+    jobs = [
+        Job(
+            f"j{i}",
+            str(rng.choice(["A (batch size 32)", "B (batch size 64)"])),
+            float(i * every_s),
+            int(rng.choice([1, 1, 1, 2, 4, 8])),
+            float(rng.integers(50, 2000)),
+        )
+        for i in range(150)
+    ]
+    config = replace(jct_scoring_config(cluster, jobs, truth), hold_for_blocked=hold, shortest_first=shortest)
+    believed = trace_lengths(jobs) if lengths else None
+    checked = _CheckedPolicy("oracle", cluster, truth, config, seed=3, lengths=believed)
+    result = run_jct(cluster, jobs, checked, truth)
+    plain = run_jct(cluster, jobs, _TryingEveryJob("oracle", cluster, truth, config, seed=3, lengths=believed), truth)
+    assert checked.passed > 0
+    assert (checked.wrong, checked.drew) == (0, 0)
+    assert result.jct_s == plain.jct_s
