@@ -311,6 +311,23 @@ def test_shortest_first_lets_a_long_job_go_once_its_wait_outgrows_the_short_ones
     assert max(result.jct_s) == pytest.approx(159.0)
 
 
+def _queued_jobs(*, seed: int, every_s: float) -> tuple[Cluster, list[Job]]:
+    """Six 4-GPU nodes (K80 and V100) and 150 jobs of 1-8 GPUs of two types arriving every `every_s` seconds."""
+    rng = np.random.default_rng(seed)
+    cluster = Cluster(tuple(SimNode(f"n{i}", "V100" if i % 3 else "K80", 4) for i in range(6)))
+    jobs = [
+        Job(
+            f"j{i}",
+            str(rng.choice(["A (batch size 32)", "B (batch size 64)"])),
+            float(i * every_s),
+            int(rng.choice([1, 1, 1, 2, 4, 8])),
+            float(rng.integers(50, 2000)),
+        )
+        for i in range(150)
+    ]
+    return cluster, jobs
+
+
 @pytest.mark.parametrize(
     ("name", "every_s", "expected"),
     [
@@ -337,18 +354,7 @@ def test_a_queued_run_keeps_the_outcomes_of_the_engine_before_its_speed_ups(
     first: commit 9d99c39, the same engine, before waiting jobs' verdicts were kept across tries and the wait rule
     stopped reading every node): the evaluation's numbers depend on the same placements, bit for bit."""
     truth = truth_table(load_throughputs(gavel_json))
-    rng = np.random.default_rng(11)
-    cluster = Cluster(tuple(SimNode(f"n{i}", "V100" if i % 3 else "K80", 4) for i in range(6)))
-    jobs = [
-        Job(
-            f"j{i}",
-            str(rng.choice(["A (batch size 32)", "B (batch size 64)"])),
-            float(i * every_s),
-            int(rng.choice([1, 1, 1, 2, 4, 8])),
-            float(rng.integers(50, 2000)),
-        )
-        for i in range(150)
-    ]
+    cluster, jobs = _queued_jobs(seed=11, every_s=every_s)
     config = jct_scoring_config(cluster, jobs, truth)
     policies: dict[str, JobPolicy] = {
         "spread": KubeJobPolicy(most=False, seed=3),
@@ -412,18 +418,7 @@ def test_a_job_the_oracle_passes_over_without_trying_is_one_it_would_refuse_with
     the cluster last changed and every candidate was passed over): asked anyway, `choose` refuses it and draws
     nothing, and the run is the same as one that tries every job."""
     truth = truth_table(load_throughputs(gavel_json))
-    rng = np.random.default_rng(5)
-    cluster = Cluster(tuple(SimNode(f"n{i}", "V100" if i % 3 else "K80", 4) for i in range(6)))
-    jobs = [
-        Job(
-            f"j{i}",
-            str(rng.choice(["A (batch size 32)", "B (batch size 64)"])),
-            float(i * every_s),
-            int(rng.choice([1, 1, 1, 2, 4, 8])),
-            float(rng.integers(50, 2000)),
-        )
-        for i in range(150)
-    ]
+    cluster, jobs = _queued_jobs(seed=5, every_s=every_s)
     config = replace(jct_scoring_config(cluster, jobs, truth), hold_for_blocked=hold, shortest_first=shortest)
     believed = trace_lengths(jobs) if lengths else None
     checked = _CheckedPolicy("oracle", cluster, truth, config, seed=3, lengths=believed)
