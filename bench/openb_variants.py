@@ -1,5 +1,6 @@
 """Variants of openb's default pod list in the way the FGD paper's trace families vary, for validating packing on
-families whose published traces we do not have (docs/evaluation.md, "Validation on generated variants").
+families whose published traces we do not have (docs/evaluation.md, "The packing profile keeps room for the
+authors' target workload; validation on generated share- and multi-GPU-heavy traces").
 
     .venv/bin/python bench/openb_variants.py OUT_DIR [--seed 0] [--gpushare 20,60,80,100] [--multigpu 20,40,50]
 

@@ -76,8 +76,8 @@ PACKING_TARGET_COVERAGE_RATIO = 0.95
 """The packing profile's task mix in fragmentation mode: the trace's most popular requests covering 95 % of its pods
 (`advisor.sim.fragmentation.popular_pods`), the FGD authors' target workload, rather than every request. Chosen
 against every request (1) and 0.98 on openb's five traces, seeds 4–9, and on generated gpushare/multigpu variants
-(bench/openb_variants.py), seeds 4–6 (docs/evaluation.md): the rare requests' share of F made packing spend whole
-8-GPU nodes on shares when shares are most of the demand."""
+(bench/openb_variants.py), seeds 4–6, then checked on 4–9 (docs/evaluation.md): with every request the profile lost
+to FGD where shares are 60–80 % of the demand (more 8-GPU pods failed)."""
 SCORE_PODS_WITHOUT_GPU = True
 """Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
 
