@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from advisor.sim.fragmentation import popular_specs
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 from advisor.sim.packing import BoolArray, PackState
 
@@ -62,22 +63,8 @@ def typical_pods(
 ) -> TypicalPods:
     """The most popular pod specs of `pods` until they cover `coverage_ratio` of them (1: every spec); equal counts
     in spec order. `with_cpu_pods=False` leaves pods without GPU out."""
-    counts: Counter[tuple[float, int, int, tuple[str, ...]]] = Counter(
-        (float(p.cpu_milli), p.num_gpu, p.gpu_milli if p.num_gpu else 0, p.gpu_models)
-        for p in pods
-        if with_cpu_pods or p.num_gpu > 0
-    )
-    if not counts:
-        raise ValueError("the target workload needs at least one pod")
-    total = sum(counts.values())
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    kept: list[tuple[tuple[float, int, int, tuple[str, ...]], int]] = []
-    covered = 0
-    for spec, n in ranked:
-        if covered >= coverage_ratio * total:
-            break
-        kept.append((spec, n))
-        covered += n
+    kept = popular_specs([p for p in pods if with_cpu_pods or p.num_gpu > 0], coverage_ratio)
+    covered = sum(n for _, n in kept)
     return TypicalPods(
         cpu_milli=np.array([s[0] for s, _ in kept], dtype=np.float64),
         gpus=np.array([s[1] for s, _ in kept], dtype=np.int64),

@@ -5,6 +5,7 @@ for the advisor's scorer (`ScoringConfig.task_mix`), CPU and memory included in 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from advisor.placement.fragmentation import TaskMix, Workload, workload_of_requests
@@ -14,6 +15,37 @@ UNUSABLE_CPU_MILLI = 1e12
 """The CPU request a task mix gives a request that cannot use a node's GPUs (a GPU model it does not accept, or no GPU
 at all: `task_mix_for_model`, `task_mix_of`): no node has that much, so the scorer counts all of a node's free GPU
 share as fragment for it — FGD's rule for a node a task cannot use."""
+
+
+PodSpec = tuple[float, int, int, tuple[str, ...]]
+"""A pod's spec as the FGD authors count popularity: (milli-CPU, GPUs, milli-GPU per GPU or 0, acceptable models)."""
+
+
+def pod_spec(pod: Pod) -> PodSpec:
+    return (float(pod.cpu_milli), pod.num_gpu, pod.gpu_milli if pod.num_gpu else 0, pod.gpu_models)
+
+
+def popular_specs(pods: Sequence[Pod], coverage_ratio: float) -> list[tuple[PodSpec, int]]:
+    """The most popular specs of `pods` with their counts, until they cover `coverage_ratio` of the pods (1: every
+    spec); equal counts in spec order — the FGD authors' target workload (`podPopularityThreshold`)."""
+    counts = Counter(map(pod_spec, pods))
+    if not counts:
+        raise ValueError("the target workload needs at least one pod")
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    kept: list[tuple[PodSpec, int]] = []
+    covered = 0
+    for spec, n in ranked:
+        if covered >= coverage_ratio * len(pods):
+            break
+        kept.append((spec, n))
+        covered += n
+    return kept
+
+
+def popular_pods(pods: Sequence[Pod], coverage_ratio: float) -> list[Pod]:
+    """The pods whose spec is among `popular_specs`: a trace as its most popular requests see it."""
+    kept = {spec for spec, _ in popular_specs(pods, coverage_ratio)}
+    return [p for p in pods if pod_spec(p) in kept]
 
 
 def workload_of(pods: Sequence[Pod]) -> Workload:

@@ -26,12 +26,13 @@ from advisor.sim.baselines import (
     fragmentation_milli,
     typical_pods,
 )
-from advisor.sim.fragmentation import model_task_mixes, task_mix_of
+from advisor.sim.fragmentation import model_task_mixes, popular_pods, task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
     FRAGMENTATION_EXTENDER_WEIGHT,
     MAX_ARRIVED_RATIO,
+    PACKING_TARGET_COVERAGE_RATIO,
     AdvisorPackPolicy,
     AllocatedPolicy,
     FragmentationResult,
@@ -139,7 +140,10 @@ def run_fragmentation_mode(
 
 
 def fragmentation_scoring_config(pods: Sequence[Pod], profile: str = "packing") -> ScoringConfig:
-    """The advisor's scorer in fragmentation mode: `profile` (packing unless told), packing for the trace's requests."""
+    """The advisor's scorer in fragmentation mode: `profile` (packing unless told), packing for the trace's requests
+    (the packing profile: its most popular ones, `PACKING_TARGET_COVERAGE_RATIO`)."""
+    if profile == "packing":
+        return scoring_profile(profile, task_mix_of(popular_pods(pods, PACKING_TARGET_COVERAGE_RATIO)))
     return scoring_profile(profile, task_mix_of(pods))
 
 

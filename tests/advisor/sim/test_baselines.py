@@ -20,7 +20,7 @@ from advisor.sim.baselines import (
     TypicalFragmentation,
     typical_pods,
 )
-from advisor.sim.fragmentation import scarcity_weight, task_mix_for_model, workload_of
+from advisor.sim.fragmentation import popular_pods, scarcity_weight, task_mix_for_model, workload_of
 from advisor.sim.loaders import load_trace
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import AdvisorPackPolicy, PackState, authors_sequence, run_fragmentation
@@ -64,6 +64,19 @@ def test_the_target_workload_is_the_specs_covering_95_percent_of_pods() -> None:
     assert typical_pods(pods, with_cpu_pods=False).gpus.tolist() == [1, 1]  # 90 of the 94 GPU pods
     constrained = typical_pods([Pod("t", 1, 1000, gpu_models=("T4",)), Pod("u", 1, 1000)])
     assert sorted(constrained.gpu_models) == [(), ("T4",)]  # a GPU-model constraint makes its own spec
+
+
+def test_the_packing_profile_keeps_room_for_the_requests_of_the_authors_target_workload() -> None:
+    pods = [Pod(f"a{i}", 1, 1000, 4000) for i in range(60)]
+    pods += [Pod(f"b{i}", 1, 500, 2000) for i in range(30)]
+    pods += [Pod(f"c{i}", 0, 0, 8000) for i in range(6)]
+    pods += [Pod(f"d{i}", 8, 1000, 32000) for i in range(4)]
+    assert popular_pods(pods, 0.95) == pods[:96]  # the rare 8-GPU spec is not what packing keeps room for
+    packing = fragmentation_scoring_config(pods).task_mix
+    assert [(e[0], e[1]) for e in packing] == [(0, 0), (1, 500), (1, 1000)]
+    assert [e[2] for e in packing] == pytest.approx([6 / 96, 30 / 96, 60 / 96])
+    # the default profile keeps room for every request, as before
+    assert (8, 1000) in [(e[0], e[1]) for e in fragmentation_scoring_config(pods, "default").task_mix]
 
 
 def test_a_node_a_task_cannot_use_is_all_fragment_for_it() -> None:
