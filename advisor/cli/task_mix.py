@@ -26,13 +26,22 @@ def task_mix(
     gpu_only: Annotated[
         bool, typer.Option("--gpu-only", help="GPU shapes only, no CPU/memory per task (GPU-only packing).")
     ] = False,
+    coverage: Annotated[
+        float,
+        typer.Option(
+            help="Keep room only for the most popular pod specs covering this share of the pods (the packing "
+            "profile: 0.95, FGD's target workload, as the simulator runs it); 1: every request.",
+        ),
+    ] = 1.0,
 ) -> None:
     """Print GPUADVISOR_TASK_MIX (and GPUADVISOR_MODEL_TASK_MIX where pods constrain GPU models) for a pod history."""
     from advisor.settings import AdvisorSettings
-    from advisor.sim.fragmentation import model_task_mixes, task_mix_of
+    from advisor.sim.fragmentation import model_task_mixes, popular_pods, task_mix_of
     from advisor.sim.loaders import SimInputError, load_cluster, load_trace
     from advisor.sim.model import Pod
 
+    if not 0.0 < coverage <= 1.0:
+        fail(f"--coverage: {coverage:g} is not a share of the pods: give a number above 0 and at most 1")
     try:
         nodes = load_cluster(cluster)
         trace_rows = load_trace(trace)
@@ -44,7 +53,8 @@ def task_mix(
     if not pods:
         fail(f"--trace: {trace} is not a pod list (name, num_gpu, gpu_milli, …): the task mix is read from pods")
     try:
-        values: dict[str, object] = {"task_mix": task_mix_of(pods, with_resources=not gpu_only)}
+        target = pods if coverage >= 1.0 else popular_pods(pods, coverage)
+        values: dict[str, object] = {"task_mix": task_mix_of(target, with_resources=not gpu_only)}
     except ValueError as e:
         fail(f"--trace: {trace}: {e}")
     if not gpu_only and (per_model := model_task_mixes(nodes, pods)):

@@ -69,3 +69,28 @@ def test_a_pod_list_without_gpu_pods_is_refused_in_one_line(tmp_path: Path) -> N
     assert result.output.startswith("error: --trace:")
     assert "no pod that requests a GPU" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_coverage_keeps_room_only_for_the_most_popular_specs(tmp_path: Path) -> None:
+    """Three pods of one spec, one of another: 0.75 of the pods are covered by the first spec alone."""
+    pods = (
+        "a,4000,8192,1,1000,,LS,Running,0,10,0\n"
+        "b,4000,8192,1,1000,,LS,Running,1,10,1\n"
+        "c,4000,8192,1,1000,,LS,Running,2,10,2\n"
+        "d,2000,4096,1,500,,LS,Running,3,10,3\n"
+    )
+    every = runner.invoke(app, ["advisor", "task-mix", *_files(tmp_path, pods)])
+    popular = runner.invoke(app, ["advisor", "task-mix", *_files(tmp_path, pods), "--coverage", "0.75"])
+    assert every.exit_code == 0, every.output
+    assert popular.exit_code == 0, popular.output
+    assert len(json.loads(_printed(every.output)["GPUADVISOR_TASK_MIX"])) == 2
+    assert json.loads(_printed(popular.output)["GPUADVISOR_TASK_MIX"]) == [[1, 1000, 1.0, 4000, 8192]]
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1"])
+def test_a_coverage_outside_0_to_1_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    result = runner.invoke(
+        app, ["advisor", "task-mix", *_files(tmp_path, "a,4000,8192,1,1000,,LS,Running,0,10,0\n"), "--coverage", value]
+    )
+    assert result.exit_code == 2
+    assert "--coverage" in result.output
