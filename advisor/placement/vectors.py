@@ -21,8 +21,8 @@ goes through the per-node path unchanged (`covers`).
 
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
 per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
-state last found there only weakly), and is started afresh once it holds more than twice as many names as the cluster
-has nodes (`_SPARE_SLOTS` aside).
+`NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
+more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside).
 """
 
 from __future__ import annotations
@@ -238,52 +238,42 @@ class ScoreVectors:
     ) -> Priorities:
         """The extender's integers for `names` (a pod `covers` accepts): `extender_priorities`' numbers."""
         with self._lock:
-            return self._priorities(pod, names, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
+            states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
+            slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
+            serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
+            changed = np.flatnonzero(serials != self._serial[slots])
+            if changed.size:
+                self._refresh(changed, slots, states, serials)
+            observed = self._observed[slots]
+            # `evaluate_batch`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
+            fresh = ~np.isnan(observed) if now_seconds is None else observed >= now_seconds - config.staleness_seconds
+            fresh_fits = fresh
+            if pod.cpu_milli is not None:
+                fresh_fits = fresh_fits & ~(pod.cpu_milli > self._cpu_free[slots])
+            if pod.memory_mib is not None:
+                fresh_fits = fresh_fits & ~(pod.memory_mib > self._memory_free[slots])
 
-    def _priorities(
-        self,
-        pod: PodRequest,
-        names: Sequence[str],
-        nodes: Mapping[str, NodeState],
-        *,
-        config: ScoringConfig,
-        predictors: Predictors,
-        now_seconds: float | None,
-    ) -> Priorities:
-        states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
-        slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
-        serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
-        changed = np.flatnonzero(serials != self._serial[slots])
-        if changed.size:
-            self._refresh(changed, slots, states, serials)
-        observed = self._observed[slots]
-        # `evaluate_batch`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
-        fresh = ~np.isnan(observed) if now_seconds is None else observed >= now_seconds - config.staleness_seconds
-        fresh_fits = fresh
-        if pod.cpu_milli is not None:
-            fresh_fits = fresh_fits & ~(pod.cpu_milli > self._cpu_free[slots])
-        if pod.memory_mib is not None:
-            fresh_fits = fresh_fits & ~(pod.memory_mib > self._memory_free[slots])
-
-        shape = (pod.whole_gpus, pod.share_milli, pod.gpu_memory_bytes, pod.gpu_models, config, predictors)
-        table = self._table((*shape, pod.workload))
-        epochs = self._epoch[slots]
-        if pod.whole_gpus > 0:
-            # Whole GPUs on a node whose free GPUs have no residents do not depend on the workload (as the memo).
-            any_table = self._table((*shape, _ANY_WORKLOAD))
-            own = self._free_residents[slots]
-            row_epoch = np.where(own, table.epoch[slots], any_table.epoch[slots])
-        else:
-            any_table, own = table, None
-            row_epoch = table.epoch[slots]
-        cold = np.flatnonzero(fresh_fits & (row_epoch != epochs))
-        if cold.size:
-            self._compute(
-                pod, cold, slots, states, tables=(table, any_table, own), config=config, predictors=predictors
+            shape = (pod.whole_gpus, pod.share_milli, pod.gpu_memory_bytes, pod.gpu_models, config, predictors)
+            table = self._table((*shape, pod.workload))
+            epochs = self._epoch[slots]
+            if pod.whole_gpus > 0:
+                # Whole GPUs on a node whose free GPUs have no residents do not depend on the workload (as the memo).
+                any_table = self._table((*shape, _ANY_WORKLOAD))
+                own = self._free_residents[slots]
+                row_epoch = np.where(own, table.epoch[slots], any_table.epoch[slots])
+            else:
+                any_table, own = table, None
+                row_epoch = table.epoch[slots]
+            cold = np.flatnonzero(fresh_fits & (row_epoch != epochs))
+            if cold.size:
+                self._compute(
+                    pod, cold, slots, states, tables=(table, any_table, own), config=config, predictors=predictors
+                )
+            rows = (
+                table.data[:, slots] if own is None else np.where(own, table.data[:, slots], any_table.data[:, slots])
             )
-        rows = table.data[:, slots] if own is None else np.where(own, table.data[:, slots], any_table.data[:, slots])
-        feasible = fresh_fits & (rows[_FEASIBLE] > 0)
-        return self._integers(pod, feasible, fresh, rows, slots, config=config, predictors=predictors)
+            feasible = fresh_fits & (rows[_FEASIBLE] > 0)
+            return self._integers(pod, feasible, fresh, rows, slots, config=config, predictors=predictors)
 
     def _compute(
         self,
