@@ -13,8 +13,11 @@ The authors' choices, each measured in docs/evaluation.md ("The paper's policies
   or has too few GPUs with room for it; otherwise the free share of the GPUs with less free than the task needs from
   one GPU. Memory is not part of it;
 * every score is an integer 0..100, and of the nodes with the highest score the first by name wins
-  (`first_best`). FGD's score is ⌊100 · sigmoid(ΔF / 1000)⌋ with ΔF the decrease of the node's expected
-  fragmentation in milli-GPU; a GPU share is scored on each GPU it fits, the first best GPU taken;
+  (`first_best`) — by the name the authors' simulator gives each node: before creating the nodes it prefixes each
+  name with its index in a random permutation drawn from the run's seed, so ties go in a random order fixed for the
+  run (`authors_node_rank`), not in the trace's name order. FGD's score is ⌊100 · sigmoid(ΔF / 1000)⌋ with ΔF the
+  decrease of the node's expected fragmentation in milli-GPU; a GPU share is scored on each GPU it fits, the first
+  best GPU taken;
 * the other policies choose a share's GPU as the authors' GPU-share plugin does by default (the fullest GPU it fits,
   `_best_gpu`) and whole GPUs as the lowest-index fully free ones.
 """
@@ -163,9 +166,34 @@ class TypicalFragmentation:
         return self.fragmentation(nodes, below, count, self.total[nodes] - gpus * GPU_MILLI, cpu_after)
 
 
+AUTHORS_NODE_ORDER_STREAM = 1
+"""Second word of the seed of the random stream that draws `authors_node_rank`'s permutation (the first is the run's
+seed), so that it is independent of the stream that draws the pod order (`authors_sequence`)."""
+AUTHORS_ORDER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
+"""The paper's policies, which break ties in the authors' node order (`authors_node_rank`)."""
+
+
+def authors_node_rank(cluster: Cluster, seed: int) -> IntArray:
+    """Each node's position in the order the authors' simulator breaks ties by, for the run seeded `seed`.
+
+    Their simulator sorts the nodes by name, then renames node i to `f"{perm[i]:04d}-{name}"` with `perm` a random
+    permutation from the run's seeded random source (hkust-adsl/kubernetes-scheduler-simulator,
+    pkg/simulator/simulator.go, `syncClusterResourceList`), and its scheduler takes the smallest name among equal
+    scores (its vendored kube-scheduler's `selectHost`). So ties go in a random node order, fixed for the run and
+    the same for every policy of one seed. Go's random source is not reproduced: the permutation is drawn from
+    numpy's, seeded with (`seed`, `AUTHORS_NODE_ORDER_STREAM`)."""
+    n = len(cluster.nodes)
+    by_name = np.argsort(np.array([x.name for x in cluster.nodes]), kind="stable")
+    prefix = np.random.default_rng((seed, AUTHORS_NODE_ORDER_STREAM)).permutation(n)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_name] = prefix
+    return rank
+
+
 def first_best(scores: FloatArray, nodes: IntArray, state: PackState, rng: np.random.Generator | None = None) -> int:
-    """The position in `scores` of the highest score, among equal ones the first node by name (`rng`: at random,
-    as stock kube-scheduler's `selectHost`)."""
+    """The position in `scores` of the highest score, among equal ones the first node by name (`state.name_rank`,
+    the authors' node names where the run gives them: `authors_node_rank`; `rng`: at random, as stock
+    kube-scheduler's `selectHost`)."""
     top = np.flatnonzero(scores >= scores.max())
     if len(top) == 1:
         return int(top[0])

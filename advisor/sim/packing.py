@@ -117,7 +117,7 @@ def scoring_profile(name: str, task_mix: TaskMix | None = None) -> ScoringConfig
 class PackState:
     """Free GPU share per (node, GPU), free CPU and memory per node; capacities alongside."""
 
-    def __init__(self, cluster: Cluster, workload: Workload) -> None:
+    def __init__(self, cluster: Cluster, workload: Workload, node_rank: IntArray | None = None) -> None:
         self.cluster = cluster
         n = len(cluster.nodes)
         g = max(cluster.max_gpus_per_node, 1)
@@ -132,8 +132,14 @@ class PackState:
         self.cache = NodeCache(self.free, self.cpu_free, self.memory_free, workload)
         self.version = np.zeros(n, dtype=np.int64)
         self.gpu_model = np.array([x.gpu_model for x in cluster.nodes])
-        self.name_rank = np.argsort(np.argsort(np.array([x.name for x in cluster.nodes]), kind="stable"))
-        """Each node's position in name order (the authors' scheduler takes the first of equal nodes by name)."""
+        self.name_rank = (
+            np.argsort(np.argsort(np.array([x.name for x in cluster.nodes]), kind="stable"))
+            if node_rank is None
+            else np.asarray(node_rank, dtype=np.int64)
+        )
+        """Each node's position in the order ties go by (the authors' scheduler takes the first of equal nodes by
+        name): name order, or `node_rank` where the run gives one (the names the authors' simulator gives its nodes,
+        `advisor.sim.baselines.authors_node_rank`)."""
         self._model_ok: dict[tuple[str, ...], BoolArray] = {}
 
     @property
@@ -482,13 +488,16 @@ def run_fragmentation(
     sequence: Sequence[Pod],
     policy: PackPolicy,
     fragmentation_milli: Callable[[PackState], float] | None = None,
+    *,
+    node_rank: IntArray | None = None,
 ) -> FragmentationResult:
     """Place `sequence` in order with `policy`; the target workload for fragmentation is the trace `pods`, the
-    fragmentation reported at 100 % demand `fragmentation_milli(state)` (default: the advisor's definition)."""
+    fragmentation reported at 100 % demand `fragmentation_milli(state)` (default: the advisor's definition), ties
+    broken in `node_rank`'s order (default: by name; `PackState.name_rank`)."""
     started = time.perf_counter()
     measure = fragmentation_milli or (lambda s: float(s.cache.frag.sum()))
     workload = workload_of(pods)
-    state = PackState(cluster, workload)
+    state = PackState(cluster, workload, node_rank)
     capacity_milli = float(state.gpu_capacity.sum())
     arrived_milli = 0.0
     failed = 0

@@ -18,13 +18,14 @@ from advisor.sim.baselines import (
     GpuPacking,
     RandomFit,
     TypicalFragmentation,
+    authors_node_rank,
     typical_pods,
 )
 from advisor.sim.fragmentation import popular_pods, scarcity_weight, task_mix_for_model, workload_of
 from advisor.sim.loaders import load_trace
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import AdvisorPackPolicy, PackState, authors_sequence, run_fragmentation
-from advisor.sim.run import fragmentation_scoring_config, with_model_task_mixes
+from advisor.sim.run import fragmentation_node_rank, fragmentation_scoring_config, with_model_task_mixes
 from tests.advisor.sim.conftest import write
 
 
@@ -129,6 +130,47 @@ def test_fgd_takes_the_first_node_by_name_among_equal_integer_scores() -> None:
     pods = [Pod("w", 1, 1000)]
     state = _state(cluster, pods)
     assert AuthorsFgd(cluster, typical_pods(pods)).choose(Pod("p", 1, 1000), state, np.array([0, 1])) == (1, (0,))
+
+
+def test_the_authors_node_order_is_a_permutation_drawn_per_seed() -> None:
+    """The authors' simulator prefixes each node's name with its index in a seeded random permutation: ties go in
+    an order fixed for a run, the same for every policy of one seed, and not the trace's name order."""
+    cluster = Cluster(tuple(SimNode(f"n{i:02d}", "T4", 2) for i in range(12)))
+    rank = authors_node_rank(cluster, 4)
+    assert sorted(rank.tolist()) == list(range(12))
+    assert rank.tolist() == authors_node_rank(cluster, 4).tolist()
+    orders = {tuple(authors_node_rank(cluster, seed).tolist()) for seed in range(5)}
+    assert len(orders) == 5
+    assert tuple(range(12)) not in orders
+    reversed_names = Cluster(tuple(reversed(cluster.nodes)))  # by name, not by position in the file
+    assert authors_node_rank(reversed_names, 4).tolist() == rank.tolist()[::-1]
+
+
+def test_the_papers_policies_break_ties_in_the_authors_node_order() -> None:
+    """Idle identical nodes tie: fgd and the baselines take the node whose authors' name comes first (the smallest
+    permutation prefix), not node 'n00'; spread, binpack and the advisor keep name order (None)."""
+    cluster = Cluster(tuple(SimNode(f"n{i:02d}", "T4", 2, cpu_milli=32000) for i in range(8)))
+    pods = [Pod("w", 1, 1000, 4000)]
+    seed = next(s for s in range(20) if authors_node_rank(cluster, s)[0] != 0)
+    rank = fragmentation_node_rank("fgd", cluster, seed)
+    assert rank is not None
+    first = int(np.argmin(rank))
+    state = PackState(cluster, workload_of(pods), rank)
+    everywhere = np.arange(8)
+    assert AuthorsFgd(cluster, typical_pods(pods)).choose(pods[0], state, everywhere)[0] == first
+    assert BestFit().choose(pods[0], state, everywhere)[0] == first
+    assert fragmentation_node_rank("bestfit", cluster, seed).tolist() == rank.tolist()  # type: ignore[union-attr]
+    assert fragmentation_node_rank("advisor", cluster, seed) is None
+    assert fragmentation_node_rank("spread", cluster, seed) is None
+    seen: list[list[int]] = []
+
+    class Recording(AuthorsFgd):
+        def choose(self, pod: Pod, state: PackState, candidates: np.ndarray) -> tuple[int, tuple[int, ...]]:
+            seen.append(state.name_rank.tolist())
+            return super().choose(pod, state, candidates)
+
+    run_fragmentation(cluster, pods, [pods[0]], Recording(cluster, typical_pods(pods)), node_rank=rank)
+    assert seen == [rank.tolist()]
 
 
 def test_fgd_fills_the_gap_a_share_leaves() -> None:
