@@ -44,12 +44,11 @@ POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd"
 
 
 def main() -> None:
-    from advisor.sim.baselines import AuthorsFgd, fragmentation_milli, typical_pods
+    from advisor.sim.baselines import AuthorsFgd, authors_node_rank, fragmentation_milli, typical_pods
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
     from advisor.sim.packing import MAX_ARRIVED_RATIO, SEQUENCES, PackPolicy, run_fragmentation
     from advisor.sim.run import (
-        fragmentation_node_rank,
         fragmentation_policy,
         fragmentation_scoring_config,
         with_model_task_mixes,
@@ -68,7 +67,8 @@ def main() -> None:
         "--node-order",
         choices=("authors", "name"),
         default="authors",
-        help="the paper's policies: ties to the first node in the authors' seeded node order, or by trace name",
+        help="ties to the first equal node in the authors' seeded node order (every policy that takes the first), "
+        "or by trace name",
     )
     parser.add_argument("--pods-dir", type=Path, help="look for openb_pod_list_<trace>.csv here before the openb data")
     parser.add_argument(
@@ -107,7 +107,7 @@ def main() -> None:
                     )
                 else:
                     policy = fragmentation_policy(name, cluster, config, seed, typical)
-                rank = fragmentation_node_rank(name, cluster, seed) if args.node_order == "authors" else None
+                rank = authors_node_rank(cluster, seed) if args.node_order == "authors" else None
                 result = run_fragmentation(
                     cluster, pods, sequence, policy, partial(fragmentation_milli, typical, cluster), node_rank=rank
                 )

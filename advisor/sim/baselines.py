@@ -169,8 +169,6 @@ class TypicalFragmentation:
 AUTHORS_NODE_ORDER_STREAM = 1
 """Second word of the seed of the random stream that draws `authors_node_rank`'s permutation (the first is the run's
 seed), so that it is independent of the stream that draws the pod order (`authors_sequence`)."""
-AUTHORS_ORDER_POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
-"""The paper's policies, which break ties in the authors' node order (`authors_node_rank`)."""
 
 
 def authors_node_rank(cluster: Cluster, seed: int) -> IntArray:

@@ -14,10 +14,8 @@ import numpy as np
 
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.config import ScoringConfig
-from advisor.placement.fragmentation import IntArray
 from advisor.predictors import Predictors
 from advisor.sim.baselines import (
-    AUTHORS_ORDER_POLICIES,
     AuthorsFgd,
     BestFit,
     DotProd,
@@ -88,9 +86,10 @@ def fragmentation_policy(
 ) -> PackPolicy:
     """Policy `name`; `config` is the advisor's scorer (`fragmentation_scoring_config`, per GPU model where pods
     constrain the model: `with_model_task_mixes`), `typical` the paper's target workload. The paper's policies take
-    the first of equal nodes by name, as the authors' simulator does; spread, binpack and the advisor draw among
-    equal nodes at random, as kube-scheduler's `selectHost` does (the names are those the authors' simulator gives
-    its nodes: `fragmentation_node_rank`)."""
+    the first of equal nodes by name, as the authors' simulator does, and so does the advisor's packing profile
+    (`extender_first_of_equals`; the names are those the authors' simulator gives its nodes, `authors_node_rank`);
+    spread, binpack and the advisor's other profiles draw among equal nodes at random, as kube-scheduler's
+    `selectHost` does."""
     rng = np.random.default_rng(seed)
     if name == "random":
         return RandomFit(rng)
@@ -109,12 +108,6 @@ def fragmentation_policy(
     if name == "advisor":
         return AdvisorPackPolicy(cluster, config, extender_weight=FRAGMENTATION_EXTENDER_WEIGHT, rng=rng)
     raise SimConfigError(f"unknown fragmentation policy {name!r}")
-
-
-def fragmentation_node_rank(name: str, cluster: Cluster, seed: int) -> IntArray | None:
-    """The order policy `name` breaks ties by in the run seeded `seed`: the paper's policies the authors' node order
-    (`authors_node_rank`, a random permutation their simulator draws per run), the others name order (None)."""
-    return authors_node_rank(cluster, seed) if name in AUTHORS_ORDER_POLICIES else None
 
 
 def run_fragmentation_mode(
@@ -148,7 +141,7 @@ def run_fragmentation_mode(
                 sequence,
                 policy,
                 lambda state: fragmentation_milli(typical, cluster, state),
-                node_rank=fragmentation_node_rank(name, cluster, seed),
+                node_rank=authors_node_rank(cluster, seed),
             )
         )
     return results

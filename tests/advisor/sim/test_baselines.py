@@ -25,7 +25,12 @@ from advisor.sim.fragmentation import popular_pods, scarcity_weight, task_mix_fo
 from advisor.sim.loaders import load_trace
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import AdvisorPackPolicy, PackState, authors_sequence, run_fragmentation
-from advisor.sim.run import fragmentation_node_rank, fragmentation_scoring_config, with_model_task_mixes
+from advisor.sim.run import (
+    fragmentation_policy,
+    fragmentation_scoring_config,
+    run_fragmentation_mode,
+    with_model_task_mixes,
+)
 from tests.advisor.sim.conftest import write
 
 
@@ -146,31 +151,32 @@ def test_the_authors_node_order_is_a_permutation_drawn_per_seed() -> None:
     assert authors_node_rank(reversed_names, 4).tolist() == rank.tolist()[::-1]
 
 
-def test_the_papers_policies_break_ties_in_the_authors_node_order() -> None:
-    """Idle identical nodes tie: fgd and the baselines take the node whose authors' name comes first (the smallest
-    permutation prefix), not node 'n00'; spread, binpack and the advisor keep name order (None)."""
+def test_ties_go_in_the_authors_node_order_for_every_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle identical nodes tie: fgd, the baselines and the advisor's packing profile take the node whose authors'
+    name comes first (the smallest permutation prefix), not node 'n00', and the mode hands that order to every run."""
     cluster = Cluster(tuple(SimNode(f"n{i:02d}", "T4", 2, cpu_milli=32000) for i in range(8)))
     pods = [Pod("w", 1, 1000, 4000)]
     seed = next(s for s in range(20) if authors_node_rank(cluster, s)[0] != 0)
-    rank = fragmentation_node_rank("fgd", cluster, seed)
-    assert rank is not None
+    rank = authors_node_rank(cluster, seed)
     first = int(np.argmin(rank))
     state = PackState(cluster, workload_of(pods), rank)
     everywhere = np.arange(8)
-    assert AuthorsFgd(cluster, typical_pods(pods)).choose(pods[0], state, everywhere)[0] == first
+    typical = typical_pods(pods)
+    assert AuthorsFgd(cluster, typical).choose(pods[0], state, everywhere)[0] == first
     assert BestFit().choose(pods[0], state, everywhere)[0] == first
-    assert fragmentation_node_rank("bestfit", cluster, seed).tolist() == rank.tolist()  # type: ignore[union-attr]
-    assert fragmentation_node_rank("advisor", cluster, seed) is None
-    assert fragmentation_node_rank("spread", cluster, seed) is None
-    seen: list[list[int]] = []
+    advisor = fragmentation_policy("advisor", cluster, fragmentation_scoring_config(pods), seed, typical)
+    assert advisor.choose(pods[0], state, everywhere)[0] == first
+    assert advisor.choose(pods[0], PackState(cluster, workload_of(pods)), everywhere)[0] == 0  # name order
+    given: list[list[int]] = []
 
-    class Recording(AuthorsFgd):
-        def choose(self, pod: Pod, state: PackState, candidates: np.ndarray) -> tuple[int, tuple[int, ...]]:
-            seen.append(state.name_rank.tolist())
-            return super().choose(pod, state, candidates)
+    def recording(*args: object, node_rank: np.ndarray | None = None, **kwargs: object) -> object:
+        assert node_rank is not None
+        given.append(node_rank.tolist())
+        return run_fragmentation(*args, node_rank=node_rank, **kwargs)  # type: ignore[arg-type]
 
-    run_fragmentation(cluster, pods, [pods[0]], Recording(cluster, typical_pods(pods)), node_rank=rank)
-    assert seen == [rank.tolist()]
+    monkeypatch.setattr("advisor.sim.run.run_fragmentation", recording)
+    run_fragmentation_mode(cluster, pods, ["fgd", "bestfit", "advisor", "spread"], seed)
+    assert given == [rank.tolist()] * 4
 
 
 def test_fgd_fills_the_gap_a_share_leaves() -> None:
