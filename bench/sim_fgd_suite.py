@@ -48,11 +48,7 @@ def main() -> None:
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
     from advisor.sim.packing import MAX_ARRIVED_RATIO, SEQUENCES, PackPolicy, run_fragmentation
-    from advisor.sim.run import (
-        fragmentation_policy,
-        fragmentation_scoring_config,
-        with_model_task_mixes,
-    )
+    from advisor.sim.run import fragmentation_policy, fragmentation_scoring_config, with_model_task_mixes
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3")
@@ -95,6 +91,7 @@ def main() -> None:
         allocation: dict[str, list[float]] = {n: [] for n in names}
         for seed in seeds:
             sequence = SEQUENCES[args.order](pods, cluster.total_gpus, seed, MAX_ARRIVED_RATIO)
+            rank = authors_node_rank(cluster, seed) if args.node_order == "authors" else None
             for name in names:
                 policy: PackPolicy
                 if name == "fgd":
@@ -107,7 +104,6 @@ def main() -> None:
                     )
                 else:
                     policy = fragmentation_policy(name, cluster, config, seed, typical)
-                rank = authors_node_rank(cluster, seed) if args.node_order == "authors" else None
                 result = run_fragmentation(
                     cluster, pods, sequence, policy, partial(fragmentation_milli, typical, cluster), node_rank=rank
                 )

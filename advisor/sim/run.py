@@ -129,6 +129,7 @@ def run_fragmentation_mode(
         config = fragmentation_scoring_config(pods)
     typical = typical_pods(pods)
     config = with_model_task_mixes(cluster, pods, config)
+    node_rank = authors_node_rank(cluster, seed)
     results = []
     for name in policies:
         if progress:
@@ -141,7 +142,7 @@ def run_fragmentation_mode(
                 sequence,
                 policy,
                 lambda state: fragmentation_milli(typical, cluster, state),
-                node_rank=authors_node_rank(cluster, seed),
+                node_rank=node_rank,
             )
         )
     return results
