@@ -15,6 +15,10 @@ from dataclasses import dataclass
 TRUE_VALUES = frozenset({"1", "1.0", "true", "yes", "y", "t"})
 FALSE_VALUES = frozenset({"0", "0.0", "false", "no", "n", "f", ""})
 
+# How a co-located pair shared its GPU (DESIGN §11): contexts taking turns in the default compute mode, kernels of
+# both running at once under an MPS server, or two MIG instances. An empty `sharing` cell means unknown.
+SHARING_MODES = ("time-slicing", "mps", "mig")
+
 
 @dataclass(frozen=True, slots=True)
 class CsvFormat:
@@ -63,6 +67,7 @@ COLOCATIONS = CsvFormat(
         "amp_b",
         "family_a",
         "family_b",
+        "sharing",
     ),
     numbers=_SIDE_RATIOS
     | {
