@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler) from the modules pinned in
+# k8s/go.mod, into a cache outside the clone keyed on go.mod, go.sum, this script and the Go version, so that a second
+# build (or a second clone) is free. The folder holding the binaries is the LAST line printed.
+#
+#   k8s/build.sh            build or find the binaries
+#   GPUADVISOR_KUBE_CACHE   the cache's root (default: $XDG_CACHE_HOME or ~/.cache, then gpuadvisor/kube-bin)
+#   GO                      the go command (default: go on PATH, else /usr/local/go/bin/go)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+go_cmd=${GO:-}
+if [ -z "$go_cmd" ]; then
+    if command -v go >/dev/null 2>&1; then go_cmd=go; else go_cmd=/usr/local/go/bin/go; fi
+fi
+if ! "$go_cmd" version >/dev/null 2>&1; then
+    echo "error: no Go toolchain (looked for '$go_cmd'); install Go 1.26 or set GO=/path/to/go" >&2
+    exit 2
+fi
+
+go_version=$("$go_cmd" env GOVERSION)
+key=$( (cat "$here/go.mod" "$here/go.sum" "$here/build.sh"; echo "$go_version") | sha256sum | cut -c1-16)
+root=${GPUADVISOR_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuadvisor/kube-bin}
+out="$root/$key"
+
+if [ -f "$out/.complete" ]; then
+    echo "$out"
+    exit 0
+fi
+
+cd "$here"
+# The binaries report the versions pinned in go.mod (`--version`), not the module system's v0.0.0-master default.
+module_version() { "$go_cmd" list -m -f '{{.Version}}' "$1"; }
+kube_version=$(module_version k8s.io/kubernetes)
+kube_major=$(echo "$kube_version" | sed -E 's/^v([0-9]+)\..*/\1/')
+kube_minor=$(echo "$kube_version" | sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/')
+build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+kube_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kube_ldflags+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=$kube_major -X $pkg.gitMinor=$kube_minor"
+    kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
+done
+# etcd's version is a constant of its api module; only the commit is a variable, and a module build has none.
+etcd_version=$(module_version go.etcd.io/etcd/server/v3)
+etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-$etcd_version"
+
+mkdir -p "$root"
+staging=$(mktemp -d "$root/.building-$key.XXXXXX")
+trap 'rm -rf "$staging"' EXIT
+export CGO_ENABLED=0
+echo "building kube-apiserver and kube-scheduler $kube_version, etcd $etcd_version with $go_version into $out" >&2
+"$go_cmd" build -trimpath -ldflags "$kube_ldflags" -o "$staging/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
+"$go_cmd" build -trimpath -ldflags "$etcd_ldflags" -o "$staging/etcd" go.etcd.io/etcd/server/v3
+printf 'kubernetes %s\netcd %s\n%s\n' "$kube_version" "$etcd_version" "$go_version" >"$staging/VERSIONS"
+touch "$staging/.complete"
+# Another build of the same key may have finished meanwhile: either copy is good, keep the first.
+if mv -T "$staging" "$out" 2>/dev/null; then
+    trap - EXIT
+fi
+echo "$out"
