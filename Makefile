@@ -6,7 +6,7 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint test up bench clean
+.PHONY: install lint go-lint kube-bin test up bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -16,14 +16,27 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-lint: install
+lint: install go-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The Go module in k8s/: formatted, vetted, and go.mod/go.sum tidy (GO: the go command, default go on PATH or
+# /usr/local/go/bin/go).
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+go-lint:
+	@out=$$($(dir $(GO))gofmt -l k8s) && test -z "$$out" || { echo "gofmt: not formatted: $$out"; exit 1; }
+	cd k8s && if [ -n "$$(find . -name '*.go')" ]; then $(GO) vet ./...; fi && $(GO) mod tidy -diff
+
+# etcd, kube-apiserver and kube-scheduler built from k8s/go.mod into a cache outside the clone (k8s/build.sh); the
+# last line printed is their folder.
+kube-bin:
+	@GO=$(GO) k8s/build.sh
+
 test: lint
-	$(VENV)/bin/pytest
+	@kube_bin=$$(GO=$(GO) k8s/build.sh) && echo "Kubernetes binaries: $$kube_bin" && \
+		GPUADVISOR_KUBE_BIN="$$kube_bin" $(VENV)/bin/pytest
 
 up: install
 	$(VENV)/bin/gpuadvisor up --port $(PORT) $(ARGS)

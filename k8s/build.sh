@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler) from the modules pinned in
-# k8s/go.mod, into a cache outside the clone keyed on go.mod, go.sum, this script and the Go version, so that a second
-# build (or a second clone) is free. The folder holding the binaries is the LAST line printed.
+# k8s/go.mod, into a cache outside the clone keyed on go.mod, go.sum, the Go version and RECIPE (bump it when the
+# build's flags change), so that a second build (or a second clone) is free. The folder holding the binaries is the LAST line printed.
 #
 #   k8s/build.sh            build or find the binaries
+#   k8s/build.sh --cached   only find them: exit 1 (printing nothing) when this key has not been built
 #   GPUADVISOR_KUBE_CACHE   the cache's root (default: $XDG_CACHE_HOME or ~/.cache, then gpuadvisor/kube-bin)
 #   GO                      the go command (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
@@ -18,14 +19,18 @@ if ! "$go_cmd" version >/dev/null 2>&1; then
     exit 2
 fi
 
+RECIPE=1
 go_version=$("$go_cmd" env GOVERSION)
-key=$( (cat "$here/go.mod" "$here/go.sum" "$here/build.sh"; echo "$go_version") | sha256sum | cut -c1-16)
+key=$( (cat "$here/go.mod" "$here/go.sum"; echo "$go_version recipe $RECIPE") | sha256sum | cut -c1-16)
 root=${GPUADVISOR_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuadvisor/kube-bin}
 out="$root/$key"
 
 if [ -f "$out/.complete" ]; then
     echo "$out"
     exit 0
+fi
+if [ "${1:-}" = "--cached" ]; then
+    exit 1
 fi
 
 cd "$here"
