@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler) from the modules pinned in
+# Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler) and helm from the modules pinned in
 # k8s/go.mod, into a cache outside the clone keyed on go.mod, go.sum, the Go version and RECIPE (bump it when the
 # build's flags change), so that a second build (or a second clone) is free. The folder holding the binaries is the LAST line printed.
 #
@@ -48,16 +48,26 @@ done
 # etcd's version is a constant of its api module; only the commit is a variable, and a module build has none.
 etcd_version=$(module_version go.etcd.io/etcd/server/v3)
 etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-$etcd_version"
+# helm: its own version, and the Kubernetes version its lint and template assume (that of its client-go, as upstream).
+helm_version=$(module_version helm.sh/helm/v3)
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+helm_ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    helm_ldflags+=" -X $pkg.k8sVersionMajor=$kube_major -X $pkg.k8sVersionMinor=$kube_minor"
+done
 
 mkdir -p "$root"
 staging=$(mktemp -d "$root/.building-$key.XXXXXX")
 trap 'rm -rf "$staging"' EXIT
 export CGO_ENABLED=0
-echo "building kube-apiserver and kube-scheduler $kube_version, etcd $etcd_version with $go_version into $out" >&2
+echo "building kube-apiserver and kube-scheduler $kube_version, etcd $etcd_version, helm $helm_version" \
+    "with $go_version into $out" >&2
 "$go_cmd" build -trimpath -ldflags "$kube_ldflags" -o "$staging/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
 "$go_cmd" build -trimpath -ldflags "$etcd_ldflags" -o "$staging/etcd" go.etcd.io/etcd/server/v3
-printf 'kubernetes %s\netcd %s\n%s\n' "$kube_version" "$etcd_version" "$go_version" >"$staging/VERSIONS"
+"$go_cmd" build -trimpath -ldflags "$helm_ldflags" -o "$staging/helm" helm.sh/helm/v3/cmd/helm
+printf 'kubernetes %s\netcd %s\nhelm %s\n%s\n' "$kube_version" "$etcd_version" "$helm_version" "$go_version" \
+    >"$staging/VERSIONS"
 touch "$staging/.complete"
 # Another build of the same key may have finished meanwhile: either copy is good, keep the first.
 if mv -T "$staging" "$out" 2>/dev/null; then
