@@ -255,6 +255,8 @@ class ControlPlane:
                 f"--service-account-key-file={key}",
                 f"--service-account-signing-key-file={key}",
                 "--service-cluster-ip-range=10.96.0.0/24",
+                # as hardened clusters do: an owner reference that blocks deletion needs the owner's finalizers
+                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
                 # The tests compact etcd themselves (the watch must survive a 410 Gone), at a known moment.
                 "--etcd-compaction-interval=0",
                 "--profiling=false",

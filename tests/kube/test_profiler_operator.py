@@ -1,0 +1,128 @@
+"""`gpuadvisor profiler run` (kopf) against the real API server, as deployed: the TrialRun CRD of deploy/crds/, the
+profiler's ServiceAccount with its ClusterRole (deploy/profiler/rbac.yaml) and the trial Roles of
+deploy/trial-namespace/ in the one namespace trials may run in, and the API server enforcing owner references
+(OwnerReferencesPermissionEnforcement: a Job that blocks its TrialRun's deletion needs `trialruns/finalizers`).
+
+A TrialRun there gets its Job and its status; one in a namespace without the trial Roles is refused by RBAC (403),
+which the profiler reports once as a permanent failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.profiler.specs import trialrun
+from tests.support.kube import ControlPlane, KubeApi, Process, kubectl, namespace, which_kubectl, write_kubeconfig
+from tests.support.net import free_port
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+TRIALS = "trials"
+ELSEWHERE = "not-for-trials"
+TRIALRUNS = "/apis/gpuadvisor.io/v1alpha1/namespaces/{ns}/trialruns"
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Profiler:
+    process: Process
+    api: KubeApi
+
+
+def _render(plane: ControlPlane, directory: Path, overlay: str) -> list[Obj]:
+    base = Path(os.path.relpath(DEPLOY, directory))
+    (directory / "kustomization.yaml").write_text(overlay.format(base=base))
+    return [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(directory))) if d]
+
+
+@pytest.fixture(scope="module")
+def profiler(plane: ControlPlane, api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profiler]:
+    which_kubectl()
+    workdir = tmp_path_factory.mktemp("profiler")
+    base = _render(plane, workdir, "resources: [{base}]\n")
+    wanted = {
+        ("Namespace", "gpuadvisor"),
+        ("CustomResourceDefinition", "trialruns.gpuadvisor.io"),
+        ("ServiceAccount", "gpuadvisor-profiler"),
+        ("ClusterRole", "gpuadvisor-profiler"),
+        ("ClusterRoleBinding", "gpuadvisor-profiler"),
+    }
+    objects = [o for o in base if (o["kind"], o["metadata"]["name"]) in wanted]
+    assert len(objects) == len(wanted)
+    (workdir / "trials").mkdir()
+    objects += _render(plane, workdir / "trials", f"namespace: {TRIALS}\nresources: [{{base}}/trial-namespace]\n")
+    for ns in (TRIALS, ELSEWHERE):
+        namespace(api, ns)
+    kubectl(
+        plane,
+        "apply",
+        "--server-side",
+        "--field-manager=gpuadvisor-tests",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(objects),
+    )
+    kubectl(plane, "wait", "--for=condition=Established", "--timeout=60s", "crd/trialruns.gpuadvisor.io")
+    token = api.create(
+        "/api/v1/namespaces/gpuadvisor/serviceaccounts/gpuadvisor-profiler/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )["status"]["token"]
+    kubeconfig = write_kubeconfig(workdir / "profiler.kubeconfig", plane.url, token, plane.ca_file)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_") and k != "KUBECONFIG"}
+    env = {
+        **clean,
+        "KUBECONFIG": str(kubeconfig),
+        "GPUADVISOR_DB_URL": f"sqlite:///{workdir}/store.db",
+        "GPUADVISOR_LIVENESS_ENDPOINT": f"http://127.0.0.1:{free_port()}/healthz",
+    }
+    process = Process(
+        "profiler", [sys.executable, "-m", "advisor.cli", "profiler", "run"], workdir / "profiler.log", env
+    ).start()
+    try:
+        yield Profiler(process, api)
+    finally:
+        process.stop()
+
+
+def _trialrun(name: str, ns: str) -> Obj:
+    doc = trialrun(matrix={"gpuCounts": [1]}, colocateWith=None)
+    doc["metadata"] = {"name": name, "namespace": ns}
+    return doc
+
+
+def test_a_trialrun_gets_its_job_and_its_status(profiler: Profiler) -> None:
+    api = profiler.api
+    created = api.create(TRIALRUNS.format(ns=TRIALS), _trialrun("resnet-sweep", TRIALS))
+    try:
+        job = api.wait_for(f"/apis/batch/v1/namespaces/{TRIALS}/jobs/resnet-sweep-t000", lambda j: True, 90)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
+    (owner,) = job["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("TrialRun", "resnet-sweep", created["metadata"]["uid"])
+    assert owner.get("blockOwnerDeletion") is True  # admitted: the Role grants trialruns/finalizers
+    run = api.wait_for(
+        f"{TRIALRUNS.format(ns=TRIALS)}/resnet-sweep", lambda r: (r.get("status") or {}).get("phase") == "Running", 60
+    )
+    assert [t["phase"] for t in run["status"]["trials"]] == ["Running"]
+
+
+def test_a_trialrun_where_rbac_forbids_trials_fails_once_with_how_to_allow_it(profiler: Profiler) -> None:
+    api = profiler.api
+    api.create(TRIALRUNS.format(ns=ELSEWHERE), _trialrun("resnet-sweep", ELSEWHERE))
+    path = f"{TRIALRUNS.format(ns=ELSEWHERE)}/resnet-sweep"
+    try:
+        run = api.wait_for(path, lambda r: (r.get("status") or {}).get("phase") == "Failed", 90)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
+    assert f"trials may not run in namespace '{ELSEWHERE}'" in run["status"]["message"]
+    assert "deploy/trial-namespace" in run["status"]["message"]
+    assert api.get(f"/apis/batch/v1/namespaces/{ELSEWHERE}/jobs")["items"] == []
