@@ -188,7 +188,7 @@ class Process:
             return
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=10)  # a graceful stop; past that (a watch blocked in a read) it is killed
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
