@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from collector.backend import BackendUnavailableError, NodeReading
+from collector.backend import BackendUnavailableError, NodeReading, SharingFacts
 from collector.snapshot import GpuSnapshot, Link, LinkLevel, MigDeviceSnapshot, ProcessSnapshot
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,13 @@ _TOPOLOGY_LEVELS: dict[int, LinkLevel] = {
     pynvml.NVML_TOPOLOGY_NODE: LinkLevel.NUMA,
     pynvml.NVML_TOPOLOGY_SYSTEM: LinkLevel.SYSTEM,
 }
+_COMPUTE_MODES = {
+    pynvml.NVML_COMPUTEMODE_DEFAULT: "default",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD: "exclusive-process",  # deprecated; drivers treat it as exclusive
+    pynvml.NVML_COMPUTEMODE_PROHIBITED: "prohibited",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "exclusive-process",
+}
+_MPS_PROCESS_LIST = "nvmlDeviceGetMPSComputeRunningProcesses"
 _NOT_AVAILABLE_ULL = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
 
 
@@ -389,6 +396,30 @@ class NvmlBackend:
                 newest[sample.pid] = (sample.timeStamp, ratio)
             self._last_sample_us[index] = max(self._last_sample_us[index], sample.timeStamp)
         return {pid: ratio for pid, (_, ratio) in newest.items()}
+
+    def sharing_facts(self, index: int) -> SharingFacts:
+        """How GPU `index` is set up for sharing (compute mode, MIG, MPS clients); asked for by the local runner
+        once per trial sample, not by the collector's cycle."""
+        q = self._query
+        mps_list = next(
+            (entry for entry in filter(None, self._driver.process_lists) if entry[0].startswith(_MPS_PROCESS_LIST)),
+            None,
+        )
+        mps: list[tuple[int, int | None]] = []
+        try:
+            handle = self._handle(index)
+            mode = q(pynvml.nvmlDeviceGetComputeMode, handle)
+            mig = q(pynvml.nvmlDeviceGetMigMode, handle)
+            if mps_list is not None:
+                symbol, layout = mps_list
+                mps = q.named(symbol, _running_processes, symbol, layout, handle) or []
+        except GpuLostError:
+            return SharingFacts()
+        return SharingFacts(
+            compute_mode=None if mode is None else _COMPUTE_MODES.get(mode),
+            mig_enabled=None if not mig else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
+            mps_pids=frozenset(pid for pid, _ in mps),
+        )
 
     def _read_migs(self, handle: Any) -> tuple[MigDeviceSnapshot, ...]:
         q = self._query

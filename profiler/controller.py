@@ -34,13 +34,22 @@ from profiler.manifests import (
     label_value,
     resolve_gpu_products,
     sharing_nodes,
+    sharing_of_node,
 )
 from profiler.progress import ProgressSample, parse_progress
 from profiler.records import TelemetryRecord, TrialSideRef, TrialSideTelemetry
-from profiler.results import Phase, TrialOutcome, save_results
+from profiler.results import DEFAULT_MAX_SPREAD_RATIO, Phase, TrialOutcome, save_results
 from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import db, repo
-from profiler.summary import DEFAULT_WARMUP_FRACTION, SummaryError, TelemetrySample, TrialSummary, summarise
+from profiler.summary import (
+    DEFAULT_WARMUP_FRACTION,
+    OverlapRule,
+    SummaryError,
+    TelemetrySample,
+    TrialSummary,
+    summarise,
+    summarise_pair,
+)
 from profiler.trials import Trial, TrialKind, expand, solo_of
 
 Obj = dict[str, Any]
@@ -173,11 +182,15 @@ class Controller:
         sessions: sessionmaker[Session],
         max_duration_seconds: int,
         warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+        overlap: OverlapRule = OverlapRule(),
+        max_spread_ratio: float = DEFAULT_MAX_SPREAD_RATIO,
     ) -> None:
         self.cluster = cluster
         self.sessions = sessions
         self.max_duration_seconds = max_duration_seconds
         self.warmup_fraction = warmup_fraction
+        self.overlap = overlap
+        self.max_spread_ratio = max_spread_ratio
         self._sides: dict[TrialSideRef, _SideState] = {}
         # kopf may call create, resume and timer handlers of one run from different threads at once.
         self._lock = threading.Lock()
@@ -223,7 +236,9 @@ class Controller:
             )
             return {"phase": str(Phase.FAILED), "message": message, "trials": []}
         with db.transaction(self.sessions) as session:
-            status = save_results(session=session, run=run, trials=trials, outcomes=outcomes)
+            status = save_results(
+                session=session, run=run, trials=trials, outcomes=outcomes, max_spread_ratio=self.max_spread_ratio
+            )
             repo.delete_trial_telemetry(
                 session=session, namespace=run.metadata.namespace, trial_run=run.metadata.name, trials=decided
             )
@@ -277,7 +292,7 @@ class Controller:
         node_name: str | None = None
         if trial.kind is TrialKind.PAIR:
             done = {o.trial.id: o for o in this.outcomes}
-            solos = [done.get(solo_of(this.trials, side, trial.gpu_model).id) for side in trial.sides]
+            solos = [done.get(solo_of(this.trials, side, trial.gpu_model, trial.repeat).id) for side in trial.sides]
             if any(s is None or not s.done for s in solos):
                 return TrialOutcome(trial, Phase.PENDING, "waiting for the solo runs of both sides")
             candidates = sharing_nodes(nodes, products)
@@ -365,7 +380,7 @@ class Controller:
             (n["metadata"].get("labels", {}) or {} for n in nodes if n.get("metadata", {}).get("name") == node), {}
         )
         gpu_model = labels.get(GPU_PRODUCT_LABEL)
-        summaries = []
+        summaries: list[TrialSummary] = []
         for side, state in enumerate(states):
             try:
                 summaries.append(summarise(state.progress, state.telemetry, warmup_fraction=self.warmup_fraction))
@@ -376,7 +391,18 @@ class Controller:
         messages = [f"{trial.sides[s].workload}: job {state}" for s, state in finished.items() if state != "Complete"]
         notes: dict[str, Any] = {"runner": "kubernetes"}
         if trial.kind is TrialKind.PAIR:
+            try:
+                a, b = summarise_pair(
+                    (states[0].progress, states[1].progress),
+                    (states[0].telemetry, states[1].telemetry),
+                    warmup_fraction=self.warmup_fraction,
+                    rule=self.overlap,
+                )
+            except SummaryError as e:
+                return self._fail(run, trial, str(e), gpu_model, node)
+            summaries = [a, b]
             notes["shared_gpus"] = sorted(states[0].gpus & states[1].gpus)
+            notes["sharing"] = sharing_of_node(labels)
         self._forget(run, trial)
         return TrialOutcome(trial, Phase.SUCCEEDED, "; ".join(messages), gpu_model, node, tuple(summaries), notes)
 

@@ -7,6 +7,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from profiler.local import DEFAULT_STEADY_SECONDS
+from profiler.results import DEFAULT_MAX_SPREAD_RATIO
+from profiler.summary import DEFAULT_MIN_OVERLAP_SECONDS, DEFAULT_MIN_OVERLAP_SHARE, OverlapRule
+
 DEFAULT_DB_URL = "sqlite:///./gpuadvisor.db"
 DEFAULT_MAX_TRIAL_DURATION_SECONDS = 1800
 # deploy/profiler/deployment.yaml probes this port and path.
@@ -22,6 +26,14 @@ class ProfilerSettings(BaseSettings):
     warmup_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
     reconcile_interval_seconds: float = Field(default=10.0, gt=0)
     sample_interval_seconds: float = Field(default=0.5, gt=0)
+    # Trial timing (docs/profiler.md, "Timing trials"): a local trial is stopped after this much steady time (a
+    # pair: both sides past their warm-ups together) unless its spec says `steadySeconds`.
+    steady_seconds: float = Field(default=DEFAULT_STEADY_SECONDS, gt=0)
+    # A pair that ran together past both warm-ups for less than this (seconds, share of the trial) fails.
+    min_overlap_seconds: float = Field(default=DEFAULT_MIN_OVERLAP_SECONDS, ge=0)
+    min_overlap_share: float = Field(default=DEFAULT_MIN_OVERLAP_SHARE, ge=0, le=1)
+    # Repeats differing by more than this share of their median: the result is flagged and not trained on.
+    max_spread_ratio: float = Field(default=DEFAULT_MAX_SPREAD_RATIO, gt=0)
     history_source: str = Field(default="k8s", min_length=1)
     # Image of the bundled reference workloads that new workloads are co-run with (`profiler.spec.reference_partners`).
     reference_image: str = Field(default="gpuadvisor-workloads", min_length=1)
@@ -42,3 +54,6 @@ class ProfilerSettings(BaseSettings):
         if parts.scheme != "http" or not parts.hostname or port is None or not parts.path.startswith("/"):
             raise ValueError(f"expected http://HOST:PORT/PATH (or empty to serve none), got {value!r}")
         return value
+
+    def overlap_rule(self) -> OverlapRule:
+        return OverlapRule(min_seconds=self.min_overlap_seconds, min_share=self.min_overlap_share)

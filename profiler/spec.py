@@ -22,6 +22,11 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 DEFAULT_MAX_DURATION_SECONDS = 300
+# Three runs of every trial by default: the median of three stands one outlier, and three give a spread. On the
+# H100 (docs/gpu-validation.md) single runs of one solo workload differed by up to 27 %, so one run cannot say
+# whether a pair's slowdown is the partner's doing or noise.
+DEFAULT_REPEATS = 3
+MAX_REPEATS = 20
 MAX_DURATION_CONTEXT_KEY = "max_duration_seconds"
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -72,6 +77,11 @@ class TrialRunSpec(_Strict):
     matrix: Matrix
     colocate_with: list[Partner] = Field(default_factory=list)
     max_duration_seconds: PositiveInt = DEFAULT_MAX_DURATION_SECONDS
+    # Every trial is run this many times; results keep the median and the spread.
+    repeats: int = Field(default=DEFAULT_REPEATS, ge=1, le=MAX_REPEATS, strict=True)
+    # Time-bound trials: the runner stops a trial once it has seen this much steady (for a pair: overlapping)
+    # time, so a workload's own step count does not decide what is measured. None: the profiler's setting.
+    steady_seconds: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -6,9 +6,11 @@ needed resource (the Kubernetes API) is missing, 1 when a local run finished wit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,7 +75,9 @@ def request(
     """Validate a TrialRun and run it locally, or submit it to the cluster's profiler."""
     settings = ProfilerSettings()
     run = _load(file, settings)
-    if references:
+    if references and local and importlib.util.find_spec("torch") is None:
+        _note_reference_partners_skipped(run)
+    elif references:
         run = with_reference_partners(run, settings.reference_image)
     if not local:
         _submit(run)
@@ -86,6 +90,9 @@ def request(
         backend=backend,
         sample_interval_seconds=settings.sample_interval_seconds,
         warmup_fraction=settings.warmup_fraction,
+        steady_seconds=settings.steady_seconds,
+        overlap=settings.overlap_rule(),
+        sharing_facts=getattr(backend, "sharing_facts", None),
         on_event=lambda message: typer.echo(message, err=True),
     )
     try:
@@ -94,7 +101,13 @@ def request(
         if backend is not None:
             backend.close()
     with db.transaction(db.session_factory(engine)) as session:
-        status = save_results(session=session, run=run, trials=runner.trials(run), outcomes=outcomes)
+        status = save_results(
+            session=session,
+            run=run,
+            trials=runner.trials(run),
+            outcomes=outcomes,
+            max_spread_ratio=settings.max_spread_ratio,
+        )
     _print_trials(status["trials"])
     typer.echo(
         f"trialrun {run.metadata.namespace}/{run.metadata.name}: {status['phase']} — {status['message']} "
@@ -102,6 +115,18 @@ def request(
     )
     if status["phase"] != Phase.SUCCEEDED:
         raise typer.Exit(1)
+
+
+def _note_reference_partners_skipped(run: TrialRun) -> None:
+    """The one note for a local run whose default reference partners cannot run here (they need PyTorch)."""
+    partners = [p.workload for p in with_reference_partners(run, None).spec.colocate_with]
+    if "colocate_with" in run.spec.model_fields_set or not partners:
+        return
+    typer.echo(
+        f"note: reference partners {', '.join(partners)} skipped: they need PyTorch, which {sys.executable} lacks; "
+        "install it with `pip install 'gpuadvisor[workloads]'` (or pass --no-reference-partners)",
+        err=True,
+    )
 
 
 def _submit(run: TrialRun) -> None:
@@ -359,6 +384,8 @@ def run_controller(
         sessions=sessions,
         max_duration_seconds=settings.max_trial_duration_seconds,
         warmup_fraction=settings.warmup_fraction,
+        overlap=settings.overlap_rule(),
+        max_spread_ratio=settings.max_spread_ratio,
     )
     recorder = (
         None

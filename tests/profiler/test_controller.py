@@ -21,6 +21,7 @@ from profiler.controller import Controller
 from profiler.kube import KubeCluster
 from profiler.store import db, repo
 from profiler.store.models import Colocation, Profile, TrialGpu, TrialTelemetry
+from profiler.summary import OverlapRule
 from tests.profiler.specs import trialrun
 
 pytestmark = pytest.mark.asyncio
@@ -95,7 +96,9 @@ def engine(tmp_path: Any) -> Engine:
 
 def _controller(k: kmock.KubernetesEmulator, engine: Engine) -> Controller:
     cluster = KubeCluster(make_api_client(str(k.url).rstrip("/")))
-    return Controller(cluster=cluster, sessions=db.session_factory(engine), max_duration_seconds=600)
+    # The recorded pods report a few seconds of progress each; the overlap rule is scaled down to match.
+    overlap = OverlapRule(min_seconds=1.0, min_share=0.2)
+    return Controller(cluster=cluster, sessions=db.session_factory(engine), max_duration_seconds=600, overlap=overlap)
 
 
 async def test_controller_runs_solos_then_the_pair_and_stores_profiles(
@@ -147,6 +150,7 @@ async def test_controller_runs_solos_then_the_pair_and_stores_profiles(
         profiles = {(p.workload, p.gpu_count): p for p in repo.list_profiles(session=s)}
     assert coloc.norm_a == pytest.approx(300 / 400, rel=0.01)
     assert coloc.norm_b == pytest.approx(100 / 200, rel=0.01)
+    assert coloc.sharing == "time-slicing"  # the node's nvidia.com/gpu.sharing-strategy label
     resnet = profiles[("resnet50", 1)]
     assert resnet.sm_util_mean_ratio == 0.75
     assert resnet.peak_memory_bytes == 6 << 30

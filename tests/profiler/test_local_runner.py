@@ -52,6 +52,7 @@ def _doc(name: str, *, steps: int = 30, extra_args: tuple[str, ...] = (), **spec
             "command": [sys.executable, str(WORKLOAD), str(RATE), str(steps), *extra_args],
             "matrix": {"gpuCounts": [1], "batchSizes": [16]},
             "maxDurationSeconds": 60,
+            "repeats": 1,
             **spec,
         },
     }
