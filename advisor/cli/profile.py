@@ -272,8 +272,8 @@ def show(
     if "trials" in detail:
         typer.echo(f"trialrun {namespace}/{name} ({workload}): {detail['phase']} — {detail['message']}")
         _print_trials(detail["trials"])
-    else:
-        _print_profiles(detail["profiles"])
+    _print_profiles(detail["profiles"])
+    _print_colocations(detail["colocations"])
     if target is not None:
         typer.echo(f"plot written to {target}")
 
@@ -303,20 +303,73 @@ def _plot_path(plot: Path, name: str) -> Path:
     return target
 
 
+def _spread(repeats: object, spread: object, flagged: object) -> str:
+    """`n× s%` for a repeated result, s = (max - min) / median of its throughputs (` flagged` when that keeps it out
+    of training), `1×` for a single run."""
+    if not isinstance(repeats, int) or repeats <= 1 or not isinstance(spread, int | float):
+        return f"{repeats or 1}×"
+    return f"{repeats}× {float(spread):.1%}" + (" flagged" if flagged else "")
+
+
 def _print_profiles(profiles: list[dict[str, Any]]) -> None:
-    table = Table("source", "GPU", "GPUs", "nodes", "batch", "samples/s", "step s", "SM util", "mem GiB", "power W")
+    if not profiles:
+        return
+    table = Table(
+        "workload",
+        "source",
+        "GPU",
+        "GPUs",
+        "nodes",
+        "batch",
+        "samples/s (median)",
+        "repeats, spread",
+        "step s",
+        "SM util",
+        "mem GiB",
+        "power W",
+        title="profiles",
+    )
     for p in profiles:
+        extra = p.get("extra") or {}
         table.add_row(
+            p["workload"],
             p["source"],
             p["gpu_model"],
             str(p["gpu_count"]),
             str(p["node_count"]),
             str(p["batch_size"] or "—"),
             _fmt(p["throughput_samples_per_s"]),
+            _spread(extra.get("repeats"), extra.get("spread_ratio"), extra.get("flagged")),
             _fmt(p["step_time_seconds"], digits=3),
             _fmt(p["sm_util_mean_ratio"], 1.0, 2),
             _fmt(p["peak_memory_bytes"], 1 / 2**30, 2),
             _fmt(p["power_watts"]),
+        )
+    console.print(table)
+
+
+def _print_colocations(colocations: list[dict[str, Any]]) -> None:
+    if not colocations:
+        return
+    table = Table(
+        "pair",
+        "GPU",
+        "sharing",
+        "solo samples/s",
+        "shared samples/s",
+        "normalised",
+        "repeats, spread",
+        title="co-locations (each side's shared / solo throughput, medians over the repeats)",
+    )
+    for c in colocations:
+        table.add_row(
+            f"{c['workload_a']} + {c['workload_b']}",
+            c["gpu_model"],
+            c.get("sharing") or "unknown",
+            _fmt([c["solo_throughput_a"], c["solo_throughput_b"]]),
+            _fmt([c["coloc_throughput_a"], c["coloc_throughput_b"]]),
+            _fmt([c["norm_a"], c["norm_b"]], digits=2),
+            _spread(c.get("repeats"), c.get("spread_ratio"), c.get("flagged")),
         )
     console.print(table)
 
