@@ -198,10 +198,18 @@ class Overlap:
 
 
 def _overlap(runs: Sequence[Sequence[ProgressSample]], warmup_fraction: float) -> Overlap:
-    starts = [_steady_start(run, warmup_fraction) for run in runs]
+    """Each side's warm-up is judged on its reports up to the earlier side's last one: a side that runs on alone
+    speeds up, and its warm-up must not be taken to last until then."""
     ends = [run[-1].t_seconds for run in runs]
     first = min(run[0].t_seconds for run in runs)
-    return Overlap(start_seconds=max(starts), end_seconds=min(ends), span_seconds=max(ends) - first)
+    shared_end = min(ends)
+    starts = []
+    for run in runs:
+        together = [s for s in run if s.t_seconds <= shared_end]
+        if len(together) < MIN_STEADY_INTERVALS + 1:
+            return Overlap(start_seconds=shared_end, end_seconds=shared_end, span_seconds=max(ends) - first)
+        starts.append(_steady_start(together, warmup_fraction))
+    return Overlap(start_seconds=max(starts), end_seconds=shared_end, span_seconds=max(ends) - first)
 
 
 def overlap_seconds(
