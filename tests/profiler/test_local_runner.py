@@ -6,6 +6,7 @@ co-location, crashes and the duration cap.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -176,3 +177,17 @@ def test_a_python_command_runs_under_the_runners_interpreter(tmp_path: Path) -> 
     (outcome,) = LocalRunner(backend=None, sample_interval_seconds=0.05, base_env=env).run(run)
     assert outcome.phase is Phase.SUCCEEDED, outcome.message
     assert outcome.summaries[0].throughput_samples_per_s == pytest.approx(RATE, rel=0.10)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")
+def test_without_pytorch_the_reference_partners_are_skipped_with_one_note_and_the_run_exits_0(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/store.db"
+    env = {"GPUADVISOR_NVML_LIBRARY": str(tmp_path / "missing" / "libnvidia-ml.so.1"), "GPUADVISOR_DB_URL": url}
+    doc = _doc("alone", steps=20)  # no colocateWith: the reference partners would be added
+    result = CliRunner().invoke(app, ["profile", "request", str(_write(doc, tmp_path / "s.yaml")), "--local"], env=env)
+    assert result.exit_code == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1
+    assert "cnn-bs64, transformer-bs32, recommender-bs256 skipped" in notes[0]
+    assert "pip install 'gpuadvisor[workloads]'" in notes[0]
+    assert "Succeeded" in result.stdout
