@@ -10,6 +10,10 @@ Every query goes through `_Query.__call__`, which turns NVML "not supported" and
 (the latter logged once per function), maps GPU_IS_LOST to an unhealthy GPU, and counts any other failure.
 Static facts (UUID, name, PCI bus id, topology) are read once at start-up; everything else each `read()`. A GPU
 that is lost before start-up (Xid 79: no handle at all) is reported unhealthy and asked for again every read.
+
+No sample is not zero: NVML gives a process an SM-utilisation sample only when the driver sampled it since the
+previous read (`nvidia-smi pmon` prints "-" otherwise). Such a process keeps its last sample for at most
+`SM_SAMPLE_MAX_AGE_SECONDS` and is unknown (None) after that, never 0.0, which would read as "idle".
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +61,9 @@ _COMPUTE_MODES = {
     pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "exclusive-process",
 }
 _MPS_PROCESS_LIST = "nvmlDeviceGetMPSComputeRunningProcesses"
-_NOT_AVAILABLE_ULL = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
+_NOT_AVAILABLE_ULL = 2**64 - 1
+# How long a process without a new SM-utilisation sample keeps its last one (a few collector cycles).
+SM_SAMPLE_MAX_AGE_SECONDS = 5.0  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -257,8 +264,9 @@ class NvmlBackend:
     Raises BackendUnavailableError when the library is missing or refuses to initialise.
     """
 
-    def __init__(self, library_path: str | None = None) -> None:
+    def __init__(self, library_path: str | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         library_path = library_path or os.environ.get(LIBRARY_ENV) or None
+        self._clock = clock
         if library_path is not None:
             try:
                 # pynvml loads "libnvidia-ml.so.1" by soname; a library already loaded with that soname is reused.
@@ -283,6 +291,8 @@ class NvmlBackend:
         self._handles: list[Any] = [None] * count
         self._identities: list[_Identity | None] = [None] * count
         self._last_sample_us = [0] * count
+        # per GPU: pid -> (clock seconds, SM ratio) of its newest sample, for processes NVML skips in a read
+        self._last_sm: list[dict[int, tuple[float, float]]] = [{} for _ in range(count)]
         self._links: tuple[Link, ...] | None = None
         for index in range(count):
             # identities now, so a GPU lost later keeps its UUID label; a GPU lost already is counted by read()
@@ -365,15 +375,22 @@ class NvmlBackend:
                 previous = memory_by_pid.get(pid)
                 # a PID may be listed as compute and graphics; its memory is the same allocation, not a sum
                 memory_by_pid[pid] = used if previous is None else max(previous, used or 0)
-        sm_by_pid = self._read_process_utilization(index, handle)
+        sm_by_pid = self._sm_by_pid(index, handle, set(memory_by_pid))
         return tuple(
-            ProcessSnapshot(
-                pid=pid,
-                memory_used_bytes=used,
-                sm_utilization_ratio=None if sm_by_pid is None else sm_by_pid.get(pid, 0.0),
-            )
+            ProcessSnapshot(pid=pid, memory_used_bytes=used, sm_utilization_ratio=sm_by_pid.get(pid))
             for pid, used in sorted(memory_by_pid.items())
         )
+
+    def _sm_by_pid(self, index: int, handle: Any, running: set[int]) -> dict[int, float]:
+        """SM ratio of each running process with a sample this read or one at most SM_SAMPLE_MAX_AGE_SECONDS old;
+        the others are left out (unknown)."""
+        now = self._clock()
+        known = self._last_sm[index]
+        for pid, ratio in (self._read_process_utilization(index, handle) or {}).items():
+            known[pid] = (now, ratio)
+        for pid in [p for p, (seen, _) in known.items() if p not in running or now - seen > SM_SAMPLE_MAX_AGE_SECONDS]:
+            del known[pid]
+        return {pid: ratio for pid, (_, ratio) in known.items()}
 
     def _read_process_utilization(self, index: int, handle: Any) -> dict[int, float] | None:
         """Newest SM-utilisation sample per PID since the previous read; None when the GPU cannot tell."""
@@ -385,7 +402,7 @@ class NvmlBackend:
             return None
         except pynvml.NVMLError as e:
             if e.value == pynvml.NVML_ERROR_NOT_FOUND:
-                return {}  # no process was sampled since the last read: all idle
+                return {}  # no process was sampled since the last read
             self._query.absorb(name, e)
             return None
         newest: dict[int, tuple[int, float]] = {}
