@@ -11,6 +11,9 @@ Every query goes through `_Query.__call__`, which turns NVML "not supported" and
 Static facts (UUID, name, PCI bus id, topology) are read once at start-up; everything else each `read()`. A GPU
 that is lost before start-up (Xid 79: no handle at all) is reported unhealthy and asked for again every read.
 
+Every call is timed into a histogram per NVML function (`NvmlBackend.call_latency`, logged with `--verbose`), so a
+run on a real driver tells which calls a cycle's time goes to.
+
 No sample is not zero: NVML gives a process an SM-utilisation sample only when the driver sampled it since the
 previous read (`nvidia-smi pmon` prints "-" otherwise). Such a process keeps its last sample for at most
 `SM_SAMPLE_MAX_AGE_SECONDS` and is unknown (None) after that, never 0.0, which would read as "idle".
@@ -18,6 +21,7 @@ previous read (`nvidia-smi pmon` prints "-" otherwise). Such a process keeps its
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import logging
@@ -25,7 +29,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pynvml
@@ -125,20 +129,62 @@ def _first_present(names: tuple[str, ...]) -> str | None:
     return None
 
 
-class _Query:
-    """Runs NVML calls: absent values become None, lost GPUs raise GpuLostError, other failures are counted."""
+# Upper bounds (seconds) of the per-call latency histogram, 10 µs to 50 ms; slower calls land in the last (+Inf) one.
+CALL_SECONDS_BUCKETS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2)
+LATENCY_LOG_EVERY_READS = 60
 
-    def __init__(self) -> None:
+
+@dataclass(slots=True)
+class CallLatency:
+    """How long one NVML function's calls took: a histogram over CALL_SECONDS_BUCKETS (+Inf last), sum and max."""
+
+    count: int = 0
+    total_seconds: float = 0.0
+    max_seconds: float = 0.0
+    bucket_counts: list[int] = field(default_factory=lambda: [0] * (len(CALL_SECONDS_BUCKETS) + 1))
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.total_seconds += seconds
+        self.max_seconds = max(self.max_seconds, seconds)
+        self.bucket_counts[bisect.bisect_left(CALL_SECONDS_BUCKETS, seconds)] += 1
+
+    def quantile_bound_seconds(self, q: float) -> float:
+        """Upper bound of the bucket holding the `q` quantile (the max for the +Inf bucket)."""
+        rank = q * self.count
+        seen = 0
+        for bound, count in zip((*CALL_SECONDS_BUCKETS, self.max_seconds), self.bucket_counts, strict=True):
+            seen += count
+            if seen >= rank:
+                return min(bound, self.max_seconds)
+        return self.max_seconds
+
+
+class _Query:
+    """Runs NVML calls: absent values become None, lost GPUs raise GpuLostError, other failures are counted; every
+    call's duration goes into its function's `CallLatency`."""
+
+    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
         self._reported: set[tuple[str, int]] = set()
         self.errors: Counter[str] = Counter()
+        self.latency: dict[str, CallLatency] = {}
+        self._timer = timer
 
     def __call__(self, fn: Callable[..., T], *args: Any) -> T | None:
         return self.named(fn.__name__, fn, *args)
 
+    def timed(self, function: str, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, its duration observed under `function` whether it returns or raises."""
+        started = self._timer()
+        try:
+            return fn(*args)
+        finally:
+            self.latency.setdefault(function, CallLatency()).observe(self._timer() - started)
+
     def named(self, function: str, fn: Callable[..., T], *args: Any) -> T | None:
         """`fn(*args)`, with failures logged under the name `function`."""
         try:
-            return fn(*args)
+            return self.timed(function, fn, *args)
         except pynvml.NVMLError as e:
             self.absorb(function, e)
             return None
@@ -280,6 +326,7 @@ class NvmlBackend:
         except pynvml.NVMLError as e:
             raise BackendUnavailableError(f"NVML initialisation failed: {e}") from e
         self._query = _Query()
+        self._reads = 0
         self._closed = False
         self._driver = _Driver()
         self.driver_version = _text(self._query(pynvml.nvmlSystemGetDriverVersion))
@@ -322,10 +369,37 @@ class NvmlBackend:
         self._identities[index] = identity
         return identity
 
+    def call_latency(self) -> dict[str, CallLatency]:
+        """Per NVML function, how long its calls took since start-up (a copy)."""
+        return {
+            name: CallLatency(c.count, c.total_seconds, c.max_seconds, list(c.bucket_counts))
+            for name, c in sorted(self._query.latency.items())
+        }
+
+    def _log_latency(self) -> None:
+        """With debug logging (`--verbose`): after the first read and every LATENCY_LOG_EVERY_READS reads, one line
+        per NVML function, slowest total first."""
+        self._reads += 1
+        if not log.isEnabledFor(logging.DEBUG) or (self._reads != 1 and self._reads % LATENCY_LOG_EVERY_READS):
+            return
+        by_total = sorted(self._query.latency.items(), key=lambda item: -item[1].total_seconds)
+        for name, c in by_total:
+            log.debug(
+                "NVML %s: %d calls in %d reads, mean %.1f µs, p50 <= %.1f µs, p95 <= %.1f µs, max %.1f µs",
+                name,
+                c.count,
+                self._reads,
+                c.total_seconds / c.count * 1e6,
+                c.quantile_bound_seconds(0.5) * 1e6,
+                c.quantile_bound_seconds(0.95) * 1e6,
+                c.max_seconds * 1e6,
+            )
+
     def read(self) -> NodeReading:
         self._query.errors.clear()
         gpus = tuple(self._read_gpu(index) for index in range(len(self._handles)))
         links = self._links if self._links is not None else self._read_links(gpus)
+        self._log_latency()
         return NodeReading(
             driver_version=self.driver_version,
             gpus=gpus,
@@ -396,7 +470,9 @@ class NvmlBackend:
         """Newest SM-utilisation sample per PID since the previous read; None when the GPU cannot tell."""
         name = "nvmlDeviceGetProcessUtilization"
         try:
-            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, self._last_sample_us[index])
+            samples = self._query.timed(
+                name, pynvml.nvmlDeviceGetProcessUtilization, handle, self._last_sample_us[index]
+            )
         except pynvml.NVMLLibraryMismatchError:
             self._query.absorb(name, pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND))
             return None

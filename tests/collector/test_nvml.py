@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector.backend import BackendUnavailableError
-from collector.nvml import SM_SAMPLE_MAX_AGE_SECONDS, NvmlBackend
+from collector.nvml import CALL_SECONDS_BUCKETS, SM_SAMPLE_MAX_AGE_SECONDS, CallLatency, NvmlBackend
 from collector.snapshot import LinkLevel
 from tests.collector.conftest import ConfigureNvml
 from tests.support.fake_nvml import (
@@ -279,3 +279,34 @@ def test_sharing_facts_name_the_mps_clients_and_the_mig_mode(
     assert plain.mig_enabled is False
     assert plain.compute_mode is None  # the stand-in library has no nvmlDeviceGetComputeMode: unknown, not a guess
     assert partitioned.mig_enabled is True
+
+
+def test_every_nvml_call_is_timed_per_function_and_logged_when_verbose(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend], caplog: pytest.LogCaptureFixture
+) -> None:
+    configure_nvml(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0", processes=[FakeProcess(100, GIB)])]))
+    backend = _open(open_backend)
+    with caplog.at_level(logging.DEBUG, logger="collector.nvml"):
+        backend.read()
+        backend.read()
+    latency = backend.call_latency()
+    for function in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetProcessUtilization"):
+        assert latency[function].count == 2, function
+        assert sum(latency[function].bucket_counts) == 2
+        assert 0 < latency[function].total_seconds <= 2 * latency[function].max_seconds
+    assert latency["nvmlDeviceGetUUID"].count == 1  # a static fact: read once at start-up, not per read
+    assert any(name.startswith("nvmlDeviceGetComputeRunningProcesses") for name in latency)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("NVML nvmlDeviceGetMemoryInfo:")]
+    assert len(logged) == 1  # after the first read only (then every 60 reads)
+    assert "1 calls in 1 reads" in logged[0]
+
+
+def test_call_latency_histogram_bounds_its_quantiles() -> None:
+    latency = CallLatency()
+    for seconds in (3e-6, 4e-5, 4e-5, 4e-5, 0.2):
+        latency.observe(seconds)
+    assert latency.bucket_counts[0] == 1
+    assert latency.bucket_counts[CALL_SECONDS_BUCKETS.index(5e-5)] == 3
+    assert latency.bucket_counts[-1] == 1  # slower than the last bound
+    assert latency.quantile_bound_seconds(0.5) == 5e-5
+    assert latency.quantile_bound_seconds(0.99) == 0.2
