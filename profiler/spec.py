@@ -114,15 +114,26 @@ REFERENCE_PARTNERS: tuple[tuple[str, str, int], ...] = (
     ("transformer-bs32", "transformer", 32),
     ("recommender-bs256", "recommender", 256),
 )
-REFERENCE_STEPS = 300
+# Each partner trains for up to this long; the runner stops it once it has measured enough steady time together.
+REFERENCE_SECONDS = 120
 
 
-def reference_partners(image: str | None) -> list[Partner]:
-    """The reference set as `colocateWith` partners, run from `image` (None: the trial's own image)."""
+def reference_partners(image: str | None, scale: int = 1) -> list[Partner]:
+    """The reference set as `colocateWith` partners, run from `image` (None: the trial's own image), their model
+    widths multiplied by `scale` (`python -m profiler.workloads --scale`)."""
     return [
         Partner(
             workload=workload,
-            command=["python", "-m", "profiler.workloads", name, "--steps", str(REFERENCE_STEPS)],
+            command=[
+                "python",
+                "-m",
+                "profiler.workloads",
+                name,
+                "--seconds",
+                str(REFERENCE_SECONDS),
+                "--scale",
+                str(scale),
+            ],
             image=image,
             batch_size=batch_size,
         )
@@ -130,12 +141,12 @@ def reference_partners(image: str | None) -> list[Partner]:
     ]
 
 
-def with_reference_partners(run: TrialRun, image: str | None) -> TrialRun:
+def with_reference_partners(run: TrialRun, image: str | None, scale: int = 1) -> TrialRun:
     """`run` co-run with the reference set when its spec does not say `colocateWith` at all (an explicit empty list
     keeps it alone); the workload itself is never its own partner."""
     if "colocate_with" in run.spec.model_fields_set:
         return run
-    partners = [p for p in reference_partners(image) if p.workload != run.spec.workload]
+    partners = [p for p in reference_partners(image, scale) if p.workload != run.spec.workload]
     return run.model_copy(update={"spec": run.spec.model_copy(update={"colocate_with": partners})})
 
 

@@ -78,7 +78,7 @@ def request(
     if references and local and importlib.util.find_spec("torch") is None:
         _note_reference_partners_skipped(run)
     elif references:
-        run = with_reference_partners(run, settings.reference_image)
+        run = with_reference_partners(run, settings.reference_image, settings.reference_scale)
     if not local:
         _submit(run)
         return
