@@ -42,17 +42,21 @@ from profiler.results import DEFAULT_MAX_SPREAD_RATIO, Phase, TrialOutcome, save
 from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import db, repo
 from profiler.summary import (
+    DEFAULT_STEADY_SECONDS,
     DEFAULT_WARMUP_FRACTION,
     OverlapRule,
     SummaryError,
     TelemetrySample,
     TrialSummary,
+    measured_enough,
     summarise,
     summarise_pair,
 )
-from profiler.trials import Trial, TrialKind, expand, solo_of
+from profiler.trials import Trial, TrialKind, expand, solo_of, target_seconds
 
 Obj = dict[str, Any]
+# What a side's Job is reported as when the controller stopped it because the trial had measured enough.
+MEASURED_ENOUGH = "stopped (measured enough)"
 
 
 class NamespaceForbiddenError(Exception):
@@ -184,6 +188,7 @@ class Controller:
         warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
         overlap: OverlapRule = OverlapRule(),
         max_spread_ratio: float = DEFAULT_MAX_SPREAD_RATIO,
+        steady_seconds: float = DEFAULT_STEADY_SECONDS,
     ) -> None:
         self.cluster = cluster
         self.sessions = sessions
@@ -191,6 +196,7 @@ class Controller:
         self.warmup_fraction = warmup_fraction
         self.overlap = overlap
         self.max_spread_ratio = max_spread_ratio
+        self.steady_seconds = steady_seconds
         self._sides: dict[TrialSideRef, _SideState] = {}
         # kopf may call create, resume and timer handlers of one run from different threads at once.
         self._lock = threading.Lock()
@@ -271,11 +277,23 @@ class Controller:
             if mismatch is not None:
                 this.finished_jobs.extend(jobs)
                 return self._fail(run, trial, mismatch)
+        if len(finished) == len(trial.sides) and self._measured_enough(run, trial):
+            # time-bound: stop the Jobs (deleted once the outcome is saved) instead of waiting for their own end
+            stopped = {side: state or MEASURED_ENOUGH for side, state in finished.items()}
+            outcome = self._finish(run, trial, stopped, this.nodes)
+            this.finished_jobs.extend(jobs)
+            return outcome
         if len(finished) < len(trial.sides) or any(state is None for state in finished.values()):
             return TrialOutcome(trial, Phase.RUNNING, "running")
         outcome = self._finish(run, trial, finished, this.nodes)
         this.finished_jobs.extend(jobs)
         return outcome
+
+    def _measured_enough(self, run: TrialRun, trial: Trial) -> bool:
+        """Whether the running sides' logs already hold the steady (overlapping) time the trial needs."""
+        progress = [self._state(run, trial, side).progress for side in range(len(trial.sides))]
+        target = target_seconds(run, self.steady_seconds)
+        return measured_enough(progress, target, warmup_fraction=self.warmup_fraction, rule=self.overlap)
 
     def _start(self, this: _Pass, trial: Trial) -> TrialOutcome:
         run, nodes = this.run, this.nodes
@@ -388,8 +406,17 @@ class Controller:
                 return self._fail(
                     run, trial, f"{trial.sides[side].workload} (job {finished[side]}): {e}", gpu_model, node
                 )
-        messages = [f"{trial.sides[s].workload}: job {state}" for s, state in finished.items() if state != "Complete"]
-        notes: dict[str, Any] = {"runner": "kubernetes"}
+        messages = [
+            f"{trial.sides[s].workload}: job {state}"
+            for s, state in finished.items()
+            if state not in ("Complete", MEASURED_ENOUGH)
+        ]
+        if MEASURED_ENOUGH in finished.values():
+            messages.append("stopped once it had measured enough steady time")
+        notes: dict[str, Any] = {
+            "runner": "kubernetes",
+            "ended": "measured" if MEASURED_ENOUGH in finished.values() else "exited",
+        }
         if trial.kind is TrialKind.PAIR:
             try:
                 a, b = summarise_pair(

@@ -32,21 +32,21 @@ from profiler.results import Phase, TrialOutcome
 from profiler.sampling import process_tree, telemetry_for
 from profiler.spec import TrialRun
 from profiler.summary import (
+    DEFAULT_STEADY_SECONDS,
     DEFAULT_WARMUP_FRACTION,
     OverlapRule,
     SummaryError,
     TelemetrySample,
     TrialSummary,
-    overlap_seconds,
+    measured_enough,
     summarise,
     summarise_pair,
 )
-from profiler.trials import ENV_TRIAL, Side, Trial, TrialKind, expand, expand_command
+from profiler.trials import ENV_TRIAL, Side, Trial, TrialKind, expand, expand_command, target_seconds
 
 CPU_MODEL = "cpu"
 STDERR_TAIL_LINES = 20
 TERMINATE_GRACE_SECONDS = 5.0
-DEFAULT_STEADY_SECONDS = 30.0
 PYTHON_PROGRAMS = frozenset({"python", "python3"})
 # Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise (NVIDIA's MPS documentation).
 DEFAULT_MPS_PIPE_DIRECTORY = Path("/tmp/nvidia-mps")
@@ -154,7 +154,7 @@ class LocalRunner:
         gpu_model = gpus[0].model if gpus else CPU_MODEL
         chosen = gpus[: trial.gpu_count]
         visible = ",".join(str(g.index) for g in chosen)
-        target = self._target_seconds(run, trial)
+        target = target_seconds(run, self.steady_seconds)
         repeat = f" (repeat {trial.repeat + 1} of {run.spec.repeats})" if run.spec.repeats > 1 else ""
         self.on_event(
             f"{trial.id}: running {_describe(trial)}{repeat} until {target:g}s steady"
@@ -174,13 +174,6 @@ class LocalRunner:
             for reader in process.readers:
                 reader.join()
         return self._outcome(trial, processes, gpu_model, ended, sharing)
-
-    def _target_seconds(self, run: TrialRun, trial: Trial) -> float:
-        """Steady (for a pair: overlapping) time after which the trial is stopped; never below what a pair needs."""
-        target = run.spec.steady_seconds or self.steady_seconds
-        if trial.kind is TrialKind.PAIR:
-            target = max(target, self.overlap.min_seconds)
-        return target
 
     def _start(self, trial: Trial, side: Side, visible_devices: str) -> _Process:
         env = {**self.base_env, **dict(side.env), ENV_TRIAL: trial.id}
@@ -223,7 +216,8 @@ class LocalRunner:
             if time.monotonic() >= deadline:
                 self._stop_all(processes)
                 return "deadline"
-            if overlap_seconds([p.progress_so_far() for p in processes], self.warmup_fraction) >= target_seconds:
+            progress = [p.progress_so_far() for p in processes]
+            if measured_enough(progress, target_seconds, warmup_fraction=self.warmup_fraction, rule=self.overlap):
                 self._stop_all(processes)
                 return "measured"
             self._sample(processes)

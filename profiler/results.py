@@ -265,6 +265,8 @@ def status_of(outcomes: Sequence[TrialOutcome], ids: dict[str, int] | None = Non
             entry["measuredGpuModel"] = o.gpu_model
         if o.node:
             entry["node"] = o.node
+        if o.notes.get("sharing") is not None:
+            entry["sharing"] = o.notes["sharing"]
         if o.summaries:
             entry["throughputs"] = [s.throughput_samples_per_s for s in o.summaries]
             entry["smUtilMeanRatios"] = [s.sm_util_mean_ratio for s in o.summaries]

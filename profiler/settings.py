@@ -7,9 +7,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from profiler.local import DEFAULT_STEADY_SECONDS
 from profiler.results import DEFAULT_MAX_SPREAD_RATIO
-from profiler.summary import DEFAULT_MIN_OVERLAP_SECONDS, DEFAULT_MIN_OVERLAP_SHARE, OverlapRule
+from profiler.summary import DEFAULT_MIN_OVERLAP_SECONDS, DEFAULT_MIN_OVERLAP_SHARE, DEFAULT_STEADY_SECONDS, OverlapRule
 
 DEFAULT_DB_URL = "sqlite:///./gpuadvisor.db"
 DEFAULT_MAX_TRIAL_DURATION_SECONDS = 1800

@@ -26,6 +26,8 @@ MIN_STEADY_INTERVALS = 2
 # A pair must have run together past both warm-ups for at least this long and this share of the trial's span.
 DEFAULT_MIN_OVERLAP_SECONDS = 5.0
 DEFAULT_MIN_OVERLAP_SHARE = 0.3
+# Time-bound trials stop after this much steady (for a pair: overlapping) progress unless the spec says otherwise.
+DEFAULT_STEADY_SECONDS = 30.0
 WARMUP_SETTLED_INTERVALS = 3
 WARMUP_SETTLED_RATIO = 0.8
 
@@ -212,16 +214,40 @@ def _overlap(runs: Sequence[Sequence[ProgressSample]], warmup_fraction: float) -
     return Overlap(start_seconds=max(starts), end_seconds=shared_end, span_seconds=max(ends) - first)
 
 
+def _pair_overlap(progress: Sequence[Sequence[ProgressSample]], warmup_fraction: float) -> Overlap | None:
+    runs = [_last_run(p) for p in progress]
+    if any(len(run) < MIN_STEADY_INTERVALS + 1 for run in runs):
+        return None
+    return _overlap(runs, warmup_fraction)
+
+
 def overlap_seconds(
     progress: Sequence[Sequence[ProgressSample]], warmup_fraction: float = DEFAULT_WARMUP_FRACTION
 ) -> float:
     """How long the sides have been past their warm-ups together so far (a solo side: its steady time)."""
     if len(progress) == 1:
         return steady_seconds(progress[0], warmup_fraction)
-    runs = [_last_run(p) for p in progress]
-    if any(len(run) < MIN_STEADY_INTERVALS + 1 for run in runs):
-        return 0.0
-    return _overlap(runs, warmup_fraction).seconds
+    overlap = _pair_overlap(progress, warmup_fraction)
+    return 0.0 if overlap is None else overlap.seconds
+
+
+def measured_enough(
+    progress: Sequence[Sequence[ProgressSample]],
+    target_seconds: float,
+    *,
+    warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+    rule: OverlapRule = OverlapRule(),
+) -> bool:
+    """Whether a running trial can be stopped: `target_seconds` of steady progress, and for a pair an overlap that
+    `rule` accepts (a partner that started late can need more than `target_seconds` for the share)."""
+    if len(progress) == 1:
+        return steady_seconds(progress[0], warmup_fraction) >= target_seconds
+    overlap = _pair_overlap(progress, warmup_fraction)
+    return (
+        overlap is not None
+        and overlap.seconds >= max(target_seconds, rule.min_seconds)
+        and overlap.share >= rule.min_share
+    )
 
 
 def summarise_pair(

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from profiler.spec import EnvVar, TrialRunSpec
+from profiler.spec import EnvVar, TrialRun, TrialRunSpec
 
 ENV_BATCH_SIZE = "GPUADVISOR_BATCH_SIZE"
 ENV_GPU_COUNT = "GPUADVISOR_GPU_COUNT"
@@ -178,3 +178,9 @@ def expand_command(command: tuple[str, ...], env: dict[str, str]) -> list[str]:
         return env.get(name, match.group(0))
 
     return [_VAR_REF.sub(substitute, arg) for arg in command]
+
+
+def target_seconds(run: TrialRun, default_seconds: float) -> float:
+    """Steady (for a pair: overlapping) time after which a time-bound trial is stopped: the spec's `steadySeconds`,
+    else the runner's default (`profiler.summary.measured_enough` adds what a pair's overlap rule needs)."""
+    return run.spec.steady_seconds or default_seconds

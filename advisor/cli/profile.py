@@ -439,6 +439,7 @@ def run_controller(
         warmup_fraction=settings.warmup_fraction,
         overlap=settings.overlap_rule(),
         max_spread_ratio=settings.max_spread_ratio,
+        steady_seconds=settings.steady_seconds,
     )
     recorder = (
         None

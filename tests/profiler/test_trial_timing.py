@@ -17,7 +17,15 @@ from profiler.local import sharing_mode
 from profiler.progress import ProgressSample
 from profiler.results import Phase, TrialOutcome, records_for
 from profiler.spec import parse_trialrun
-from profiler.summary import OverlapRule, SummaryError, fold_repeats, overlap_seconds, summarise, summarise_pair
+from profiler.summary import (
+    OverlapRule,
+    SummaryError,
+    fold_repeats,
+    measured_enough,
+    overlap_seconds,
+    summarise,
+    summarise_pair,
+)
 from profiler.trials import TrialKind, expand
 from tests.profiler.specs import trialrun
 
@@ -141,3 +149,15 @@ def test_the_sharing_mode_follows_what_the_driver_says(
     facts: SharingFacts, pids: set[int], daemon: bool, mode: str
 ) -> None:
     assert sharing_mode(facts, pids, daemon) == mode
+
+
+def test_a_running_pair_is_stopped_only_once_its_overlap_passes_the_rule() -> None:
+    rule = OverlapRule(min_seconds=2.0, min_share=0.3)
+    a = _steps([(0.0, 9.0, 500.0)], batch=10)
+    late = _steps([(5.0, 9.0, 500.0)], batch=10)  # overlap ~3.2 s but only ~35 % of the 9 s so far
+    assert measured_enough((a, late), 2.0, rule=rule)
+    assert not measured_enough((a, late), 2.0, rule=OverlapRule(min_seconds=2.0, min_share=0.5))
+    assert not measured_enough((a, late), 4.0, rule=rule)  # the target itself
+    assert not measured_enough((a, late[:2]), 0.1, rule=rule)  # the partner has hardly reported
+    assert measured_enough((a,), 5.0)  # solo: steady time after its 20 % warm-up (1.8 s of 9 s)
+    assert not measured_enough((a,), 8.0)
