@@ -147,7 +147,7 @@ def test_colocation_runs_both_sides_at_once_and_normalises_against_the_solos(tmp
     with db.session_factory(engine)() as s:
         (coloc,) = repo.list_colocations(session=s)
     assert (coloc.workload_a, coloc.workload_b) == ("steady", "half")
-    assert coloc.solo_throughput_b == pytest.approx(RATE / 2, rel=0.10)
+    assert coloc.solo_throughput_b == pytest.approx(RATE / 2, rel=0.15)  # a sleeper paced per step lags under load
     assert coloc.norm_a == pytest.approx(1.0, rel=0.15)  # CPU sleepers do not slow each other down
     assert coloc.sharing == "time-slicing"  # two processes on this machine's cores
     engine.dispose()
