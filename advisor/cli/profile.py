@@ -12,7 +12,7 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, Stages, fail, table_console
 from advisor.cli.db import DbUrlOption, open_store
-from collector.backend import BackendUnavailableError, GpuBackend
+from collector.backend import BackendUnavailableError
 from profiler import views
 from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
 from profiler.local import LocalRunner
@@ -29,6 +29,9 @@ from profiler.results import Phase, save_results
 from profiler.settings import ProfilerSettings
 from profiler.spec import SpecError, TrialRun, load_trialrun, with_reference_partners
 from profiler.store import db, repo
+
+if TYPE_CHECKING:
+    from collector.nvml import NvmlBackend
 
 app = typer.Typer(help="Request and read trial-run profiles.", no_args_is_help=True)
 profiler_app = typer.Typer(help="The TrialRun controller and job-history recorder.", no_args_is_help=True)
@@ -48,7 +51,7 @@ def _load(path: Path, settings: ProfilerSettings) -> TrialRun:
         fail(f"invalid TrialRun {path}: {e}")
 
 
-def _open_backend() -> tuple[GpuBackend | None, str]:
+def _open_backend() -> tuple[NvmlBackend | None, str]:
     """This machine's NVML backend, or None with the reason when there is no GPU to read."""
     try:
         from collector.nvml import NvmlBackend
@@ -92,7 +95,7 @@ def request(
         warmup_fraction=settings.warmup_fraction,
         steady_seconds=settings.steady_seconds,
         overlap=settings.overlap_rule(),
-        sharing_facts=getattr(backend, "sharing_facts", None),
+        sharing_facts=backend.sharing_facts if backend is not None else None,
         on_event=lambda message: typer.echo(message, err=True),
     )
     try:
