@@ -19,6 +19,8 @@ import yaml
 from typer.testing import CliRunner
 
 from advisor.cli.main import app
+from collector.backend import NodeReading, SharingFacts
+from collector.snapshot import GpuSnapshot
 from profiler.local import CPU_MODEL, LocalRunner
 from profiler.results import Phase, save_results
 from profiler.spec import parse_trialrun
@@ -191,3 +193,48 @@ def test_without_pytorch_the_reference_partners_are_skipped_with_one_note_and_th
     assert "cnn-bs64, transformer-bs32, recommender-bs256 skipped" in notes[0]
     assert "pip install 'gpuadvisor[workloads]'" in notes[0]
     assert "Succeeded" in result.stdout
+
+
+class _OneGpu:
+    """A GPU backend with one idle GPU; the sharing facts come from `facts`, as NVML's would."""
+
+    def __init__(self, facts: SharingFacts) -> None:
+        self.facts = facts
+        self.asked: list[int] = []
+
+    def read(self) -> NodeReading:
+        return NodeReading(driver_version="test", gpus=(GpuSnapshot(index=0, uuid="GPU-0", model="Test GPU"),))
+
+    def sharing_facts(self, index: int) -> SharingFacts:
+        self.asked.append(index)
+        return self.facts
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@pytest.mark.parametrize(
+    ("facts", "sharing"),
+    [
+        (SharingFacts(compute_mode="default", mig_enabled=False), "time-slicing"),
+        (SharingFacts(compute_mode="default", mig_enabled=True), "mig"),
+    ],
+)
+def test_a_pair_records_how_the_gpu_was_shared_as_the_driver_says(
+    tmp_path: Path, facts: SharingFacts, sharing: str
+) -> None:
+    partner = {"workload": "half", "command": ["python", str(WORKLOAD), str(RATE / 2), "100000"], "batchSize": 8}
+    run = parse_trialrun(_doc("shared", steps=100_000, colocateWith=[partner], steadySeconds=1.0))
+    backend = _OneGpu(facts)
+    runner = LocalRunner(
+        backend=backend,
+        sample_interval_seconds=0.05,
+        overlap=OverlapRule(min_seconds=1.0, min_share=0.3),
+        sharing_facts=backend.sharing_facts,
+    )
+    outcomes = runner.run(run)
+    pair = outcomes[-1]
+    assert pair.phase is Phase.SUCCEEDED, pair.message
+    assert pair.notes["sharing"] == sharing
+    assert backend.asked
+    assert all(o.notes.get("sharing") is None for o in outcomes[:-1])  # solo runs share nothing
