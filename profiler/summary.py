@@ -112,16 +112,18 @@ def _rate(a: ProgressSample, b: ProgressSample) -> float:
 
 def _warmup_end(run: Sequence[ProgressSample], warmup_fraction: float) -> int:
     """Index of the first steady report: past `warmup_fraction` of the time span, and past the point from which
-    the rate stays near the final rate (the median of the second half) for a few intervals in a row."""
+    the rate over a few intervals stays near the final rate (the rate over the second half of the reports).
+
+    Rates are taken over spans of several reports, not per interval, and the final rate is samples over time: a
+    workload that shares its device in turns (time slices longer than its reporting interval) reports in bursts,
+    whose per-interval rates alternate between fast and slow without the workload warming up at all."""
     start_t = run[0].t_seconds
     warmup_end_t = start_t + (run[-1].t_seconds - start_t) * warmup_fraction
     by_time = next(i for i, s in enumerate(run) if s.t_seconds >= warmup_end_t)
-    rates = [_rate(a, b) for a, b in itertools.pairwise(run)]
-    final_rate = statistics.median(rates[len(rates) // 2 :])
-    by_rate = len(rates)
-    for i in range(len(rates)):
-        window = rates[i : i + WARMUP_SETTLED_INTERVALS]
-        if all(r >= WARMUP_SETTLED_RATIO * final_rate for r in window):
+    final_rate = _rate(run[len(run) // 2 - 1], run[-1])
+    by_rate = len(run) - 1
+    for i in range(len(run) - WARMUP_SETTLED_INTERVALS):
+        if _rate(run[i], run[i + WARMUP_SETTLED_INTERVALS]) >= WARMUP_SETTLED_RATIO * final_rate:
             by_rate = i
             break
     return min(max(by_time, by_rate), len(run) - 1 - MIN_STEADY_INTERVALS)

@@ -177,8 +177,7 @@ def test_a_python_command_runs_under_the_runners_interpreter(tmp_path: Path) -> 
     run = parse_trialrun(doc)
     env = {**os.environ, "PATH": f"{shadow}:{os.environ.get('PATH', '')}"}
     (outcome,) = LocalRunner(backend=None, sample_interval_seconds=0.05, base_env=env).run(run)
-    assert outcome.phase is Phase.SUCCEEDED, outcome.message
-    assert outcome.summaries[0].throughput_samples_per_s == pytest.approx(RATE, rel=0.10)
+    assert outcome.phase is Phase.SUCCEEDED, outcome.message  # the shadowing python would have exited 7
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed here")

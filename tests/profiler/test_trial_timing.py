@@ -161,3 +161,28 @@ def test_a_running_pair_is_stopped_only_once_its_overlap_passes_the_rule() -> No
     assert not measured_enough((a, late[:2]), 0.1, rule=rule)  # the partner has hardly reported
     assert measured_enough((a,), 5.0)  # solo: steady time after its 20 % warm-up (1.8 s of 9 s)
     assert not measured_enough((a,), 8.0)
+
+
+def _in_turns(start: float, end: float, rate: float, batch: int, phase: float) -> list[ProgressSample]:
+    """A workload that gets its device in 100 ms turns (phase 0 or 0.1 s) and reports every 50 ms of wall time, so
+    its reports come in bursts: what two processes under SCHED_RR on one core (or time-sliced contexts) look like."""
+    out: list[ProgressSample] = []
+    done = 0.0
+    t = start
+    while t < end:
+        t += 0.05
+        running = (t - start + phase) % 0.2 < 0.1
+        if running:
+            done += rate * 0.05
+            out.append(ProgressSample(len(out) + 1, int(done) // batch * batch, t))
+    return out
+
+
+def test_progress_in_bursts_is_not_taken_for_a_long_warm_up() -> None:
+    a = _in_turns(0.0, 10.0, 1000.0, 1, phase=0.0)
+    b = _in_turns(0.0, 10.0, 1000.0, 1, phase=0.1)
+    solo = summarise(a)
+    assert solo.warmup_seconds < 2.5  # the 20 % by time, not most of the run
+    shared_a, shared_b = summarise_pair((a, b))
+    assert shared_a.throughput_samples_per_s == pytest.approx(500.0, rel=0.05)
+    assert shared_b.throughput_samples_per_s == pytest.approx(500.0, rel=0.05)

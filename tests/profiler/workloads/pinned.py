@@ -2,7 +2,7 @@
 
 `python pinned.py --core N [--delay S] [--max-seconds M]` sleeps S seconds first (as a PyTorch import does before
 the first step), then runs fixed units of arithmetic on core N until stopped (or M seconds as a safety net),
-reporting progress every 50 ms. Where this process may, it runs under SCHED_RR: other programs on the machine
+reporting progress every 100 ms. Where this process may, it runs under SCHED_RR: other programs on the machine
 then cannot take turns on the core too, so the core runs only the trial's processes, like a GPU that runs only its
 own contexts; without that right it runs as an ordinary process and shares the core with whatever else runs.
 """
@@ -16,7 +16,7 @@ import time
 
 from profiler import report
 
-REPORT_EVERY_SECONDS = 0.05
+REPORT_EVERY_SECONDS = 0.1
 UNIT = 20_000  # additions per step: a step of a few hundred microseconds
 
 
