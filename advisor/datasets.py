@@ -426,7 +426,8 @@ def gavel_trace_executions(trace_path: Path, throughputs: pd.DataFrame, *, start
 # ------------------------------------------------------------------------------- store records → frames
 
 
-def colocations_frame(records: Sequence[ColocationRecord]) -> pd.DataFrame:
+def colocations_frame(records: Sequence[ColocationRecord], *, include_flagged: bool = False) -> pd.DataFrame:
+    """Store co-locations as a frame; rows whose repeats spread too far (`flagged`) are left out unless asked for."""
     rows = [
         {
             "gpu_model": r.gpu_model,
@@ -448,12 +449,14 @@ def colocations_frame(records: Sequence[ColocationRecord]) -> pd.DataFrame:
             "amp_b": int(r.amp_b),
         }
         for r in records
+        if include_flagged or not r.flagged
     ]
     frame = pd.DataFrame(rows, columns=[*COLOCATIONS.features, *COLOCATIONS.labels])
     return normalize_frame(frame, COLOCATIONS, with_labels=True, source="store colocations")
 
 
-def throughputs_frame(records: Sequence[ProfileRecord]) -> pd.DataFrame:
+def throughputs_frame(records: Sequence[ProfileRecord], *, include_flagged: bool = False) -> pd.DataFrame:
+    """Store profiles as a frame; trial profiles whose repeats spread too far are left out unless asked for."""
     rows = [
         {
             "workload": r.workload,
@@ -467,6 +470,7 @@ def throughputs_frame(records: Sequence[ProfileRecord]) -> pd.DataFrame:
             "mem_bytes": r.peak_memory_bytes,
         }
         for r in records
+        if include_flagged or not r.extra.get("flagged")
     ]
     frame = pd.DataFrame(rows, columns=[*THROUGHPUTS.features, *THROUGHPUTS.labels])
     return normalize_frame(frame, THROUGHPUTS, with_labels=True, source="store profiles")

@@ -26,6 +26,17 @@ class NodeReading:
     error_counts: tuple[tuple[str, int], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class SharingFacts:
+    """How one GPU is set up for sharing, as the driver says: its compute mode (`default`, `exclusive-process`,
+    `prohibited`; None when it cannot tell), whether MIG is on (None: cannot tell), and the PIDs the driver lists as
+    clients of an MPS server on it."""
+
+    compute_mode: str | None = None
+    mig_enabled: bool | None = None
+    mps_pids: frozenset[int] = frozenset()
+
+
 class GpuBackend(Protocol):
     """A source of GPU readings. `read()` never raises for one bad device: that device is reported unhealthy."""
 

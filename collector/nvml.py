@@ -10,22 +10,31 @@ Every query goes through `_Query.__call__`, which turns NVML "not supported" and
 (the latter logged once per function), maps GPU_IS_LOST to an unhealthy GPU, and counts any other failure.
 Static facts (UUID, name, PCI bus id, topology) are read once at start-up; everything else each `read()`. A GPU
 that is lost before start-up (Xid 79: no handle at all) is reported unhealthy and asked for again every read.
+
+Every call is timed into a histogram per NVML function (`NvmlBackend.call_latency`, logged with `--verbose`), so a
+run on a real driver tells which calls a cycle's time goes to.
+
+No sample is not zero: NVML gives a process an SM-utilisation sample only when the driver sampled it since the
+previous read (`nvidia-smi pmon` prints "-" otherwise). Such a process keeps its last sample for at most
+`SM_SAMPLE_MAX_AGE_SECONDS` and is unknown (None) after that, never 0.0, which would read as "idle".
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pynvml
 
-from collector.backend import BackendUnavailableError, NodeReading
+from collector.backend import BackendUnavailableError, NodeReading, SharingFacts
 from collector.snapshot import GpuSnapshot, Link, LinkLevel, MigDeviceSnapshot, ProcessSnapshot
 
 log = logging.getLogger(__name__)
@@ -49,7 +58,16 @@ _TOPOLOGY_LEVELS: dict[int, LinkLevel] = {
     pynvml.NVML_TOPOLOGY_NODE: LinkLevel.NUMA,
     pynvml.NVML_TOPOLOGY_SYSTEM: LinkLevel.SYSTEM,
 }
-_NOT_AVAILABLE_ULL = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
+_COMPUTE_MODES = {
+    pynvml.NVML_COMPUTEMODE_DEFAULT: "default",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD: "exclusive-process",  # deprecated; drivers treat it as exclusive
+    pynvml.NVML_COMPUTEMODE_PROHIBITED: "prohibited",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "exclusive-process",
+}
+_MPS_PROCESS_LIST = "nvmlDeviceGetMPSComputeRunningProcesses"
+_NOT_AVAILABLE_ULL = 2**64 - 1
+# How long a process without a new SM-utilisation sample keeps its last one (a few collector cycles).
+SM_SAMPLE_MAX_AGE_SECONDS = 5.0  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -111,20 +129,62 @@ def _first_present(names: tuple[str, ...]) -> str | None:
     return None
 
 
-class _Query:
-    """Runs NVML calls: absent values become None, lost GPUs raise GpuLostError, other failures are counted."""
+# Upper bounds (seconds) of the per-call latency histogram, 10 µs to 50 ms; slower calls land in the last (+Inf) one.
+CALL_SECONDS_BUCKETS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2)
+LATENCY_LOG_EVERY_READS = 60
 
-    def __init__(self) -> None:
+
+@dataclass(slots=True)
+class CallLatency:
+    """How long one NVML function's calls took: a histogram over CALL_SECONDS_BUCKETS (+Inf last), sum and max."""
+
+    count: int = 0
+    total_seconds: float = 0.0
+    max_seconds: float = 0.0
+    bucket_counts: list[int] = field(default_factory=lambda: [0] * (len(CALL_SECONDS_BUCKETS) + 1))
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.total_seconds += seconds
+        self.max_seconds = max(self.max_seconds, seconds)
+        self.bucket_counts[bisect.bisect_left(CALL_SECONDS_BUCKETS, seconds)] += 1
+
+    def quantile_bound_seconds(self, q: float) -> float:
+        """Upper bound of the bucket holding the `q` quantile (the max for the +Inf bucket)."""
+        rank = q * self.count
+        seen = 0
+        for bound, count in zip((*CALL_SECONDS_BUCKETS, self.max_seconds), self.bucket_counts, strict=True):
+            seen += count
+            if seen >= rank:
+                return min(bound, self.max_seconds)
+        return self.max_seconds
+
+
+class _Query:
+    """Runs NVML calls: absent values become None, lost GPUs raise GpuLostError, other failures are counted; every
+    call's duration goes into its function's `CallLatency`."""
+
+    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
         self._reported: set[tuple[str, int]] = set()
         self.errors: Counter[str] = Counter()
+        self.latency: dict[str, CallLatency] = {}
+        self._timer = timer
 
     def __call__(self, fn: Callable[..., T], *args: Any) -> T | None:
         return self.named(fn.__name__, fn, *args)
 
+    def timed(self, function: str, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, its duration observed under `function` whether it returns or raises."""
+        started = self._timer()
+        try:
+            return fn(*args)
+        finally:
+            self.latency.setdefault(function, CallLatency()).observe(self._timer() - started)
+
     def named(self, function: str, fn: Callable[..., T], *args: Any) -> T | None:
         """`fn(*args)`, with failures logged under the name `function`."""
         try:
-            return fn(*args)
+            return self.timed(function, fn, *args)
         except pynvml.NVMLError as e:
             self.absorb(function, e)
             return None
@@ -250,8 +310,9 @@ class NvmlBackend:
     Raises BackendUnavailableError when the library is missing or refuses to initialise.
     """
 
-    def __init__(self, library_path: str | None = None) -> None:
+    def __init__(self, library_path: str | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         library_path = library_path or os.environ.get(LIBRARY_ENV) or None
+        self._clock = clock
         if library_path is not None:
             try:
                 # pynvml loads "libnvidia-ml.so.1" by soname; a library already loaded with that soname is reused.
@@ -265,6 +326,7 @@ class NvmlBackend:
         except pynvml.NVMLError as e:
             raise BackendUnavailableError(f"NVML initialisation failed: {e}") from e
         self._query = _Query()
+        self._reads = 0
         self._closed = False
         self._driver = _Driver()
         self.driver_version = _text(self._query(pynvml.nvmlSystemGetDriverVersion))
@@ -276,6 +338,8 @@ class NvmlBackend:
         self._handles: list[Any] = [None] * count
         self._identities: list[_Identity | None] = [None] * count
         self._last_sample_us = [0] * count
+        # per GPU: pid -> (clock seconds, SM ratio) of its newest sample, for processes NVML skips in a read
+        self._last_sm: list[dict[int, tuple[float, float]]] = [{} for _ in range(count)]
         self._links: tuple[Link, ...] | None = None
         for index in range(count):
             # identities now, so a GPU lost later keeps its UUID label; a GPU lost already is counted by read()
@@ -305,10 +369,37 @@ class NvmlBackend:
         self._identities[index] = identity
         return identity
 
+    def call_latency(self) -> dict[str, CallLatency]:
+        """Per NVML function, how long its calls took since start-up (a copy)."""
+        return {
+            name: CallLatency(c.count, c.total_seconds, c.max_seconds, list(c.bucket_counts))
+            for name, c in sorted(self._query.latency.items())
+        }
+
+    def _log_latency(self) -> None:
+        """With debug logging (`--verbose`): after the first read and every LATENCY_LOG_EVERY_READS reads, one line
+        per NVML function, slowest total first."""
+        self._reads += 1
+        if not log.isEnabledFor(logging.DEBUG) or (self._reads != 1 and self._reads % LATENCY_LOG_EVERY_READS):
+            return
+        by_total = sorted(self._query.latency.items(), key=lambda item: -item[1].total_seconds)
+        for name, c in by_total:
+            log.debug(
+                "NVML %s: %d calls in %d reads, mean %.1f µs, p50 <= %.1f µs, p95 <= %.1f µs, max %.1f µs",
+                name,
+                c.count,
+                self._reads,
+                c.total_seconds / c.count * 1e6,
+                c.quantile_bound_seconds(0.5) * 1e6,
+                c.quantile_bound_seconds(0.95) * 1e6,
+                c.max_seconds * 1e6,
+            )
+
     def read(self) -> NodeReading:
         self._query.errors.clear()
         gpus = tuple(self._read_gpu(index) for index in range(len(self._handles)))
         links = self._links if self._links is not None else self._read_links(gpus)
+        self._log_latency()
         return NodeReading(
             driver_version=self.driver_version,
             gpus=gpus,
@@ -358,27 +449,36 @@ class NvmlBackend:
                 previous = memory_by_pid.get(pid)
                 # a PID may be listed as compute and graphics; its memory is the same allocation, not a sum
                 memory_by_pid[pid] = used if previous is None else max(previous, used or 0)
-        sm_by_pid = self._read_process_utilization(index, handle)
+        sm_by_pid = self._sm_by_pid(index, handle, set(memory_by_pid))
         return tuple(
-            ProcessSnapshot(
-                pid=pid,
-                memory_used_bytes=used,
-                sm_utilization_ratio=None if sm_by_pid is None else sm_by_pid.get(pid, 0.0),
-            )
+            ProcessSnapshot(pid=pid, memory_used_bytes=used, sm_utilization_ratio=sm_by_pid.get(pid))
             for pid, used in sorted(memory_by_pid.items())
         )
+
+    def _sm_by_pid(self, index: int, handle: Any, running: set[int]) -> dict[int, float]:
+        """SM ratio of each running process with a sample this read or one at most SM_SAMPLE_MAX_AGE_SECONDS old;
+        the others are left out (unknown)."""
+        now = self._clock()
+        known = self._last_sm[index]
+        for pid, ratio in (self._read_process_utilization(index, handle) or {}).items():
+            known[pid] = (now, ratio)
+        for pid in [p for p, (seen, _) in known.items() if p not in running or now - seen > SM_SAMPLE_MAX_AGE_SECONDS]:
+            del known[pid]
+        return {pid: ratio for pid, (_, ratio) in known.items()}
 
     def _read_process_utilization(self, index: int, handle: Any) -> dict[int, float] | None:
         """Newest SM-utilisation sample per PID since the previous read; None when the GPU cannot tell."""
         name = "nvmlDeviceGetProcessUtilization"
         try:
-            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, self._last_sample_us[index])
+            samples = self._query.timed(
+                name, pynvml.nvmlDeviceGetProcessUtilization, handle, self._last_sample_us[index]
+            )
         except pynvml.NVMLLibraryMismatchError:
             self._query.absorb(name, pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND))
             return None
         except pynvml.NVMLError as e:
             if e.value == pynvml.NVML_ERROR_NOT_FOUND:
-                return {}  # no process was sampled since the last read: all idle
+                return {}  # no process was sampled since the last read
             self._query.absorb(name, e)
             return None
         newest: dict[int, tuple[int, float]] = {}
@@ -389,6 +489,30 @@ class NvmlBackend:
                 newest[sample.pid] = (sample.timeStamp, ratio)
             self._last_sample_us[index] = max(self._last_sample_us[index], sample.timeStamp)
         return {pid: ratio for pid, (_, ratio) in newest.items()}
+
+    def sharing_facts(self, index: int) -> SharingFacts:
+        """How GPU `index` is set up for sharing (compute mode, MIG, MPS clients); asked for by the local runner
+        once per trial sample, not by the collector's cycle."""
+        q = self._query
+        mps_list = next(
+            (entry for entry in filter(None, self._driver.process_lists) if entry[0].startswith(_MPS_PROCESS_LIST)),
+            None,
+        )
+        mps: list[tuple[int, int | None]] = []
+        try:
+            handle = self._handle(index)
+            mode = q(pynvml.nvmlDeviceGetComputeMode, handle)
+            mig = q(pynvml.nvmlDeviceGetMigMode, handle)
+            if mps_list is not None:
+                symbol, layout = mps_list
+                mps = q.named(symbol, _running_processes, symbol, layout, handle) or []
+        except GpuLostError:
+            return SharingFacts()
+        return SharingFacts(
+            compute_mode=None if mode is None else _COMPUTE_MODES.get(mode),
+            mig_enabled=None if not mig else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
+            mps_pids=frozenset(pid for pid, _ in mps),
+        )
 
     def _read_migs(self, handle: Any) -> tuple[MigDeviceSnapshot, ...]:
         q = self._query

@@ -34,16 +34,29 @@ from profiler.manifests import (
     label_value,
     resolve_gpu_products,
     sharing_nodes,
+    sharing_of_node,
 )
 from profiler.progress import ProgressSample, parse_progress
 from profiler.records import TelemetryRecord, TrialSideRef, TrialSideTelemetry
-from profiler.results import Phase, TrialOutcome, save_results
+from profiler.results import DEFAULT_MAX_SPREAD_RATIO, Phase, TrialOutcome, save_results
 from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import db, repo
-from profiler.summary import DEFAULT_WARMUP_FRACTION, SummaryError, TelemetrySample, TrialSummary, summarise
-from profiler.trials import Trial, TrialKind, expand, solo_of
+from profiler.summary import (
+    DEFAULT_STEADY_SECONDS,
+    DEFAULT_WARMUP_FRACTION,
+    OverlapRule,
+    SummaryError,
+    TelemetrySample,
+    TrialSummary,
+    measured_enough,
+    summarise,
+    summarise_pair,
+)
+from profiler.trials import Trial, TrialKind, expand, solo_of, target_seconds
 
 Obj = dict[str, Any]
+# What a side's Job is reported as when the controller stopped it because the trial had measured enough.
+MEASURED_ENOUGH = "stopped (measured enough)"
 
 
 class NamespaceForbiddenError(Exception):
@@ -173,11 +186,17 @@ class Controller:
         sessions: sessionmaker[Session],
         max_duration_seconds: int,
         warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+        overlap: OverlapRule = OverlapRule(),
+        max_spread_ratio: float = DEFAULT_MAX_SPREAD_RATIO,
+        steady_seconds: float = DEFAULT_STEADY_SECONDS,
     ) -> None:
         self.cluster = cluster
         self.sessions = sessions
         self.max_duration_seconds = max_duration_seconds
         self.warmup_fraction = warmup_fraction
+        self.overlap = overlap
+        self.max_spread_ratio = max_spread_ratio
+        self.steady_seconds = steady_seconds
         self._sides: dict[TrialSideRef, _SideState] = {}
         # kopf may call create, resume and timer handlers of one run from different threads at once.
         self._lock = threading.Lock()
@@ -223,7 +242,9 @@ class Controller:
             )
             return {"phase": str(Phase.FAILED), "message": message, "trials": []}
         with db.transaction(self.sessions) as session:
-            status = save_results(session=session, run=run, trials=trials, outcomes=outcomes)
+            status = save_results(
+                session=session, run=run, trials=trials, outcomes=outcomes, max_spread_ratio=self.max_spread_ratio
+            )
             repo.delete_trial_telemetry(
                 session=session, namespace=run.metadata.namespace, trial_run=run.metadata.name, trials=decided
             )
@@ -256,11 +277,23 @@ class Controller:
             if mismatch is not None:
                 this.finished_jobs.extend(jobs)
                 return self._fail(run, trial, mismatch)
+        if len(finished) == len(trial.sides) and self._measured_enough(run, trial):
+            # time-bound: stop the Jobs (deleted once the outcome is saved) instead of waiting for their own end
+            stopped = {side: state or MEASURED_ENOUGH for side, state in finished.items()}
+            outcome = self._finish(run, trial, stopped, this.nodes)
+            this.finished_jobs.extend(jobs)
+            return outcome
         if len(finished) < len(trial.sides) or any(state is None for state in finished.values()):
             return TrialOutcome(trial, Phase.RUNNING, "running")
         outcome = self._finish(run, trial, finished, this.nodes)
         this.finished_jobs.extend(jobs)
         return outcome
+
+    def _measured_enough(self, run: TrialRun, trial: Trial) -> bool:
+        """Whether the running sides' logs already hold the steady (overlapping) time the trial needs."""
+        progress = [self._state(run, trial, side).progress for side in range(len(trial.sides))]
+        target = target_seconds(run, self.steady_seconds)
+        return measured_enough(progress, target, warmup_fraction=self.warmup_fraction, rule=self.overlap)
 
     def _start(self, this: _Pass, trial: Trial) -> TrialOutcome:
         run, nodes = this.run, this.nodes
@@ -277,7 +310,7 @@ class Controller:
         node_name: str | None = None
         if trial.kind is TrialKind.PAIR:
             done = {o.trial.id: o for o in this.outcomes}
-            solos = [done.get(solo_of(this.trials, side, trial.gpu_model).id) for side in trial.sides]
+            solos = [done.get(solo_of(this.trials, side, trial.gpu_model, trial.repeat).id) for side in trial.sides]
             if any(s is None or not s.done for s in solos):
                 return TrialOutcome(trial, Phase.PENDING, "waiting for the solo runs of both sides")
             candidates = sharing_nodes(nodes, products)
@@ -365,7 +398,7 @@ class Controller:
             (n["metadata"].get("labels", {}) or {} for n in nodes if n.get("metadata", {}).get("name") == node), {}
         )
         gpu_model = labels.get(GPU_PRODUCT_LABEL)
-        summaries = []
+        summaries: list[TrialSummary] = []
         for side, state in enumerate(states):
             try:
                 summaries.append(summarise(state.progress, state.telemetry, warmup_fraction=self.warmup_fraction))
@@ -373,10 +406,30 @@ class Controller:
                 return self._fail(
                     run, trial, f"{trial.sides[side].workload} (job {finished[side]}): {e}", gpu_model, node
                 )
-        messages = [f"{trial.sides[s].workload}: job {state}" for s, state in finished.items() if state != "Complete"]
-        notes: dict[str, Any] = {"runner": "kubernetes"}
+        messages = [
+            f"{trial.sides[s].workload}: job {state}"
+            for s, state in finished.items()
+            if state not in ("Complete", MEASURED_ENOUGH)
+        ]
+        if MEASURED_ENOUGH in finished.values():
+            messages.append("stopped once it had measured enough steady time")
+        notes: dict[str, Any] = {
+            "runner": "kubernetes",
+            "ended": "measured" if MEASURED_ENOUGH in finished.values() else "exited",
+        }
         if trial.kind is TrialKind.PAIR:
+            try:
+                a, b = summarise_pair(
+                    (states[0].progress, states[1].progress),
+                    (states[0].telemetry, states[1].telemetry),
+                    warmup_fraction=self.warmup_fraction,
+                    rule=self.overlap,
+                )
+            except SummaryError as e:
+                return self._fail(run, trial, str(e), gpu_model, node)
+            summaries = [a, b]
             notes["shared_gpus"] = sorted(states[0].gpus & states[1].gpus)
+            notes["sharing"] = sharing_of_node(labels)
         self._forget(run, trial)
         return TrialOutcome(trial, Phase.SUCCEEDED, "; ".join(messages), gpu_model, node, tuple(summaries), notes)
 

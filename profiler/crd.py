@@ -15,7 +15,16 @@ from typing import Any
 import yaml
 
 from profiler.settings import DEFAULT_MAX_TRIAL_DURATION_SECONDS
-from profiler.spec import API_GROUP, API_VERSION, DEFAULT_MAX_DURATION_SECONDS, ENV_NAME, KIND, PLURAL
+from profiler.spec import (
+    API_GROUP,
+    API_VERSION,
+    DEFAULT_MAX_DURATION_SECONDS,
+    DEFAULT_REPEATS,
+    ENV_NAME,
+    KIND,
+    MAX_REPEATS,
+    PLURAL,
+)
 
 _STRING = {"type": "string", "minLength": 1}
 _POSITIVE = {"type": "integer", "minimum": 1}
@@ -71,6 +80,8 @@ def spec_schema(max_duration_seconds: int) -> dict[str, Any]:
                     },
                 }
             ),
+            "repeats": {**_POSITIVE, "maximum": MAX_REPEATS, "default": DEFAULT_REPEATS},
+            "steadySeconds": {"type": "number", "minimum": 0},
             "maxDurationSeconds": {
                 **_POSITIVE,
                 "maximum": max_duration_seconds,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import TypeVar
 
-from profiler.csv_formats import COLOCATIONS, FALSE_VALUES, THROUGHPUTS, TRUE_VALUES, CsvFormat
+from profiler.csv_formats import COLOCATIONS, FALSE_VALUES, SHARING_MODES, THROUGHPUTS, TRUE_VALUES, CsvFormat
 from profiler.records import ColocationRecord, ProfileRecord
 
 T = TypeVar("T")
@@ -71,6 +71,15 @@ class _Row:
     def optional_integer(self, column: str) -> int | None:
         return self.integer(column) if self.cells.get(column, "") else None
 
+    def choice(self, column: str, allowed: tuple[str, ...]) -> str:
+        """One of `allowed`, or "" for an empty or absent cell (unknown)."""
+        value = self.cells.get(column, "")
+        if value and value not in allowed:
+            raise CsvFormatError(
+                f"row {self.number}, column {column!r}: expected one of {', '.join(allowed)} (or empty), got {value!r}"
+            )
+        return value
+
     def flag(self, column: str) -> bool:
         raw = self.cells.get(column, "").lower()
         if raw in TRUE_VALUES:
@@ -114,6 +123,7 @@ def parse_colocations(lines: Iterable[str], *, source: str) -> list[ColocationRe
                 mem_bw_util_b=row.optional_number("mem_bw_util_b"),
                 mem_bytes_b=int(mem_b) if mem_b is not None else None,
                 source=source,
+                sharing=row.choice("sharing", SHARING_MODES),
             )
         )
     return out

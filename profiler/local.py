@@ -3,6 +3,12 @@
 Each side of a trial is started with the same environment its pod would get, its stdout is read for progress
 lines, and a sampler thread reads the GPUs through the collector's backend for the side's process tree. Without
 a GPU backend the trials still run and are measured for throughput; telemetry is then simply absent.
+
+Trials are time-bound: the runner stops a trial once it has seen `steady_seconds` of steady progress (a pair: of
+both sides past their warm-ups at once), so a workload's own step count does not decide what is measured. A pair
+is timed over its overlap only (`profiler.summary.summarise_pair`) and records how the GPU was shared, read
+through the collector's NVML wrapper (`sharing_mode`). A command whose program is `python`/`python3` runs under
+this interpreter (`sys.executable`), not whichever python is first on PATH.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import collections
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,18 +25,59 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from collector.backend import GpuBackend
+from collector.backend import GpuBackend, SharingFacts
 from collector.snapshot import GpuSnapshot
-from profiler.progress import parse_progress
+from profiler.progress import ProgressSample, parse_progress
 from profiler.results import Phase, TrialOutcome
 from profiler.sampling import process_tree, telemetry_for
 from profiler.spec import TrialRun
-from profiler.summary import DEFAULT_WARMUP_FRACTION, SummaryError, TelemetrySample, summarise
-from profiler.trials import ENV_TRIAL, Side, Trial, expand, expand_command
+from profiler.summary import (
+    DEFAULT_STEADY_SECONDS,
+    DEFAULT_WARMUP_FRACTION,
+    OverlapRule,
+    SummaryError,
+    TelemetrySample,
+    TrialSummary,
+    measured_enough,
+    summarise,
+    summarise_pair,
+)
+from profiler.trials import ENV_TRIAL, Side, Trial, TrialKind, expand, expand_command, target_seconds
 
 CPU_MODEL = "cpu"
 STDERR_TAIL_LINES = 20
 TERMINATE_GRACE_SECONDS = 5.0
+PYTHON_PROGRAMS = frozenset({"python", "python3"})
+# Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise (NVIDIA's MPS documentation).
+DEFAULT_MPS_PIPE_DIRECTORY = Path("/tmp/nvidia-mps")
+TIME_SLICING = "time-slicing"
+
+
+def sharing_mode(facts: SharingFacts, pids: set[int], mps_daemon: bool) -> str:
+    """How a pair with processes `pids` shared its GPU: `mig` when MIG is on, `mps` when the driver lists them as
+    MPS clients or an MPS control daemon runs (CUDA clients then go through it), `time-slicing` in the default
+    compute mode (or when the mode cannot be read: two contexts on one GPU without MPS or MIG take turns), and ""
+    (unknown) in an exclusive or prohibited mode, where two processes cannot share without MPS."""
+    if facts.mig_enabled:
+        return "mig"
+    if pids & facts.mps_pids or mps_daemon:
+        return "mps"
+    if facts.compute_mode in (None, "default"):
+        return TIME_SLICING
+    return ""
+
+
+def mps_daemon_running(env: dict[str, str]) -> bool:
+    """Whether an MPS control daemon listens where this trial's CUDA clients would look for it."""
+    pipe = Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY)
+    return (pipe / "control").exists()
+
+
+def program_of(command: list[str]) -> list[str]:
+    """`command` with a bare `python`/`python3` replaced by the interpreter the runner runs under."""
+    if command and command[0] in PYTHON_PROGRAMS:
+        return [sys.executable, *command[1:]]
+    return command
 
 
 @dataclass
@@ -42,6 +90,15 @@ class _Process:
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=STDERR_TAIL_LINES))
     telemetry: list[TelemetrySample] = field(default_factory=list)
     readers: list[threading.Thread] = field(default_factory=list)
+    progress: list[ProgressSample] = field(default_factory=list)
+    parsed_lines: int = 0
+
+    def progress_so_far(self) -> list[ProgressSample]:
+        """The progress reported so far (lines are parsed once, as they arrive)."""
+        upto = len(self.lines)
+        self.progress.extend(parse_progress(self.lines[self.parsed_lines : upto]).samples)
+        self.parsed_lines = upto
+        return self.progress
 
 
 class LocalRunner:
@@ -53,6 +110,9 @@ class LocalRunner:
         backend: GpuBackend | None,
         sample_interval_seconds: float = 0.5,
         warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+        steady_seconds: float = DEFAULT_STEADY_SECONDS,
+        overlap: OverlapRule = OverlapRule(),
+        sharing_facts: Callable[[int], SharingFacts] | None = None,
         proc_root: Path = Path("/proc"),
         base_env: dict[str, str] | None = None,
         on_event: Callable[[str], None] = lambda _: None,
@@ -60,6 +120,9 @@ class LocalRunner:
         self.backend = backend
         self.sample_interval_seconds = sample_interval_seconds
         self.warmup_fraction = warmup_fraction
+        self.steady_seconds = steady_seconds
+        self.overlap = overlap
+        self.sharing_facts = sharing_facts
         self.proc_root = proc_root
         self.base_env = dict(os.environ) if base_env is None else base_env
         self.on_event = on_event
@@ -89,21 +152,35 @@ class LocalRunner:
                 trial, Phase.FAILED, f"needs {trial.gpu_count} GPUs, this machine has {len(gpus)} healthy"
             )
         gpu_model = gpus[0].model if gpus else CPU_MODEL
-        visible = ",".join(str(g.index) for g in gpus[: trial.gpu_count])
-        self.on_event(f"{trial.id}: running {_describe(trial)} for at most {run.spec.max_duration_seconds}s")
+        chosen = gpus[: trial.gpu_count]
+        visible = ",".join(str(g.index) for g in chosen)
+        target = target_seconds(run, self.steady_seconds)
+        repeat = f" (repeat {trial.repeat + 1} of {run.spec.repeats})" if run.spec.repeats > 1 else ""
+        self.on_event(
+            f"{trial.id}: running {_describe(trial)}{repeat} until {target:g}s steady"
+            f"{' together' if trial.kind is TrialKind.PAIR else ''}, at most {run.spec.max_duration_seconds}s"
+        )
         processes = [self._start(trial, side, visible) for side in trial.sides]
-        deadline_hit = self._wait(processes, run.spec.max_duration_seconds)
+        sharing: list[str] = []
+        ended = self._wait(
+            processes,
+            max_duration_seconds=run.spec.max_duration_seconds,
+            target_seconds=target,
+            gpus=chosen,
+            trial=trial,
+            sharing=sharing,
+        )
         for process in processes:
             for reader in process.readers:
                 reader.join()
-        return self._outcome(trial, processes, gpu_model, deadline_hit)
+        return self._outcome(trial, processes, gpu_model, ended, sharing)
 
     def _start(self, trial: Trial, side: Side, visible_devices: str) -> _Process:
         env = {**self.base_env, **dict(side.env), ENV_TRIAL: trial.id}
         if self.backend is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible_devices
         popen = subprocess.Popen(
-            expand_command(side.command, env),
+            program_of(expand_command(side.command, env)),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -121,17 +198,53 @@ class LocalRunner:
             process.readers.append(reader)
         return process
 
-    def _wait(self, processes: Sequence[_Process], max_duration_seconds: int) -> bool:
-        """Sample telemetry until every process exits or the deadline passes (then stop them); True on deadline."""
+    def _wait(
+        self,
+        processes: Sequence[_Process],
+        *,
+        max_duration_seconds: int,
+        target_seconds: float,
+        gpus: Sequence[GpuSnapshot],
+        trial: Trial,
+        sharing: list[str],
+    ) -> str:
+        """Sample telemetry until every process exits, the trial has `target_seconds` of steady (overlapping)
+        progress, or the deadline passes (the last two stop the processes). Returns "exited", "measured" or
+        "deadline"."""
         deadline = time.monotonic() + max_duration_seconds
         while any(p.popen.poll() is None for p in processes):
             if time.monotonic() >= deadline:
-                for p in processes:
-                    _stop(p.popen)
-                return True
+                self._stop_all(processes)
+                return "deadline"
+            progress = [p.progress_so_far() for p in processes]
+            if measured_enough(progress, target_seconds, warmup_fraction=self.warmup_fraction, rule=self.overlap):
+                self._stop_all(processes)
+                return "measured"
             self._sample(processes)
+            if trial.kind is TrialKind.PAIR:
+                self._observe_sharing(processes, gpus, sharing)
             time.sleep(self.sample_interval_seconds)
-        return False
+        return "exited"
+
+    @staticmethod
+    def _stop_all(processes: Sequence[_Process]) -> None:
+        for p in processes:
+            _stop(p.popen)
+
+    def _observe_sharing(self, processes: Sequence[_Process], gpus: Sequence[GpuSnapshot], out: list[str]) -> None:
+        """Read how the pair's GPU is shared while both sides run (MPS clients are listed only while alive)."""
+        if self.backend is None:
+            out.append(TIME_SLICING)  # two processes on this machine's cores: the OS scheduler takes turns
+            return
+        if self.sharing_facts is None or not gpus:
+            return
+        pids: set[int] = set()
+        for p in processes:
+            if p.popen.poll() is None:
+                pids |= process_tree(p.popen.pid, self.proc_root)
+        mode = sharing_mode(self.sharing_facts(gpus[0].index), pids, mps_daemon_running(self.base_env))
+        if mode:
+            out.append(mode)
 
     def _sample(self, processes: Sequence[_Process]) -> None:
         if self.backend is None:
@@ -145,20 +258,38 @@ class LocalRunner:
             if sample is not None:
                 p.telemetry.append(sample)
 
-    def _outcome(self, trial: Trial, processes: Sequence[_Process], gpu_model: str, deadline_hit: bool) -> TrialOutcome:
-        summaries = []
+    def _outcome(
+        self, trial: Trial, processes: Sequence[_Process], gpu_model: str, ended: str, sharing: list[str]
+    ) -> TrialOutcome:
+        summaries: list[TrialSummary] = []
         notes: list[str] = []
         for p in processes:
-            stream = parse_progress(p.lines)
             code = p.popen.returncode
-            if code != 0 and not deadline_hit:
+            if code != 0 and ended == "exited":
                 notes.append(f"{p.side.workload} exited with code {code}{_last_line(p.stderr_tail)}")
             try:
-                summaries.append(summarise(stream.samples, p.telemetry, warmup_fraction=self.warmup_fraction))
+                summaries.append(summarise(p.progress_so_far(), p.telemetry, warmup_fraction=self.warmup_fraction))
             except SummaryError as e:
                 reason = "; ".join(notes) if notes else str(e)
                 return TrialOutcome(trial, Phase.FAILED, f"{p.side.workload}: {reason}", gpu_model)
-        if deadline_hit:
+        extra: dict[str, str] = {}
+        if trial.kind is TrialKind.PAIR:
+            a, b = processes
+            try:
+                summaries = list(
+                    summarise_pair(
+                        (a.progress_so_far(), b.progress_so_far()),
+                        (a.telemetry, b.telemetry),
+                        warmup_fraction=self.warmup_fraction,
+                        rule=self.overlap,
+                    )
+                )
+            except SummaryError as e:
+                return TrialOutcome(trial, Phase.FAILED, "; ".join([*notes, str(e)]), gpu_model)
+            # the most specific mode seen while both ran (a daemon started mid-trial still means MPS for part of it)
+            modes = set(sharing)
+            extra["sharing"] = next((m for m in ("mig", "mps", TIME_SLICING) if m in modes), "")
+        if ended == "deadline":
             notes.append("stopped at maxDurationSeconds")
         telemetry = "available" if self.backend is not None else "unavailable (no GPU backend on this machine)"
         return TrialOutcome(
@@ -168,7 +299,7 @@ class LocalRunner:
             gpu_model,
             node=os.uname().nodename,
             summaries=tuple(summaries),
-            notes={"runner": "local", "telemetry": telemetry},
+            notes={"runner": "local", "telemetry": telemetry, "ended": ended, **extra},
         )
 
 

@@ -58,6 +58,13 @@ def resolve_gpu_products(gpu_model: str, products: Iterable[str]) -> list[str]:
     return [p for p in available if f"-{wanted}-" in f"-{p.lower()}-"]
 
 
+def sharing_of_node(labels: Mapping[str, str]) -> str:
+    """How a node shares its GPUs, from the GPU operator's label: `time-slicing` or `mps` (the values
+    `profiler.csv_formats.SHARING_MODES` knows), "" when the label is absent or says something else."""
+    value = labels.get(GPU_SHARING_LABEL, "")
+    return value if value in SHARING_STRATEGIES else ""
+
+
 def sharing_nodes(nodes: Iterable[Mapping[str, Any]], products: list[str] | None) -> list[str]:
     """Names of nodes whose GPUs are shared (time-slicing or MPS) and whose model is one of `products`."""
     out = []

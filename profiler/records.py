@@ -56,6 +56,13 @@ class ColocationRecord:
     mem_bytes_b: int | None = None
     source: str = "import"
     trial_run: tuple[str, str] | None = None
+    # How the pair shared the GPU: one of `profiler.csv_formats.SHARING_MODES`, or "" when unknown.
+    sharing: str = ""
+    # Repeats folded into this row, the largest spread (max - min) / median of the sides' throughputs over them
+    # (solo runs included), and whether that spread is too large for the row to train a model.
+    repeats: int = 1
+    spread_ratio: float | None = None
+    flagged: bool = False
 
     @property
     def norm_a(self) -> float:

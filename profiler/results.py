@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from profiler.records import ColocationRecord, ProfileRecord
 from profiler.spec import TrialRun
 from profiler.store import repo
-from profiler.summary import TrialSummary
+from profiler.summary import TrialSummary, fold_repeats
 from profiler.trials import Trial, TrialKind, solo_of
 
 UNKNOWN_GPU_MODEL = "unknown"
@@ -53,7 +53,17 @@ def source_of(run: TrialRun) -> str:
     return f"trialrun/{run.metadata.namespace}/{run.metadata.name}"
 
 
-def _profile(run: TrialRun, outcome: TrialOutcome, summary: TrialSummary) -> ProfileRecord:
+# A result whose repeats differ by more than this share of their median is flagged and kept out of training.
+DEFAULT_MAX_SPREAD_RATIO = 0.2
+
+
+def _flagged(spread: float | None, max_spread_ratio: float) -> bool:
+    return spread is not None and spread > max_spread_ratio
+
+
+def _profile(
+    run: TrialRun, outcome: TrialOutcome, summary: TrialSummary, repeats: Sequence[TrialOutcome], max_spread: float
+) -> ProfileRecord:
     trial = outcome.trial
     return ProfileRecord(
         workload=trial.workload,
@@ -77,13 +87,27 @@ def _profile(run: TrialRun, outcome: TrialOutcome, summary: TrialSummary) -> Pro
             "stall_seconds": summary.stall_seconds,
             "telemetry_samples": summary.telemetry_samples,
             **outcome.notes,
+            "repeats": summary.repeats,
+            "repeat_throughputs": [o.summaries[0].throughput_samples_per_s for o in repeats],
+            "spread_ratio": summary.spread_ratio,
+            "flagged": _flagged(summary.spread_ratio, max_spread),
         },
     )
 
 
-def _colocation(run: TrialRun, pair: TrialOutcome, solo_a: TrialSummary, solo_b: TrialSummary) -> ColocationRecord:
-    a, b = pair.summaries
+def _colocation(
+    run: TrialRun,
+    pair: TrialOutcome,
+    *,
+    sides: tuple[TrialSummary, TrialSummary],
+    solo_a: TrialSummary,
+    solo_b: TrialSummary,
+    max_spread: float,
+) -> ColocationRecord:
+    a, b = sides
     side_a, side_b = pair.trial.sides
+    spreads = [x.spread_ratio for x in (a, b, solo_a, solo_b) if x.spread_ratio is not None]
+    spread = max(spreads) if spreads else None
     return ColocationRecord(
         gpu_model=pair.measured_model(),
         workload_a=side_a.workload,
@@ -102,40 +126,80 @@ def _colocation(run: TrialRun, pair: TrialOutcome, solo_a: TrialSummary, solo_b:
         mem_bytes_b=solo_b.peak_memory_bytes,
         source=source_of(run),
         trial_run=(run.metadata.namespace, run.metadata.name),
+        sharing=str(pair.notes.get("sharing") or ""),
+        repeats=a.repeats,
+        spread_ratio=spread,
+        flagged=_flagged(spread, max_spread),
     )
 
 
 @dataclass(frozen=True, slots=True)
 class Records:
+    """Records keyed by the id of each configuration's first trial; `ids_of` maps every trial id (repeats too) to
+    that key."""
+
     profiles: dict[str, ProfileRecord]
     colocations: dict[str, ColocationRecord]
     problems: dict[str, str]
+    ids_of: dict[str, str] = field(default_factory=dict)
 
 
-def records_for(run: TrialRun, trials: Sequence[Trial], outcomes: Sequence[TrialOutcome]) -> Records:
-    """Profile records of succeeded solo trials and co-location records of succeeded pairs, keyed by trial id.
+def _folded(outcomes: Sequence[TrialOutcome]) -> tuple[TrialSummary, ...]:
+    """Each side's repeats folded into median and spread."""
+    return tuple(fold_repeats([o.summaries[i] for o in outcomes]) for i in range(len(outcomes[0].summaries)))
 
-    A pair whose solo runs did not both succeed cannot be normalised; it is reported in `problems` instead.
+
+def records_for(
+    run: TrialRun,
+    trials: Sequence[Trial],
+    outcomes: Sequence[TrialOutcome],
+    *,
+    max_spread_ratio: float = DEFAULT_MAX_SPREAD_RATIO,
+) -> Records:
+    """One profile record per solo configuration and one co-location record per pair configuration, each over the
+    succeeded repeats of that configuration (median throughput, spread, flagged above `max_spread_ratio`).
+
+    A pair whose solo runs did not succeed cannot be normalised; it is reported in `problems` instead.
     """
-    by_id = {o.trial.id: o for o in outcomes}
+    groups: dict[tuple[object, ...], list[TrialOutcome]] = {}
+    for outcome in outcomes:
+        groups.setdefault(outcome.trial.key, []).append(outcome)
     profiles: dict[str, ProfileRecord] = {}
     colocations: dict[str, ColocationRecord] = {}
     problems: dict[str, str] = {}
-    for outcome in outcomes:
-        if outcome.phase is not Phase.SUCCEEDED:
+    ids_of: dict[str, str] = {}
+    folded: dict[tuple[object, ...], tuple[TrialSummary, ...]] = {}
+    for key, group in groups.items():
+        done = [o for o in group if o.phase is Phase.SUCCEEDED]
+        if done:
+            folded[key] = _folded(done)
+    for key, group in groups.items():
+        done = [o for o in group if o.phase is Phase.SUCCEEDED]
+        if not done:
             continue
-        trial = outcome.trial
+        first = group[0].trial.id
+        for o in group:
+            ids_of[o.trial.id] = first
+        trial = done[0].trial
         if trial.kind is TrialKind.SOLO:
-            profiles[trial.id] = _profile(run, outcome, outcome.summaries[0])
+            profiles[first] = _profile(run, done[0], folded[key][0], done, max_spread_ratio)
             continue
-        solos = [by_id.get(solo_of(list(trials), side, trial.gpu_model).id) for side in trial.sides]
-        if any(s is None or s.phase is not Phase.SUCCEEDED for s in solos):
-            problems[trial.id] = "a solo run of this pair did not succeed, so it cannot be normalised"
+        solo_keys = [solo_of(list(trials), side, trial.gpu_model).key for side in trial.sides]
+        if any(k not in folded for k in solo_keys):
+            for o in done:
+                problems[o.trial.id] = "a solo run of this pair did not succeed, so it cannot be normalised"
             continue
-        solo_a, solo_b = (s.summaries[0] for s in solos if s is not None)
-        colocations[trial.id] = _colocation(run, outcome, solo_a, solo_b)
+        pair_sides = folded[key]
+        colocations[first] = _colocation(
+            run,
+            done[0],
+            sides=(pair_sides[0], pair_sides[1]),
+            solo_a=folded[solo_keys[0]][0],
+            solo_b=folded[solo_keys[1]][0],
+            max_spread=max_spread_ratio,
+        )
     _annotate_solo_profiles(trials, profiles, colocations)
-    return Records(profiles=profiles, colocations=colocations, problems=problems)
+    return Records(profiles=profiles, colocations=colocations, problems=problems, ids_of=ids_of)
 
 
 def _annotate_solo_profiles(
@@ -161,6 +225,7 @@ def _annotate_solo_profiles(
                     "trial": pair_id,
                     "normalized_throughput": mine,
                     "partner_normalized_throughput": theirs,
+                    "sharing": coloc.sharing,
                 },
             ]
             profiles[solo_id] = _with_extra(record, {"colocations": shared})
@@ -200,6 +265,8 @@ def status_of(outcomes: Sequence[TrialOutcome], ids: dict[str, int] | None = Non
             entry["measuredGpuModel"] = o.gpu_model
         if o.node:
             entry["node"] = o.node
+        if o.notes.get("sharing") is not None:
+            entry["sharing"] = o.notes["sharing"]
         if o.summaries:
             entry["throughputs"] = [s.throughput_samples_per_s for s in o.summaries]
             entry["smUtilMeanRatios"] = [s.sm_util_mean_ratio for s in o.summaries]
@@ -211,18 +278,24 @@ def status_of(outcomes: Sequence[TrialOutcome], ids: dict[str, int] | None = Non
 
 
 def save_results(
-    *, session: Session, run: TrialRun, trials: Sequence[Trial], outcomes: Sequence[TrialOutcome]
+    *,
+    session: Session,
+    run: TrialRun,
+    trials: Sequence[Trial],
+    outcomes: Sequence[TrialOutcome],
+    max_spread_ratio: float = DEFAULT_MAX_SPREAD_RATIO,
 ) -> dict[str, Any]:
     """Write the run, its profiles and co-locations (idempotently) and return the status that was stored."""
-    records = records_for(run, trials, outcomes)
+    records = records_for(run, trials, outcomes, max_spread_ratio=max_spread_ratio)
     spec = run.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     namespace, name = run.metadata.namespace, run.metadata.name
     repo.save_trial_run(session=session, namespace=namespace, name=name, workload=run.spec.workload, spec=spec)
-    ids: dict[str, int] = {}
+    stored: dict[str, int] = {}
     for trial_id, profile in records.profiles.items():
-        ids[trial_id] = repo.save_profile(session=session, profile=profile)
+        stored[trial_id] = repo.save_profile(session=session, profile=profile)
     for trial_id, coloc in records.colocations.items():
-        ids[trial_id] = repo.save_colocation(session=session, colocation=coloc)
+        stored[trial_id] = repo.save_colocation(session=session, colocation=coloc)
+    ids = {trial_id: stored[first] for trial_id, first in records.ids_of.items() if first in stored}
     adjusted = [
         TrialOutcome(o.trial, Phase.FAILED, records.problems[o.trial.id], o.gpu_model, o.node, o.summaries, o.notes)
         if o.trial.id in records.problems

@@ -22,6 +22,11 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 DEFAULT_MAX_DURATION_SECONDS = 300
+# Three runs of every trial by default: the median of three stands one outlier, and three give a spread. On the
+# H100 (docs/gpu-validation.md) single runs of one solo workload differed by up to 27 %, so one run cannot say
+# whether a pair's slowdown is the partner's doing or noise.
+DEFAULT_REPEATS = 3
+MAX_REPEATS = 20
 MAX_DURATION_CONTEXT_KEY = "max_duration_seconds"
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
@@ -72,6 +77,11 @@ class TrialRunSpec(_Strict):
     matrix: Matrix
     colocate_with: list[Partner] = Field(default_factory=list)
     max_duration_seconds: PositiveInt = DEFAULT_MAX_DURATION_SECONDS
+    # Every trial is run this many times; results keep the median and the spread.
+    repeats: int = Field(default=DEFAULT_REPEATS, ge=1, le=MAX_REPEATS, strict=True)
+    # Time-bound trials: the runner stops a trial once it has seen this much steady (for a pair: overlapping)
+    # time, so a workload's own step count does not decide what is measured. None: the profiler's setting.
+    steady_seconds: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -104,15 +114,26 @@ REFERENCE_PARTNERS: tuple[tuple[str, str, int], ...] = (
     ("transformer-bs32", "transformer", 32),
     ("recommender-bs256", "recommender", 256),
 )
-REFERENCE_STEPS = 300
+# Each partner trains for up to this long; the runner stops it once it has measured enough steady time together.
+REFERENCE_SECONDS = 120
 
 
-def reference_partners(image: str | None) -> list[Partner]:
-    """The reference set as `colocateWith` partners, run from `image` (None: the trial's own image)."""
+def reference_partners(image: str | None, scale: int = 1) -> list[Partner]:
+    """The reference set as `colocateWith` partners, run from `image` (None: the trial's own image), their model
+    widths multiplied by `scale` (`python -m profiler.workloads --scale`)."""
     return [
         Partner(
             workload=workload,
-            command=["python", "-m", "profiler.workloads", name, "--steps", str(REFERENCE_STEPS)],
+            command=[
+                "python",
+                "-m",
+                "profiler.workloads",
+                name,
+                "--seconds",
+                str(REFERENCE_SECONDS),
+                "--scale",
+                str(scale),
+            ],
             image=image,
             batch_size=batch_size,
         )
@@ -120,12 +141,12 @@ def reference_partners(image: str | None) -> list[Partner]:
     ]
 
 
-def with_reference_partners(run: TrialRun, image: str | None) -> TrialRun:
+def with_reference_partners(run: TrialRun, image: str | None, scale: int = 1) -> TrialRun:
     """`run` co-run with the reference set when its spec does not say `colocateWith` at all (an explicit empty list
     keeps it alone); the workload itself is never its own partner."""
     if "colocate_with" in run.spec.model_fields_set:
         return run
-    partners = [p for p in reference_partners(image) if p.workload != run.spec.workload]
+    partners = [p for p in reference_partners(image, scale) if p.workload != run.spec.workload]
     return run.model_copy(update={"spec": run.spec.model_copy(update={"colocate_with": partners})})
 
 

@@ -4,6 +4,11 @@ Pure functions over plain data, shared by the controller and the local runner. R
 a warm-up (compilation, cache fill) that is dropped, stalls (checkpointing, a slow data loader) that are left
 out of the rate rather than averaged in, restarts of the counters, and a crash part-way (whatever was reported
 before the crash still counts, provided enough of it is steady-state).
+
+A pair (two workloads sharing one GPU) is timed only over its overlap: the window in which both sides were past
+their warm-ups at the same time (`summarise_pair`). Two sides that hardly ran together measure each one alone, so
+a pair whose overlap is shorter than `OverlapRule` asks for fails with that reason instead of giving a number.
+Repeats of one trial are folded into their median and spread (`fold_repeats`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,11 @@ from profiler.progress import ProgressSample
 DEFAULT_WARMUP_FRACTION = 0.2
 DEFAULT_STALL_FACTOR = 5.0
 MIN_STEADY_INTERVALS = 2
+# A pair must have run together past both warm-ups for at least this long and this share of the trial's span.
+DEFAULT_MIN_OVERLAP_SECONDS = 5.0
+DEFAULT_MIN_OVERLAP_SHARE = 0.3
+# Time-bound trials stop after this much steady (for a pair: overlapping) progress unless the spec says otherwise.
+DEFAULT_STEADY_SECONDS = 30.0
 WARMUP_SETTLED_INTERVALS = 3
 WARMUP_SETTLED_RATIO = 0.8
 
@@ -51,6 +61,8 @@ class TrialSummary:
     peak_memory_bytes: int | None = None
     power_watts: float | None = None
     telemetry_samples: int = 0
+    repeats: int = 1
+    spread_ratio: float | None = None  # (max - min) / median throughput over the repeats; None for one run
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {
@@ -66,7 +78,18 @@ class TrialSummary:
             "peak_memory_bytes": self.peak_memory_bytes,
             "power_watts": self.power_watts,
             "telemetry_samples": self.telemetry_samples,
+            "repeats": self.repeats,
+            "spread_ratio": self.spread_ratio,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapRule:
+    """How much steady time two sides of a pair must have shared: seconds, and a share of the trial's span (from
+    the first side's first report to the last side's last one)."""
+
+    min_seconds: float = DEFAULT_MIN_OVERLAP_SECONDS
+    min_share: float = DEFAULT_MIN_OVERLAP_SHARE
 
 
 def _last_run(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
@@ -89,16 +112,18 @@ def _rate(a: ProgressSample, b: ProgressSample) -> float:
 
 def _warmup_end(run: Sequence[ProgressSample], warmup_fraction: float) -> int:
     """Index of the first steady report: past `warmup_fraction` of the time span, and past the point from which
-    the rate stays near the final rate (the median of the second half) for a few intervals in a row."""
+    the rate over a few intervals stays near the final rate (the rate over the second half of the reports).
+
+    Rates are taken over spans of several reports, not per interval, and the final rate is samples over time: a
+    workload that shares its device in turns (time slices longer than its reporting interval) reports in bursts,
+    whose per-interval rates alternate between fast and slow without the workload warming up at all."""
     start_t = run[0].t_seconds
     warmup_end_t = start_t + (run[-1].t_seconds - start_t) * warmup_fraction
     by_time = next(i for i, s in enumerate(run) if s.t_seconds >= warmup_end_t)
-    rates = [_rate(a, b) for a, b in itertools.pairwise(run)]
-    final_rate = statistics.median(rates[len(rates) // 2 :])
-    by_rate = len(rates)
-    for i in range(len(rates)):
-        window = rates[i : i + WARMUP_SETTLED_INTERVALS]
-        if all(r >= WARMUP_SETTLED_RATIO * final_rate for r in window):
+    final_rate = _rate(run[len(run) // 2 - 1], run[-1])
+    by_rate = len(run) - 1
+    for i in range(len(run) - WARMUP_SETTLED_INTERVALS):
+        if _rate(run[i], run[i + WARMUP_SETTLED_INTERVALS]) >= WARMUP_SETTLED_RATIO * final_rate:
             by_rate = i
             break
     return min(max(by_time, by_rate), len(run) - 1 - MIN_STEADY_INTERVALS)
@@ -117,6 +142,20 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _steady_start(run: Sequence[ProgressSample], warmup_fraction: float) -> float:
+    """Time of the first steady report of one side's run (which has at least MIN_STEADY_INTERVALS + 1 reports)."""
+    return run[_warmup_end(run, warmup_fraction)].t_seconds
+
+
+def _checked_run(progress: Sequence[ProgressSample], warmup_fraction: float) -> list[ProgressSample]:
+    if not 0.0 <= warmup_fraction < 1.0:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    run = _last_run(progress)
+    if len(run) < MIN_STEADY_INTERVALS + 1:
+        raise SummaryError(f"only {len(run)} progress reports; at least {MIN_STEADY_INTERVALS + 1} are needed")
+    return run
+
+
 def summarise(
     progress: Sequence[ProgressSample],
     telemetry: Sequence[TelemetrySample] = (),
@@ -132,13 +171,125 @@ def summarise(
     out of both samples and time. Telemetry is averaged over the steady window (all of it when none falls
     there); peak memory is over the whole run.
     """
-    if not 0.0 <= warmup_fraction < 1.0:
-        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    run = _checked_run(progress, warmup_fraction)
+    steady = run[_warmup_end(run, warmup_fraction) :]
+    return _figures(run, steady, telemetry, stall_factor)
+
+
+def steady_seconds(progress: Sequence[ProgressSample], warmup_fraction: float = DEFAULT_WARMUP_FRACTION) -> float:
+    """How long one side has been past its warm-up so far (0 before it has enough reports to tell)."""
     run = _last_run(progress)
     if len(run) < MIN_STEADY_INTERVALS + 1:
-        raise SummaryError(f"only {len(run)} progress reports; at least {MIN_STEADY_INTERVALS + 1} are needed")
-    first = _warmup_end(run, warmup_fraction)
-    steady = run[first:]
+        return 0.0
+    return run[-1].t_seconds - _steady_start(run, warmup_fraction)
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """The window in which both sides of a pair were past their warm-ups, and the span of the whole trial."""
+
+    start_seconds: float
+    end_seconds: float
+    span_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end_seconds - self.start_seconds)
+
+    @property
+    def share(self) -> float:
+        return self.seconds / self.span_seconds if self.span_seconds > 0 else 0.0
+
+
+def _overlap(runs: Sequence[Sequence[ProgressSample]], warmup_fraction: float) -> Overlap:
+    """Each side's warm-up is judged on its reports up to the earlier side's last one: a side that runs on alone
+    speeds up, and its warm-up must not be taken to last until then."""
+    ends = [run[-1].t_seconds for run in runs]
+    first = min(run[0].t_seconds for run in runs)
+    shared_end = min(ends)
+    starts = []
+    for run in runs:
+        together = [s for s in run if s.t_seconds <= shared_end]
+        if len(together) < MIN_STEADY_INTERVALS + 1:
+            return Overlap(start_seconds=shared_end, end_seconds=shared_end, span_seconds=max(ends) - first)
+        starts.append(_steady_start(together, warmup_fraction))
+    return Overlap(start_seconds=max(starts), end_seconds=shared_end, span_seconds=max(ends) - first)
+
+
+def _pair_overlap(progress: Sequence[Sequence[ProgressSample]], warmup_fraction: float) -> Overlap | None:
+    runs = [_last_run(p) for p in progress]
+    if any(len(run) < MIN_STEADY_INTERVALS + 1 for run in runs):
+        return None
+    return _overlap(runs, warmup_fraction)
+
+
+def overlap_seconds(
+    progress: Sequence[Sequence[ProgressSample]], warmup_fraction: float = DEFAULT_WARMUP_FRACTION
+) -> float:
+    """How long the sides have been past their warm-ups together so far (a solo side: its steady time)."""
+    if len(progress) == 1:
+        return steady_seconds(progress[0], warmup_fraction)
+    overlap = _pair_overlap(progress, warmup_fraction)
+    return 0.0 if overlap is None else overlap.seconds
+
+
+def measured_enough(
+    progress: Sequence[Sequence[ProgressSample]],
+    target_seconds: float,
+    *,
+    warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+    rule: OverlapRule = OverlapRule(),
+) -> bool:
+    """Whether a running trial can be stopped: `target_seconds` of steady progress, and for a pair an overlap that
+    `rule` accepts (a partner that started late can need more than `target_seconds` for the share)."""
+    if len(progress) == 1:
+        return steady_seconds(progress[0], warmup_fraction) >= target_seconds
+    overlap = _pair_overlap(progress, warmup_fraction)
+    return (
+        overlap is not None
+        and overlap.seconds >= max(target_seconds, rule.min_seconds)
+        and overlap.share >= rule.min_share
+    )
+
+
+def summarise_pair(
+    progress: tuple[Sequence[ProgressSample], Sequence[ProgressSample]],
+    telemetry: tuple[Sequence[TelemetrySample], Sequence[TelemetrySample]] = ((), ()),
+    *,
+    warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+    stall_factor: float = DEFAULT_STALL_FACTOR,
+    rule: OverlapRule = OverlapRule(),
+) -> tuple[TrialSummary, TrialSummary]:
+    """Each side's figures over the overlap only: from the later of the two warm-up ends to the earlier of the two
+    last reports. Raises SummaryError when that window is shorter than `rule` allows."""
+    runs = [_checked_run(p, warmup_fraction) for p in progress]
+    overlap = _overlap(runs, warmup_fraction)
+    if overlap.seconds < rule.min_seconds or overlap.share < rule.min_share:
+        raise SummaryError(
+            f"the sides ran together past their warm-ups for {overlap.seconds:.2f} s ({overlap.share:.0%} of the "
+            f"{overlap.span_seconds:.2f} s trial); at least {rule.min_seconds:g} s and {rule.min_share:.0%} are "
+            "needed to time a pair"
+        )
+    summaries = []
+    for run, side_telemetry in zip(runs, telemetry, strict=True):
+        window = [s for s in run if overlap.start_seconds <= s.t_seconds <= overlap.end_seconds]
+        if len(window) < MIN_STEADY_INTERVALS + 1:
+            raise SummaryError(
+                f"only {len(window)} progress reports inside the {overlap.seconds:.2f} s overlap; at least "
+                f"{MIN_STEADY_INTERVALS + 1} are needed"
+            )
+        summaries.append(_figures(run, window, side_telemetry, stall_factor, until_seconds=overlap.end_seconds))
+    return summaries[0], summaries[1]
+
+
+def _figures(
+    run: Sequence[ProgressSample],
+    steady: Sequence[ProgressSample],
+    telemetry: Sequence[TelemetrySample],
+    stall_factor: float,
+    until_seconds: float | None = None,
+) -> TrialSummary:
+    """Rate and utilisation over the `steady` reports of `run` (telemetry up to `until_seconds` when given)."""
     intervals = [
         (b.t_seconds - a.t_seconds, b.step - a.step, b.samples - a.samples) for a, b in itertools.pairwise(steady)
     ]
@@ -156,7 +307,8 @@ def summarise(
     if kept_seconds <= 0 or kept_steps <= 0:
         raise SummaryError("no steady progress: the workload reported no steps after its warm-up")
     start_t, steady_start_t = run[0].t_seconds, steady[0].t_seconds
-    window = [s for s in telemetry if s.t_seconds >= steady_start_t] or list(telemetry)
+    end_t = until_seconds if until_seconds is not None else float("inf")
+    window = [s for s in telemetry if steady_start_t <= s.t_seconds <= end_t] or list(telemetry)
     sm = [s.sm_utilization_ratio for s in window if s.sm_utilization_ratio is not None]
     bw = [s.memory_bandwidth_utilization_ratio for s in window if s.memory_bandwidth_utilization_ratio is not None]
     power = [s.power_watts for s in window if s.power_watts is not None]
@@ -175,3 +327,27 @@ def summarise(
         power_watts=_mean(power),
         telemetry_samples=len(telemetry),
     )
+
+
+def spread_ratio(values: Sequence[float]) -> float | None:
+    """(max - min) / median of repeated measurements; None for fewer than two (no spread can be told)."""
+    if len(values) < 2:
+        return None
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / middle if middle > 0 else None
+
+
+def fold_repeats(repeats: Sequence[TrialSummary]) -> TrialSummary:
+    """One summary of repeated runs of the same side: the median throughput (and step time), the spread of the
+    throughputs, and the utilisation figures of the run whose throughput is the (lower) median."""
+    if not repeats:
+        raise ValueError("no repeats to fold")
+    throughputs = [r.throughput_samples_per_s for r in repeats]
+    middle = statistics.median_low(throughputs)
+    typical = next(r for r in repeats if r.throughput_samples_per_s == middle)
+    fields = {name: getattr(typical, name) for name in TrialSummary.__slots__}
+    fields["throughput_samples_per_s"] = statistics.median(throughputs)
+    fields["step_time_seconds"] = statistics.median(r.step_time_seconds for r in repeats)
+    fields["repeats"] = len(repeats)
+    fields["spread_ratio"] = spread_ratio(throughputs)
+    return TrialSummary(**fields)

@@ -1,5 +1,9 @@
 """Expansion of a TrialRun into trials: every matrix combination, plus solo and paired runs for co-location.
 
+With `repeats: N` the whole list is made N times over, one round after another, so each pair's repeat runs next
+to its solos' repeats (a drift of the machine during the run spreads over all of them alike). Repeats of one
+configuration share a `key`; the results fold them into their median and spread.
+
 Pure and deterministic (same spec → same trials in the same order), so the controller can re-derive the trial
 list on every reconcile and match it against the Jobs it already created.
 """
@@ -10,7 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from profiler.spec import EnvVar, TrialRunSpec
+from profiler.spec import EnvVar, TrialRun, TrialRunSpec
 
 ENV_BATCH_SIZE = "GPUADVISOR_BATCH_SIZE"
 ENV_GPU_COUNT = "GPUADVISOR_GPU_COUNT"
@@ -43,6 +47,12 @@ class Trial:
     gpu_model: str | None
     gpu_count: int
     sides: tuple[Side, ...]
+    repeat: int = 0
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """What repeats of one configuration have in common."""
+        return (self.kind, self.gpu_model, self.gpu_count, tuple((s.workload, s.batch_size) for s in self.sides))
 
     @property
     def id(self) -> str:
@@ -66,6 +76,8 @@ class Trial:
             "gpuCount": self.gpu_count,
             "batchSize": self.batch_size,
         }
+        if self.repeat:
+            out["repeat"] = self.repeat
         if self.kind is TrialKind.PAIR:
             out["partner"] = self.sides[1].workload
             out["partnerBatchSize"] = self.sides[1].batch_size
@@ -82,7 +94,17 @@ def _env(base: list[EnvVar], workload: str, batch_size: int | None, gpu_count: i
 
 
 def expand(spec: TrialRunSpec) -> list[Trial]:
-    """The trials of `spec`, solo matrix combinations first, then co-location solos and pairs (deduplicated)."""
+    """The trials of `spec`: `spec.repeats` rounds of one round's trials, renumbered in one sequence."""
+    one_round = _one_round(spec)
+    return [
+        Trial(round_ * len(one_round) + t.index, t.kind, t.gpu_model, t.gpu_count, t.sides, round_)
+        for round_ in range(spec.repeats)
+        for t in one_round
+    ]
+
+
+def _one_round(spec: TrialRunSpec) -> list[Trial]:
+    """One round: solo matrix combinations first, then co-location solos and pairs (deduplicated)."""
     models: list[str | None] = list(spec.matrix.gpu_models) if spec.matrix.gpu_models else [None]
     batch_sizes: list[int | None] = list(spec.matrix.batch_sizes) if spec.matrix.batch_sizes else [None]
     trials: list[Trial] = []
@@ -125,11 +147,12 @@ def expand(spec: TrialRunSpec) -> list[Trial]:
     return trials
 
 
-def solo_of(trials: list[Trial], side: Side, gpu_model: str | None) -> Trial:
-    """The solo one-GPU trial measuring `side` on `gpu_model` (expansion always creates it for a pair)."""
+def solo_of(trials: list[Trial], side: Side, gpu_model: str | None, repeat: int = 0) -> Trial:
+    """The solo one-GPU trial measuring `side` on `gpu_model` in round `repeat` (expansion always creates it)."""
     for trial in trials:
         if (
             trial.kind is TrialKind.SOLO
+            and trial.repeat == repeat
             and trial.gpu_count == 1
             and trial.gpu_model == gpu_model
             and trial.workload == side.workload
@@ -155,3 +178,9 @@ def expand_command(command: tuple[str, ...], env: dict[str, str]) -> list[str]:
         return env.get(name, match.group(0))
 
     return [_VAR_REF.sub(substitute, arg) for arg in command]
+
+
+def target_seconds(run: TrialRun, default_seconds: float) -> float:
+    """Steady (for a pair: overlapping) time after which a time-bound trial is stopped: the spec's `steadySeconds`,
+    else the runner's default (`profiler.summary.measured_enough` adds what a pair's overlap rule needs)."""
+    return run.spec.steady_seconds or default_seconds

@@ -6,11 +6,13 @@ needed resource (the Kubernetes API) is missing, 1 when a local run finished wit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import re
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, Stages, fail, table_console
 from advisor.cli.db import DbUrlOption, open_store
-from collector.backend import BackendUnavailableError, GpuBackend
+from collector.backend import BackendUnavailableError
 from profiler import views
 from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
 from profiler.local import LocalRunner
@@ -27,6 +29,9 @@ from profiler.results import Phase, save_results
 from profiler.settings import ProfilerSettings
 from profiler.spec import SpecError, TrialRun, load_trialrun, with_reference_partners
 from profiler.store import db, repo
+
+if TYPE_CHECKING:
+    from collector.nvml import NvmlBackend
 
 app = typer.Typer(help="Request and read trial-run profiles.", no_args_is_help=True)
 profiler_app = typer.Typer(help="The TrialRun controller and job-history recorder.", no_args_is_help=True)
@@ -46,7 +51,7 @@ def _load(path: Path, settings: ProfilerSettings) -> TrialRun:
         fail(f"invalid TrialRun {path}: {e}")
 
 
-def _open_backend() -> tuple[GpuBackend | None, str]:
+def _open_backend() -> tuple[NvmlBackend | None, str]:
     """This machine's NVML backend, or None with the reason when there is no GPU to read."""
     try:
         from collector.nvml import NvmlBackend
@@ -73,8 +78,10 @@ def request(
     """Validate a TrialRun and run it locally, or submit it to the cluster's profiler."""
     settings = ProfilerSettings()
     run = _load(file, settings)
-    if references:
-        run = with_reference_partners(run, settings.reference_image)
+    if references and local and importlib.util.find_spec("torch") is None:
+        _note_reference_partners_skipped(run)
+    elif references:
+        run = with_reference_partners(run, settings.reference_image, settings.reference_scale)
     if not local:
         _submit(run)
         return
@@ -86,6 +93,9 @@ def request(
         backend=backend,
         sample_interval_seconds=settings.sample_interval_seconds,
         warmup_fraction=settings.warmup_fraction,
+        steady_seconds=settings.steady_seconds,
+        overlap=settings.overlap_rule(),
+        sharing_facts=backend.sharing_facts if backend is not None else None,
         on_event=lambda message: typer.echo(message, err=True),
     )
     try:
@@ -94,7 +104,13 @@ def request(
         if backend is not None:
             backend.close()
     with db.transaction(db.session_factory(engine)) as session:
-        status = save_results(session=session, run=run, trials=runner.trials(run), outcomes=outcomes)
+        status = save_results(
+            session=session,
+            run=run,
+            trials=runner.trials(run),
+            outcomes=outcomes,
+            max_spread_ratio=settings.max_spread_ratio,
+        )
     _print_trials(status["trials"])
     typer.echo(
         f"trialrun {run.metadata.namespace}/{run.metadata.name}: {status['phase']} — {status['message']} "
@@ -102,6 +118,18 @@ def request(
     )
     if status["phase"] != Phase.SUCCEEDED:
         raise typer.Exit(1)
+
+
+def _note_reference_partners_skipped(run: TrialRun) -> None:
+    """The one note for a local run whose default reference partners cannot run here (they need PyTorch)."""
+    partners = [p.workload for p in with_reference_partners(run, None).spec.colocate_with]
+    if "colocate_with" in run.spec.model_fields_set or not partners:
+        return
+    typer.echo(
+        f"note: reference partners {', '.join(partners)} skipped: they need PyTorch, which {sys.executable} lacks; "
+        "install it with `pip install 'gpuadvisor[workloads]'` (or pass --no-reference-partners)",
+        err=True,
+    )
 
 
 def _submit(run: TrialRun) -> None:
@@ -247,8 +275,8 @@ def show(
     if "trials" in detail:
         typer.echo(f"trialrun {namespace}/{name} ({workload}): {detail['phase']} — {detail['message']}")
         _print_trials(detail["trials"])
-    else:
-        _print_profiles(detail["profiles"])
+    _print_profiles(detail["profiles"])
+    _print_colocations(detail["colocations"])
     if target is not None:
         typer.echo(f"plot written to {target}")
 
@@ -278,20 +306,73 @@ def _plot_path(plot: Path, name: str) -> Path:
     return target
 
 
+def _spread(repeats: object, spread: object, flagged: object) -> str:
+    """`n× s%` for a repeated result, s = (max - min) / median of its throughputs (` flagged` when that keeps it out
+    of training), `1×` for a single run."""
+    if not isinstance(repeats, int) or repeats <= 1 or not isinstance(spread, int | float):
+        return f"{repeats or 1}×"
+    return f"{repeats}× {float(spread):.1%}" + (" flagged" if flagged else "")
+
+
 def _print_profiles(profiles: list[dict[str, Any]]) -> None:
-    table = Table("source", "GPU", "GPUs", "nodes", "batch", "samples/s", "step s", "SM util", "mem GiB", "power W")
+    if not profiles:
+        return
+    table = Table(
+        "workload",
+        "source",
+        "GPU",
+        "GPUs",
+        "nodes",
+        "batch",
+        "samples/s (median)",
+        "repeats, spread",
+        "step s",
+        "SM util",
+        "mem GiB",
+        "power W",
+        title="profiles",
+    )
     for p in profiles:
+        extra = p.get("extra") or {}
         table.add_row(
+            p["workload"],
             p["source"],
             p["gpu_model"],
             str(p["gpu_count"]),
             str(p["node_count"]),
             str(p["batch_size"] or "—"),
             _fmt(p["throughput_samples_per_s"]),
+            _spread(extra.get("repeats"), extra.get("spread_ratio"), extra.get("flagged")),
             _fmt(p["step_time_seconds"], digits=3),
             _fmt(p["sm_util_mean_ratio"], 1.0, 2),
             _fmt(p["peak_memory_bytes"], 1 / 2**30, 2),
             _fmt(p["power_watts"]),
+        )
+    console.print(table)
+
+
+def _print_colocations(colocations: list[dict[str, Any]]) -> None:
+    if not colocations:
+        return
+    table = Table(
+        "pair",
+        "GPU",
+        "sharing",
+        "solo samples/s",
+        "shared samples/s",
+        "normalised",
+        "repeats, spread",
+        title="co-locations (each side's shared / solo throughput, medians over the repeats)",
+    )
+    for c in colocations:
+        table.add_row(
+            f"{c['workload_a']} + {c['workload_b']}",
+            c["gpu_model"],
+            c.get("sharing") or "unknown",
+            _fmt([c["solo_throughput_a"], c["solo_throughput_b"]]),
+            _fmt([c["coloc_throughput_a"], c["coloc_throughput_b"]]),
+            _fmt([c["norm_a"], c["norm_b"]], digits=2),
+            _spread(c.get("repeats"), c.get("spread_ratio"), c.get("flagged")),
         )
     console.print(table)
 
@@ -359,6 +440,9 @@ def run_controller(
         sessions=sessions,
         max_duration_seconds=settings.max_trial_duration_seconds,
         warmup_fraction=settings.warmup_fraction,
+        overlap=settings.overlap_rule(),
+        max_spread_ratio=settings.max_spread_ratio,
+        steady_seconds=settings.steady_seconds,
     )
     recorder = (
         None

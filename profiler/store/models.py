@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -177,6 +178,10 @@ class Colocation(Base):
     sm_util_b: Mapped[float | None] = mapped_column(Float)
     mem_bw_util_b: Mapped[float | None] = mapped_column(Float)
     mem_bytes_b: Mapped[int | None] = mapped_column(BigInteger)
+    sharing: Mapped[str | None] = mapped_column(String(16))
+    repeats: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    spread_ratio: Mapped[float | None] = mapped_column(Float)
+    flagged: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     workload_a: Mapped[Workload] = relationship(foreign_keys=[workload_a_id])

@@ -205,6 +205,10 @@ def save_colocation(*, session: Session, colocation: ColocationRecord) -> int:
         "sm_util_b": c.sm_util_b,
         "mem_bw_util_b": c.mem_bw_util_b,
         "mem_bytes_b": c.mem_bytes_b,
+        "sharing": c.sharing or None,
+        "repeats": c.repeats,
+        "spread_ratio": c.spread_ratio,
+        "flagged": c.flagged,
         "created_at": utcnow(),
     }
     key = ["source", "gpu_model", "workload_a_id", "workload_b_id", "batch_size_a", "batch_size_b"]
@@ -236,6 +240,10 @@ def list_colocations(*, session: Session, gpu_model: str | None = None) -> list[
             mem_bytes_b=r.mem_bytes_b,
             source=r.source,
             trial_run=(r.trial_run.namespace, r.trial_run.name) if r.trial_run is not None else None,
+            sharing=r.sharing or "",
+            repeats=r.repeats,
+            spread_ratio=r.spread_ratio,
+            flagged=r.flagged,
         )
         for r in session.execute(stmt).scalars()
     ]

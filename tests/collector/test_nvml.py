@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector.backend import BackendUnavailableError
-from collector.nvml import NvmlBackend
+from collector.nvml import CALL_SECONDS_BUCKETS, SM_SAMPLE_MAX_AGE_SECONDS, CallLatency, NvmlBackend
 from collector.snapshot import LinkLevel
 from tests.collector.conftest import ConfigureNvml
 from tests.support.fake_nvml import (
@@ -114,14 +114,20 @@ def test_processes_from_all_lists_with_newest_utilisation_sample(
             ]
         )
     )
-    backend = _open(open_backend)
+    now = [100.0]
+    backend = NvmlBackend(clock=lambda: now[0])
+    open_backend.append(backend)
     processes = {p.pid: p for p in backend.read().gpus[0].processes}
     assert {pid: p.memory_used_bytes for pid, p in processes.items()} == {100: 3 * GIB, 200: GIB, 300: 2 * GIB}
     assert processes[100].sm_utilization_ratio == pytest.approx(0.70)
     assert processes[300].sm_utilization_ratio == pytest.approx(0.05)
-    assert processes[200].sm_utilization_ratio == 0.0
-    # no new samples since the last read: the processes were idle
-    assert [p.sm_utilization_ratio for p in backend.read().gpus[0].processes] == [0.0, 0.0, 0.0]
+    # NVML had no sample for 200 (`nvidia-smi pmon` shows "-"): unknown, not idle
+    assert processes[200].sm_utilization_ratio is None
+    # no new samples since the last read: each process keeps its last sample for a bounded time, then is unknown
+    now[0] += SM_SAMPLE_MAX_AGE_SECONDS - 1
+    assert [p.sm_utilization_ratio for p in backend.read().gpus[0].processes] == pytest.approx([0.70, None, 0.05])
+    now[0] += 2
+    assert [p.sm_utilization_ratio for p in backend.read().gpus[0].processes] == [None, None, None]
 
 
 def test_not_supported_is_absent_and_logged_once_other_errors_counted(
@@ -253,3 +259,54 @@ def test_missing_functions_become_absent_values(tmp_path: Path) -> None:
     env = {**os.environ, **fake_nvml_env(library, config)}
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert json.loads(result.stdout) == [True, None, None, 0]
+
+
+def test_sharing_facts_name_the_mps_clients_and_the_mig_mode(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
+    mig = FakeMig(uuid="MIG-0", gpu_instance_id=1, compute_instance_id=0, memory_total_bytes=GIB, memory_used_bytes=0)
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(uuid="GPU-0", processes=[FakeProcess(100, GIB), FakeProcess(300, GIB, kind="mps")]),
+                FakeGpu(uuid="GPU-1", mig_devices=[mig]),
+            ]
+        )
+    )
+    backend = _open(open_backend)
+    plain, partitioned = backend.sharing_facts(0), backend.sharing_facts(1)
+    assert plain.mps_pids == frozenset({300})
+    assert plain.mig_enabled is False
+    assert plain.compute_mode is None  # the stand-in library has no nvmlDeviceGetComputeMode: unknown, not a guess
+    assert partitioned.mig_enabled is True
+
+
+def test_every_nvml_call_is_timed_per_function_and_logged_when_verbose(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend], caplog: pytest.LogCaptureFixture
+) -> None:
+    configure_nvml(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0", processes=[FakeProcess(100, GIB)])]))
+    backend = _open(open_backend)
+    with caplog.at_level(logging.DEBUG, logger="collector.nvml"):
+        backend.read()
+        backend.read()
+    latency = backend.call_latency()
+    for function in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetProcessUtilization"):
+        assert latency[function].count == 2, function
+        assert sum(latency[function].bucket_counts) == 2
+        assert 0 < latency[function].total_seconds <= 2 * latency[function].max_seconds
+    assert latency["nvmlDeviceGetUUID"].count == 1  # a static fact: read once at start-up, not per read
+    assert any(name.startswith("nvmlDeviceGetComputeRunningProcesses") for name in latency)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("NVML nvmlDeviceGetMemoryInfo:")]
+    assert len(logged) == 1  # after the first read only (then every 60 reads)
+    assert "1 calls in 1 reads" in logged[0]
+
+
+def test_call_latency_histogram_bounds_its_quantiles() -> None:
+    latency = CallLatency()
+    for seconds in (3e-6, 4e-5, 4e-5, 4e-5, 0.2):
+        latency.observe(seconds)
+    assert latency.bucket_counts[0] == 1
+    assert latency.bucket_counts[CALL_SECONDS_BUCKETS.index(5e-5)] == 3
+    assert latency.bucket_counts[-1] == 1  # slower than the last bound
+    assert latency.quantile_bound_seconds(0.5) == 5e-5
+    assert latency.quantile_bound_seconds(0.99) == 0.2

@@ -17,6 +17,7 @@ VALID: dict[str, Any] = {
         "matrix": {"gpuModels": ["H100", "A100"], "gpuCounts": [1, 2], "batchSizes": [64]},
         "colocateWith": [{"workload": "lstm", "command": ["python", "lstm.py"], "batchSize": 20}],
         "maxDurationSeconds": 300,
+        "repeats": 1,  # one round; the tests of repeats ask for more
     },
 }
 

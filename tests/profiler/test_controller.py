@@ -21,6 +21,7 @@ from profiler.controller import Controller
 from profiler.kube import KubeCluster
 from profiler.store import db, repo
 from profiler.store.models import Colocation, Profile, TrialGpu, TrialTelemetry
+from profiler.summary import OverlapRule
 from tests.profiler.specs import trialrun
 
 pytestmark = pytest.mark.asyncio
@@ -95,7 +96,9 @@ def engine(tmp_path: Any) -> Engine:
 
 def _controller(k: kmock.KubernetesEmulator, engine: Engine) -> Controller:
     cluster = KubeCluster(make_api_client(str(k.url).rstrip("/")))
-    return Controller(cluster=cluster, sessions=db.session_factory(engine), max_duration_seconds=600)
+    # The recorded pods report a few seconds of progress each; the overlap rule is scaled down to match.
+    overlap = OverlapRule(min_seconds=1.0, min_share=0.2)
+    return Controller(cluster=cluster, sessions=db.session_factory(engine), max_duration_seconds=600, overlap=overlap)
 
 
 async def test_controller_runs_solos_then_the_pair_and_stores_profiles(
@@ -147,6 +150,7 @@ async def test_controller_runs_solos_then_the_pair_and_stores_profiles(
         profiles = {(p.workload, p.gpu_count): p for p in repo.list_profiles(session=s)}
     assert coloc.norm_a == pytest.approx(300 / 400, rel=0.01)
     assert coloc.norm_b == pytest.approx(100 / 200, rel=0.01)
+    assert coloc.sharing == "time-slicing"  # the node's nvidia.com/gpu.sharing-strategy label
     resnet = profiles[("resnet50", 1)]
     assert resnet.sm_util_mean_ratio == 0.75
     assert resnet.peak_memory_bytes == 6 << 30
@@ -225,6 +229,7 @@ def _put_pod(
     rate: float,
     batch: int,
     annotations: dict[str, str],
+    steps: int = 30,
 ) -> None:
     """Add or replace the Job's pod with these collector annotations (the collector rewrites them each sample)."""
     name = job["metadata"]["name"]
@@ -240,7 +245,7 @@ def _put_pod(
         "spec": {"nodeName": node},
         "status": {"phase": phase},
     }
-    k[f"get /api/v1/namespaces/{NS}/pods/{pod}/log"] << _progress_log(rate, batch)
+    k[f"get /api/v1/namespaces/{NS}/pods/{pod}/log"] << _progress_log(rate, batch, steps)
 
 
 def _telemetry(stamp: str, utilization: float, memory_bytes: int, gpus: str | None = "GPU-1") -> dict[str, str]:
@@ -379,3 +384,29 @@ async def test_a_deleted_trialrun_leaves_no_kept_telemetry(kmock: kmock.Kubernet
     assert _kept_rows(engine) == (1, 1)
     controller.forget_run(NS, doc["metadata"]["name"])
     assert _kept_rows(engine) == (0, 0)
+
+
+async def test_a_trial_is_stopped_once_its_running_pods_logged_enough_steady_time(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)
+
+    def controller(steady_seconds: float) -> Controller:
+        cluster = KubeCluster(make_api_client(str(kmock.url).rstrip("/")))
+        sessions = db.session_factory(engine)
+        return Controller(cluster=cluster, sessions=sessions, max_duration_seconds=600, steady_seconds=steady_seconds)
+
+    doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]}, colocateWith=None)
+    await _reconcile(controller(30.0), doc)
+    (job,) = _jobs(kmock).values()
+    # 40 steps at 400 samples/s: 3.2 s of progress, about 2.5 s of it past the warm-up; the Job has not finished
+    _put_pod(kmock, job, phase="Running", node="plain-1", rate=400.0, batch=32, annotations={}, steps=40)
+
+    status = await _reconcile(controller(30.0), doc)
+    assert status["trials"][0]["phase"] == "Running"  # 30 s asked for: keeps running
+
+    status = await _reconcile(controller(1.5), doc)
+    assert status["phase"] == "Succeeded", status["message"]
+    assert "stopped once it had measured enough steady time" in status["trials"][0]["message"]
+    assert status["trials"][0]["throughputs"][0] == pytest.approx(400.0)
+    assert _jobs(kmock) == {}  # the Job is deleted, which stops its pod

@@ -152,3 +152,22 @@ def test_the_profilers_optional_throughput_columns_are_read_by_the_models(tmp_pa
     path.write_text(text.replace("0.9,250", "90,250"))
     with pytest.raises(DatasetError, match="sm_util_p95"):
         read_csv(path, THROUGHPUTS_FORMAT, with_labels=True)
+
+
+def test_the_sharing_column_is_imported_stored_and_checked(tmp_path: Path) -> None:
+    text = (
+        "gpu_model,workload_a,workload_b,solo_throughput_a,solo_throughput_b,coloc_throughput_a,coloc_throughput_b,"
+        "sharing\nH100,cnn,lstm,100,50,50,25,mps\nH100,cnn,bert,100,40,45,20,\n"
+    )
+    rows = parse_colocations(io.StringIO(text), source="import:test")
+    assert [r.sharing for r in rows] == ["mps", ""]
+    engine = db.make_engine(f"sqlite:///{tmp_path}/store.db")
+    db.upgrade(engine)
+    with db.transaction(db.session_factory(engine)) as session:
+        for row in rows:
+            repo.save_colocation(session=session, colocation=row)
+    with db.session_factory(engine)() as session:
+        assert [c.sharing for c in repo.list_colocations(session=session)] == ["mps", ""]
+    engine.dispose()
+    with pytest.raises(CsvFormatError, match=r"row 2, column 'sharing': expected one of time-slicing, mps, mig"):
+        parse_colocations(io.StringIO(text.replace(",mps\n", ",MPS-ish\n")), source="import:test")
