@@ -21,6 +21,7 @@ from pydantic.json_schema import models_json_schema
 from advisor.api.context import AppContext
 from advisor.api.errors import BodyLimit, install_handlers
 from advisor.api.fastpath import JsonFastPath, route_named
+from advisor.api.limits import MemoryBudget
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
 from advisor.api.model_metrics import ModelCollector
 from advisor.api.routes import docs, extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
@@ -165,7 +166,8 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         score.SCORE_PATH: (route_named(score.router.routes, score.SCORE_PATH), score.fast_score),
     }
     app.add_middleware(JsonFastPath, ctx=ctx, answers=answers)  # innermost: after the body limit, timed as the route
-    app.add_middleware(BodyLimit, limit_of=body_limits(settings))
+    budget = MemoryBudget(settings.request_memory_budget_bytes)
+    app.add_middleware(BodyLimit, limit_of=body_limits(settings), budget=budget, refused=metrics.refuse)
     app.add_middleware(TimingMiddleware, metrics=metrics)
     app.add_middleware(telemetry.IngestFastPath, ctx=ctx)  # outermost: the hot ingest path skips the rest
     _document_snapshot_schema(app)
