@@ -143,25 +143,25 @@ def guarded_protocol(
 
         def data_received(self, data: bytes) -> None:
             if self._in_head:
-                # Whole reads are counted, so the start of a body read with its head counts too: at most one read.
                 self._head_bytes += len(data)
-                if self._head_bytes > limits.max_header_bytes and not self.transport.is_closing():
-                    refused("header_too_large")
-                    self._disarm()
-                    self.transport.write(_HEAD_TOO_LARGE)
-                    self.transport.close()
-                    return
             super().data_received(data)
+            # Judged after the parser has seen the bytes: a read holding a whole head and the start of its body is
+            # past the head by then. A head still open is at most one read (256 KiB) past the cap.
+            if self._in_head and self._head_bytes > limits.max_header_bytes and not self.transport.is_closing():
+                refused("header_too_large")
+                self._disarm()
+                self.transport.write(_HEAD_TOO_LARGE)
+                self.transport.close()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._in_head = True
-            self._head_bytes = 0
             if self._deadline is None:  # a next request on a kept-alive connection: its head's deadline starts now
                 self._arm(limits.header_timeout_seconds, "header_timeout")
 
         def on_headers_complete(self) -> None:
             self._in_head = False
+            self._head_bytes = 0
             super().on_headers_complete()
             self._arm(limits.body_timeout_seconds, "body_timeout")
 
