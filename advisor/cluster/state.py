@@ -17,6 +17,7 @@ Allocation (which GPU is held by which pod):
   whole GPU; sharing with other pods, each holds its share of the GPU memory (at least 100 milli, in steps of 50,
   capped so the GPU is at most full).
 * Processes without a pod (host processes) hold nothing but count as residents for interference.
+* A GPU whose collector could not read its process list (`GpuSnapshot.processes_known` false) is wholly taken.
 
 Per-process memory-bandwidth use is not measured by NVML; the GPU's figure is split over its residents in proportion
 to their SM use (evenly when that is unknown too). Staleness is judged by when a snapshot *arrived* (this replica's
@@ -204,8 +205,10 @@ def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tu
         gpu.memory_used_bytes or 0,
         gpu_sm,
         gpu_bw,
-        min(WHOLE_GPU_MILLI, allocated),
+        # unknown is never free: a GPU whose process list could not be read may be in use
+        min(WHOLE_GPU_MILLI, allocated) if gpu.processes_known else WHOLE_GPU_MILLI,
         tuple(residents),
+        gpu.processes_known,
     )
     return state, set(pods)
 

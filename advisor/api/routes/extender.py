@@ -116,10 +116,12 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     pod = args.Pod.to_request()
     nodes = ctx.state.nodes
     candidates = args.candidates()
+    now = ctx.state.now()
     unresolvable = {
         name: reason
         for name in candidates
-        if (node := nodes.get(name)) is not None and (reason := never_fits(pod, node)) is not None
+        if (node := nodes.get(name)) is not None
+        and (reason := never_fits(pod, node, config=ctx.scoring, now_seconds=now)) is not None
     }
     passed, failed = extender_filter(
         pod,
@@ -132,7 +134,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
         placement=args.Pod.placement(),
         config=ctx.scoring,
         predictors=ctx.predictors,
-        now_seconds=ctx.state.now(),
+        now_seconds=now,
     )
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)

@@ -192,7 +192,7 @@ def _predicate(raw: bytes, ctx: AppContext) -> VolcanoPredicateResponse:
 def _fits(pod: PodRequest, name: str, ctx: AppContext) -> VolcanoPredicateResponse:
     node = ctx.state.nodes.get(name)
     if node is not None:
-        reason = never_fits(pod, node)
+        reason = never_fits(pod, node, config=ctx.scoring, now_seconds=ctx.state.now())
         if reason is not None:
             return VolcanoPredicateResponse(status=reason, code=UNSCHEDULABLE_AND_UNRESOLVABLE)
     _, failed = filter_nodes(pod, [name], ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
