@@ -37,14 +37,14 @@ class AdvisorSettings(BaseSettings):
     # One `gpuadvisor_advisor_gpu_link_info` series per GPU pair of every node (the node-detail dashboard's link
     # matrix): 28 series per 8-GPU node, most of /metrics in a large cluster, hence off unless asked for.
     export_gpu_links: bool = False
-    # Largest request body of the scheduler routes (/extender/*, /volcano/*). Measured (docs/operations.md, "Limits"):
-    # with `nodeCacheCapable` (deploy/) kube-scheduler sends names, 66 KB at 5,000 nodes; Volcano's 5,000 NodeInfos
-    # without tasks are 13.4 MB, 500 with 8 tasks each 12.8 MB; kube-scheduler without nodeCacheCapable sends whole
-    # Node objects, 1.5-5 KB each. Raise it for a cluster that needs more, with request_memory_budget_bytes.
-    # The native API (/v1/*) takes at most 1 MiB, a snapshot 4 MiB.
-    scheduler_body_limit_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024)
+    # Largest request body of the scheduler routes (/extender/*, /volcano/*), from what real requests need
+    # (docs/operations.md, "Limits"): kube-scheduler without nodeCacheCapable sends whole Node objects, 22.7 MB for
+    # 5,000 real-sized nodes (4.5 KB each; with nodeCacheCapable, as deploy/ sets, 66 KB of names); Volcano's 5,000
+    # NodeInfos without tasks are 13.4 MB, 500 with 8 tasks each 12.8 MB. The native API (/v1/*) takes at most 1 MiB,
+    # a snapshot 4 MiB. Raising it needs request_memory_budget_bytes raised with it.
+    scheduler_body_limit_bytes: int = Field(default=24 * 1024 * 1024, ge=1024 * 1024)
     # Memory the request bodies in flight may take together while parsed, at 16x their size (advisor.api.limits):
-    # 512 MiB admits one 16 MiB scheduler body with room for a second one up to 8 MiB, and keeps a quarter for
+    # 512 MiB admits one 24 MiB scheduler body at a time (large bodies hold at most 3/4 of it) and keeps 128 MiB for
     # small bodies. A body that does not fit now is answered 503 with Retry-After. At least 16x the body limit / 0.75.
     request_memory_budget_bytes: int = Field(default=512 * 1024 * 1024, ge=64 * 1024 * 1024)
     # Open client connections per process (`advisor serve`); one more is answered 503 and closed. Lowered to the
