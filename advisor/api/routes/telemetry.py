@@ -27,8 +27,9 @@ router = APIRouter(prefix="/v1", tags=["telemetry"], route_class=StrictJsonRoute
 
 
 def take_snapshot(ctx: AppContext, snapshot: NodeSnapshot, body: bytes) -> tuple[int, dict[str, Any]]:
-    """Apply a checked snapshot to the state and count it: 202, taken or dropped as older than the one held."""
-    accepted = ctx.state.ingest(snapshot, body)
+    """Apply a checked snapshot to the state and count it: 202, taken or dropped as older than the one held (judged
+    by its timestamp, capped at this replica's wall clock now: `ClusterState.ingest`)."""
+    accepted = ctx.state.ingest(snapshot, body, wall_seconds=time.time())
     ctx.metrics.snapshots.labels("accepted" if accepted else "out_of_order").inc()
     reply = TelemetryAccepted(
         node=snapshot.node,
