@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +29,12 @@ class AdvisorSettings(BaseSettings):
     # answer 401, unless allow_unauthenticated_writes opens them (a local test stack, never a shared cluster).
     api_token: str | None = None
     allow_unauthenticated_writes: bool = False
+    # Who may push a node's snapshot (docs/operations.md, "Tokens and credentials"): `token`, anyone with
+    # api_token (any node); `serviceaccount`, a collector's own ServiceAccount token (audience telemetry_audience,
+    # of collector_service_account), checked with a TokenReview, for the node its pod runs on only.
+    telemetry_auth: Literal["token", "serviceaccount"] = "token"
+    collector_service_account: str = "system:serviceaccount:gpuadvisor:gpuadvisor-collector"
+    telemetry_audience: str = "gpuadvisor"
     # A node that has sent no snapshot for this long leaves the state, its /metrics series and its caches (a node
     # that was drained, scaled away or renamed); it comes back with its next snapshot.
     node_expiry_seconds: float = Field(default=600.0, gt=0)

@@ -47,7 +47,8 @@ class AdvisorMetrics:
         self.snapshots = Counter(
             "gpuadvisor_advisor_snapshots",
             "NodeSnapshots received, by result: accepted, out_of_order (older than the one held, dropped), future "
-            "(stamped beyond the allowed clock skew, refused), invalid (refused).",
+            "(stamped beyond the allowed clock skew, refused), invalid (refused), foreign_node (for another node "
+            "than the sender's credential, refused).",
             ["result"],
             registry=r,
         )

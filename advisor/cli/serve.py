@@ -148,6 +148,10 @@ def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | 
     """How many ingest worker processes to start: the setting, else one when this process may use two cores or more;
     none over HTTPS (a TLS session cannot move to another process)."""
     wanted = settings.ingest_workers
+    if settings.telemetry_auth == "serviceaccount":
+        if wanted:
+            log.warning("--ingest-workers %d ignored: collector tokens are reviewed by this process", wanted)
+        return 0
     if certificate is not None:
         if wanted:
             log.warning("--ingest-workers %d ignored: over HTTPS one process serves every connection", wanted)
