@@ -11,14 +11,14 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
 
-from advisor.api.deps import Authorized, Ctx, DbSession
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
+from advisor.api.deps import Authorized, Ctx, DbSession, TokenFirstRoute
+from advisor.api.errors import ERROR_RESPONSES, documented
 from profiler import views
 from profiler.settings import ProfilerSettings
 from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import repo
 
-router = APIRouter(prefix="/v1", tags=["profiles"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["profiles"], route_class=TokenFirstRoute, responses=ERROR_RESPONSES)
 
 TRIALRUN_EXAMPLE = {
     "apiVersion": "gpuadvisor.io/v1alpha1",
