@@ -5,6 +5,7 @@ URLs are validated up front so a typo in `GPUADVISOR_DB_URL` becomes one clear e
 
 from __future__ import annotations
 
+import fcntl
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,10 +96,28 @@ def alembic_config(engine: Engine) -> Config:
     return cfg
 
 
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """Processes migrating one SQLite file take turns: an exclusive lock on `<file>.migrate-lock`, held until the
+    migration is done. (SQLite's own write lock comes too late: two processes both read "no schema" and both create
+    it, and one fails.) PostgreSQL's turns are an advisory lock in the migration itself (migrations/env.py)."""
+    database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to `revision`; a no-op when it is already there."""
     try:
-        command.upgrade(alembic_config(engine), revision)
+        with _migration_lock(engine):
+            command.upgrade(alembic_config(engine), revision)
     except SQLAlchemyError as e:
         raise StoreError(f"database migration failed on {engine.url.render_as_string(hide_password=True)}: {e}") from e
 
