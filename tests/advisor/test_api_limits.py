@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
@@ -23,7 +24,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from advisor.api import create_app
 from advisor.api.errors import BodyLimit
 from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap, guarded_protocol
-from advisor.api.schemas import MAX_CANDIDATE_NODES
+from advisor.api.routes.extender import args_in_pieces
+from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs
 from advisor.settings import PARSE_EXPANSION, AdvisorSettings
 from tests.advisor.factories import snapshot, v1_pod
 from tests.support import upstream
@@ -305,3 +307,31 @@ def test_a_large_body_is_parsed_off_the_event_loop(tmp_path: Path) -> None:
         response = c.post("/extender/prioritize", content=body, headers=AUTH)
     assert response.status_code == 200
     assert [h["Host"] for h in response.json()] == names
+
+
+def test_a_large_extender_body_parsed_node_by_node_is_what_the_route_parses() -> None:
+    names = [f"node-{i:05d}" for i in range(800)]
+    pod = upstream.pod(containers=[upstream.container(limits={"nvidia.com/gpu": "2"})])
+    body = upstream.extender_args(pod, nodes=[upstream.node(n) for n in names])
+    body["Nodes"] |= {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "42"}}
+    body["Future"] = {"ignored": True}
+    raw = json.dumps(body).encode()
+    pieces = args_in_pieces(raw)
+    whole = ExtenderArgs.model_validate(json.loads(raw))
+    assert pieces == whole
+    assert pieces.Nodes is not None
+    assert pieces.Nodes.model_dump(mode="json", exclude_unset=True, exclude={"items"}) == {
+        "kind": "NodeList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "42"},
+    }
+    names_only = json.dumps(upstream.extender_args(pod, node_names=names)).encode()
+    assert args_in_pieces(names_only) == ExtenderArgs.model_validate(json.loads(names_only))
+    for bad in (
+        raw.replace(b'"node-00007"', b"NaN", 1),  # not JSON
+        raw.replace(b'"name": "node-00007"', b'"name": 7', 1),  # a node the model refuses
+        json.dumps({"NodeNames": names}).encode(),  # no pod
+        json.dumps({"Pod": pod, "NodeNames": [f"n{i}" for i in range(MAX_CANDIDATE_NODES + 1)]}).encode(),
+    ):
+        with pytest.raises((ValueError, msgspec.DecodeError, msgspec.ValidationError)):
+            args_in_pieces(bad)
