@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from advisor.placement.config import DEFAULT_EXTENDER_SPAN_POINTS, DEFAULT_WAIT_SLACK
 from advisor.placement.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, parse_task_mix
 from profiler.settings import DEFAULT_DB_URL
+
+PARSE_EXPANSION = 16
+"""Bytes of memory a request may take per byte of its body while it is parsed and answered (advisor.api.limits):
+issue 40 measured 14x (RSS) for a kube-scheduler NodeList on `/extender/prioritize`; tracemalloc sees 6x for
+msgspec + pydantic alone."""
+LARGE_SHARE = 0.75
+"""The share of the request memory budget that large bodies (> 1 MiB) may hold together; the rest is kept for small
+ones, so a flood of large bodies never starves kube-scheduler's 66 KB requests."""
 
 
 class AdvisorSettings(BaseSettings):
@@ -20,6 +29,12 @@ class AdvisorSettings(BaseSettings):
     # answer 401, unless allow_unauthenticated_writes opens them (a local test stack, never a shared cluster).
     api_token: str | None = None
     allow_unauthenticated_writes: bool = False
+    # Who may push a node's snapshot (docs/operations.md, "Tokens and credentials"): `token`, anyone with
+    # api_token (any node); `serviceaccount`, a collector's own ServiceAccount token (audience telemetry_audience,
+    # of collector_service_account), checked with a TokenReview, for the node its pod runs on only.
+    telemetry_auth: Literal["token", "serviceaccount"] = "token"
+    collector_service_account: str = "system:serviceaccount:gpuadvisor:gpuadvisor-collector"
+    telemetry_audience: str = "gpuadvisor"
     # A node that has sent no snapshot for this long leaves the state, its /metrics series and its caches (a node
     # that was drained, scaled away or renamed); it comes back with its next snapshot.
     node_expiry_seconds: float = Field(default=600.0, gt=0)
@@ -29,10 +44,23 @@ class AdvisorSettings(BaseSettings):
     # One `gpuadvisor_advisor_gpu_link_info` series per GPU pair of every node (the node-detail dashboard's link
     # matrix): 28 series per 8-GPU node, most of /metrics in a large cluster, hence off unless asked for.
     export_gpu_links: bool = False
-    # Largest request body of the scheduler routes (/extender/*, /volcano/*): kube-scheduler without
-    # nodeCacheCapable sends every candidate's full Node object (about 5 KB each, 25 MB for 5,000 nodes) and Volcano
-    # sends NodeInfos with their tasks. The native API (/v1/*) takes at most 1 MiB, a snapshot 4 MiB.
-    scheduler_body_limit_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    # Largest request body of the scheduler routes (/extender/*, /volcano/*), from what real requests need
+    # (docs/operations.md, "Limits"): kube-scheduler without nodeCacheCapable sends whole Node objects, 22.7 MB for
+    # 5,000 real-sized nodes (4.5 KB each; with nodeCacheCapable, as deploy/ sets, 66 KB of names); Volcano's 5,000
+    # NodeInfos without tasks are 13.4 MB, 500 with 8 tasks each 12.8 MB. The native API (/v1/*) takes at most 1 MiB,
+    # a snapshot 4 MiB. Raising it needs request_memory_budget_bytes raised with it.
+    scheduler_body_limit_bytes: int = Field(default=24 * 1024 * 1024, ge=1024 * 1024)
+    # Memory the request bodies in flight may take together while parsed, at 16x their size (advisor.api.limits):
+    # 512 MiB admits one 24 MiB scheduler body at a time (large bodies hold at most 3/4 of it) and keeps 128 MiB for
+    # small bodies. A body that does not fit now is answered 503 with Retry-After. At least 16x the body limit / 0.75.
+    request_memory_budget_bytes: int = Field(default=512 * 1024 * 1024, ge=64 * 1024 * 1024)
+    # Open client connections per process (`advisor serve`); one more is answered 503 and closed. Lowered to the
+    # descriptor limit (ulimit -n) less 64. Each collector keeps one connection to every replica.
+    max_connections: int = Field(default=10_000, ge=16)
+    # A request's line and headers must arrive within this long of the connection's start (or of the request's
+    # first byte on a kept-alive connection), its body within body_timeout_seconds of its headers; else 408, closed.
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
     # Processes that serve the collectors' connections besides the one that holds the state (`advisor serve` only;
     # docs/design.md §5.1): None = 1 where this process may use two cores or more, else 0 (everything in one process).
     ingest_workers: int | None = Field(default=None, ge=0, le=64)
@@ -100,6 +128,17 @@ class AdvisorSettings(BaseSettings):
     @classmethod
     def _empty_token_is_none(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
+
+    @model_validator(mode="after")
+    def _budget_admits_the_largest_body(self) -> AdvisorSettings:
+        need = self.scheduler_body_limit_bytes * PARSE_EXPANSION / LARGE_SHARE
+        if self.request_memory_budget_bytes < need:
+            raise ValueError(
+                f"request_memory_budget_bytes: {self.request_memory_budget_bytes} cannot admit one body of "
+                f"scheduler_body_limit_bytes ({self.scheduler_body_limit_bytes}); it needs at least {int(need)} "
+                f"({PARSE_EXPANSION}x the body, of which large bodies may hold {LARGE_SHARE:.0%})"
+            )
+        return self
 
     @field_validator("wait_slack")
     @classmethod

@@ -7,7 +7,7 @@ server's own CPU time per request. The bodies come from `tests.support.upstream`
 
 Run from the repository root: python bench/volcano_prioritize.py [--nodes 500] [--tasks N] [--requests 60].
 `--tasks` defaults to 8 per NodeInfo up to 500 nodes and to none beyond: 5,000 NodeInfos of 8 tasks would be 128 MB,
-past the advisor's default body limit (`GPUADVISOR_SCHEDULER_BODY_LIMIT_BYTES`, 64 MiB), while 5,000 without tasks is
+past the advisor's default body limit (`GPUADVISOR_SCHEDULER_BODY_LIMIT_BYTES`, 24 MiB), while 5,000 without tasks is
 the ≈14 MB body issue 26 measured. To measure another checkout's advisor with the same bodies, run it from that
 checkout's root (the served `advisor` package is the working directory's).
 """

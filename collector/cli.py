@@ -175,7 +175,11 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
 
     if url:
         pusher = SnapshotPusher(
-            url, stats=stats, token=settings.api_token, timeout_seconds=settings.push_timeout_seconds
+            url,
+            stats=stats,
+            token=settings.api_token,
+            token_file=settings.api_token_file,
+            timeout_seconds=settings.push_timeout_seconds,
         )
         pusher.start()
         agent.sinks.append(pusher)

@@ -425,6 +425,7 @@ class NvmlBackend:
         power_mw = q(pynvml.nvmlDeviceGetPowerUsage, handle)
         temperature = q(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
         energy_mj = q(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        processes, processes_known = self._read_processes(index, handle)
         return GpuSnapshot(
             index=index,
             uuid=identity.uuid,
@@ -438,22 +439,34 @@ class NvmlBackend:
             power_watts=power_mw / 1000.0 if power_mw is not None else None,
             temperature_celsius=float(temperature) if temperature is not None else None,
             energy_joules_total=energy_mj / 1000.0 if energy_mj is not None else None,
-            processes=self._read_processes(index, handle),
+            processes=processes,
+            processes_known=processes_known,
             mig_devices=self._read_migs(handle),
         )
 
-    def _read_processes(self, index: int, handle: Any) -> tuple[ProcessSnapshot, ...]:
+    def _read_processes(self, index: int, handle: Any) -> tuple[tuple[ProcessSnapshot, ...], bool]:
+        """The GPU's processes, and whether that is all of them: False when a process list failed (UNKNOWN, TIMEOUT,
+        still INSUFFICIENT_SIZE after the retry with room to spare, ...) — an empty list must not read as idle. A list
+        the driver does not have (not supported, not found) says nothing is missing."""
         memory_by_pid: dict[int, int | None] = {}
+        known = True
         for symbol, layout in filter(None, self._driver.process_lists):
-            for pid, used in self._query.named(symbol, _running_processes, symbol, layout, handle) or ():
+            try:
+                listed = _running_processes(symbol, layout, handle)
+            except pynvml.NVMLError as e:
+                self._query.absorb(symbol, e)  # a lost GPU raises here
+                known = known and e.value in _ABSENT
+                continue
+            for pid, used in listed:
                 previous = memory_by_pid.get(pid)
                 # a PID may be listed as compute and graphics; its memory is the same allocation, not a sum
                 memory_by_pid[pid] = used if previous is None else max(previous, used or 0)
         sm_by_pid = self._sm_by_pid(index, handle, set(memory_by_pid))
-        return tuple(
+        processes = tuple(
             ProcessSnapshot(pid=pid, memory_used_bytes=used, sm_utilization_ratio=sm_by_pid.get(pid))
             for pid, used in sorted(memory_by_pid.items())
         )
+        return processes, known
 
     def _sm_by_pid(self, index: int, handle: Any, running: set[int]) -> dict[int, float]:
         """SM ratio of each running process with a sample this read or one at most SM_SAMPLE_MAX_AGE_SECONDS old;

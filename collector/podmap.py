@@ -14,6 +14,7 @@ never an exception. Formats understood, in cgroup v1 (`N:controllers:/path`) and
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,8 @@ def read_identity(proc_root: Path | str, pid: int) -> CgroupIdentity | None:
         with open(path, "rb") as f:
             raw = f.read(CGROUP_READ_LIMIT_BYTES + 1)
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError) as e:
+        if not os.path.isdir(proc_root):  # no /proc at all (not mounted, wrong --proc-root): not an exited process
+            raise CgroupUnreadableError(f"cannot read {path}: {proc_root} is not a readable directory") from e
         raise ProcessGoneError(f"process {pid} has no {path}") from e
     except OSError as e:
         raise CgroupUnreadableError(f"cannot read {path}: {e}") from e

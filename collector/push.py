@@ -16,6 +16,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -85,6 +86,7 @@ class SnapshotPusher:
         *,
         stats: CollectorStats,
         token: str | None = None,
+        token_file: Path | None = None,
         timeout_seconds: float = 2.0,
         queue_size: int = 2,
         resolve: Callable[[str, int], list[str]] = resolve_addresses,
@@ -94,7 +96,9 @@ class SnapshotPusher:
         self.advisor_url = advisor_url
         self._stats = stats
         self._resolve = resolve
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers = {"Authorization": f"Bearer {token}"} if token and token_file is None else {}
+        self._token_file = token_file
+        self._token_file_fault: str | None = None
         self._timeout_seconds = timeout_seconds
         self._transport = transport
         self._client = self._new_client()
@@ -117,11 +121,26 @@ class SnapshotPusher:
         self._client = self._new_client()
         return self._send(target, body)
 
+    def _authorization(self) -> dict[str, str]:
+        """The header of `token_file`'s token, read now (it rotates); {} while it cannot be read (logged once)."""
+        if self._token_file is None:
+            return {}
+        try:
+            token = self._token_file.read_text().strip()
+        except OSError as e:
+            fault = f"cannot read the push token {self._token_file}: {e.strerror or e}"
+            if fault != self._token_file_fault:
+                self._token_file_fault = fault
+                log.warning("%s; pushing without it", fault)
+            return {}
+        self._token_file_fault = None
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
     def _send(self, target: PushTarget, body: bytes) -> httpx.Response:
         return self._client.post(
             target.url,
             content=body,
-            headers={"Host": target.host_header, "Content-Type": "application/json"},
+            headers={"Host": target.host_header, "Content-Type": "application/json", **self._authorization()},
             extensions={"sni_hostname": target.server_name},
         )
 

@@ -19,6 +19,10 @@ class CollectorSettings(BaseSettings):
     proc_root: Path = Path("/proc")
     advisor_url: str | None = None
     api_token: str | None = None
+    # A file holding the token to push with, read again on every push (a projected ServiceAccount token rotates):
+    # the collector's own credential where the advisor ties telemetry to its node (GPUADVISOR_TELEMETRY_AUTH=
+    # serviceaccount, docs/operations.md). Takes precedence over api_token.
+    api_token_file: Path | None = None
     nvml_library: str | None = None
     no_kube: bool = False
     push_timeout_seconds: float = Field(default=2.0, gt=0)

@@ -73,6 +73,10 @@ class GpuSnapshot(_Frozen):
     temperature_celsius: float | None = None
     energy_joules_total: float | None = Field(default=None, ge=0.0)
     processes: tuple[ProcessSnapshot, ...] = ()
+    # False when this cycle could not tell which processes use the GPU (an NVML process list failed, or could not be
+    # read whole): `processes` is then only what was read, and the advisor counts the GPU as taken. Absent in
+    # snapshots of older collectors: known.
+    processes_known: bool = True
     mig_devices: tuple[MigDeviceSnapshot, ...] = ()
 
 

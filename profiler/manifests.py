@@ -25,6 +25,15 @@ MAX_NAME_LENGTH = 63
 JOB_TTL_SECONDS_AFTER_FINISHED = 86400
 
 
+TRIAL_POD_SECURITY: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+TRIAL_CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def label_value(value: str) -> str:
     """A label value (≤ 63 characters, alphanumeric at both ends); long values keep a hash for uniqueness."""
     cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in value).strip("-_.")
@@ -96,6 +105,11 @@ def job_manifest(
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # A trial runs an image its requester chose: no API credential in it, and Pod Security's `restricted`
+        # profile (no root, no privilege escalation, no capabilities, the runtime's seccomp profile). Its image
+        # must run as a non-root user (docs/profiler.md).
+        "automountServiceAccountToken": False,
+        "securityContext": TRIAL_POD_SECURITY,
         "containers": [
             {
                 "name": CONTAINER_NAME,
@@ -103,6 +117,7 @@ def job_manifest(
                 "command": list(this.command),
                 "env": [{"name": k, "value": v} for k, v in (*this.env, (ENV_TRIAL, trial.id))],
                 "resources": {"limits": {GPU_RESOURCE: str(trial.gpu_count)}},
+                "securityContext": TRIAL_CONTAINER_SECURITY,
             }
         ],
     }

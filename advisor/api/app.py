@@ -21,8 +21,10 @@ from pydantic.json_schema import models_json_schema
 from advisor.api.context import AppContext
 from advisor.api.errors import BodyLimit, install_handlers
 from advisor.api.fastpath import JsonFastPath, route_named
+from advisor.api.limits import MemoryBudget
 from advisor.api.metrics import AdvisorMetrics, TimingMiddleware
 from advisor.api.model_metrics import ModelCollector
+from advisor.api.node_auth import NodeCredentials
 from advisor.api.routes import docs, extender, health, models, nodes, predict, score, telemetry, trialruns, volcano
 from advisor.api.topology_metrics import TopologyCollector
 from advisor.cluster.state import ClusterState
@@ -109,8 +111,42 @@ def _document_snapshot_schema(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState | None = None) -> FastAPI:
-    """Build the advisor app; `state` may be injected (tests use one with a fake clock)."""
+def node_credentials(
+    settings: AdvisorSettings, review: Callable[[str], str | None] | None = None
+) -> NodeCredentials | None:
+    """How pushed snapshots are tied to their node: None (the shared token, `telemetry_auth=token`), else collector
+    ServiceAccount tokens reviewed by `review` (default: a TokenReview through the cluster's API, client built at the
+    first push)."""
+    if settings.telemetry_auth != "serviceaccount":
+        return None
+    if review is None:
+        reviewer: list[Callable[[str], str | None]] = []
+
+        def review_through_the_api(token: str) -> str | None:
+            if not reviewer:
+                from advisor.cluster.kube import TokenReviewer
+                from collector.kube import make_api_client
+
+                api = TokenReviewer(
+                    make_api_client(),
+                    service_account=settings.collector_service_account,
+                    audience=settings.telemetry_audience,
+                )
+                reviewer.append(api.node_of)
+            return reviewer[0](token)
+
+        review = review_through_the_api
+    return NodeCredentials(review)
+
+
+def create_app(
+    settings: AdvisorSettings | None = None,
+    *,
+    state: ClusterState | None = None,
+    review_token: Callable[[str], str | None] | None = None,
+) -> FastAPI:
+    """Build the advisor app; `state` may be injected (tests use one with a fake clock), and `review_token` (a
+    collector token → its node; tests) where `telemetry_auth` is `serviceaccount`."""
     settings = settings or AdvisorSettings()
     engine = db.make_engine(settings.db_url)
     metrics = AdvisorMetrics()
@@ -165,9 +201,12 @@ def create_app(settings: AdvisorSettings | None = None, *, state: ClusterState |
         score.SCORE_PATH: (route_named(score.router.routes, score.SCORE_PATH), score.fast_score),
     }
     app.add_middleware(JsonFastPath, ctx=ctx, answers=answers)  # innermost: after the body limit, timed as the route
-    app.add_middleware(BodyLimit, limit_of=body_limits(settings))
+    budget = MemoryBudget(settings.request_memory_budget_bytes)
+    app.add_middleware(BodyLimit, limit_of=body_limits(settings), budget=budget, refused=metrics.refuse)
     app.add_middleware(TimingMiddleware, metrics=metrics)
-    app.add_middleware(telemetry.IngestFastPath, ctx=ctx)  # outermost: the hot ingest path skips the rest
+    app.add_middleware(
+        telemetry.IngestFastPath, ctx=ctx, credentials=node_credentials(settings, review_token)
+    )  # outermost: the hot ingest path skips the rest
     _document_snapshot_schema(app)
     docs.add_docs(app)
     install_handlers(app)

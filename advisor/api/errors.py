@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -30,6 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from advisor.api.limits import LARGE_BODY_BYTES, RETRY_AFTER_SECONDS, MemoryBudget
 from advisor.cluster.pods import PodSpecError
 from profiler.store import db
 
@@ -214,8 +216,12 @@ class StrictJsonRequest(Request):
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
+            body = await self.body()
             try:
-                self._json = parse_json(await self.body())
+                if len(body) > LARGE_BODY_BYTES:  # off the event loop: the other requests go on meanwhile
+                    self._json = await anyio.to_thread.run_sync(parse_json, body)
+                else:
+                    self._json = parse_json(body)
             except BodyError as e:
                 raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=[e.as_error()]) from None
         return self._json
@@ -239,16 +245,28 @@ class StrictJsonRoute(APIRoute):
 
 
 class BodyLimit:
-    """ASGI middleware: 413 (one line) once a request body exceeds its route's limit, else the body goes on.
+    """ASGI middleware: 413 (one line) once a request body exceeds its route's limit, 503 with Retry-After when the
+    memory budget cannot take it now, else the body goes on.
 
     `limit_of(path)` gives the limit in bytes (None: unlimited, e.g. GET routes have no body). A declared
     Content-Length over the limit is refused before reading; otherwise the body is buffered up to the limit and
-    handed on in one piece, so nothing downstream ever holds more.
+    handed on in one piece, so nothing downstream ever holds more. With a `budget` (`advisor.api.limits`) the body
+    reserves its parse memory before it is read (the declared length at once, else as it arrives) and holds it until
+    the answer is sent; `refused` is told of each body turned away for it.
     """
 
-    def __init__(self, app: ASGIApp, *, limit_of: Callable[[str], int | None]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit_of: Callable[[str], int | None],
+        budget: MemoryBudget | None = None,
+        refused: Callable[[str], None] | None = None,
+    ) -> None:
         self.app = app
         self.limit_of = limit_of
+        self.budget = budget
+        self.refused = refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = self.limit_of(scope["path"]) if scope["type"] == "http" else None
@@ -259,23 +277,46 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await _too_large(scope, receive, send, limit)
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            if chunk:
-                chunks.append(chunk)
-                size += len(chunk)
-            if size > limit:
-                await _too_large(scope, receive, send, limit)
-                return
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)  # one copy (none for a body that came in one chunk): Volcano's are ~14 MB
-        await self.app(scope, replaying(body, receive), send)
+        granted = 0
+        try:
+            if declared is not None and declared.isdigit() and int(declared) > 0:
+                if not self._grow(granted, int(declared)):
+                    await _busy(scope, receive, send)
+                    return
+                granted = int(declared)
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                if chunk:
+                    chunks.append(chunk)
+                    size += len(chunk)
+                if size > limit:
+                    await _too_large(scope, receive, send, limit)
+                    return
+                if size > granted:
+                    if not self._grow(granted, size):
+                        await _busy(scope, receive, send)
+                        return
+                    granted = size
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)  # one copy (none for a body that came in one chunk): Volcano's are ~14 MB
+            del chunks
+            await self.app(scope, replaying(body, receive), send)
+        finally:
+            if granted and self.budget is not None:
+                self.budget.release(granted)
+
+    def _grow(self, granted: int, size: int) -> bool:
+        if self.budget is None or self.budget.grow(granted, size):
+            return True
+        if self.refused is not None:
+            self.refused("memory_budget")
+        return False
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:
@@ -293,9 +334,22 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+_CLOSE = {"Connection": "close"}
+
+
+async def _busy(scope: Scope, receive: Receive, send: Send) -> None:
+    """503 for a body the memory budget cannot take now; the connection closes, so its unread rest is not read."""
+    detail = "the advisor is parsing as many request bodies as its memory allows; retry"
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS), **_CLOSE}
+    response = JSONResponse({"detail": detail}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers=headers)
+    await response(scope, receive, send)
+
+
 async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
     detail = f"body: {scope['path']} takes at most {limit} bytes"
-    await JSONResponse({"detail": detail}, status_code=status.HTTP_413_CONTENT_TOO_LARGE)(scope, receive, send)
+    # closed after the answer: the rest of the body is not worth reading
+    response = JSONResponse({"detail": detail}, status_code=status.HTTP_413_CONTENT_TOO_LARGE, headers=_CLOSE)
+    await response(scope, receive, send)
 
 
 # --------------------------------------------------------------------------------------------------------------------

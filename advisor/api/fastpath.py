@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio.to_thread
 import msgspec
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from advisor.api.context import AppContext
 from advisor.api.errors import replaying
+from advisor.api.limits import LARGE_BODY_BYTES
 
 _DECODE = msgspec.json.Decoder().decode
 
@@ -76,7 +78,10 @@ class JsonFastPath:
         result = None
         if json_content(scope):
             try:
-                result = answer(body, self.ctx)
+                if len(body) > LARGE_BODY_BYTES:  # a parse of a second or more: /healthz and the rest go on meanwhile
+                    result = await anyio.to_thread.run_sync(answer, body, self.ctx)
+                else:
+                    result = answer(body, self.ctx)
             except Exception:  # whatever it is, the app answers it as it always has
                 result = None
         if result is None:

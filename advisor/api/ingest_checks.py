@@ -101,12 +101,13 @@ class Refusal:
 
 
 def check_snapshot(
-    settings: AdvisorSettings, body: bytes, authorization: str | None, now_seconds: float
+    settings: AdvisorSettings, body: bytes, authorization: str | None, now_seconds: float, *, node: str | None = None
 ) -> NodeSnapshot | Refusal:
     """The snapshot of a pushed body when it may be taken, else why not: 401 without the token, 422 (the documented
-    shape: a list of `{loc, msg, type}`) for a body that is not a valid snapshot. Needs no state: the ingest workers
-    run it (advisor/api/ingest_worker.py) as the service does."""
-    problem = token_problem(settings, authorization)
+    shape: a list of `{loc, msg, type}`) for a body that is not a valid snapshot, 403 for a snapshot of another node
+    than `node` (the node the sender's credential speaks for, `advisor.api.node_auth`; given, it replaces the token
+    check). Needs no state: the ingest workers run it (advisor/api/ingest_worker.py) as the service does."""
+    problem = token_problem(settings, authorization) if node is None else None
     if problem is not None:
         return Refusal(status.HTTP_401_UNAUTHORIZED, {"detail": problem}, None)
     try:
@@ -116,6 +117,9 @@ def check_snapshot(
     if _suspect(body) and (strict := _strict_errors(body)):
         # rare: a NaN, an Infinity or invalid UTF-8 where the schema ignores the field (the fast parser skips it)
         return Refusal(status.HTTP_422_UNPROCESSABLE_CONTENT, {"detail": strict}, "invalid")
+    if node is not None and snapshot.node != node:
+        why = f"node: this credential pushes for node {node!r} only, not {snapshot.node!r}"
+        return Refusal(status.HTTP_403_FORBIDDEN, {"detail": why}, "foreign_node")
     errors = _snapshot_errors(snapshot, now_seconds, settings.max_clock_skew_seconds)
     if errors:
         future = any(e["loc"] == ["body", "timestamp"] for e in errors)

@@ -47,7 +47,8 @@ class AdvisorMetrics:
         self.snapshots = Counter(
             "gpuadvisor_advisor_snapshots",
             "NodeSnapshots received, by result: accepted, out_of_order (older than the one held, dropped), future "
-            "(stamped beyond the allowed clock skew, refused), invalid (refused).",
+            "(stamped beyond the allowed clock skew, refused), invalid (refused), foreign_node (for another node "
+            "than the sender's credential, refused).",
             ["result"],
             registry=r,
         )
@@ -64,6 +65,14 @@ class AdvisorMetrics:
         self.ingest_worker_exits = Counter(
             "gpuadvisor_advisor_ingest_worker_exits",
             "Ingest workers that exited while the advisor ran; each is restarted, its connections reconnect.",
+            registry=r,
+        )
+        self.refused = Counter(
+            "gpuadvisor_advisor_requests_refused",
+            'Requests and connections turned away by the advisor\'s limits (docs/operations.md, "Limits"), by reason: '
+            "memory_budget (503), connections (503, over the cap), header_timeout, body_timeout (408, closed), "
+            "header_too_large (431).",
+            ["reason"],
             registry=r,
         )
         self.nodes = Gauge(
@@ -90,6 +99,10 @@ class AdvisorMetrics:
         fresh = sum(1 for t in received_at_seconds if now_seconds - t <= staleness_seconds)
         self.nodes.labels("fresh").set(fresh)
         self.nodes.labels("stale").set(len(received_at_seconds) - fresh)
+
+    def refuse(self, reason: str) -> None:
+        """One request or connection turned away by a limit (`advisor.api.limits`)."""
+        self.refused.labels(reason).inc()
 
     def set_allocations(self, count: int) -> None:
         self.allocations.set(count)

@@ -27,6 +27,10 @@ from advisor.cluster.pods import (
 from advisor.placement.queue import DEFAULT_SCHEDULER, NodePlacement, queue_key
 from advisor.placement.types import PodRequest, ScoringInputError
 
+MAX_CANDIDATE_NODES = 20_000
+"""Most candidate nodes one scheduler request may name (422 beyond): four times the 5,000-node clusters the advisor
+is built for (docs/design.md §5); it bounds the work and the answer of one request."""
+
 
 class _In(BaseModel):
     """A body (or part of one) defined upstream: unknown fields are newer upstream fields, ignored."""
@@ -172,7 +176,7 @@ class V1NodeList(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    items: list[V1Node] | None = None
+    items: list[V1Node] | None = Field(default=None, max_length=MAX_CANDIDATE_NODES)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ class ExtenderArgs(_In):
 
     Pod: V1Pod
     Nodes: V1NodeList | None = None
-    NodeNames: list[str] | None = None
+    NodeNames: list[str] | None = Field(default=None, max_length=MAX_CANDIDATE_NODES)
 
     def candidates(self) -> list[str]:
         """Candidate node names, from `NodeNames` or else `Nodes.items[].metadata.name`."""
@@ -234,7 +238,7 @@ class VolcanoPriorityRequest(_In):
     """PrioritizeRequest. Documents the body: the route decodes it itself, reading only the fields used."""
 
     task: VolcanoTask
-    nodes: list[VolcanoNode] = Field(default_factory=list)
+    nodes: list[VolcanoNode] = Field(default_factory=list, max_length=MAX_CANDIDATE_NODES)
 
 
 class VolcanoPredicateRequest(_In):
@@ -314,7 +318,11 @@ class PodQuery(_Native):
 
 class ScoreRequest(_Native):
     pod: PodQuery
-    nodes: list[str] | None = Field(default=None, description="Node names; all nodes with telemetry when omitted.")
+    nodes: list[str] | None = Field(
+        default=None,
+        max_length=MAX_CANDIDATE_NODES,
+        description="Node names; all nodes with telemetry when omitted.",
+    )
 
 
 class Components(_Out):

@@ -14,8 +14,10 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 from uvicorn.config import STARTUP_FAILURE
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
+from advisor.api.limits import ConnectionLimits, connection_cap, guarded_protocol
 from advisor.api.steering import (
     IngestWorkers,
     SteeringServer,
@@ -102,6 +104,18 @@ def run_server(
     workers = ingest_workers(settings, certificate)
     pool = IngestWorkers(workers, api, api.state.ctx) if workers else None
     log.info("ingest workers: %d (GPUADVISOR_INGEST_WORKERS, --ingest-workers)", workers)
+    limits = connection_limits(settings)
+    log.info(
+        "limits: %d connections, %.0f s for a request's headers, %.0f s for its body; request bodies may hold %d MiB "
+        "while parsed (docs/operations.md)",
+        limits.max_connections,
+        limits.header_timeout_seconds,
+        limits.body_timeout_seconds,
+        settings.request_memory_budget_bytes // (1024 * 1024),
+    )
+    protocol = guarded_protocol(
+        limits, api.state.ctx.metrics.refuse, steering_protocol(pool) if pool else HttpToolsProtocol
+    )
     # keep-alive above the collectors' push interval: a push never races the server closing the connection
     config = uvicorn.Config(
         api,
@@ -112,7 +126,7 @@ def run_server(
         timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS,
         ssl_certfile=certificate.cert_file if certificate else None,
         ssl_keyfile=certificate.key_file if certificate else None,
-        http=steering_protocol(pool) if pool else "auto",
+        http=protocol,
     )
     server = SteeringServer(config, pool) if pool else uvicorn.Server(config)
     with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
@@ -121,10 +135,23 @@ def run_server(
         raise SystemExit(STARTUP_FAILURE)
 
 
+def connection_limits(settings: AdvisorSettings) -> ConnectionLimits:
+    """The per-connection deadlines and the connection cap (lowered to the descriptor limit) of the settings."""
+    return ConnectionLimits(
+        header_timeout_seconds=settings.header_timeout_seconds,
+        body_timeout_seconds=settings.body_timeout_seconds,
+        max_connections=connection_cap(settings.max_connections),
+    )
+
+
 def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | None) -> int:
     """How many ingest worker processes to start: the setting, else one when this process may use two cores or more;
     none over HTTPS (a TLS session cannot move to another process)."""
     wanted = settings.ingest_workers
+    if settings.telemetry_auth == "serviceaccount":
+        if wanted:
+            log.warning("--ingest-workers %d ignored: collector tokens are reviewed by this process", wanted)
+        return 0
     if certificate is not None:
         if wanted:
             log.warning("--ingest-workers %d ignored: over HTTPS one process serves every connection", wanted)

@@ -367,3 +367,33 @@ def start_watch(state: ClusterState, metrics: WatchMetrics, *, pending: bool = T
         log.warning("no Kubernetes configuration (%s): allocations are inferred from telemetry only", e.__cause__)
         return None
     return KubeWatch(state, metrics, client.CoreV1Api(), pending=pending).start()
+
+
+NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
+"""The extra a bound ServiceAccount token carries naming the node of the pod it was issued to (Kubernetes 1.30+)."""
+
+
+class TokenReviewer:
+    """Which node a collector's ServiceAccount token speaks for, through the API server's TokenReview: the token must
+    be valid for `audience`, belong to `service_account` (`system:serviceaccount:<namespace>:<name>`) and carry the
+    node-name claim of a pod bound to a node. `api` is a `kubernetes.client.ApiClient` (`make_api_client`)."""
+
+    def __init__(self, api: Any, *, service_account: str, audience: str) -> None:
+        self._auth = client.AuthenticationV1Api(api)
+        self.service_account = service_account
+        self.audience = audience
+
+    def node_of(self, token: str) -> str | None:
+        """The node `token` speaks for, or None when it is no collector's valid token; raises `KubeError` when the
+        API server cannot say (temporary ones may pass)."""
+        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[self.audience]))
+        try:
+            review = self._auth.create_token_review(body)
+        except (ApiException, HTTPError, OSError) as e:
+            raise kube_error("TokenReview", e) from e
+        status = review.status
+        user = status.user if status is not None else None
+        if status is None or not status.authenticated or user is None or user.username != self.service_account:
+            return None
+        nodes = (user.extra or {}).get(NODE_NAME_CLAIM) or []
+        return nodes[0] if len(nodes) == 1 and isinstance(nodes[0], str) and nodes[0] else None

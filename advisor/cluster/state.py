@@ -17,6 +17,7 @@ Allocation (which GPU is held by which pod):
   whole GPU; sharing with other pods, each holds its share of the GPU memory (at least 100 milli, in steps of 50,
   capped so the GPU is at most full).
 * Processes without a pod (host processes) hold nothing but count as residents for interference.
+* A GPU whose collector could not read its process list (`GpuSnapshot.processes_known` false) is wholly taken.
 
 Per-process memory-bandwidth use is not measured by NVML; the GPU's figure is split over its residents in proportion
 to their SM use (evenly when that is unknown too). Staleness is judged by when a snapshot *arrived* (this replica's
@@ -27,6 +28,7 @@ without it, churning node names would grow the state, and /metrics with it, with
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import threading
@@ -109,6 +111,11 @@ class NodeRecord:
     received_at_seconds: float
     links: tuple[Link, ...]
     uuids: tuple[tuple[int, str], ...]
+    # What ordering judges by: the snapshot's timestamp, but never later than this replica's wall clock when it
+    # arrived, so a snapshot stamped ahead cannot make the node's next genuine ones look older (`ingest`).
+    order_seconds: float = 0.0
+    # The last snapshot pushed for this node after this one was dropped as older: a second in a row is taken.
+    dropped_last: bool = False
 
     @property
     def snapshot(self) -> NodeSnapshot:
@@ -204,8 +211,10 @@ def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tu
         gpu.memory_used_bytes or 0,
         gpu_sm,
         gpu_bw,
-        min(WHOLE_GPU_MILLI, allocated),
+        # unknown is never free: a GPU whose process list could not be read may be in use
+        min(WHOLE_GPU_MILLI, allocated) if gpu.processes_known else WHOLE_GPU_MILLI,
         tuple(residents),
+        gpu.processes_known,
     )
     return state, set(pods)
 
@@ -362,20 +371,30 @@ class ClusterState:
                 self.expired_nodes += len(gone)
         return gone
 
-    def ingest(self, snapshot: NodeSnapshot, snapshot_json: bytes | None = None) -> bool:
+    def ingest(
+        self, snapshot: NodeSnapshot, snapshot_json: bytes | None = None, *, wall_seconds: float | None = None
+    ) -> bool:
         """Take one snapshot (`snapshot_json`: the JSON it was parsed from, kept as is; encoded here when not given
         or larger than `KEEP_JSON_MAX_BYTES`, e.g. padded with fields the schema ignores); False when it is older
-        than the one already held for that node (dropped)."""
+        than the one already held for that node (dropped).
+
+        `wall_seconds` (the service passes its wall clock at arrival) caps the timestamp ordering judges by: a
+        snapshot stamped ahead of it counts as stamped when it arrived, so one forward-dated push cannot freeze the
+        node until its stamp has passed. A second older snapshot in a row is taken (the collector's clock stepped
+        back, an NTP correction); a single late one (a push overtaken by the next) is dropped."""
         self.expire_silent()
         received = self._clock()
+        stamp = _ts(snapshot.timestamp)
+        order = stamp if wall_seconds is None else min(stamp, wall_seconds)
         with self._lock:
             current = self._records.get(snapshot.node)
-            if current is not None and _ts(snapshot.timestamp) < _ts(current.timestamp):
+            if current is not None and order < current.order_seconds and not current.dropped_last:
                 self.out_of_order_dropped += 1
+                self._records[snapshot.node] = dataclasses.replace(current, dropped_last=True)
                 return False
             keep = snapshot_json is not None and len(snapshot_json) <= KEEP_JSON_MAX_BYTES
             raw = snapshot_json if keep and snapshot_json is not None else snapshot.model_dump_json().encode()
-            self._store(snapshot, raw, received)
+            self._store(snapshot, raw, received, order)
         return True
 
     def _changed(self) -> None:
@@ -400,7 +419,7 @@ class ClusterState:
         cpu, memory, _ = self._requested.get(node, (0, 0, 0))
         return NodeCapacity(allocatable[0], cpu, allocatable[1], memory)
 
-    def _store(self, snapshot: NodeSnapshot, snapshot_json: bytes, received: float) -> None:
+    def _store(self, snapshot: NodeSnapshot, snapshot_json: bytes, received: float, order: float) -> None:
         links: tuple[Link, ...] = ()
 
         def topology(snap: NodeSnapshot, gpus: list[GpuSnapshot]) -> Topology:
@@ -416,7 +435,7 @@ class ClusterState:
             capacity=self._capacity(snapshot.node),
         )
         uuids = tuple((g.index, g.uuid) for g in snapshot.gpus)
-        record = NodeRecord(state, snapshot_json, snapshot.timestamp, received, links, uuids)
+        record = NodeRecord(state, snapshot_json, snapshot.timestamp, received, links, uuids, order)
         self._records[snapshot.node] = record
         self._nodes[snapshot.node] = state
         self._changed()
@@ -424,7 +443,7 @@ class ClusterState:
     def _rebuild(self, node: str) -> None:
         record = self._records.get(node)
         if record is not None:
-            self._store(record.snapshot, record.snapshot_json, record.received_at_seconds)
+            self._store(record.snapshot, record.snapshot_json, record.received_at_seconds, record.order_seconds)
 
     def _put_allocation(self, pod: str, allocation: PodAllocation | None, touched: set[str]) -> None:
         previous = self._allocations.pop(pod, None)

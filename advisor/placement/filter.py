@@ -25,7 +25,7 @@ from advisor.placement.holding import Labels, Reservation, head_reservation, not
 from advisor.placement.queue import NodePlacement, PendingPod
 from advisor.placement.scoring import is_stale, memory_ok, resources_short, whole_eligible_mask
 from advisor.placement.shortest import Claim, queue_claims, yield_verdicts
-from advisor.placement.types import WHOLE_GPU_MILLI, NodeState, PodRequest
+from advisor.placement.types import WHOLE_GPU_MILLI, NodeState, PodRequest, taken_as_unknown
 from advisor.placement.waiting import LeaveTimes, jct_leave_times, wait_verdicts
 from advisor.predictors import Predictors
 
@@ -146,7 +146,7 @@ def filter_nodes(
         if k:
             free = whole_eligible_mask(node, pod).bit_count()
             if free < k:
-                failed[name] = f"needs {k} free GPUs, has {free}"
+                failed[name] = f"needs {k} free GPUs, has {free}{taken_as_unknown(node)}"
                 continue
         elif not any(
             g.healthy
@@ -154,7 +154,7 @@ def filter_nodes(
             and memory_ok(g, pod.gpu_memory_bytes, whole=False)
             for g in node.gpus
         ):
-            failed[name] = "no healthy GPU has room for the requested share"
+            failed[name] = f"no healthy GPU has room for the requested share{taken_as_unknown(node)}"
             continue
         if name in wait:
             failed[name] = wait[name]

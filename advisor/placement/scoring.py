@@ -47,7 +47,14 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import MixResources
 from advisor.placement.gpuset import fragmentation_with, packing_of, take_milli, whole_plan
 from advisor.placement.memo import NodeMemo
-from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeScore, NodeState, PodRequest
+from advisor.placement.types import (
+    WHOLE_GPU_MILLI,
+    GpuState,
+    NodeScore,
+    NodeState,
+    PodRequest,
+    taken_as_unknown,
+)
 from advisor.predictors import Predictors, UsageProfile, default_usage
 
 _MEMO_LIMIT = 16
@@ -157,10 +164,12 @@ def _evaluate_whole(
     free = eligible.bit_count()
     if free < k:
         what = "free GPUs" if eligible == node.free_mask else "free GPUs with enough memory"
-        return RawVerdict(node.name, node.gpu_model, False, detail=f"needs {k} {what}, has {free}")
+        detail = f"needs {k} {what}, has {free}{taken_as_unknown(node)}"
+        return RawVerdict(node.name, node.gpu_model, False, detail=detail)
     plan = whole_plan(node.topology, node.free_milli, eligible, k, config)
     if plan is None:
-        return RawVerdict(node.name, node.gpu_model, False, detail=f"needs {k} free GPUs, has {free}")
+        detail = f"needs {k} free GPUs, has {free}{taken_as_unknown(node)}"
+        return RawVerdict(node.name, node.gpu_model, False, detail=detail)
     packing = plan.packing
     if fit is not None:
         after = take_milli(node.free_milli, plan.positions, WHOLE_GPU_MILLI)
@@ -247,7 +256,8 @@ def _share_verdict(node: NodeState, pod: PodRequest, choice: ShareChoice, *, gan
     if pos < 0:
         milli = pod.share_milli
         need = f"{milli} milli-GPU" + (f" and {pod.gpu_memory_bytes} bytes" if pod.gpu_memory_bytes is not None else "")
-        return RawVerdict(node.name, node.gpu_model, False, detail=f"no healthy GPU has {need} free")
+        detail = f"no healthy GPU has {need} free{taken_as_unknown(node)}"
+        return RawVerdict(node.name, node.gpu_model, False, detail=detail)
     affinity = 1.0
     if pod.gang:
         affinity = 0.5 + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))

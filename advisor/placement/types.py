@@ -99,7 +99,9 @@ class Resident:
 
 @dataclass(frozen=True, slots=True)
 class GpuState:
-    """One GPU of a node. `allocated_milli` is how much of it pods hold (1000 = a whole-GPU pod or full shares)."""
+    """One GPU of a node. `allocated_milli` is how much of it pods hold (1000 = a whole-GPU pod or full shares).
+    `occupancy_known` is False when its collector could not read which processes use it: it is then counted as taken
+    (`allocated_milli` 1000), never as free, and reasons say why (`taken_as_unknown`)."""
 
     index: int
     model: str = ""
@@ -110,6 +112,7 @@ class GpuState:
     memory_bandwidth_utilization_ratio: float = 0.0
     allocated_milli: int = 0
     residents: tuple[Resident, ...] = ()
+    occupancy_known: bool = True
 
     @property
     def memory_free_bytes(self) -> int | None:
@@ -338,6 +341,16 @@ class NodeScore(NamedTuple):
     def extender_score(self) -> int:
         """This score alone on the extender's integer scale 0..10 (see `extender_scores` for a whole batch)."""
         return min(10, max(0, round(self.score / 10.0)))
+
+
+def taken_as_unknown(node: NodeState) -> str:
+    """The words a capacity reason adds when some of the node's healthy GPUs count as taken only because their
+    processes could not be read ("" when none)."""
+    unknown = sum(1 for g in node.gpus if g.healthy and not g.occupancy_known)
+    if not unknown:
+        return ""
+    gpus = "GPU" if unknown == 1 else "GPUs"
+    return f" ({unknown} {gpus} counted as taken: the collector could not read which processes use them)"
 
 
 def duration_text(seconds: float) -> str:

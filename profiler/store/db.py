@@ -5,6 +5,8 @@ URLs are validated up front so a typo in `GPUADVISOR_DB_URL` becomes one clear e
 
 from __future__ import annotations
 
+import fcntl
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,15 +26,25 @@ class StoreError(Exception):
     """A store problem a user can act on (bad URL, unreachable database, failed migration)."""
 
 
+def shown_url(url: str) -> str:
+    """`url` as it may appear in a message or a log: its password replaced by `***` (parsed or not)."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+_PASSWORD = re.compile(r"(://[^/@:]*:).*@")  # greedy: a password holding "@" or "/" is hidden whole
+
+
 def parse_db_url(url: str) -> URL:
     """Return the parsed URL or raise `StoreError` naming the bad URL and what is accepted."""
     try:
         parsed = make_url(url)
-    except ArgumentError as e:
-        raise StoreError(f"invalid database URL {url!r}: expected sqlite:///PATH or postgresql+psycopg://…") from e
+    except (ArgumentError, ValueError) as e:  # ValueError: a port that is not a number
+        raise StoreError(
+            f"invalid database URL {shown_url(url)!r}: expected sqlite:///PATH or postgresql+psycopg://…"
+        ) from e
     if parsed.drivername not in SUPPORTED_DRIVERS:
         raise StoreError(
-            f"unsupported database URL {url!r}: driver {parsed.drivername!r} is not one of "
+            f"unsupported database URL {shown_url(url)!r}: driver {parsed.drivername!r} is not one of "
             f"{', '.join(SUPPORTED_DRIVERS)}"
         )
     if parsed.drivername == "postgresql":
@@ -54,14 +66,15 @@ def make_engine(url: str) -> Engine:
             # A typo in the path must not leave a fresh, empty store in a directory nobody meant to create.
             if parsed.database and parsed.database != ":memory:" and not Path(parsed.database).parent.is_dir():
                 raise StoreError(
-                    f"cannot use database URL {url!r}: directory {Path(parsed.database).parent} does not exist"
+                    f"cannot use database URL {shown_url(url)!r}: "
+                    f"directory {Path(parsed.database).parent} does not exist"
                 )
             engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
             event.listen(engine, "connect", _enable_sqlite_foreign_keys)
         else:
             engine = create_engine(parsed, pool_pre_ping=True)
     except (ArgumentError, NoSuchModuleError) as e:
-        raise StoreError(f"cannot use database URL {url!r}: {e}") from e
+        raise StoreError(f"cannot use database URL {shown_url(url)!r}: {shown_url(str(e))}") from e
     return engine
 
 
@@ -83,10 +96,28 @@ def alembic_config(engine: Engine) -> Config:
     return cfg
 
 
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """Processes migrating one SQLite file take turns: an exclusive lock on `<file>.migrate-lock`, held until the
+    migration is done. (SQLite's own write lock comes too late: two processes both read "no schema" and both create
+    it, and one fails.) PostgreSQL's turns are an advisory lock in the migration itself (migrations/env.py)."""
+    database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the schema to `revision`; a no-op when it is already there."""
     try:
-        command.upgrade(alembic_config(engine), revision)
+        with _migration_lock(engine):
+            command.upgrade(alembic_config(engine), revision)
     except SQLAlchemyError as e:
         raise StoreError(f"database migration failed on {engine.url.render_as_string(hide_password=True)}: {e}") from e
 

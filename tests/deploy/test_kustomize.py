@@ -130,7 +130,8 @@ def test_rbac_is_least_privilege(objects: list[Obj]) -> None:
     assert _verbs(collector, "pods") == {"list", "watch", "patch"}
     assert _verbs(collector, "nodes") == {"get", "patch"}
     advisor = _rules(objects, "gpuadvisor-advisor")
-    assert {v for r in advisor for v in r["verbs"]} == {"get", "list", "watch"}
+    assert {v for r in advisor for v in r["verbs"]} == {"get", "list", "watch", "create"}
+    assert _verbs(advisor, "tokenreviews", "authentication.k8s.io") == {"create"}  # the collectors' credentials
     assert _verbs(advisor, "pods") == _verbs(advisor, "nodes") == {"get", "list", "watch"}
     profiler = _rules(objects, "gpuadvisor-profiler")
     assert "patch" in _verbs(profiler, "trialruns/status", "gpuadvisor.io")

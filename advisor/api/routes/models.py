@@ -7,13 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Body, HTTPException, status
 from sqlalchemy.exc import SQLAlchemyError
 
-from advisor.api.deps import Authorized, Ctx, DbSession
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
+from advisor.api.deps import Authorized, Ctx, DbSession, TokenFirstRoute
+from advisor.api.errors import ERROR_RESPONSES, documented
 from advisor.api.schemas import ModelsOut, ModelVersionOut, ServedModelOut, TrainingJobOut, TrainRequest
 from advisor.serving import TrainingJob
 from profiler.store import repo
 
-router = APIRouter(prefix="/v1/models", tags=["models"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1/models", tags=["models"], route_class=TokenFirstRoute, responses=ERROR_RESPONSES)
 
 
 def _job_out(job: TrainingJob) -> TrainingJobOut:

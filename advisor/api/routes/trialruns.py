@@ -11,14 +11,14 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
 
-from advisor.api.deps import Authorized, Ctx, DbSession
-from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
+from advisor.api.deps import Authorized, Ctx, DbSession, TokenFirstRoute
+from advisor.api.errors import ERROR_RESPONSES, documented
 from profiler import views
 from profiler.settings import ProfilerSettings
 from profiler.spec import SpecError, TrialRun, parse_trialrun
 from profiler.store import repo
 
-router = APIRouter(prefix="/v1", tags=["profiles"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["profiles"], route_class=TokenFirstRoute, responses=ERROR_RESPONSES)
 
 TRIALRUN_EXAMPLE = {
     "apiVersion": "gpuadvisor.io/v1alpha1",
@@ -74,11 +74,35 @@ def list_trialruns(
 
 @router.get("/trialruns/{namespace}/{name}", responses=documented(404, 503))
 def get_trialrun(namespace: str, name: str, session: DbSession) -> dict[str, Any]:
-    """One trial run with its trials, profiles and co-locations."""
+    """One trial run with its trials, profiles and co-locations; its env values are redacted (`***`): reads need no
+    token, and a trial's env may hold an API key."""
     detail = views.run_detail(session, namespace, name)
     if detail is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no trial run {namespace}/{name}")
-    return detail
+    return {**detail, "spec": redacted_env(detail["spec"])}
+
+
+REDACTED = "***"
+
+
+def redacted_env(spec: Any) -> Any:
+    """A stored TrialRun spec with every env `value` (the run's own and each co-located partner's) replaced by
+    `REDACTED`; names, and anything that is not a literal value, stay."""
+    if not isinstance(spec, dict):
+        return spec
+
+    def env(entries: Any) -> Any:
+        if not isinstance(entries, list):
+            return entries
+        return [{**e, "value": REDACTED} if isinstance(e, dict) and e.get("value") else e for e in entries]
+
+    out = {**spec, "env": env(spec.get("env"))} if "env" in spec else dict(spec)
+    partners = spec.get("colocateWith")
+    if isinstance(partners, list):
+        out["colocateWith"] = [
+            {**p, "env": env(p.get("env"))} if isinstance(p, dict) and "env" in p else p for p in partners
+        ]
+    return out
 
 
 @router.post(

@@ -11,8 +11,10 @@ prioritize answer (a score per node: 5,000 entries at 5,000 nodes) is encoded by
 
 from __future__ import annotations
 
-from typing import NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Annotated, NoReturn, TypeVar
 
+import anyio.to_thread
 import msgspec
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from pydantic import ValidationError
@@ -20,7 +22,9 @@ from pydantic import ValidationError
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, BodyError, StrictJsonRoute, parse_json
+from advisor.api.limits import LARGE_BODY_BYTES
 from advisor.api.schemas import (
+    MAX_CANDIDATE_NODES,
     V1Pod,
     VolcanoPredicateRequest,
     VolcanoPredicateResponse,
@@ -49,7 +53,7 @@ class _NodeName(msgspec.Struct):
 
 class _PrioritizeBody(msgspec.Struct):
     task: _Task | None = None
-    nodes: list[_NodeName] | None = None
+    nodes: Annotated[list[_NodeName], msgspec.Meta(max_length=MAX_CANDIDATE_NODES)] | None = None
 
 
 class _PredicateNode(msgspec.Struct):
@@ -69,6 +73,7 @@ class _Priorities(msgspec.Struct):
 
 
 _Body = TypeVar("_Body", _PrioritizeBody, _PredicateBody)
+_Answer = TypeVar("_Answer")
 _PRIORITIZE = msgspec.json.Decoder(_PrioritizeBody)
 _PREDICATE = msgspec.json.Decoder(_PredicateBody)
 _ENCODER = msgspec.json.Encoder()
@@ -101,6 +106,8 @@ def _decode(decoder: msgspec.json.Decoder[_Body], body: bytes) -> _Body:
         _reject(body, where.rstrip("`") or "body", message)
     except msgspec.DecodeError as e:
         _reject(body, "body", f"not JSON ({e})")
+    except RecursionError:  # msgspec's own depth limit: JSON nested deeper than any Volcano body
+        _reject(body, "body", "not JSON this advisor reads: nested too deep")
 
 
 def _pod(task: _Task | None, body: bytes) -> V1Pod:
@@ -127,6 +134,10 @@ def _pod(task: _Task | None, body: bytes) -> V1Pod:
 async def prioritize(request: Request, ctx: Ctx) -> Response:
     """Score every node of the request for the task's pod (unknown nodes get the neutral score)."""
     raw = await _body(request)
+    return Response(await _off_loop(_priorities, raw, ctx), media_type="application/json")
+
+
+def _priorities(raw: bytes, ctx: AppContext) -> bytes:
     body = _decode(_PRIORITIZE, raw)
     pod = _pod(body.task, raw).to_request()
     names = [n.Name for n in body.nodes or []]
@@ -140,8 +151,15 @@ async def prioritize(request: Request, ctx: Ctx) -> Response:
     ctx.metrics.count_fallbacks(predictors.names())
     # Encoded here rather than through `response_model` (kept for the OpenAPI document): validating and serialising
     # a 5,000-entry model costs more than the scores' own JSON.
-    answer = _Priorities(nodeScore={s.node: round(s.score, 3) for s in scores})
-    return Response(_ENCODER.encode(answer), media_type="application/json")
+    return _ENCODER.encode(_Priorities(nodeScore={s.node: round(s.score, 3) for s in scores}))
+
+
+async def _off_loop(answer: Callable[[bytes, AppContext], _Answer], raw: bytes, ctx: AppContext) -> _Answer:
+    """`answer(raw, ctx)`, in a worker thread for a large body (a parse of a second or more must not stall the event
+    loop: /healthz, the kube-scheduler's small requests)."""
+    if len(raw) > LARGE_BODY_BYTES:
+        return await anyio.to_thread.run_sync(answer, raw, ctx)
+    return answer(raw, ctx)
 
 
 @router.post(
@@ -158,13 +176,15 @@ async def predicate(request: Request, ctx: Ctx) -> VolcanoPredicateResponse:
     """Whether the task's pod fits the node: `status` "" when it does (or the advisor has no telemetry for the node),
     else why not, with code 3 for a node that can never host it (fewer or lost GPUs, too little GPU memory, a GPU model
     its affinity excludes) and 2 for one that is full for now."""
-    raw = await _body(request)
+    return await _off_loop(_predicate, await _body(request), ctx)
+
+
+def _predicate(raw: bytes, ctx: AppContext) -> VolcanoPredicateResponse:
     body = _decode(_PREDICATE, raw)
     pod = _pod(body.task, raw).to_request()
     if body.node is None or not body.node.Name:
         _reject(raw, "node.Name", "the candidate node is required")
-    name = body.node.Name
-    verdict = _fits(pod, name, ctx)
+    verdict = _fits(pod, body.node.Name, ctx)
     ctx.metrics.count_scores("volcano", int(verdict.code == 0), int(verdict.code != 0), 0)
     return verdict
 
@@ -172,7 +192,7 @@ async def predicate(request: Request, ctx: Ctx) -> VolcanoPredicateResponse:
 def _fits(pod: PodRequest, name: str, ctx: AppContext) -> VolcanoPredicateResponse:
     node = ctx.state.nodes.get(name)
     if node is not None:
-        reason = never_fits(pod, node)
+        reason = never_fits(pod, node, config=ctx.scoring, now_seconds=ctx.state.now())
         if reason is not None:
             return VolcanoPredicateResponse(status=reason, code=UNSCHEDULABLE_AND_UNRESOLVABLE)
     _, failed = filter_nodes(pod, [name], ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
