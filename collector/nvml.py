@@ -452,7 +452,7 @@ class NvmlBackend:
         known = True
         for symbol, layout in filter(None, self._driver.process_lists):
             try:
-                listed = _running_processes(symbol, layout, handle)
+                listed = self._query.timed(symbol, _running_processes, symbol, layout, handle)
             except pynvml.NVMLError as e:
                 self._query.absorb(symbol, e)  # a lost GPU raises here
                 known = known and e.value in _ABSENT
