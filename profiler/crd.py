@@ -14,11 +14,12 @@ from typing import Any
 
 import yaml
 
+from profiler.csv_formats import MAX_COUNT
 from profiler.settings import DEFAULT_MAX_TRIAL_DURATION_SECONDS
 from profiler.spec import API_GROUP, API_VERSION, DEFAULT_MAX_DURATION_SECONDS, ENV_NAME, KIND, PLURAL
 
 _STRING = {"type": "string", "minLength": 1}
-_POSITIVE = {"type": "integer", "minimum": 1}
+_POSITIVE = {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}
 
 
 def _list(items: dict[str, Any], *, min_items: int | None = None) -> dict[str, Any]:

@@ -273,7 +273,7 @@ def list_command(
     as_json: JsonOption = False,
 ) -> None:
     """The registered model versions, with their validation metric and which one is promoted."""
-    sessions = session_factory(open_store(db_url))
+    sessions = session_factory(open_store(db_url, read_only=True))
     with sessions() as session:
         rows = repo.list_model_versions(session=session, kind=_kind(kind) if kind is not None else None)
     if as_json:

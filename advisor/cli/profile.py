@@ -159,7 +159,7 @@ def list_(
     db_url: DbUrlOption = None,
 ) -> None:
     """List trial runs with their phase and how many trials succeeded."""
-    engine = open_store(db_url)
+    engine = open_store(db_url, read_only=True)
     with db.session_factory(engine)() as session:
         runs = views.list_runs(session, namespace)
         imported = [] if json_output else _imported_workloads(session)
@@ -225,7 +225,7 @@ def show(
 ) -> None:
     """Show a trial run's trials (throughput, utilisation, memory), or every profile of a workload."""
     target = _plot_path(plot, name) if plot is not None else None
-    engine = open_store(db_url)
+    engine = open_store(db_url, read_only=True)
     with db.session_factory(engine)() as session:
         namespace = _namespace_of(session, name, namespace)
         detail = views.run_detail(session, namespace, name) or views.workload_detail(session, name)
@@ -307,13 +307,15 @@ def import_(
     tag = source or f"import:{file.name}"
     stages = Stages()
     try:
-        with stages.stage(f"read {file}", f"reading {file}"), file.open(newline="") as handle:
+        with stages.stage(f"read {file}", f"reading {file}"), file.open(newline="", encoding="utf-8-sig") as handle:
             if kind is ImportKind.COLOCATIONS:
                 colocations, profiles = parse_colocations(handle, source=tag), []
             else:
                 colocations, profiles = [], parse_throughputs(handle, source=tag)
     except OSError as e:
         fail(f"cannot read {file}: {e.strerror}")
+    except UnicodeDecodeError as e:
+        fail(f"{file}: not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r}); save the CSV as UTF-8")
     except CsvFormatError as e:
         fail(f"{file}: {e}")
     engine = open_store(db_url)

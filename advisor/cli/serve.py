@@ -24,6 +24,7 @@ from advisor.api.steering import (
     steering_protocol,
 )
 from advisor.cli.common import fail, settings_error
+from advisor.cli.db import store_failure
 from advisor.cli.task_mix import task_mix
 from advisor.settings import AdvisorSettings
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
@@ -96,7 +97,7 @@ def run_server(
         engine.dispose()
         api = create_app(settings)
     except db.StoreError as e:
-        fail(str(e))
+        store_failure(e)
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
     workers = ingest_workers(settings, certificate)

@@ -29,6 +29,7 @@ from rich.console import Console
 from advisor.api import create_app
 from advisor.api.context import AppContext
 from advisor.cli.common import EXIT_UNAVAILABLE, Stages, fail
+from advisor.cli.db import store_failure
 from advisor.cli.serve import build_settings
 from advisor.datasets import DatasetError
 from advisor.models.artifact import ArtifactError
@@ -321,7 +322,7 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
                 engine = db.make_engine(settings.db_url)
                 db.upgrade(engine)
             except db.StoreError as e:
-                fail(str(e))
+                store_failure(e)
             engine.dispose()
         with stages.stage(f"advisor serving on port {port}"):
             base_url, ctx = start_advisor(stack, settings, host, port)
