@@ -9,6 +9,7 @@ the URLs and ready-to-paste curl commands; Ctrl-C (or SIGTERM) stops everything 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -138,7 +139,11 @@ def check_port_free(host: str, port: int) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
+        except socket.gaierror as e:
+            fail(f"--host: {host!r} is not an address or a name this machine can resolve ({e.strerror})")
         except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                fail(f"--host: {host} is not an address of this machine (e.g. --host 127.0.0.1 or --host 0.0.0.0)")
             fail(
                 f"--port: cannot listen on {host}:{port}: {e.strerror} (choose another port: --port N, or"
                 " `make up PORT=N`)",
