@@ -123,7 +123,8 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
         with stages.stage(f"trained the {k} model", f"training the {k} model"):
             trained = train(k, frame, source=source)
     except ValueError as e:  # DatasetError, or data a model cannot learn from (e.g. one configuration per workload)
-        fail(f"{source}: cannot train the {k} model: {e}")
+        # one prefix: a DatasetError already names its source
+        fail(f"{source}: cannot train the {k} model: {str(e).removeprefix(f'{source}: ')}")
     result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
     try:
         if db_url is not None or from_store:

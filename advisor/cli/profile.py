@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, Stages, fail, table_console
 from advisor.cli.db import DbUrlOption, open_store
 from collector.backend import BackendUnavailableError, GpuBackend
+from collector.logs import configure_logging
 from profiler import views
 from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
 from profiler.local import LocalRunner
@@ -348,7 +349,7 @@ def run_controller(
     from profiler.kube import KubeCluster, run_operator
     from profiler.recorder import Recorder
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.INFO)
     settings = ProfilerSettings()
     engine = open_store(settings.db_url if db_url is None else db_url)
     sessions = db.session_factory(engine)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import secrets
 import shlex
@@ -38,6 +39,7 @@ from advisor.models.reference import train_reference_models
 from advisor.settings import AdvisorSettings
 from collector.agent import CollectorAgent
 from collector.backend import BackendUnavailableError, GpuBackend
+from collector.logs import configure_logging
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS, SnapshotPusher
 from collector.settings import CollectorSettings
 from collector.sim import SimulatedBackend
@@ -167,7 +169,13 @@ def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port:
     """Serve the advisor on a background thread (uvicorn leaves signals to the main thread); base URL and context."""
     app = create_app(settings)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        log_config=None,  # the format of `configure_logging`
+        access_log=False,
+        timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS,
     )
     stack.server = uvicorn.Server(config)
     stack.server_thread = threading.Thread(target=stack.server.run, name="advisor", daemon=True)
@@ -311,6 +319,7 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     db_url: Annotated[str | None, typer.Option("--db", help="Database URL.")] = None,
 ) -> None:
     """Run everything locally: store, advisor, simulated GPU nodes with collectors; Ctrl-C stops it."""
+    configure_logging(logging.WARNING)  # what goes wrong behind the banner, in every component's one format
     console = Console(highlight=False, soft_wrap=True)
     settings = build_settings(db_url, no_kube=True)
     token, token_at = local_token(settings)

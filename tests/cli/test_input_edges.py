@@ -159,3 +159,11 @@ def test_up_with_a_host_that_is_not_this_machines_blames_the_host(tmp_path: Path
     result = gpuadvisor("up", "--host", host, "--port", "18979", "--db", f"sqlite:///{tmp_path}/u.db")
     line = assert_one_error_line(result, 2, "--host", host, says)
     assert "--port" not in line
+
+
+def test_a_training_refusal_names_its_source_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert gpuadvisor("db", "upgrade", "--db", url).returncode == 0
+    result = gpuadvisor("models", "train", "jct", "--from-store", "--db", url)
+    line = assert_one_error_line(result, 2, "cannot train the jct model", "0 usable row(s)")
+    assert line.count("store:") == 1
