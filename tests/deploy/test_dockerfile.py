@@ -65,7 +65,9 @@ def test_every_package_of_the_distribution_is_copied_and_the_entrypoint_is_the_c
 
 def _stage(name: str) -> list[tuple[str, str]]:
     steps = instructions()
-    start = next(i for i, (op, args) in enumerate(steps) if op == "FROM" and args.upper().endswith(f" AS {name.upper()}"))
+    start = next(
+        i for i, (op, args) in enumerate(steps) if op == "FROM" and args.upper().endswith(f" AS {name.upper()}")
+    )
     end = next((i for i in range(start + 1, len(steps)) if steps[i][0] == "FROM"), len(steps))
     return steps[start:end]
 

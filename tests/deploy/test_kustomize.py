@@ -519,9 +519,7 @@ def test_volcano_config_asks_the_advisor_to_filter_and_score_in_time() -> None:
 def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_prometheus(
     objects: list[Obj], tmp_path: Path
 ) -> None:
-    rendered = _render_overlay(
-        tmp_path, "resources: [{base}]\ncomponents: [{base}/monitoring, {base}/profiles/tls]\n"
-    )
+    rendered = _render_overlay(tmp_path, "resources: [{base}]\ncomponents: [{base}/monitoring, {base}/profiles/tls]\n")
     for obj in rendered:
         if not obj["apiVersion"].startswith(("cert-manager.io/", "monitoring.coreos.com/")):
             kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
