@@ -307,7 +307,7 @@ def list_command(
             "yes" if r.promoted else "",
             f"{name} {value:.4g}" if isinstance(value, int | float) else "-",
             str(r.training_summary.get("rows", "-")),
-            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S %Z"),
             r.artifact_path,
         )
     out_console.print(table)
