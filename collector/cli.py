@@ -23,6 +23,7 @@ from collector.access import GpuAccessMonitor, NoGpuBackend
 from collector.agent import CollectorAgent, SnapshotSink
 from collector.backend import BackendUnavailableError, GpuBackend
 from collector.exporter import MetricsServer, SnapshotCollector
+from collector.logs import configure_logging
 from collector.podmap import PidResolver
 from collector.pods import PodLookup
 from collector.push import SnapshotPusher, push_targets
@@ -86,7 +87,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Collect GPU telemetry on this node; serve /metrics, push snapshots, annotate pods."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per push otherwise
     settings = CollectorSettings()
     node_name = node or settings.node_name or socket.gethostname()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -223,6 +223,26 @@ class SnapshotCollector(Collector):
         yield errors
         yield last
         yield access
+
+
+class MergedCollector(Collector):
+    """Several collectors' families as one exposition: one family per metric name holding every collector's samples.
+    One `/metrics` for several nodes' agents (`gpuadvisor up`), which a registry cannot hold side by side: it refuses
+    two collectors of the same metric names."""
+
+    def __init__(self, collectors: Sequence[Collector]) -> None:
+        self._collectors = tuple(collectors)
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for collector in self._collectors:
+            for family in collector.collect():
+                held = families.get(family.name)
+                if held is None:
+                    families[family.name] = family
+                else:
+                    held.samples.extend(family.samples)
+        yield from families.values()
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from profiler.csv_formats import MAX_COUNT
 from profiler.settings import DEFAULT_MAX_TRIAL_DURATION_SECONDS
 from profiler.spec import (
     API_GROUP,
@@ -27,7 +28,7 @@ from profiler.spec import (
 )
 
 _STRING = {"type": "string", "minLength": 1}
-_POSITIVE = {"type": "integer", "minimum": 1}
+_POSITIVE = {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}
 
 
 def _list(items: dict[str, Any], *, min_items: int | None = None) -> dict[str, Any]:

@@ -20,6 +20,12 @@ FALSE_VALUES = frozenset({"0", "0.0", "false", "no", "n", "f", ""})
 SHARING_MODES = ("time-slicing", "mps", "mig")
 
 
+# The largest whole numbers the store holds: counts and batch sizes are SQL INTEGER columns (32-bit on PostgreSQL),
+# byte counts BIGINT. A larger value in a file or a TrialRun is refused where it is read, naming the field.
+MAX_COUNT = 2**31 - 1
+MAX_BYTES = 2**63 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class CsvFormat:
     """Columns of one interchange format and their types.

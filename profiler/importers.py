@@ -9,11 +9,21 @@ names the column (and row), so `profile import` can tell the user exactly what t
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import TypeVar
 
-from profiler.csv_formats import COLOCATIONS, FALSE_VALUES, SHARING_MODES, THROUGHPUTS, TRUE_VALUES, CsvFormat
+from profiler.csv_formats import (
+    COLOCATIONS,
+    FALSE_VALUES,
+    MAX_BYTES,
+    MAX_COUNT,
+    SHARING_MODES,
+    THROUGHPUTS,
+    TRUE_VALUES,
+    CsvFormat,
+)
 from profiler.records import ColocationRecord, ProfileRecord
 
 T = TypeVar("T")
@@ -51,6 +61,8 @@ class _Row:
 
     def real(self, column: str) -> float:
         value = self._convert(column, float, "a number")
+        if not math.isfinite(value):  # nan, inf and numbers beyond a double (1e400) alike
+            raise CsvFormatError(f"row {self.number}, column {column!r}: expected a finite number, got {value}")
         if value < 0:
             raise CsvFormatError(f"row {self.number}, column {column!r}: must not be negative, got {value}")
         if column in self.ratios and value > 1:
@@ -60,16 +72,18 @@ class _Row:
     def optional_number(self, column: str) -> float | None:
         return self.real(column) if self.cells.get(column, "") else None
 
-    def integer(self, column: str, default: int | None = None) -> int:
+    def integer(self, column: str, default: int | None = None, *, maximum: int = MAX_COUNT) -> int:
         if default is not None and not self.cells.get(column, ""):
             return default
-        value = self._convert(column, lambda s: int(float(s)), "an integer")
-        if value < 0:
-            raise CsvFormatError(f"row {self.number}, column {column!r}: must not be negative, got {value}")
-        return value
+        number = self.real(column)
+        if number > maximum:
+            raise CsvFormatError(f"row {self.number}, column {column!r}: must be at most {maximum}, got {number:g}")
+        if not number.is_integer():
+            raise CsvFormatError(f"row {self.number}, column {column!r}: expected an integer, got {number:g}")
+        return int(number)
 
-    def optional_integer(self, column: str) -> int | None:
-        return self.integer(column) if self.cells.get(column, "") else None
+    def optional_integer(self, column: str, *, maximum: int = MAX_COUNT) -> int | None:
+        return self.integer(column, maximum=maximum) if self.cells.get(column, "") else None
 
     def choice(self, column: str, allowed: tuple[str, ...]) -> str:
         """One of `allowed`, or "" for an empty or absent cell (unknown)."""
@@ -102,7 +116,8 @@ def _rows(lines: Iterable[str], fmt: CsvFormat) -> list[_Row]:
 def parse_colocations(lines: Iterable[str], *, source: str) -> list[ColocationRecord]:
     out = []
     for row in _rows(lines, COLOCATIONS):
-        mem_a, mem_b = row.optional_number("mem_bytes_a"), row.optional_number("mem_bytes_b")
+        mem_a = row.optional_integer("mem_bytes_a", maximum=MAX_BYTES)
+        mem_b = row.optional_integer("mem_bytes_b", maximum=MAX_BYTES)
         out.append(
             ColocationRecord(
                 gpu_model=row.text("gpu_model"),
@@ -118,10 +133,10 @@ def parse_colocations(lines: Iterable[str], *, source: str) -> list[ColocationRe
                 amp_b=row.flag("amp_b"),
                 sm_util_a=row.optional_number("sm_util_a"),
                 mem_bw_util_a=row.optional_number("mem_bw_util_a"),
-                mem_bytes_a=int(mem_a) if mem_a is not None else None,
+                mem_bytes_a=mem_a,
                 sm_util_b=row.optional_number("sm_util_b"),
                 mem_bw_util_b=row.optional_number("mem_bw_util_b"),
-                mem_bytes_b=int(mem_b) if mem_b is not None else None,
+                mem_bytes_b=mem_b,
                 source=source,
                 sharing=row.choice("sharing", SHARING_MODES),
             )
@@ -160,7 +175,7 @@ def parse_throughputs(lines: Iterable[str], *, source: str) -> list[ProfileRecor
                 sm_util_mean_ratio=sm_util_mean if sm_util_mean is not None else sm_util,
                 sm_util_p95_ratio=row.optional_number("sm_util_p95"),
                 mem_bw_util_ratio=row.optional_number("mem_bw_util"),
-                peak_memory_bytes=row.optional_integer("mem_bytes"),
+                peak_memory_bytes=row.optional_integer("mem_bytes", maximum=MAX_BYTES),
                 power_watts=row.optional_number("power_watts"),
             )
         )

@@ -14,6 +14,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from profiler.csv_formats import MAX_COUNT
+
 API_GROUP = "gpuadvisor.io"
 API_VERSION = "v1alpha1"
 KIND = "TrialRun"
@@ -30,7 +32,9 @@ MAX_REPEATS = 20
 MAX_DURATION_CONTEXT_KEY = "max_duration_seconds"
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
-PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+# At most what the store's INTEGER columns hold (`profiler.csv_formats.MAX_COUNT`): a larger count or batch size is
+# refused here, naming the field, rather than by the database after the trials ran.
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT, strict=True)]
 
 
 class SpecError(ValueError):
@@ -208,9 +212,11 @@ def parse_trialrun(data: object, *, max_duration_seconds: int | None = None) -> 
 def load_trialrun(path: Path, *, max_duration_seconds: int | None = None) -> TrialRun:
     """Read a TrialRun from a YAML or JSON file (JSON is YAML); `SpecError` for unreadable or invalid files."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
     except OSError as e:
         raise SpecError("", f"cannot read {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise SpecError("", f"{path} is not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r})") from e
     except yaml.YAMLError as e:
         raise SpecError("", f"{path} is not valid YAML/JSON: {str(e).splitlines()[0]}") from e
     return parse_trialrun(data, max_duration_seconds=max_duration_seconds)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from advisor.api.context import AppContext
@@ -96,15 +97,20 @@ def write_access(settings: AdvisorSettings) -> str:
     )
 
 
-def _document_snapshot_schema(app: FastAPI) -> None:
-    """Add the NodeSnapshot schema to the OpenAPI components: the ingest route reads its body raw (for speed), so
-    FastAPI cannot find the model by itself."""
+def _document_raw_bodies(app: FastAPI) -> None:
+    """Add the request bodies that routes read raw (for speed) to the OpenAPI components: FastAPI cannot find those
+    models by itself. The routes refer to them as `#/components/schemas/<Model>`; the models they refer to in turn
+    are written there too, so that every `$ref` of the document resolves (a schema's own `$defs` would not)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
-            _, defs = models_json_schema([(NodeSnapshot, "validation")], ref_template="#/components/schemas/{model}")
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
+            bodies: list[type[BaseModel]] = [NodeSnapshot, *volcano.DOCUMENTED_BODIES]
+            modes: list[tuple[type[BaseModel], Literal["validation"]]] = [(model, "validation") for model in bodies]
+            _, defs = models_json_schema(modes, ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, definition in defs["$defs"].items():
+                components.setdefault(name, definition)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -207,7 +213,7 @@ def create_app(
     app.add_middleware(
         telemetry.IngestFastPath, ctx=ctx, credentials=node_credentials(settings, review_token)
     )  # outermost: the hot ingest path skips the rest
-    _document_snapshot_schema(app)
+    _document_raw_bodies(app)
     docs.add_docs(app)
     install_handlers(app)
 

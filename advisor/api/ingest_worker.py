@@ -28,6 +28,7 @@ from uvicorn.server import ServerState
 from advisor.api import ingest_channel as ch
 from advisor.api import ingest_checks as checks
 from advisor.settings import AdvisorSettings
+from collector.logs import configure_logging
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 
 log = logging.getLogger(__name__)
@@ -244,6 +245,7 @@ async def serve(data: socket.socket, handoffs: socket.socket) -> None:
         lifespan="off",
         access_log=False,
         log_level="warning",
+        log_config=None,  # the format of `configure_logging`
         timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS,
     )
     config.load()
@@ -287,7 +289,7 @@ async def serve(data: socket.socket, handoffs: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.WARNING)
     # Ctrl-C reaches the whole process group; the owner decides when its workers stop (it closes the channel).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     data = socket.socket(fileno=int(argv[0]))

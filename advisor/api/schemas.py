@@ -271,10 +271,10 @@ class PodQuery(_Native):
     name: str = Field(default="", description="The pod's name (`namespace/name`), used in reasons and gang locality.")
     gpus: int = Field(default=0, ge=0, le=1024, description="Whole GPUs requested (0..1024).")
     gpu_milli: int = Field(
-        default=0, ge=0, le=1000, description="A share of one GPU in thousandths (0..1000), when `gpus` is 0."
+        default=0, ge=0, le=1000, description="A share of one GPU in thousandths (0..1000); with `gpus` too: a 422."
     )
     gpu_memory_bytes: int | None = Field(
-        default=None, ge=0, description="GPU memory requested in bytes (a memory-only share), when `gpus` is 0."
+        default=None, ge=0, description="GPU memory requested in bytes (a share); with `gpus` too: a 422."
     )
     workload: str | None = Field(
         default=None, description="Workload signature (label `gpuadvisor.io/workload`) that profiles are keyed on."
@@ -288,8 +288,23 @@ class PodQuery(_Native):
     kind: str | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")
     status: dict[str, Any] | None = Field(default=None, description="Ignored: a whole v1.Pod may be sent.")
 
+    def _share_fields(self) -> list[str]:
+        return [name for name in ("gpu_milli", "gpu_memory_bytes") if getattr(self, name)]
+
     def to_request(self) -> PodRequest:
+        whole_and_share = self._share_fields() if self.gpus else []
+        if whole_and_share:  # one notation per pod (docs/advisor.md, "GPU requests")
+            raise PodSpecError(
+                f"pod.{whole_and_share[0]}: two GPU notations in one pod: gpus={self.gpus} whole GPUs and "
+                f"{whole_and_share[0]}={getattr(self, whole_and_share[0])} (a share of one GPU); give one of them"
+            )
         if self.spec is not None or self.metadata is not None:
+            plain = [name for name in ("gpus", *self._share_fields()) if getattr(self, name)]
+            if plain:
+                raise PodSpecError(
+                    f"pod.{plain[0]}: two GPU notations in one pod: the plain field {plain[0]} and a v1.Pod's "
+                    "metadata/spec; give one of them"
+                )
             return V1Pod(metadata=self.metadata or ObjectMeta(), spec=self.spec).to_request()
         if (
             self.gpus == 0
@@ -305,7 +320,7 @@ class PodQuery(_Native):
             return PodRequest(
                 name=self.name,
                 gpus=self.gpus,
-                gpu_milli=0 if self.gpus else self.gpu_milli,
+                gpu_milli=self.gpu_milli,
                 gpu_memory_bytes=self.gpu_memory_bytes,
                 workload=self.workload,
                 gang=self.gang,

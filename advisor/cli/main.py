@@ -24,16 +24,14 @@ class _Entry:
     help: str
 
 
-# Order is the order of `gpuadvisor --help`.
+# Order is the order of `gpuadvisor --help`; each help short enough for its line at 80 columns.
 COMMANDS: dict[str, _Entry] = {
-    "up": _Entry("advisor.cli.up", "up", "Run everything locally: store, advisor, simulated nodes, models."),
-    "collector": _Entry("collector.cli", "app", "The node agent: NVML telemetry, pod attribution, metrics, snapshots."),
+    "up": _Entry("advisor.cli.up", "up", "Run store, advisor, simulated nodes and models locally."),
+    "collector": _Entry("collector.cli", "app", "The node agent: GPU telemetry, pods, metrics, snapshots."),
     "profile": _Entry("advisor.cli.profile", "app", "Request and read trial-run profiles."),
     "profiler": _Entry("advisor.cli.profile", "profiler_app", "The TrialRun controller and job-history recorder."),
     "advisor": _Entry("advisor.cli.serve", "app", "The advisor service."),
-    "models": _Entry(
-        "advisor.cli.models", "app", "Train, evaluate and list the throughput, interference and JCT models."
-    ),
+    "models": _Entry("advisor.cli.models", "app", "Train, evaluate and list the prediction models."),
     "simulate": _Entry("advisor.cli.simulate", "simulate", "Replay a trace under placement policies and compare them."),
     "db": _Entry("advisor.cli.db", "app", "Manage the SQL store."),
 }
@@ -52,7 +50,24 @@ def load_command(name: str) -> click.Command | None:
         single.command(name)(target)
         command = typer.main.get_command(single)
     command.name = name
+    _as_subcommand(command)
     return command
+
+
+COMPLETION_PARAMS = frozenset({"install_completion", "show_completion"})
+
+
+def _as_subcommand(command: click.Command) -> None:
+    """Shape `command` and everything under it as a subcommand of `gpuadvisor`: no shell-completion options (they
+    belong to `gpuadvisor` itself, which completes every subcommand), and help as click lays it out (option, then
+    its help wrapped beside it) rather than rich's boxed table, which at 80 columns cut option names short
+    (`--advisor-prof…`) and gave flags a `<bool>` type."""
+    command.params = [p for p in command.params if p.name not in COMPLETION_PARAMS]
+    if isinstance(command, TyperCommand | TyperGroup):
+        command.rich_markup_mode = None
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            _as_subcommand(sub)
 
 
 class LazyGroup(TyperGroup):
@@ -81,6 +96,7 @@ app = typer.Typer(
     cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # the help layout of every subcommand too (`_as_subcommand`)
 )
 
 

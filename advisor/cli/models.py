@@ -123,7 +123,8 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
         with stages.stage(f"trained the {k} model", f"training the {k} model"):
             trained = train(k, frame, source=source)
     except ValueError as e:  # DatasetError, or data a model cannot learn from (e.g. one configuration per workload)
-        fail(f"{source}: cannot train the {k} model: {e}")
+        # one prefix: a DatasetError already names its source
+        fail(f"{source}: cannot train the {k} model: {str(e).removeprefix(f'{source}: ')}")
     result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
     try:
         if db_url is not None or from_store:
@@ -273,7 +274,7 @@ def list_command(
     as_json: JsonOption = False,
 ) -> None:
     """The registered model versions, with their validation metric and which one is promoted."""
-    sessions = session_factory(open_store(db_url))
+    sessions = session_factory(open_store(db_url, read_only=True))
     with sessions() as session:
         rows = repo.list_model_versions(session=session, kind=_kind(kind) if kind is not None else None)
     if as_json:
@@ -306,7 +307,7 @@ def list_command(
             "yes" if r.promoted else "",
             f"{name} {value:.4g}" if isinstance(value, int | float) else "-",
             str(r.training_summary.get("rows", "-")),
-            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S %Z"),
             r.artifact_path,
         )
     out_console.print(table)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from advisor.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, Stages, fail, table_console
 from advisor.cli.db import DbUrlOption, open_store
 from collector.backend import BackendUnavailableError
+from collector.logs import configure_logging
 from profiler import views
 from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
 from profiler.local import LocalRunner
@@ -187,7 +188,7 @@ def list_(
     db_url: DbUrlOption = None,
 ) -> None:
     """List trial runs with their phase and how many trials succeeded."""
-    engine = open_store(db_url)
+    engine = open_store(db_url, read_only=True)
     with db.session_factory(engine)() as session:
         runs = views.list_runs(session, namespace)
         imported = [] if json_output else _imported_workloads(session)
@@ -253,7 +254,7 @@ def show(
 ) -> None:
     """Show a trial run's trials (throughput, utilisation, memory), or every profile of a workload."""
     target = _plot_path(plot, name) if plot is not None else None
-    engine = open_store(db_url)
+    engine = open_store(db_url, read_only=True)
     with db.session_factory(engine)() as session:
         namespace = _namespace_of(session, name, namespace)
         detail = views.run_detail(session, namespace, name) or views.workload_detail(session, name)
@@ -388,13 +389,15 @@ def import_(
     tag = source or f"import:{file.name}"
     stages = Stages()
     try:
-        with stages.stage(f"read {file}", f"reading {file}"), file.open(newline="") as handle:
+        with stages.stage(f"read {file}", f"reading {file}"), file.open(newline="", encoding="utf-8-sig") as handle:
             if kind is ImportKind.COLOCATIONS:
                 colocations, profiles = parse_colocations(handle, source=tag), []
             else:
                 colocations, profiles = [], parse_throughputs(handle, source=tag)
     except OSError as e:
         fail(f"cannot read {file}: {e.strerror}")
+    except UnicodeDecodeError as e:
+        fail(f"{file}: not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r}); save the CSV as UTF-8")
     except CsvFormatError as e:
         fail(f"{file}: {e}")
     engine = open_store(db_url)
@@ -427,7 +430,7 @@ def run_controller(
     from profiler.kube import KubeCluster, run_operator
     from profiler.recorder import Recorder
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.INFO)
     settings = ProfilerSettings()
     engine = open_store(settings.db_url if db_url is None else db_url)
     sessions = db.session_factory(engine)

@@ -26,8 +26,10 @@ from advisor.api.steering import (
     steering_protocol,
 )
 from advisor.cli.common import fail, settings_error
+from advisor.cli.db import store_failure
 from advisor.cli.task_mix import task_mix
 from advisor.settings import AdvisorSettings
+from collector.logs import configure_logging
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
 from profiler.store import db
 
@@ -88,9 +90,7 @@ def run_server(
 ) -> None:
     """Migrate the store, build the app and serve it until interrupted, over HTTPS with `certificate`. The service's
     own log lines (model reloads, the Kubernetes watch, trainings) go to stderr at `log_level`, as uvicorn's do."""
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO), format="%(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin on every start
     try:
         engine = db.make_engine(settings.db_url)
@@ -98,7 +98,7 @@ def run_server(
         engine.dispose()
         api = create_app(settings)
     except db.StoreError as e:
-        fail(str(e))
+        store_failure(e)
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
     workers = ingest_workers(settings, certificate)
@@ -122,6 +122,7 @@ def run_server(
         host=host,
         port=port,
         log_level=log_level,
+        log_config=None,  # uvicorn's lines in the one format of `configure_logging`
         access_log=False,
         timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS,
         ssl_certfile=certificate.cert_file if certificate else None,

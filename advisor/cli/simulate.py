@@ -128,7 +128,10 @@ def simulate(
     throughputs: Annotated[
         Path | None, typer.Option(help="True throughputs: Gavel JSON, or colocations/throughputs CSV.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the pod sampling, the random policy and placement ties.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(min=0, max=2**32 - 1, help="Seed of the pod sampling, the random policy and placement ties."),
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     plot: Annotated[
         Path | None,

@@ -9,7 +9,9 @@ the URLs and ready-to-paste curl commands; Ctrl-C (or SIGTERM) stops everything 
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import secrets
 import shlex
@@ -19,28 +21,38 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated, Any
 
 import httpx
 import typer
 import uvicorn
+from prometheus_client import CollectorRegistry
 from rich.console import Console
+from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.api import create_app
 from advisor.api.context import AppContext
 from advisor.cli.common import EXIT_UNAVAILABLE, Stages, fail
+from advisor.cli.db import store_failure
 from advisor.cli.serve import build_settings
-from advisor.datasets import DatasetError
+from advisor.datasets import DatasetError, gavel_trace_executions, load_gavel
 from advisor.models.artifact import ArtifactError
-from advisor.models.reference import train_reference_models
+from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir, train_reference_models
 from advisor.settings import AdvisorSettings
 from collector.agent import CollectorAgent
 from collector.backend import BackendUnavailableError, GpuBackend
+from collector.exporter import MergedCollector, MetricsServer, SnapshotCollector
+from collector.logs import configure_logging
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS, SnapshotPusher
 from collector.settings import CollectorSettings
 from collector.sim import SimulatedBackend
+from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
-from profiler.store import db
+from profiler.importers import parse_colocations, parse_throughputs
+from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
+from profiler.store import db, repo
 
 EXAMPLE_WORKLOAD = "resnet50-bs64"
 READY_TIMEOUT_SECONDS = 60.0
@@ -90,12 +102,16 @@ class LocalStack:
     agents: list[CollectorAgent] = field(default_factory=list)
     backends: list[GpuBackend] = field(default_factory=list)
     pushers: list[SnapshotPusher] = field(default_factory=list)
+    metrics: MetricsServer | None = None
 
     @property
     def running(self) -> bool:
         return self.server is not None or bool(self.agents or self.backends)
 
     def stop(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
         for agent in self.agents:
             agent.stop()
         for pusher in self.pushers:
@@ -119,6 +135,65 @@ SIMULATED_FLEET: tuple[tuple[str, int, float], ...] = (
 )
 
 
+BUNDLED_SOURCE = "bundled:gavel"
+
+
+SEED_CHUNK_ROWS = 500
+
+
+def seed_store(sessions: sessionmaker[Session]) -> int:
+    """On a store without profiles, import the bundled Gavel data the reference models train from — throughputs,
+    co-locations and the executions derived from its traces — so that `POST /v1/models/train` (which trains on the
+    store) works on the local stack as the banner says; the rows added (0: the store had profiles already).
+
+    A transaction per `SEED_CHUNK_ROWS` rows, so that the running advisor's own writes wait for one chunk at most;
+    the profiles go last, so an import cut short is started again (rows are upserted) by the next `up`."""
+    with sessions() as session:
+        if repo.profiles_mark(session=session)[0]:
+            return 0
+    gavel = bundled_gavel_dir()
+    data = load_gavel(gavel / GAVEL_THROUGHPUTS)
+    profiles = parse_throughputs(data.throughputs.to_csv(index=False).splitlines(), source=BUNDLED_SOURCE)
+    colocations = parse_colocations(data.colocations.to_csv(index=False).splitlines(), source=BUNDLED_SOURCE)
+    executions = [
+        ExecutionRecord(
+            job_id=str(row.job_id),
+            submit_time=datetime.fromtimestamp(float(row.submit_time_s), UTC),  # type: ignore[arg-type]
+            start_time=datetime.fromtimestamp(float(row.start_time_s), UTC),  # type: ignore[arg-type]
+            end_time=datetime.fromtimestamp(float(row.end_time_s), UTC),  # type: ignore[arg-type]
+            workload=str(row.workload),
+            user=str(row.user),
+            queue=str(row.queue),
+            gpu_model=str(row.gpu_model),
+            gpu_count=int(row.gpu_count),  # type: ignore[arg-type]
+            source=BUNDLED_SOURCE,
+        )
+        for row in gavel_trace_executions(gavel / GAVEL_TRACES, data.throughputs).itertuples()
+    ]
+    rows: list[Callable[[Session], object]] = [
+        *(partial(_save_execution, e) for e in executions),
+        *(partial(_save_colocation, c) for c in colocations),
+        *(partial(_save_profile, p) for p in profiles),
+    ]
+    for start in range(0, len(rows), SEED_CHUNK_ROWS):
+        with db.transaction(sessions) as session:
+            for save in rows[start : start + SEED_CHUNK_ROWS]:
+                save(session)
+    return len(rows)
+
+
+def _save_execution(execution: ExecutionRecord, session: Session) -> int:
+    return repo.save_execution(session=session, execution=execution)
+
+
+def _save_colocation(colocation: ColocationRecord, session: Session) -> int:
+    return repo.save_colocation(session=session, colocation=colocation)
+
+
+def _save_profile(profile: ProfileRecord, session: Session) -> int:
+    return repo.save_profile(session=session, profile=profile)
+
+
 def serve_models(ctx: AppContext, settings: AdvisorSettings) -> str:
     """Train and promote the reference models of every kind that has none yet, then have the running advisor serve
     the promoted ones; what answers each scoring question, in one line."""
@@ -132,15 +207,19 @@ def serve_models(ctx: AppContext, settings: AdvisorSettings) -> str:
     return f"{served} ({origin})"
 
 
-def check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int, option: str = "--port") -> None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
+        except socket.gaierror as e:
+            fail(f"--host: {host!r} is not an address or a name this machine can resolve ({e.strerror})")
         except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                fail(f"--host: {host} is not an address of this machine (e.g. --host 127.0.0.1 or --host 0.0.0.0)")
             fail(
-                f"--port: cannot listen on {host}:{port}: {e.strerror} (choose another port: --port N, or"
-                " `make up PORT=N`)",
+                f"{option}: cannot listen on {host}:{port}: {e.strerror} (choose another port: {option} N"
+                + (", or `make up PORT=N`)" if option == "--port" else ")"),
                 EXIT_UNAVAILABLE,
             )
 
@@ -161,7 +240,13 @@ def start_advisor(stack: LocalStack, settings: AdvisorSettings, host: str, port:
     """Serve the advisor on a background thread (uvicorn leaves signals to the main thread); base URL and context."""
     app = create_app(settings)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        log_config=None,  # the format of `configure_logging`
+        access_log=False,
+        timeout_keep_alive=ADVISOR_KEEP_ALIVE_SECONDS,
     )
     stack.server = uvicorn.Server(config)
     stack.server_thread = threading.Thread(target=stack.server.run, name="advisor", daemon=True)
@@ -240,6 +325,23 @@ def start_nodes(
     return [name for name, _ in agents]
 
 
+def _latest(agent: CollectorAgent) -> Callable[[], NodeSnapshot | None]:
+    return lambda: agent.latest
+
+
+def serve_collector_metrics(stack: LocalStack, host: str, port: int, interval_seconds: float) -> MetricsServer:
+    """Every collector agent's `/metrics` on one port (as each node's collector serves its own on a cluster), with the
+    same node names as the advisor's /v1/nodes: a Prometheus scraping it feeds the cluster, node and pod dashboards."""
+    registry = CollectorRegistry()
+    registry.register(MergedCollector([SnapshotCollector(_latest(a), a.stats, a.node) for a in stack.agents]))
+    server = MetricsServer(
+        registry, stack.agents[0].stats, host=host, port=port, stale_after_seconds=max(60.0, 3 * interval_seconds)
+    )
+    server.start()
+    stack.metrics = server
+    return server
+
+
 def nodes_known(base_url: str, names: list[str]) -> bool:
     reply = httpx.get(f"{base_url}/v1/nodes")
     return reply.is_success and set(names) <= {node["name"] for node in reply.json()["nodes"]}
@@ -255,15 +357,18 @@ def print_summary(
     settings: AdvisorSettings,
     models: str,
     token_at: str,
+    collector_metrics: str,
+    store_note: str = "",
 ) -> None:
     """The URLs, the token and the example commands, once everything answers."""
     nodes = simulated + local
     console.print()
-    console.print(f"[bold]gpuadvisor is up[/] — {len(nodes)} nodes, store {settings.db_url}")
+    console.print(f"[bold]gpuadvisor is up[/] — {len(nodes)} nodes, store {settings.db_url}{store_note}")
     console.print(f"  models          {models}")
     console.print(f"  API and docs    {base_url}/docs")
     console.print(f"  cluster state   {base_url}/v1/nodes")
-    console.print(f"  metrics         {base_url}/metrics")
+    console.print(f"  metrics         {base_url}/metrics (the advisor's)")
+    console.print(f"  node metrics    {collector_metrics} (every node's collector: scrape it for the dashboards)")
     console.print(f"  nodes           {', '.join(simulated)} ({gpus} simulated GPUs each)")
     for name in local:
         console.print(f"                  {name} (this machine's GPUs, through NVML)")
@@ -303,13 +408,23 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
         float, typer.Option("--interval-s", help="Seconds between two snapshots of a node.", min=0.2, max=60)
     ] = 2.0,
     db_url: Annotated[str | None, typer.Option("--db", help="Database URL.")] = None,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            help="TCP port of the simulated collectors' /metrics (all nodes, for Prometheus).", min=1, max=65535
+        ),
+    ] = 9400,
 ) -> None:
     """Run everything locally: store, advisor, simulated GPU nodes with collectors; Ctrl-C stops it."""
+    configure_logging(logging.WARNING)  # what goes wrong behind the banner, in every component's one format
     console = Console(highlight=False, soft_wrap=True)
     settings = build_settings(db_url, no_kube=True)
     token, token_at = local_token(settings)
     settings = settings.model_copy(update={"api_token": token})
     check_port_free(host, port)
+    if metrics_port == port:
+        fail(f"--metrics-port: {metrics_port} is the advisor's --port; choose another")
+    check_port_free(host, metrics_port, "--metrics-port")
     # SIGTERM stops like Ctrl-C, wherever the start-up is; SIGINT too when the shell started us with it ignored (`&`)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -321,7 +436,7 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
                 engine = db.make_engine(settings.db_url)
                 db.upgrade(engine)
             except db.StoreError as e:
-                fail(str(e))
+                store_failure(e)
             engine.dispose()
         with stages.stage(f"advisor serving on port {port}"):
             base_url, ctx = start_advisor(stack, settings, host, port)
@@ -336,8 +451,12 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
             )
             if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
                 fail("the advisor received no telemetry from the collectors", EXIT_UNAVAILABLE)
+        with stages.stage(f"collector metrics on port {metrics_port}"):
+            serve_collector_metrics(stack, host, metrics_port, interval_s)
         with stages.stage("models ready", "models: training them from the bundled Gavel data on a first start"):
             models = serve_models(ctx, settings)
+        seeding = threading.Thread(target=seed_store, args=(ctx.sessions,), name="seed-store", daemon=True)
+        seeding.start()
         print_summary(
             console,
             base_url,
@@ -347,6 +466,8 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
             settings=settings,
             models=models,
             token_at=token_at,
+            collector_metrics=f"{base_url.rsplit(':', 1)[0]}:{metrics_port}/metrics",
+            store_note="" if not seeding.is_alive() else " (importing the bundled Gavel data into it: a minute or two)",
         )
         while stack.server_thread is not None:
             stack.server_thread.join(0.5)

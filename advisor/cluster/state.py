@@ -23,7 +23,8 @@ Per-process memory-bandwidth use is not measured by NVML; the GPU's figure is sp
 to their SM use (evenly when that is unknown too). Staleness is judged by when a snapshot *arrived* (this replica's
 clock), so a collector with a skewed clock is not mistaken for a dead one; older snapshots arriving after newer ones
 (by their own timestamps) are dropped. A node silent for `node_expiry_seconds` leaves the state (`expire_silent`):
-without it, churning node names would grow the state, and /metrics with it, without bound.
+without it, churning node names would grow the state, and /metrics with it, without bound. Every read (`nodes`,
+`record`, `records`) applies the expiry first, so no request sees a node past it, whatever requests came before.
 """
 
 from __future__ import annotations
@@ -315,7 +316,7 @@ class ClusterState:
         self._last_full_collection = time.monotonic()
         self._lock = threading.Lock()
         self._expiry_seconds = node_expiry_seconds
-        self._next_sweep_seconds = -math.inf
+        self._next_sweep_seconds = math.inf  # when the oldest node can have expired: none yet
         self._records: dict[str, NodeRecord] = {}
         self._nodes: dict[str, NodeState] = {}
         self._allocations: dict[str, PodAllocation] = {}
@@ -353,14 +354,14 @@ class ClusterState:
 
     def expire_silent(self) -> list[str]:
         """Forget the nodes that have sent no snapshot for `node_expiry_seconds` (their telemetry, and with it their
-        /metrics series); the names forgotten. Cheap between sweeps (one every tenth of the expiry, at most a minute),
-        so ingest and scrapes call it freely. What the Kubernetes watch knows of a node (labels, allocatable, pods)
-        stays: the watch forgets it when the node object goes."""
+        /metrics series); the names forgotten. A sweep over the nodes runs only once the oldest one can have expired
+        (its arrival plus the expiry, kept up to date by the sweeps and by new nodes); before that a call is one
+        clock read and a comparison, so every read of the state calls it. What the Kubernetes watch knows of a node
+        (labels, allocatable, pods) stays: the watch forgets it when the node object goes."""
         now = self._clock()
-        if now < self._next_sweep_seconds:
+        if now <= self._next_sweep_seconds:
             return []
         with self._lock:
-            self._next_sweep_seconds = now + min(self._expiry_seconds / 10, 60.0)
             cutoff = now - self._expiry_seconds
             gone = [n for n, r in self._records.items() if r.received_at_seconds < cutoff]
             if gone:
@@ -369,6 +370,8 @@ class ClusterState:
                 self._records = {n: r for n, r in self._records.items() if n not in dropped}
                 self._nodes = {n: s for n, s in self._nodes.items() if n not in dropped}
                 self.expired_nodes += len(gone)
+            oldest = min((r.received_at_seconds for r in self._records.values()), default=math.inf)
+            self._next_sweep_seconds = oldest + self._expiry_seconds
         return gone
 
     def ingest(
@@ -438,6 +441,7 @@ class ClusterState:
         record = NodeRecord(state, snapshot_json, snapshot.timestamp, received, links, uuids, order)
         self._records[snapshot.node] = record
         self._nodes[snapshot.node] = state
+        self._next_sweep_seconds = min(self._next_sweep_seconds, received + self._expiry_seconds)
         self._changed()
 
     def _rebuild(self, node: str) -> None:
@@ -578,14 +582,18 @@ class ClusterState:
 
     @property
     def nodes(self) -> Mapping[str, NodeState]:
-        """Current scoring view of every node that has sent telemetry."""
+        """Current scoring view of every node that has sent telemetry within the expiry."""
+        self.expire_silent()
         return self._nodes
 
     def record(self, node: str) -> NodeRecord | None:
+        self.expire_silent()
         return self._records.get(node)
 
     def records(self) -> list[NodeRecord]:
-        return [self._records[n] for n in sorted(self._records)]
+        self.expire_silent()
+        records = self._records
+        return [records[n] for n in sorted(records)]
 
     def allocations(self) -> list[PodAllocation]:
         return list(self._allocations.values())

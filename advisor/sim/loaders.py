@@ -26,12 +26,16 @@ import pandas as pd
 
 from advisor.gpus import normalize_gpu_model
 from advisor.sim.model import GPU_MILLI, Cluster, Job, Pod, SimNode, Throughputs
+from profiler.csv_formats import MAX_COUNT
 
 
 class SimInputError(ValueError):
     """An input file the simulator cannot use; the message names the file, the row and the column."""
 
 
+# The simulator holds a few arrays per GPU: a node of more GPUs than any machine has is a typo (a cluster file with
+# 100000000000 GPUs on one node asked for 93 GiB before this bound).
+MAX_NODE_GPUS = 1024
 CLUSTER_COLUMNS = ("node", "gpu_model", "gpus")
 OPENB_NODE_COLUMNS = ("sn", "gpu", "model")
 OPENB_POD_COLUMNS = ("name", "num_gpu", "gpu_milli")
@@ -60,15 +64,26 @@ def _has(frame: pd.DataFrame, columns: Sequence[str]) -> bool:
 
 
 def _numbers(
-    frame: pd.DataFrame, column: str, path: Path, *, minimum: float | None = None, integer: bool = False
+    frame: pd.DataFrame,
+    column: str,
+    path: Path,
+    *,
+    minimum: float | None = None,
+    integer: bool = False,
+    maximum: float | None = None,
 ) -> list[float]:
-    """The column as floats; the first empty/non-numeric/too-small value raises with its row number."""
+    """The column as floats; the first empty/non-numeric/out-of-range value raises with its row number. A whole-number
+    column is at most `MAX_COUNT` unless `maximum` says less."""
     values = pd.to_numeric(frame[column], errors="coerce")
+    if maximum is None and integer:
+        maximum = MAX_COUNT
     for row, (raw, value) in enumerate(zip(frame[column], values, strict=True), start=1):
         if value is None or math.isnan(value) or math.isinf(value):
             raise SimInputError(f"{path}: row {row}: column {column!r}: expected a number, got {raw!r}")
         if minimum is not None and value < minimum:
             raise SimInputError(f"{path}: row {row}: column {column!r}: must be >= {minimum:g}, got {raw!r}")
+        if maximum is not None and value > maximum:
+            raise SimInputError(f"{path}: row {row}: column {column!r}: must be <= {maximum:g}, got {raw!r}")
         if integer and value != int(value):
             raise SimInputError(f"{path}: row {row}: column {column!r}: expected a whole number, got {raw!r}")
     return [float(v) for v in values]
@@ -129,7 +144,7 @@ def load_cluster(path: Path) -> Cluster:
         raise _missing(path, frame, {"cluster file": CLUSTER_COLUMNS, "openb node list": OPENB_NODE_COLUMNS})
     name_list = _texts(frame, name_col, path)
     models = _texts(frame, model_col, path)
-    gpus = _numbers(frame, gpu_col, path, minimum=0, integer=True)
+    gpus = _numbers(frame, gpu_col, path, minimum=0, integer=True, maximum=MAX_NODE_GPUS)
     cpus = _numbers(frame, "cpu_milli", path, minimum=0) if "cpu_milli" in frame.columns else None
     mems = _numbers(frame, "memory_mib", path, minimum=0) if "memory_mib" in frame.columns else None
     links = list(frame["links"]) if "links" in frame.columns else None

@@ -15,7 +15,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, InterfaceError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -32,6 +32,23 @@ def shown_url(url: str) -> str:
 
 
 _PASSWORD = re.compile(r"(://[^/@:]*:).*@")  # greedy: a password holding "@" or "/" is hidden whole
+
+
+class StoreUnavailableError(StoreError):
+    """The database server could not be reached (down, refusing, timing out): the same command may work later. A
+    SQLite file that cannot be opened is a plain `StoreError` (a wrong path, not an outage)."""
+
+
+def _store_error(engine: Engine, what: str, e: SQLAlchemyError) -> StoreError:
+    """`what` failed on `engine` with `e`: a `StoreUnavailableError` when a server's connection failed, else a
+    `StoreError`; one line either way (the driver's first line, without SQLAlchemy's link to its FAQ)."""
+    where = engine.url.render_as_string(hide_password=True)
+    orig = getattr(e, "orig", None)  # the driver's exception, for errors raised by a statement or a connection
+    cause = orig if orig is not None else e
+    first = (str(cause).strip().splitlines() or [type(e).__name__])[0]
+    if isinstance(e, OperationalError | InterfaceError) and engine.dialect.name != "sqlite":
+        return StoreUnavailableError(f"cannot reach the store {where}: {first}")
+    return StoreError(f"{what} failed on {where}: {first}")
 
 
 def parse_db_url(url: str) -> URL:
@@ -119,7 +136,35 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         with _migration_lock(engine):
             command.upgrade(alembic_config(engine), revision)
     except SQLAlchemyError as e:
-        raise StoreError(f"database migration failed on {engine.url.render_as_string(hide_password=True)}: {e}") from e
+        raise _store_error(engine, "database migration", e) from e
+
+
+def head_revision() -> str | None:
+    """The newest schema revision this version of the code knows."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise `StoreError` unless the store exists and is at the newest revision; creates and migrates nothing, for
+    commands that only read (a typo in `--db` must not leave a new, empty database behind)."""
+    where = engine.url.render_as_string(hide_password=True)
+    database = engine.url.database
+    if engine.dialect.name == "sqlite" and database and database != ":memory:" and not Path(database).exists():
+        raise StoreError(f"no store at {where}: {database} does not exist (check --db / GPUADVISOR_DB_URL)")
+    try:
+        revision = current_revision(engine)
+    except SQLAlchemyError as e:
+        raise _store_error(engine, "reading the schema revision", e) from e
+    head = head_revision()
+    if revision is None:
+        raise StoreError(f"{where} holds no gpuadvisor store: create it with `gpuadvisor db upgrade --db URL`")
+    if revision != head:
+        raise StoreError(
+            f"the store {where} is at schema revision {revision}, this version reads {head}: "
+            "migrate it with `gpuadvisor db upgrade --db URL`"
+        )
 
 
 def current_revision(engine: Engine) -> str | None:

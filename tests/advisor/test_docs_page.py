@@ -48,3 +48,51 @@ def test_swagger_ui_is_a_version_that_renders_openapi_3_1(client: TestClient) ->
     bundle = client.get("/docs/assets/swagger-ui-bundle.js").text
     assert "isOAS31" in bundle  # Swagger UI 5's OpenAPI 3.1 support (absent from 4.x)
     assert client.get("/docs/oauth2-redirect").status_code == 200
+
+
+def _refs(node: object, where: str = "#") -> Iterator[tuple[str, str]]:
+    """(JSON pointer of the object holding it, target) of every `$ref` in a JSON document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _refs(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _refs(value, f"{where}/{i}")
+
+
+def _resolve(document: dict[str, object], ref: str) -> object:
+    """The target of a local `$ref` (RFC 6901 pointer), or KeyError naming the step that does not exist."""
+    assert ref.startswith("#/"), f"not a local reference: {ref}"
+    node: object = document
+    for token in ref[2:].split("/"):
+        step = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+            node = node[int(step)]
+        else:
+            raise KeyError(f"{ref}: no {step!r}")
+    return node
+
+
+def test_every_reference_of_the_openapi_document_resolves(client: TestClient) -> None:
+    """Swagger UI ("Resolver error") and ReDoc ("Invalid reference token") fail on a `$ref` that points at nothing,
+    as the Volcano request bodies' `#/$defs/...` did."""
+    document = client.get("/openapi.json").json()
+    refs = list(_refs(document))
+    assert len(refs) > 50
+    dangling = []
+    for where, ref in refs:
+        try:
+            target = _resolve(document, ref)
+        except KeyError as e:
+            dangling.append(f"{where}: {e}")
+            continue
+        assert isinstance(target, dict), f"{where}: {ref} is not a schema"
+    assert dangling == []
+    for path in ("/volcano/prioritize", "/volcano/predicate", "/v1/telemetry"):
+        body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert "properties" in _resolve(document, body["$ref"])

@@ -157,6 +157,14 @@ def test_non_finite_numbers_and_invalid_utf8_are_a_422_naming_the_place_on_every
     assert not failures, "\n".join(failures[:10])
 
 
+def _volcano_reads(loc: list[str | int]) -> bool:
+    """Whether the Volcano routes read the place `loc` of their body: the task's pod, the node names and what holds
+    them."""
+    if loc[1:3] == ["task", "Pod"] or loc[1:] in (["task"], ["nodes"], ["node"], ["node", "Name"]):
+        return True
+    return loc[1:2] == ["nodes"] and loc[3:] in ([], ["Name"])
+
+
 def _fuzz_bad_values(operation: Any, client: TestClient, failures: list[str]) -> None:
     @given(case=operation.as_strategy(), data=st.data())
     @settings(max_examples=MUTATED_EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
@@ -167,6 +175,8 @@ def _fuzz_bad_values(operation: Any, client: TestClient, failures: list[str]) ->
         where = f"{operation.label} with {raw[:200]!r}"
         if response.status_code == 202 and operation.label == "POST /v1/telemetry" and b"1e400" in raw:
             return  # in a field the snapshot schema ignores, an overflowing number is never read (telemetry.py)
+        if response.status_code == 200 and operation.label.startswith("POST /volcano/") and not _volcano_reads(loc):
+            return  # a Volcano body is skipped unread but for the task's pod and the node names (volcano.py)
         if response.status_code != 422:
             failures.append(f"{where}: {response.status_code}, not 422")
             return

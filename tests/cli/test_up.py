@@ -40,6 +40,10 @@ def test_example_commands_are_valid_shell_with_json_bodies() -> None:
     assert by_path["/v1/nodes"] is None
 
 
+def _lines_of(exposition: str, family: str) -> str:
+    return "\n".join(line for line in exposition.splitlines() if line.startswith(family + "{"))
+
+
 def _request(command: str) -> httpx.Response:
     """Run a printed curl command line through httpx (its URL, method and JSON body)."""
     argv = shlex.split(command)
@@ -56,7 +60,7 @@ def test_up_trains_serves_scores_for_its_nodes_and_stops_on_ctrl_c(tmp_path: Pat
     """A fresh directory on a machine with two GPUs (the stand-in NVML library): /v1/score answers for the simulated
     nodes and this machine within 120 s; the reference models are trained on this first start and served once ready;
     the printed commands work; Ctrl-C stops everything."""
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     local_gpus = [
         FakeGpu(uuid=f"GPU-local-{i}", pci_bus_id=f"00000000:1{i}:00.0", nvlink_peers=[1 - i]) for i in (0, 1)
     ]
@@ -78,6 +82,8 @@ def test_up_trains_serves_scores_for_its_nodes_and_stops_on_ctrl_c(tmp_path: Pat
             "0.5",
             "--db",
             f"sqlite:///{tmp_path}/up.db",
+            "--metrics-port",
+            str(metrics_port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -119,6 +125,14 @@ def test_up_trains_serves_scores_for_its_nodes_and_stops_on_ctrl_c(tmp_path: Pat
         priorities = _request(next(c for c in commands if "/extender/prioritize" in c)).json()
         assert {p["Host"] for p in priorities} == expected_nodes
         assert all(0 <= p["Score"] <= 10 for p in priorities)
+        # every node's collector series on the one port the banner prints, under the names of /v1/nodes
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert any(metrics_url in line for line in lines), lines
+        exposition = httpx.get(metrics_url, timeout=10).text
+        for family in ("gpuadvisor_gpu_info", "gpuadvisor_gpu_utilization_ratio"):
+            assert {n for n in expected_nodes if f'node="{n}"' in _lines_of(exposition, family)} == expected_nodes
+        pods = _lines_of(exposition, "gpuadvisor_pod_gpu_memory_used_bytes")  # the simulated nodes run pods
+        assert {"sim-node-1", "sim-node-2"} <= {n for n in expected_nodes if f'node="{n}"' in pods}
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)

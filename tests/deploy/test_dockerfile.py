@@ -61,3 +61,33 @@ def test_every_package_of_the_distribution_is_copied_and_the_entrypoint_is_the_c
     (entrypoint,) = [args for op, args in final_stage() if op == "ENTRYPOINT"]
     assert entrypoint == '["gpuadvisor"]'
     assert project["project"]["scripts"]["gpuadvisor"] == "advisor.cli.main:main"
+
+
+def _stage(name: str) -> list[tuple[str, str]]:
+    steps = instructions()
+    start = next(
+        i for i, (op, args) in enumerate(steps) if op == "FROM" and args.upper().endswith(f" AS {name.upper()}")
+    )
+    end = next((i for i in range(start + 1, len(steps)) if steps[i][0] == "FROM"), len(steps))
+    return steps[start:end]
+
+
+def test_the_reference_workload_image_is_a_stage_of_its_own() -> None:
+    """`gpuadvisor-workloads`, the image the profiler's default reference partners run, is built from the same
+    Dockerfile (`--target workloads`): PyTorch from the `workloads` extra and the reference training loops, as the
+    non-root user; the default build still ends with the gpuadvisor image."""
+    from profiler.settings import ProfilerSettings
+    from profiler.spec import reference_partners
+
+    image = ProfilerSettings.model_fields["reference_image"].default
+    assert f"--target workloads -t REGISTRY/{image}:" in DOCKERFILE
+    stage = _stage("workloads")
+    runs = " ".join(args for op, args in stage if op == "RUN")
+    assert "'.[workloads]'" in runs
+    assert "workloads" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {args.split()[0] for op, args in stage if op == "COPY"} >= {"profiler"}
+    (user,) = [args for op, args in stage if op == "USER"]
+    assert user == f"{MANIFEST_UID}:{MANIFEST_UID}"
+    command = reference_partners(image)[0].command
+    assert command[:3] == ["python", "-m", "profiler.workloads"]  # what the image's python runs
+    assert final_stage()[0][1] == "python:3.11-slim"

@@ -32,14 +32,43 @@ TRIAL_ROLES = {"gpuadvisor-profiler-trials", "gpuadvisor-advisor-trials"}
 Obj = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def objects() -> list[Obj]:
+def _kustomize(directory: Path) -> list[Obj]:
     kubectl = require_binary("kubectl", "`kubectl kustomize deploy` renders the manifests")
     result = subprocess.run(
-        [kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=60, check=False
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def base_objects() -> list[Obj]:
+    """What `kubectl apply -k deploy` installs."""
+    return _kustomize(DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+    """The whole install with the Prometheus Operator's objects: the base and the deploy/monitoring component."""
+    overlay = tmp_path_factory.mktemp("monitored")
+    base = os.path.relpath(DEPLOY, overlay)
+    (overlay / "kustomization.yaml").write_text(f"resources: [{base}]\ncomponents: [{base}/monitoring]\n")
+    return _kustomize(overlay)
+
+
+def test_the_base_installs_without_the_prometheus_operator(base_objects: list[Obj], objects: list[Obj]) -> None:
+    """Only Kubernetes' own kinds and our CRD's: `kubectl apply -k deploy` works on a cluster without the operator;
+    deploy/monitoring adds exactly its ServiceMonitors and PrometheusRule."""
+    assert [o for o in base_objects if o["apiVersion"].startswith("monitoring.coreos.com/")] == []
+    for obj in base_objects:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)  # no kind without a schema
+    added = Counter(o["kind"] for o in objects) - Counter(o["kind"] for o in base_objects)
+    assert added == Counter({"ServiceMonitor": 2, "PrometheusRule": 1})
+
+
+def test_default_images_name_the_upstream_scheduler_and_the_locally_built_image(base_objects: list[Obj]) -> None:
+    images = {c["image"] for o in base_objects if "template" in o.get("spec", {}) for c in containers(o)}
+    assert images == {"gpuadvisor:0.1.0", "registry.k8s.io/kube-scheduler:v1.34.2"}
 
 
 def find(objects: list[Obj], kind: str, name: str) -> Obj:
@@ -491,7 +520,7 @@ def test_volcano_config_asks_the_advisor_to_filter_and_score_in_time() -> None:
 def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_prometheus(
     objects: list[Obj], tmp_path: Path
 ) -> None:
-    rendered = _render_overlay(tmp_path, "resources: [{base}]\ncomponents: [{base}/profiles/tls]\n")
+    rendered = _render_overlay(tmp_path, "resources: [{base}]\ncomponents: [{base}/monitoring, {base}/profiles/tls]\n")
     for obj in rendered:
         if not obj["apiVersion"].startswith(("cert-manager.io/", "monitoring.coreos.com/")):
             kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
@@ -550,6 +579,8 @@ def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_promethe
 SHIPPED_VARIANTS = {
     "packing profile": "resources: [{base}]\ncomponents: [{base}/profiles/packing]\n",
     "TLS": "resources: [{base}]\ncomponents: [{base}/profiles/tls]\n",
+    "TLS with monitoring": "resources: [{base}]\ncomponents: [{base}/monitoring, {base}/profiles/tls]\n",
+    "monitoring": "resources: [{base}]\ncomponents: [{base}/monitoring]\n",
     "trials in another namespace": "namespace: ml\nresources: [{base}/trial-namespace]\n",
     "Volcano": "resources: [{base}/volcano]\n",
 }

@@ -31,10 +31,15 @@ from advisor.api.schemas import (
     VolcanoPriorityRequest,
     VolcanoPriorityResponse,
 )
+from advisor.cluster.pods import PodSpecError
 from advisor.placement.filter import filter_nodes
 from advisor.placement.scoring import score_candidates
 from advisor.placement.types import PodRequest
 from advisor.placement.unresolvable import never_fits
+
+# The request models the routes document but decode themselves: the app adds them (and the models they refer to) to
+# the OpenAPI components, where the routes' `$ref`s point.
+DOCUMENTED_BODIES = (VolcanoPriorityRequest, VolcanoPredicateRequest)
 
 router = APIRouter(prefix="/volcano", tags=["volcano"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
@@ -108,17 +113,41 @@ def _decode(decoder: msgspec.json.Decoder[_Body], body: bytes) -> _Body:
         _reject(body, "body", f"not JSON ({e})")
     except RecursionError:  # msgspec's own depth limit: JSON nested deeper than any Volcano body
         _reject(body, "body", "not JSON this advisor reads: nested too deep")
+    except UnicodeDecodeError as e:  # msgspec's for a string that is not UTF-8; `_reject` says where it is
+        _reject(body, "body", f"not UTF-8 ({e.reason})")
 
 
-def _pod(task: _Task | None, body: bytes) -> V1Pod:
+def _pod(task: _Task | None, body: bytes) -> PodRequest:
+    """The task's pod as a scoring request. The pod (a few KB) is checked for bad values whole, as every other route
+    checks its body; the rest of a Volcano body (mostly the nodes' resident tasks) is skipped unread."""
     if task is None or not task.Pod:
         _reject(body, "task.Pod", "the task's pod is required")
+    raw = bytes(task.Pod)
     try:
-        return V1Pod.model_validate_json(bytes(task.Pod))
+        parse_json(raw)
+        pod = V1Pod.model_validate_json(raw)
+    except BodyError as e:
+        _reject(body, "task.Pod", e.msg)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"])
         _reject(body, f"task.Pod.{where}", str(first["msg"]))
+    try:
+        return pod.to_request()
+    except PodSpecError as e:  # "spec.containers[0]...: what is wrong", under the task's pod
+        field, _, problem = str(e).partition(": ")
+        _reject(body, f"task.Pod.{field}", problem)
+
+
+def _names(names: list[str], body: bytes, where: str) -> list[str]:
+    """The node names, refused (422) when one holds an unpaired surrogate escape: no answer could encode it."""
+    for i, name in enumerate(names):
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError:
+                _reject(body, where.format(i), "invalid Unicode: an unpaired surrogate escape")
+    return names
 
 
 @router.post(
@@ -127,7 +156,7 @@ def _pod(task: _Task | None, body: bytes) -> V1Pod:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": VolcanoPriorityRequest.model_json_schema()}},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/VolcanoPriorityRequest"}}},
         }
     },
 )
@@ -139,8 +168,8 @@ async def prioritize(request: Request, ctx: Ctx) -> Response:
 
 def _priorities(raw: bytes, ctx: AppContext) -> bytes:
     body = _decode(_PRIORITIZE, raw)
-    pod = _pod(body.task, raw).to_request()
-    names = [n.Name for n in body.nodes or []]
+    pod = _pod(body.task, raw)
+    names = _names([n.Name for n in body.nodes or []], raw, "nodes[{}].Name")
     predictors = ctx.predictors
     scores = score_candidates(
         pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
@@ -168,7 +197,7 @@ async def _off_loop(answer: Callable[[bytes, AppContext], _Answer], raw: bytes, 
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": VolcanoPredicateRequest.model_json_schema()}},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/VolcanoPredicateRequest"}}},
         }
     },
 )
@@ -181,10 +210,11 @@ async def predicate(request: Request, ctx: Ctx) -> VolcanoPredicateResponse:
 
 def _predicate(raw: bytes, ctx: AppContext) -> VolcanoPredicateResponse:
     body = _decode(_PREDICATE, raw)
-    pod = _pod(body.task, raw).to_request()
+    pod = _pod(body.task, raw)
     if body.node is None or not body.node.Name:
         _reject(raw, "node.Name", "the candidate node is required")
-    verdict = _fits(pod, body.node.Name, ctx)
+    (name,) = _names([body.node.Name], raw, "node.Name")
+    verdict = _fits(pod, name, ctx)
     ctx.metrics.count_scores("volcano", int(verdict.code == 0), int(verdict.code != 0), 0)
     return verdict
 
