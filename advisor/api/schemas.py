@@ -447,8 +447,15 @@ class JctAnswer(_Out):
     gpu_model: str
     gpu_count: int
     jct_seconds: float | None = Field(description="Predicted completion time in seconds; null when unknown.")
-    relative_speed: float = Field(description="Speed on this GPU model relative to a V100 (1.0).")
-    model: str = Field(description="The JCT model version that answered, or `heuristic`.")
+    relative_speed: float | None = Field(
+        description="This workload's speed on this GPU model relative to a V100 (1.0); null for an unknown GPU model."
+    )
+    model: str = Field(description="The JCT model version served, or `heuristic`.")
+    models: dict[str, str] = Field(
+        default_factory=dict,
+        description="What answered this request: `jct` (a model version, or `heuristic: …`) and `speed` (`measured`, "
+        "`throughput vN`, `data sheets`, or the unknown GPU model).",
+    )
     reason: str
 
 

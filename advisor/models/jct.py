@@ -229,6 +229,10 @@ class JctModel(BoostedEstimator):
         self.n_jobs_ = n
         return self
 
+    def knows_workload(self, workload: str) -> bool:
+        """Whether past jobs of `workload` are in the model's history (its estimate then rests on them)."""
+        return workload in self.history_.tables.get("workload", {})
+
     def predict_query(self, query: JobQuery) -> JctPrediction:
         """Run-time quantiles (seconds) for each job (GPU names normalised; the fast path)."""
         if len(query) == 0:

@@ -22,6 +22,7 @@ from advisor.api.schemas import (
     ScoreRequest,
     ScoreResponse,
 )
+from advisor.gpus import gpu_spec
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
 from advisor.placement.scoring import allocate, score_candidates
 from advisor.placement.types import NodeScore
@@ -100,8 +101,12 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     unknown = sum(1 for s in scores if not s.known)
     infeasible = sum(1 for s in scores if s.known and not s.feasible)
     ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
-    models = predictors.names()
+    gpu_models = sorted({s.gpu_model for s in scores if s.known and s.feasible})
+    models = predictors.answered(pod.workload, gpu_models, max(pod.whole_gpus, 1))
     ctx.metrics.count_fallbacks(models)
+    unknown_models = sum(1 for m in gpu_models if not gpu_spec(m).known)
+    if unknown_models:
+        ctx.metrics.unknown_gpu_models.labels("score").inc(unknown_models)
     ranked = sorted(scores, key=_SCORE, reverse=True)  # stable: equal scores keep the order given
     hint = ""
     if not names:
