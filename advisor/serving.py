@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import DatasetError, Kind
-from advisor.features import SoloProfile
+from advisor.features import SoloProfile, gpu_features, workload_signature
 from advisor.gpus import gpu_spec, normalize_gpu_model, speed_key
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
@@ -76,6 +76,26 @@ def _bucket(ratio: float) -> float:
     return round(ratio / _UTIL_STEP) * _UTIL_STEP
 
 
+class WorkloadNames:
+    """Finds the name the models know a workload by from the signature a pod carries.
+
+    A pod's `gpuadvisor.io/workload` label cannot hold Gavel's ``ResNet-50 (batch size 64)`` (no spaces or
+    parentheses in label values); it says ``resnet50-bs64``. A name the models know is kept; another one is looked up
+    by its `workload_signature` among the known names (the first in sorted order where two share one).
+    """
+
+    def __init__(self, known: Iterable[str]) -> None:
+        self._known = frozenset(known)
+        self._by_signature: dict[str, str] = {}
+        for name in sorted(self._known):
+            self._by_signature.setdefault(workload_signature(name), name)
+
+    def resolve(self, workload: str | None) -> str | None:
+        if not workload or workload in self._known:
+            return workload
+        return self._by_signature.get(workload_signature(workload), workload)
+
+
 @dataclass(frozen=True, slots=True)
 class _Solo:
     throughput: float
@@ -94,6 +114,7 @@ class ProfileIndex:
 
     def __init__(self, rows: dict[tuple[str, str], _Solo]) -> None:
         self._rows = rows
+        self.names = WorkloadNames(w for w, _ in rows)
         usages: dict[str, list[UsageProfile]] = {}
         for (workload, _), solo in rows.items():
             if solo.usage is not None:
@@ -136,12 +157,17 @@ class ProfileIndex:
         """Workloads whose SM / memory-bandwidth use is known."""
         return sorted(self._usage_any)
 
+    def workloads(self) -> set[str]:
+        return {w for w, _ in self._rows}
+
     def solo(self, workload: str | None, gpu_model: str) -> _Solo | None:
+        workload = self.names.resolve(workload)
         if not workload:
             return None
         return self._rows.get((workload, normalize_gpu_model(gpu_model)))
 
     def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None:
+        workload = self.names.resolve(workload)
         solo = self.solo(workload, gpu_model)
         if solo is not None and solo.usage is not None:
             return solo.usage
@@ -212,13 +238,17 @@ class WorkloadSpeed:
             self._trained_gpus = tuple(sorted({speed_key(g) for g in table.gpu_models if gpu_spec(g).known}))
 
     def ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float | None, str]:
-        value, how = self._ratio(workload, gpu_model, reference, gpu_count)
+        value, how = self._ratio(self._profiles.names.resolve(workload) or "", gpu_model, reference, gpu_count)
         self._answers.add("speed", how if value is not None else "unknown GPU model")
         return value, how
 
     def _nearest_trained(self, gpu_model: str) -> str:
-        """The trained GPU type nearest to `gpu_model` by data-sheet speed (|log ratio|)."""
-        return min(self._trained_gpus, key=lambda g: (abs(math.log(prior_speed_ratio(gpu_model, g) or 1.0)), g))
+        """The trained GPU type nearest to `gpu_model` by data sheet: the distance of their log2 FP16 tensor, FP32
+        and bandwidth figures (all three: whether a workload uses the tensor cores is not known)."""
+        target = gpu_features([gpu_model])[0, :3]
+        trained = gpu_features(list(self._trained_gpus))[:, :3]
+        distance = np.sqrt(np.sum((trained - target) ** 2, axis=1))
+        return self._trained_gpus[int(np.argmin(distance))]
 
     def _learned(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> float | None:
         assert self._throughput is not None
@@ -251,7 +281,7 @@ class WorkloadSpeed:
                 outside = ", ".join(sorted({k for k in (here_key, there_key) if k not in self._trained_gpus}))
                 return (
                     learned * prior_here / prior_there,
-                    f"{self._throughput_name} on its GPU types, data sheets beyond them ({outside})",
+                    f"{self._throughput_name} × data sheets beyond its GPU types ({outside})",
                 )
         prior = prior_speed_ratio(gpu_model, reference, share)
         assert prior is not None  # both known, checked above
@@ -292,8 +322,9 @@ class ModelJct:
     that history lacks (an H100 and an L4 would get the same answer). So the model answers how long the job is — on
     the reference GPU — and `WorkloadSpeed` how much faster or slower each candidate GPU runs that workload (its
     profiles, the throughput model, else the data sheets). A workload without history in the model (it would get
-    the median of all jobs, one constant whatever its GPU count) and a GPU model that is unknown get no estimate
-    (None; `why_not` says why). Memoised per (workload, GPU model, GPU count).
+    the median of all jobs, one constant whatever its GPU count), a GPU count beyond any in the history (the trees
+    would repeat the largest one's answer) and a GPU model that is unknown get no estimate (None; `why_not` says
+    why). Memoised per (workload, GPU model, GPU count).
     """
 
     def __init__(
@@ -304,8 +335,10 @@ class ModelJct:
         *,
         reference_gpu: str = SPEED_REFERENCE_GPU,
         clock: Callable[[], float] = time.time,
+        names: WorkloadNames | None = None,
     ) -> None:
         self.name = f"jct v{version}"
+        self._names = names or WorkloadNames(model.history_.tables.get("workload", {}))
         self._model = model
         self._speed = speed
         self._reference = reference_gpu
@@ -319,7 +352,7 @@ class ModelJct:
 
     def has_history(self, workload: str | None) -> bool:
         """Whether the model's history holds past jobs of `workload` (else its answer would be a global median)."""
-        return bool(workload) and self._model.knows_workload(workload or "")
+        return bool(workload) and self._model.knows_workload(self._names.resolve(workload) or "")
 
     def why_not(self, workload: str | None, gpu_model: str, gpu_count: int) -> str:
         """Why `jct_seconds` has no estimate (empty when it has one)."""
@@ -327,12 +360,15 @@ class ModelJct:
             return "the pod names no workload (label gpuadvisor.io/workload)"
         if not self.has_history(workload):
             return f"{self.name} has no history of workload {workload!r}"
+        if gpu_count > self._model.max_gpu_count_:
+            return f"{self.name} has no history of jobs on more than {self._model.max_gpu_count_:g} GPUs"
         speed, how = self.relative_speed(workload, gpu_model, gpu_count)
         return "" if speed is not None else how
 
     def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
-        if not workload or not self.has_history(workload):
+        if not workload or not self.has_history(workload) or gpu_count > self._model.max_gpu_count_:
             return None
+        workload = self._names.resolve(workload) or workload
         key = (workload, gpu_model, gpu_count)
         if key in self._cache:
             return self._cache[key]
@@ -375,6 +411,7 @@ class ModelInterference:
     ) -> tuple[float, float]:
         if not residents:
             return 1.0, 1.0
+        workload = self._profiles.names.resolve(workload)
         pod_solo = self._profiles.solo(workload, gpu_model)
         resident_solos = [self._profiles.solo(r.workload, gpu_model) for r in residents]
         if pod_solo is None or any(s is None for s in resident_solos):
@@ -383,7 +420,11 @@ class ModelInterference:
         self._answers.add("interference", self.name)
         sm, bw = _bucket(usage.sm_utilization_ratio), _bucket(usage.memory_bandwidth_utilization_ratio)
         others = tuple(
-            (r.workload, _bucket(r.sm_utilization_ratio), _bucket(r.memory_bandwidth_utilization_ratio))
+            (
+                self._profiles.names.resolve(r.workload),
+                _bucket(r.sm_utilization_ratio),
+                _bucket(r.memory_bandwidth_utilization_ratio),
+            )
             for r in residents
         )
         key = (gpu_model, workload, sm, bw, others)
