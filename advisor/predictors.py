@@ -233,6 +233,6 @@ class Predictors:
         speeds = dict.fromkeys(self.speed.speed_of(workload, g, gpu_count)[1] for g in gpu_models)
         models["speed"] = "; ".join(speeds)
         jcts = [self.jct.jct_seconds(workload, g, gpu_count) for g in gpu_models]
-        if any(j is None for j in jcts):
+        if self.jct.name != HEURISTIC and any(j is None for j in jcts):
             models["jct"] = f"{HEURISTIC}: no JCT estimate from {self.jct.name}, ranked by GPU speed"
         return models
