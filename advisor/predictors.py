@@ -18,6 +18,10 @@ Heuristics (what the advisor does without a model):
   whole GPU) for SM and 0.6 × that for memory bandwidth (training kernels are usually compute-bound). Both sides'
   slowdown is `max(1, Σ SM demand, Σ memory-bandwidth demand)` (the worse of the two over-subscriptions), times a
   5 % context-switch cost per process already on the GPU.
+  That is the picture of kernels running at once (MPS, or a GPU whose sharing is unknown). On a time-sliced GPU
+  (the default compute mode) the contexts take turns instead (`advisor.sharing.time_slicing_prior`): each
+  resident's turn is waited out, so the pod's slowdown is ``1 + Σ u_resident + σ`` and each resident's
+  ``1 + u_pod + σ``, whatever the utilisations sum to (`turn_taking_slowdowns`).
 * JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
 """
 
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from advisor.gpus import gpu_spec
+from advisor.sharing import SWITCH_COST
 
 HEURISTIC = "heuristic"
 DATA_SHEETS = "data sheets"
@@ -81,8 +86,11 @@ class InterferencePredictor(Protocol):
         workload: str | None,
         usage: UsageProfile,
         residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
-        """Return (the pod's slowdown, the worst slowdown among the residents)."""
+        """Return (the pod's slowdown, the worst slowdown among the residents) on a GPU shared the `sharing` way
+        (`advisor.sharing`: "time-slicing", "mps", "mig"; "" unknown)."""
         ...
 
 
@@ -165,9 +173,13 @@ class HeuristicInterference:
         workload: str | None,
         usage: UsageProfile,
         residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
         if not residents:
             return 1.0, 1.0
+        if sharing in TURN_TAKING:
+            return turn_taking_slowdowns(usage.sm_utilization_ratio, [r.sm_utilization_ratio for r in residents])
         sm = usage.sm_utilization_ratio
         bw = usage.memory_bandwidth_utilization_ratio
         for r in residents:
@@ -193,6 +205,19 @@ class HeuristicUsage:
 
     def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None:
         return None
+
+
+TURN_TAKING = ("time-slicing",)
+
+
+def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:
+    """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
+    time-sliced GPU: each side waits out the others' turns (the time-slicing prior of `advisor.sharing`,
+    summed over the residents)."""
+    others = sum(resident_sm)
+    pod = 1.0 + others + SWITCH_COST * min(1.0, pod_sm + others)
+    worst = max(1.0 + pod_sm + others - r + SWITCH_COST * min(1.0, pod_sm + others) for r in resident_sm)
+    return pod, worst
 
 
 def default_usage(gpu_milli: int) -> UsageProfile:

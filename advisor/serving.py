@@ -59,6 +59,7 @@ from advisor.predictors import (
     prior_speed_ratio,
     unknown_gpu_text,
 )
+from advisor.sharing import sharing_mode
 from profiler.store import repo
 
 log = logging.getLogger(__name__)
@@ -407,7 +408,13 @@ class ModelInterference:
         self._cache: dict[tuple[Any, ...], tuple[float, float]] = {}
 
     def slowdowns(
-        self, gpu_model: str, workload: str | None, usage: UsageProfile, residents: Sequence[ResidentLike]
+        self,
+        gpu_model: str,
+        workload: str | None,
+        usage: UsageProfile,
+        residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
         if not residents:
             return 1.0, 1.0
@@ -416,8 +423,9 @@ class ModelInterference:
         resident_solos = [self._profiles.solo(r.workload, gpu_model) for r in residents]
         if pod_solo is None or any(s is None for s in resident_solos):
             self._answers.add("interference", "heuristic: no solo profile on this GPU model")
-            return self._fallback.slowdowns(gpu_model, workload, usage, residents)
-        self._answers.add("interference", self.name)
+            return self._fallback.slowdowns(gpu_model, workload, usage, residents, sharing=sharing)
+        learned = sharing_mode(sharing) in self._model.sharing_modes_
+        self._answers.add("interference", self.name if learned else f"{sharing} prior: {self.name} never saw that mode")
         sm, bw = _bucket(usage.sm_utilization_ratio), _bucket(usage.memory_bandwidth_utilization_ratio)
         others = tuple(
             (
@@ -427,7 +435,7 @@ class ModelInterference:
             )
             for r in residents
         )
-        key = (gpu_model, workload, sm, bw, others)
+        key = (gpu_model, workload, sm, bw, others, sharing)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -437,7 +445,7 @@ class ModelInterference:
             for (w, r_sm, r_bw), solo in zip(others, resident_solos, strict=True)
             if solo is not None
         ]
-        norms = self._model.predict_pairs(pairs, gpu_model)
+        norms = self._model.predict_pairs(pairs, gpu_model, sharing)
         pod_norm = float(np.prod(norms[:, 1]))
         worst_resident = float(np.min(norms[:, 0]))
         result = (1.0 / max(pod_norm, 1e-3), 1.0 / max(worst_resident, 1e-3))

@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
 from advisor.predictors import HeuristicInterference, Predictors, UsageProfile
+from advisor.sharing import CONCURRENT_MODES
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -233,7 +234,12 @@ def _slowdowns(
     pod_slow = np.ones(residents.shape)
     busy = residents > 0
     interference = predictors.interference
-    if type(interference) is HeuristicInterference:
+    # The heuristic's arithmetic below is its picture of kernels running at once; nodes that take turns
+    # (time-slicing) or are partitioned (MIG) are asked through `slowdowns`.
+    concurrent = np.fromiter(
+        (nodes[i].sharing_mode in CONCURRENT_MODES for i in rows.tolist()), dtype=bool, count=len(rows)
+    )
+    if type(interference) is HeuristicInterference and concurrent.all():
         # the pod's own use, then each resident's, added in the heuristic's order
         n = len(usages)
         of_entry = usage_index[rows]
@@ -253,7 +259,11 @@ def _slowdowns(
         pairs = []
         for i, p in zip(rows[asked].tolist(), positions[asked].tolist(), strict=True):
             gpu = nodes[i].gpus[p]
-            pairs.append(interference.slowdowns(gpu.model, pod.workload, usages[usage_index[i]], gpu.residents))
+            pairs.append(
+                interference.slowdowns(
+                    gpu.model, pod.workload, usages[usage_index[i]], gpu.residents, sharing=nodes[i].sharing_mode
+                )
+            )
         pod_slow[asked] = [a for a, _ in pairs]
         res_slow[asked] = [b for _, b in pairs]
     return pod_slow, res_slow

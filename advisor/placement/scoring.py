@@ -179,7 +179,9 @@ def _evaluate_whole(
     for pos in plan.positions:
         residents = gpus[pos].residents
         if residents:
-            p, r = predictors.interference.slowdowns(gpus[pos].model, pod.workload, usage, residents)
+            p, r = predictors.interference.slowdowns(
+                gpus[pos].model, pod.workload, usage, residents, sharing=node.sharing_mode
+            )
             pod_slow = max(pod_slow, p)
             res_slow = max(res_slow, r)
     indices = plan.positions if node.natural_indices else tuple(gpus[p].index for p in plan.positions)
@@ -228,7 +230,9 @@ def _evaluate_share(
             config.cpu_balance_penalty(after_milli, cpu_fit),
         )
         if g.residents:
-            pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
+            pod_slow, res_slow = predictors.interference.slowdowns(
+                g.model, pod.workload, usage, g.residents, sharing=node.sharing_mode
+            )
         else:
             pod_slow, res_slow = 1.0, 1.0
         interference = 0.5 / pod_slow + 0.5 / res_slow

@@ -218,7 +218,13 @@ class WorkloadAwareInterference:
     name = "test-model"
 
     def slowdowns(
-        self, gpu_model: str, workload: str | None, usage: UsageProfile, residents: Sequence[ResidentLike]
+        self,
+        gpu_model: str,
+        workload: str | None,
+        usage: UsageProfile,
+        residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
         pod = 1.0 + 0.3 * len(residents) + (0.2 if workload == "gpt2" else 0.0) + 0.1 * usage.sm_utilization_ratio
         worst = max(1.0 + r.sm_utilization_ratio + (0.5 if r.workload == workload else 0.0) for r in residents)
