@@ -259,3 +259,4 @@ def test_predict_jct_and_score_say_what_answered(store: tuple[str, Path]) -> Non
         assert jct["h"] < jct["a"] < jct["t"]
         assert scored["models"]["jct"] == "jct v1"
         assert "data sheets beyond its GPU types" in scored["models"]["speed"]
+        assert scored["models"]["sharing"].startswith("time-slicing on 3 nodes (assumed: default compute mode")
