@@ -407,6 +407,14 @@ class ModelInterference:
         self._fallback = HeuristicInterference()
         self._cache: dict[tuple[Any, ...], tuple[float, float]] = {}
 
+    def answer_for(self, sharing: str) -> str:
+        """What answers a pair on a GPU shared the `sharing` way: the model, or the mode's prior alone where the
+        model was trained on pairs of other modes (`InterferenceModel.predict_columns`)."""
+        mode = sharing_mode(sharing)
+        if mode in self._model.sharing_modes_:
+            return self.name
+        return f"{mode or 'unknown-mode'} prior ({self.name} has no pairs measured that way)"
+
     def slowdowns(
         self,
         gpu_model: str,
@@ -424,8 +432,7 @@ class ModelInterference:
         if pod_solo is None or any(s is None for s in resident_solos):
             self._answers.add("interference", "heuristic: no solo profile on this GPU model")
             return self._fallback.slowdowns(gpu_model, workload, usage, residents, sharing=sharing)
-        learned = sharing_mode(sharing) in self._model.sharing_modes_
-        self._answers.add("interference", self.name if learned else f"{sharing} prior: {self.name} never saw that mode")
+        self._answers.add("interference", self.answer_for(sharing))
         sm, bw = _bucket(usage.sm_utilization_ratio), _bucket(usage.memory_bandwidth_utilization_ratio)
         others = tuple(
             (
