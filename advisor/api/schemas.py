@@ -472,6 +472,11 @@ class InterferenceQuery(_Native):
     workload_b: str = Field(min_length=1, description="Workload signature of the second workload.")
     usage_a: UsageIn | None = Field(default=None, description="Measured solo usage of A (else from its profiles).")
     usage_b: UsageIn | None = Field(default=None, description="Measured solo usage of B (else from its profiles).")
+    sharing: Literal["time-slicing", "mps", "mig"] | None = Field(
+        default=None,
+        description="How the GPU is shared: contexts taking turns (the default compute mode), an MPS server, or MIG "
+        "instances; null: unknown (the picture of kernels running at once, as the model was trained).",
+    )
 
 
 class InterferenceAnswer(_Out):

@@ -260,3 +260,18 @@ def test_predict_jct_and_score_say_what_answered(store: tuple[str, Path]) -> Non
         assert scored["models"]["jct"] == "jct v1"
         assert "data sheets beyond its GPU types" in scored["models"]["speed"]
         assert scored["models"]["sharing"].startswith("time-slicing on 3 nodes (assumed: default compute mode")
+        pair = {
+            "gpu_model": "V100",
+            "workload_a": "ResNet-50 (batch size 64)",
+            "workload_b": "lm-bs20",
+            "usage_a": {"sm_utilization_ratio": 0.12, "memory_bandwidth_utilization_ratio": 0.05},
+            "usage_b": {"sm_utilization_ratio": 0.9, "memory_bandwidth_utilization_ratio": 0.3},
+        }
+        turns = client.post("/v1/predict/interference", json=pair | {"sharing": "time-slicing"}).json()
+        assert turns["normalized_throughput_a"] == pytest.approx(0.49, abs=0.03)  # the light side loses half
+        assert "time-slicing prior (interference v1 has no pairs measured that way)" in turns["reason"]
+        unknown = client.post("/v1/predict/interference", json=pair).json()
+        assert unknown["reason"].startswith("from interference v1;")
+        assert unknown["normalized_throughput_a"] > 0.8  # kernels at once: the light side hardly waits
+        bad = client.post("/v1/predict/interference", json=pair | {"sharing": "sometimes"})
+        assert bad.status_code == 422

@@ -9,7 +9,7 @@ from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import InterferenceAnswer, InterferenceQuery, JctAnswer, JctQuery, UsageIn
 from advisor.placement.types import WHOLE_GPU_MILLI, Resident
 from advisor.predictors import HEURISTIC, UsageProfile, default_usage
-from advisor.serving import ModelJct
+from advisor.serving import ModelInterference, ModelJct
 
 router = APIRouter(prefix="/v1/predict", tags=["predictions"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
@@ -72,12 +72,17 @@ def predict_interference(query: InterferenceQuery, ctx: Ctx) -> InterferenceAnsw
         sm_utilization_ratio=usage_b.sm_utilization_ratio,
         memory_bandwidth_utilization_ratio=usage_b.memory_bandwidth_utilization_ratio,
     )
-    slow_a, slow_b = predictors.interference.slowdowns(query.gpu_model, query.workload_a, usage_a, [resident])
+    sharing = query.sharing or ""
+    slow_a, slow_b = predictors.interference.slowdowns(
+        query.gpu_model, query.workload_a, usage_a, [resident], sharing=sharing
+    )
     heuristic = predictors.interference.name == HEURISTIC
-    usage = f"usage of {query.workload_a} {from_a}, of {query.workload_b} {from_b}"
+    usage = f"usage of {query.workload_a} {from_a}, of {query.workload_b} {from_b}; sharing {sharing or 'unknown'}"
     if heuristic:
         ctx.metrics.fallbacks.labels("interference").inc()
         reason = f"heuristic (no interference model is promoted: contention for SM and memory bandwidth); {usage}"
+    elif isinstance(predictors.interference, ModelInterference):
+        reason = f"from {predictors.interference.answer_for(sharing)}; {usage}"
     else:
         reason = f"from {predictors.interference.name}; {usage}"
     return InterferenceAnswer(
