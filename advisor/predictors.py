@@ -20,8 +20,8 @@ Heuristics (what the advisor does without a model):
   5 % context-switch cost per process already on the GPU.
   That is the picture of kernels running at once (MPS, or a GPU whose sharing is unknown). On a time-sliced GPU
   (the default compute mode) the contexts take turns instead (`advisor.sharing.time_slicing_prior`): each
-  resident's turn is waited out, so the pod's slowdown is ``1 + Σ u_resident + σ`` and each resident's
-  ``1 + u_pod + σ``, whatever the utilisations sum to (`turn_taking_slowdowns`).
+  resident's turn is waited out, so the pod's slowdown is ``1 + Σ u_resident + σ`` and a resident's ``1 + u_pod +
+  Σ u_other residents + σ``, whatever the utilisations sum to (`turn_taking_slowdowns`).
 * JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
 """
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from advisor.gpus import gpu_spec
-from advisor.sharing import SWITCH_COST
+from advisor.sharing import SWITCH_COST, TIME_SLICING
 
 HEURISTIC = "heuristic"
 DATA_SHEETS = "data sheets"
@@ -178,7 +178,7 @@ class HeuristicInterference:
     ) -> tuple[float, float]:
         if not residents:
             return 1.0, 1.0
-        if sharing in TURN_TAKING:
+        if sharing == TIME_SLICING:
             return turn_taking_slowdowns(usage.sm_utilization_ratio, [r.sm_utilization_ratio for r in residents])
         sm = usage.sm_utilization_ratio
         bw = usage.memory_bandwidth_utilization_ratio
@@ -205,9 +205,6 @@ class HeuristicUsage:
 
     def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None:
         return None
-
-
-TURN_TAKING = ("time-slicing",)
 
 
 def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:

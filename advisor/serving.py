@@ -158,9 +158,6 @@ class ProfileIndex:
         """Workloads whose SM / memory-bandwidth use is known."""
         return sorted(self._usage_any)
 
-    def workloads(self) -> set[str]:
-        return {w for w, _ in self._rows}
-
     def solo(self, workload: str | None, gpu_model: str) -> _Solo | None:
         workload = self.names.resolve(workload)
         if not workload:
@@ -204,9 +201,9 @@ class WorkloadSpeed:
     2. "throughput vN": the promoted throughput model, for a workload it was trained on, and only between GPU types
        it was trained on (by speed class, `advisor.gpus.speed_key`: a V100 32 GB is a V100): a tree model says
        nothing trustworthy about a GPU type it never saw;
-    3. "throughput vN on G × data sheets": for a GPU type outside that set, the model's answer on the trained GPU type
-       G nearest by data sheet, times the data-sheet prior from G to the target (`prior_speed_ratio`, weighted by
-       the workload's compute-boundness where its profile says);
+    3. "throughput vN × data sheets beyond its GPU types (…)": for a GPU type outside that set, the model's answer
+       on the trained GPU type nearest by data sheet, times the data-sheet prior from there to the target
+       (`prior_speed_ratio`, weighted by the workload's compute-boundness where its profile says);
     4. "data sheets": otherwise the data-sheet prior alone.
 
     A GPU model not in the data-sheet table is unknown: `ratio` answers None and says so. `ratio` returns the speed on
