@@ -234,12 +234,12 @@ def _slowdowns(
     pod_slow = np.ones(residents.shape)
     busy = residents > 0
     interference = predictors.interference
-    # The heuristic's arithmetic below is its picture of kernels running at once; nodes that take turns
-    # (time-slicing) or are partitioned (MIG) are asked through `slowdowns`.
-    concurrent = np.fromiter(
-        (nodes[i].sharing_mode in CONCURRENT_MODES for i in rows.tolist()), dtype=bool, count=len(rows)
-    )
-    if type(interference) is HeuristicInterference and concurrent.all():
+    if type(interference) is HeuristicInterference:
+        # The arithmetic below is the heuristic's picture of kernels running at once; GPUs of nodes that take turns
+        # (time-slicing) or are partitioned (MIG) are asked through `slowdowns`.
+        concurrent = np.fromiter(
+            (node.sharing_mode in CONCURRENT_MODES for node in nodes), dtype=bool, count=len(nodes)
+        )[rows]
         # the pod's own use, then each resident's, added in the heuristic's order
         n = len(usages)
         of_entry = usage_index[rows]
@@ -249,9 +249,9 @@ def _slowdowns(
             sm = sm + entries[_SM + j]
             bw = bw + entries[_BW + j]
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
-        pod_slow = np.where(busy, contention, pod_slow)
+        pod_slow = np.where(busy & concurrent, contention, pod_slow)
         res_slow = pod_slow.copy()
-        busy = busy & (residents > COLUMN_RESIDENTS)
+        busy = busy & ((residents > COLUMN_RESIDENTS) | ~concurrent)
     else:
         res_slow = pod_slow.copy()
     asked = np.flatnonzero(busy)

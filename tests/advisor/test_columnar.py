@@ -92,6 +92,8 @@ def random_node(rng: random.Random, name: str, gpus: int, *, cpu: bool) -> NodeS
         cpu_free_milli=cpu_free,
         memory_allocatable_mib=512 * 1024 if memory_free is not None else None,
         memory_free_mib=memory_free,
+        # every sharing mode, without drawing from `rng` (the other draws stay as they were)
+        sharing_mode=("", "time-slicing", "mps", "mig")[sum(map(ord, name)) % 4],
     )
 
 
