@@ -10,6 +10,7 @@ Missing values are NaN: utilisation columns that a data set does not have (Gavel
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,6 +22,24 @@ import numpy.typing as npt
 from advisor.gpus import gpu_spec
 
 FloatArray = npt.NDArray[np.float64]
+
+_BATCH_SUFFIX = re.compile(r"\s*\(batch size (\d+)\)\s*$")
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def workload_signature(name: str) -> str:
+    """A workload's name as a Kubernetes label value can spell it: lower case, the model's name without punctuation,
+    ``-bs<N>`` for a batch size. Gavel's ``ResNet-50 (batch size 64)`` is ``resnet50-bs64``, the signature a pod's
+    `gpuadvisor.io/workload` label carries (label values allow no spaces or parentheses).
+
+    >>> workload_signature("ResNet-50 (batch size 64)")
+    'resnet50-bs64'
+    """
+    text = name.strip().lower()
+    batch = _BATCH_SUFFIX.search(text)
+    stem = _NOT_ALNUM.sub("", _BATCH_SUFFIX.sub("", text)) if batch else _NOT_ALNUM.sub("-", text).strip("-")
+    return f"{stem}-bs{batch.group(1)}" if batch else stem
+
 
 GPU_FEATURES = ("gpu_log2_fp16_tflops", "gpu_log2_fp32_tflops", "gpu_log2_bandwidth_gb_s", "gpu_memory_gib", "gpu_cc")
 

@@ -6,28 +6,37 @@ protocols below. The service builds the bundle from the promoted models of the r
 
 Heuristics (what the advisor does without a model):
 
-* GPU speed (heterogeneity, `SpecSpeed`): the geometric mean of the GPU's dense FP16 throughput and memory
-  bandwidth relative to a V100 (`advisor.gpus.gpu_spec`), since training steps are partly compute- and partly
-  memory-bound (H100 ≈ 5.4, A100-40GB ≈ 2.1, T4 ≈ 0.43). A model not in the spec table counts as a V100 (1.0).
-  With no JCT estimate, the scorer compares nodes by `slowdown / relative_speed`.
+* GPU speed (heterogeneity, `SpecSpeed`): the data-sheet prior `prior_speed_ratio`, a weighted geometric mean of the
+  GPU's dense FP16 tensor throughput and memory bandwidth relative to a V100 (`advisor.gpus.gpu_spec`), since
+  training steps are partly compute- and partly memory-bound. The weight of compute is the workload's
+  compute-boundness when its profile says (SM utilisation over SM plus memory-bandwidth utilisation), else 1/2
+  (H100 ≈ 5.4, A100-40GB ≈ 2.1, T4 ≈ 0.43). A GPU model not in the table is *unknown*: `speed_of` answers None and
+  says so; for ranking alone (`relative_speed`) it counts as the reference, and the reason names it unknown.
+  With no JCT estimate, the scorer compares nodes by `slowdown / relative speed`.
 * Interference (`HeuristicInterference`): sharing a GPU is modelled as contention for two resources, SM time and
   memory bandwidth. The pod's expected use is its profile when known, else its GPU share (`gpu_milli / 1000`; 1 for a
   whole GPU) for SM and 0.6 × that for memory bandwidth (training kernels are usually compute-bound). Both sides'
   slowdown is `max(1, Σ SM demand, Σ memory-bandwidth demand)` (the worse of the two over-subscriptions), times a
   5 % context-switch cost per process already on the GPU.
+  That is the picture of kernels running at once (MPS, or a GPU whose sharing is unknown). On a time-sliced GPU
+  (the default compute mode) the contexts take turns instead (`advisor.sharing.time_slicing_prior`): each
+  resident's turn is waited out, so the pod's slowdown is ``1 + Σ u_resident + σ`` and a resident's ``1 + u_pod +
+  Σ u_other residents + σ``, whatever the utilisations sum to (`turn_taking_slowdowns`).
 * JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from advisor.gpus import gpu_spec
+from advisor.sharing import SWITCH_COST, TIME_SLICING
 
 HEURISTIC = "heuristic"
+DATA_SHEETS = "data sheets"
+DEFAULT_COMPUTE_SHARE = 0.5
 
 _CONTEXT_SWITCH_COST_RATIO = 0.05
 _DEFAULT_BW_PER_SM_RATIO = 0.6
@@ -57,7 +66,13 @@ class SpeedPredictor(Protocol):
 
     name: str
 
-    def relative_speed(self, gpu_model: str) -> float: ...
+    def relative_speed(self, gpu_model: str) -> float:
+        """The data-sheet prior for ranking (an unknown model counts as the reference: see `speed_of`)."""
+        ...
+
+    def speed_of(self, workload: str | None, gpu_model: str, gpu_count: int) -> tuple[float | None, str]:
+        """How fast `workload` runs on `gpu_model` relative to the reference GPU, and what answered (None: unknown)."""
+        ...
 
 
 class InterferencePredictor(Protocol):
@@ -71,8 +86,11 @@ class InterferencePredictor(Protocol):
         workload: str | None,
         usage: UsageProfile,
         residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
-        """Return (the pod's slowdown, the worst slowdown among the residents)."""
+        """Return (the pod's slowdown, the worst slowdown among the residents) on a GPU shared the `sharing` way
+        (`advisor.sharing`: "time-slicing", "mps", "mig"; "" unknown)."""
         ...
 
 
@@ -95,30 +113,52 @@ class UsagePredictor(Protocol):
 _SPEED_CACHE_ENTRIES = 1024
 
 
+def compute_share(usage: UsageProfile | None) -> float:
+    """How compute-bound a workload is, 0..1: SM over SM plus memory-bandwidth utilisation of its profile, else 1/2."""
+    if usage is None:
+        return DEFAULT_COMPUTE_SHARE
+    total = usage.sm_utilization_ratio + usage.memory_bandwidth_utilization_ratio
+    return usage.sm_utilization_ratio / total if total > 0 else DEFAULT_COMPUTE_SHARE
+
+
+def prior_speed_ratio(gpu_model: str, reference: str, share: float = DEFAULT_COMPUTE_SHARE) -> float | None:
+    """Data-sheet speed of `gpu_model` over `reference` for a workload whose time is `share` compute (FP16 tensor
+    throughput) and ``1 - share`` memory traffic (bandwidth); None when either GPU model is unknown."""
+    spec, ref = gpu_spec(gpu_model), gpu_spec(reference)
+    if not (spec.known and ref.known):
+        return None
+    compute = spec.fp16_tflops / ref.fp16_tflops
+    bandwidth = spec.memory_bandwidth_bytes_per_s / ref.memory_bandwidth_bytes_per_s
+    return float(compute**share * bandwidth ** (1.0 - share))
+
+
+def unknown_gpu_text(gpu_model: str) -> str:
+    """The reason given wherever a GPU model is not in the data-sheet table."""
+    return f"unknown GPU model {gpu_model!r} (not in the data-sheet table, advisor.gpus)"
+
+
 class SpecSpeed:
-    """Relative speed from data-sheet numbers (see the module docstring); an unknown model counts as a V100."""
+    """Relative speed from data-sheet numbers (see the module docstring)."""
 
     name = HEURISTIC
 
     def __init__(self, reference_model: str = "v100") -> None:
-        self._reference = gpu_spec(reference_model)
+        self._reference = reference_model
         self._cache: dict[str, float] = {}
 
     def relative_speed(self, gpu_model: str) -> float:
         speed = self._cache.get(gpu_model)
         if speed is None:
-            spec = gpu_spec(gpu_model) if gpu_model else None
-            if spec is None or not spec.known:
-                speed = 1.0
-            else:
-                ref = self._reference
-                speed = math.sqrt(
-                    (spec.fp16_tflops / ref.fp16_tflops)
-                    * (spec.memory_bandwidth_bytes_per_s / ref.memory_bandwidth_bytes_per_s)
-                )
+            speed = prior_speed_ratio(gpu_model, self._reference) if gpu_model else None
+            speed = 1.0 if speed is None else speed
             if len(self._cache) < _SPEED_CACHE_ENTRIES:  # model names come from requests: keep the cache bounded
                 self._cache[gpu_model] = speed
         return speed
+
+    def speed_of(self, workload: str | None, gpu_model: str, gpu_count: int) -> tuple[float | None, str]:
+        if not gpu_spec(gpu_model).known:
+            return None, unknown_gpu_text(gpu_model)
+        return self.relative_speed(gpu_model), DATA_SHEETS
 
 
 class HeuristicInterference:
@@ -133,9 +173,13 @@ class HeuristicInterference:
         workload: str | None,
         usage: UsageProfile,
         residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
         if not residents:
             return 1.0, 1.0
+        if sharing == TIME_SLICING:
+            return turn_taking_slowdowns(usage.sm_utilization_ratio, [r.sm_utilization_ratio for r in residents])
         sm = usage.sm_utilization_ratio
         bw = usage.memory_bandwidth_utilization_ratio
         for r in residents:
@@ -163,6 +207,16 @@ class HeuristicUsage:
         return None
 
 
+def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:
+    """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
+    time-sliced GPU: each side waits out the others' turns (the time-slicing prior of `advisor.sharing`,
+    summed over the residents)."""
+    others = sum(resident_sm)
+    pod = 1.0 + others + SWITCH_COST * min(1.0, pod_sm + others)
+    worst = max(1.0 + pod_sm + others - r + SWITCH_COST * min(1.0, pod_sm + others) for r in resident_sm)
+    return pod, worst
+
+
 def default_usage(gpu_milli: int) -> UsageProfile:
     """The pod's assumed use without a profile: its share for SM (0 = a whole GPU), 0.6 × that for bandwidth."""
     sm = min(1.0, gpu_milli / 1000.0) if gpu_milli > 0 else 1.0
@@ -183,10 +237,24 @@ class Predictors:
         return cls(speed=SpecSpeed(), interference=HeuristicInterference(), jct=HeuristicJct(), usage=HeuristicUsage())
 
     def names(self) -> dict[str, str]:
-        """Which predictor answers each question ("heuristic" or a model version) — reported with every score."""
+        """Which predictor is served for each question ("heuristic" or a model version)."""
         return {
             "speed": self.speed.name,
             "interference": self.interference.name,
             "jct": self.jct.name,
             "usage": self.usage.name,
         }
+
+    def answered(self, workload: str | None, gpu_models: Sequence[str], gpu_count: int) -> dict[str, str]:
+        """Which model answered each question for this request's workload on these GPU models: `names` with the
+        speed and JCT entries replaced by what actually answered (``"throughput v2"``, ``"data sheets"``,
+        ``"heuristic: no JCT estimate"``, an unknown GPU model…), distinct answers joined by ``"; "``."""
+        models = self.names()
+        if not gpu_models:
+            return models
+        speeds = dict.fromkeys(self.speed.speed_of(workload, g, gpu_count)[1] for g in gpu_models)
+        models["speed"] = "; ".join(speeds)
+        jcts = [self.jct.jct_seconds(workload, g, gpu_count) for g in gpu_models]
+        if self.jct.name != HEURISTIC and any(j is None for j in jcts):
+            models["jct"] = f"{HEURISTIC}: no JCT estimate from {self.jct.name}, ranked by GPU speed"
+        return models

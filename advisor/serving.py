@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,8 +28,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.datasets import DatasetError, Kind
-from advisor.features import SoloProfile
-from advisor.gpus import normalize_gpu_model
+from advisor.features import SoloProfile, gpu_features, workload_signature
+from advisor.gpus import gpu_spec, normalize_gpu_model, speed_key
 from advisor.models.interference import InterferenceModel
 from advisor.models.jct import JctModel
 from advisor.models.kinds import MODEL_KINDS
@@ -43,6 +43,7 @@ from advisor.models.registry import (
 from advisor.models.throughput import ThroughputModel
 from advisor.models.training import train
 from advisor.predictors import (
+    DATA_SHEETS,
     HeuristicInterference,
     HeuristicJct,
     HeuristicUsage,
@@ -54,7 +55,11 @@ from advisor.predictors import (
     SpeedPredictor,
     UsagePredictor,
     UsageProfile,
+    compute_share,
+    prior_speed_ratio,
+    unknown_gpu_text,
 )
+from advisor.sharing import sharing_mode
 from profiler.store import repo
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,26 @@ _UTIL_STEP = 0.05
 def _bucket(ratio: float) -> float:
     """Utilisations rounded to 5 % so that memoised model answers are reused across snapshots."""
     return round(ratio / _UTIL_STEP) * _UTIL_STEP
+
+
+class WorkloadNames:
+    """Finds the name the models know a workload by from the signature a pod carries.
+
+    A pod's `gpuadvisor.io/workload` label cannot hold Gavel's ``ResNet-50 (batch size 64)`` (no spaces or
+    parentheses in label values); it says ``resnet50-bs64``. A name the models know is kept; another one is looked up
+    by its `workload_signature` among the known names (the first in sorted order where two share one).
+    """
+
+    def __init__(self, known: Iterable[str]) -> None:
+        self._known = frozenset(known)
+        self._by_signature: dict[str, str] = {}
+        for name in sorted(self._known):
+            self._by_signature.setdefault(workload_signature(name), name)
+
+    def resolve(self, workload: str | None) -> str | None:
+        if not workload or workload in self._known:
+            return workload
+        return self._by_signature.get(workload_signature(workload), workload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +115,7 @@ class ProfileIndex:
 
     def __init__(self, rows: dict[tuple[str, str], _Solo]) -> None:
         self._rows = rows
+        self.names = WorkloadNames(w for w, _ in rows)
         usages: dict[str, list[UsageProfile]] = {}
         for (workload, _), solo in rows.items():
             if solo.usage is not None:
@@ -133,11 +159,13 @@ class ProfileIndex:
         return sorted(self._usage_any)
 
     def solo(self, workload: str | None, gpu_model: str) -> _Solo | None:
+        workload = self.names.resolve(workload)
         if not workload:
             return None
         return self._rows.get((workload, normalize_gpu_model(gpu_model)))
 
     def usage(self, workload: str | None, gpu_model: str) -> UsageProfile | None:
+        workload = self.names.resolve(workload)
         solo = self.solo(workload, gpu_model)
         if solo is not None and solo.usage is not None:
             return solo.usage
@@ -170,13 +198,16 @@ class WorkloadSpeed:
 
     1. "measured": the workload's single-GPU throughputs on both GPU models at one batch size (`profiles`: the
        store's profiles — its trial runs — and the throughput model's training measurements) — for a single-GPU pod;
-    2. "throughput model": the promoted throughput model, for a workload it was trained on: its estimates on both
-       GPU models at this GPU count and the workload's usual batch size (a measurement where there is one, else
-       carried over from the workload's measurements on other GPU types, `advisor.models.throughput`);
-    3. "data sheets": otherwise the data-sheet ratio of `spec`, the same for every workload.
+    2. "throughput vN": the promoted throughput model, for a workload it was trained on, and only between GPU types
+       it was trained on (by speed class, `advisor.gpus.speed_key`: a V100 32 GB is a V100): a tree model says
+       nothing trustworthy about a GPU type it never saw;
+    3. "throughput vN × data sheets beyond its GPU types (…)": for a GPU type outside that set, the model's answer
+       on the trained GPU type nearest by data sheet, times the data-sheet prior from there to the target
+       (`prior_speed_ratio`, weighted by the workload's compute-boundness where its profile says);
+    4. "data sheets": otherwise the data-sheet prior alone.
 
-    `ratio` returns the speed on `gpu_model` over the speed on `reference` (> 1: faster) and which of the three
-    answered.
+    A GPU model not in the data-sheet table is unknown: `ratio` answers None and says so. `ratio` returns the speed on
+    `gpu_model` over the speed on `reference` (> 1: faster) and which of these answered.
     """
 
     def __init__(
@@ -185,12 +216,16 @@ class WorkloadSpeed:
         throughput: ThroughputModel | None,
         profiles: ProfileIndex,
         answers: AnswerCounts | None = None,
+        *,
+        throughput_name: str = "throughput model",
     ) -> None:
         self._answers = answers or AnswerCounts()
         self._spec = spec
         self._throughput = throughput
+        self._throughput_name = throughput_name
         self._profiles = profiles
         self._batch: dict[str, float] = {}
+        self._trained_gpus: tuple[str, ...] = ()
         if throughput is not None:
             table = throughput.table_
             counts: dict[str, dict[float, int]] = {}
@@ -198,24 +233,84 @@ class WorkloadSpeed:
                 per = counts.setdefault(workload, {})
                 per[float(batch)] = per.get(float(batch), 0) + 1
             self._batch = {w: max(per, key=lambda b: (per[b], b)) for w, per in counts.items()}
+            self._trained_gpus = tuple(sorted({speed_key(g) for g in table.gpu_models if gpu_spec(g).known}))
 
-    def ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float, str]:
-        value, how = self._ratio(workload, gpu_model, reference, gpu_count)
-        self._answers.add("speed", how)
+    def ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float | None, str]:
+        value, how = self._ratio(self._profiles.names.resolve(workload) or "", gpu_model, reference, gpu_count)
+        self._answers.add("speed", how if value is not None else "unknown GPU model")
         return value, how
 
-    def _ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float, str]:
+    def _nearest_trained(self, gpu_model: str) -> str:
+        """The trained GPU type nearest to `gpu_model` by data sheet: the distance of their log2 FP16 tensor, FP32
+        and bandwidth figures (all three: whether a workload uses the tensor cores is not known)."""
+        target = gpu_features([gpu_model])[0, :3]
+        trained = gpu_features(list(self._trained_gpus))[:, :3]
+        distance = np.sqrt(np.sum((trained - target) ** 2, axis=1))
+        return self._trained_gpus[int(np.argmin(distance))]
+
+    def _learned(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> float | None:
+        assert self._throughput is not None
+        here_there = self._throughput.predict(
+            [workload, workload], [gpu_model, reference], [gpu_count] * 2, [self._batch[workload]] * 2
+        )
+        if np.all(np.isfinite(here_there)) and here_there[1] > 0 and here_there[0] > 0:
+            return float(here_there[0] / here_there[1])
+        return None
+
+    def _ratio(self, workload: str, gpu_model: str, reference: str, gpu_count: int) -> tuple[float | None, str]:
+        for name in (gpu_model, reference):
+            if not gpu_spec(name).known:
+                return None, unknown_gpu_text(name)
         if gpu_count == 1:
             here, there = self._profiles.solo(workload, gpu_model), self._profiles.solo(workload, reference)
             if here is not None and there is not None and here.batch_size == there.batch_size and there.throughput > 0:
                 return here.throughput / there.throughput, "measured"
-        if self._throughput is not None and workload in self._batch:
-            here_there = self._throughput.predict(
-                [workload, workload], [gpu_model, reference], [gpu_count] * 2, [self._batch[workload]] * 2
-            )
-            if np.all(np.isfinite(here_there)) and here_there[1] > 0 and here_there[0] > 0:
-                return float(here_there[0] / here_there[1]), "throughput model"
-        return self._spec.relative_speed(gpu_model) / self._spec.relative_speed(reference), "data sheets"
+        share = compute_share(self._profiles.usage(workload, reference))
+        if self._throughput is not None and workload in self._batch and self._trained_gpus:
+            here_key, there_key = speed_key(gpu_model), speed_key(reference)
+            anchor_here = here_key if here_key in self._trained_gpus else self._nearest_trained(here_key)
+            anchor_there = there_key if there_key in self._trained_gpus else self._nearest_trained(there_key)
+            learned = self._learned(workload, anchor_here, anchor_there, gpu_count)
+            if learned is not None:
+                if (anchor_here, anchor_there) == (here_key, there_key):
+                    return learned, self._throughput_name
+                prior_here = prior_speed_ratio(here_key, anchor_here, share) or 1.0
+                prior_there = prior_speed_ratio(there_key, anchor_there, share) or 1.0
+                outside = ", ".join(sorted({k for k in (here_key, there_key) if k not in self._trained_gpus}))
+                return (
+                    learned * prior_here / prior_there,
+                    f"{self._throughput_name} × data sheets beyond its GPU types ({outside})",
+                )
+        prior = prior_speed_ratio(gpu_model, reference, share)
+        assert prior is not None  # both known, checked above
+        return prior, DATA_SHEETS
+
+
+class ModelSpeed:
+    """The speed predictor when a throughput model is promoted: `WorkloadSpeed` against the reference GPU."""
+
+    def __init__(
+        self, spec: SpeedPredictor, speed: WorkloadSpeed, name: str, *, reference_gpu: str = SPEED_REFERENCE_GPU
+    ) -> None:
+        self.name = name
+        self._spec = spec
+        self._speed = speed
+        self._reference = reference_gpu
+        self._cache: dict[tuple[str, str, int], tuple[float | None, str]] = {}
+
+    def relative_speed(self, gpu_model: str) -> float:
+        return self._spec.relative_speed(gpu_model)
+
+    def speed_of(self, workload: str | None, gpu_model: str, gpu_count: int) -> tuple[float | None, str]:
+        if not workload:
+            return self._spec.speed_of(workload, gpu_model, gpu_count)
+        key = (workload, gpu_model, gpu_count)
+        answer = self._cache.get(key)
+        if answer is None:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            answer = self._cache[key] = self._speed.ratio(workload, gpu_model, self._reference, gpu_count)
+        return answer
 
 
 class ModelJct:
@@ -224,7 +319,10 @@ class ModelJct:
     A JCT model learns from the history of the cluster it was trained on; its trees cannot extrapolate to GPU types
     that history lacks (an H100 and an L4 would get the same answer). So the model answers how long the job is — on
     the reference GPU — and `WorkloadSpeed` how much faster or slower each candidate GPU runs that workload (its
-    profiles, the throughput model, else the data sheets). Memoised per (workload, GPU model, GPU count).
+    profiles, the throughput model, else the data sheets). A workload without history in the model (it would get
+    the median of all jobs, one constant whatever its GPU count), a GPU count beyond any in the history (the trees
+    would repeat the largest one's answer) and a GPU model that is unknown get no estimate (None; `why_not` says
+    why). Memoised per (workload, GPU model, GPU count).
     """
 
     def __init__(
@@ -235,22 +333,40 @@ class ModelJct:
         *,
         reference_gpu: str = SPEED_REFERENCE_GPU,
         clock: Callable[[], float] = time.time,
+        names: WorkloadNames | None = None,
     ) -> None:
         self.name = f"jct v{version}"
+        self._names = names or WorkloadNames(model.history_.tables.get("workload", {}))
         self._model = model
         self._speed = speed
         self._reference = reference_gpu
         self._clock = clock
         self._cache: dict[tuple[str, str, int], float | None] = {}
 
-    def relative_speed(self, workload: str, gpu_model: str, gpu_count: int) -> tuple[float, str]:
+    def relative_speed(self, workload: str, gpu_model: str, gpu_count: int) -> tuple[float | None, str]:
         """How fast `workload` runs on `gpu_model` relative to the reference GPU, and what says so
         (`WorkloadSpeed.ratio`)."""
         return self._speed.ratio(workload, gpu_model, self._reference, gpu_count)
 
-    def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
+    def has_history(self, workload: str | None) -> bool:
+        """Whether the model's history holds past jobs of `workload` (else its answer would be a global median)."""
+        return bool(workload) and self._model.knows_workload(self._names.resolve(workload) or "")
+
+    def why_not(self, workload: str | None, gpu_model: str, gpu_count: int) -> str:
+        """Why `jct_seconds` has no estimate (empty when it has one)."""
         if not workload:
+            return "the pod names no workload (label gpuadvisor.io/workload)"
+        if not self.has_history(workload):
+            return f"{self.name} has no history of workload {workload!r}"
+        if gpu_count > self._model.max_gpu_count_:
+            return f"{self.name} has no history of jobs on more than {self._model.max_gpu_count_:g} GPUs"
+        speed, how = self.relative_speed(workload, gpu_model, gpu_count)
+        return "" if speed is not None else how
+
+    def jct_seconds(self, workload: str | None, gpu_model: str, gpu_count: int) -> float | None:
+        if not workload or not self.has_history(workload) or gpu_count > self._model.max_gpu_count_:
             return None
+        workload = self._names.resolve(workload) or workload
         key = (workload, gpu_model, gpu_count)
         if key in self._cache:
             return self._cache[key]
@@ -263,7 +379,7 @@ class ModelJct:
         )
         on_reference = float(prediction.p50[0])
         speed, _ = self.relative_speed(workload, gpu_model, gpu_count)
-        value = on_reference / speed if speed > 0 else math.nan
+        value = on_reference / speed if speed is not None and speed > 0 else math.nan
         result = value if math.isfinite(value) and value > 0 else None
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
@@ -288,23 +404,42 @@ class ModelInterference:
         self._fallback = HeuristicInterference()
         self._cache: dict[tuple[Any, ...], tuple[float, float]] = {}
 
+    def answer_for(self, sharing: str) -> str:
+        """What answers a pair on a GPU shared the `sharing` way: the model, or the mode's prior alone where the
+        model was trained on pairs of other modes (`InterferenceModel.predict_columns`)."""
+        mode = sharing_mode(sharing)
+        if mode in self._model.sharing_modes_:
+            return self.name
+        return f"{mode or 'unknown-mode'} prior ({self.name} has no pairs measured that way)"
+
     def slowdowns(
-        self, gpu_model: str, workload: str | None, usage: UsageProfile, residents: Sequence[ResidentLike]
+        self,
+        gpu_model: str,
+        workload: str | None,
+        usage: UsageProfile,
+        residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
         if not residents:
             return 1.0, 1.0
+        workload = self._profiles.names.resolve(workload)
         pod_solo = self._profiles.solo(workload, gpu_model)
         resident_solos = [self._profiles.solo(r.workload, gpu_model) for r in residents]
         if pod_solo is None or any(s is None for s in resident_solos):
             self._answers.add("interference", "heuristic: no solo profile on this GPU model")
-            return self._fallback.slowdowns(gpu_model, workload, usage, residents)
-        self._answers.add("interference", self.name)
+            return self._fallback.slowdowns(gpu_model, workload, usage, residents, sharing=sharing)
+        self._answers.add("interference", self.answer_for(sharing))
         sm, bw = _bucket(usage.sm_utilization_ratio), _bucket(usage.memory_bandwidth_utilization_ratio)
         others = tuple(
-            (r.workload, _bucket(r.sm_utilization_ratio), _bucket(r.memory_bandwidth_utilization_ratio))
+            (
+                self._profiles.names.resolve(r.workload),
+                _bucket(r.sm_utilization_ratio),
+                _bucket(r.memory_bandwidth_utilization_ratio),
+            )
             for r in residents
         )
-        key = (gpu_model, workload, sm, bw, others)
+        key = (gpu_model, workload, sm, bw, others, sharing)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -314,7 +449,7 @@ class ModelInterference:
             for (w, r_sm, r_bw), solo in zip(others, resident_solos, strict=True)
             if solo is not None
         ]
-        norms = self._model.predict_pairs(pairs, gpu_model)
+        norms = self._model.predict_pairs(pairs, gpu_model, sharing)
         pod_norm = float(np.prod(norms[:, 1]))
         worst_resident = float(np.min(norms[:, 0]))
         result = (1.0 / max(pod_norm, 1e-3), 1.0 / max(worst_resident, 1e-3))
@@ -347,10 +482,14 @@ def predictors_from(
         interference = ModelInterference(
             models.interference, models.versions["interference"], profiles or ProfileIndex({}), answers
         )
-    speed = SpecSpeed(SPEED_REFERENCE_GPU)
+    spec = SpecSpeed(SPEED_REFERENCE_GPU)
+    throughput_name = f"throughput v{models.versions['throughput']}" if models.throughput is not None else ""
+    workload_speed = WorkloadSpeed(
+        spec, models.throughput, profiles or ProfileIndex({}), answers, throughput_name=throughput_name
+    )
+    speed: SpeedPredictor = ModelSpeed(spec, workload_speed, throughput_name or spec.name)
     jct: JctPredictor = HeuristicJct()
     if models.jct is not None:
-        workload_speed = WorkloadSpeed(speed, models.throughput, profiles or ProfileIndex({}), answers)
         jct = ModelJct(models.jct, models.versions["jct"], workload_speed)
     return Predictors(speed=speed, interference=interference, jct=jct, usage=usage)
 

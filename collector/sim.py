@@ -22,12 +22,14 @@ from collector.pods import PodInfo, StaticPods
 from collector.snapshot import GpuSnapshot, Link, LinkLevel, ProcessSnapshot
 
 GIB = 1024**3
+# Label-safe signatures of job types in the Gavel data the bundled models are trained on ("ResNet-50 (batch size
+# 64)" is resnet50-bs64), so that the residents of a simulated cluster reach the learned models.
 SIM_WORKLOADS: tuple[tuple[str, int], ...] = (
     ("resnet50-bs64", 22 * GIB),
-    ("bert-base-bs32", 14 * GIB),
-    ("gpt2-medium-bs8", 30 * GIB),
-    ("vit-b16-bs128", 18 * GIB),
-    ("dlrm-bs2048", 9 * GIB),
+    ("transformer-bs32", 14 * GIB),
+    ("lm-bs20", 30 * GIB),
+    ("resnet18-bs128", 18 * GIB),
+    ("recommendation-bs2048", 9 * GIB),
 )
 SIM_NAMESPACE = "sim"
 

@@ -44,6 +44,13 @@ class AdvisorMetrics:
             ["kind"],
             registry=r,
         )
+        self.unknown_gpu_models = Counter(
+            "gpuadvisor_advisor_unknown_gpu_models",
+            "Answers about a GPU model that is not in the data-sheet table (advisor.gpus), by endpoint: its speed and "
+            "JCT are reported unknown, never taken from another GPU.",
+            ["endpoint"],
+            registry=r,
+        )
         self.snapshots = Counter(
             "gpuadvisor_advisor_snapshots",
             "NodeSnapshots received, by result: accepted, out_of_order (older than the one held, dropped), future "
@@ -125,7 +132,7 @@ class AdvisorMetrics:
         is counted, so the series means "a model could be trained and is not there".
         """
         for kind in MODEL_KINDS:
-            if models.get(kind) == "heuristic":
+            if models.get(kind, "").startswith("heuristic"):
                 self.fallbacks.labels(kind).inc()
 
 

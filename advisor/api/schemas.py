@@ -470,8 +470,15 @@ class JctAnswer(_Out):
     gpu_model: str
     gpu_count: int
     jct_seconds: float | None = Field(description="Predicted completion time in seconds; null when unknown.")
-    relative_speed: float = Field(description="Speed on this GPU model relative to a V100 (1.0).")
-    model: str = Field(description="The JCT model version that answered, or `heuristic`.")
+    relative_speed: float | None = Field(
+        description="This workload's speed on this GPU model relative to a V100 (1.0); null for an unknown GPU model."
+    )
+    model: str = Field(description="The JCT model version served, or `heuristic`.")
+    models: dict[str, str] = Field(
+        default_factory=dict,
+        description="What answered this request: `jct` (a model version, or `heuristic: …`) and `speed` (`measured`, "
+        "`throughput vN`, `data sheets`, or the unknown GPU model).",
+    )
     reason: str
 
 
@@ -488,6 +495,11 @@ class InterferenceQuery(_Native):
     workload_b: str = Field(min_length=1, description="Workload signature of the second workload.")
     usage_a: UsageIn | None = Field(default=None, description="Measured solo usage of A (else from its profiles).")
     usage_b: UsageIn | None = Field(default=None, description="Measured solo usage of B (else from its profiles).")
+    sharing: Literal["time-slicing", "mps", "mig"] | None = Field(
+        default=None,
+        description="How the GPU is shared: contexts taking turns (the default compute mode), an MPS server, or MIG "
+        "instances; null: unknown (the picture of kernels running at once, as the model was trained).",
+    )
 
 
 class InterferenceAnswer(_Out):

@@ -42,6 +42,7 @@ from datetime import datetime
 from advisor.cluster.pods import pod_key
 from advisor.placement.queue import PendingPod
 from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeState, Resident, Topology
+from advisor.sharing import MIG_STRATEGY_LABEL, SHARING_STRATEGY_LABEL, node_sharing
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 
 HOST_RESIDENT = "host"
@@ -238,9 +239,10 @@ def build_node_state(
     observed_at_seconds: float | None,
     topology: Callable[[NodeSnapshot, list[GpuSnapshot]], Topology] = topology_of,
     capacity: NodeCapacity | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> NodeState:
-    """The scoring view of one node from its latest snapshot, the allocations of pods bound to it and (when known)
-    its CPU/memory."""
+    """The scoring view of one node from its latest snapshot, the allocations of pods bound to it, (when known)
+    its CPU/memory, and how its GPUs are shared (its MIG devices and labels, `advisor.sharing.node_sharing`)."""
     gpus = sorted(snapshot.gpus, key=lambda g: g.index)
     node_topology = topology(snapshot, gpus)
     states: list[GpuState] = []
@@ -270,6 +272,7 @@ def build_node_state(
                 missing -= 1
     gangs = frozenset(a.gang for a in allocations.values() if a.gang)
     c = capacity
+    sharing, assumed = node_sharing(labels, any(g.mig_devices for g in snapshot.gpus))
     return NodeState(
         name=snapshot.node,
         gpus=tuple(states),
@@ -280,7 +283,14 @@ def build_node_state(
         cpu_free_milli=max(0, c.cpu_allocatable_milli - c.cpu_requested_milli) if c else None,
         memory_allocatable_mib=c.memory_allocatable_mib if c else None,
         memory_free_mib=max(0, c.memory_allocatable_mib - c.memory_requested_mib) if c else None,
+        sharing_mode=sharing,
+        sharing_assumed=assumed,
     )
+
+
+def _sharing_labels(labels: Mapping[str, str] | None) -> tuple[str, str]:
+    labels = labels or {}
+    return labels.get(SHARING_STRATEGY_LABEL, ""), labels.get(MIG_STRATEGY_LABEL, "")
 
 
 class ClusterState:
@@ -436,6 +446,7 @@ class ClusterState:
             observed_at_seconds=received,
             topology=topology,
             capacity=self._capacity(snapshot.node),
+            labels=self._labels.get(snapshot.node),
         )
         uuids = tuple((g.index, g.uuid) for g in snapshot.gpus)
         record = NodeRecord(state, snapshot_json, snapshot.timestamp, received, links, uuids, order)
@@ -532,13 +543,24 @@ class ClusterState:
                 self._rebuild(node)
 
     def set_node_labels(self, node: str, labels: Mapping[str, str]) -> None:
-        """A node's labels (for pods' node selectors and affinity; they do not change how the node scores)."""
+        """A node's labels (for pods' node selectors and affinity, and how its GPUs are shared: a change of the
+        sharing labels rebuilds the node's scoring view)."""
         if self._labels.get(node) != labels:
+            before = _sharing_labels(self._labels.get(node))
             self._labels[node] = dict(labels)
+            if _sharing_labels(labels) != before:
+                with self._lock:
+                    self._rebuild(node)
 
     def replace_node_labels(self, labels: Mapping[str, Mapping[str, str]]) -> None:
         """Swap in every node's labels (after a node re-list)."""
+        before = {n: _sharing_labels(v) for n, v in self._labels.items()}
         self._labels = {n: dict(v) for n, v in labels.items()}
+        changed = [n for n in set(before) | set(self._labels) if before.get(n) != _sharing_labels(self._labels.get(n))]
+        if changed:
+            with self._lock:
+                for node in changed:
+                    self._rebuild(node)
 
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         """A node's labels, None when the advisor has not seen the node object (no watch, or not listed yet)."""

@@ -1,6 +1,7 @@
 """The baselines every model is reported beside: if a model cannot beat these, it is not worth serving.
 
-Interference: the mean normalised throughput; the utilisation-sum heuristic (two jobs whose SM utilisations add up to
+Interference: the mean normalised throughput; 0.5 for everything; the physical prior of the pair's sharing mode
+(`advisor.sharing`); the utilisation-sum heuristic (two jobs whose SM utilisations add up to
 at most 1 do not slow each other down, otherwise each gets 1/sum); and light/medium/heavy sharing classes (mean
 normalised throughput per pair of classes, learned from the training pairs; defined in `advisor.models.interference`,
 whose model falls back on it for unfamiliar workloads).
@@ -19,8 +20,39 @@ import pandas as pd
 
 from advisor.features import FloatArray, SideColumns
 from advisor.models.interference import NORM_MAX, NORM_MIN, SharingClassInterference, norm_targets, usable_rows
+from advisor.sharing import sharing_prior
 
-__all__ = ["MeanInterference", "SharingClassInterference", "UtilSumInterference"]
+__all__ = [
+    "ConstantInterference",
+    "MeanInterference",
+    "SharingClassInterference",
+    "SharingPriorInterference",
+    "UtilSumInterference",
+]
+
+
+class ConstantInterference:
+    """Predict `value` for both sides ("predict 0.5": an even time-slice, the answer to beat on time-sliced pairs)."""
+
+    def __init__(self, *, value: float = 0.5) -> None:
+        self.value = value
+
+    def fit(self, frame: pd.DataFrame) -> ConstantInterference:
+        return self
+
+    def predict_columns(self, a: SideColumns, b: SideColumns, gpu_models: Sequence[str]) -> FloatArray:
+        return np.full((len(a), 2), self.value)
+
+
+class SharingPriorInterference:
+    """The physical prior of each pair's sharing mode alone (`advisor.sharing`), nothing learned."""
+
+    def fit(self, frame: pd.DataFrame) -> SharingPriorInterference:
+        return self
+
+    def predict_modes(self, a: SideColumns, b: SideColumns, modes: Sequence[str]) -> FloatArray:
+        prior_a, prior_b = sharing_prior(a, b, modes), sharing_prior(b, a, modes)
+        return np.column_stack([np.clip(prior_a, NORM_MIN, NORM_MAX), np.clip(prior_b, NORM_MIN, NORM_MAX)])
 
 
 class MeanInterference:

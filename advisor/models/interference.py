@@ -3,11 +3,13 @@
 The model exists to answer for workloads it has never measured, so it is built from three additive parts, each used
 only where it can be trusted:
 
-- the *physical* part, for every pair: the utilisation heuristic ``1 if u_a + u_b <= 1 else 1 / (u_a + u_b)`` of the
-  SM utilisations (a missing one counts as 1.0) plus ``α ×`` a small LightGBM correction over physical features only
-  (SM and memory-bandwidth utilisation of both sides and their sums, memory as a fraction of the GPU's, each side's
-  steps/s per FP32 TFLOPS). The correction is constrained to be non-increasing in every partner and sum feature, so
-  the prediction never rises when the partner gets heavier; with α = 0 the part *is* the heuristic;
+- the *physical* part, for every pair: the physical prior of the pair's sharing mode (`advisor.sharing`:
+  turn-taking under time-slicing, the utilisation sum ``min(1, 1 / (u_a + u_b))`` under MPS and for pairs of unknown
+  mode, isolation but for memory bandwidth and power under MIG) plus ``α ×`` a small LightGBM correction over
+  physical features only (SM and memory-bandwidth utilisation of both sides and their sums, memory as a fraction
+  of the GPU's, each side's steps/s per FP32 TFLOPS). The correction is constrained to be non-increasing in every
+  partner and sum feature, so the prediction never rises when the partner gets heavier; with α = 0 the part *is*
+  the prior;
 - per-workload *offsets*, only for workloads with measured pairs (identity is the workload name): how much more (or
   less) a workload suffers than the physical part says (sensitivity) and how much more it hurts its partners
   (aggressiveness), overall and per GPU model, fitted by backfitting on the physical part's residuals and shrunk
@@ -22,7 +24,9 @@ is predicted as ``(f(A, B), f(B, A))``, so swapping the inputs swaps the outputs
 `fit` by a leave-one-family-out check on the training data alone, scoring only the held-out family's side, once
 without and once with 3 probe co-runs per held-out workload (the protocols of `advisor.models.training.evaluate`).
 The selection is itself checked the same way (knobs chosen with one training family left aside must not lose to the
-heuristic on it); where it fails, a side whose workload has no measured pairs gets the heuristic.
+heuristic on it); where it fails, a side whose workload has no measured pairs gets the heuristic. Here and below,
+"the heuristic" is the physical prior. The learned parts apply only to pairs in a sharing mode the training pairs
+were measured in; a pair in another mode gets its mode's prior alone.
 Predictions are clipped below at `NORM_MIN` and above at 1 when the training data never shows a job going faster next
 to a partner (the 99th percentile of its normalised throughputs at most 1.01), else at its 99.9th percentile.
 """
@@ -51,6 +55,7 @@ from advisor.gpus import normalize_gpu_model
 from advisor.models import _lgbm
 from advisor.models._lgbm import BoostedEstimator
 from advisor.models.artifact import Artifact, ArtifactError
+from advisor.sharing import UNKNOWN, sharing_mode, sharing_prior
 
 NORM_MIN = 0.01
 NORM_MAX = 1.0
@@ -102,11 +107,11 @@ def gpu_names(frame: pd.DataFrame) -> list[str]:
     return [normalize_gpu_model(g) for g in frame["gpu_model"]]
 
 
-def util_sum_heuristic(this: SideColumns, other: SideColumns) -> FloatArray:
-    """``1 if u_a + u_b <= 1 else 1 / (u_a + u_b)`` of the SM utilisations, a missing one counting as 1.0."""
-    total = np.nan_to_num(this.sm_util, nan=DEFAULT_UTIL_RATIO) + np.nan_to_num(other.sm_util, nan=DEFAULT_UTIL_RATIO)
-    result: FloatArray = np.minimum(1.0, 1.0 / np.maximum(total, 1e-9))
-    return result
+def sharing_modes(frame: pd.DataFrame) -> list[str]:
+    """Each pair's sharing mode (`advisor.sharing`; "" = unknown, also where the column is absent)."""
+    if "sharing" not in frame.columns:
+        return [UNKNOWN] * len(frame)
+    return [sharing_mode(m) for m in frame["sharing"]]
 
 
 # ------------------------------------------------------------------------------------------- sharing classes
@@ -424,10 +429,18 @@ class _Stacked:
 
     @classmethod
     def of(
-        cls, a: SideColumns, b: SideColumns, gpus: Sequence[str], names_a: Sequence[str], names_b: Sequence[str]
+        cls,
+        a: SideColumns,
+        b: SideColumns,
+        gpus: Sequence[str],
+        names_a: Sequence[str],
+        names_b: Sequence[str],
+        *,
+        modes: Sequence[str] | None = None,
     ) -> _Stacked:
+        modes = list(modes) if modes is not None else [UNKNOWN] * len(a)
         features = np.vstack([interference_features(a, b, gpus), interference_features(b, a, gpus)])
-        heuristic = np.concatenate([util_sum_heuristic(a, b), util_sum_heuristic(b, a)])
+        heuristic = np.concatenate([sharing_prior(a, b, modes), sharing_prior(b, a, modes)])
         return cls(
             physical_features(features),
             heuristic,
@@ -444,6 +457,7 @@ class _Stacked:
             gpu_names(frame),
             frame["workload_a"].astype(str).tolist(),
             frame["workload_b"].astype(str).tolist(),
+            modes=sharing_modes(frame),
         )
 
 
@@ -558,6 +572,7 @@ class InterferenceModel(BoostedEstimator):
         knobs, self.unmeasured_weight_, self.check_ = self._choose_knobs(frame)
         self.alpha_, self.shrinkage_, self.partner_offsets_, self.neighbour_weight_ = knobs
         self.measured_ = frozenset(stacked.this)
+        self.sharing_modes_ = frozenset(sharing_modes(frame))
         self.booster_ = self._train_correction(stacked, target)
         base = stacked.heuristic + self.alpha_ * _lgbm.predict(self.booster_, stacked.features)
         self.offsets_ = fit_offsets(
@@ -663,9 +678,13 @@ class InterferenceModel(BoostedEstimator):
         gpu_models: Sequence[str],
         workloads_a: Sequence[str] | None = None,
         workloads_b: Sequence[str] | None = None,
+        *,
+        sharing: Sequence[str] | None = None,
     ) -> FloatArray:
         """(n, 2) array of (norm_a, norm_b) for n pairs given column-wise. The workload names, when given, bring in
-        the offsets and neighbours of measured workloads; without them every pair is predicted as unmeasured."""
+        the offsets and neighbours of measured workloads; without them every pair is predicted as unmeasured.
+        `sharing` is each pair's sharing mode (unknown when None): a pair in a mode none of the training pairs was
+        measured in gets the mode's physical prior alone, since what was learned corrects another mode's prior."""
         n = len(a)
         if n == 0:
             return np.empty((0, 2), dtype=np.float64)
@@ -674,7 +693,10 @@ class InterferenceModel(BoostedEstimator):
             raise ValueError(f"gpu_models: {len(gpus)} names for {n} pairs")
         names_a = list(workloads_a) if workloads_a is not None else [""] * n
         names_b = list(workloads_b) if workloads_b is not None else [""] * n
-        stacked = _Stacked.of(a, b, gpus, names_a, names_b)
+        modes = [sharing_mode(m) for m in sharing] if sharing is not None else [UNKNOWN] * n
+        if len(modes) != n:
+            raise ValueError(f"sharing: {len(modes)} modes for {n} pairs")
+        stacked = _Stacked.of(a, b, gpus, names_a, names_b, modes=modes)
         out = stacked.heuristic + self.alpha_ * _lgbm.predict(self.booster_, stacked.features)
         if workloads_a is not None or workloads_b is not None:
             out += self.offsets_.of(stacked.this, stacked.other, stacked.gpus)
@@ -685,15 +707,18 @@ class InterferenceModel(BoostedEstimator):
             known = np.fromiter((w in measured for w in stacked.this), dtype=bool, count=2 * n)
             moved = stacked.heuristic + self.unmeasured_weight_ * (out - stacked.heuristic)
             out = np.where(known, out, moved)
+        learned = np.fromiter((m in self.sharing_modes_ for m in modes), dtype=bool, count=n)
+        out = np.where(np.concatenate([learned, learned]), out, stacked.heuristic)
         out = np.clip(out, NORM_MIN, self.norm_max_)
         return np.column_stack([out[:n], out[n:]])
 
     def predict_pairs(
-        self, pairs: Sequence[tuple[SoloProfile, SoloProfile]], gpu_models: Sequence[str] | str
+        self, pairs: Sequence[tuple[SoloProfile, SoloProfile]], gpu_models: Sequence[str] | str, sharing: str = UNKNOWN
     ) -> FloatArray:
         """(n, 2) array of (norm_a, norm_b) for (resident, candidate) pairs on the given GPU model(s).
 
-        `gpu_models` is one name for all pairs or one per pair, in any spelling (`advisor.gpus`).
+        `gpu_models` is one name for all pairs or one per pair, in any spelling (`advisor.gpus`); `sharing` how the
+        GPU is shared (`advisor.sharing`; "" unknown).
         """
         gpus = [gpu_models] * len(pairs) if isinstance(gpu_models, str) else list(gpu_models)
         if len(gpus) != len(pairs):
@@ -703,7 +728,14 @@ class InterferenceModel(BoostedEstimator):
             raise ValueError("pairs: expected (resident, candidate) pairs of two SoloProfiles each")
         a = side_columns(sides[0::2])
         b = side_columns(sides[1::2])
-        return self.predict_columns(a, b, gpus, [s.workload for s in sides[0::2]], [s.workload for s in sides[1::2]])
+        return self.predict_columns(
+            a,
+            b,
+            gpus,
+            [s.workload for s in sides[0::2]],
+            [s.workload for s in sides[1::2]],
+            sharing=[sharing] * len(pairs),
+        )
 
     def predict_frame(self, frame: pd.DataFrame) -> FloatArray:
         """(n, 2) predictions for the rows of a colocations frame, in order."""
@@ -713,6 +745,7 @@ class InterferenceModel(BoostedEstimator):
             gpu_names(frame),
             frame["workload_a"].astype(str).tolist(),
             frame["workload_b"].astype(str).tolist(),
+            sharing=sharing_modes(frame),
         )
 
     # --------------------------------------------------------------------------------------- artifacts
@@ -728,6 +761,7 @@ class InterferenceModel(BoostedEstimator):
             "neighbour_weight": self.neighbour_weight_,
             "unmeasured_weight": self.unmeasured_weight_,
             "measured_workloads": sorted(self.measured_),
+            "sharing_modes": sorted(self.sharing_modes_),
             "norm_range": [NORM_MIN, self.norm_max_],
             "check": self.check_,
             "sensitivity": self.offsets_.sensitivity,
@@ -758,6 +792,8 @@ class InterferenceModel(BoostedEstimator):
         # Artifacts saved before the selection check move every side all the way to the model.
         model.unmeasured_weight_ = float(state.get("unmeasured_weight", 1.0))
         model.measured_ = frozenset(str(w) for w in state.get("measured_workloads", []))
+        # Artifacts saved before the sharing mode was read were trained on pairs of unknown mode.
+        model.sharing_modes_ = frozenset(str(m) for m in state.get("sharing_modes", [UNKNOWN]))
         model.norm_max_ = float(state["norm_range"][1])
         model.check_ = dict(state["check"])
         model.offsets_ = Offsets(

@@ -15,6 +15,7 @@ Run time is end - start (end - submit where the start is unknown), at least one 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -227,7 +228,13 @@ class JctModel(BoostedEstimator):
         self.booster_ = self._train(query, log_run)
         self.history_ = History.from_jobs(query, log_run)
         self.n_jobs_ = n
+        counts = query.gpu_count[np.isfinite(query.gpu_count)]
+        self.max_gpu_count_ = float(np.max(counts)) if len(counts) else math.inf
         return self
+
+    def knows_workload(self, workload: str) -> bool:
+        """Whether past jobs of `workload` are in the model's history (its estimate then rests on them)."""
+        return workload in self.history_.tables.get("workload", {})
 
     def predict_query(self, query: JobQuery) -> JctPrediction:
         """Run-time quantiles (seconds) for each job (GPU names normalised; the fast path)."""
@@ -278,6 +285,7 @@ class JctModel(BoostedEstimator):
                 "validation": self.validation_,
                 "history": self.history_.to_json(),
                 "features": list(JCT_FEATURES),
+                "max_gpu_count": self.max_gpu_count_ if math.isfinite(self.max_gpu_count_) else None,
             },
             boosters={"jct": _lgbm.to_text(self.booster_)},
         )
@@ -292,6 +300,9 @@ class JctModel(BoostedEstimator):
         model.validation_ = dict(artifact.state["validation"])
         model.history_ = History.from_json(artifact.state["history"])
         model.n_jobs_ = int(artifact.state["n_jobs"])
+        # Artifacts saved before the GPU-count range was recorded: no bound known.
+        top = artifact.state.get("max_gpu_count")
+        model.max_gpu_count_ = math.inf if top is None else float(top)
         return model
 
 

@@ -30,8 +30,14 @@ from advisor.datasets import (
 )
 from advisor.features import FloatArray
 from advisor.models.artifact import Artifact, ArtifactError
-from advisor.models.baselines import MeanInterference, SharingClassInterference, UtilSumInterference
-from advisor.models.interference import InterferenceModel, gpu_names, norm_targets, usable_rows
+from advisor.models.baselines import (
+    ConstantInterference,
+    MeanInterference,
+    SharingClassInterference,
+    SharingPriorInterference,
+    UtilSumInterference,
+)
+from advisor.models.interference import InterferenceModel, gpu_names, norm_targets, sharing_modes, usable_rows
 from advisor.models.jct import JctModel, MedianJct
 from advisor.models.throughput import MeanThroughput, NearestGpuThroughput, ThroughputModel
 from profiler.csv_formats import COLOCATIONS, EXECUTIONS, THROUGHPUTS, CsvFormat
@@ -64,12 +70,15 @@ def _interference_errors(
     out = {"model": np.abs(np.concatenate([pred[:, 0], pred[:, 1]]) - truth)[keep]}
     baselines = (
         ("mean", MeanInterference()),
+        ("half", ConstantInterference(value=0.5)),
         ("util_sum", UtilSumInterference()),
         ("sharing_class", SharingClassInterference()),
     )
     for name, baseline in baselines:
         pred = baseline.fit(train).predict_columns(a, b, gpus)
         out[name] = np.abs(np.concatenate([pred[:, 0], pred[:, 1]]) - truth)[keep]
+    pred = SharingPriorInterference().predict_modes(a, b, sharing_modes(test))
+    out["sharing_prior"] = np.abs(np.concatenate([pred[:, 0], pred[:, 1]]) - truth)[keep]
     return out
 
 

@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
 from advisor.predictors import HeuristicInterference, Predictors, UsageProfile
+from advisor.sharing import CONCURRENT_MODES
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -234,6 +235,11 @@ def _slowdowns(
     busy = residents > 0
     interference = predictors.interference
     if type(interference) is HeuristicInterference:
+        # The arithmetic below is the heuristic's picture of kernels running at once; GPUs of nodes that take turns
+        # (time-slicing) or are partitioned (MIG) are asked through `slowdowns`.
+        concurrent = np.fromiter(
+            (node.sharing_mode in CONCURRENT_MODES for node in nodes), dtype=bool, count=len(nodes)
+        )[rows]
         # the pod's own use, then each resident's, added in the heuristic's order
         n = len(usages)
         of_entry = usage_index[rows]
@@ -243,9 +249,9 @@ def _slowdowns(
             sm = sm + entries[_SM + j]
             bw = bw + entries[_BW + j]
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
-        pod_slow = np.where(busy, contention, pod_slow)
+        pod_slow = np.where(busy & concurrent, contention, pod_slow)
         res_slow = pod_slow.copy()
-        busy = busy & (residents > COLUMN_RESIDENTS)
+        busy = busy & ((residents > COLUMN_RESIDENTS) | ~concurrent)
     else:
         res_slow = pod_slow.copy()
     asked = np.flatnonzero(busy)
@@ -253,7 +259,11 @@ def _slowdowns(
         pairs = []
         for i, p in zip(rows[asked].tolist(), positions[asked].tolist(), strict=True):
             gpu = nodes[i].gpus[p]
-            pairs.append(interference.slowdowns(gpu.model, pod.workload, usages[usage_index[i]], gpu.residents))
+            pairs.append(
+                interference.slowdowns(
+                    gpu.model, pod.workload, usages[usage_index[i]], gpu.residents, sharing=nodes[i].sharing_mode
+                )
+            )
         pod_slow[asked] = [a for a, _ in pairs]
         res_slow[asked] = [b for _, b in pairs]
     return pod_slow, res_slow

@@ -188,7 +188,9 @@ def _evaluate_whole(
     for pos in plan.positions:
         residents = gpus[pos].residents
         if residents:
-            p, r = predictors.interference.slowdowns(gpus[pos].model, pod.workload, usage, residents)
+            p, r = predictors.interference.slowdowns(
+                gpus[pos].model, pod.workload, usage, residents, sharing=node.sharing_mode
+            )
             pod_slow = max(pod_slow, p)
             res_slow = max(res_slow, r)
     indices = plan.positions if node.natural_indices else tuple(gpus[p].index for p in plan.positions)
@@ -237,7 +239,9 @@ def _evaluate_share(
             config.cpu_balance_penalty(after_milli, cpu_fit),
         )
         if g.residents:
-            pod_slow, res_slow = predictors.interference.slowdowns(g.model, pod.workload, usage, g.residents)
+            pod_slow, res_slow = predictors.interference.slowdowns(
+                g.model, pod.workload, usage, g.residents, sharing=node.sharing_mode
+            )
         else:
             pod_slow, res_slow = 1.0, 1.0
         interference = 0.5 / pod_slow + 0.5 / res_slow
@@ -573,29 +577,49 @@ def _shape_id(shape: tuple[object, ...]) -> int:
     return shape_id
 
 
+def speed_basis(pod: PodRequest, gpu_model: str, predictors: Predictors) -> tuple[float, str]:
+    """The pod's workload's speed on `gpu_model` relative to the reference GPU for ranking, and what answered
+    (`SpeedPredictor.speed_of`); an unknown GPU model ranks as the reference and the text says it is unknown."""
+    speed, how = predictors.speed.speed_of(pod.workload, gpu_model, max(pod.whole_gpus, 1))
+    if speed is None:
+        return predictors.speed.relative_speed(gpu_model), f"{how}: ranked as the reference GPU"
+    return speed, how
+
+
 def jct_basis(
     pod: PodRequest, feasible: Sequence[RawVerdict], predictors: Predictors
 ) -> tuple[dict[str, float | None], dict[str, float], bool]:
     """Per GPU model of the feasible nodes: the predicted JCT (or None), the unit time the jct component compares
-    (the JCT when every model has one, else 1 / relative speed), and whether JCTs were used. A pod without GPU: 1
-    everywhere (the GPU model says nothing about its run time)."""
+    (the JCT when every model has one, else 1 / the workload's relative speed), and whether JCTs were used. A pod
+    without GPU: 1 everywhere (the GPU model says nothing about its run time)."""
+    base_jct, unit_time, use_jct, _ = _jct_basis(pod, feasible, predictors)
+    return base_jct, unit_time, use_jct
+
+
+def _jct_basis(
+    pod: PodRequest, feasible: Sequence[RawVerdict], predictors: Predictors
+) -> tuple[dict[str, float | None], dict[str, float], bool, dict[str, str]]:
+    """`jct_basis` and, per GPU model, what answered its speed."""
     gpu_count = max(pod.whole_gpus, 1)
     base_jct: dict[str, float | None] = {}
     inverse_speed: dict[str, float] = {}
+    how: dict[str, str] = {}
     if pod.whole_gpus == 0 and not pod.is_share:
         return (
             dict.fromkeys((r.gpu_model for r in feasible), None),
             dict.fromkeys((r.gpu_model for r in feasible), 1.0),
             False,
+            dict.fromkeys((r.gpu_model for r in feasible), "no GPU"),
         )
     for raw in feasible:
         model = raw.gpu_model
         if model not in base_jct:
             base_jct[model] = predictors.jct.jct_seconds(pod.workload, model, gpu_count)
-            inverse_speed[model] = 1.0 / max(predictors.speed.relative_speed(model), 1e-6)
+            speed, how[model] = speed_basis(pod, model, predictors)
+            inverse_speed[model] = 1.0 / max(speed, 1e-6)
     use_jct = bool(base_jct) and all(v is not None for v in base_jct.values())
     unit_time = {m: (j or 0.0) if use_jct else inverse_speed[m] for m, j in base_jct.items()}
-    return base_jct, unit_time, use_jct
+    return base_jct, unit_time, use_jct, how
 
 
 def _finish(
@@ -603,13 +627,13 @@ def _finish(
 ) -> list[NodeScore]:
     """Add the batch-relative JCT component and weight the components."""
     feasible = [raw for raw in raws if isinstance(raw, RawVerdict) and raw.feasible]
-    base_jct, unit_time, use_jct = jct_basis(pod, feasible, predictors)
+    base_jct, unit_time, use_jct, speed_how = _jct_basis(pod, feasible, predictors)
     times = [raw.slowdown * unit_time[raw.gpu_model] for raw in feasible]
     best_time = min(times, default=1.0)
     w_p, w_a, w_i, w_j = config.weight_packing, config.weight_affinity, config.weight_interference, config.weight_jct
     w_total = w_p + w_a + w_i + w_j
     scale = 100.0 / w_total if w_total > 0 else 0.0
-    basis = "jct model" if use_jct else f"relative GPU speed; {predictors.jct.name} has no estimate"
+    no_jct = f"{predictors.jct.name} has no estimate"
     make = NodeScore._make
     out: list[NodeScore] = []
     append = out.append
@@ -645,7 +669,7 @@ def _finish(
                     jct_s * raw.slowdown if jct_s is not None else None,
                     raw.explanation(),
                     raw.gpu_model,
-                    basis,
+                    "jct model" if use_jct else f"relative GPU speed: {speed_how[raw.gpu_model]}; {no_jct}",
                 )
             )
         )

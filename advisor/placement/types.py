@@ -212,6 +212,10 @@ class NodeState:
     cpu_free_milli: int | None = None
     memory_allocatable_mib: int | None = None
     memory_free_mib: int | None = None
+    # How the node's GPUs are shared by several pods (`advisor.sharing`: "time-slicing", "mps", "mig"; "" unknown)
+    # and whether that was assumed (no label or snapshot says) rather than read.
+    sharing_mode: str = ""
+    sharing_assumed: bool = False
     gpu_model: str = field(init=False)
     free_mask: int = field(init=False)
     free_milli: tuple[int, ...] = field(init=False)

@@ -116,7 +116,13 @@ class TableInterference:
         self._fallback = HeuristicInterference()
 
     def slowdowns(
-        self, gpu_model: str, workload: str | None, usage: UsageProfile, residents: Sequence[ResidentLike]
+        self,
+        gpu_model: str,
+        workload: str | None,
+        usage: UsageProfile,
+        residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
         if not residents:
             return 1.0, 1.0
@@ -126,7 +132,7 @@ class TableInterference:
             mine = self._table.sharing(model, workload or "", r.workload or "")
             theirs = self._table.sharing(model, r.workload or "", workload or "")
             if mine is None or theirs is None or mine <= 0 or theirs <= 0:
-                return self._fallback.slowdowns(gpu_model, workload, usage, residents)
+                return self._fallback.slowdowns(gpu_model, workload, usage, residents, sharing=sharing)
             pod_slow = max(pod_slow, 1.0 / mine)
             res_slow = max(res_slow, 1.0 / theirs)
         return pod_slow, res_slow

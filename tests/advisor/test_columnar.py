@@ -92,6 +92,8 @@ def random_node(rng: random.Random, name: str, gpus: int, *, cpu: bool) -> NodeS
         cpu_free_milli=cpu_free,
         memory_allocatable_mib=512 * 1024 if memory_free is not None else None,
         memory_free_mib=memory_free,
+        # every sharing mode, without drawing from `rng` (the other draws stay as they were)
+        sharing_mode=("", "time-slicing", "mps", "mig")[sum(map(ord, name)) % 4],
     )
 
 
@@ -218,7 +220,13 @@ class WorkloadAwareInterference:
     name = "test-model"
 
     def slowdowns(
-        self, gpu_model: str, workload: str | None, usage: UsageProfile, residents: Sequence[ResidentLike]
+        self,
+        gpu_model: str,
+        workload: str | None,
+        usage: UsageProfile,
+        residents: Sequence[ResidentLike],
+        *,
+        sharing: str = "",
     ) -> tuple[float, float]:
         pod = 1.0 + 0.3 * len(residents) + (0.2 if workload == "gpt2" else 0.0) + 0.1 * usage.sm_utilization_ratio
         worst = max(1.0 + r.sm_utilization_ratio + (0.5 if r.workload == workload else 0.0) for r in residents)

@@ -187,3 +187,91 @@ def test_training_runs_in_the_background_and_reports_its_state(store: tuple[str,
         assert job["kinds"] == ["throughput", "interference", "jct"]
         assert "usable row(s)" in job["error"]
         assert client.get("/v1/models/train/nope").status_code == 404
+
+
+RESNET = "resnet50-bs64"  # a pod's label-safe signature of Gavel's "ResNet-50 (batch size 64)"
+
+
+def test_every_spelling_of_a_gpu_gets_one_speed_and_newer_gpus_are_faster(sessions: sessionmaker[Session]) -> None:
+    speed = build_predictors(sessions).speed
+    spellings = {
+        "v100": ("V100", "v100", "Tesla V100-SXM2-16GB", "Tesla-V100-SXM2-16GB", "Tesla V100-SXM2-32GB", "V100M32"),
+        "h100": ("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3", "H100", "h100-sxm"),
+        "a100": ("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB", "a100-80g", "A100-80GB"),
+        "t4": ("Tesla T4", "Tesla-T4", "T4", "NVIDIA T4"),
+    }
+    ratio: dict[str, float] = {}
+    for key, names in spellings.items():
+        answers = {speed.speed_of(RESNET, name, 1)[0] for name in names}
+        assert len(answers) == 1, (key, answers)
+        [value] = answers
+        assert value is not None
+        ratio[key] = value
+    assert ratio["h100"] > ratio["a100"] > ratio["v100"] > ratio["t4"]
+
+
+def test_the_throughput_model_answers_only_inside_its_gpu_types(sessions: sessionmaker[Session]) -> None:
+    speed = build_predictors(sessions).speed
+    assert speed.name == "throughput v1"
+    inside = speed.speed_of(RESNET, "p100", 2)  # 2 GPUs: not a measured single-GPU profile
+    assert inside[1] == "throughput v1"
+    outside = speed.speed_of(RESNET, "NVIDIA L4", 1)
+    assert outside[1] == "throughput v1 × data sheets beyond its GPU types (l4)"
+    never_seen = speed.speed_of("my-own-model", "NVIDIA L4", 1)
+    assert never_seen[1] == "data sheets"
+
+
+def test_an_unknown_gpu_is_answered_as_unknown(sessions: sessionmaker[Session]) -> None:
+    predictors = build_predictors(sessions)
+    value, how = predictors.speed.speed_of(RESNET, "NVIDIA Future GPU 9000", 1)
+    assert value is None
+    assert "unknown GPU model 'NVIDIA Future GPU 9000'" in how
+    assert predictors.jct.jct_seconds(RESNET, "NVIDIA Future GPU 9000", 1) is None
+
+
+def test_jct_without_history_is_null_never_one_constant(sessions: sessionmaker[Session]) -> None:
+    jct = build_predictors(sessions).jct
+    assert [jct.jct_seconds("my-own-model", "V100", n) for n in (1, 8, 1024)] == [None, None, None]
+    assert jct.jct_seconds(RESNET, "V100", 1) is not None
+    assert jct.jct_seconds(RESNET, "V100", 1024) is None  # beyond every GPU count of the history
+
+
+def test_predict_jct_and_score_say_what_answered(store: tuple[str, Path]) -> None:
+    settings = AdvisorSettings(db_url=store[0], no_kube=True, api_token=TOKEN, model_dir=store[1] / "trained")
+    with TestClient(create_app(settings)) as client:
+        unknown = client.post("/v1/predict/jct", json={"workload": RESNET, "gpu_model": "Mystery GPU"}).json()
+        assert unknown["jct_seconds"] is None
+        assert unknown["relative_speed"] is None
+        assert "unknown GPU model 'Mystery GPU'" in unknown["reason"]
+        metrics = client.get("/metrics").text
+        assert 'gpuadvisor_advisor_unknown_gpu_models_total{endpoint="predict_jct"} 1.0' in metrics
+        new = client.post("/v1/predict/jct", json={"workload": "my-own-model", "gpu_model": "H100"}).json()
+        assert new["jct_seconds"] is None
+        assert new["models"] == {"jct": "heuristic: no estimate", "speed": "data sheets"}
+        assert "no history of workload 'my-own-model'" in new["reason"]
+        known = client.post("/v1/predict/jct", json={"workload": RESNET, "gpu_model": "NVIDIA-H100-80GB-HBM3"}).json()
+        assert known["models"]["jct"] == "jct v1"
+        assert known["models"]["speed"].startswith("throughput v1 × data sheets")
+        for name, model in (("h", "NVIDIA H100 80GB HBM3"), ("a", "NVIDIA A100-SXM4-40GB"), ("t", "Tesla T4")):
+            client.post("/v1/telemetry", json=snapshot(name, model=model), headers={"Authorization": f"Bearer {TOKEN}"})
+        scored = client.post("/v1/score", json={"pod": {"gpus": 1, "workload": RESNET}}).json()
+        jct = {s["node"]: s["predicted_jct_seconds"] for s in scored["scores"]}
+        assert jct["h"] < jct["a"] < jct["t"]
+        assert scored["models"]["jct"] == "jct v1"
+        assert "data sheets beyond its GPU types" in scored["models"]["speed"]
+        assert scored["models"]["sharing"].startswith("time-slicing on 3 nodes (assumed: default compute mode")
+        pair = {
+            "gpu_model": "V100",
+            "workload_a": "ResNet-50 (batch size 64)",
+            "workload_b": "lm-bs20",
+            "usage_a": {"sm_utilization_ratio": 0.12, "memory_bandwidth_utilization_ratio": 0.05},
+            "usage_b": {"sm_utilization_ratio": 0.9, "memory_bandwidth_utilization_ratio": 0.3},
+        }
+        turns = client.post("/v1/predict/interference", json=pair | {"sharing": "time-slicing"}).json()
+        assert turns["normalized_throughput_a"] == pytest.approx(0.49, abs=0.03)  # the light side loses half
+        assert "time-slicing prior (interference v1 has no pairs measured that way)" in turns["reason"]
+        unknown = client.post("/v1/predict/interference", json=pair).json()
+        assert unknown["reason"].startswith("from interference v1;")
+        assert unknown["normalized_throughput_a"] > 0.8  # kernels at once: the light side hardly waits
+        bad = client.post("/v1/predict/interference", json=pair | {"sharing": "sometimes"})
+        assert bad.status_code == 422

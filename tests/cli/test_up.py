@@ -114,8 +114,13 @@ def test_up_trains_serves_scores_for_its_nodes_and_stops_on_ctrl_c(tmp_path: Pat
         assert ready.wait(SUMMARY_TIMEOUT_S), "\n".join(lines)
         assert any(line.strip().startswith("models") and "jct: jct v1" in line for line in lines), lines
         served = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"pod": {"gpus": 1}}, timeout=10).json()
-        assert served["models"]["interference"].startswith("interference v"), served["models"]
+        # The simulated nodes have no sharing label: time-slicing is assumed, a mode Gavel's pairs were not measured in.
+        assert served["models"]["interference"].startswith("time-slicing prior (interference v"), served["models"]
+        assert served["models"]["jct"].startswith("heuristic: no JCT estimate"), served["models"]  # no workload named
+        pod = {"gpus": 1, "workload": "resnet50-bs64"}  # the quickstart's workload: the bundled models know it
+        served = httpx.post(f"http://127.0.0.1:{port}/v1/score", json={"pod": pod}, timeout=10).json()
         assert served["models"]["jct"].startswith("jct v"), served["models"]
+        assert served["models"]["speed"].startswith("throughput v"), served["models"]
 
         commands = [line for line in lines if line.startswith("curl ")]
         assert len(commands) == 3, lines

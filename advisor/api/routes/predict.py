@@ -9,32 +9,43 @@ from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import InterferenceAnswer, InterferenceQuery, JctAnswer, JctQuery, UsageIn
 from advisor.placement.types import WHOLE_GPU_MILLI, Resident
 from advisor.predictors import HEURISTIC, UsageProfile, default_usage
-from advisor.serving import ModelJct
+from advisor.serving import ModelInterference, ModelJct
 
 router = APIRouter(prefix="/v1/predict", tags=["predictions"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
 @router.post("/jct", response_model=JctAnswer)
 def predict_jct(query: JctQuery, ctx: Ctx) -> JctAnswer:
-    """Predicted completion time; null with the reason when no model or history covers the workload."""
+    """Predicted completion time; null with the reason when no model or history covers the workload, or the GPU model
+    is unknown. `models` says what answered the speed and the JCT for this request."""
     predictors = ctx.predictors
+    speed, source = predictors.speed.speed_of(query.workload, query.gpu_model, query.gpu_count)
     jct = predictors.jct.jct_seconds(query.workload, query.gpu_model, query.gpu_count)
-    speed = predictors.speed.relative_speed(query.gpu_model)
-    if jct is None:
+    runs = "" if speed is None else f"this workload runs {speed:.2f} x its V100 speed here ({source})"
+    if speed is None:
+        ctx.metrics.unknown_gpu_models.labels("predict_jct").inc()
+        jct = None
+        reason = f"no JCT or speed estimate: {source}"
+    elif jct is None:
         ctx.metrics.fallbacks.labels("jct").inc()
-        reason = f"no JCT estimate ({predictors.jct.name}); relative GPU speed {speed:.2f} x V100 is all that is known"
-    elif isinstance(predictors.jct, ModelJct):
-        speed, source = predictors.jct.relative_speed(query.workload, query.gpu_model, query.gpu_count)
-        reason = f"JCT from {predictors.jct.name}; this workload runs {speed:.2f} x its V100 speed here ({source})"
+        jct_model = predictors.jct
+        why = (
+            jct_model.why_not(query.workload, query.gpu_model, query.gpu_count)
+            if isinstance(jct_model, ModelJct)
+            else f"{jct_model.name}: no JCT model is promoted"
+        )
+        reason = f"no JCT estimate ({why}); {runs}"
     else:
-        reason = f"JCT from {predictors.jct.name}"
+        reason = f"JCT from {predictors.jct.name} on a V100, scaled to this GPU: {runs}"
+    jct_answer = predictors.jct.name if jct is not None else f"{HEURISTIC}: no estimate"
     return JctAnswer(
         workload=query.workload,
         gpu_model=query.gpu_model,
         gpu_count=query.gpu_count,
         jct_seconds=jct,
-        relative_speed=round(speed, 4),
+        relative_speed=None if speed is None else round(speed, 4),
         model=predictors.jct.name,
+        models={"jct": jct_answer, "speed": source},
         reason=reason,
     )
 
@@ -61,12 +72,17 @@ def predict_interference(query: InterferenceQuery, ctx: Ctx) -> InterferenceAnsw
         sm_utilization_ratio=usage_b.sm_utilization_ratio,
         memory_bandwidth_utilization_ratio=usage_b.memory_bandwidth_utilization_ratio,
     )
-    slow_a, slow_b = predictors.interference.slowdowns(query.gpu_model, query.workload_a, usage_a, [resident])
+    sharing = query.sharing or ""
+    slow_a, slow_b = predictors.interference.slowdowns(
+        query.gpu_model, query.workload_a, usage_a, [resident], sharing=sharing
+    )
     heuristic = predictors.interference.name == HEURISTIC
-    usage = f"usage of {query.workload_a} {from_a}, of {query.workload_b} {from_b}"
+    usage = f"usage of {query.workload_a} {from_a}, of {query.workload_b} {from_b}; sharing {sharing or 'unknown'}"
     if heuristic:
         ctx.metrics.fallbacks.labels("interference").inc()
         reason = f"heuristic (no interference model is promoted: contention for SM and memory bandwidth); {usage}"
+    elif isinstance(predictors.interference, ModelInterference):
+        reason = f"from {predictors.interference.answer_for(sharing)}; {usage}"
     else:
         reason = f"from {predictors.interference.name}; {usage}"
     return InterferenceAnswer(

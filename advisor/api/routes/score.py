@@ -22,9 +22,12 @@ from advisor.api.schemas import (
     ScoreRequest,
     ScoreResponse,
 )
+from advisor.gpus import gpu_spec
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
 from advisor.placement.scoring import allocate, score_candidates
 from advisor.placement.types import NodeScore
+from advisor.serving import ModelInterference
+from advisor.sharing import describe_sharing
 
 router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 SCORE_PATH = "/v1/score"
@@ -100,8 +103,16 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     unknown = sum(1 for s in scores if not s.known)
     infeasible = sum(1 for s in scores if s.known and not s.feasible)
     ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
-    models = predictors.names()
+    gpu_models = sorted({s.gpu_model for s in scores if s.known and s.feasible})
+    models = predictors.answered(pod.workload, gpu_models, max(pod.whole_gpus, 1))
+    modes = [(state_nodes[n].sharing_mode, state_nodes[n].sharing_assumed) for n in names if n in state_nodes]
+    models["sharing"] = describe_sharing(modes)
+    if isinstance(predictors.interference, ModelInterference) and modes:
+        models["interference"] = "; ".join(dict.fromkeys(predictors.interference.answer_for(m) for m, _ in modes))
     ctx.metrics.count_fallbacks(models)
+    unknown_models = sum(1 for m in gpu_models if not gpu_spec(m).known)
+    if unknown_models:
+        ctx.metrics.unknown_gpu_models.labels("score").inc(unknown_models)
     ranked = sorted(scores, key=_SCORE, reverse=True)  # stable: equal scores keep the order given
     hint = ""
     if not names:

@@ -100,7 +100,7 @@ def test_evaluate_reports_model_and_baselines(workdir: Path) -> None:
     )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.output)
-    assert set(report["baselines"]) == {"mean", "util_sum", "sharing_class"}
+    assert set(report["baselines"]) == {"mean", "half", "util_sum", "sharing_prior", "sharing_class"}
     assert len(report["folds"]) == 3
     assert report["scored"] == "held-out side"
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from advisor.features import SoloProfile
 from advisor.models.artifact import load_artifact, save_artifact
@@ -59,3 +60,18 @@ def test_pair_split_keeps_both_orders_of_a_pair_together(v100_pairs: pd.DataFram
 def test_model_beats_every_baseline_on_unseen_pairs(v100_pairs: pd.DataFrame) -> None:
     result = evaluate("interference", v100_pairs, "pair", num_threads=1, params=FAST).to_json()
     assert result["model_beats_every_baseline"], result
+
+
+def test_the_model_applies_what_it_learned_only_in_the_modes_it_was_trained_on(v100_pairs: pd.DataFrame) -> None:
+    model = InterferenceModel(num_boost_round=10, num_threads=1).fit(v100_pairs)  # Gavel: mode unknown
+    assert model.sharing_modes_ == frozenset({""})
+    time_sliced = v100_pairs.assign(sharing="time-slicing")
+    predicted = model.predict_frame(time_sliced)
+    # The sides without utilisation count as saturated: the time-slicing prior alone, 1 / (1 + 1 + 0.15).
+    assert np.allclose(predicted, 1.0 / 2.15)
+    assert not np.allclose(model.predict_frame(v100_pairs), predicted)  # unknown mode: the learned model
+    retrained = InterferenceModel(num_boost_round=10, num_threads=1).fit(time_sliced)
+    assert retrained.sharing_modes_ == frozenset({"time-slicing"})
+    assert not np.allclose(retrained.predict_frame(time_sliced), predicted)  # learned where measured
+    pair = [(SoloProfile("a", 100.0, sm_util_ratio=0.12), SoloProfile("b", 100.0, sm_util_ratio=0.9))]
+    assert model.predict_pairs(pair, "v100", "time-slicing")[0, 0] == pytest.approx(0.49, abs=0.03)
