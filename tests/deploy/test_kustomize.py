@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -66,9 +67,16 @@ def test_the_base_installs_without_the_prometheus_operator(base_objects: list[Ob
     assert added == Counter({"ServiceMonitor": 2, "PrometheusRule": 1})
 
 
+def _tested_kubernetes_version() -> str:
+    """The Kubernetes release k8s/go.mod pins: the kube-scheduler the tests run, so the one deploy/ should ship."""
+    go_mod = (Path(__file__).resolve().parents[2] / "k8s" / "go.mod").read_text()
+    (version,) = re.findall(r"^\s*k8s\.io/kubernetes (v[0-9.]+)", go_mod, flags=re.MULTILINE)
+    return version
+
+
 def test_default_images_name_the_upstream_scheduler_and_the_locally_built_image(base_objects: list[Obj]) -> None:
     images = {c["image"] for o in base_objects if "template" in o.get("spec", {}) for c in containers(o)}
-    assert images == {"gpuadvisor:0.1.0", "registry.k8s.io/kube-scheduler:v1.34.2"}
+    assert images == {"gpuadvisor:0.1.0", f"registry.k8s.io/kube-scheduler:{_tested_kubernetes_version()}"}
 
 
 def find(objects: list[Obj], kind: str, name: str) -> Obj:
