@@ -112,7 +112,7 @@ def normalize_frame(frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, s
         elif column in fmt.times:
             out[f"{column}_s"] = _parse_times(out[column], column, source, allow_empty=column == "start_time")
         else:
-            out[column] = out[column].fillna("").astype(str)
+            out[column] = out[column].astype(object).fillna("").astype(str)
     return out
 
 
@@ -447,11 +447,13 @@ def colocations_frame(records: Sequence[ColocationRecord], *, include_flagged: b
             "batch_size_b": r.batch_size_b,
             "amp_a": int(r.amp_a),
             "amp_b": int(r.amp_b),
+            "sharing": r.sharing,
         }
         for r in records
         if include_flagged or not r.flagged
     ]
-    frame = pd.DataFrame(rows, columns=[*COLOCATIONS.features, *COLOCATIONS.labels])
+    # every known column: the sides' utilisation and the sharing mode are what the interference model's prior reads
+    frame = pd.DataFrame(rows, columns=list(COLOCATIONS.known))
     return normalize_frame(frame, COLOCATIONS, with_labels=True, source="store colocations")
 
 

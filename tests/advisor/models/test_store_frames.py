@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from advisor.datasets import colocations_frame, throughputs_frame
 from profiler.records import ColocationRecord, ProfileRecord
 
@@ -35,3 +37,11 @@ def test_flagged_trial_profiles_are_left_out_of_training_unless_asked_for() -> N
     )
     assert list(throughputs_frame([steady, noisy])["workload"]) == ["cnn-bs64"]
     assert len(throughputs_frame([steady, noisy], include_flagged=True)) == 2
+
+
+def test_store_colocations_reach_the_models_with_their_sharing_mode_and_utilisation() -> None:
+    pair = _pair("lstm-bs20", flagged=False)
+    frame = colocations_frame([replace(pair, sm_util_a=0.9, sm_util_b=0.12)])
+    assert list(frame["sharing"]) == ["time-slicing"]
+    assert list(frame["sm_util_a"]) == [0.9]
+    assert list(frame["sm_util_b"]) == [0.12]
