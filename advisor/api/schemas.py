@@ -312,9 +312,27 @@ class PodQuery(_Native):
             raise PodSpecError(f"pod: {e}") from e
 
 
+class AssumedPod(_Native):
+    """A pod a scheduler has placed (its Reserve) that the advisor's pod watch may not have seen bound yet."""
+
+    node: str = Field(min_length=1, description="The node the pod was placed on.")
+    pod: PodQuery = Field(description="The pod, as in `ScoreRequest.pod` (a v1.Pod's metadata and spec).")
+
+
 class ScoreRequest(_Native):
     pod: PodQuery
     nodes: list[str] | None = Field(default=None, description="Node names; all nodes with telemetry when omitted.")
+    unknown_nodes: Literal["error", "neutral"] = Field(
+        default="error",
+        description="A named node without telemetry: `error` (404), or `neutral` (its neutral unknown score, as the "
+        "extender answers: a scheduler plugin asks about every node that passed its filter).",
+    )
+    assumed: list[AssumedPod] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Pods already placed but perhaps not yet seen bound: scored as if on their nodes (once, if the "
+        "watch already holds them), so that a burst of pods does not take the same free GPU twice.",
+    )
 
 
 class Components(_Out):

@@ -13,6 +13,8 @@ from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.fastpath import decode_json
+from advisor.cluster.pods import PodSpecError
+from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -88,8 +90,10 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     pod = body.pod.to_request()
     state_nodes = ctx.state.nodes
     names = body.nodes if body.nodes is not None else sorted(state_nodes)
+    if body.assumed:
+        state_nodes = ctx.state.with_assumed(_assumed_allocations(body))
     missing = [n for n in names if n not in state_nodes]
-    if missing:
+    if missing and body.unknown_nodes == "error":
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"nodes: no telemetry has been received from {', '.join(missing[:10])}"
         )
@@ -114,6 +118,19 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     entries = ",".join([_cached_entry(s) for s in ranked])
     tail = _ENCODE({"models": models, "hint": hint}).decode()
     return f'{{"scores":[{entries}],{tail[1:]}'.encode()
+
+
+def _assumed_allocations(body: ScoreRequest) -> list[PodAllocation]:
+    """The GPUs each assumed pod holds on its node; a pod that asks for none holds nothing."""
+    out = []
+    for i, assumed in enumerate(body.assumed):
+        try:
+            request = assumed.pod.to_request()
+        except PodSpecError as e:
+            raise PodSpecError(f"assumed[{i}].{e}") from e
+        if request.whole_gpus or request.is_share:
+            out.append(allocation_of(request.name, request, assumed.node))
+    return out
 
 
 @router.post("/allocate", response_model=AllocateResponse | PreferredAllocationResponse, responses=documented(404))
