@@ -123,7 +123,11 @@ def measure(api: KubeApi, ns: str, scheduler: str, pods: int, timeout_s: float) 
     namespace(api, ns)
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: api.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod(f"p-{i:05d}", scheduler)), range(pods)))
+        list(
+            pool.map(
+                lambda i: api.create(f"/api/v1/namespaces/{ns}/pods", gpu_pod(f"p-{i:05d}", scheduler)), range(pods)
+            )
+        )
     if not wait_until(lambda: pending(api, ns) == 0, timeout_s=timeout_s, interval_s=0.05):
         raise RuntimeError(f"{scheduler}: {pending(api, ns)} of {pods} pods still pending after {timeout_s:.0f} s")
     return pods / (time.monotonic() - start)
@@ -213,7 +217,9 @@ def main() -> None:
                 result[f"{kind}_pods_per_second"] = round(rate, 1)
                 print(f"{kind:9s} {rate:8.1f} pods/s", file=sys.stderr)
                 clean(plane.api, name, url, baseline)
-            result["plugin_over_vanilla"] = round(result["plugin_pods_per_second"] / result["vanilla_pods_per_second"], 3)
+            result["plugin_over_vanilla"] = round(
+                result["plugin_pods_per_second"] / result["vanilla_pods_per_second"], 3
+            )
             result["load_average_1m"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(result))

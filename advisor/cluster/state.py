@@ -287,6 +287,15 @@ def build_node_state(
     )
 
 
+def _same_topology(topology: Topology) -> Callable[[NodeSnapshot, list[GpuSnapshot]], Topology]:
+    """A `build_node_state` topology that is the node's own, already built (and shared with its peers)."""
+
+    def same(_snapshot: NodeSnapshot, _gpus: list[GpuSnapshot]) -> Topology:
+        return topology
+
+    return same
+
+
 class ClusterState:
     """Thread-safe holder of every node's `NodeRecord`, every pod's `PodAllocation` and `PodResources`, and every
     node's allocatable CPU/memory. One small record per pod that requests GPUs, CPU or memory; deleted pods and nodes
@@ -589,7 +598,7 @@ class ClusterState:
                 record.snapshot,
                 {**self._by_node.get(node, {}), **pods},
                 observed_at_seconds=record.received_at_seconds,
-                topology=lambda _snapshot, _gpus, shared=record.state.topology: shared,
+                topology=_same_topology(record.state.topology),
                 capacity=self._capacity(node),
             )
         return overlay

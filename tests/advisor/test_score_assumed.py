@@ -58,7 +58,8 @@ def test_unknown_nodes_are_refused_unless_asked_to_score_them_neutrally(client: 
 def test_assumed_pods_take_their_gpus_for_this_answer_only(client: TestClient, state: ClusterState) -> None:
     two_gpus = v1_pod("big", gpus=2)
     before = scores(client, {"pod": two_gpus, "nodes": ["one", "two"]})
-    assert before["one"]["feasible"] and before["two"]["feasible"]
+    assert before["one"]["feasible"]
+    assert before["two"]["feasible"]
 
     assumed = [{"node": "one", "pod": v1_pod("first", gpus=1)}]
     after = scores(client, {"pod": two_gpus, "nodes": ["one", "two"], "assumed": assumed})

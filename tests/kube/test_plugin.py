@@ -33,7 +33,9 @@ def ml_namespace(api: KubeApi) -> None:
 
 
 @pytest.fixture(scope="module")
-def scheduler(plane: ControlPlane, advisor: Advisor, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchedulerProcess]:
+def scheduler(
+    plane: ControlPlane, advisor: Advisor, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SchedulerProcess]:
     with plugin_scheduler(plane, advisor.url, PLUGIN_SCHEDULER, tmp_path_factory.mktemp("plugin")) as started:
         yield started
 

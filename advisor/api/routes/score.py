@@ -13,8 +13,6 @@ from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
 from advisor.api.fastpath import decode_json
-from advisor.cluster.pods import PodSpecError
-from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
@@ -24,6 +22,8 @@ from advisor.api.schemas import (
     ScoreRequest,
     ScoreResponse,
 )
+from advisor.cluster.pods import PodSpecError
+from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
 from advisor.placement.scoring import allocate, score_candidates
 from advisor.placement.types import NodeScore
