@@ -61,6 +61,7 @@ done
 
 mkdir -p "$root"
 staging=$(mktemp -d "$root/.building-$key.XXXXXX")
+chmod 755 "$staging"
 trap 'rm -rf "$staging"' EXIT
 export CGO_ENABLED=0
 echo "building kube-apiserver, kube-scheduler and gpuadvisor-scheduler $kube_version, etcd $etcd_version, helm $helm_version" \

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.kube import ROOT, KubeApi, kube_bin_dir
 
-pytestmark = pytest.mark.kube
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
 GO_MOD = ROOT / "k8s" / "go.mod"
 

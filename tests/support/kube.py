@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -82,7 +83,7 @@ class KubeApi:
         self._client = httpx.Client(
             base_url=self.url,
             headers={"Authorization": f"Bearer {self.token}"},
-            verify=str(self.ca_file),
+            verify=ssl.create_default_context(cafile=self.ca_file),
             timeout=30,
         )
 
@@ -187,7 +188,7 @@ class Process:
             return
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=10)  # a graceful stop; past that (a watch blocked in a read) it is killed
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
@@ -247,6 +248,7 @@ class ControlPlane:
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",  # no Service endpoints for a loopback address (no pods reach it)
                 f"--secure-port={api_port}",
                 f"--cert-dir={certs}",
                 f"--token-auth-file={tokens}",
@@ -273,7 +275,9 @@ class ControlPlane:
         self.apiserver.wait_ready(
             lambda: (
                 httpx.get(
-                    f"{self.url}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, verify=str(self.ca_file)
+                    f"{self.url}/readyz",
+                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                    verify=ssl.create_default_context(cafile=self.ca_file),
                 ).status_code
                 == 200
             )
@@ -396,6 +400,10 @@ def create_node(api: KubeApi, node: Obj) -> Obj:
     name = node["metadata"]["name"]
     if created.get("status", {}).get("allocatable") != node["status"]["allocatable"]:
         created = api.merge_patch(f"/api/v1/nodes/{name}/status", {"status": node["status"]})
+    # The API server taints a new node not-ready (admission TaintNodesByCondition); the controller manager's node
+    # lifecycle controller lifts it once the kubelet reports Ready. Neither runs here: lift it as that controller would.
+    if created.get("spec", {}).get("taints"):
+        created = api.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": None}})
     return created
 
 
