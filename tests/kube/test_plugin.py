@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.advisor.factories import process, snapshot, two_socket_links
-from tests.kube.conftest import Advisor
+from tests.kube.conftest import Advisor, start_advisor
 from tests.kube.test_scheduling import NAMESPACE, bound_node, create_pod, make_nodes, pod, report
 from tests.support.kube import ControlPlane, KubeApi, namespace
 from tests.support.net import free_port, wait_until
@@ -116,24 +116,37 @@ def test_share_pods_are_bound_where_the_advisor_scores_best(
         assert bound_node(api, name) == best
 
 
+@pytest.fixture(scope="module")
+def blind_advisor(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Advisor]:
+    """An advisor without the pod watch (`GPUADVISOR_NO_KUBE`): it learns of bound pods only from telemetry, as
+    when the watch lags. Only the plugin's assumed pods tell it what the scheduler has just placed."""
+    started = start_advisor(plane, tmp_path_factory.mktemp("blind-advisor"), ("GPUADVISOR_NO_KUBE", "true"))
+    try:
+        yield started
+    finally:
+        started.process.stop()
+
+
 def test_a_burst_does_not_double_book_the_last_free_gpu(
-    api: KubeApi, advisor: Advisor, scheduler: SchedulerProcess
+    api: KubeApi, plane: ControlPlane, blind_advisor: Advisor, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """The API server sees 8 free GPUs on every node; the advisor knows 7 of `pack`'s are taken by pods outside it.
-    The advisor packs onto `pack` while it has a free GPU: of a burst created at once exactly one pod may go there,
-    however fast the next ones are scored after it (the first is sent to the advisor as assumed)."""
+    """The API server sees 8 free GPUs on every node; the advisor knows 7 of `pack`'s are taken by pods outside it,
+    and does not watch pods. It packs onto `pack` while it has a free GPU: of a burst exactly one pod may go there
+    (the first is sent to the advisor as assumed with every later request); without Reserve's assumed pods every
+    pod of the burst would."""
     group = "plugin-burst"
     names = ["plugin-burst-pack", "plugin-burst-spare-1", "plugin-burst-spare-2"]
     make_nodes(api, group, names)
     taken = {i: [process(f"taken-{i}", namespace="other", sm=0.9)] for i in range(7)}
-    report(advisor, snapshot(names[0], busy=taken), snapshot(names[1]), snapshot(names[2]))
-    assert wait_until(lambda: advisor_has(advisor, names), timeout_s=30)
+    report(blind_advisor, snapshot(names[0], busy=taken), snapshot(names[1]), snapshot(names[2]))
+    assert wait_until(lambda: advisor_has(blind_advisor, names), timeout_s=30)
     first = pod("plugin-burst-0", group, PLUGIN_SCHEDULER, {"nvidia.com/gpu": "1"})
-    assert best_of(v1_scores(advisor, first, names)) == names[0]
+    assert best_of(v1_scores(blind_advisor, first, names)) == names[0]
     burst = [f"plugin-burst-{i}" for i in range(4)]
-    for name in burst:
-        create_pod(api, pod(name, group, PLUGIN_SCHEDULER, {"nvidia.com/gpu": "1"}))
-    placed = [bound_node(api, name) for name in burst]
+    with plugin_scheduler(plane, blind_advisor.url, "gpuadvisor-plugin-burst", tmp_path_factory.mktemp("burst")):
+        for name in burst:
+            create_pod(api, pod(name, group, "gpuadvisor-plugin-burst", {"nvidia.com/gpu": "1"}))
+        placed = [bound_node(api, name) for name in burst]
     assert placed.count(names[0]) == 1, placed
 
 
