@@ -360,6 +360,11 @@ class ScoreResponse(_Out):
     scores: list[NodeScoreOut] = Field(description="One entry per node, best first.")
     models: dict[str, str] = Field(description="Which model version (or heuristic) answered each question.")
     hint: str = Field(default="", description="Why `scores` is empty, when it is.")
+    assumed_held: list[str] = Field(
+        default_factory=list,
+        description="The request's assumed pods (`namespace/name`) that the advisor already holds from its pod watch: "
+        "the caller may stop sending them.",
+    )
 
 
 class AllocateRequest(_Native):

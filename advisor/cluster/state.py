@@ -580,6 +580,10 @@ class ClusterState:
             self._allocatable.pop(node, None)
             self._labels.pop(node, None)
 
+    def holds_pod(self, pod: str) -> bool:
+        """Whether the state holds pod `pod`'s GPU allocation (the watch has seen it bound)."""
+        return pod in self._allocations
+
     def with_assumed(self, assumed: Iterable[PodAllocation]) -> Mapping[str, NodeState]:
         """The nodes as they are once `assumed` pods are on them: pods a scheduler has placed (its Reserve) before
         the watch reports them bound. A pod the state already holds counts once, as the state has it; a pod on a node

@@ -90,8 +90,11 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     pod = body.pod.to_request()
     state_nodes = ctx.state.nodes
     names = body.nodes if body.nodes is not None else sorted(state_nodes)
+    held: list[str] = []
     if body.assumed:
-        state_nodes = ctx.state.with_assumed(_assumed_allocations(body))
+        assumed = _assumed_allocations(body)
+        held = [a.pod for a in assumed if ctx.state.holds_pod(a.pod)]
+        state_nodes = ctx.state.with_assumed(assumed)
     missing = [n for n in names if n not in state_nodes]
     if missing and body.unknown_nodes == "error":
         raise HTTPException(
@@ -116,7 +119,7 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
             else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
         )
     entries = ",".join([_cached_entry(s) for s in ranked])
-    tail = _ENCODE({"models": models, "hint": hint}).decode()
+    tail = _ENCODE({"models": models, "hint": hint, "assumed_held": held}).decode()
     return f'{{"scores":[{entries}],{tail[1:]}'.encode()
 
 

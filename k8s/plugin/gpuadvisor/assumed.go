@@ -10,7 +10,9 @@ import (
 // assumedPods are the GPU pods this scheduler has reserved on a node (Reserve) and not released (Unreserve), for
 // `ttl`: until the advisor's pod watch has seen them bound. Each score request carries those on its candidate nodes,
 // so a burst of pods scored before the first binding reaches the advisor does not pick the same free GPU twice. The
-// advisor counts an assumed pod once when its watch already knows it (`ClusterState.with_assumed`).
+// advisor counts an assumed pod once when its watch already knows it (`ClusterState.with_assumed`), and says so in
+// its answer (`assumed_held`): such a pod is forgotten here, so that the list sent stays the few pods placed since
+// the advisor last caught up, not every pod of the last assumeTTL.
 type assumedPods struct {
 	mu   sync.Mutex
 	ttl  time.Duration
@@ -32,6 +34,24 @@ func (a *assumedPods) add(uid types.UID, node string, pod wirePod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.pods[uid] = assumedPod{node: node, pod: pod, expires: a.now().Add(a.ttl)}
+}
+
+// forget drops the pods the advisor holds already (keys namespace/name).
+func (a *assumedPods) forget(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	held := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		held[k] = struct{}{}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for uid, p := range a.pods {
+		if _, ok := held[p.pod.Metadata.Namespace+"/"+p.pod.Metadata.Name]; ok {
+			delete(a.pods, uid)
+		}
+	}
 }
 
 func (a *assumedPods) remove(uid types.UID) {

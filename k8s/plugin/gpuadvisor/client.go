@@ -42,6 +42,8 @@ type nodeVerdict struct {
 
 type scoreResponse struct {
 	Scores []nodeVerdict `json:"scores"`
+	// AssumedHeld names the assumed pods (namespace/name) the advisor's pod watch already holds.
+	AssumedHeld []string `json:"assumed_held"`
 }
 
 // advisorClient posts score requests with a timeout.
@@ -60,7 +62,7 @@ func newAdvisorClient(baseURL, token string, timeout time.Duration) *advisorClie
 }
 
 // score asks the advisor about the pod on the nodes; any answer but a 200 with the JSON documented is an error.
-func (c *advisorClient) score(ctx context.Context, req *scoreRequest) ([]nodeVerdict, error) {
+func (c *advisorClient) score(ctx context.Context, req *scoreRequest) (*scoreResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the score request: %w", err)
@@ -89,7 +91,7 @@ func (c *advisorClient) score(ctx context.Context, req *scoreRequest) ([]nodeVer
 	if err := json.Unmarshal(data, &answer); err != nil {
 		return nil, fmt.Errorf("advisor's answer is not a ScoreResponse: %w", err)
 	}
-	return answer.Scores, nil
+	return &answer, nil
 }
 
 func truncate(s string, n int) string {

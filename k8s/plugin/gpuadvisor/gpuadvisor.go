@@ -100,7 +100,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	assumedGauge.Set(float64(held))
 	req := &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed}
 	start := p.now()
-	verdicts, err := p.client.score(ctx, req)
+	answer, err := p.client.score(ctx, req)
 	elapsed := p.now().Sub(start).Seconds()
 	if err != nil {
 		advisorCalls.WithLabelValues("error").Inc()
@@ -119,8 +119,9 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	if p.breaker.success() {
 		klog.FromContext(ctx).Info("gpuadvisor: the advisor answers again", "advisor", p.args.AdvisorURL)
 	}
-	scores := make(map[string]int64, len(verdicts))
-	for _, v := range verdicts {
+	p.assumed.forget(answer.AssumedHeld)
+	scores := make(map[string]int64, len(answer.Scores))
+	for _, v := range answer.Scores {
 		scores[v.Node] = clampScore(v.Score)
 	}
 	state.Write(stateKey, &cycleScores{scores: scores})

@@ -25,6 +25,7 @@ import (
 type fakeAdvisor struct {
 	mu       sync.Mutex
 	scores   map[string]float64
+	held     []string
 	requests []scoreRequest
 	delay    time.Duration
 	status   int
@@ -45,14 +46,14 @@ func (f *fakeAdvisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
-	delay, status := f.delay, f.status
+	delay, status, held := f.delay, f.status, f.held
 	f.mu.Unlock()
 	time.Sleep(delay)
 	if status != 0 {
 		http.Error(w, `{"detail":"down"}`, status)
 		return
 	}
-	out := scoreResponse{}
+	out := scoreResponse{AssumedHeld: held}
 	for _, n := range req.Nodes {
 		s, known := f.scores[n]
 		if !known {
@@ -251,7 +252,7 @@ func TestAdvisorErrorsAreNeverAFailedCycle(t *testing.T) {
 	}
 }
 
-func TestReservedPodsAreSentAsAssumedUntilUnreservedOrExpired(t *testing.T) {
+func TestReservedPodsAreSentAsAssumedUntilHeldUnreservedOrExpired(t *testing.T) {
 	f := &fakeAdvisor{}
 	p, c := start(t, f, func(a *Args) { a.AssumeTTL = metav1.Duration{Duration: 5 * time.Second} })
 	ctx := context.Background()
@@ -268,6 +269,20 @@ func TestReservedPodsAreSentAsAssumedUntilUnreservedOrExpired(t *testing.T) {
 		t.Fatalf("assumed sent = %+v, want only the GPU pod reserved on a candidate node", assumed)
 	}
 
+	// The advisor's watch has seen "first" bound: it says so, and the plugin stops sending it.
+	f.mu.Lock()
+	f.held = []string{"ml/first"}
+	f.mu.Unlock()
+	scoreCycle(t, p, second, nodeInfos("a", "b"))
+	f.mu.Lock()
+	f.held = nil
+	f.mu.Unlock()
+	scoreCycle(t, p, second, nodeInfos("a", "b"))
+	if got := f.lastRequest(t).Assumed; len(got) != 0 {
+		t.Fatalf("after the advisor held it, assumed = %+v", got)
+	}
+
+	p.Reserve(ctx, framework.NewCycleState(), first, "a")
 	p.Unreserve(ctx, framework.NewCycleState(), first, "a")
 	scoreCycle(t, p, second, nodeInfos("a", "b"))
 	if got := f.lastRequest(t).Assumed; len(got) != 0 {
