@@ -10,6 +10,10 @@
 #   GO                      the go command (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+case "${1:-}" in
+    "" | --cached) ;;
+    *) echo "error: unknown argument '$1' (k8s/build.sh [--cached])" >&2; exit 2 ;;
+esac
 
 go_cmd=${GO:-}
 if [ -z "$go_cmd" ]; then

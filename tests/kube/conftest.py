@@ -4,7 +4,6 @@ the profile shipped in deploy/scheduler/ with its extender pointed at that advis
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,7 +68,3 @@ def scheduler(plane: ControlPlane, advisor: Advisor, tmp_path_factory: pytest.Te
     """The scheduler's name (pods set `spec.schedulerName` to it)."""
     with kube_scheduler(plane, f"{advisor.url}/extender", SCHEDULER_NAME, tmp_path_factory.mktemp("scheduler")):
         yield SCHEDULER_NAME
-
-
-def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
