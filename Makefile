@@ -23,11 +23,12 @@ lint: install go-lint
 	$(VENV)/bin/lint-imports
 
 # The Go module in k8s/: formatted, vetted, and go.mod/go.sum tidy (GO: the go command, default go on PATH or
-# /usr/local/go/bin/go).
+# /usr/local/go/bin/go). Vet and test compile with k8s/build.sh's flags (CGO_ENABLED=0, -trimpath), so they reuse the
+# Kubernetes packages that build compiled into the Go build cache.
 GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 go-lint:
 	@out=$$($(dir $(GO))gofmt -l k8s) && test -z "$$out" || { echo "gofmt: not formatted: $$out"; exit 1; }
-	cd k8s && if [ -n "$$(find . -name '*.go')" ]; then $(GO) vet ./...; fi && $(GO) mod tidy -diff
+	cd k8s && if [ -n "$$(find . -name '*.go')" ]; then CGO_ENABLED=0 $(GO) vet -trimpath ./...; fi && $(GO) mod tidy -diff
 
 # etcd, kube-apiserver and kube-scheduler built from k8s/go.mod into a cache outside the clone (k8s/build.sh); the
 # last line printed is their folder.
@@ -35,6 +36,7 @@ kube-bin:
 	@GO=$(GO) k8s/build.sh
 
 test: lint
+	cd k8s && CGO_ENABLED=0 $(GO) test -trimpath ./...
 	@kube_bin=$$(GO=$(GO) k8s/build.sh) && echo "Kubernetes binaries: $$kube_bin" && \
 		GPUADVISOR_KUBE_BIN="$$kube_bin" $(VENV)/bin/pytest
 

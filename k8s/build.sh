@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler) and helm from the modules pinned in
-# k8s/go.mod, into a cache outside the clone keyed on go.mod, go.sum, the Go version and RECIPE (bump it when the
+# Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler), helm, and gpuadvisor-scheduler
+# (kube-scheduler with the GPUAdvisor plugin, cmd/ and plugin/ here) from the modules pinned in k8s/go.mod, into a cache
+# outside the clone keyed on go.mod, go.sum, this module's own sources, the Go version and RECIPE (bump it when the
 # build's flags change), so that a second build (or a second clone) is free. The folder holding the binaries is the LAST line printed.
 #
 #   k8s/build.sh            build or find the binaries
@@ -23,9 +24,11 @@ if ! "$go_cmd" version >/dev/null 2>&1; then
     exit 2
 fi
 
-RECIPE=1
+RECIPE=2
 go_version=$("$go_cmd" env GOVERSION)
-key=$( (cat "$here/go.mod" "$here/go.sum"; echo "$go_version recipe $RECIPE") | sha256sum | cut -c1-16)
+# gpuadvisor-scheduler is built from this module's own sources too: they are part of the key.
+own_sources() { (cd "$here" && find plugin cmd -name '*.go' -type f 2>/dev/null | LC_ALL=C sort | xargs -r cat); }
+key=$( (cat "$here/go.mod" "$here/go.sum"; own_sources; echo "$go_version recipe $RECIPE") | sha256sum | cut -c1-16)
 root=${GPUADVISOR_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuadvisor/kube-bin}
 out="$root/$key"
 
@@ -65,10 +68,10 @@ staging=$(mktemp -d "$root/.building-$key.XXXXXX")
 chmod 755 "$staging"
 trap 'rm -rf "$staging"' EXIT
 export CGO_ENABLED=0
-echo "building kube-apiserver and kube-scheduler $kube_version, etcd $etcd_version, helm $helm_version" \
+echo "building kube-apiserver, kube-scheduler and gpuadvisor-scheduler $kube_version, etcd $etcd_version, helm $helm_version" \
     "with $go_version into $out" >&2
 "$go_cmd" build -trimpath -ldflags "$kube_ldflags" -o "$staging/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler ./cmd/gpuadvisor-scheduler
 "$go_cmd" build -trimpath -ldflags "$etcd_ldflags" -o "$staging/etcd" go.etcd.io/etcd/server/v3
 "$go_cmd" build -trimpath -ldflags "$helm_ldflags" -o "$staging/helm" helm.sh/helm/v3/cmd/helm
 printf 'kubernetes %s\netcd %s\nhelm %s\n%s\n' "$kube_version" "$etcd_version" "$helm_version" "$go_version" \

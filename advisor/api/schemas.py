@@ -331,12 +331,30 @@ class PodQuery(_Native):
             raise PodSpecError(f"pod: {e}") from e
 
 
+class AssumedPod(_Native):
+    """A pod a scheduler has placed (its Reserve) that the advisor's pod watch may not have seen bound yet."""
+
+    node: str = Field(min_length=1, description="The node the pod was placed on.")
+    pod: PodQuery = Field(description="The pod, as in `ScoreRequest.pod` (a v1.Pod's metadata and spec).")
+
+
 class ScoreRequest(_Native):
     pod: PodQuery
     nodes: list[str] | None = Field(
         default=None,
         max_length=MAX_CANDIDATE_NODES,
         description="Node names; all nodes with telemetry when omitted.",
+    )
+    unknown_nodes: Literal["error", "neutral"] = Field(
+        default="error",
+        description="A named node without telemetry: `error` (404), or `neutral` (its neutral unknown score, as the "
+        "extender answers: a scheduler plugin asks about every node that passed its filter).",
+    )
+    assumed: list[AssumedPod] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Pods already placed but perhaps not yet seen bound: scored as if on their nodes (once, if the "
+        "watch already holds them), so that a burst of pods does not take the same free GPU twice.",
     )
 
 
@@ -365,6 +383,11 @@ class ScoreResponse(_Out):
     scores: list[NodeScoreOut] = Field(description="One entry per node, best first.")
     models: dict[str, str] = Field(description="Which model version (or heuristic) answered each question.")
     hint: str = Field(default="", description="Why `scores` is empty, when it is.")
+    assumed_held: list[str] = Field(
+        default_factory=list,
+        description="The request's assumed pods (`namespace/name`) that the advisor already holds from its pod watch: "
+        "the caller may stop sending them.",
+    )
 
 
 class AllocateRequest(_Native):

@@ -37,7 +37,7 @@ from advisor.cluster.pods import (
     pod_request,
     rfc3339_seconds,
 )
-from advisor.cluster.state import ClusterState, PodAllocation, PodResources
+from advisor.cluster.state import ClusterState, PodAllocation, PodResources, allocation_of
 from advisor.placement.queue import DEFAULT_SCHEDULER, PendingPod
 from advisor.placement.types import PodRequest
 from collector.kube import KubeUnavailableError, kube_error, load_client_config
@@ -78,16 +78,7 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
         return None
     if request is None:
         return None
-    return PodAllocation(
-        pod=pod_key(meta.get("namespace", ""), meta.get("name", "")),
-        node=node,
-        gpus=request.whole_gpus,
-        gpu_milli=request.share_milli,
-        gpu_memory_bytes=request.gpu_memory_bytes,
-        workload=request.workload,
-        gang=request.gang,
-        started_seconds=_started_seconds(pod),
-    )
+    return allocation_of(pod_key(meta.get("namespace", ""), meta.get("name", "")), request, node, _started_seconds(pod))
 
 
 def _gpu_request(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> PodRequest | None:

@@ -41,7 +41,7 @@ from datetime import datetime
 
 from advisor.cluster.pods import pod_key
 from advisor.placement.queue import PendingPod
-from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeState, Resident, Topology
+from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeState, PodRequest, Resident, Topology
 from advisor.sharing import MIG_STRATEGY_LABEL, SHARING_STRATEGY_LABEL, node_sharing
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 
@@ -72,6 +72,20 @@ class PodAllocation:
     workload: str | None = None
     gang: str | None = None
     started_seconds: float | None = None
+
+
+def allocation_of(pod: str, request: PodRequest, node: str, started_seconds: float | None = None) -> PodAllocation:
+    """What pod `pod` (its key, `namespace/name`), which asks for `request`, holds once bound to `node`."""
+    return PodAllocation(
+        pod=pod,
+        node=node,
+        gpus=request.whole_gpus,
+        gpu_milli=request.share_milli,
+        gpu_memory_bytes=request.gpu_memory_bytes,
+        workload=request.workload,
+        gang=request.gang,
+        started_seconds=started_seconds,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +305,15 @@ def build_node_state(
 def _sharing_labels(labels: Mapping[str, str] | None) -> tuple[str, str]:
     labels = labels or {}
     return labels.get(SHARING_STRATEGY_LABEL, ""), labels.get(MIG_STRATEGY_LABEL, "")
+
+
+def _same_topology(topology: Topology) -> Callable[[NodeSnapshot, list[GpuSnapshot]], Topology]:
+    """A `build_node_state` topology that is the node's own, already built (and shared with its peers)."""
+
+    def same(_snapshot: NodeSnapshot, _gpus: list[GpuSnapshot]) -> Topology:
+        return topology
+
+    return same
 
 
 class ClusterState:
@@ -601,6 +624,34 @@ class ClusterState:
             self._nodes.pop(node, None)
             self._allocatable.pop(node, None)
             self._labels.pop(node, None)
+
+    def holds_pod(self, pod: str) -> bool:
+        """Whether the state holds pod `pod`'s GPU allocation (the watch has seen it bound)."""
+        return pod in self._allocations
+
+    def with_assumed(self, assumed: Iterable[PodAllocation]) -> Mapping[str, NodeState]:
+        """The nodes as they are once `assumed` pods are on them: pods a scheduler has placed (its Reserve) before
+        the watch reports them bound. A pod the state already holds counts once, as the state has it; a pod on a node
+        without telemetry changes nothing. Only the nodes that gain a pod are rebuilt, for this answer alone; the
+        state itself is unchanged."""
+        extra: dict[str, dict[str, PodAllocation]] = {}
+        for a in assumed:
+            if a.pod not in self._allocations and a.node in self._records:
+                extra.setdefault(a.node, {})[a.pod] = a
+        if not extra:
+            return self._nodes
+        overlay = dict(self._nodes)
+        for node, pods in extra.items():
+            record = self._records[node]
+            overlay[node] = build_node_state(
+                record.snapshot,
+                {**self._by_node.get(node, {}), **pods},
+                observed_at_seconds=record.received_at_seconds,
+                topology=_same_topology(record.state.topology),
+                capacity=self._capacity(node),
+                labels=self._labels.get(node),
+            )
+        return overlay
 
     @property
     def nodes(self) -> Mapping[str, NodeState]:

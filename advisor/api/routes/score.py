@@ -22,6 +22,8 @@ from advisor.api.schemas import (
     ScoreRequest,
     ScoreResponse,
 )
+from advisor.cluster.pods import PodSpecError
+from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.gpus import gpu_spec
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
 from advisor.placement.scoring import allocate, score_candidates
@@ -91,8 +93,13 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     pod = body.pod.to_request()
     state_nodes = ctx.state.nodes
     names = body.nodes if body.nodes is not None else sorted(state_nodes)
+    held: list[str] = []
+    if body.assumed:
+        assumed = _assumed_allocations(body)
+        held = [a.pod for a in assumed if ctx.state.holds_pod(a.pod)]
+        state_nodes = ctx.state.with_assumed(assumed)
     missing = [n for n in names if n not in state_nodes]
-    if missing:
+    if missing and body.unknown_nodes == "error":
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"nodes: no telemetry has been received from {', '.join(missing[:10])}"
         )
@@ -123,8 +130,21 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
             else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
         )
     entries = ",".join([_cached_entry(s) for s in ranked])
-    tail = _ENCODE({"models": models, "hint": hint}).decode()
+    tail = _ENCODE({"models": models, "hint": hint, "assumed_held": held}).decode()
     return f'{{"scores":[{entries}],{tail[1:]}'.encode()
+
+
+def _assumed_allocations(body: ScoreRequest) -> list[PodAllocation]:
+    """The GPUs each assumed pod holds on its node; a pod that asks for none holds nothing."""
+    out = []
+    for i, assumed in enumerate(body.assumed):
+        try:
+            request = assumed.pod.to_request()
+        except PodSpecError as e:
+            raise PodSpecError(f"assumed[{i}].{e}") from e
+        if request.whole_gpus or request.is_share:
+            out.append(allocation_of(request.name, request, assumed.node))
+    return out
 
 
 @router.post("/allocate", response_model=AllocateResponse | PreferredAllocationResponse, responses=documented(404))

@@ -1,0 +1,151 @@
+package gpuadvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// scorePath is the advisor's native scoring route (advisor/api/routes/score.py).
+const scorePath = "/v1/score"
+
+// maxAnswerBytes bounds what is read of one answer: ~300 bytes per node, 5,000 candidate nodes at most.
+const maxAnswerBytes = 16 << 20
+
+// scoreRequest is the advisor's ScoreRequest: the pod, the nodes that passed Filter, unknown nodes scored neutrally
+// rather than refused, and the pods this scheduler has reserved but the advisor may not have seen bound yet.
+type scoreRequest struct {
+	Pod          wirePod       `json:"pod"`
+	Nodes        []string      `json:"nodes"`
+	UnknownNodes string        `json:"unknown_nodes"`
+	Assumed      []assumedWire `json:"assumed,omitempty"`
+}
+
+type assumedWire struct {
+	Node string  `json:"node"`
+	Pod  wirePod `json:"pod"`
+}
+
+// nodeVerdict is the part of the advisor's NodeScoreOut the plugin reads.
+type nodeVerdict struct {
+	Node     string  `json:"node"`
+	Score    float64 `json:"score"`
+	Feasible bool    `json:"feasible"`
+	Known    bool    `json:"known"`
+}
+
+type scoreResponse struct {
+	Scores []nodeVerdict `json:"scores"`
+	// AssumedHeld names the assumed pods (namespace/name) the advisor's pod watch already holds.
+	AssumedHeld []string `json:"assumed_held"`
+}
+
+// advisorClient posts score requests with a timeout.
+type advisorClient struct {
+	url   string
+	token string
+	http  *http.Client
+}
+
+func newAdvisorClient(baseURL, token string, timeout time.Duration) *advisorClient {
+	return &advisorClient{
+		url:   strings.TrimRight(baseURL, "/") + scorePath,
+		token: token,
+		http:  &http.Client{Timeout: timeout},
+	}
+}
+
+// score asks the advisor about the pod on the nodes; any answer but a 200 with the JSON documented is an error.
+func (c *advisorClient) score(ctx context.Context, req *scoreRequest) (*scoreResponse, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the score request: %w", err)
+	}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	httpReq.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		httpReq.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(httpReq)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return nil, fmt.Errorf("reading the advisor's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("advisor answered %d: %s", resp.StatusCode, truncate(string(data), 200))
+	}
+	var answer scoreResponse
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return nil, fmt.Errorf("advisor's answer is not a ScoreResponse: %w", err)
+	}
+	return &answer, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// breaker opens after `threshold` consecutive failures: for `open` no call is made (the plugin scores neutrally
+// without waiting on a timeout every cycle), then one call tries again; success closes it, failure re-opens it.
+type breaker struct {
+	mu        sync.Mutex
+	threshold int
+	open      time.Duration
+	now       func() time.Time
+	failures  int
+	openUntil time.Time
+	trial     bool
+}
+
+// allow says whether a call may be made now; while open it refuses, once open has passed it lets one trial call
+// through at a time.
+func (b *breaker) allow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failures < b.threshold {
+		return true
+	}
+	if b.trial || b.now().Before(b.openUntil) {
+		return false
+	}
+	b.trial = true
+	return true
+}
+
+// success closes the breaker; it says whether the breaker was open (so that its closing is logged once).
+func (b *breaker) success() (wasOpen bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wasOpen = b.failures >= b.threshold
+	b.failures, b.trial = 0, false
+	return wasOpen
+}
+
+// failure counts a failed call; it says whether this failure opened the breaker (not a failed trial of an open one).
+func (b *breaker) failure() (opened bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wasOpen := b.failures >= b.threshold
+	b.failures++
+	b.trial = false
+	if b.failures >= b.threshold {
+		b.openUntil = b.now().Add(b.open)
+	}
+	return !wasOpen && b.failures >= b.threshold
+}

@@ -1,0 +1,315 @@
+package gpuadvisor
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-base/metrics/testutil"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// fakeAdvisor answers /v1/score with fixed scores per node and records every request.
+type fakeAdvisor struct {
+	mu       sync.Mutex
+	scores   map[string]float64
+	held     []string
+	requests []scoreRequest
+	delay    time.Duration
+	status   int
+	calls    atomic.Int64
+}
+
+func (f *fakeAdvisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.calls.Add(1)
+	if r.URL.Path != scorePath || r.Method != http.MethodPost {
+		http.NotFound(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	var req scoreRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
+		return
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	delay, status, held := f.delay, f.status, f.held
+	f.mu.Unlock()
+	time.Sleep(delay)
+	if status != 0 {
+		http.Error(w, `{"detail":"down"}`, status)
+		return
+	}
+	out := scoreResponse{AssumedHeld: held}
+	for _, n := range req.Nodes {
+		s, known := f.scores[n]
+		if !known {
+			s = 50
+		}
+		out.Scores = append(out.Scores, nodeVerdict{Node: n, Score: s, Feasible: s > 0, Known: known})
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func (f *fakeAdvisor) lastRequest(t *testing.T) scoreRequest {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.requests) == 0 {
+		t.Fatal("the advisor was never asked")
+	}
+	return f.requests[len(f.requests)-1]
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func start(t *testing.T, f *fakeAdvisor, mutate func(*Args)) (*Plugin, *clock) {
+	t.Helper()
+	server := httptest.NewServer(f)
+	t.Cleanup(server.Close)
+	args := &Args{AdvisorURL: server.URL}
+	if mutate != nil {
+		mutate(args)
+	}
+	SetDefaults(args)
+	if err := Validate(args); err != nil {
+		t.Fatal(err)
+	}
+	registerMetrics()
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	return newPlugin(args, "", c.now), c
+}
+
+func gpuPod(name string, resources v1.ResourceList, annotations map[string]string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "ml", UID: types.UID("uid-" + name), Annotations: annotations,
+		},
+		Spec: v1.PodSpec{Containers: []v1.Container{{
+			Name: "main", Resources: v1.ResourceRequirements{Limits: resources},
+		}}},
+	}
+}
+
+func nodeInfos(names ...string) []fwk.NodeInfo {
+	out := make([]fwk.NodeInfo, len(names))
+	for i, n := range names {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		out[i] = ni
+	}
+	return out
+}
+
+// scoreCycle runs PreScore, Score per node and NormalizeScore as the framework does; nil scores when skipped.
+func scoreCycle(t *testing.T, p *Plugin, pod *v1.Pod, nodes []fwk.NodeInfo) (fwk.NodeScoreList, *fwk.Status) {
+	t.Helper()
+	ctx := context.Background()
+	state := framework.NewCycleState()
+	status := p.PreScore(ctx, state, pod, nodes)
+	if status.IsSkip() {
+		return nil, status
+	}
+	if !status.IsSuccess() {
+		t.Fatalf("PreScore: %v", status)
+	}
+	scores := make(fwk.NodeScoreList, len(nodes))
+	for i, n := range nodes {
+		s, st := p.Score(ctx, state, pod, n)
+		if !st.IsSuccess() {
+			t.Fatalf("Score(%s): %v", n.Node().Name, st)
+		}
+		scores[i] = fwk.NodeScore{Name: n.Node().Name, Score: s}
+	}
+	if st := p.ScoreExtensions().NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
+		t.Fatalf("NormalizeScore: %v", st)
+	}
+	return scores, status
+}
+
+func byName(scores fwk.NodeScoreList) map[string]int64 {
+	out := map[string]int64{}
+	for _, s := range scores {
+		out[s.Name] = s.Score
+	}
+	return out
+}
+
+var oneGPU = v1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+
+func TestOneCallPerCycleAndScoresFollowTheAdvisor(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"a": 20, "b": 80, "c": 0}}
+	p, _ := start(t, f, nil)
+	scores, _ := scoreCycle(t, p, gpuPod("p", oneGPU, nil), nodeInfos("a", "b", "c", "d"))
+	if got := f.calls.Load(); got != 1 {
+		t.Fatalf("%d calls to the advisor for one cycle, want 1", got)
+	}
+	got := byName(scores)
+	want := map[string]int64{"a": 25, "b": 100, "c": 0, "d": 62} // stretched so that the best is 100; d unknown: 50
+	for n, w := range want {
+		if got[n] != w {
+			t.Errorf("score of %s = %d, want %d (all: %v)", n, got[n], w, got)
+		}
+	}
+	req := f.lastRequest(t)
+	if strings.Join(req.Nodes, ",") != "a,b,c,d" || req.UnknownNodes != "neutral" {
+		t.Errorf("request nodes %v unknown_nodes %q", req.Nodes, req.UnknownNodes)
+	}
+	if req.Pod.Metadata.Name != "p" || req.Pod.Metadata.Namespace != "ml" {
+		t.Errorf("request pod %+v", req.Pod.Metadata)
+	}
+}
+
+func TestPodsWithoutAGPUCostNoCall(t *testing.T) {
+	f := &fakeAdvisor{}
+	p, _ := start(t, f, nil)
+	cpuOnly := gpuPod("web", v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}, nil)
+	if _, st := scoreCycle(t, p, cpuOnly, nodeInfos("a")); !st.IsSkip() {
+		t.Errorf("a CPU pod got %v, want Skip", st)
+	}
+	if f.calls.Load() != 0 {
+		t.Errorf("a CPU pod cost %d calls", f.calls.Load())
+	}
+}
+
+func TestEveryGPUSpellingIsScored(t *testing.T) {
+	pods := []*v1.Pod{
+		gpuPod("hami", v1.ResourceList{"nvidia.com/gpumem": resource.MustParse("4000")}, nil),
+		gpuPod("gpushare", v1.ResourceList{"aliyun.com/gpu-mem": resource.MustParse("8")}, nil),
+		gpuPod("vgpu", v1.ResourceList{"volcano.sh/vgpu-number": resource.MustParse("1")}, nil),
+		gpuPod("milli-resource", v1.ResourceList{"gpuadvisor.io/gpu-milli": resource.MustParse("300")}, nil),
+		gpuPod("milli-annotation", nil, map[string]string{"gpuadvisor.io/gpu-milli": "300"}),
+	}
+	for _, pod := range pods {
+		f := &fakeAdvisor{}
+		p, _ := start(t, f, nil)
+		if _, st := scoreCycle(t, p, pod, nodeInfos("a")); st.IsSkip() || f.calls.Load() != 1 {
+			t.Errorf("pod %s: status %v, %d calls; want it scored", pod.Name, st, f.calls.Load())
+		}
+	}
+}
+
+func TestSlowAdvisorScoresNeutrallyThenTheBreakerOpens(t *testing.T) {
+	f := &fakeAdvisor{delay: 200 * time.Millisecond}
+	p, c := start(t, f, func(a *Args) {
+		a.Timeout = metav1.Duration{Duration: 20 * time.Millisecond}
+		a.FailureThreshold = 2
+		a.OpenDuration = metav1.Duration{Duration: 10 * time.Second}
+	})
+	before, _ := testutil.GetCounterMetricValue(fallbacks.WithLabelValues("circuit_open"))
+	pod := gpuPod("p", oneGPU, nil)
+	for i := range 2 {
+		if _, st := scoreCycle(t, p, pod, nodeInfos("a", "b")); !st.IsSkip() {
+			t.Fatalf("cycle %d with a slow advisor: %v, want Skip (neutral)", i, st)
+		}
+	}
+	if got := f.calls.Load(); got != 2 {
+		t.Fatalf("%d calls, want 2", got)
+	}
+	if _, st := scoreCycle(t, p, pod, nodeInfos("a", "b")); !st.IsSkip() || f.calls.Load() != 2 {
+		t.Fatalf("open breaker: status %v, %d calls; want Skip without a call", st, f.calls.Load())
+	}
+	after, _ := testutil.GetCounterMetricValue(fallbacks.WithLabelValues("circuit_open"))
+	if after-before != 1 {
+		t.Errorf("circuit_open fallbacks grew by %v, want 1", after-before)
+	}
+	// The advisor recovers: after the open duration one trial call goes through and closes the breaker.
+	f.mu.Lock()
+	f.delay = 0
+	f.scores = map[string]float64{"a": 90, "b": 10}
+	f.mu.Unlock()
+	c.t = c.t.Add(11 * time.Second)
+	scores, st := scoreCycle(t, p, pod, nodeInfos("a", "b"))
+	if st.IsSkip() || byName(scores)["a"] != 100 {
+		t.Fatalf("after recovery: status %v scores %v", st, scores)
+	}
+}
+
+func TestAdvisorErrorsAreNeverAFailedCycle(t *testing.T) {
+	f := &fakeAdvisor{status: http.StatusInternalServerError}
+	p, _ := start(t, f, nil)
+	if _, st := scoreCycle(t, p, gpuPod("p", oneGPU, nil), nodeInfos("a")); !st.IsSkip() {
+		t.Errorf("advisor 500: %v, want Skip", st)
+	}
+	down, _ := start(t, &fakeAdvisor{}, func(a *Args) { a.AdvisorURL = "http://127.0.0.1:1" })
+	if _, st := scoreCycle(t, down, gpuPod("p", oneGPU, nil), nodeInfos("a")); !st.IsSkip() {
+		t.Errorf("advisor down: %v, want Skip", st)
+	}
+}
+
+func TestReservedPodsAreSentAsAssumedUntilHeldUnreservedOrExpired(t *testing.T) {
+	f := &fakeAdvisor{}
+	p, c := start(t, f, func(a *Args) { a.AssumeTTL = metav1.Duration{Duration: 5 * time.Second} })
+	ctx := context.Background()
+	first, second := gpuPod("first", oneGPU, nil), gpuPod("second", oneGPU, nil)
+	if st := p.Reserve(ctx, framework.NewCycleState(), first, "a"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	p.Reserve(ctx, framework.NewCycleState(), gpuPod("elsewhere", oneGPU, nil), "z")
+	p.Reserve(ctx, framework.NewCycleState(), gpuPod("web", v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}, nil), "a")
+
+	scoreCycle(t, p, second, nodeInfos("a", "b"))
+	assumed := f.lastRequest(t).Assumed
+	if len(assumed) != 1 || assumed[0].Node != "a" || assumed[0].Pod.Metadata.Name != "first" {
+		t.Fatalf("assumed sent = %+v, want only the GPU pod reserved on a candidate node", assumed)
+	}
+
+	// The advisor's watch has seen "first" bound: it says so, and the plugin stops sending it.
+	f.mu.Lock()
+	f.held = []string{"ml/first"}
+	f.mu.Unlock()
+	scoreCycle(t, p, second, nodeInfos("a", "b"))
+	f.mu.Lock()
+	f.held = nil
+	f.mu.Unlock()
+	scoreCycle(t, p, second, nodeInfos("a", "b"))
+	if got := f.lastRequest(t).Assumed; len(got) != 0 {
+		t.Fatalf("after the advisor held it, assumed = %+v", got)
+	}
+
+	p.Reserve(ctx, framework.NewCycleState(), first, "a")
+	p.Unreserve(ctx, framework.NewCycleState(), first, "a")
+	scoreCycle(t, p, second, nodeInfos("a", "b"))
+	if got := f.lastRequest(t).Assumed; len(got) != 0 {
+		t.Fatalf("after Unreserve, assumed = %+v", got)
+	}
+
+	p.Reserve(ctx, framework.NewCycleState(), first, "b")
+	c.t = c.t.Add(6 * time.Second)
+	scoreCycle(t, p, second, nodeInfos("a", "b"))
+	if got := f.lastRequest(t).Assumed; len(got) != 0 {
+		t.Fatalf("after the TTL, assumed = %+v", got)
+	}
+}
+
+func TestWirePodLeavesOutWhatTheAdvisorDoesNotRead(t *testing.T) {
+	pod := gpuPod("p", oneGPU, map[string]string{lastApplied: strings.Repeat("x", 10_000), "gpuadvisor.io/gpu-milli": "500"})
+	pod.Labels = map[string]string{"gpuadvisor.io/workload": "resnet50"}
+	data, err := json.Marshal(toWire(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	if strings.Contains(text, lastApplied) || !strings.Contains(text, `"gpuadvisor.io/gpu-milli":"500"`) ||
+		!strings.Contains(text, `"nvidia.com/gpu":"1"`) || !strings.Contains(text, `"gpuadvisor.io/workload":"resnet50"`) {
+		t.Errorf("wire pod = %s", text)
+	}
+	if _, ok := pod.Annotations[lastApplied]; !ok {
+		t.Error("toWire changed the pod's own annotations")
+	}
+}

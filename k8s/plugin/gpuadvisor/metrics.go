@@ -1,0 +1,46 @@
+package gpuadvisor
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+const metricsSubsystem = "gpuadvisor_plugin"
+
+// The plugin's own metrics, on the scheduler's /metrics (the legacy registry kube-scheduler serves).
+var (
+	advisorCalls = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "advisor_calls_total",
+		Help:           "Calls to the advisor's /v1/score by result (ok, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	advisorLatency = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "advisor_call_duration_seconds",
+		Help:           "Duration of calls to the advisor's /v1/score, answered or not.",
+		Buckets:        []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "fallbacks_total",
+		Help:           "GPU pods scored neutrally, by reason (error: the call failed; circuit_open: no call was made).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	assumedGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "assumed_pods",
+		Help:           "Reserved GPU pods sent to the advisor as assumed until its watch sees them bound.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registerOnce sync.Once
+)
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(advisorCalls, advisorLatency, fallbacks, assumedGauge)
+	})
+}
