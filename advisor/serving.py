@@ -671,7 +671,7 @@ class TrainingJob:
 def store_frame(sessions: sessionmaker[Session], kind: Kind) -> Any:
     """The store's training data of `kind` as the kind's frame."""
     with sessions() as session:
-        return MODEL_KINDS[kind].store_frame(session)
+        return MODEL_KINDS[kind].store_frame(session, False)
 
 
 class TrainingJobs:

@@ -84,10 +84,10 @@ def _read(kind: Kind, path: Path, *, with_labels: bool) -> pd.DataFrame:
         fail(f"{path}: {e.strerror or e}")
 
 
-def _store_frame(kind: Kind, db_url: str | None) -> pd.DataFrame:
+def _store_frame(kind: Kind, db_url: str | None, *, include_flagged: bool = False) -> pd.DataFrame:
     sessions = session_factory(open_store(db_url))
     with sessions() as session:
-        return MODEL_KINDS[kind].store_frame(session)
+        return MODEL_KINDS[kind].store_frame(session, include_flagged)
 
 
 @app.command("train")
@@ -98,6 +98,12 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
     out: Annotated[Path | None, typer.Option("--out", help="Artifact directory to write.")] = None,
     db_url: DbOption = None,
     force: Annotated[bool, typer.Option("--force", help="Promote even if it validates worse.")] = False,
+    include_flagged: Annotated[
+        bool,
+        typer.Option(
+            "--include-flagged", help="With --from-store: also train on trial results whose repeats spread too far."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Train a model, write its artifact; with --db or --from-store also register it (and promote it if no worse)."""
@@ -106,6 +112,8 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
         fail("give exactly one of --from-csv FILE or --from-store")
     if from_csv is not None and out is None:
         fail("--out DIR is required with --from-csv")
+    if include_flagged and not from_store:
+        fail("--include-flagged applies to --from-store only")
     if out is not None and not out.parent.is_dir():
         fail(f"--out: directory {out.parent} does not exist")
     stages = Stages(quiet=as_json)  # --json: nothing but the JSON, even on stderr
@@ -114,7 +122,7 @@ def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
             frame = _read(k, from_csv, with_labels=True)
             source = str(from_csv)
         else:
-            frame = _store_frame(k, db_url)
+            frame = _store_frame(k, db_url, include_flagged=include_flagged)
             source = "store"
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -205,7 +205,8 @@ class ModelKind:
     estimator: type[InterferenceModel] | type[ThroughputModel] | type[JctModel]
     baselines: tuple[str, ...]
     csv: CsvFormat
-    store_frame: Callable[[Session], pd.DataFrame]
+    # the store's rows as a frame; results flagged for a wide spread of repeats only when asked for (True)
+    store_frame: Callable[[Session, bool], pd.DataFrame]
     labelled: Callable[[pd.DataFrame], pd.DataFrame]
     metric: str
     errors: Errors
@@ -225,7 +226,9 @@ MODEL_KINDS: dict[Kind, ModelKind] = {
         estimator=InterferenceModel,
         baselines=("mean", "util_sum", "sharing_class"),
         csv=COLOCATIONS,
-        store_frame=lambda session: colocations_frame(repo.list_colocations(session=session)),
+        store_frame=lambda session, flagged: colocations_frame(
+            repo.list_colocations(session=session), include_flagged=flagged
+        ),
         labelled=usable_rows,
         metric="mae",
         errors=_interference_errors,
@@ -239,7 +242,9 @@ MODEL_KINDS: dict[Kind, ModelKind] = {
         estimator=ThroughputModel,
         baselines=("nearest_gpu", "mean"),
         csv=THROUGHPUTS,
-        store_frame=lambda session: throughputs_frame(repo.list_profiles(session=session)),
+        store_frame=lambda session, flagged: throughputs_frame(
+            repo.list_profiles(session=session), include_flagged=flagged
+        ),
         labelled=lambda frame: frame[frame["throughput"] > 0].reset_index(drop=True),
         metric="mape",
         errors=_throughput_errors,
@@ -253,7 +258,7 @@ MODEL_KINDS: dict[Kind, ModelKind] = {
         estimator=JctModel,
         baselines=("user_workload_median",),
         csv=EXECUTIONS,
-        store_frame=lambda session: executions_frame(repo.list_executions(session=session)),
+        store_frame=lambda session, _flagged: executions_frame(repo.list_executions(session=session)),
         labelled=_jct_labelled,
         metric="mae_log",
         errors=_jct_errors,
