@@ -44,20 +44,39 @@ CONCURRENT_MODES = (MPS, UNKNOWN)
 # Node labels of NVIDIA's GPU operator that say how a node's GPUs are shared.
 SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+# Which source decided a node's sharing mode (`node_sharing`; `/v1/score`'s `models.sharing` names it).
+SOURCE_SNAPSHOT, SOURCE_LABEL, SOURCE_ASSUMED = "snapshot", "label", "assumed"
 
 
-def node_sharing(labels: Mapping[str, str] | None, has_mig_devices: bool) -> tuple[str, bool]:
-    """How a node's GPUs are shared between pods, and whether that is assumed: MIG devices in its snapshot (or a MIG
-    strategy label) mean ``mig``; its `nvidia.com/gpu.sharing-strategy` label says ``time-slicing`` or ``mps``;
-    otherwise the GPUs run in the default compute mode, where several contexts on one GPU take turns: ``time-slicing``,
-    assumed (MPS and MIG both need to be set up on purpose)."""
+def node_sharing(
+    labels: Mapping[str, str] | None, gpu_modes: Iterable[str] = (), has_mig_devices: bool = False
+) -> tuple[str, str]:
+    """How a node's GPUs are shared between pods, and which source said so (`SOURCE_SNAPSHOT`, `SOURCE_LABEL`,
+    `SOURCE_ASSUMED`). `gpu_modes` are the `sharing` of its snapshot's GPUs (the collector's reading of compute mode,
+    MIG mode and MPS clients; "" where a GPU could not tell or the collector is older than the field).
+
+    1. The snapshot's positive facts: a GPU in MIG mode (or MIG devices) means ``mig``; a GPU with MPS clients or an
+       MPS control daemon in sight means ``mps`` — whatever a label says.
+    2. The `nvidia.com/mig.strategy` / `nvidia.com/gpu.sharing-strategy` labels of NVIDIA's GPU operator.
+    3. The snapshot's default compute mode: ``time-slicing``. It ranks below a label because it is read from an
+       absence: MPS clients are listed only while they run and the control daemon's pipe is often out of the
+       collector's sight, so an idle MPS GPU in the default compute mode looks time-sliced.
+    4. Otherwise the default compute mode is assumed (MPS and MIG both need to be set up on purpose): contexts on one
+       GPU take turns, ``time-slicing``."""
     labels = labels or {}
-    if has_mig_devices or labels.get(MIG_STRATEGY_LABEL, "none") not in ("", "none"):
-        return MIG, False
+    read = {sharing_mode(m) for m in gpu_modes}
+    if has_mig_devices or MIG in read:
+        return MIG, SOURCE_SNAPSHOT
+    if MPS in read:
+        return MPS, SOURCE_SNAPSHOT
+    if labels.get(MIG_STRATEGY_LABEL, "none") not in ("", "none"):
+        return MIG, SOURCE_LABEL
     mode = sharing_mode(labels.get(SHARING_STRATEGY_LABEL, ""))
     if mode:
-        return mode, False
-    return TIME_SLICING, True
+        return mode, SOURCE_LABEL
+    if TIME_SLICING in read:
+        return TIME_SLICING, SOURCE_SNAPSHOT
+    return TIME_SLICING, SOURCE_ASSUMED
 
 
 def sharing_mode(value: object) -> str:
@@ -104,17 +123,22 @@ def sharing_prior(this: SideColumns, other: SideColumns, modes: Sequence[str]) -
     return result
 
 
-def describe_sharing(modes: Iterable[tuple[str, bool]]) -> str:
-    """What a score assumed of how the scored nodes' GPUs are shared, e.g. ``"time-slicing on 3 nodes (assumed:
-    default compute mode, no sharing-strategy label or MIG); mps on 1 node (node label)"``."""
+def describe_sharing(modes: Iterable[tuple[str, str]]) -> str:
+    """What a score took of how the scored nodes' GPUs are shared, and from where (`node_sharing`'s sources), e.g.
+    ``"time-slicing on 3 nodes (assumed: default compute mode, no sharing-strategy label or snapshot reading);
+    mps on 1 node (snapshot)"``."""
     counts = Counter(modes)
     parts = []
-    for (mode, assumed), n in sorted(counts.items()):
+    for (mode, source), n in sorted(counts.items()):
         where = f"on {n} node{'s' if n != 1 else ''}"
         if not mode:
             parts.append(f"unknown {where} (interference as trained)")
-        elif assumed:
-            parts.append(f"{mode} {where} (assumed: default compute mode, no {SHARING_STRATEGY_LABEL} label or MIG)")
+        elif source == SOURCE_ASSUMED:
+            parts.append(
+                f"{mode} {where} (assumed: default compute mode, no {SHARING_STRATEGY_LABEL} label or snapshot reading)"
+            )
+        elif source == SOURCE_LABEL:
+            parts.append(f"{mode} {where} (node label)")
         else:
-            parts.append(f"{mode} {where} (read from the node)")
+            parts.append(f"{mode} {where} (snapshot: the collector's reading of the GPUs)")
     return "; ".join(parts)

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from collector.backend import BackendUnavailableError, NodeReading, SharingFacts
+from collector.sharing import mps_daemon_running, sharing_mode
 from collector.snapshot import GpuSnapshot, Link, LinkLevel, MigDeviceSnapshot, ProcessSnapshot
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,15 @@ class _Identity:
 _UNKNOWN = _Identity(uuid="", model="", pci_bus_id="")
 
 
+def _sharing_facts(compute_mode: int | None, mig_mode: Any, mps_pids: frozenset[int]) -> SharingFacts:
+    """The facts from NVML's answers: nvmlComputeMode_t, nvmlDeviceGetMigMode's (current, pending), MPS clients."""
+    return SharingFacts(
+        compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
+        mig_enabled=None if not mig_mode else mig_mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
+        mps_pids=mps_pids,
+    )
+
+
 def _text(value: str | bytes | None) -> str:
     if value is None:
         return ""
@@ -310,9 +320,17 @@ class NvmlBackend:
     Raises BackendUnavailableError when the library is missing or refuses to initialise.
     """
 
-    def __init__(self, library_path: str | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        library_path: str | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        mps_daemon: Callable[[], bool] | None = None,
+    ) -> None:
         library_path = library_path or os.environ.get(LIBRARY_ENV) or None
         self._clock = clock
+        # whether an MPS control daemon listens (its pipe directory, as this process's CUDA clients would find it)
+        self._mps_daemon = mps_daemon or (lambda: mps_daemon_running(os.environ))
         if library_path is not None:
             try:
                 # pynvml loads "libnvidia-ml.so.1" by soname; a library already loaded with that soname is reused.
@@ -397,7 +415,8 @@ class NvmlBackend:
 
     def read(self) -> NodeReading:
         self._query.errors.clear()
-        gpus = tuple(self._read_gpu(index) for index in range(len(self._handles)))
+        mps_daemon = self._mps_daemon()  # once per read: one directory lookup for every GPU
+        gpus = tuple(self._read_gpu(index, mps_daemon) for index in range(len(self._handles)))
         links = self._links if self._links is not None else self._read_links(gpus)
         self._log_latency()
         return NodeReading(
@@ -407,10 +426,10 @@ class NvmlBackend:
             error_counts=tuple(sorted(self._query.errors.items())),
         )
 
-    def _read_gpu(self, index: int) -> GpuSnapshot:
+    def _read_gpu(self, index: int, mps_daemon: bool) -> GpuSnapshot:
         try:
             handle = self._handle(index)
-            return self._read_healthy(index, handle, self._identity(index))
+            return self._read_healthy(index, handle, self._identity(index), mps_daemon)
         except GpuLostError:
             self._query.errors["gpu_lost"] += 1
             known = self._identities[index] or _UNKNOWN
@@ -418,14 +437,17 @@ class NvmlBackend:
                 index=index, uuid=known.uuid, model=known.model, pci_bus_id=known.pci_bus_id, healthy=False
             )
 
-    def _read_healthy(self, index: int, handle: Any, identity: _Identity) -> GpuSnapshot:
+    def _read_healthy(self, index: int, handle: Any, identity: _Identity, mps_daemon: bool) -> GpuSnapshot:
         q = self._query
+        compute_mode = q(pynvml.nvmlDeviceGetComputeMode, handle)
+        mig_mode = q(pynvml.nvmlDeviceGetMigMode, handle)  # once per read: the sharing facts and the MIG devices
         memory = q(self._driver.nvmlDeviceGetMemoryInfo, handle)
         rates = q(pynvml.nvmlDeviceGetUtilizationRates, handle)
         power_mw = q(pynvml.nvmlDeviceGetPowerUsage, handle)
         temperature = q(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
         energy_mj = q(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-        processes, processes_known = self._read_processes(index, handle)
+        processes, processes_known, mps_pids = self._read_processes(index, handle)
+        facts = _sharing_facts(compute_mode, mig_mode, mps_pids)
         return GpuSnapshot(
             index=index,
             uuid=identity.uuid,
@@ -441,14 +463,18 @@ class NvmlBackend:
             energy_joules_total=energy_mj / 1000.0 if energy_mj is not None else None,
             processes=processes,
             processes_known=processes_known,
-            mig_devices=self._read_migs(handle),
+            mig_devices=self._read_migs(handle, facts.mig_enabled),
+            sharing=sharing_mode(facts, set(), mps_daemon),
+            compute_mode=facts.compute_mode,
         )
 
-    def _read_processes(self, index: int, handle: Any) -> tuple[tuple[ProcessSnapshot, ...], bool]:
+    def _read_processes(self, index: int, handle: Any) -> tuple[tuple[ProcessSnapshot, ...], bool, frozenset[int]]:
         """The GPU's processes, and whether that is all of them: False when a process list failed (UNKNOWN, TIMEOUT,
         still INSUFFICIENT_SIZE after the retry with room to spare, ...) — an empty list must not read as idle. A list
-        the driver does not have (not supported, not found) says nothing is missing."""
+        the driver does not have (not supported, not found) says nothing is missing. Third: the PIDs the driver
+        lists as MPS clients (an MPS server runs on the GPU)."""
         memory_by_pid: dict[int, int | None] = {}
+        mps_pids: set[int] = set()
         known = True
         for symbol, layout in filter(None, self._driver.process_lists):
             try:
@@ -457,6 +483,8 @@ class NvmlBackend:
                 self._query.absorb(symbol, e)  # a lost GPU raises here
                 known = known and e.value in _ABSENT
                 continue
+            if symbol.startswith(_MPS_PROCESS_LIST):
+                mps_pids.update(pid for pid, _ in listed)
             for pid, used in listed:
                 previous = memory_by_pid.get(pid)
                 # a PID may be listed as compute and graphics; its memory is the same allocation, not a sum
@@ -466,7 +494,7 @@ class NvmlBackend:
             ProcessSnapshot(pid=pid, memory_used_bytes=used, sm_utilization_ratio=sm_by_pid.get(pid))
             for pid, used in sorted(memory_by_pid.items())
         )
-        return processes, known
+        return processes, known, frozenset(mps_pids)
 
     def _sm_by_pid(self, index: int, handle: Any, running: set[int]) -> dict[int, float]:
         """SM ratio of each running process with a sample this read or one at most SM_SAMPLE_MAX_AGE_SECONDS old;
@@ -505,7 +533,7 @@ class NvmlBackend:
 
     def sharing_facts(self, index: int) -> SharingFacts:
         """How GPU `index` is set up for sharing (compute mode, MIG, MPS clients); asked for by the local runner
-        once per trial sample, not by the collector's cycle."""
+        once per trial sample. The collector's cycle reads the same facts in `read()` (`GpuSnapshot.sharing`)."""
         q = self._query
         mps_list = next(
             (entry for entry in filter(None, self._driver.process_lists) if entry[0].startswith(_MPS_PROCESS_LIST)),
@@ -521,16 +549,11 @@ class NvmlBackend:
                 mps = q.named(symbol, _running_processes, symbol, layout, handle) or []
         except GpuLostError:
             return SharingFacts()
-        return SharingFacts(
-            compute_mode=None if mode is None else _COMPUTE_MODES.get(mode),
-            mig_enabled=None if not mig else mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
-            mps_pids=frozenset(pid for pid, _ in mps),
-        )
+        return _sharing_facts(mode, mig, frozenset(pid for pid, _ in mps))
 
-    def _read_migs(self, handle: Any) -> tuple[MigDeviceSnapshot, ...]:
+    def _read_migs(self, handle: Any, mig_enabled: bool | None) -> tuple[MigDeviceSnapshot, ...]:
         q = self._query
-        mode = q(pynvml.nvmlDeviceGetMigMode, handle)
-        if not mode or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+        if not mig_enabled:
             return ()
         migs: list[MigDeviceSnapshot] = []
         for slot in range(q(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):

@@ -78,6 +78,12 @@ class GpuSnapshot(_Frozen):
     # snapshots of older collectors: known.
     processes_known: bool = True
     mig_devices: tuple[MigDeviceSnapshot, ...] = ()
+    # How the GPU is shared between processes (`collector.sharing`): "time-slicing" (default compute mode),
+    # "mps" (MPS clients listed or a control daemon listening), "mig" (MIG on), "" when it cannot tell (an
+    # exclusive or prohibited compute mode, a lost GPU, or a snapshot of an older collector, which has no field).
+    sharing: str = ""
+    # The compute mode NVML reports ("default", "exclusive-process", "prohibited"); None: unknown or not read.
+    compute_mode: str | None = None
 
 
 class Link(_Frozen):

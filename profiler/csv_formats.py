@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import collector.sharing as collector_sharing
+
 # Spellings of a true/false cell (compared in lower case); an empty cell is false to `profile import` and unknown
 # to the models.
 TRUE_VALUES = frozenset({"1", "1.0", "true", "yes", "y", "t"})
 FALSE_VALUES = frozenset({"0", "0.0", "false", "no", "n", "f", ""})
 
 # How a co-located pair shared its GPU (DESIGN §11): contexts taking turns in the default compute mode, kernels of
-# both running at once under an MPS server, or two MIG instances. An empty `sharing` cell means unknown.
-SHARING_MODES = ("time-slicing", "mps", "mig")
+# both running at once under an MPS server, or two MIG instances. An empty `sharing` cell means unknown. Defined
+# with the rule that reads it from the driver (`collector.sharing`), the collector's snapshot and the local runner's.
+SHARING_MODES = collector_sharing.SHARING_MODES
 
 
 # The largest whole numbers the store holds: counts and batch sizes are SQL INTEGER columns (32-bit on PostgreSQL),

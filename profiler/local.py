@@ -7,8 +7,8 @@ a GPU backend the trials still run and are measured for throughput; telemetry is
 Trials are time-bound: the runner stops a trial once it has seen `steady_seconds` of steady progress (a pair: of
 both sides past their warm-ups at once), so a workload's own step count does not decide what is measured. A pair
 is timed over its overlap only (`profiler.summary.summarise_pair`) and records how the GPU was shared, read
-through the collector's NVML wrapper (`sharing_mode`). A command whose program is `python`/`python3` runs under
-this interpreter (`sys.executable`), not whichever python is first on PATH.
+through the collector's NVML wrapper by the collector's rule (`collector.sharing.sharing_mode`). A command whose
+program is `python`/`python3` runs under this interpreter (`sys.executable`), not whichever python is first on PATH.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from collector.backend import GpuBackend, SharingFacts
+from collector.sharing import MIG, MPS, TIME_SLICING, mps_daemon_running, sharing_mode
 from collector.snapshot import GpuSnapshot
 from profiler.progress import ProgressSample, parse_progress
 from profiler.results import Phase, TrialOutcome
@@ -48,29 +49,6 @@ CPU_MODEL = "cpu"
 STDERR_TAIL_LINES = 20
 TERMINATE_GRACE_SECONDS = 5.0
 PYTHON_PROGRAMS = frozenset({"python", "python3"})
-# Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise (NVIDIA's MPS documentation).
-DEFAULT_MPS_PIPE_DIRECTORY = Path("/tmp/nvidia-mps")
-TIME_SLICING = "time-slicing"
-
-
-def sharing_mode(facts: SharingFacts, pids: set[int], mps_daemon: bool) -> str:
-    """How a pair with processes `pids` shared its GPU: `mig` when MIG is on, `mps` when the driver lists them as
-    MPS clients or an MPS control daemon runs (CUDA clients then go through it), `time-slicing` in the default
-    compute mode (or when the mode cannot be read: two contexts on one GPU without MPS or MIG take turns), and ""
-    (unknown) in an exclusive or prohibited mode, where two processes cannot share without MPS."""
-    if facts.mig_enabled:
-        return "mig"
-    if pids & facts.mps_pids or mps_daemon:
-        return "mps"
-    if facts.compute_mode in (None, "default"):
-        return TIME_SLICING
-    return ""
-
-
-def mps_daemon_running(env: dict[str, str]) -> bool:
-    """Whether an MPS control daemon listens where this trial's CUDA clients would look for it."""
-    pipe = Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY)
-    return (pipe / "control").exists()
 
 
 def program_of(command: list[str]) -> list[str]:
@@ -288,7 +266,7 @@ class LocalRunner:
                 return TrialOutcome(trial, Phase.FAILED, "; ".join([*notes, str(e)]), gpu_model)
             # the most specific mode seen while both ran (a daemon started mid-trial still means MPS for part of it)
             modes = set(sharing)
-            extra["sharing"] = next((m for m in ("mig", "mps", TIME_SLICING) if m in modes), "")
+            extra["sharing"] = next((m for m in (MIG, MPS, TIME_SLICING) if m in modes), "")
         if ended == "deadline":
             notes.append("stopped at maxDurationSeconds")
         telemetry = "available" if self.backend is not None else "unavailable (no GPU backend on this machine)"

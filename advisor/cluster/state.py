@@ -256,7 +256,8 @@ def build_node_state(
     labels: Mapping[str, str] | None = None,
 ) -> NodeState:
     """The scoring view of one node from its latest snapshot, the allocations of pods bound to it, (when known)
-    its CPU/memory, and how its GPUs are shared (its MIG devices and labels, `advisor.sharing.node_sharing`)."""
+    its CPU/memory, and how its GPUs are shared (its snapshot's sharing facts and MIG devices, then its labels:
+    `advisor.sharing.node_sharing`)."""
     gpus = sorted(snapshot.gpus, key=lambda g: g.index)
     node_topology = topology(snapshot, gpus)
     states: list[GpuState] = []
@@ -286,7 +287,9 @@ def build_node_state(
                 missing -= 1
     gangs = frozenset(a.gang for a in allocations.values() if a.gang)
     c = capacity
-    sharing, assumed = node_sharing(labels, any(g.mig_devices for g in snapshot.gpus))
+    sharing, source = node_sharing(
+        labels, (g.sharing for g in snapshot.gpus if g.healthy), any(g.mig_devices for g in snapshot.gpus)
+    )
     return NodeState(
         name=snapshot.node,
         gpus=tuple(states),
@@ -298,7 +301,7 @@ def build_node_state(
         memory_allocatable_mib=c.memory_allocatable_mib if c else None,
         memory_free_mib=max(0, c.memory_allocatable_mib - c.memory_requested_mib) if c else None,
         sharing_mode=sharing,
-        sharing_assumed=assumed,
+        sharing_source=source,
     )
 
 

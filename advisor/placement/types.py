@@ -213,9 +213,9 @@ class NodeState:
     memory_allocatable_mib: int | None = None
     memory_free_mib: int | None = None
     # How the node's GPUs are shared by several pods (`advisor.sharing`: "time-slicing", "mps", "mig"; "" unknown)
-    # and whether that was assumed (no label or snapshot says) rather than read.
+    # and which source said so (`advisor.sharing.node_sharing`: "snapshot", "label", or "assumed" when neither said).
     sharing_mode: str = ""
-    sharing_assumed: bool = False
+    sharing_source: str = "assumed"
     gpu_model: str = field(init=False)
     free_mask: int = field(init=False)
     free_milli: tuple[int, ...] = field(init=False)

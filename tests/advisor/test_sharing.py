@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
+from advisor.api import create_app
 from advisor.cluster.state import ClusterState
 from advisor.features import SideColumns
 from advisor.predictors import HeuristicInterference, UsageProfile
+from advisor.settings import AdvisorSettings
 from advisor.sharing import (
     MIG,
     MPS,
@@ -30,6 +36,7 @@ def side(sm: float, bw: float = 0.1) -> SideColumns:
 
 
 LIGHT, HEAVY = side(0.12), side(0.9)
+TOKEN = "s3cret"
 
 
 def test_under_time_slicing_a_light_process_loses_half_next_to_a_heavy_one() -> None:
@@ -100,22 +107,66 @@ class process_like:  # noqa: N801 - a ResidentLike value
         self.memory_bandwidth_utilization_ratio = 0.3
 
 
-def test_a_nodes_mode_comes_from_its_labels_and_mig_devices_else_time_slicing_assumed() -> None:
-    assert node_sharing(None, has_mig_devices=False) == (TIME_SLICING, True)
-    assert node_sharing({"nvidia.com/gpu.sharing-strategy": "mps"}, has_mig_devices=False) == (MPS, False)
-    assert node_sharing({"nvidia.com/gpu.sharing-strategy": "time-slicing"}, has_mig_devices=False) == (
-        TIME_SLICING,
-        False,
+def test_a_nodes_mode_comes_from_its_snapshot_then_its_labels_else_time_slicing_assumed() -> None:
+    mps_label = {"nvidia.com/gpu.sharing-strategy": "mps"}
+    assert node_sharing(None) == (TIME_SLICING, "assumed")
+    assert node_sharing(mps_label) == (MPS, "label")
+    assert node_sharing({"nvidia.com/gpu.sharing-strategy": "time-slicing"}) == (TIME_SLICING, "label")
+    assert node_sharing({"nvidia.com/mig.strategy": "single"}) == (MIG, "label")
+    assert node_sharing({}, has_mig_devices=True) == (MIG, "snapshot")
+    # the snapshot's positive facts win over a conflicting label
+    assert node_sharing({"nvidia.com/gpu.sharing-strategy": "time-slicing"}, ["mps", "time-slicing"]) == (
+        MPS,
+        "snapshot",
     )
-    assert node_sharing({"nvidia.com/mig.strategy": "single"}, has_mig_devices=False) == (MIG, False)
-    assert node_sharing({}, has_mig_devices=True) == (MIG, False)
-    assert "assumed" in describe_sharing([(TIME_SLICING, True), (TIME_SLICING, True)])
-    assert describe_sharing([(MPS, False)]) == "mps on 1 node (read from the node)"
+    assert node_sharing(mps_label, ["mig"]) == (MIG, "snapshot")
+    # a default compute mode without MPS clients is read from an absence: a label saying mps ranks above it
+    assert node_sharing(mps_label, ["time-slicing"]) == (MPS, "label")
+    assert node_sharing({}, ["time-slicing", ""]) == (TIME_SLICING, "snapshot")
+    assert node_sharing({}, ["", ""]) == (TIME_SLICING, "assumed")  # exclusive mode, or an older collector
+    assert "assumed" in describe_sharing([(TIME_SLICING, "assumed"), (TIME_SLICING, "assumed")])
+    assert describe_sharing([(MPS, "label")]) == "mps on 1 node (node label)"
+    assert describe_sharing([(MIG, "snapshot")]) == "mig on 1 node (snapshot: the collector's reading of the GPUs)"
+
+
+def _with_sharing(body: dict[str, Any], *modes: str) -> dict[str, Any]:
+    """`body` (a NodeSnapshot as JSON) with its GPUs' `sharing` set, as a collector that reads it sends."""
+    gpus = [{**gpu, "sharing": mode} for gpu, mode in zip(body["gpus"], modes, strict=True)]
+    return {**body, "gpus": gpus}
 
 
 def test_the_cluster_state_rebuilds_a_node_when_its_sharing_label_changes() -> None:
     state = ClusterState()
     state.ingest(NodeSnapshot.model_validate(snapshot("n1", busy={0: [process("p", sm=0.9)]})))
-    assert (state.nodes["n1"].sharing_mode, state.nodes["n1"].sharing_assumed) == (TIME_SLICING, True)
+    assert (state.nodes["n1"].sharing_mode, state.nodes["n1"].sharing_source) == (TIME_SLICING, "assumed")
     state.set_node_labels("n1", {"nvidia.com/gpu.sharing-strategy": "mps"})
-    assert (state.nodes["n1"].sharing_mode, state.nodes["n1"].sharing_assumed) == (MPS, False)
+    assert (state.nodes["n1"].sharing_mode, state.nodes["n1"].sharing_source) == (MPS, "label")
+
+
+def test_the_node_state_takes_the_snapshots_mode_over_a_conflicting_label() -> None:
+    state = ClusterState()
+    state.set_node_labels("n1", {"nvidia.com/gpu.sharing-strategy": "time-slicing"})
+    state.ingest(NodeSnapshot.model_validate(_with_sharing(snapshot("n1", gpus=2), "mps", "time-slicing")))
+    assert (state.nodes["n1"].sharing_mode, state.nodes["n1"].sharing_source) == (MPS, "snapshot")
+    state.ingest(NodeSnapshot.model_validate(_with_sharing(snapshot("n1", gpus=2), "time-slicing", "time-slicing")))
+    assert (state.nodes["n1"].sharing_mode, state.nodes["n1"].sharing_source) == (TIME_SLICING, "label")
+
+
+def test_score_says_which_source_decided_and_old_snapshots_still_ingest(tmp_path: Path) -> None:
+    state = ClusterState()
+    settings = AdvisorSettings(db_url=f"sqlite:///{tmp_path}/a.db", no_kube=True, api_token=TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    state.set_node_labels("mps-by-label", {"nvidia.com/gpu.sharing-strategy": "mps"})
+    state.set_node_labels("mig-read", {"nvidia.com/gpu.sharing-strategy": "time-slicing"})
+    with TestClient(create_app(settings, state=state)) as client:
+        old = snapshot("old", gpus=1)
+        assert "sharing" not in old["gpus"][0]  # what a collector before the field sends
+        for body in (old, snapshot("mps-by-label", gpus=1), _with_sharing(snapshot("mig-read", gpus=1), "mig")):
+            assert client.post("/v1/telemetry", json=body, headers=auth).status_code < 300
+        scored = client.post("/v1/score", json={"pod": {"gpus": 1}}).json()
+    assert {s["node"] for s in scored["scores"]} == {"old", "mps-by-label", "mig-read"}
+    assert scored["models"]["sharing"] == (
+        "mig on 1 node (snapshot: the collector's reading of the GPUs); mps on 1 node (node label); "
+        "time-slicing on 1 node (assumed: default compute mode, no nvidia.com/gpu.sharing-strategy label or "
+        "snapshot reading)"
+    )

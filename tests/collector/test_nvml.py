@@ -17,6 +17,9 @@ from collector.nvml import CALL_SECONDS_BUCKETS, SM_SAMPLE_MAX_AGE_SECONDS, Call
 from collector.snapshot import LinkLevel
 from tests.collector.conftest import ConfigureNvml
 from tests.support.fake_nvml import (
+    COMPUTE_MODE_DEFAULT,
+    COMPUTE_MODE_EXCLUSIVE_PROCESS,
+    COMPUTE_MODE_PROHIBITED,
     DRIVER_NOT_LOADED,
     NOT_SUPPORTED,
     TOPOLOGY_HOSTBRIDGE,
@@ -279,6 +282,58 @@ def test_sharing_facts_name_the_mps_clients_and_the_mig_mode(
     assert plain.mig_enabled is False
     assert plain.compute_mode is None  # the stand-in library has no nvmlDeviceGetComputeMode: unknown, not a guess
     assert partitioned.mig_enabled is True
+
+
+def test_the_snapshot_says_how_each_gpu_is_shared(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "no-mps"))  # no control daemon listens
+    mig = FakeMig(uuid="MIG-0", gpu_instance_id=1, compute_instance_id=0, memory_total_bytes=GIB, memory_used_bytes=0)
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(uuid="GPU-0", compute_mode=COMPUTE_MODE_DEFAULT, processes=[FakeProcess(100, GIB)]),
+                FakeGpu(uuid="GPU-1", compute_mode=COMPUTE_MODE_DEFAULT, mig_devices=[mig]),
+                FakeGpu(uuid="GPU-2", compute_mode=COMPUTE_MODE_EXCLUSIVE_PROCESS),
+                FakeGpu(
+                    uuid="GPU-3",
+                    compute_mode=COMPUTE_MODE_EXCLUSIVE_PROCESS,
+                    processes=[FakeProcess(300, GIB, kind="mps")],
+                ),
+                FakeGpu(uuid="GPU-4", compute_mode=COMPUTE_MODE_PROHIBITED),
+                FakeGpu(uuid="GPU-5"),  # no nvmlDeviceGetComputeMode answer: two contexts would still take turns
+            ]
+        )
+    )
+    backend = _open(open_backend)
+    gpus = backend.read().gpus
+    assert [(g.sharing, g.compute_mode) for g in gpus] == [
+        ("time-slicing", "default"),
+        ("mig", "default"),
+        ("", "exclusive-process"),  # one process at a time: no sharing to speak of without MPS
+        ("mps", "exclusive-process"),  # the driver lists an MPS client: an MPS server runs on it
+        ("", "prohibited"),
+        ("time-slicing", None),
+    ]
+    assert len(gpus[1].mig_devices) == 1
+    latency = backend.call_latency()
+    assert latency["nvmlDeviceGetComputeMode"].count == len(gpus)  # once per GPU and read
+    assert latency["nvmlDeviceGetMigMode"].count == len(gpus)  # shared by the sharing facts and the MIG devices
+
+
+def test_an_mps_control_daemon_makes_every_gpu_mps(
+    configure_nvml: ConfigureNvml,
+    open_backend: list[NvmlBackend],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    configure_nvml(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0", compute_mode=COMPUTE_MODE_DEFAULT)]))
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "mps"))
+    backend = _open(open_backend)
+    assert backend.read().gpus[0].sharing == "time-slicing"
+    (tmp_path / "mps").mkdir()
+    (tmp_path / "mps" / "control").touch()  # the control daemon's pipe
+    assert backend.read().gpus[0].sharing == "mps"
 
 
 def test_every_nvml_call_is_timed_per_function_and_logged_when_verbose(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from collector.backend import SharingFacts
-from profiler.local import sharing_mode
+from collector.sharing import sharing_mode
 from profiler.progress import ProgressSample
 from profiler.results import Phase, TrialOutcome, records_for
 from profiler.spec import parse_trialrun

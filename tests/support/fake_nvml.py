@@ -38,6 +38,11 @@ TOPOLOGY_HOSTBRIDGE = 30
 TOPOLOGY_NODE = 40
 TOPOLOGY_SYSTEM = 50
 
+# NVML compute modes (nvmlComputeMode_t) for FakeGpu.compute_mode.
+COMPUTE_MODE_DEFAULT = 0
+COMPUTE_MODE_PROHIBITED = 2
+COMPUTE_MODE_EXCLUSIVE_PROCESS = 3
+
 PROCESS_KINDS = {"compute": 0, "graphics": 1, "mps": 2}
 
 
@@ -70,7 +75,8 @@ class FakeMig:
 @dataclass(frozen=True)
 class FakeGpu:
     """One GPU. `errors` maps a query (uuid, name, pci, memory, utilization, power, temperature, energy, processes,
-    process_utilization, mig, topology) to the nvmlReturn_t it answers; `topology` maps a peer index to a level."""
+    process_utilization, mig, topology) to the nvmlReturn_t it answers; `topology` maps a peer index to a level;
+    `compute_mode` is an nvmlComputeMode_t (None: the library answers NOT_SUPPORTED for it)."""
 
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
@@ -89,6 +95,7 @@ class FakeGpu:
     nvlink_peers: Iterable[int] = ()
     topology: dict[int, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    compute_mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,8 @@ def render_config(config: FakeNvmlConfig) -> str:
         lines += [f"sample {s.pid} {s.timestamp_us} {s.sm_percent} {s.memory_percent}" for s in gpu.samples]
         if gpu.mig_devices:
             lines.append("mig_mode 1")
+        if gpu.compute_mode is not None:
+            lines.append(f"compute_mode {gpu.compute_mode}")
         lines += [
             f"mig {m.uuid} {m.gpu_instance_id} {m.compute_instance_id} {m.memory_total_bytes} {m.memory_used_bytes}"
             for m in gpu.mig_devices

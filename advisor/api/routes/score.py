@@ -112,7 +112,7 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
     gpu_models = sorted({s.gpu_model for s in scores if s.known and s.feasible})
     models = predictors.answered(pod.workload, gpu_models, max(pod.whole_gpus, 1))
-    modes = [(state_nodes[n].sharing_mode, state_nodes[n].sharing_assumed) for n in names if n in state_nodes]
+    modes = [(state_nodes[n].sharing_mode, state_nodes[n].sharing_source) for n in names if n in state_nodes]
     models["sharing"] = describe_sharing(modes)
     if isinstance(predictors.interference, ModelInterference) and modes:
         models["interference"] = "; ".join(dict.fromkeys(predictors.interference.answer_for(m) for m, _ in modes))

@@ -44,6 +44,7 @@ typedef struct device {
     unsigned gi, ci;
     int nprocs, nsamples;
     int mig_mode, nmigs;
+    int compute_mode; /* nvmlComputeMode_t; -1: not configured, answered NOT_SUPPORTED */
 } device_t;
 
 typedef struct { char busIdLegacy[16]; unsigned domain, bus, device, pciDeviceId, pciSubSystemId; char busId[32]; } pci_t;
@@ -101,6 +102,7 @@ static void parse(FILE *f) {
         else if (!strcmp(word, "gpu") && ngpus < MAX_GPUS) {
             cur = &gpus[ngpus];
             cur->index = ngpus++;
+            cur->compute_mode = -1;
         } else if (!cur) continue;
         else if (!strcmp(word, "uuid")) copy_str(cur->uuid, rest);
         else if (!strcmp(word, "name")) copy_str(cur->name, rest);
@@ -124,6 +126,7 @@ static void parse(FILE *f) {
             sample_t *s = &samples[cur->index][cur->nsamples++];
             s->pid = a; s->ts = b; s->sm = c; s->mem = d;
         } else if (!strcmp(word, "mig_mode")) cur->mig_mode = atoi(rest);
+        else if (!strcmp(word, "compute_mode")) cur->compute_mode = atoi(rest);
         else if (!strcmp(word, "mig") && cur->nmigs < MAX_MIGS) {
             char uuid[STR];
             if (sscanf(rest, "%95s %llu %llu %llu %llu", uuid, &d, &e, &g, &a) == 5) {
@@ -417,6 +420,13 @@ int nvmlDeviceGetTopologyCommonAncestor(device_t *a, device_t *b, int *level) {
     if (!r) r = check(b, E_TOPO);
     if (r) return r;
     *level = topo[a->index][b->index] >= 0 ? topo[a->index][b->index] : 50;
+    return OK;
+}
+int nvmlDeviceGetComputeMode(device_t *dev, int *mode) {
+    int r = check(dev, -1);
+    if (r) return r;
+    if (dev->compute_mode < 0) return NOT_SUPPORTED;
+    *mode = dev->compute_mode;
     return OK;
 }
 int nvmlDeviceGetMigMode(device_t *dev, unsigned *current, unsigned *pending) {
