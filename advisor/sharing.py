@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from advisor.features import FloatArray, SideColumns
+from collector.sharing import SOURCE_LABEL, SOURCE_SNAPSHOT, decide_sharing
 from profiler.csv_formats import SHARING_MODES
 
 TIME_SLICING, MPS, MIG = SHARING_MODES
@@ -44,8 +45,9 @@ CONCURRENT_MODES = (MPS, UNKNOWN)
 # Node labels of NVIDIA's GPU operator that say how a node's GPUs are shared.
 SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-# Which source decided a node's sharing mode (`node_sharing`; `/v1/score`'s `models.sharing` names it).
-SOURCE_SNAPSHOT, SOURCE_LABEL, SOURCE_ASSUMED = "snapshot", "label", "assumed"
+# Which source decided a node's sharing mode (`node_sharing`; `/v1/score`'s `models.sharing` names it): the two of
+# `collector.sharing.decide_sharing`, or neither said and the default compute mode is assumed.
+SOURCE_ASSUMED = "assumed"
 
 
 def node_sharing(
@@ -62,20 +64,18 @@ def node_sharing(
        absence: MPS clients are listed only while they run and the control daemon's pipe is often out of the
        collector's sight, so an idle MPS GPU in the default compute mode looks time-sliced.
     4. Otherwise the default compute mode is assumed (MPS and MIG both need to be set up on purpose): contexts on one
-       GPU take turns, ``time-slicing``."""
+       GPU take turns, ``time-slicing``.
+
+    1–3 are `collector.sharing.decide_sharing`, which the profiler's controller records a pair's mode with too."""
     labels = labels or {}
-    read = {sharing_mode(m) for m in gpu_modes}
-    if has_mig_devices or MIG in read:
-        return MIG, SOURCE_SNAPSHOT
-    if MPS in read:
-        return MPS, SOURCE_SNAPSHOT
+    read = {sharing_mode(m) for m in gpu_modes} | ({MIG} if has_mig_devices else set())
     if labels.get(MIG_STRATEGY_LABEL, "none") not in ("", "none"):
-        return MIG, SOURCE_LABEL
-    mode = sharing_mode(labels.get(SHARING_STRATEGY_LABEL, ""))
+        labelled = MIG
+    else:
+        labelled = sharing_mode(labels.get(SHARING_STRATEGY_LABEL, ""))
+    mode, source = decide_sharing(read, labelled)
     if mode:
-        return mode, SOURCE_LABEL
-    if TIME_SLICING in read:
-        return TIME_SLICING, SOURCE_SNAPSHOT
+        return mode, source
     return TIME_SLICING, SOURCE_ASSUMED
 
 
@@ -139,6 +139,8 @@ def describe_sharing(modes: Iterable[tuple[str, str]]) -> str:
             )
         elif source == SOURCE_LABEL:
             parts.append(f"{mode} {where} (node label)")
-        else:
+        elif source == SOURCE_SNAPSHOT:
             parts.append(f"{mode} {where} (snapshot: the collector's reading of the GPUs)")
+        else:
+            parts.append(f"{mode} {where} ({source})")
     return "; ".join(parts)

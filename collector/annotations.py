@@ -20,7 +20,7 @@ from collector.keys import (
     UPDATED_AT_ANNOTATION,
     UTILIZATION_ANNOTATION,
 )
-from collector.snapshot import Link, NodeSnapshot
+from collector.snapshot import GpuSnapshot, Link, NodeSnapshot
 
 POD_ANNOTATIONS = (MEMORY_ANNOTATION, UTILIZATION_ANNOTATION, GPUS_ANNOTATION, UPDATED_AT_ANNOTATION, JOB_ANNOTATION)
 
@@ -105,6 +105,24 @@ def topology_annotation(links: Iterable[Link]) -> str:
     """The node annotation value: JSON list of `{"a", "b", "level"}`, sorted, compact."""
     rows = sorted((link.a, link.b, link.level.value) for link in links)
     return json.dumps([{"a": a, "b": b, "level": level} for a, b, level in rows], separators=(",", ":"))
+
+
+def sharing_annotation(gpus: Iterable[GpuSnapshot]) -> str:
+    """The node annotation value: compact JSON of each GPU's UUID to its `sharing`, for GPUs that could tell."""
+    return json.dumps(
+        {g.uuid: g.sharing for g in sorted(gpus, key=lambda g: g.uuid) if g.sharing}, separators=(",", ":")
+    )
+
+
+def read_sharing_annotation(value: str | None) -> dict[str, str]:
+    """`sharing_annotation`'s value back (UUID to mode); {} for an absent or malformed one (another writer's)."""
+    try:
+        parsed = json.loads(value or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(parsed, dict):
+        return {}
+    return {str(uuid): mode for uuid, mode in parsed.items() if isinstance(mode, str)}
 
 
 class AnnotationPlanner:

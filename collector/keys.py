@@ -14,8 +14,10 @@ UTILIZATION_ANNOTATION = "gpuadvisor.io/gpu-utilization"
 GPUS_ANNOTATION = "gpuadvisor.io/gpus"
 UPDATED_AT_ANNOTATION = "gpuadvisor.io/updated-at"
 JOB_ANNOTATION = "gpuadvisor.io/job"
-# Annotation the collector writes on its node: the GPUs' link topology.
+# Annotations the collector writes on its node: the GPUs' link topology, and how each GPU is shared (its UUID to
+# its snapshot's `sharing`; read by the profiler when it records a co-location).
 TOPOLOGY_ANNOTATION = "gpuadvisor.io/gpu-topology"
+SHARING_ANNOTATION = "gpuadvisor.io/gpu-sharing"
 
 # Annotations a pod sets to ask for a share of one GPU (read by the advisor).
 GPU_MILLI_ANNOTATION = "gpuadvisor.io/gpu-milli"

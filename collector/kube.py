@@ -33,8 +33,8 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from collector.annotations import AnnotationPlanner, topology_annotation
-from collector.keys import TOPOLOGY_ANNOTATION
+from collector.annotations import AnnotationPlanner, sharing_annotation, topology_annotation
+from collector.keys import SHARING_ANNOTATION, TOPOLOGY_ANNOTATION
 from collector.pods import PodInfo, controller_of, pod_info_from_manifest
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
@@ -317,7 +317,7 @@ class PodAnnotator:
         self._stats = stats
         self._planner = planner if planner is not None else AnnotationPlanner(grace_seconds=grace_seconds)
         self._clock = clock
-        self._topology_published: str | None = None
+        self._node_published: dict[str, str] | None = None
         self._pending: queue.Queue[NodeSnapshot | None] = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
 
@@ -354,17 +354,20 @@ class PodAnnotator:
                     continue  # the pod is gone (or replaced by a namesake): nothing to annotate
                 self._stats.add_error("annotate")
                 log.warning("cannot annotate pod %s/%s: %s", patch.namespace, patch.name, e)
-        topology = topology_annotation(snapshot.links)
-        if topology != self._topology_published:
+        node_annotations = {
+            TOPOLOGY_ANNOTATION: topology_annotation(snapshot.links),
+            SHARING_ANNOTATION: sharing_annotation(snapshot.gpus),
+        }
+        if node_annotations != self._node_published:
             try:
                 self._core.patch_node(
                     self.node,
-                    {"metadata": {"annotations": {TOPOLOGY_ANNOTATION: topology}}},
+                    {"metadata": {"annotations": node_annotations}},
                     _content_type=MERGE_PATCH,
                     _request_timeout=10,
                     _preload_content=False,
                 )
-                self._topology_published = topology
+                self._node_published = node_annotations
                 done += 1
             except TRANSIENT_ERRORS as e:
                 self._stats.add_error("annotate")

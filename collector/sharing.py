@@ -10,13 +10,15 @@ profiler's local runner (DESIGN §11, the `sharing` of a co-location).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 
 from collector.backend import SharingFacts
 
 TIME_SLICING, MPS, MIG = SHARING_MODES = ("time-slicing", "mps", "mig")
 UNKNOWN = ""
+# Which source decided a mode (`decide_sharing`): the collector's reading of the GPUs, or the node's labels.
+SOURCE_SNAPSHOT, SOURCE_LABEL = "snapshot", "label"
 # Where an MPS control daemon listens unless CUDA_MPS_PIPE_DIRECTORY says otherwise (NVIDIA's MPS documentation).
 DEFAULT_MPS_PIPE_DIRECTORY = Path("/tmp/nvidia-mps")
 
@@ -38,3 +40,21 @@ def mps_daemon_running(env: Mapping[str, str]) -> bool:
     """Whether an MPS control daemon listens where CUDA clients started with `env` would look for it."""
     pipe = Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY)
     return (pipe / "control").exists()
+
+
+def decide_sharing(read: Iterable[str], labelled: str) -> tuple[str, str]:
+    """The mode of a node (or of the GPU a pair shared) from what its snapshots read (`GpuSnapshot.sharing` values)
+    and what its labels say (one of `SHARING_MODES`, or ""), and which of the two decided (`SOURCE_SNAPSHOT`,
+    `SOURCE_LABEL`; ("", "") when neither says). The snapshot's positive facts (``mig``, ``mps``) come first, then the
+    label, then the snapshot's ``time-slicing``: that one is read from an absence (MPS clients are listed only while
+    they run, and the control daemon's pipe is often outside the collector's sight), so a label saying ``mps``
+    outranks it."""
+    seen = set(read)
+    for mode in (MIG, MPS):
+        if mode in seen:
+            return mode, SOURCE_SNAPSHOT
+    if labelled in SHARING_MODES:
+        return labelled, SOURCE_LABEL
+    if TIME_SLICING in seen:
+        return TIME_SLICING, SOURCE_SNAPSHOT
+    return UNKNOWN, ""

@@ -19,16 +19,19 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from collector.annotations import read_sharing_annotation
 from collector.keys import (
     GPU_PRODUCT_LABEL,
     GPUS_ANNOTATION,
     MEMORY_ANNOTATION,
+    SHARING_ANNOTATION,
     SIDE_LABEL,
     TRIAL_LABEL,
     TRIALRUN_LABEL,
     UPDATED_AT_ANNOTATION,
     UTILIZATION_ANNOTATION,
 )
+from collector.sharing import decide_sharing
 from profiler.manifests import (
     job_manifest,
     label_value,
@@ -90,7 +93,9 @@ def _matches(obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
 class _SideState:
     """What has been seen of one running trial side.
 
-    After a restart, progress is read again from the pod log; telemetry and GPUs come back from the store.
+    After a restart, progress is read again from the pod log; telemetry and GPUs come back from the store. A pair's
+    first side also keeps how the collector saw the shared GPU shared while both ran (its node's sharing annotation;
+    in memory only: after a restart, from the next reads on).
     """
 
     progress: tuple[ProgressSample, ...] = ()
@@ -98,6 +103,7 @@ class _SideState:
     telemetry_stamps: set[str] = field(default_factory=set)
     gpus: set[str] = field(default_factory=set)
     node: str | None = None
+    sharing_seen: set[str] = field(default_factory=set)
 
     @classmethod
     def stored(cls, kept: TrialSideTelemetry) -> _SideState:
@@ -273,6 +279,7 @@ class Controller:
             if j["metadata"].get("labels", {}).get(SIDE_LABEL) in ("a", "b")
         }
         if trial.kind is TrialKind.PAIR:
+            self._see_sharing(run, trial, this.nodes)
             mismatch = self._sharing_problem(run, trial)
             if mismatch is not None:
                 this.finished_jobs.extend(jobs)
@@ -375,6 +382,18 @@ class Controller:
             state.telemetry.append(_sample(sample))
         state.gpus.update(new_gpus)
 
+    def _see_sharing(self, run: TrialRun, trial: Trial, nodes: Sequence[Mapping[str, Any]]) -> None:
+        """Note how the collector sees the GPU both sides run on shared (its node's sharing annotation)."""
+        a, b = self._state(run, trial, 0), self._state(run, trial, 1)
+        shared = a.gpus & b.gpus
+        if not shared or a.node is None:
+            return
+        node = next((n for n in nodes if n.get("metadata", {}).get("name") == a.node), None)
+        if node is None:
+            return
+        by_gpu = read_sharing_annotation((node["metadata"].get("annotations") or {}).get(SHARING_ANNOTATION))
+        a.sharing_seen.update(by_gpu[g] for g in shared if by_gpu.get(g))
+
     def _sharing_problem(self, run: TrialRun, trial: Trial) -> str | None:
         """Why the two sides of a pair demonstrably did not share one GPU, or None (shared, or not known yet)."""
         a, b = (self._state(run, trial, side) for side in (0, 1))
@@ -429,7 +448,8 @@ class Controller:
                 return self._fail(run, trial, str(e), gpu_model, node)
             summaries = [a, b]
             notes["shared_gpus"] = sorted(states[0].gpus & states[1].gpus)
-            notes["sharing"] = sharing_of_node(labels)
+            # what the collector read while the pair ran (MPS clients are listed only then), else the node's label
+            notes["sharing"], _ = decide_sharing(states[0].sharing_seen, sharing_of_node(labels))
         self._forget(run, trial)
         return TrialOutcome(trial, Phase.SUCCEEDED, "; ".join(messages), gpu_model, node, tuple(summaries), notes)
 

@@ -180,6 +180,34 @@ def _snapshot(
     )
 
 
+async def test_the_node_annotation_says_how_each_gpu_is_shared_and_follows_its_changes(
+    kmock: kmock.KubernetesEmulator,
+) -> None:
+    kmock.objects["v1/pods", "ml", "train-0"] = _pod("train-0", "u-train")
+    kmock.objects["v1/nodes", None, "n1"] = {"metadata": {"name": "n1"}}
+    annotator = PodAnnotator(
+        make_api_client(_url(kmock)),
+        "n1",
+        stats=CollectorStats(),
+        planner=AnnotationPlanner(grace_seconds=120, refresh_seconds=600),
+        clock=lambda: datetime(2026, 11, 21, 10, 0, tzinfo=UTC),
+    )
+    base = _snapshot(4 * GIB, 0.5)
+
+    def shared(*modes: str) -> NodeSnapshot:
+        gpus = tuple(g.model_copy(update={"sharing": m}) for g, m in zip(base.gpus, modes, strict=True))
+        return base.model_copy(update={"gpus": gpus})
+
+    def node_sharing() -> Any:
+        return json.loads(kmock.objects["v1/nodes", None, "n1"]["metadata"]["annotations"]["gpuadvisor.io/gpu-sharing"])
+
+    await asyncio.to_thread(annotator.apply, shared("mps", ""))
+    assert node_sharing() == {"GPU-0": "mps"}  # GPU-1 could not tell: left out
+    assert await asyncio.to_thread(annotator.apply, shared("mps", "")) == 0  # unchanged: no node patch
+    assert await asyncio.to_thread(annotator.apply, shared("time-slicing", "time-slicing")) == 1
+    assert node_sharing() == {"GPU-0": "time-slicing", "GPU-1": "time-slicing"}
+
+
 async def test_annotations_patched_on_meaningful_change_and_removed_after_grace(
     kmock: kmock.KubernetesEmulator,
 ) -> None:

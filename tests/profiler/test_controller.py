@@ -163,6 +163,38 @@ async def test_controller_runs_solos_then_the_pair_and_stores_profiles(
         assert s.execute(select(func.count()).select_from(Colocation)).scalar_one() == 1
 
 
+async def test_the_pair_records_how_the_collector_saw_its_gpu_shared_over_the_nodes_label(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
+    _seed_nodes(kmock)  # shared-1's label says time-slicing
+    controller = _controller(kmock, engine)
+    doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]})
+    await _reconcile(controller, doc)
+    for name, job in _jobs(kmock).items():
+        _finish_job(kmock, job, node="plain-1", gpu="GPU-1", rate=400.0, batch=20 if "t001" in name else 32)
+    await _reconcile(controller, doc)
+    pair_jobs = _jobs(kmock)
+    assert len(pair_jobs) == 2
+    node = kmock.objects[NODES, None, "shared-1"]
+    # while the pair runs, the collector reads MPS clients on the shared GPU (and nothing on another)
+    node.patch(
+        {"metadata": {"annotations": {"gpuadvisor.io/gpu-sharing": json.dumps({"GPU-s": "mps", "GPU-t": "mig"})}}}
+    )
+    for job in pair_jobs.values():
+        annotations = _telemetry("2025-11-21T10:00:05Z", 0.75, 6 << 30, gpus="GPU-s")
+        _put_pod(kmock, job, phase="Running", node="shared-1", rate=300.0, batch=32, annotations=annotations)
+    assert (await _reconcile(controller, doc))["phase"] == "Running"
+    # once they exit, the MPS clients are gone and the collector reads the default compute mode
+    node.patch({"metadata": {"annotations": {"gpuadvisor.io/gpu-sharing": json.dumps({"GPU-s": "time-slicing"})}}})
+    for name, job in pair_jobs.items():
+        _finish_job(kmock, job, node="shared-1", gpu="GPU-s", rate=300.0 if name.endswith("-a") else 100.0, batch=32)
+    status = await _reconcile(controller, doc)
+    assert status["phase"] == "Succeeded", status["message"]
+    with db.session_factory(engine)() as s:
+        (coloc,) = repo.list_colocations(session=s)
+    assert coloc.sharing == "mps"
+
+
 async def test_a_pair_that_did_not_share_a_gpu_fails_with_that_reason(
     kmock: kmock.KubernetesEmulator, engine: Engine
 ) -> None:
