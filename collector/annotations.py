@@ -33,7 +33,8 @@ class PodUsage:
     name: str
     uid: str
     memory_used_bytes: int
-    utilization_ratio: float
+    # None when NVML had no utilisation sample for any of the pod's processes this cycle: unknown, not idle
+    utilization_ratio: float | None
     gpus: tuple[str, ...]
     job: str
 
@@ -57,7 +58,7 @@ class _Published:
 
 def pod_usage(snapshot: NodeSnapshot) -> dict[str, PodUsage]:
     """Per pod UID, for pods the index knows by name (UID-only pods cannot be patched)."""
-    totals: dict[str, tuple[str, str, int, float, set[str], str]] = {}
+    totals: dict[str, tuple[str, str, int, float | None, set[str], str]] = {}
     for gpu in snapshot.gpus:
         for process in gpu.processes:
             pod = process.pod
@@ -65,14 +66,15 @@ def pod_usage(snapshot: NodeSnapshot) -> dict[str, PodUsage]:
                 continue
             job = f"{pod.owner_kind}/{pod.owner_name}" if pod.owner_kind else ""
             namespace, name, memory, utilization, uuids, _ = totals.get(
-                pod.uid, (pod.namespace, pod.name, 0, 0.0, set(), job)
+                pod.uid, (pod.namespace, pod.name, 0, None, set(), job)
             )
+            sampled = process.sm_utilization_ratio
             uuids.add(gpu.uuid)
             totals[pod.uid] = (
                 namespace,
                 name,
                 memory + (process.memory_used_bytes or 0),
-                utilization + (process.sm_utilization_ratio or 0.0),
+                utilization if sampled is None else (utilization or 0.0) + sampled,
                 uuids,
                 job,
             )
@@ -83,7 +85,7 @@ def pod_usage(snapshot: NodeSnapshot) -> dict[str, PodUsage]:
             uid=uid,
             memory_used_bytes=memory,
             # one pod on several GPUs: mean over its GPUs, so the ratio stays within 0..1
-            utilization_ratio=round(min(1.0, utilization / max(1, len(uuids))), 4),
+            utilization_ratio=None if utilization is None else round(min(1.0, utilization / max(1, len(uuids))), 4),
             gpus=tuple(sorted(uuids)),
             job=job,
         )
@@ -92,13 +94,15 @@ def pod_usage(snapshot: NodeSnapshot) -> dict[str, PodUsage]:
 
 
 def pod_annotations(usage: PodUsage, now: datetime) -> dict[str, str | None]:
-    return {
+    annotations: dict[str, str | None] = {
         MEMORY_ANNOTATION: str(usage.memory_used_bytes),
-        UTILIZATION_ANNOTATION: f"{usage.utilization_ratio:.4g}",
         GPUS_ANNOTATION: ",".join(usage.gpus),
         UPDATED_AT_ANNOTATION: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         JOB_ANNOTATION: usage.job or None,
+        # no sample this cycle: the annotation is removed (unknown), never written as 0 (idle)
+        UTILIZATION_ANNOTATION: None if usage.utilization_ratio is None else f"{usage.utilization_ratio:.4g}",
     }
+    return annotations
 
 
 def topology_annotation(links: Iterable[Link]) -> str:
@@ -151,6 +155,8 @@ class AnnotationPlanner:
         threshold = max(self.memory_change_min_bytes, self.memory_change_ratio * old.memory_used_bytes)
         if memory_delta > threshold:
             return True
+        if new.utilization_ratio is None or old.utilization_ratio is None:
+            return new.utilization_ratio is not old.utilization_ratio
         return abs(new.utilization_ratio - old.utilization_ratio) > self.utilization_change
 
     def plan(self, snapshot: NodeSnapshot, now: datetime) -> list[PodPatch]:

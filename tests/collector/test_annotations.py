@@ -11,7 +11,7 @@ T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 POD = PodRef(namespace="ml", name="ddp-0", uid="u1", owner_kind="Job", owner_name="ddp")
 
 
-def _snapshot(*gpus: tuple[str, int, float, PodRef]) -> NodeSnapshot:
+def _snapshot(*gpus: tuple[str, int, float | None, PodRef]) -> NodeSnapshot:
     return NodeSnapshot(
         node="n1",
         timestamp=T0,
@@ -59,3 +59,15 @@ def test_moving_to_another_gpu_is_a_meaningful_change() -> None:
 def test_topology_annotation_is_sorted_compact_json() -> None:
     links = [Link(a=1, b=2, level=LinkLevel.NUMA), Link(a=0, b=1, level=LinkLevel.NVLINK)]
     assert topology_annotation(links) == '[{"a":0,"b":1,"level":"NVLINK"},{"a":1,"b":2,"level":"NUMA"}]'
+
+
+def test_a_pod_without_a_utilisation_sample_is_unknown_not_idle() -> None:
+    """NVML gives no sample for a light process in some cycles (`nvidia-smi pmon` shows "-"): the annotation then
+    says nothing (it is removed), never 0."""
+    unsampled = _snapshot(("GPU-a", 1 << 30, None, POD))
+    assert pod_usage(unsampled)["u1"].utilization_ratio is None
+    (patch,) = AnnotationPlanner().plan(unsampled, T0)
+    assert patch.annotations["gpuadvisor.io/gpu-utilization"] is None
+    sampled = _snapshot(("GPU-a", 1 << 30, 0.25, POD))
+    (patch,) = AnnotationPlanner().plan(sampled, T0)
+    assert patch.annotations["gpuadvisor.io/gpu-utilization"] == "0.25"
