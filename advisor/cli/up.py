@@ -420,7 +420,9 @@ def up(  # noqa: PLR0917 - Typer maps every option to a parameter
     console = Console(highlight=False, soft_wrap=True)
     settings = build_settings(db_url, no_kube=True)
     token, token_at = local_token(settings)
-    settings = settings.model_copy(update={"api_token": token})
+    # A few local nodes: the node-detail dashboard's link matrix costs nothing here, so it is on unless set.
+    links = {} if "GPUADVISOR_EXPORT_GPU_LINKS" in os.environ else {"export_gpu_links": True}
+    settings = settings.model_copy(update={"api_token": token, **links})
     check_port_free(host, port)
     if metrics_port == port:
         fail(f"--metrics-port: {metrics_port} is the advisor's --port; choose another")
