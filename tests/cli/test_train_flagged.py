@@ -4,27 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.records import ColocationRecord
 from profiler.store import repo
 from profiler.store.db import make_engine, session_factory
+from tests.advisor.models.test_store_frames import stored_pair
 from tests.cli.test_cli_smoke import gpuadvisor
 from tests.cli.test_errors import assert_one_error_line
-
-
-def _pair(workload_b: str, *, flagged: bool) -> ColocationRecord:
-    return ColocationRecord(
-        gpu_model="NVIDIA H100 80GB HBM3",
-        workload_a="cnn-bs64",
-        workload_b=workload_b,
-        solo_throughput_a=100.0,
-        solo_throughput_b=50.0,
-        coloc_throughput_a=50.0,
-        coloc_throughput_b=25.0,
-        sharing="time-slicing",
-        repeats=3,
-        spread_ratio=0.4 if flagged else 0.05,
-        flagged=flagged,
-    )
 
 
 def test_flagged_results_train_only_when_asked_for(tmp_path: Path) -> None:
@@ -32,8 +16,8 @@ def test_flagged_results_train_only_when_asked_for(tmp_path: Path) -> None:
     assert gpuadvisor("db", "upgrade", "--db", url).returncode == 0
     sessions = session_factory(make_engine(url))
     with sessions() as session, session.begin():
-        repo.save_colocation(session=session, colocation=_pair("lstm-bs20", flagged=False))
-        repo.save_colocation(session=session, colocation=_pair("recommender-bs256", flagged=True))
+        repo.save_colocation(session=session, colocation=stored_pair("lstm-bs20", flagged=False))
+        repo.save_colocation(session=session, colocation=stored_pair("recommender-bs256", flagged=True))
     # Too few pairs to train either way; the refusal counts the rows each reading kept.
     plain = gpuadvisor("models", "train", "interference", "--from-store", "--db", url)
     assert_one_error_line(plain, 2, "cannot train the interference model", "1 usable row(s)")

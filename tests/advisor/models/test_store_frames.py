@@ -8,7 +8,8 @@ from advisor.datasets import colocations_frame, throughputs_frame
 from profiler.records import ColocationRecord, ProfileRecord
 
 
-def _pair(workload_b: str, *, flagged: bool) -> ColocationRecord:
+def stored_pair(workload_b: str, *, flagged: bool) -> ColocationRecord:
+    """A time-sliced H100 pair as trial runs store it; `flagged` when its repeats spread too far."""
     return ColocationRecord(
         gpu_model="NVIDIA H100 80GB HBM3",
         workload_a="cnn-bs64",
@@ -25,7 +26,7 @@ def _pair(workload_b: str, *, flagged: bool) -> ColocationRecord:
 
 
 def test_flagged_colocations_are_left_out_of_training_unless_asked_for() -> None:
-    records = [_pair("lstm-bs20", flagged=False), _pair("recommender-bs256", flagged=True)]
+    records = [stored_pair("lstm-bs20", flagged=False), stored_pair("recommender-bs256", flagged=True)]
     assert list(colocations_frame(records)["workload_b"]) == ["lstm-bs20"]
     assert sorted(colocations_frame(records, include_flagged=True)["workload_b"]) == ["lstm-bs20", "recommender-bs256"]
 
@@ -40,7 +41,7 @@ def test_flagged_trial_profiles_are_left_out_of_training_unless_asked_for() -> N
 
 
 def test_store_colocations_reach_the_models_with_their_sharing_mode_and_utilisation() -> None:
-    pair = _pair("lstm-bs20", flagged=False)
+    pair = stored_pair("lstm-bs20", flagged=False)
     frame = colocations_frame([replace(pair, sm_util_a=0.9, sm_util_b=0.12)])
     assert list(frame["sharing"]) == ["time-slicing"]
     assert list(frame["sm_util_a"]) == [0.9]
