@@ -19,6 +19,7 @@ Both use the models' own code with 150 boosting rounds at learning rate 0.1 (ins
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -92,22 +93,39 @@ def heldout_table(
     fam_a = pairs["family_a"].to_numpy()
     fam_b = pairs["family_b"].to_numpy()
     norm: dict[tuple[str, str, str], float] = {}
+    models = _pair_models(gavel_json.resolve(), gavel_json.stat().st_mtime_ns, rounds, num_threads)
+    for (fa, fb), pairs_model in models.items():
+        query = ((fam_a == fa) & (fam_b == fb)) | ((fam_a == fb) & (fam_b == fa))
+        rows = pairs[query].reset_index(drop=True)
+        out = pairs_model.predict_frame(rows)
+        for r, (na, nb) in zip(rows.itertuples(index=False), out, strict=True):
+            norm[(str(r.gpu_model), str(r.workload_a), str(r.workload_b))] = float(na)
+            norm[(str(r.gpu_model), str(r.workload_b), str(r.workload_a))] = float(nb)
+    return RateTable(f"advisor.models (held out, {knowledge})", isolated, norm)
+
+
+@functools.lru_cache(maxsize=2)
+def _pair_models(
+    gavel_json: Path, mtime_ns: int, rounds: int, num_threads: int
+) -> dict[tuple[str, str], InterferenceModel]:
+    """The leave-both-families-out interference models, one per pair of families that has co-locations. They are
+    trained on measured pairs only (never on the predicted solo speeds), so they are the same for every `knowledge`
+    and are trained once per data file (`mtime_ns` keys a changed file) and training settings."""
+    del mtime_ns  # part of the cache key only
+    colocations = load_gavel(gavel_json).colocations.reset_index(drop=True)
+    fam_a = colocations["family_a"].to_numpy()
+    fam_b = colocations["family_b"].to_numpy()
+    families = sorted(set(fam_a) | set(fam_b))
+    models: dict[tuple[str, str], InterferenceModel] = {}
     for i, fa in enumerate(families):
         for fb in families[i:]:
-            held = {fa, fb}
-            query = ((fam_a == fa) & (fam_b == fb)) | ((fam_a == fb) & (fam_b == fa))
-            if not query.any():
+            if not (((fam_a == fa) & (fam_b == fb)) | ((fam_a == fb) & (fam_b == fa))).any():
                 continue
-            disjoint = ~np.isin(fam_a, list(held)) & ~np.isin(fam_b, list(held))
-            pairs_model = InterferenceModel(
+            disjoint = ~np.isin(fam_a, [fa, fb]) & ~np.isin(fam_b, [fa, fb])
+            models[(fa, fb)] = InterferenceModel(
                 num_boost_round=rounds, learning_rate=_LEARNING_RATE, num_threads=num_threads
-            ).fit(data.colocations[disjoint].reset_index(drop=True))
-            rows = pairs[query].reset_index(drop=True)
-            out = pairs_model.predict_frame(rows)
-            for r, (na, nb) in zip(rows.itertuples(index=False), out, strict=True):
-                norm[(str(r.gpu_model), str(r.workload_a), str(r.workload_b))] = float(na)
-                norm[(str(r.gpu_model), str(r.workload_b), str(r.workload_a))] = float(nb)
-    return RateTable(f"advisor.models (held out, {knowledge})", isolated, norm)
+            ).fit(colocations[disjoint].reset_index(drop=True))
+    return models
 
 
 def prediction_errors(believed: RateTable, truth: RateTable) -> dict[str, float]:
