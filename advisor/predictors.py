@@ -19,9 +19,10 @@ Heuristics (what the advisor does without a model):
   slowdown is `max(1, Σ SM demand, Σ memory-bandwidth demand)` (the worse of the two over-subscriptions), times a
   5 % context-switch cost per process already on the GPU.
   That is the picture of kernels running at once (MPS, or a GPU whose sharing is unknown). On a time-sliced GPU
-  (the default compute mode) the contexts take turns instead (`advisor.sharing.time_slicing_prior`): each
-  resident's turn is waited out, so the pod's slowdown is ``1 + Σ u_resident + σ`` and a resident's ``1 + u_pod +
-  Σ u_other residents + σ``, whatever the utilisations sum to (`turn_taking_slowdowns`).
+  (the default compute mode) the contexts take turns instead (`advisor.sharing.turn_taking`): each side waits out
+  the others' turns, the residents together counting as one context whose duty cycle is the sum of theirs (at most
+  1), every side stepping every `DEFAULT_STEP_SECONDS` (a pod's step time is not known here), whatever the
+  utilisations sum to (`turn_taking_slowdowns`).
 * JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
 """
 
@@ -29,10 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+
 from advisor.gpus import gpu_spec
-from advisor.sharing import SWITCH_COST, TIME_SLICING
+from advisor.sharing import DEFAULT_STEP_SECONDS, TIME_SLICING, turn_taking
 
 HEURISTIC = "heuristic"
 DATA_SHEETS = "data sheets"
@@ -209,12 +213,19 @@ class HeuristicUsage:
 
 def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:
     """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
-    time-sliced GPU: each side waits out the others' turns (the time-slicing prior of `advisor.sharing`,
-    summed over the residents)."""
-    others = sum(resident_sm)
-    pod = 1.0 + others + SWITCH_COST * min(1.0, pod_sm + others)
-    worst = max(1.0 + pod_sm + others - r + SWITCH_COST * min(1.0, pod_sm + others) for r in resident_sm)
-    return pod, worst
+    time-sliced GPU (`advisor.sharing.turn_taking`): each side against all the others as one context."""
+    return _turn_taking_slowdowns(round(pod_sm, 3), tuple(sorted(round(r, 3) for r in resident_sm)))
+
+
+@lru_cache(maxsize=4096)
+def _turn_taking_slowdowns(pod_sm: float, resident_sm: tuple[float, ...]) -> tuple[float, float]:
+    # Memoised on utilisations rounded to 0.1 %: the fixed point costs far more than the scorer's other arithmetic.
+    this = np.array([pod_sm, *resident_sm], dtype=np.float64)
+    total = float(this.sum())
+    others = np.minimum(1.0, total - this)
+    step = np.full(len(this), DEFAULT_STEP_SECONDS)
+    speed = turn_taking(this, step, others, step)[0]
+    return 1.0 / float(speed[0]), float(np.max(1.0 / speed[1:]))
 
 
 def default_usage(gpu_milli: int) -> UsageProfile:

@@ -333,6 +333,13 @@ class NeighbourTable:
         )
 
 
+def _codes(names: Sequence[str]) -> tuple[npt.NDArray[np.intp], list[str]]:
+    """Each name's index among the sorted distinct names, and those names."""
+    distinct = sorted({str(n) for n in names})
+    index = {name: i for i, name in enumerate(distinct)}
+    return np.fromiter((index[str(n)] for n in names), np.intp, len(names)), distinct
+
+
 def fit_neighbours(
     this: Sequence[str], other: Sequence[str], gpus: Sequence[str], residual: FloatArray
 ) -> NeighbourTable:
@@ -341,12 +348,24 @@ def fit_neighbours(
     rows_of: dict[str, dict[str, int]] = {}
     columns_of: dict[str, dict[str, int]] = {}
     values_of: dict[str, FloatArray] = {}
-    frame = pd.DataFrame({"this": this, "other": other, "gpu": gpus, "residual": residual})
-    for gpu, rows in frame.groupby("gpu", sort=True):
-        table = rows.pivot_table(index="this", columns="other", values="residual", aggfunc="mean")
-        if len(table.index) < 2:
+    residual = np.asarray(residual, dtype=np.float64)
+    measured_rows = ~np.isnan(residual)
+    gpu_codes, gpu_names_sorted = _codes([g for g, m in zip(gpus, measured_rows, strict=True) if m])
+    this_kept = [t for t, m in zip(this, measured_rows, strict=True) if m]
+    other_kept = [o for o, m in zip(other, measured_rows, strict=True) if m]
+    residual = residual[measured_rows]
+    for k, gpu in enumerate(gpu_names_sorted):
+        at = np.flatnonzero(gpu_codes == k)
+        row_codes, row_names = _codes([this_kept[i] for i in at])
+        column_codes, column_names = _codes([other_kept[i] for i in at])
+        if len(row_names) < 2:
             continue
-        values = table.to_numpy(np.float64)  # this × partner, NaN where not measured
+        cells = row_codes * len(column_names) + column_codes
+        size = len(row_names) * len(column_names)
+        counts = np.bincount(cells, minlength=size)
+        sums = np.bincount(cells, weights=residual[at], minlength=size)
+        # this × partner, the mean residual of each measured cell, NaN where not measured.
+        values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan).reshape(len(row_names), len(column_names))
         known = ~np.isnan(values)
         filled = np.nan_to_num(values)
         # Mean absolute residual difference of each two workloads over the partners both were measured with.
@@ -365,10 +384,9 @@ def fit_neighbours(
             count = chosen.sum(axis=0)
             total = (filled[order] * chosen).sum(axis=0)
             out[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-        name = str(gpu)
-        rows_of[name] = {str(w): k for k, w in enumerate(table.index)}
-        columns_of[name] = {str(w): k for k, w in enumerate(table.columns)}
-        values_of[name] = out
+        rows_of[gpu] = {w: j for j, w in enumerate(row_names)}
+        columns_of[gpu] = {w: j for j, w in enumerate(column_names)}
+        values_of[gpu] = out
     return NeighbourTable(rows_of, columns_of, values_of)
 
 
