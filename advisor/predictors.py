@@ -24,10 +24,15 @@ Heuristics (what the advisor does without a model):
   1), every side stepping every `DEFAULT_STEP_SECONDS` (a pod's step time is not known here), whatever the
   utilisations sum to (`turn_taking_slowdowns`).
 * JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
+  `/v1/predict/jct` with the job's requested `steps` and no history of it estimates from physics instead: the steps
+  over the workload's single-GPU steps/s on that GPU (`SpeedPredictor.steps_per_second`: its profile there, else its
+  profile elsewhere times its speed ratio), over the data-parallel speed-up of its GPU count
+  (`data_parallel_speedup`: each doubling keeps `SCALING_EFFICIENCY_PER_DOUBLING` of the per-GPU throughput).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,6 +48,10 @@ DATA_SHEETS = "data sheets"
 DEFAULT_COMPUTE_SHARE = 0.5
 
 _CONTEXT_SWITCH_COST_RATIO = 0.05
+# Data-parallel training: the share of per-GPU throughput each doubling of the GPU count keeps (gradient exchange
+# grows with the count). 0.9 is the median over Sia's measured placements (7 applications on T4, V100, A100, RTX
+# GPUs, 2-16 GPUs, each against its 1-GPU throughput at the same per-GPU batch; docs/models.md).
+SCALING_EFFICIENCY_PER_DOUBLING = 0.9
 _DEFAULT_BW_PER_SM_RATIO = 0.6
 
 
@@ -76,6 +85,11 @@ class SpeedPredictor(Protocol):
 
     def speed_of(self, workload: str | None, gpu_model: str, gpu_count: int) -> tuple[float | None, str]:
         """How fast `workload` runs on `gpu_model` relative to the reference GPU, and what answered (None: unknown)."""
+        ...
+
+    def steps_per_second(self, workload: str | None, gpu_model: str) -> tuple[float | None, str]:
+        """`workload`'s training steps per second on one `gpu_model` (at its profiled batch size), and what says so;
+        None (and why) without a profile of it or for an unknown GPU model."""
         ...
 
 
@@ -164,6 +178,11 @@ class SpecSpeed:
             return None, unknown_gpu_text(gpu_model)
         return self.relative_speed(gpu_model), DATA_SHEETS
 
+    def steps_per_second(self, workload: str | None, gpu_model: str) -> tuple[float | None, str]:
+        if not gpu_spec(gpu_model).known:
+            return None, unknown_gpu_text(gpu_model)
+        return None, "data sheets alone give no throughput: no profile of the workload is served"
+
 
 class HeuristicInterference:
     """SM / memory-bandwidth over-subscription model (see the module docstring)."""
@@ -226,6 +245,14 @@ def _turn_taking_slowdowns(pod_sm: float, resident_sm: tuple[float, ...]) -> tup
     step = np.full(len(this), DEFAULT_STEP_SECONDS)
     speed = turn_taking(this, step, others, step)[0]
     return 1.0 / float(speed[0]), float(np.max(1.0 / speed[1:]))
+
+
+def data_parallel_speedup(gpu_count: int) -> float:
+    """How many times one GPU's throughput `gpu_count` GPUs give a data-parallel job:
+    ``n × SCALING_EFFICIENCY_PER_DOUBLING ** log2(n)`` (1 GPU: 1; 8: 5.8; 1,024: 358)."""
+    if gpu_count < 1:
+        raise ValueError(f"gpu_count: expected at least 1, got {gpu_count}")
+    return float(gpu_count * SCALING_EFFICIENCY_PER_DOUBLING ** math.log2(gpu_count))
 
 
 def default_usage(gpu_milli: int) -> UsageProfile:
