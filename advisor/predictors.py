@@ -38,10 +38,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
-import numpy as np
-
 from advisor.gpus import gpu_spec
-from advisor.sharing import DEFAULT_STEP_SECONDS, TIME_SLICING, turn_taking
+from advisor.sharing import DEFAULT_STEP_SECONDS, TIME_SLICING, turn_taking_one
 
 HEURISTIC = "heuristic"
 DATA_SHEETS = "data sheets"
@@ -233,18 +231,18 @@ class HeuristicUsage:
 def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:
     """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
     time-sliced GPU (`advisor.sharing.turn_taking`): each side against all the others as one context."""
-    return _turn_taking_slowdowns(round(pod_sm, 3), tuple(sorted(round(r, 3) for r in resident_sm)))
+    return _turn_taking_slowdowns(round(pod_sm, 2), tuple(sorted(round(r, 2) for r in resident_sm)))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=16384)
 def _turn_taking_slowdowns(pod_sm: float, resident_sm: tuple[float, ...]) -> tuple[float, float]:
-    # Memoised on utilisations rounded to 0.1 %: the fixed point costs far more than the scorer's other arithmetic.
-    this = np.array([pod_sm, *resident_sm], dtype=np.float64)
-    total = float(this.sum())
-    others = np.minimum(1.0, total - this)
-    step = np.full(len(this), DEFAULT_STEP_SECONDS)
-    speed = turn_taking(this, step, others, step)[0]
-    return 1.0 / float(speed[0]), float(np.max(1.0 / speed[1:]))
+    # Memoised on utilisations rounded to 1 % (finer than anything the model can tell apart): the fixed point costs
+    # more than the scorer's other arithmetic.
+    total = pod_sm + sum(resident_sm)
+    step = DEFAULT_STEP_SECONDS
+    pod = turn_taking_one(pod_sm, step, min(1.0, total - pod_sm), step)[0]
+    residents = [turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in resident_sm]
+    return 1.0 / pod, 1.0 / min(residents)
 
 
 def data_parallel_speedup(gpu_count: int) -> float:

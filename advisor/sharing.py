@@ -48,7 +48,8 @@ A missing SM utilisation counts as 1.0 (assume the GPU is saturated), as in the 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,10 @@ DEFAULT_STEP_SECONDS = 0.01
 # The fixed point of `turn_taking` converges geometrically: 20 rounds agree with 400 to 1e-15 over a grid of duty
 # cycles 0..1 and steps of 0.2 ms to 1 s.
 _FIXED_POINT_ITERATIONS = 25
+# Guards of `_turn_taking`'s divisions and of its 0/1 test of "has GPU work" (seconds; a step's work is far above
+# 1e-12 s, its gap is 0 only for a saturating side).
+_TINY = 1e-12
+_HUGE = 1e12
 POWER_COST = 0.03
 DEFAULT_UTIL_RATIO = 1.0
 # Modes in which kernels of both sides run at once (the utilisation-sum picture); "" (unknown) is read so too.
@@ -134,47 +139,60 @@ def step_seconds(side: SideColumns) -> FloatArray:
     return result
 
 
-def _pending_after(pending: FloatArray, gap: FloatArray, elapsed: FloatArray) -> FloatArray:
-    """Probability that a side has work waiting `elapsed` seconds after the other took the GPU: it had work then
-    (its time-average share `pending`), or its CPU gap of `gap` seconds ended meanwhile (surely, if the gap is
-    shorter; else with chance `elapsed / gap`)."""
-    still_idle = np.clip(1.0 - np.divide(elapsed, gap, out=np.ones_like(gap), where=gap > 0), 0.0, 1.0)
-    still_idle = np.where(gap > 0, still_idle, 0.0)
-    result: FloatArray = 1.0 - (1.0 - pending) * still_idle
-    return result
-
-
 def turn_taking(
     util_a: FloatArray, step_a: FloatArray, util_b: FloatArray, step_b: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """Both sides' normalised throughputs when their contexts take turns on one GPU (the module doc's time-slicing
     model), from solo duty cycles (ratios 0..1) and solo step times (seconds), row by row."""
     util_a, util_b = np.clip(util_a, 0.0, 1.0), np.clip(util_b, 0.0, 1.0)
-    busy_a, busy_b = util_a * step_a, util_b * step_b
+    speed_a, speed_b = _turn_taking(
+        util_a * step_a, step_a, util_b * step_b, step_b, maximum=np.maximum, minimum=np.minimum
+    )
+    return np.asarray(speed_a, dtype=np.float64), np.asarray(speed_b, dtype=np.float64)
+
+
+def turn_taking_one(util_a: float, step_a: float, util_b: float, step_b: float) -> tuple[float, float]:
+    """`turn_taking` of one pair in plain floats: the same model, for the scorer's per-GPU questions, where numpy's
+    per-call cost on one-element arrays would be most of the time."""
+    util_a, util_b = min(1.0, max(0.0, util_a)), min(1.0, max(0.0, util_b))
+    speed_a, speed_b = _turn_taking(util_a * step_a, step_a, util_b * step_b, step_b, maximum=max, minimum=min)
+    return float(speed_a), float(speed_b)
+
+
+def _turn_taking(
+    busy_a: Any, step_a: Any, busy_b: Any, step_b: Any, *, maximum: Callable[..., Any], minimum: Callable[..., Any]
+) -> tuple[Any, Any]:
+    """The fixed point of the module doc's waits, in operators that floats and numpy arrays share (`maximum` and
+    `minimum` are numpy's or the builtins), so one definition serves both `turn_taking` and `turn_taking_one`."""
     gap_a, gap_b = step_a - busy_a, step_b - busy_b
-    turn_a, turn_b = np.minimum(TIME_SLICE_SECONDS, busy_a), np.minimum(TIME_SLICE_SECONDS, busy_b)
-    slice_ = np.full_like(busy_a, TIME_SLICE_SECONDS)
-    expiries_a = np.maximum(0.0, busy_a / TIME_SLICE_SECONDS - 1.0)
-    expiries_b = np.maximum(0.0, busy_b / TIME_SLICE_SECONDS - 1.0)
-    # A side with no GPU work never asks for the GPU, so never waits at a step's start.
-    asks_a, asks_b = (busy_a > 0).astype(np.float64), (busy_b > 0).astype(np.float64)
+    turn_a, turn_b = minimum(TIME_SLICE_SECONDS, busy_a), minimum(TIME_SLICE_SECONDS, busy_b)
+    expiries_a = maximum(0.0, busy_a / TIME_SLICE_SECONDS - 1.0)
+    expiries_b = maximum(0.0, busy_b / TIME_SLICE_SECONDS - 1.0)
+    # 1 for a side with GPU work, 0 for one without: it never asks for the GPU, so never waits at a step's start.
+    asks_a, asks_b = minimum(1.0, busy_a * _HUGE), minimum(1.0, busy_b * _HUGE)
     c = CONTEXT_SWITCH_SECONDS
-    wait_a, wait_b = np.zeros_like(busy_a), np.zeros_like(busy_b)
+
+    def pending_after(pending: Any, gap: Any, elapsed: Any) -> Any:
+        # Whether a side has work `elapsed` seconds after the other took the GPU: it had work then (its time-average
+        # share `pending`), or its CPU gap ended meanwhile (surely if the gap is shorter, else with chance
+        # elapsed / gap). A side without a gap is always pending.
+        still_idle = minimum(1.0, maximum(0.0, 1.0 - elapsed / maximum(gap, _TINY)))
+        return 1.0 - (1.0 - pending) * still_idle
+
+    wait_a, wait_b = busy_a * 0.0, busy_b * 0.0
     for _ in range(_FIXED_POINT_ITERATIONS):
         pending_a = (busy_a + wait_a) / (step_a + wait_a)
         pending_b = (busy_b + wait_b) / (step_b + wait_b)
         holding_a, holding_b = busy_a / (step_a + wait_a), busy_b / (step_b + wait_b)
-        took_a = asks_a * _pending_after(pending_a, gap_a, turn_b)
-        took_b = asks_b * _pending_after(pending_b, gap_b, turn_a)
+        took_a = asks_a * pending_after(pending_a, gap_a, turn_b)
+        took_b = asks_b * pending_after(pending_b, gap_b, turn_a)
         wait_a = asks_a * (
-            took_b * (np.maximum(0.0, turn_b - gap_a) + c) + (1.0 - took_b) * holding_b * (turn_b / 2 + c)
-        ) + expiries_a * asks_b * _pending_after(pending_b, gap_b, slice_) * (turn_b + 2 * c)
+            took_b * (maximum(0.0, turn_b - gap_a) + c) + (1.0 - took_b) * holding_b * (turn_b / 2 + c)
+        ) + expiries_a * asks_b * pending_after(pending_b, gap_b, TIME_SLICE_SECONDS) * (turn_b + 2 * c)
         wait_b = asks_b * (
-            took_a * (np.maximum(0.0, turn_a - gap_b) + c) + (1.0 - took_a) * holding_a * (turn_a / 2 + c)
-        ) + expiries_b * asks_a * _pending_after(pending_a, gap_a, slice_) * (turn_a + 2 * c)
-    speed_a: FloatArray = step_a / (step_a + wait_a)
-    speed_b: FloatArray = step_b / (step_b + wait_b)
-    return speed_a, speed_b
+            took_a * (maximum(0.0, turn_a - gap_b) + c) + (1.0 - took_a) * holding_a * (turn_a / 2 + c)
+        ) + expiries_b * asks_a * pending_after(pending_a, gap_a, TIME_SLICE_SECONDS) * (turn_a + 2 * c)
+    return step_a / (step_a + wait_a), step_b / (step_b + wait_b)
 
 
 def time_slicing_prior(this: SideColumns, other: SideColumns) -> FloatArray:

@@ -26,6 +26,7 @@ from advisor.sharing import (
     sharing_prior,
     time_slicing_prior,
     turn_taking,
+    turn_taking_one,
     util_sum_prior,
 )
 from collector.snapshot import NodeSnapshot
@@ -69,6 +70,13 @@ def test_contexts_taking_turns_never_get_more_gpu_time_than_there_is() -> None:
     idle = ua == 0.0
     assert np.all(xa[idle] == 1.0)
     assert np.all(xb[idle] == 1.0)
+
+
+def test_one_pair_in_plain_floats_is_the_same_model() -> None:
+    cases = [(0.12, 1.2e-3, 0.9, 0.01), (1.0, 0.1, 1.0, 0.1), (0.0, 0.01, 1.0, 0.01), (0.35, 3e-3, 1.0, 1.0)]
+    for ua, ta, ub, tb in cases:
+        xa, xb = turn_taking(np.array([ua]), np.array([ta]), np.array([ub]), np.array([tb]))
+        assert turn_taking_one(ua, ta, ub, tb) == (xa[0], xb[0])
 
 
 def test_a_side_whose_step_is_unknown_steps_every_default_step() -> None:
