@@ -19,26 +19,37 @@ Heuristics (what the advisor does without a model):
   slowdown is `max(1, Σ SM demand, Σ memory-bandwidth demand)` (the worse of the two over-subscriptions), times a
   5 % context-switch cost per process already on the GPU.
   That is the picture of kernels running at once (MPS, or a GPU whose sharing is unknown). On a time-sliced GPU
-  (the default compute mode) the contexts take turns instead (`advisor.sharing.time_slicing_prior`): each
-  resident's turn is waited out, so the pod's slowdown is ``1 + Σ u_resident + σ`` and a resident's ``1 + u_pod +
-  Σ u_other residents + σ``, whatever the utilisations sum to (`turn_taking_slowdowns`).
+  (the default compute mode) the contexts take turns instead (`advisor.sharing.turn_taking`): each side waits out
+  the others' turns, the residents together counting as one context whose duty cycle is the sum of theirs (at most
+  1), every side stepping every `DEFAULT_STEP_SECONDS` (a pod's step time is not known here), whatever the
+  utilisations sum to (`turn_taking_slowdowns`).
 * JCT (`HeuristicJct`): no estimate without a model (returns None); the scorer then ranks by relative speed only.
+  `/v1/predict/jct` with the job's requested `steps` and no history of it estimates from physics instead: the steps
+  over the workload's single-GPU steps/s on that GPU (`SpeedPredictor.steps_per_second`: its profile there, else its
+  profile elsewhere times its speed ratio), over the data-parallel speed-up of its GPU count
+  (`data_parallel_speedup`: each doubling keeps `SCALING_EFFICIENCY_PER_DOUBLING` of the per-GPU throughput).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from advisor.gpus import gpu_spec
-from advisor.sharing import SWITCH_COST, TIME_SLICING
+from advisor.sharing import DEFAULT_STEP_SECONDS, TIME_SLICING, turn_taking_one
 
 HEURISTIC = "heuristic"
 DATA_SHEETS = "data sheets"
 DEFAULT_COMPUTE_SHARE = 0.5
 
 _CONTEXT_SWITCH_COST_RATIO = 0.05
+# Data-parallel training: the share of per-GPU throughput each doubling of the GPU count keeps (gradient exchange
+# grows with the count). 0.9 is the median over Sia's measured placements (7 applications on T4, V100, A100, RTX
+# GPUs, 2-16 GPUs, each against its 1-GPU throughput at the same per-GPU batch; docs/models.md).
+SCALING_EFFICIENCY_PER_DOUBLING = 0.9
 _DEFAULT_BW_PER_SM_RATIO = 0.6
 
 
@@ -72,6 +83,11 @@ class SpeedPredictor(Protocol):
 
     def speed_of(self, workload: str | None, gpu_model: str, gpu_count: int) -> tuple[float | None, str]:
         """How fast `workload` runs on `gpu_model` relative to the reference GPU, and what answered (None: unknown)."""
+        ...
+
+    def steps_per_second(self, workload: str | None, gpu_model: str) -> tuple[float | None, str]:
+        """`workload`'s training steps per second on one `gpu_model` (at its profiled batch size), and what says so;
+        None (and why) without a profile of it or for an unknown GPU model."""
         ...
 
 
@@ -160,6 +176,11 @@ class SpecSpeed:
             return None, unknown_gpu_text(gpu_model)
         return self.relative_speed(gpu_model), DATA_SHEETS
 
+    def steps_per_second(self, workload: str | None, gpu_model: str) -> tuple[float | None, str]:
+        if not gpu_spec(gpu_model).known:
+            return None, unknown_gpu_text(gpu_model)
+        return None, "data sheets alone give no throughput: no profile of the workload is served"
+
 
 class HeuristicInterference:
     """SM / memory-bandwidth over-subscription model (see the module docstring)."""
@@ -209,12 +230,27 @@ class HeuristicUsage:
 
 def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:
     """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
-    time-sliced GPU: each side waits out the others' turns (the time-slicing prior of `advisor.sharing`,
-    summed over the residents)."""
-    others = sum(resident_sm)
-    pod = 1.0 + others + SWITCH_COST * min(1.0, pod_sm + others)
-    worst = max(1.0 + pod_sm + others - r + SWITCH_COST * min(1.0, pod_sm + others) for r in resident_sm)
-    return pod, worst
+    time-sliced GPU (`advisor.sharing.turn_taking`): each side against all the others as one context."""
+    return _turn_taking_slowdowns(round(pod_sm, 2), tuple(sorted(round(r, 2) for r in resident_sm)))
+
+
+@lru_cache(maxsize=16384)
+def _turn_taking_slowdowns(pod_sm: float, resident_sm: tuple[float, ...]) -> tuple[float, float]:
+    # Memoised on utilisations rounded to 1 % (finer than anything the model can tell apart): the fixed point costs
+    # more than the scorer's other arithmetic.
+    total = pod_sm + sum(resident_sm)
+    step = DEFAULT_STEP_SECONDS
+    pod = turn_taking_one(pod_sm, step, min(1.0, total - pod_sm), step)[0]
+    residents = [turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in resident_sm]
+    return 1.0 / pod, 1.0 / min(residents)
+
+
+def data_parallel_speedup(gpu_count: int) -> float:
+    """How many times one GPU's throughput `gpu_count` GPUs give a data-parallel job:
+    ``n × SCALING_EFFICIENCY_PER_DOUBLING ** log2(n)`` (1 GPU: 1; 8: 5.8; 1,024: 358)."""
+    if gpu_count < 1:
+        raise ValueError(f"gpu_count: expected at least 1, got {gpu_count}")
+    return float(gpu_count * SCALING_EFFICIENCY_PER_DOUBLING ** math.log2(gpu_count))
 
 
 def default_usage(gpu_milli: int) -> UsageProfile:

@@ -158,6 +158,12 @@ class ProfileIndex:
         """Workloads whose SM / memory-bandwidth use is known."""
         return sorted(self._usage_any)
 
+    def gpus_of(self, workload: str, *, first: str = "") -> list[str]:
+        """The GPU models `workload` has a solo profile on, `first` first when among them, the rest sorted."""
+        gpus = sorted(g for w, g in self._rows if w == workload)
+        first = normalize_gpu_model(first) if first else ""
+        return sorted(gpus, key=lambda g: (g != first, g))
+
     def solo(self, workload: str | None, gpu_model: str) -> _Solo | None:
         workload = self.names.resolve(workload)
         if not workload:
@@ -218,8 +224,10 @@ class WorkloadSpeed:
         answers: AnswerCounts | None = None,
         *,
         throughput_name: str = "throughput model",
+        reference_gpu: str = "",
     ) -> None:
         self._answers = answers or AnswerCounts()
+        self._reference_gpu = reference_gpu
         self._spec = spec
         self._throughput = throughput
         self._throughput_name = throughput_name
@@ -239,6 +247,24 @@ class WorkloadSpeed:
         value, how = self._ratio(self._profiles.names.resolve(workload) or "", gpu_model, reference, gpu_count)
         self._answers.add("speed", how if value is not None else "unknown GPU model")
         return value, how
+
+    def steps_per_second(self, workload: str, gpu_model: str) -> tuple[float | None, str]:
+        """`workload`'s single-GPU steps/s on `gpu_model`: its profile there ("measured"), else its profile on
+        another GPU model (the reference first) times `ratio` between the two; None and why otherwise."""
+        if not gpu_spec(gpu_model).known:
+            return None, unknown_gpu_text(gpu_model)
+        name = self._profiles.names.resolve(workload) or ""
+        here = self._profiles.solo(name, gpu_model)
+        if here is not None and here.throughput > 0:
+            return _steps(here), "measured"
+        for there_gpu in self._profiles.gpus_of(name, first=self._reference_gpu):
+            there = self._profiles.solo(name, there_gpu)
+            if there is None or there.throughput <= 0 or not gpu_spec(there_gpu).known:
+                continue
+            ratio, how = self._ratio(name, gpu_model, there_gpu, 1)
+            if ratio is not None:
+                return _steps(there) * ratio, f"its profile on {there_gpu} × {how}"
+        return None, f"no profile of workload {workload!r} on any GPU model"
 
     def _nearest_trained(self, gpu_model: str) -> str:
         """The trained GPU type nearest to `gpu_model` by data sheet: the distance of their log2 FP16 tensor, FP32
@@ -311,6 +337,16 @@ class ModelSpeed:
                 self._cache.clear()
             answer = self._cache[key] = self._speed.ratio(workload, gpu_model, self._reference, gpu_count)
         return answer
+
+    def steps_per_second(self, workload: str | None, gpu_model: str) -> tuple[float | None, str]:
+        if not workload:
+            return self._spec.steps_per_second(workload, gpu_model)
+        return self._speed.steps_per_second(workload, gpu_model)
+
+
+def _steps(solo: _Solo) -> float:
+    """Steps/s of a solo profile (its throughput is samples/s at its batch size; steps/s where the batch is 0)."""
+    return solo.throughput / solo.batch_size if solo.batch_size > 0 else solo.throughput
 
 
 class ModelJct:
@@ -485,7 +521,12 @@ def predictors_from(
     spec = SpecSpeed(SPEED_REFERENCE_GPU)
     throughput_name = f"throughput v{models.versions['throughput']}" if models.throughput is not None else ""
     workload_speed = WorkloadSpeed(
-        spec, models.throughput, profiles or ProfileIndex({}), answers, throughput_name=throughput_name
+        spec,
+        models.throughput,
+        profiles or ProfileIndex({}),
+        answers,
+        throughput_name=throughput_name,
+        reference_gpu=SPEED_REFERENCE_GPU,
     )
     speed: SpeedPredictor = ModelSpeed(spec, workload_speed, throughput_name or spec.name)
     jct: JctPredictor = HeuristicJct()

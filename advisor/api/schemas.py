@@ -486,6 +486,14 @@ class JctQuery(_Native):
     workload: str = Field(min_length=1, description="Workload signature.")
     gpu_model: str = Field(min_length=1, description='GPU model name, e.g. "NVIDIA H100 80GB HBM3" or "V100".')
     gpu_count: int = Field(default=1, ge=1, le=1024, description="GPUs the job runs on (1..1024).")
+    steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description="Training steps the job asks for, at its profiled batch size. Without history of the workload, "
+        "the JCT is estimated from them: steps / its single-GPU steps/s on this GPU model / the data-parallel "
+        "speed-up of `gpu_count` GPUs.",
+    )
 
 
 class JctAnswer(_Out):

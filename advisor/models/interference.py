@@ -260,17 +260,12 @@ def fit_offsets(
     sensitivity: dict[str, float] = {}
     aggressiveness: dict[str, float] = {}
     left = residual.copy()
-    for keys_this, keys_other in (
-        (list(this), list(other)),
-        (
-            [_gpu_key(t, g) for t, g in zip(this, gpus, strict=True)],
-            [_gpu_key(o, g) for o, g in zip(other, gpus, strict=True)],
-        ),
-    ):
-        names = sorted(set(keys_this) | set(keys_other))
-        index = {name: i for i, name in enumerate(names)}
-        code_this = np.fromiter(map(index.__getitem__, keys_this), np.intp, len(keys_this))
-        code_other = np.fromiter(map(index.__getitem__, keys_other), np.intp, len(keys_other))
+    this_names, other_names = np.asarray(this, dtype=object), np.asarray(other, dtype=object)
+    at_gpu = "@" + np.asarray(gpus, dtype=object)  # `_gpu_key`, built column-wise
+    n = len(this_names)
+    for keys_this, keys_other in ((this_names, other_names), (this_names + at_gpu, other_names + at_gpu)):
+        codes, names = _codes(np.concatenate([keys_this, keys_other]))
+        code_this, code_other = codes[:n], codes[n:]
         sens = np.zeros(len(names))
         aggr = np.zeros(len(names))
         for _ in range(BACKFIT_ROUNDS):
@@ -333,6 +328,13 @@ class NeighbourTable:
         )
 
 
+def _codes(names: Sequence[str] | npt.NDArray[np.object_]) -> tuple[npt.NDArray[np.intp], list[str]]:
+    """Each name's index among the sorted distinct names, and those names (hashed in C: the knob search asks this
+    hundreds of times per fit)."""
+    codes, distinct = pd.factorize(np.asarray(names, dtype=object), sort=True)
+    return codes.astype(np.intp, copy=False), [str(n) for n in distinct]
+
+
 def fit_neighbours(
     this: Sequence[str], other: Sequence[str], gpus: Sequence[str], residual: FloatArray
 ) -> NeighbourTable:
@@ -341,12 +343,24 @@ def fit_neighbours(
     rows_of: dict[str, dict[str, int]] = {}
     columns_of: dict[str, dict[str, int]] = {}
     values_of: dict[str, FloatArray] = {}
-    frame = pd.DataFrame({"this": this, "other": other, "gpu": gpus, "residual": residual})
-    for gpu, rows in frame.groupby("gpu", sort=True):
-        table = rows.pivot_table(index="this", columns="other", values="residual", aggfunc="mean")
-        if len(table.index) < 2:
+    residual = np.asarray(residual, dtype=np.float64)
+    measured_rows = ~np.isnan(residual)
+    gpu_codes, gpu_names_sorted = _codes([g for g, m in zip(gpus, measured_rows, strict=True) if m])
+    this_kept = [t for t, m in zip(this, measured_rows, strict=True) if m]
+    other_kept = [o for o, m in zip(other, measured_rows, strict=True) if m]
+    residual = residual[measured_rows]
+    for k, gpu in enumerate(gpu_names_sorted):
+        at = np.flatnonzero(gpu_codes == k)
+        row_codes, row_names = _codes([this_kept[i] for i in at])
+        column_codes, column_names = _codes([other_kept[i] for i in at])
+        if len(row_names) < 2:
             continue
-        values = table.to_numpy(np.float64)  # this × partner, NaN where not measured
+        cells = row_codes * len(column_names) + column_codes
+        size = len(row_names) * len(column_names)
+        counts = np.bincount(cells, minlength=size)
+        sums = np.bincount(cells, weights=residual[at], minlength=size)
+        # this × partner, the mean residual of each measured cell, NaN where not measured.
+        values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan).reshape(len(row_names), len(column_names))
         known = ~np.isnan(values)
         filled = np.nan_to_num(values)
         # Mean absolute residual difference of each two workloads over the partners both were measured with.
@@ -365,10 +379,9 @@ def fit_neighbours(
             count = chosen.sum(axis=0)
             total = (filled[order] * chosen).sum(axis=0)
             out[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-        name = str(gpu)
-        rows_of[name] = {str(w): k for k, w in enumerate(table.index)}
-        columns_of[name] = {str(w): k for k, w in enumerate(table.columns)}
-        values_of[name] = out
+        rows_of[gpu] = {w: j for j, w in enumerate(row_names)}
+        columns_of[gpu] = {w: j for j, w in enumerate(column_names)}
+        values_of[gpu] = out
     return NeighbourTable(rows_of, columns_of, values_of)
 
 

@@ -15,6 +15,7 @@ from advisor.features import SideColumns
 from advisor.predictors import HeuristicInterference, UsageProfile
 from advisor.settings import AdvisorSettings
 from advisor.sharing import (
+    DEFAULT_STEP_SECONDS,
     MIG,
     MPS,
     TIME_SLICING,
@@ -24,29 +25,64 @@ from advisor.sharing import (
     sharing_mode,
     sharing_prior,
     time_slicing_prior,
+    turn_taking,
+    turn_taking_one,
     util_sum_prior,
 )
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import process, snapshot
 
 
-def side(sm: float, bw: float = 0.1) -> SideColumns:
+def side(sm: float, bw: float = 0.1, step_seconds: float = 0.32) -> SideColumns:
+    """One side whose solo step takes `step_seconds` (32 samples per step)."""
     one = np.array([1.0])
-    return SideColumns(one * 100, one * 32, one * sm, one * bw, one * 1e9, one * np.nan)
+    return SideColumns(one * 32 / step_seconds, one * 32, one * sm, one * bw, one * 1e9, one * np.nan)
 
 
 LIGHT, HEAVY = side(0.12), side(0.9)
 TOKEN = "s3cret"
 
 
-def test_under_time_slicing_a_light_process_loses_half_next_to_a_heavy_one() -> None:
-    """What was measured by hand on an H100 in its default compute mode (issues 32, 33): the light side ≈ 0.5, the
-    heavy side ≈ 0.8, two heavy ones ≈ 0.45–0.57 each; the utilisation sum (~1) says almost no slowdown."""
-    assert time_slicing_prior(LIGHT, HEAVY)[0] == pytest.approx(0.49, abs=0.03)
-    assert time_slicing_prior(HEAVY, LIGHT)[0] == pytest.approx(0.79, abs=0.03)
-    assert 0.45 <= time_slicing_prior(HEAVY, HEAVY)[0] <= 0.57
-    assert util_sum_prior(LIGHT, HEAVY)[0] > 0.95  # the old picture, kept for MPS
+def test_under_time_slicing_a_light_process_with_short_steps_waits_out_the_heavy_ones_slices() -> None:
+    """The turn-taking physics (advisor.sharing's module doc): a light process (u = 0.12) whose steps are short
+    against a time slice waits out a heavy one's turns and loses about half its speed, the heavy one little; the
+    utilisation sum (~1) says almost no slowdown. With long steps the same light process loses little."""
+    light_short, heavy = side(0.12, step_seconds=1.2e-3), side(0.9, step_seconds=0.01)
+    assert 0.45 <= time_slicing_prior(light_short, heavy)[0] <= 0.6
+    assert 0.85 <= time_slicing_prior(heavy, light_short)[0] <= 0.97
+    assert util_sum_prior(light_short, heavy)[0] > 0.95  # the old picture, kept for MPS
+    assert time_slicing_prior(side(0.12, step_seconds=0.1), side(0.9, step_seconds=0.1))[0] > 0.85
+    saturated = side(1.0, step_seconds=0.1)
+    assert 0.45 <= time_slicing_prior(saturated, saturated)[0] <= 0.5  # two turns and the switches
+    assert 0.45 <= time_slicing_prior(side(0.9, step_seconds=0.01), heavy)[0] <= 0.57
     assert mig_prior(LIGHT, HEAVY)[0] > 0.95  # isolated instances
+
+
+def test_contexts_taking_turns_never_get_more_gpu_time_than_there_is() -> None:
+    """Over a grid of duty cycles and step times (0.2 ms to 1 s), the two sides' GPU time, u_a·x_a + u_b·x_b, never
+    exceeds the GPU's, and a side with no GPU work neither waits nor delays the other."""
+    util = np.linspace(0.0, 1.0, 11)
+    steps = np.array([2e-4, 1e-3, 3e-3, 1e-2, 0.1, 1.0])
+    ua, ub, ta, tb = (g.ravel() for g in np.meshgrid(util, util, steps, steps, indexing="ij"))
+    xa, xb = turn_taking(ua, ta, ub, tb)
+    assert np.all(ua * xa + ub * xb <= 1.0 + 1e-9)
+    assert np.all((xa > 0) & (xa <= 1.0) & (xb > 0) & (xb <= 1.0))
+    idle = ua == 0.0
+    assert np.all(xa[idle] == 1.0)
+    assert np.all(xb[idle] == 1.0)
+
+
+def test_one_pair_in_plain_floats_is_the_same_model() -> None:
+    cases = [(0.12, 1.2e-3, 0.9, 0.01), (1.0, 0.1, 1.0, 0.1), (0.0, 0.01, 1.0, 0.01), (0.35, 3e-3, 1.0, 1.0)]
+    for ua, ta, ub, tb in cases:
+        xa, xb = turn_taking(np.array([ua]), np.array([ta]), np.array([ub]), np.array([tb]))
+        assert turn_taking_one(ua, ta, ub, tb) == (xa[0], xb[0])
+
+
+def test_a_side_whose_step_is_unknown_steps_every_default_step() -> None:
+    unknown = SideColumns(*(np.array([v]) for v in (np.nan, 0.0, 0.12, 0.1, 1e9, np.nan)))
+    known = side(0.12, step_seconds=DEFAULT_STEP_SECONDS)
+    assert time_slicing_prior(unknown, HEAVY)[0] == time_slicing_prior(known, HEAVY)[0]
 
 
 def test_each_row_gets_its_own_modes_prior() -> None:
@@ -95,9 +131,14 @@ def test_the_heuristic_takes_turns_on_a_time_sliced_gpu() -> None:
     heavy = process_like(0.9)
     concurrent = heuristic.slowdowns("h100", "light", UsageProfile(0.12, 0.05), [heavy])
     turns = heuristic.slowdowns("h100", "light", UsageProfile(0.12, 0.05), [heavy], sharing="time-slicing")
-    assert concurrent[0] < 1.2
-    assert turns[0] == pytest.approx(1 / 0.49, rel=0.05)  # the light pod loses half
-    assert turns[1] == pytest.approx(1 / 0.79, rel=0.05)  # the heavy resident a fifth
+    # Steps unknown (DEFAULT_STEP_SECONDS): the light pod keeps most of its speed, the heavy resident waits out
+    # the light one's turns; the same as the pair's time-slicing prior.
+    light, heavy_side = side(0.12, step_seconds=DEFAULT_STEP_SECONDS), side(0.9, step_seconds=DEFAULT_STEP_SECONDS)
+    assert turns[0] == pytest.approx(1 / time_slicing_prior(light, heavy_side)[0])
+    assert turns[1] == pytest.approx(1 / time_slicing_prior(heavy_side, light)[0])
+    assert turns[1] > 1.1 > concurrent[1]
+    saturated = heuristic.slowdowns("h100", "a", UsageProfile(1.0, 0.5), [process_like(1.0)], sharing="time-slicing")
+    assert saturated[0] == pytest.approx(2.0, rel=0.05)  # two saturating contexts: about half each
 
 
 class process_like:  # noqa: N801 - a ResidentLike value

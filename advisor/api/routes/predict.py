@@ -8,7 +8,13 @@ from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute
 from advisor.api.schemas import InterferenceAnswer, InterferenceQuery, JctAnswer, JctQuery, UsageIn
 from advisor.placement.types import WHOLE_GPU_MILLI, Resident
-from advisor.predictors import HEURISTIC, UsageProfile, default_usage
+from advisor.predictors import (
+    HEURISTIC,
+    SCALING_EFFICIENCY_PER_DOUBLING,
+    UsageProfile,
+    data_parallel_speedup,
+    default_usage,
+)
 from advisor.serving import ModelInterference, ModelJct
 
 router = APIRouter(prefix="/v1/predict", tags=["predictions"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
@@ -34,10 +40,17 @@ def predict_jct(query: JctQuery, ctx: Ctx) -> JctAnswer:
             if isinstance(jct_model, ModelJct)
             else f"{jct_model.name}: no JCT model is promoted"
         )
-        reason = f"no JCT estimate ({why}); {runs}"
+        jct, reason = _from_steps(query, ctx, f"no JCT estimate ({why})")
+        if jct is None:
+            reason = f"{reason}; {runs}"
     else:
         reason = f"JCT from {predictors.jct.name} on a V100, scaled to this GPU: {runs}"
-    jct_answer = predictors.jct.name if jct is not None else f"{HEURISTIC}: no estimate"
+    if jct is None:
+        jct_answer = f"{HEURISTIC}: no estimate"
+    elif reason.startswith(_PHYSICAL):
+        jct_answer = _PHYSICAL
+    else:
+        jct_answer = predictors.jct.name
     return JctAnswer(
         workload=query.workload,
         gpu_model=query.gpu_model,
@@ -47,6 +60,25 @@ def predict_jct(query: JctQuery, ctx: Ctx) -> JctAnswer:
         model=predictors.jct.name,
         models={"jct": jct_answer, "speed": source},
         reason=reason,
+    )
+
+
+_PHYSICAL = "requested steps / throughput"
+
+
+def _from_steps(query: JctQuery, ctx: Ctx, why_not: str) -> tuple[float | None, str]:
+    """The JCT of a job without history from its requested steps (see `advisor.predictors`), or None and why not."""
+    if query.steps is None:
+        return None, f"{why_not}; give the job's `steps` for an estimate from its throughput"
+    rate, how = ctx.predictors.speed.steps_per_second(query.workload, query.gpu_model)
+    if rate is None or rate <= 0:
+        return None, f"{why_not}; no throughput for its steps: {how}"
+    speedup = data_parallel_speedup(query.gpu_count)
+    jct = query.steps / (rate * speedup)
+    return jct, (
+        f"{_PHYSICAL} ({why_not}): {query.steps} steps at {rate:.4g} steps/s on one {query.gpu_model} ({how}), "
+        f"{speedup:.3g} x that on {query.gpu_count} GPU{'s' if query.gpu_count != 1 else ''} (data-parallel, "
+        f"{SCALING_EFFICIENCY_PER_DOUBLING:g} of the per-GPU throughput kept per doubling)"
     )
 
 

@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.datasets import side_columns_from_frame
 from advisor.features import SoloProfile
 from advisor.models.artifact import load_artifact, save_artifact
 from advisor.models.interference import NORM_MAX, NORM_MIN, InterferenceModel
 from advisor.models.training import evaluate, splits
+from advisor.sharing import time_slicing_prior
 from tests.advisor.models.conftest import FAST
 
 
@@ -67,11 +69,14 @@ def test_the_model_applies_what_it_learned_only_in_the_modes_it_was_trained_on(v
     assert model.sharing_modes_ == frozenset({""})
     time_sliced = v100_pairs.assign(sharing="time-slicing")
     predicted = model.predict_frame(time_sliced)
-    # The sides without utilisation count as saturated: the time-slicing prior alone, 1 / (1 + 1 + 0.15).
-    assert np.allclose(predicted, 1.0 / 2.15)
+    # The sides without utilisation count as saturated: the time-slicing prior alone, about half each.
+    a, b = side_columns_from_frame(time_sliced, "a"), side_columns_from_frame(time_sliced, "b")
+    assert np.allclose(predicted, np.column_stack([time_slicing_prior(a, b), time_slicing_prior(b, a)]))
+    assert np.all((predicted > 0.3) & (predicted < 0.6))
     assert not np.allclose(model.predict_frame(v100_pairs), predicted)  # unknown mode: the learned model
     retrained = InterferenceModel(num_boost_round=10, num_threads=1).fit(time_sliced)
     assert retrained.sharing_modes_ == frozenset({"time-slicing"})
     assert not np.allclose(retrained.predict_frame(time_sliced), predicted)  # learned where measured
-    pair = [(SoloProfile("a", 100.0, sm_util_ratio=0.12), SoloProfile("b", 100.0, sm_util_ratio=0.9))]
-    assert model.predict_pairs(pair, "v100", "time-slicing")[0, 0] == pytest.approx(0.49, abs=0.03)
+    # A light side with 1.2 ms steps next to a heavy one waits out its slices (advisor.sharing).
+    pair = [(SoloProfile("a", 32 / 1.2e-3, 32, sm_util_ratio=0.12), SoloProfile("b", 32 / 0.01, 32, sm_util_ratio=0.9))]
+    assert model.predict_pairs(pair, "v100", "time-slicing")[0, 0] == pytest.approx(0.55, abs=0.05)
