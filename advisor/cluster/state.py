@@ -72,6 +72,30 @@ class PodAllocation:
     workload: str | None = None
     gang: str | None = None
     started_seconds: float | None = None
+    # GPUs known by UUID to be this pod's (Dynamic Resource Allocation names the device): (GPU UUID, milli held
+    # there: 1000 for a whole GPU, a MIG instance's share of its parent). They are reserved on exactly those GPUs.
+    pinned: tuple[tuple[str, int], ...] = ()
+
+
+def holds_gpus(a: PodAllocation) -> bool:
+    """Whether an allocation holds any GPU (whole, a share, or pinned devices)."""
+    return a.gpus > 0 or a.gpu_milli > 0 or a.gpu_memory_bytes is not None or bool(a.pinned)
+
+
+def merged_allocation(own: PodAllocation | None, claimed: PodAllocation | None) -> PodAllocation | None:
+    """A pod's allocation from its own resources (`own`, which leaves out the resources a claim serves: KEP-5004)
+    and from its ResourceClaims (`claimed`, `advisor.cluster.dra`); None when together they hold no GPU."""
+    if claimed is None:
+        return own if own is not None and holds_gpus(own) else None
+    if own is None:
+        return claimed
+    return dataclasses.replace(
+        own,
+        node=own.node,
+        gpus=own.gpus + claimed.gpus,
+        gpu_milli=own.gpu_milli if own.gpu_milli or claimed.gpus else claimed.gpu_milli,
+        pinned=(*own.pinned, *claimed.pinned),
+    )
 
 
 def allocation_of(pod: str, request: PodRequest, node: str, started_seconds: float | None = None) -> PodAllocation:
@@ -235,6 +259,29 @@ def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tu
     return state, set(pods)
 
 
+def _reserve_pinned(
+    gpus: list[GpuSnapshot],
+    states: list[GpuState],
+    holders_at: list[set[str]],
+    seen: dict[str, int],
+    allocations: Mapping[str, PodAllocation],
+) -> None:
+    """Reserve the GPUs that allocations name by UUID (DRA devices) where the pod runs no process yet; a whole GPU
+    so reserved counts among the pod's GPUs, so it is not reserved a second time among the free ones."""
+    position = {g.uuid: pos for pos, g in enumerate(gpus)}
+    for alloc in allocations.values():
+        for uuid, milli in alloc.pinned:
+            pos = position.get(uuid)
+            if pos is None:
+                continue
+            if alloc.pod not in holders_at[pos]:
+                s = states[pos]
+                states[pos] = dataclasses.replace(s, allocated_milli=min(WHOLE_GPU_MILLI, s.allocated_milli + milli))
+                holders_at[pos].add(alloc.pod)
+                if milli >= WHOLE_GPU_MILLI:
+                    seen[alloc.pod] = seen.get(alloc.pod, 0) + 1
+
+
 def topology_of(snapshot: NodeSnapshot, gpus: list[GpuSnapshot]) -> Topology:
     """The link topology of a snapshot's GPUs (`gpus` in position order)."""
     position = {g.index: pos for pos, g in enumerate(gpus)}
@@ -262,11 +309,14 @@ def build_node_state(
     node_topology = topology(snapshot, gpus)
     states: list[GpuState] = []
     seen: dict[str, int] = {}
+    holders_at: list[set[str]] = []
     for g in gpus:
         state, holders = _gpu_state(g, allocations)
         states.append(state)
+        holders_at.append(holders)
         for pod in holders:
             seen[pod] = seen.get(pod, 0) + 1
+    _reserve_pinned(gpus, states, holders_at, seen, allocations)
     for alloc in allocations.values():
         missing = alloc.gpus - seen.get(alloc.pod, 0)
         for pos, s in enumerate(states):
@@ -355,7 +405,9 @@ class ClusterState:
         self._next_sweep_seconds = math.inf  # when the oldest node can have expired: none yet
         self._records: dict[str, NodeRecord] = {}
         self._nodes: dict[str, NodeState] = {}
-        self._allocations: dict[str, PodAllocation] = {}
+        self._allocations: dict[str, PodAllocation] = {}  # pod → what it holds (its own resources and its claims)
+        self._own: dict[str, PodAllocation] = {}  # pod → what its own resources say (the pod watch)
+        self._from_claims: dict[str, PodAllocation] = {}  # pod → what its ResourceClaims hold (the DRA watch)
         self._by_node: dict[str, dict[str, PodAllocation]] = {}
         self._topologies: OrderedDict[tuple[object, ...], tuple[Topology, tuple[Link, ...]]] = OrderedDict()
         self._resources: dict[str, PodResources] = {}
@@ -517,17 +569,31 @@ class ClusterState:
     def update_pod(self, pod: str, allocation: PodAllocation | None, resources: PodResources | None) -> None:
         """Record (or move, or forget: None) a bound pod's GPU allocation and CPU/memory requests, and refresh the
         affected nodes once."""
-        if self._allocations.get(pod) == allocation and self._resources.get(pod) == resources:
+        holding = merged_allocation(allocation, self._from_claims.get(pod))
+        if (
+            self._own.get(pod) == allocation
+            and self._allocations.get(pod) == holding
+            and self._resources.get(pod) == resources
+        ):
             return
         touched: set[str] = set()
         with self._lock:
-            self._put_allocation(pod, allocation, touched)
+            if allocation is None:
+                self._own.pop(pod, None)
+            else:
+                self._own[pod] = allocation
+            self._put_allocation(pod, merged_allocation(allocation, self._from_claims.get(pod)), touched)
             self._put_resources(pod, resources, touched)
             for node in touched:
                 self._rebuild(node)
 
     def _set_allocations(self, allocations: Iterable[PodAllocation]) -> None:
-        self._allocations = {a.pod: a for a in allocations}
+        self._own = {a.pod: a for a in allocations}
+        self._allocations = {}
+        for pod in set(self._own) | set(self._from_claims):
+            holding = merged_allocation(self._own.get(pod), self._from_claims.get(pod))
+            if holding is not None:
+                self._allocations[pod] = holding
         self._by_node = {}
         for a in self._allocations.values():
             self._by_node.setdefault(a.node, {})[a.pod] = a
@@ -545,6 +611,18 @@ class ClusterState:
             self._requests_known = True
             changed = [n for n in self._records if before.get(n) != (self._by_node.get(n), self._capacity(n))]
             for node in changed:
+                self._rebuild(node)
+
+    def replace_claimed(self, claimed: Mapping[str, PodAllocation]) -> None:
+        """Swap in what every pod's ResourceClaims hold (`advisor.cluster.dra.DraIndex.held_by_pods`), merged with
+        what its own resources say; the nodes of the pods whose holding changed are rebuilt."""
+        with self._lock:
+            changed = {p for p in set(self._from_claims) | set(claimed) if self._from_claims.get(p) != claimed.get(p)}
+            self._from_claims = dict(claimed)
+            touched: set[str] = set()
+            for pod in changed:
+                self._put_allocation(pod, merged_allocation(self._own.get(pod), claimed.get(pod)), touched)
+            for node in touched:
                 self._rebuild(node)
 
     def set_allocatable(self, node: str, allocatable: tuple[int, int] | None) -> None:

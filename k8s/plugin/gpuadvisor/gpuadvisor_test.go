@@ -313,3 +313,18 @@ func TestWirePodLeavesOutWhatTheAdvisorDoesNotRead(t *testing.T) {
 		t.Error("toWire changed the pod's own annotations")
 	}
 }
+
+func TestPodsWithResourceClaimsAreScoredWithTheirClaims(t *testing.T) {
+	f := &fakeAdvisor{}
+	p, _ := start(t, f, nil)
+	pod := gpuPod("dra", v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}, nil)
+	template := "one-gpu"
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &template}}
+	if _, st := scoreCycle(t, p, pod, nodeInfos("a")); st.IsSkip() || f.calls.Load() != 1 {
+		t.Fatalf("a pod with a ResourceClaim got %v after %d calls; want it scored", st, f.calls.Load())
+	}
+	sent := f.lastRequest(t).Pod.Spec.ResourceClaims
+	if len(sent) != 1 || sent[0].Name != "gpu" || sent[0].ResourceClaimTemplateName == nil || *sent[0].ResourceClaimTemplateName != template {
+		t.Errorf("claims sent to the advisor: %+v", sent)
+	}
+}

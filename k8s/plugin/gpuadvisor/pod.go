@@ -25,8 +25,12 @@ var gpuAnnotations = []string{"gpuadvisor.io/gpu-milli", "gpuadvisor.io/gpu-memo
 
 // wantsGPU says whether the pod asks for a GPU at all: only those pods cost a call to the advisor. How much it asks
 // for is the advisor's to read (one definition, advisor/cluster/pods.py); a pod that names a GPU resource with 0 is
-// still sent, and scored neutrally there.
+// still sent, and scored neutrally there. A pod with ResourceClaims (Dynamic Resource Allocation) is sent too: the
+// advisor reads their device classes and selectors (advisor/cluster/dra.py) and scores a claim for no GPU neutrally.
 func wantsGPU(pod *v1.Pod) bool {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return true
+	}
 	for _, a := range gpuAnnotations {
 		if _, ok := pod.Annotations[a]; ok {
 			return true
@@ -64,13 +68,14 @@ type wireMeta struct {
 }
 
 type wireSpec struct {
-	Containers     []wireContainer   `json:"containers"`
-	InitContainers []wireContainer   `json:"initContainers,omitempty"`
-	NodeSelector   map[string]string `json:"nodeSelector,omitempty"`
-	Affinity       *v1.Affinity      `json:"affinity,omitempty"`
-	Overhead       v1.ResourceList   `json:"overhead,omitempty"`
-	Priority       *int32            `json:"priority,omitempty"`
-	SchedulerName  string            `json:"schedulerName,omitempty"`
+	Containers     []wireContainer       `json:"containers"`
+	InitContainers []wireContainer       `json:"initContainers,omitempty"`
+	NodeSelector   map[string]string     `json:"nodeSelector,omitempty"`
+	Affinity       *v1.Affinity          `json:"affinity,omitempty"`
+	Overhead       v1.ResourceList       `json:"overhead,omitempty"`
+	Priority       *int32                `json:"priority,omitempty"`
+	SchedulerName  string                `json:"schedulerName,omitempty"`
+	ResourceClaims []v1.PodResourceClaim `json:"resourceClaims,omitempty"`
 }
 
 type wireContainer struct {
@@ -96,12 +101,13 @@ func toWire(pod *v1.Pod) wirePod {
 			Annotations: advisorAnnotations(pod.Annotations),
 		},
 		Spec: wireSpec{
-			Containers:    containers(pod.Spec.Containers),
-			NodeSelector:  pod.Spec.NodeSelector,
-			Affinity:      pod.Spec.Affinity,
-			Overhead:      pod.Spec.Overhead,
-			Priority:      pod.Spec.Priority,
-			SchedulerName: pod.Spec.SchedulerName,
+			Containers:     containers(pod.Spec.Containers),
+			NodeSelector:   pod.Spec.NodeSelector,
+			Affinity:       pod.Spec.Affinity,
+			Overhead:       pod.Spec.Overhead,
+			Priority:       pod.Spec.Priority,
+			SchedulerName:  pod.Spec.SchedulerName,
+			ResourceClaims: pod.Spec.ResourceClaims,
 		},
 	}
 	if len(pod.Spec.InitContainers) > 0 {
