@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from advisor.cluster.dra import ClaimAsk, DraIndex, with_claims
+from advisor.cluster.migask import with_mig_resources
 from advisor.cluster.pods import (
     RESTARTABLE,
     ContainerResources,
@@ -111,16 +112,19 @@ class V1Pod(_In):
         if self.spec is None:
             raise PodSpecError("spec: a pod needs a spec with at least one container")
         meta = self.metadata
-        return pod_request(
+        containers = [_resources(c) for c in self.spec.containers or []]
+        init_containers = [_resources(c) for c in self.spec.initContainers or []]
+        request = pod_request(
             namespace=meta.namespace,
             name=meta.name,
             labels=meta.labels or {},
             annotations=meta.annotations or {},
-            containers=[_resources(c) for c in self.spec.containers or []],
-            init_containers=[_resources(c) for c in self.spec.initContainers or []],
+            containers=containers,
+            init_containers=init_containers,
             overhead=self.spec.overhead,
             gpu_models=accepted_gpu_models(self.placement()),
         )
+        return with_mig_resources(request, containers, init_containers)
 
     def scheduler(self) -> str:
         return (self.spec.schedulerName if self.spec else None) or DEFAULT_SCHEDULER

@@ -39,8 +39,11 @@ from celpy import celtypes
 from advisor.cluster.pods import PodSpecError, pod_key, quantity_value
 from advisor.cluster.state import PodAllocation
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.mig import MigInstance, MigProfileError, parse_profile
+from advisor.placement.mig import MigProfileError, parse_profile
 from advisor.placement.types import WHOLE_GPU_MILLI, PodRequest
+
+MigSlot = tuple[str, str, bool]
+"""A MIG instance as the state takes it: (parent GPU UUID, profile, taken)."""
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +347,7 @@ def pod_claim_names(namespace: str, spec: Obj, status: Obj | None) -> tuple[list
 _ENV = celpy.Environment()
 
 
-class _Unjudged(Exception):
+class _UnjudgedError(Exception):
     """A selector the evaluator cannot judge (syntax or a function it lacks)."""
 
 
@@ -393,7 +396,7 @@ def _device_activation(device: Device) -> Any:
 def _quantity_function(text: Any) -> Any:
     value = quantity_value(str(text))
     if value is None:
-        raise _Unjudged(f"quantity({text!r}) is not a Kubernetes quantity")
+        raise _UnjudgedError(f"quantity({text!r}) is not a Kubernetes quantity")
     return celtypes.IntType(int(value.to_integral_value()))
 
 
@@ -425,13 +428,13 @@ class Selectors:
             try:
                 program = _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
             except Exception as e:  # celpy's parse errors have no common base beyond Exception
-                raise _Unjudged(f"{expression!r} does not compile: {_first_line(e)}") from e
+                raise _UnjudgedError(f"{expression!r} does not compile: {_first_line(e)}") from e
             with self._lock:
                 self._programs[expression] = program
         return program
 
     def matches(self, expressions: Iterable[str], device: Device) -> bool:
-        """Whether every expression holds for `device`; `_Unjudged` when one cannot be evaluated. A lookup of an
+        """Whether every expression holds for `device`; `_UnjudgedError` when one cannot be evaluated. A lookup of an
         attribute or domain the device lacks makes the expression false for that device (it is no device of the
         kind the selector looks for)."""
         activation = {"device": _device_activation(device)}
@@ -444,9 +447,9 @@ class Selectors:
             if isinstance(result, Exception):
                 if _missing_key(result):
                     return False
-                raise _Unjudged(f"{expression!r}: {_first_line(result)}") from result
+                raise _UnjudgedError(f"{expression!r}: {_first_line(result)}") from result
             if not isinstance(result, celtypes.BoolType):
-                raise _Unjudged(f"{expression!r} gives {type(result).__name__}, not a bool")
+                raise _UnjudgedError(f"{expression!r} gives {type(result).__name__}, not a bool")
             if not bool(result):
                 return False
         return True
@@ -603,11 +606,10 @@ class DraIndex:
             )
         return out
 
-    def mig_instances(self, node: str, gpu_index: Mapping[str, int]) -> list[MigInstance]:
-        """The MIG instances NVIDIA's driver publishes for `node` (partitionable devices included), with the
-        index of their parent GPU (`gpu_index`: UUID → index; instances of GPUs it lacks are left out) and whether
-        they are taken: allocated to a claim, or, for partitionable devices, no longer fitting the shared
-        counters that the allocated devices leave."""
+    def mig_by_node(self) -> dict[str, tuple[MigSlot, ...]]:
+        """Per node, the MIG instances NVIDIA's driver publishes (partitionable devices included): parent GPU UUID,
+        profile, and whether taken — allocated to a claim, or, for a partitionable device, no longer fitting the
+        shared counters the allocated devices leave (another placement of the same memory slices is in use)."""
         allocated = {ref for c in self._claims.values() for ref in c.allocated}
         left: dict[tuple[str, str, str], int] = {}
         for counters in self._counters.values():
@@ -619,18 +621,15 @@ class DraIndex:
                     key = (device.pool, counter_set, counter)
                     if key in left:
                         left[key] -= amount
-        out = []
-        for device in self._by_ref.values():
-            if (device.node or device.pool) != node or device.profile is None:
+        out: dict[str, list[MigSlot]] = {}
+        for device in sorted(self._by_ref.values(), key=lambda d: d.ref):
+            profile, parent = device.profile, device.gpu_uuid
+            if profile is None or parent is None:
                 continue
-            index = gpu_index.get(device.gpu_uuid or "")
-            if index is None:
-                continue
-            fits = all(
-                left.get((device.pool, s, c), amount) >= amount for (s, c), amount in device.consumes.items()
-            )
-            out.append(MigInstance(index, device.profile, taken=device.ref in allocated or not fits))
-        return out
+            fits = all(left.get((device.pool, s, c), amount) >= amount for (s, c), amount in device.consumes.items())
+            taken = device.ref in allocated or not fits
+            out.setdefault(device.node or device.pool, []).append((parent, profile, taken))
+        return {node: tuple(slots) for node, slots in out.items()}
 
     def _class_selectors(self, request: Request) -> tuple[str, ...] | None:
         device_class = self._classes.get(request.device_class)
@@ -670,7 +669,7 @@ class DraIndex:
                 try:
                     if self.selectors.matches(expressions, device):
                         matched.append(device)
-                except _Unjudged as e:
+                except _UnjudgedError as e:
                     judged = False
                     notes.append(f"selector not evaluated ({e}); any GPU model taken as acceptable")
                     break
@@ -687,7 +686,7 @@ class DraIndex:
                     mig[profile] = mig.get(profile, 0) + max(1, count)
                 else:
                     notes.append(f"request {request.name} matches MIG instances of several profiles")
-                    smallest = min(profiles, key=lambda p: parse_profile(p)) if profiles else None
+                    smallest = min(profiles, key=parse_profile) if profiles else None
                     if smallest:
                         mig[smallest] = mig.get(smallest, 0) + max(1, count)
                 continue
@@ -701,10 +700,14 @@ class DraIndex:
         return ClaimAsk(gpus=gpus, mig=mig, gpu_models=tuple(sorted(models or ())), notes=tuple(dict.fromkeys(notes)))
 
 
-
 def with_claims(request: PodRequest, ask: ClaimAsk) -> PodRequest:
     """A pod's request from its own resources (`request`) with what its claims ask added: the whole GPUs summed, the
-    GPU models both accept (either's where the other sets none)."""
+    MIG instances added to its own, the GPU models both accept (either's where the other sets none)."""
+    if ask.mig:
+        mig = dict(request.mig)
+        for profile, count in ask.mig.items():
+            mig[profile] = mig.get(profile, 0) + count
+        request = replace(request, mig=tuple(sorted(mig.items())))
     if not ask.gpus:
         return request
     if request.gpu_models and ask.gpu_models:

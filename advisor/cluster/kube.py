@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError, ProtocolError, ReadTimeoutError
 
 from advisor.cluster.dra import DraIndex, served_by_claim, with_claims
+from advisor.cluster.migask import with_mig_resources
 from advisor.cluster.pods import (
     RESTARTABLE,
     ContainerResources,
@@ -102,17 +103,19 @@ def _pod_request(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mappi
     """The pod's `PodRequest` from its own resources, less those a ResourceClaim serves (KEP-5004: the scheduler's
     claim for them holds the devices, and the DRA watch counts them); `PodSpecError` when it cannot be read."""
     served = served_by_claim(status)
+    containers = _resources(spec.get("containers"), served)
+    init_containers = _resources(spec.get("initContainers"), served)
     request = pod_request(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         labels=meta.get("labels") or {},
         annotations=meta.get("annotations") or {},
-        containers=_resources(spec.get("containers"), served),
-        init_containers=_resources(spec.get("initContainers"), served),
+        containers=containers,
+        init_containers=init_containers,
         overhead=spec.get("overhead"),
         gpu_models=accepted_gpu_models(placement_of_spec(spec)),
     )
-    return request
+    return with_mig_resources(request, containers, init_containers)
 
 
 def pending_from_pod(pod: Mapping[str, Any], dra: DraIndex | None = None) -> PendingPod | None:
@@ -128,7 +131,7 @@ def pending_from_pod(pod: Mapping[str, Any], dra: DraIndex | None = None) -> Pen
             request = with_claims(request, dra.claim_ask(meta.get("namespace", ""), spec, pod.get("status")))
     except PodSpecError:
         return None  # the bound pod's watch logs it once it is scheduled
-    if not (request.whole_gpus or request.is_share):
+    if not (request.whole_gpus or request.is_share or request.mig):
         return None
     priority = spec.get("priority")
     return PendingPod(
@@ -370,7 +373,8 @@ class KubeWatch:
         """List, then watch, one kind of resource.k8s.io/v1 object into the DRA index; after a change of slices or
         claims, what each pod's claims hold goes to the cluster state."""
         dra, objects = self._dra, self._objects
-        assert dra is not None and objects is not None
+        assert dra is not None
+        assert objects is not None
         replace, put = {
             "resourceslices": (dra.replace_slices, lambda o: dra.set_slice(_name(o), o)),
             "resourceclaims": (dra.replace_claims, lambda o: dra.set_claim(_key(o), o)),
@@ -398,6 +402,7 @@ class KubeWatch:
         replace(listed.get("items") or [])
         if holdings:
             self._state.replace_claimed(dra.held_by_pods())
+            self._state.replace_mig(dra.mig_by_node())
         w = watch.Watch()  # type: ignore[no-untyped-call]
         try:
             for event in w.stream(  # type: ignore[no-untyped-call]
@@ -417,6 +422,7 @@ class KubeWatch:
                 (remove if event["type"] == "DELETED" else put)(obj)
                 if holdings:
                     self._state.replace_claimed(dra.held_by_pods())
+                    self._state.replace_mig(dra.mig_by_node())
         except ApiException as e:
             if e.status != _HTTP_GONE:
                 raise

@@ -41,7 +41,15 @@ from datetime import datetime
 
 from advisor.cluster.pods import pod_key
 from advisor.placement.queue import PendingPod
-from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeState, PodRequest, Resident, Topology
+from advisor.placement.types import (
+    WHOLE_GPU_MILLI,
+    GpuState,
+    MigInstance,
+    NodeState,
+    PodRequest,
+    Resident,
+    Topology,
+)
 from advisor.sharing import MIG_STRATEGY_LABEL, SHARING_STRATEGY_LABEL, node_sharing
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 
@@ -301,10 +309,12 @@ def build_node_state(
     topology: Callable[[NodeSnapshot, list[GpuSnapshot]], Topology] = topology_of,
     capacity: NodeCapacity | None = None,
     labels: Mapping[str, str] | None = None,
+    mig: Iterable[tuple[str, str, bool]] = (),
 ) -> NodeState:
     """The scoring view of one node from its latest snapshot, the allocations of pods bound to it, (when known)
     its CPU/memory, and how its GPUs are shared (its snapshot's sharing facts and MIG devices, then its labels:
-    `advisor.sharing.node_sharing`)."""
+    `advisor.sharing.node_sharing`); `mig` are its MIG instances (parent GPU UUID, profile, taken) from Dynamic
+    Resource Allocation, kept where the snapshot has the parent GPU."""
     gpus = sorted(snapshot.gpus, key=lambda g: g.index)
     node_topology = topology(snapshot, gpus)
     states: list[GpuState] = []
@@ -336,6 +346,7 @@ def build_node_state(
                 )
                 missing -= 1
     gangs = frozenset(a.gang for a in allocations.values() if a.gang)
+    gpu_index = {g.uuid: g.index for g in gpus}
     c = capacity
     sharing, source = node_sharing(
         labels, (g.sharing for g in snapshot.gpus if g.healthy), any(g.mig_devices for g in snapshot.gpus)
@@ -352,6 +363,11 @@ def build_node_state(
         memory_free_mib=max(0, c.memory_allocatable_mib - c.memory_requested_mib) if c else None,
         sharing_mode=sharing,
         sharing_source=source,
+        mig_instances=tuple(
+            MigInstance(index, profile, taken)
+            for uuid, profile, taken in mig
+            if (index := gpu_index.get(uuid)) is not None
+        ),
     )
 
 
@@ -408,6 +424,7 @@ class ClusterState:
         self._allocations: dict[str, PodAllocation] = {}  # pod → what it holds (its own resources and its claims)
         self._own: dict[str, PodAllocation] = {}  # pod → what its own resources say (the pod watch)
         self._from_claims: dict[str, PodAllocation] = {}  # pod → what its ResourceClaims hold (the DRA watch)
+        self._mig: dict[str, tuple[tuple[str, str, bool], ...]] = {}  # node → its MIG instances (the DRA watch)
         self._by_node: dict[str, dict[str, PodAllocation]] = {}
         self._topologies: OrderedDict[tuple[object, ...], tuple[Topology, tuple[Link, ...]]] = OrderedDict()
         self._resources: dict[str, PodResources] = {}
@@ -525,6 +542,7 @@ class ClusterState:
             topology=topology,
             capacity=self._capacity(snapshot.node),
             labels=self._labels.get(snapshot.node),
+            mig=self._mig.get(snapshot.node, ()),
         )
         uuids = tuple((g.index, g.uuid) for g in snapshot.gpus)
         record = NodeRecord(state, snapshot_json, snapshot.timestamp, received, links, uuids, order)
@@ -623,6 +641,15 @@ class ClusterState:
             for pod in changed:
                 self._put_allocation(pod, merged_allocation(self._own.get(pod), claimed.get(pod)), touched)
             for node in touched:
+                self._rebuild(node)
+
+    def replace_mig(self, mig: Mapping[str, tuple[tuple[str, str, bool], ...]]) -> None:
+        """Swap in every node's MIG instances (`advisor.cluster.dra.DraIndex.mig_by_node`); the nodes whose
+        instances changed are rebuilt."""
+        with self._lock:
+            changed = {n for n in set(self._mig) | set(mig) if self._mig.get(n) != mig.get(n)}
+            self._mig = dict(mig)
+            for node in changed:
                 self._rebuild(node)
 
     def set_allocatable(self, node: str, allocatable: tuple[int, int] | None) -> None:
@@ -731,6 +758,7 @@ class ClusterState:
                 topology=_same_topology(record.state.topology),
                 capacity=self._capacity(node),
                 labels=self._labels.get(node),
+                mig=self._mig.get(node, ()),
             )
         return overlay
 

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from advisor.placement.types import WHOLE_GPU_MILLI
+from advisor.placement.types import WHOLE_GPU_MILLI, MigInstance
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 """The device plugin's mixed-strategy resource of one profile: `nvidia.com/mig-1g.10gb`."""
@@ -79,15 +79,6 @@ def mig_asks(resources: Mapping[str, int]) -> dict[str, int]:
     return asks
 
 
-@dataclass(frozen=True, slots=True)
-class MigInstance:
-    """A MIG instance of a node: its parent GPU (index in the node), profile, and whether a pod holds it."""
-
-    gpu: int
-    profile: str
-    taken: bool = False
-
-
 def free_counts(instances: Iterable[MigInstance]) -> Counter[str]:
     """Free instances of a node per profile name."""
     return Counter(i.profile for i in instances if not i.taken)
@@ -125,3 +116,40 @@ def mig_packing_ratio(
     # Fewer free instances left behind packs tighter (best fit); stranded ones count double (nobody can use them).
     total = len(listed)
     return max(0.0, 1.0 - (free_after + stranded_after) / (2 * total))
+
+
+def choose(instances: Iterable[MigInstance], asks: Mapping[str, int]) -> tuple[int, ...] | None:
+    """The parent GPU of each instance a pod asking `asks` would get (sorted), None when the node cannot hold it.
+    Of a profile's free instances, those on the GPUs with the fewest free instances go first (best fit per GPU:
+    emptier GPUs stay whole for larger profiles)."""
+    listed = list(instances)
+    if not fits(listed, asks):
+        return None
+    free_on_gpu = Counter(i.gpu for i in listed if not i.taken)
+    chosen: list[int] = []
+    for profile, count in sorted(asks.items()):
+        candidates = sorted(
+            (i for i in listed if not i.taken and i.profile == profile), key=lambda i: (free_on_gpu[i.gpu], i.gpu)
+        )
+        chosen.extend(i.gpu for i in candidates[:count])
+    return tuple(sorted(chosen))
+
+
+def mig_verdict(instances: Iterable[MigInstance], asks: Mapping[str, int]) -> tuple[bool, tuple[int, ...], float, str]:
+    """A node's verdict for a pod asking MIG instances: (feasible, parent GPUs of the instances it gets, packing
+    0..1, the reason's detail)."""
+    listed = list(instances)
+    wanted = ", ".join(f"{n} x {p}" for p, n in sorted(asks.items()))
+    gpus = choose(listed, asks)
+    if gpus is None:
+        free = free_counts(listed)
+        have = ", ".join(f"{n} x {p}" for p, n in sorted(free.items())) or "none"
+        return False, (), 0.0, f", no free MIG instance for {wanted} (free: {have})"
+    packing = mig_packing_ratio(listed, asks, asks) or 0.0
+    left = stranded(listed, asks)
+    return (
+        True,
+        gpus,
+        packing,
+        f", MIG {wanted} on GPU {', '.join(map(str, gpus))}; {left} free instance(s) of other profiles",
+    )

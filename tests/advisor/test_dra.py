@@ -49,6 +49,7 @@ def state_with(dra: DraIndex, *pods: dict[str, Any]) -> ClusterState:
     allocations = [a for a in (allocation_from_pod(p) for p in pods) if a is not None]
     state.replace_pods(allocations, [])
     state.replace_claimed(dra.held_by_pods())
+    state.replace_mig(dra.mig_by_node())
     return state
 
 
@@ -68,7 +69,13 @@ def bound(pod: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str
 def test_a_slice_gives_each_gpu_with_the_drivers_attributes() -> None:
     devices = devices_of_slice(resource_slice(NODE, [gpu_device(NODE, 0), mig_device(NODE, 1, "3g.40gb", 4, "40Gi")]))
     gpu, mig = devices
-    assert (gpu.kind, gpu.uuid, gpu.product, gpu.node, gpu.pool) == ("gpu", f"GPU-{NODE}-0", "NVIDIA H100 80GB HBM3", NODE, NODE)
+    assert (gpu.kind, gpu.uuid, gpu.product, gpu.node, gpu.pool) == (
+        "gpu",
+        f"GPU-{NODE}-0",
+        "NVIDIA H100 80GB HBM3",
+        NODE,
+        NODE,
+    )
     assert gpu.capacity[f"{DRIVER}/memory"] == 80 * 2**30
     assert (mig.kind, mig.gpu_uuid, mig.profile) == ("mig", f"GPU-{NODE}-1", "3g.40gb")
 
@@ -119,13 +126,22 @@ def test_a_gpu_through_the_extended_resource_mapping_counts_once() -> None:
 def test_a_mig_instance_takes_its_share_of_the_parent_gpu() -> None:
     dra = DraIndex()
     dra.replace_slices(
-        [resource_slice(NODE, [gpu_device(NODE, 0), mig_device(NODE, 1, "3g.40gb", 4, "40Gi"), mig_device(NODE, 1, "1g.10gb", 0, "10Gi")])]
+        [
+            resource_slice(
+                NODE,
+                [
+                    gpu_device(NODE, 0),
+                    mig_device(NODE, 1, "3g.40gb", 4, "40Gi"),
+                    mig_device(NODE, 1, "1g.10gb", 0, "10Gi"),
+                ],
+            )
+        ]
     )
     dra.replace_claims([allocated(claim("m", NS), NODE, ["gpu-1-mig-3-4-3"], pods=["p"])])
     state = state_with(dra, bound(pod_with_claims("p", {"gpu": "m"})))
     assert allocated_milli(state) == [0, 428, 0, 0]
-    free = dra.mig_instances(NODE, {f"GPU-{NODE}-{i}": i for i in range(4)})
-    assert sorted((i.profile, i.taken) for i in free) == [("1g.10gb", False), ("3g.40gb", True)]
+    instances = state.nodes[NODE].mig_instances
+    assert sorted((i.gpu, i.profile, i.taken) for i in instances) == [(1, "1g.10gb", False), (1, "3g.40gb", True)]
 
 
 def test_an_unallocated_claim_or_an_unknown_device_holds_nothing() -> None:
@@ -137,9 +153,13 @@ def test_claims_by_name_and_by_template_ask_for_gpus_of_the_models_their_selecto
     dra = index(claim("two", NS, 2))
     a100_only = f"device.attributes['{DRIVER}'].productName == '{A100_PRODUCT}'"
     dra.replace_templates(
-        [claim_template("h100", NS, selectors=[f"device.attributes['{DRIVER}'].architecture == 'Hopper'"])]
-        + [claim_template("a100", NS, selectors=[a100_only])]
-        + [claim_template("big", NS, selectors=[f"device.capacity['{DRIVER}'].memory.compareTo(quantity('40Gi')) >= 0"])]
+        [
+            claim_template("h100", NS, selectors=[f"device.attributes['{DRIVER}'].architecture == 'Hopper'"]),
+            claim_template("a100", NS, selectors=[a100_only]),
+            claim_template(
+                "big", NS, selectors=[f"device.capacity['{DRIVER}'].memory.compareTo(quantity('40Gi')) >= 0"]
+            ),
+        ]
     )
     by_name = dra.claim_ask(NS, pod_with_claims("p", {"gpu": "two"})["spec"])
     assert (by_name.gpus, by_name.gpu_models, by_name.notes) == (2, ("h100",), ())
@@ -154,7 +174,11 @@ def test_claims_by_name_and_by_template_ask_for_gpus_of_the_models_their_selecto
 def test_a_selector_the_evaluator_cannot_judge_leaves_the_model_open_and_says_so() -> None:
     dra = index()
     dra.replace_templates(
-        [claim_template("odd", NS, selectors=[f"device.attributes['{DRIVER}'].driverVersion.isGreaterThan(semver('1.0.0'))"])]
+        [
+            claim_template(
+                "odd", NS, selectors=[f"device.attributes['{DRIVER}'].driverVersion.isGreaterThan(semver('1.0.0'))"]
+            )
+        ]
     )
     ask = dra.claim_ask(NS, pod_with_claims("p", {"gpu": "odd"}, templates=True)["spec"])
     assert (ask.gpus, ask.gpu_models) == (1, ())
@@ -163,17 +187,27 @@ def test_a_selector_the_evaluator_cannot_judge_leaves_the_model_open_and_says_so
 
 def test_a_missing_claim_is_noted_and_a_malformed_reference_is_an_error() -> None:
     ask = index().claim_ask(NS, pod_with_claims("p", {"gpu": "nowhere"})["spec"])
-    assert ask.gpus == 0 and ask.notes == (f"ResourceClaim {NS}/nowhere not found",)
+    assert ask.gpus == 0
+    assert ask.notes == (f"ResourceClaim {NS}/nowhere not found",)
     with pytest.raises(PodSpecError, match=r"spec.resourceClaims\[0\]: neither"):
         index().claim_ask(NS, {"resourceClaims": [{"name": "gpu"}]})
 
 
 def test_a_claim_asking_mig_instances_asks_their_profile() -> None:
     dra = DraIndex()
-    dra.replace_slices([resource_slice(NODE, [mig_device(NODE, 0, "1g.10gb", 0, "10Gi"), mig_device(NODE, 0, "3g.40gb", 4, "40Gi")])])
+    dra.replace_slices(
+        [resource_slice(NODE, [mig_device(NODE, 0, "1g.10gb", 0, "10Gi"), mig_device(NODE, 0, "3g.40gb", 4, "40Gi")])]
+    )
     dra.replace_classes([device_class(MIG_CLASS, "mig")])
     dra.replace_templates(
-        [claim_template("small", NS, device_class_name=MIG_CLASS, selectors=[f"device.attributes['{DRIVER}'].profile == '1g.10gb'"])]
+        [
+            claim_template(
+                "small",
+                NS,
+                device_class_name=MIG_CLASS,
+                selectors=[f"device.attributes['{DRIVER}'].profile == '1g.10gb'"],
+            )
+        ]
     )
     ask = dra.claim_ask(NS, pod_with_claims("p", {"gpu": "small"}, templates=True)["spec"])
     assert (ask.gpus, dict(ask.mig)) == (0, {"1g.10gb": 1})
@@ -185,7 +219,9 @@ def test_a_pending_pod_with_claims_is_queued_with_its_gpus() -> None:
     pod["metadata"]["namespace"] = NS
     assert pending_from_pod(pod) is None  # without the index, a claim is not read
     pending = pending_from_pod(pod, dra)
-    assert pending is not None and pending.request.gpus == 2 and pending.request.gpu_models == ("h100",)
+    assert pending is not None
+    assert pending.request.gpus == 2
+    assert pending.request.gpu_models == ("h100",)
 
 
 def test_claims_and_a_node_selector_that_accept_no_common_model_are_refused() -> None:

@@ -73,7 +73,9 @@ def eventually_allocated(advisor: Advisor, node: str, expected: list[int], timeo
 def start_pod(api: KubeApi, name: str) -> Obj:
     """What the kubelet does once the pod is bound: it runs."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return api.merge_patch(f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": {"phase": "Running", "startTime": now}})
+    return api.merge_patch(
+        f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": {"phase": "Running", "startTime": now}}
+    )
 
 
 def bound(api: KubeApi, name: str) -> Obj:
@@ -134,7 +136,11 @@ def dra_cluster(api: KubeApi, advisor: Advisor) -> Iterator[KubeApi]:
 
 
 def pod_spec_extra(scheduler: str) -> Obj:
-    return {"schedulerName": scheduler, "tolerations": [{**TAINT, "operator": "Equal"}], "terminationGracePeriodSeconds": 0}
+    return {
+        "schedulerName": scheduler,
+        "tolerations": [{**TAINT, "operator": "Equal"}],
+        "terminationGracePeriodSeconds": 0,
+    }
 
 
 def test_a_claim_by_name_is_allocated_by_the_scheduler_counted_by_the_advisor_and_freed_with_the_claim(
@@ -161,7 +167,9 @@ def test_a_claim_from_a_template_is_scored_before_and_counted_after_allocation(
 ) -> None:
     api = dra_cluster
     a100 = f"device.attributes['{DRIVER}'].productName == '{A100_PRODUCT}'"
-    api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaimtemplates", claim_template("two-a100", NS, 2, selectors=[a100]))
+    api.create(
+        f"{RESOURCE}/namespaces/{NS}/resourceclaimtemplates", claim_template("two-a100", NS, 2, selectors=[a100])
+    )
     pod = pod_with_claims("by-template", {"gpus": "two-a100"}, templates=True, **pod_spec_extra(scheduler))
     pod["metadata"]["namespace"] = NS
 
@@ -175,7 +183,8 @@ def test_a_claim_from_a_template_is_scored_before_and_counted_after_allocation(
 
     assert wait_until(lambda: scored()[A100_NODE]["gpus"] != [], timeout_s=60, interval_s=0.5), scored()
     scores = scored()
-    assert scores[A100_NODE]["feasible"] and len(scores[A100_NODE]["gpus"]) == 2
+    assert scores[A100_NODE]["feasible"]
+    assert len(scores[A100_NODE]["gpus"]) == 2
     assert not scores[H100_NODE]["feasible"]
 
     created = api.create(f"/api/v1/namespaces/{NS}/pods", pod)
@@ -183,7 +192,13 @@ def test_a_claim_from_a_template_is_scored_before_and_counted_after_allocation(
     generated = claim("by-template-gpus-x7k2p", NS, 2, selectors=[a100])
     generated["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpus"}
     generated["metadata"]["ownerReferences"] = [
-        {"apiVersion": "v1", "kind": "Pod", "name": "by-template", "uid": created["metadata"]["uid"], "controller": True}
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "by-template",
+            "uid": created["metadata"]["uid"],
+            "controller": True,
+        }
     ]
     api.create(f"{RESOURCE}/namespaces/{NS}/resourceclaims", generated)
     api.merge_patch(
@@ -212,14 +227,17 @@ def test_nvidia_gpu_served_through_the_device_class_counts_once(
             "metadata": {"name": "extended"},
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": H100_NODE},
-                "containers": [{"name": "main", "image": "x", "resources": {"requests": resources, "limits": resources}}],
+                "containers": [
+                    {"name": "main", "image": "x", "resources": {"requests": resources, "limits": resources}}
+                ],
                 **pod_spec_extra(scheduler),
             },
         },
     )
     pod = bound(api, "extended")
     mapping = api.wait_for(
-        f"/api/v1/namespaces/{NS}/pods/extended", lambda p: bool((p.get("status") or {}).get("extendedResourceClaimStatus"))
+        f"/api/v1/namespaces/{NS}/pods/extended",
+        lambda p: bool((p.get("status") or {}).get("extendedResourceClaimStatus")),
     )["status"]["extendedResourceClaimStatus"]
     assert pod["spec"]["nodeName"] == H100_NODE
     start_pod(api, "extended")

@@ -21,7 +21,13 @@ def device_class(name: str, device_type: str, *, extended_resource: str | None =
     extended resource (KEP-5004)."""
     spec: Obj = {
         "selectors": [
-            {"cel": {"expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"}}
+            {
+                "cel": {
+                    "expression": (
+                        f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{device_type}'"
+                    )
+                }
+            }
         ]
     }
     if extended_resource:
@@ -47,9 +53,9 @@ def gpu_device(node: str, index: int, product: str = H100_PRODUCT, memory: str =
     }
 
 
-def mig_device(node: str, gpu: int, profile: str, start: int, memory: str, product: str = A100_PRODUCT) -> Obj:
+def mig_device(node: str, gpu: int, profile: str, start: int, memory: str, *, product: str = A100_PRODUCT) -> Obj:
     """A MIG instance of GPU `gpu` as the driver publishes it (name gpu-<minor>-mig-<profile id>-<start>-<size>)."""
-    slices = int(profile.split("g.")[0])
+    slices = int(profile.split("g.", maxsplit=1)[0])
     return {
         "name": f"gpu-{gpu}-mig-{slices}-{start}-{slices}",
         "attributes": {
