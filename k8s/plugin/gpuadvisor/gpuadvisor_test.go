@@ -194,6 +194,7 @@ func TestEveryGPUSpellingIsScored(t *testing.T) {
 		gpuPod("vgpu", v1.ResourceList{"volcano.sh/vgpu-number": resource.MustParse("1")}, nil),
 		gpuPod("milli-resource", v1.ResourceList{"gpuadvisor.io/gpu-milli": resource.MustParse("300")}, nil),
 		gpuPod("milli-annotation", nil, map[string]string{"gpuadvisor.io/gpu-milli": "300"}),
+		gpuPod("mig", v1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("1")}, nil),
 	}
 	for _, pod := range pods {
 		f := &fakeAdvisor{}

@@ -1,6 +1,8 @@
 package gpuadvisor
 
 import (
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -18,6 +20,10 @@ var gpuResourceNames = []v1.ResourceName{
 	"volcano.sh/vgpu-cores",
 	"gpuadvisor.io/gpu-milli",
 }
+
+// migResourcePrefix names the NVIDIA device plugin's mixed-strategy MIG resources (`nvidia.com/mig-1g.10gb`): the
+// advisor places such a pod on a free instance of its profile (advisor/placement/mig.py).
+const migResourcePrefix = "nvidia.com/mig-"
 
 // gpuAnnotations ask for a GPU share without a resource (the advisor's GPU_MILLI_ANNOTATION and
 // GPU_MEMORY_ANNOTATION).
@@ -45,6 +51,13 @@ func wantsGPU(pod *v1.Pod) bool {
 				}
 				if _, ok := r.Requests[name]; ok {
 					return true
+				}
+			}
+			for _, list := range []v1.ResourceList{r.Limits, r.Requests} {
+				for name := range list {
+					if strings.HasPrefix(string(name), migResourcePrefix) {
+						return true
+					}
 				}
 			}
 		}
