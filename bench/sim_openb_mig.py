@@ -50,8 +50,10 @@ def main() -> None:
         f"openb {args.trace}, seed {args.seed}: {len(partitioned)} of {len(cluster.nodes)} nodes in MIG "
         f"({sum(cluster.nodes[n].gpus for n in partitioned)} of {cluster.total_gpus} GPUs), {len(sequence)} pods arrive"
     )
-    header = f"{'layout':<12} {'policy':<10} {'gpu_allocation':>14} {'failed_pods':>11} {'mig_pods':>8} {'mig_taken':>9} {'s':>6}"
-    print(header)
+    print(
+        f"{'layout':<12} {'policy':<10} {'gpu_allocation':>14} {'failed_pods':>11} {'mig_pods':>8} {'mig_taken':>9} "
+        f"{'s':>6}"
+    )
     figures: dict[str, dict[str, dict[str, float]]] = {}
     for layout, nodes in (("mig", partitioned), ("whole-gpus", [])):
         for name in MIG_POLICIES:
@@ -65,8 +67,8 @@ def main() -> None:
                 pods,
                 sequence,
                 policy,
-                "advisor" if name == "advisor" else "first",
-                nodes,
+                mig_choice="advisor" if name == "advisor" else "first",
+                partitioned=nodes,
                 node_rank=node_rank,
             )
             print(

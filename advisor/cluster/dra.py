@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-import celpy  # type: ignore[import-untyped]
+import celpy
 from celpy import celtypes
 
 from advisor.cluster.pods import PodSpecError, pod_key, quantity_value
@@ -407,7 +407,7 @@ def _compare_to(a: Any, b: Any) -> Any:
 
 # Kubernetes' CEL quantity library, as far as capacity selectors use it: capacity is handed over as an integer, so
 # `quantity("40Gi")` is one too and `compareTo` compares them (`isGreaterThan`, `isLessThan` alike).
-_FUNCTIONS = {
+_FUNCTIONS: dict[str, Any] = {
     "quantity": _quantity_function,
     "compareTo": _compare_to,
     "isGreaterThan": lambda a, b: celtypes.BoolType(int(a) > int(b)),

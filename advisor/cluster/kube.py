@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -203,6 +203,25 @@ def resources_from_pod(pod: Mapping[str, Any]) -> PodResources | None:
     return PodResources(pod_key(meta.get("namespace", ""), meta.get("name", "")), node, cpu, memory)
 
 
+_Objects = Callable[[list[dict[str, Any]]], None]
+_Object = Callable[[dict[str, Any]], None]
+
+
+def _dra_handlers(dra: DraIndex, plural: str) -> tuple[_Objects, _Object, _Object]:
+    """How a re-list, an added or changed object, and a deleted one of kind `plural` reach the DRA index."""
+    if plural == "resourceslices":
+        return dra.replace_slices, lambda o: dra.set_slice(_name(o), o), lambda o: dra.set_slice(_name(o), None)
+    if plural == "resourceclaims":
+        return dra.replace_claims, lambda o: dra.set_claim(_key(o), o), lambda o: dra.set_claim(_key(o), None)
+    if plural == "deviceclasses":
+        return dra.replace_classes, lambda o: dra.set_class(_name(o), o), lambda o: dra.set_class(_name(o), None)
+    return (
+        dra.replace_templates,
+        lambda o: dra.set_template(_key(o), o),
+        lambda o: dra.set_template(_key(o), None),
+    )
+
+
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
@@ -375,22 +394,14 @@ class KubeWatch:
         dra, objects = self._dra, self._objects
         assert dra is not None
         assert objects is not None
-        replace, put = {
-            "resourceslices": (dra.replace_slices, lambda o: dra.set_slice(_name(o), o)),
-            "resourceclaims": (dra.replace_claims, lambda o: dra.set_claim(_key(o), o)),
-            "deviceclasses": (dra.replace_classes, lambda o: dra.set_class(_name(o), o)),
-            "resourceclaimtemplates": (dra.replace_templates, lambda o: dra.set_template(_key(o), o)),
-        }[plural]
-        remove = {
-            "resourceslices": lambda o: dra.set_slice(_name(o), None),
-            "resourceclaims": lambda o: dra.set_claim(_key(o), None),
-            "deviceclasses": lambda o: dra.set_class(_name(o), None),
-            "resourceclaimtemplates": lambda o: dra.set_template(_key(o), None),
-        }[plural]
+        replace, put, remove = _dra_handlers(dra, plural)
         holdings = plural in ("resourceslices", "resourceclaims")
         try:
-            listed = objects.list_cluster_custom_object(
-                _DRA_GROUP, _DRA_VERSION, plural, _request_timeout=self._request_timeout
+            listed = cast(
+                "dict[str, Any]",
+                objects.list_cluster_custom_object(
+                    _DRA_GROUP, _DRA_VERSION, plural, _request_timeout=self._request_timeout
+                ),
             )
         except ApiException as e:
             if e.status != _HTTP_NOT_FOUND:
@@ -418,8 +429,11 @@ class KubeWatch:
                     return
                 if event["type"] == "ERROR":
                     raise ApiException(status=(event.get("object") or {}).get("code") or _HTTP_GONE)
-                obj = event["object"]
-                (remove if event["type"] == "DELETED" else put)(obj)
+                obj: dict[str, Any] = event["object"]
+                if event["type"] == "DELETED":
+                    remove(obj)
+                else:
+                    put(obj)
                 if holdings:
                     self._state.replace_claimed(dra.held_by_pods())
                     self._state.replace_mig(dra.mig_by_node())

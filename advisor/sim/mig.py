@@ -93,9 +93,9 @@ def run_mig(
     pods: Sequence[Pod],
     sequence: Sequence[Pod],
     policy: PackPolicy,
+    *,
     mig_choice: str,
     partitioned: Sequence[int],
-    *,
     node_rank: np.ndarray | None = None,
 ) -> MigResult:
     """Place `sequence` in order (fragmentation mode, see the module doc) on `cluster` with `partitioned` nodes in
@@ -132,8 +132,9 @@ def run_mig(
         arrived += demand
         if _mig_candidate(pod) and instances:
             profile = profile_for(pod.gpu_milli)
-            node = _mig_node(pod, profile.name, instances, state, mig_choice, mix_profiles)
-            if node is not None:
+            target = _mig_node(pod, profile.name, instances, state, choice=mig_choice, mix_profiles=mix_profiles)
+            if target is not None:
+                node = target
                 listed = instances[node]
                 slot = next(i for i, x in enumerate(listed) if not x.taken and x.profile == profile.name)
                 listed[slot] = MigInstance(listed[slot].gpu, profile.name, taken=True)
@@ -171,6 +172,7 @@ def _mig_node(
     profile: str,
     instances: dict[int, list[MigInstance]],
     state: PackState,
+    *,
     choice: str,
     mix_profiles: Sequence[str],
 ) -> int | None:

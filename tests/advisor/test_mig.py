@@ -27,9 +27,9 @@ def test_profiles_parse_and_a_wrong_one_is_named() -> None:
     assert parse_profile("3g.40gb") == parse_profile("3G.40GB")
     assert (parse_profile("1g.10gb+me").compute_slices, parse_profile("1c.3g.40gb").compute_slices) == (1, 1)
     assert parse_profile("3g.40gb").milli == 428
-    with pytest.raises(MigProfileError, match="'9g.80gb' has 9 compute slices"):
+    with pytest.raises(MigProfileError, match=r"'9g\.80gb' has 9 compute slices"):
         parse_profile("9g.80gb")
-    with pytest.raises(MigProfileError, match="'big' is not of the form"):
+    with pytest.raises(MigProfileError, match=r"'big' is not of the form"):
         parse_profile("big")
 
 
@@ -79,10 +79,14 @@ def v1_pod(resources: dict[str, str]) -> V1Pod:
 def test_a_pod_asking_a_profile_goes_where_an_instance_of_it_is_free() -> None:
     state = mig_state()
     pod = v1_pod({"nvidia.com/mig-1g.10gb": "1"}).to_request()
-    assert pod.mig == (("1g.10gb", 1),) and pod.whole_gpus == 0
+    assert pod.mig == (("1g.10gb", 1),)
+    assert pod.whole_gpus == 0
     m1, m2 = score_candidates(pod, ["m1", "m2"], state.nodes, config=CONFIG, now_seconds=time.time())
-    assert m1.feasible and m1.gpus == (0,) and "MIG 1 x 1g.10gb on GPU 0" in m1.reason
-    assert not m2.feasible and "no free MIG instance for 1 x 1g.10gb (free: 2 x 3g.40gb)" in m2.reason
+    assert m1.feasible
+    assert m1.gpus == (0,)
+    assert "MIG 1 x 1g.10gb on GPU 0" in m1.reason
+    assert not m2.feasible
+    assert "no free MIG instance for 1 x 1g.10gb (free: 2 x 3g.40gb)" in m2.reason
     assert m1.score > m2.score
 
 
@@ -90,10 +94,11 @@ def test_a_larger_profile_packs_onto_the_node_it_leaves_fewest_free_instances_on
     state = mig_state()
     two = PodRequest(name="p", mig=(("3g.40gb", 1),))
     m1, m2 = score_candidates(two, ["m1", "m2"], state.nodes, config=CONFIG, now_seconds=time.time())
-    assert m1.feasible and m2.feasible
+    assert m1.feasible
+    assert m2.feasible
     assert m1.packing != m2.packing
 
 
 def test_a_malformed_mig_resource_is_refused_naming_it() -> None:
-    with pytest.raises(PodSpecError, match="nvidia.com/mig-huge"):
+    with pytest.raises(PodSpecError, match=r"nvidia\.com/mig-huge"):
         v1_pod({"nvidia.com/mig-huge": "1"}).to_request()
