@@ -490,24 +490,29 @@ class DraIndex:
     def _reindex(self) -> None:
         self._by_ref = {d.ref: d for devices in self._slices.values() for d in devices}
 
+    def _put_slice(self, name: str, obj: Obj | None) -> None:
+        self._slices.pop(name, None)
+        self._counters.pop(name, None)
+        if obj is not None:
+            try:
+                self._slices[name] = devices_of_slice(obj)
+                self._counters[name] = counters_of_slice(obj)
+            except PodSpecError as e:
+                log.warning("ResourceSlice %s unreadable: %s", name, e)
+
     def set_slice(self, name: str, obj: Obj | None) -> None:
         """A ResourceSlice object (None: deleted); an unreadable one is logged and its devices dropped."""
         with self._lock:
-            self._slices.pop(name, None)
-            self._counters.pop(name, None)
-            if obj is not None:
-                try:
-                    self._slices[name] = devices_of_slice(obj)
-                    self._counters[name] = counters_of_slice(obj)
-                except PodSpecError as e:
-                    log.warning("ResourceSlice %s unreadable: %s", name, e)
+            self._put_slice(name, obj)
             self._reindex()
 
     def replace_slices(self, objs: Iterable[Obj]) -> None:
+        """Every ResourceSlice (a re-list), indexed once."""
         with self._lock:
             self._slices, self._counters = {}, {}
-        for obj in objs:
-            self.set_slice(str((obj.get("metadata") or {}).get("name")), obj)
+            for obj in objs:
+                self._put_slice(str((obj.get("metadata") or {}).get("name")), obj)
+            self._reindex()
 
     def set_claim(self, key: str, obj: Obj | None) -> None:
         """A ResourceClaim object under key `namespace/name` (None: deleted)."""
@@ -673,9 +678,8 @@ class DraIndex:
                     judged = False
                     notes.append(f"selector not evaluated ({e}); any GPU model taken as acceptable")
                     break
-            kinds = {d.kind for d in matched}
-            if not judged:
-                kinds = {GPU_TYPE} if request.device_class and "mig" not in request.device_class else kinds
+            # A request whose selectors cannot be judged counts as one for whole GPUs (it asks for some GPU).
+            kinds = {d.kind for d in matched} if judged else {GPU_TYPE}
             if not kinds:
                 continue  # a request for devices that are no GPUs (a NIC, say), or that no GPU matches
             count = request.count
