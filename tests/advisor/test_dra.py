@@ -3,15 +3,19 @@ cluster: ResourceSlices and ResourceClaims shaped as NVIDIA's driver and the sch
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from advisor.api import create_app
 from advisor.cluster.dra import DraIndex, claim_of, devices_of_slice, with_claims
 from advisor.cluster.kube import allocation_from_pod, pending_from_pod
 from advisor.cluster.pods import PodSpecError
 from advisor.cluster.state import ClusterState
 from advisor.placement.types import PodRequest
+from advisor.settings import AdvisorSettings
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot
 from tests.support.dra import (
@@ -228,3 +232,15 @@ def test_claims_and_a_node_selector_that_accept_no_common_model_are_refused() ->
     ask = index(claim("two", NS, 2)).claim_ask(NS, pod_with_claims("p", {"gpu": "two"})["spec"])
     with pytest.raises(PodSpecError, match="no GPU can satisfy both"):
         with_claims(PodRequest(name="p", gpu_models=("a100",)), ask)
+
+
+def test_the_score_says_how_a_pods_claims_were_read(tmp_path: Path) -> None:
+    settings = AdvisorSettings(db_url=f"sqlite:///{tmp_path}/a.db", no_kube=True, api_token="t")
+    with TestClient(create_app(settings)) as client:
+        headers = {"Authorization": "Bearer t"}
+        client.post("/v1/telemetry", json=snapshot(NODE, gpus=4), headers=headers).raise_for_status()
+        pod = pod_with_claims("p", {"gpu": "missing"})
+        pod["metadata"]["namespace"] = NS
+        response = client.post("/v1/score", json={"pod": pod, "nodes": [NODE]})
+    assert response.status_code == 200, response.text
+    assert response.json()["models"]["claims"] == f"ResourceClaim {NS}/missing not found"
