@@ -311,9 +311,12 @@ def device_class_of(obj: Obj) -> DeviceClass:
 def served_by_claim(status: Obj | None) -> frozenset[tuple[str, str]]:
     """(container name, resource name) pairs of a pod that a claim serves (`status.extendedResourceClaimStatus`):
     the claim holds those devices, so the pod's own resources must not count them again."""
-    extended = (status or {}).get("extendedResourceClaimStatus") or {}
+    extended = (status or {}).get("extendedResourceClaimStatus")
+    mappings = extended.get("requestMappings") if isinstance(extended, Mapping) else None
     return frozenset(
-        (str(m.get("containerName")), str(m.get("resourceName"))) for m in extended.get("requestMappings") or []
+        (str(m.get("containerName")), str(m.get("resourceName")))
+        for m in (mappings if isinstance(mappings, list) else [])
+        if isinstance(m, Mapping)
     )
 
 
@@ -321,8 +324,11 @@ def pod_claim_names(namespace: str, spec: Obj, status: Obj | None) -> tuple[list
     """The ResourceClaims a pod refers to (keys `namespace/name`): by name, or generated from a template (its name
     from `status.resourceClaimStatuses`, written by the claim controller once it has made the claim); and the
     template keys of those not made yet."""
+    statuses = (status or {}).get("resourceClaimStatuses")
     generated = {
-        str(s.get("name")): s.get("resourceClaimName") for s in (status or {}).get("resourceClaimStatuses") or []
+        str(s.get("name")): s.get("resourceClaimName")
+        for s in (statuses if isinstance(statuses, list) else [])
+        if isinstance(s, Mapping)
     }
     claims, templates = [], []
     for i, ref in enumerate(spec.get("resourceClaims") or []):

@@ -244,3 +244,13 @@ def test_the_score_says_how_a_pods_claims_were_read(tmp_path: Path) -> None:
         response = client.post("/v1/score", json={"pod": pod, "nodes": [NODE]})
     assert response.status_code == 200, response.text
     assert response.json()["models"]["claims"] == f"ResourceClaim {NS}/missing not found"
+
+
+def test_a_malformed_claim_status_is_read_as_none_rather_than_failing() -> None:
+    spec = pod_with_claims("p", {"gpu": "two"}, templates=True)["spec"]
+    ask = index().claim_ask(NS, spec, {"resourceClaimStatuses": "not a list"})
+    assert ask.notes == (f"ResourceClaimTemplate {NS}/two not found",)
+    pod = bound(pod_with_claims("p", {"gpu": "two"}), {"extendedResourceClaimStatus": {"requestMappings": [1, "x"]}})
+    allocation = allocation_from_pod(pod)
+    assert allocation is not None
+    assert allocation.gpus == 0
