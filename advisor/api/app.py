@@ -177,7 +177,9 @@ def create_app(
         if not settings.no_kube:
             from advisor.cluster.kube import start_watch
 
-            watcher = start_watch(ctx.state, metrics, pending=settings.hold_for_blocked or settings.shortest_first)
+            watcher = start_watch(
+                ctx.state, metrics, pending=settings.hold_for_blocked or settings.shortest_first, dra=ctx.dra
+            )
         try:
             yield
         finally:

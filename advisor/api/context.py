@@ -8,6 +8,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.api.metrics import AdvisorMetrics
+from advisor.cluster.dra import DraIndex
 from advisor.cluster.state import ClusterState
 from advisor.placement.config import ScoringConfig
 from advisor.predictors import Predictors
@@ -27,6 +28,7 @@ class AppContext:
     engine: Engine
     sessions: sessionmaker[Session]
     state: ClusterState = field(default_factory=ClusterState)
+    dra: DraIndex = field(default_factory=DraIndex)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     metrics: AdvisorMetrics = field(default_factory=AdvisorMetrics)
     models: ServedModels = field(init=False)

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from advisor.cluster.dra import ClaimAsk, DraIndex, with_claims
+from advisor.cluster.migask import with_mig_resources
 from advisor.cluster.pods import (
     RESTARTABLE,
     ContainerResources,
@@ -83,6 +85,7 @@ class PodSpec(_In):
     affinity: dict[str, Any] | None = None
     priority: int | None = None
     schedulerName: str | None = None  # noqa: N815
+    resourceClaims: list[dict[str, Any]] | None = None  # noqa: N815 — DRA claims by name or template
 
 
 class V1Pod(_In):
@@ -90,22 +93,38 @@ class V1Pod(_In):
 
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: PodSpec | None = None
+    status: dict[str, Any] | None = None
 
-    def to_request(self) -> PodRequest:
-        """The scoring request of this pod; `PodSpecError` names the field that is wrong."""
+    def claim_ask(self, dra: DraIndex) -> ClaimAsk | None:
+        """What the pod's ResourceClaims ask of GPUs (`advisor.cluster.dra`), None when it has none."""
+        if self.spec is None or not self.spec.resourceClaims:
+            return None
+        return dra.claim_ask(self.metadata.namespace, {"resourceClaims": self.spec.resourceClaims}, self.status)
+
+    def to_request(self, dra: DraIndex | None = None) -> PodRequest:
+        """The scoring request of this pod, with the GPUs its ResourceClaims ask for when `dra` is given;
+        `PodSpecError` names the field that is wrong."""
+        request = self._own_request()
+        ask = self.claim_ask(dra) if dra is not None else None
+        return request if ask is None else with_claims(request, ask)
+
+    def _own_request(self) -> PodRequest:
         if self.spec is None:
             raise PodSpecError("spec: a pod needs a spec with at least one container")
         meta = self.metadata
-        return pod_request(
+        containers = [_resources(c) for c in self.spec.containers or []]
+        init_containers = [_resources(c) for c in self.spec.initContainers or []]
+        request = pod_request(
             namespace=meta.namespace,
             name=meta.name,
             labels=meta.labels or {},
             annotations=meta.annotations or {},
-            containers=[_resources(c) for c in self.spec.containers or []],
-            init_containers=[_resources(c) for c in self.spec.initContainers or []],
+            containers=containers,
+            init_containers=init_containers,
             overhead=self.spec.overhead,
             gpu_models=accepted_gpu_models(self.placement()),
         )
+        return with_mig_resources(request, containers, init_containers)
 
     def scheduler(self) -> str:
         return (self.spec.schedulerName if self.spec else None) or DEFAULT_SCHEDULER
@@ -291,7 +310,13 @@ class PodQuery(_Native):
     def _share_fields(self) -> list[str]:
         return [name for name in ("gpu_milli", "gpu_memory_bytes") if getattr(self, name)]
 
-    def to_request(self) -> PodRequest:
+    def claim_ask(self, dra: DraIndex) -> ClaimAsk | None:
+        """What a v1.Pod's ResourceClaims ask of GPUs, None when it has none (or plain fields are given)."""
+        if self.spec is None:
+            return None
+        return V1Pod(metadata=self.metadata or ObjectMeta(), spec=self.spec, status=self.status).claim_ask(dra)
+
+    def to_request(self, dra: DraIndex | None = None) -> PodRequest:
         whole_and_share = self._share_fields() if self.gpus else []
         if whole_and_share:  # one notation per pod (docs/advisor.md, "GPU requests")
             raise PodSpecError(
@@ -305,7 +330,7 @@ class PodQuery(_Native):
                     f"pod.{plain[0]}: two GPU notations in one pod: the plain field {plain[0]} and a v1.Pod's "
                     "metadata/spec; give one of them"
                 )
-            return V1Pod(metadata=self.metadata or ObjectMeta(), spec=self.spec).to_request()
+            return V1Pod(metadata=self.metadata or ObjectMeta(), spec=self.spec, status=self.status).to_request(dra)
         if (
             self.gpus == 0
             and self.gpu_milli == 0

@@ -19,12 +19,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError, ProtocolError, ReadTimeoutError
 
+from advisor.cluster.dra import DraIndex, served_by_claim, with_claims
+from advisor.cluster.migask import with_mig_resources
 from advisor.cluster.pods import (
     RESTARTABLE,
     ContainerResources,
@@ -49,7 +51,11 @@ _TERMINATED_PHASES = {"Succeeded", "Failed"}
 _WATCH_TIMEOUT_SECONDS = 300
 _MAX_BACKOFF_SECONDS = 30.0
 _HTTP_GONE = 410
+_HTTP_NOT_FOUND = 404
 _PENDING_SELECTOR = "spec.nodeName=,status.phase=Pending"
+_DRA_GROUP = "resource.k8s.io"
+_DRA_VERSION = "v1"
+_DRA_PLURALS = ("deviceclasses", "resourceclaimtemplates", "resourceslices", "resourceclaims")
 
 
 class WatchMetrics(Protocol):
@@ -72,42 +78,60 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
     if not node or phase not in _ACTIVE_PHASES or meta.get("deletionTimestamp"):
         return None
     try:
-        request = _gpu_request(meta, spec)
+        request = _pod_request(meta, spec, pod.get("status"))
     except PodSpecError as e:
         log.warning("pod %s/%s: GPU request unreadable: %s", meta.get("namespace"), meta.get("name"), e)
         return None
-    if request is None:
+    # A pod with ResourceClaims is kept even without GPU resources: its claims' GPUs are added to it (the cluster
+    # state merges the two), with its start time, workload and gang from here.
+    if not (request.whole_gpus or request.is_share or spec.get("resourceClaims") or _served(pod)):
         return None
     return allocation_of(pod_key(meta.get("namespace", ""), meta.get("name", "")), request, node, _started_seconds(pod))
 
 
+def _served(pod: Mapping[str, Any]) -> bool:
+    return bool(served_by_claim(pod.get("status")))
+
+
 def _gpu_request(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> PodRequest | None:
     """The pod's `PodRequest`, None when it asks for no GPU; `PodSpecError` when it cannot be read."""
+    request = _pod_request(meta, spec, None)
+    return request if request.whole_gpus or request.is_share else None
+
+
+def _pod_request(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any] | None) -> PodRequest:
+    """The pod's `PodRequest` from its own resources, less those a ResourceClaim serves (KEP-5004: the scheduler's
+    claim for them holds the devices, and the DRA watch counts them); `PodSpecError` when it cannot be read."""
+    served = served_by_claim(status)
+    containers = _resources(spec.get("containers"), served)
+    init_containers = _resources(spec.get("initContainers"), served)
     request = pod_request(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         labels=meta.get("labels") or {},
         annotations=meta.get("annotations") or {},
-        containers=_resources(spec.get("containers")),
-        init_containers=_resources(spec.get("initContainers")),
+        containers=containers,
+        init_containers=init_containers,
         overhead=spec.get("overhead"),
         gpu_models=accepted_gpu_models(placement_of_spec(spec)),
     )
-    return request if request.whole_gpus or request.is_share else None
+    return with_mig_resources(request, containers, init_containers)
 
 
-def pending_from_pod(pod: Mapping[str, Any]) -> PendingPod | None:
+def pending_from_pod(pod: Mapping[str, Any], dra: DraIndex | None = None) -> PendingPod | None:
     """A pod object (API JSON form) waiting to be scheduled with a GPU request, or None (bound, not Pending, being
-    deleted, no GPU, or a request that cannot be read)."""
+    deleted, no GPU, or a request that cannot be read). With `dra`, GPUs asked through ResourceClaims count too."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     if spec.get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending" or meta.get("deletionTimestamp"):
         return None
     try:
-        request = _gpu_request(meta, spec)
+        request = _pod_request(meta, spec, pod.get("status"))
+        if dra is not None and spec.get("resourceClaims"):
+            request = with_claims(request, dra.claim_ask(meta.get("namespace", ""), spec, pod.get("status")))
     except PodSpecError:
         return None  # the bound pod's watch logs it once it is scheduled
-    if request is None:
+    if not (request.whole_gpus or request.is_share or request.mig):
         return None
     priority = spec.get("priority")
     return PendingPod(
@@ -138,14 +162,22 @@ def _time_of(pod: Mapping[str, Any], raw: object, field: str) -> float | None:
     return seconds
 
 
-def _resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerResources]:
+def _resources(
+    containers: list[Mapping[str, Any]] | None, served: frozenset[tuple[str, str]] = frozenset()
+) -> list[ContainerResources]:
+    """The containers' resource maps, without the (container, resource) pairs in `served`."""
     out = []
     for c in containers or []:
         r = c.get("resources") or {}
+        name = c.get("name")
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        if served:
+            limits = {k: v for k, v in limits.items() if (name, k) not in served}
+            requests = {k: v for k, v in requests.items() if (name, k) not in served}
         out.append(
             ContainerResources(
-                limits=r.get("limits") or {},
-                requests=r.get("requests") or {},
+                limits=limits,
+                requests=requests,
                 restartable=c.get("restartPolicy") == RESTARTABLE,
             )
         )
@@ -169,6 +201,34 @@ def resources_from_pod(pod: Mapping[str, Any]) -> PodResources | None:
     if cpu == 0 and memory == 0:
         return None
     return PodResources(pod_key(meta.get("namespace", ""), meta.get("name", "")), node, cpu, memory)
+
+
+_Objects = Callable[[list[dict[str, Any]]], None]
+_Object = Callable[[dict[str, Any]], None]
+
+
+def _dra_handlers(dra: DraIndex, plural: str) -> tuple[_Objects, _Object, _Object]:
+    """How a re-list, an added or changed object, and a deleted one of kind `plural` reach the DRA index."""
+    if plural == "resourceslices":
+        return dra.replace_slices, lambda o: dra.set_slice(_name(o), o), lambda o: dra.set_slice(_name(o), None)
+    if plural == "resourceclaims":
+        return dra.replace_claims, lambda o: dra.set_claim(_key(o), o), lambda o: dra.set_claim(_key(o), None)
+    if plural == "deviceclasses":
+        return dra.replace_classes, lambda o: dra.set_class(_name(o), o), lambda o: dra.set_class(_name(o), None)
+    return (
+        dra.replace_templates,
+        lambda o: dra.set_template(_key(o), o),
+        lambda o: dra.set_template(_key(o), None),
+    )
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return pod_key(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def allocatable_from_node(node: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -196,8 +256,12 @@ class KubeWatch:
         *,
         read_timeout_seconds: float = _WATCH_TIMEOUT_SECONDS + 30,
         pending: bool = True,
+        dra: DraIndex | None = None,
+        objects: client.CustomObjectsApi | None = None,
     ) -> None:
         self._state = state
+        self._dra = dra
+        self._objects = objects
         self._metrics = metrics
         self._api = api
         # A silent watch stream ends after this long, so `stop()` takes effect within it and a half-open connection
@@ -209,6 +273,16 @@ class KubeWatch:
             threading.Thread(target=self._loop, args=("pods", self._watch_pods), name="advisor-pods", daemon=True),
             threading.Thread(target=self._loop, args=("nodes", self._watch_nodes), name="advisor-nodes", daemon=True),
         ]
+        if dra is not None and objects is not None:  # Dynamic Resource Allocation (resource.k8s.io/v1)
+            for plural in _DRA_PLURALS:
+                self._threads.append(
+                    threading.Thread(
+                        target=self._loop,
+                        args=(plural, lambda p=plural: self._watch_dra(p)),
+                        name=f"advisor-{plural}",
+                        daemon=True,
+                    )
+                )
         if pending:  # only the filter's holding for blocked pods reads the queue
             self._threads.append(
                 threading.Thread(
@@ -264,7 +338,7 @@ class KubeWatch:
             if (r := resources_from_pod(obj)) is not None:
                 resources.append(r)
         self._state.replace_pods(allocations, resources)
-        self._metrics.set_allocations(len(allocations))
+        self._metrics.set_allocations(len(self._state.allocations()))
 
         def bound(key: str, obj: dict[str, Any] | None) -> None:
             self._state.update_pod(
@@ -304,14 +378,70 @@ class KubeWatch:
         listed = self._api.list_pod_for_all_namespaces(
             field_selector=_PENDING_SELECTOR, _request_timeout=self._request_timeout
         )
-        pending = [p for p in (pending_from_pod(self._as_dict(o)) for o in listed.items) if p is not None]
+        dra = self._dra
+        pending = [p for p in (pending_from_pod(self._as_dict(o), dra) for o in listed.items) if p is not None]
         self._state.replace_pending(pending)
         # A pod that is bound leaves the selector: the API server sends it as DELETED.
         self._stream_pods(
             _PENDING_SELECTOR,
             listed,
-            lambda key, obj: self._state.update_pending(key, None if obj is None else pending_from_pod(obj)),
+            lambda key, obj: self._state.update_pending(key, None if obj is None else pending_from_pod(obj, dra)),
         )
+
+    def _watch_dra(self, plural: str) -> None:
+        """List, then watch, one kind of resource.k8s.io/v1 object into the DRA index; after a change of slices or
+        claims, what each pod's claims hold goes to the cluster state."""
+        dra, objects = self._dra, self._objects
+        assert dra is not None
+        assert objects is not None
+        replace, put, remove = _dra_handlers(dra, plural)
+        holdings = plural in ("resourceslices", "resourceclaims")
+        try:
+            listed = cast(
+                "dict[str, Any]",
+                objects.list_cluster_custom_object(
+                    _DRA_GROUP, _DRA_VERSION, plural, _request_timeout=self._request_timeout
+                ),
+            )
+        except ApiException as e:
+            if e.status != _HTTP_NOT_FOUND:
+                raise
+            # A cluster older than Kubernetes 1.34 serves no resource.k8s.io/v1: nothing to follow; look again later.
+            log.info("resource.k8s.io/v1 %s not served: GPUs from DRA claims are not followed", plural)
+            self._stop.wait(_WATCH_TIMEOUT_SECONDS)
+            return
+        replace(listed.get("items") or [])
+        if holdings:
+            self._state.replace_claimed(dra.held_by_pods())
+            self._state.replace_mig(dra.mig_by_node())
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                objects.list_cluster_custom_object,
+                _DRA_GROUP,
+                _DRA_VERSION,
+                plural,
+                resource_version=(listed.get("metadata") or {}).get("resourceVersion"),
+                timeout_seconds=_WATCH_TIMEOUT_SECONDS,
+                _request_timeout=self._request_timeout,
+            ):
+                if self._stop.is_set():
+                    return
+                if event["type"] == "ERROR":
+                    raise ApiException(status=(event.get("object") or {}).get("code") or _HTTP_GONE)
+                obj: dict[str, Any] = event["object"]
+                if event["type"] == "DELETED":
+                    remove(obj)
+                else:
+                    put(obj)
+                if holdings:
+                    self._state.replace_claimed(dra.held_by_pods())
+                    self._state.replace_mig(dra.mig_by_node())
+        except ApiException as e:
+            if e.status != _HTTP_GONE:
+                raise
+        finally:
+            w.stop()  # type: ignore[no-untyped-call]
 
     def _watch_nodes(self) -> None:
         listed = self._api.list_node(_request_timeout=self._request_timeout)
@@ -349,15 +479,18 @@ class KubeWatch:
             w.stop()  # type: ignore[no-untyped-call]
 
 
-def start_watch(state: ClusterState, metrics: WatchMetrics, *, pending: bool = True) -> KubeWatch | None:
-    """Load in-cluster (else local kubeconfig) credentials and start watching (the pending pods only with `pending`);
-    None when neither is available."""
+def start_watch(
+    state: ClusterState, metrics: WatchMetrics, *, pending: bool = True, dra: DraIndex | None = None
+) -> KubeWatch | None:
+    """Load in-cluster (else local kubeconfig) credentials and start watching (the pending pods only with `pending`,
+    the Dynamic Resource Allocation objects into `dra` when given); None when neither is available."""
     try:
         load_client_config()
     except KubeUnavailableError as e:
         log.warning("no Kubernetes configuration (%s): allocations are inferred from telemetry only", e.__cause__)
         return None
-    return KubeWatch(state, metrics, client.CoreV1Api(), pending=pending).start()
+    objects = client.CustomObjectsApi() if dra is not None else None
+    return KubeWatch(state, metrics, client.CoreV1Api(), pending=pending, dra=dra, objects=objects).start()
 
 
 NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"

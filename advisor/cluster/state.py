@@ -41,7 +41,15 @@ from datetime import datetime
 
 from advisor.cluster.pods import pod_key
 from advisor.placement.queue import PendingPod
-from advisor.placement.types import WHOLE_GPU_MILLI, GpuState, NodeState, PodRequest, Resident, Topology
+from advisor.placement.types import (
+    WHOLE_GPU_MILLI,
+    GpuState,
+    MigInstance,
+    NodeState,
+    PodRequest,
+    Resident,
+    Topology,
+)
 from advisor.sharing import MIG_STRATEGY_LABEL, SHARING_STRATEGY_LABEL, node_sharing
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 
@@ -72,6 +80,30 @@ class PodAllocation:
     workload: str | None = None
     gang: str | None = None
     started_seconds: float | None = None
+    # GPUs known by UUID to be this pod's (Dynamic Resource Allocation names the device): (GPU UUID, milli held
+    # there: 1000 for a whole GPU, a MIG instance's share of its parent). They are reserved on exactly those GPUs.
+    pinned: tuple[tuple[str, int], ...] = ()
+
+
+def holds_gpus(a: PodAllocation) -> bool:
+    """Whether an allocation holds any GPU (whole, a share, or pinned devices)."""
+    return a.gpus > 0 or a.gpu_milli > 0 or a.gpu_memory_bytes is not None or bool(a.pinned)
+
+
+def merged_allocation(own: PodAllocation | None, claimed: PodAllocation | None) -> PodAllocation | None:
+    """A pod's allocation from its own resources (`own`, which leaves out the resources a claim serves: KEP-5004)
+    and from its ResourceClaims (`claimed`, `advisor.cluster.dra`); None when together they hold no GPU."""
+    if claimed is None:
+        return own if own is not None and holds_gpus(own) else None
+    if own is None:
+        return claimed
+    return dataclasses.replace(
+        own,
+        node=own.node,
+        gpus=own.gpus + claimed.gpus,
+        gpu_milli=own.gpu_milli if own.gpu_milli or claimed.gpus else claimed.gpu_milli,
+        pinned=(*own.pinned, *claimed.pinned),
+    )
 
 
 def allocation_of(pod: str, request: PodRequest, node: str, started_seconds: float | None = None) -> PodAllocation:
@@ -235,6 +267,29 @@ def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tu
     return state, set(pods)
 
 
+def _reserve_pinned(
+    gpus: list[GpuSnapshot],
+    states: list[GpuState],
+    holders_at: list[set[str]],
+    seen: dict[str, int],
+    allocations: Mapping[str, PodAllocation],
+) -> None:
+    """Reserve the GPUs that allocations name by UUID (DRA devices) where the pod runs no process yet; a whole GPU
+    so reserved counts among the pod's GPUs, so it is not reserved a second time among the free ones."""
+    position = {g.uuid: pos for pos, g in enumerate(gpus)}
+    for alloc in allocations.values():
+        for uuid, milli in alloc.pinned:
+            pos = position.get(uuid)
+            if pos is None:
+                continue
+            if alloc.pod not in holders_at[pos]:
+                s = states[pos]
+                states[pos] = dataclasses.replace(s, allocated_milli=min(WHOLE_GPU_MILLI, s.allocated_milli + milli))
+                holders_at[pos].add(alloc.pod)
+                if milli >= WHOLE_GPU_MILLI:
+                    seen[alloc.pod] = seen.get(alloc.pod, 0) + 1
+
+
 def topology_of(snapshot: NodeSnapshot, gpus: list[GpuSnapshot]) -> Topology:
     """The link topology of a snapshot's GPUs (`gpus` in position order)."""
     position = {g.index: pos for pos, g in enumerate(gpus)}
@@ -254,19 +309,24 @@ def build_node_state(
     topology: Callable[[NodeSnapshot, list[GpuSnapshot]], Topology] = topology_of,
     capacity: NodeCapacity | None = None,
     labels: Mapping[str, str] | None = None,
+    mig: Iterable[tuple[str, str, bool]] = (),
 ) -> NodeState:
     """The scoring view of one node from its latest snapshot, the allocations of pods bound to it, (when known)
     its CPU/memory, and how its GPUs are shared (its snapshot's sharing facts and MIG devices, then its labels:
-    `advisor.sharing.node_sharing`)."""
+    `advisor.sharing.node_sharing`); `mig` are its MIG instances (parent GPU UUID, profile, taken) from Dynamic
+    Resource Allocation, kept where the snapshot has the parent GPU."""
     gpus = sorted(snapshot.gpus, key=lambda g: g.index)
     node_topology = topology(snapshot, gpus)
     states: list[GpuState] = []
     seen: dict[str, int] = {}
+    holders_at: list[set[str]] = []
     for g in gpus:
         state, holders = _gpu_state(g, allocations)
         states.append(state)
+        holders_at.append(holders)
         for pod in holders:
             seen[pod] = seen.get(pod, 0) + 1
+    _reserve_pinned(gpus, states, holders_at, seen, allocations)
     for alloc in allocations.values():
         missing = alloc.gpus - seen.get(alloc.pod, 0)
         for pos, s in enumerate(states):
@@ -286,6 +346,7 @@ def build_node_state(
                 )
                 missing -= 1
     gangs = frozenset(a.gang for a in allocations.values() if a.gang)
+    gpu_index = {g.uuid: g.index for g in gpus}
     c = capacity
     sharing, source = node_sharing(
         labels, (g.sharing for g in snapshot.gpus if g.healthy), any(g.mig_devices for g in snapshot.gpus)
@@ -302,6 +363,11 @@ def build_node_state(
         memory_free_mib=max(0, c.memory_allocatable_mib - c.memory_requested_mib) if c else None,
         sharing_mode=sharing,
         sharing_source=source,
+        mig_instances=tuple(
+            MigInstance(index, profile, taken)
+            for uuid, profile, taken in mig
+            if (index := gpu_index.get(uuid)) is not None
+        ),
     )
 
 
@@ -355,7 +421,10 @@ class ClusterState:
         self._next_sweep_seconds = math.inf  # when the oldest node can have expired: none yet
         self._records: dict[str, NodeRecord] = {}
         self._nodes: dict[str, NodeState] = {}
-        self._allocations: dict[str, PodAllocation] = {}
+        self._allocations: dict[str, PodAllocation] = {}  # pod → what it holds (its own resources and its claims)
+        self._own: dict[str, PodAllocation] = {}  # pod → what its own resources say (the pod watch)
+        self._from_claims: dict[str, PodAllocation] = {}  # pod → what its ResourceClaims hold (the DRA watch)
+        self._mig: dict[str, tuple[tuple[str, str, bool], ...]] = {}  # node → its MIG instances (the DRA watch)
         self._by_node: dict[str, dict[str, PodAllocation]] = {}
         self._topologies: OrderedDict[tuple[object, ...], tuple[Topology, tuple[Link, ...]]] = OrderedDict()
         self._resources: dict[str, PodResources] = {}
@@ -473,6 +542,7 @@ class ClusterState:
             topology=topology,
             capacity=self._capacity(snapshot.node),
             labels=self._labels.get(snapshot.node),
+            mig=self._mig.get(snapshot.node, ()),
         )
         uuids = tuple((g.index, g.uuid) for g in snapshot.gpus)
         record = NodeRecord(state, snapshot_json, snapshot.timestamp, received, links, uuids, order)
@@ -517,17 +587,31 @@ class ClusterState:
     def update_pod(self, pod: str, allocation: PodAllocation | None, resources: PodResources | None) -> None:
         """Record (or move, or forget: None) a bound pod's GPU allocation and CPU/memory requests, and refresh the
         affected nodes once."""
-        if self._allocations.get(pod) == allocation and self._resources.get(pod) == resources:
+        holding = merged_allocation(allocation, self._from_claims.get(pod))
+        if (
+            self._own.get(pod) == allocation
+            and self._allocations.get(pod) == holding
+            and self._resources.get(pod) == resources
+        ):
             return
         touched: set[str] = set()
         with self._lock:
-            self._put_allocation(pod, allocation, touched)
+            if allocation is None:
+                self._own.pop(pod, None)
+            else:
+                self._own[pod] = allocation
+            self._put_allocation(pod, merged_allocation(allocation, self._from_claims.get(pod)), touched)
             self._put_resources(pod, resources, touched)
             for node in touched:
                 self._rebuild(node)
 
     def _set_allocations(self, allocations: Iterable[PodAllocation]) -> None:
-        self._allocations = {a.pod: a for a in allocations}
+        self._own = {a.pod: a for a in allocations}
+        self._allocations = {}
+        for pod in set(self._own) | set(self._from_claims):
+            holding = merged_allocation(self._own.get(pod), self._from_claims.get(pod))
+            if holding is not None:
+                self._allocations[pod] = holding
         self._by_node = {}
         for a in self._allocations.values():
             self._by_node.setdefault(a.node, {})[a.pod] = a
@@ -544,6 +628,27 @@ class ClusterState:
                 self._put_resources(r.pod, r, set())
             self._requests_known = True
             changed = [n for n in self._records if before.get(n) != (self._by_node.get(n), self._capacity(n))]
+            for node in changed:
+                self._rebuild(node)
+
+    def replace_claimed(self, claimed: Mapping[str, PodAllocation]) -> None:
+        """Swap in what every pod's ResourceClaims hold (`advisor.cluster.dra.DraIndex.held_by_pods`), merged with
+        what its own resources say; the nodes of the pods whose holding changed are rebuilt."""
+        with self._lock:
+            changed = {p for p in set(self._from_claims) | set(claimed) if self._from_claims.get(p) != claimed.get(p)}
+            self._from_claims = dict(claimed)
+            touched: set[str] = set()
+            for pod in changed:
+                self._put_allocation(pod, merged_allocation(self._own.get(pod), claimed.get(pod)), touched)
+            for node in touched:
+                self._rebuild(node)
+
+    def replace_mig(self, mig: Mapping[str, tuple[tuple[str, str, bool], ...]]) -> None:
+        """Swap in every node's MIG instances (`advisor.cluster.dra.DraIndex.mig_by_node`); the nodes whose
+        instances changed are rebuilt."""
+        with self._lock:
+            changed = {n for n in set(self._mig) | set(mig) if self._mig.get(n) != mig.get(n)}
+            self._mig = dict(mig)
             for node in changed:
                 self._rebuild(node)
 
@@ -653,6 +758,7 @@ class ClusterState:
                 topology=_same_topology(record.state.topology),
                 capacity=self._capacity(node),
                 labels=self._labels.get(node),
+                mig=self._mig.get(node, ()),
             )
         return overlay
 

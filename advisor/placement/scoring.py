@@ -47,6 +47,7 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import MixResources
 from advisor.placement.gpuset import fragmentation_with, packing_of, take_milli, whole_plan
 from advisor.placement.memo import NodeMemo
+from advisor.placement.mig import mig_verdict
 from advisor.placement.types import (
     WHOLE_GPU_MILLI,
     GpuState,
@@ -366,7 +367,7 @@ def score_nodes(
     """
     predictors = predictors or HEURISTIC_PREDICTORS
     k = pod.whole_gpus
-    if k == 0 and not pod.is_share and not scores_without_gpu(pod, config):
+    if k == 0 and not pod.is_share and not pod.mig and not scores_without_gpu(pod, config):
         return [_neutral_without_gpu(n.name) for n in nodes]
     raws = evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=now_seconds)
     return _finish(pod, raws, config, predictors)
@@ -404,6 +405,12 @@ def evaluate_batch(
             continue
         if own_resources and (refused := _resources_refusal(node, pod)) is not None:
             raws.append(refused)
+            continue
+        if pod.mig:  # MIG instances, not GPUs: placed on a free instance of each profile asked (`placement.mig`)
+            feasible, gpus, packing, detail = mig_verdict(node.mig_instances, dict(pod.mig))
+            raws.append(
+                RawVerdict(node.name, node.gpu_model, feasible, gpus, packing, 1.0 if feasible else 0.0, detail=detail)
+            )
             continue
         node_config = config.for_model(node.gpu_model)  # packing's task mix as seen from this GPU model
         resources = node_config.resources

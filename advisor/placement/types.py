@@ -38,7 +38,9 @@ class PodRequest:
     `cpu_milli` / `memory_mib` are the pod's CPU and memory requests (None: unknown, taken as 0); they matter only
     on nodes whose free CPU / memory is known and with a task mix that gives CPU / memory. `gpu_models` are the GPU
     models the pod accepts, normalised (`advisor.gpus.normalize_gpu_model`; from its node selector or required
-    affinity on `nvidia.com/gpu.product`); empty: any. A node of another model cannot run it.
+    affinity on `nvidia.com/gpu.product`); empty: any. A node of another model cannot run it. `mig` are the MIG
+    instances it asks for, (profile name, count) (`advisor.placement.mig`): such a pod runs on instances of those
+    profiles, not on whole GPUs or shares.
     """
 
     name: str = ""
@@ -50,8 +52,12 @@ class PodRequest:
     cpu_milli: int | None = None
     memory_mib: int | None = None
     gpu_models: tuple[str, ...] = ()
+    mig: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
+        for profile, n in self.mig:
+            if n < 1:
+                raise ScoringInputError(f"MIG profile {profile}: count must be >= 1, got {n}")
         if self.gpus < 0:
             raise ScoringInputError(f"gpus must be >= 0, got {self.gpus}")
         if not 0 <= self.gpu_milli <= WHOLE_GPU_MILLI:
@@ -81,6 +87,16 @@ class PodRequest:
     def share_milli(self) -> int:
         """Thousandths of a GPU that a share takes (a memory-only share counts as 0: no SM reservation)."""
         return self.gpu_milli if self.is_share else 0
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG instance of a node: its parent GPU (index in the node), profile (`1g.10gb`), and whether a pod holds
+    it."""
+
+    gpu: int
+    profile: str
+    taken: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +232,8 @@ class NodeState:
     # and which source said so (`advisor.sharing.node_sharing`: "snapshot", "label", or "assumed" when neither said).
     sharing_mode: str = ""
     sharing_source: str = "assumed"
+    # The node's MIG instances (from Dynamic Resource Allocation's devices), free or taken: MIG pods' capacity.
+    mig_instances: tuple[MigInstance, ...] = ()
     gpu_model: str = field(init=False)
     free_mask: int = field(init=False)
     free_milli: tuple[int, ...] = field(init=False)

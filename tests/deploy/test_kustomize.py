@@ -170,6 +170,9 @@ def test_rbac_is_least_privilege(objects: list[Obj]) -> None:
     assert {v for r in advisor for v in r["verbs"]} == {"get", "list", "watch", "create"}
     assert _verbs(advisor, "tokenreviews", "authentication.k8s.io") == {"create"}  # the collectors' credentials
     assert _verbs(advisor, "pods") == _verbs(advisor, "nodes") == {"get", "list", "watch"}
+    # Dynamic Resource Allocation: the devices of each node and who holds them, read only (advisor/cluster/dra.py)
+    for kind in ("resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses"):
+        assert _verbs(advisor, kind, "resource.k8s.io") == {"list", "watch"}, kind
     profiler = _rules(objects, "gpuadvisor-profiler")
     assert "patch" in _verbs(profiler, "trialruns/status", "gpuadvisor.io")
     assert not _verbs(profiler, "pods") & {"create", "delete", "patch", "update"}

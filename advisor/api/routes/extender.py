@@ -55,7 +55,7 @@ PRIORITIZE_PATH = "/extender/prioritize"
 
 def _priorities(args: ExtenderArgs, ctx: AppContext) -> bytes:
     """The HostPriorityList for one request, as JSON, with its metrics counted."""
-    pod = args.Pod.to_request()
+    pod = args.Pod.to_request(ctx.dra)
     names = args.candidates()
     predictors = ctx.predictors
     verdict = extender_priorities(
@@ -151,7 +151,7 @@ def args_in_pieces(body: bytes) -> ExtenderArgs:
 def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     """ExtenderFilterResult: the nodes that can run the pod and, for the others, why not (too few free GPUs, CPU or
     memory, or — with a JCT model — a faster GPU model that frees up soon enough to finish the pod sooner)."""
-    pod = args.Pod.to_request()
+    pod = args.Pod.to_request(ctx.dra)
     nodes = ctx.state.nodes
     candidates = args.candidates()
     now = ctx.state.now()

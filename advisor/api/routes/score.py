@@ -90,7 +90,8 @@ def fast_score(body: bytes, ctx: AppContext) -> bytes:
 
 def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     """The `ScoreResponse` JSON for one request, with its metrics counted; 404 for a node without telemetry."""
-    pod = body.pod.to_request()
+    pod = body.pod.to_request(ctx.dra)
+    ask = body.pod.claim_ask(ctx.dra)
     state_nodes = ctx.state.nodes
     names = body.nodes if body.nodes is not None else sorted(state_nodes)
     held: list[str] = []
@@ -116,6 +117,8 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     models["sharing"] = describe_sharing(modes)
     if isinstance(predictors.interference, ModelInterference) and modes:
         models["interference"] = "; ".join(dict.fromkeys(predictors.interference.answer_for(m) for m, _ in modes))
+    if ask is not None:  # how the pod's ResourceClaims were read (what could not be judged, and why)
+        models["claims"] = "; ".join(ask.notes) or "GPUs asked through ResourceClaims read from their device classes"
     ctx.metrics.count_fallbacks(models)
     unknown_models = sum(1 for m in gpu_models if not gpu_spec(m).known)
     if unknown_models:

@@ -194,6 +194,7 @@ func TestEveryGPUSpellingIsScored(t *testing.T) {
 		gpuPod("vgpu", v1.ResourceList{"volcano.sh/vgpu-number": resource.MustParse("1")}, nil),
 		gpuPod("milli-resource", v1.ResourceList{"gpuadvisor.io/gpu-milli": resource.MustParse("300")}, nil),
 		gpuPod("milli-annotation", nil, map[string]string{"gpuadvisor.io/gpu-milli": "300"}),
+		gpuPod("mig", v1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("1")}, nil),
 	}
 	for _, pod := range pods {
 		f := &fakeAdvisor{}
@@ -311,5 +312,20 @@ func TestWirePodLeavesOutWhatTheAdvisorDoesNotRead(t *testing.T) {
 	}
 	if _, ok := pod.Annotations[lastApplied]; !ok {
 		t.Error("toWire changed the pod's own annotations")
+	}
+}
+
+func TestPodsWithResourceClaimsAreScoredWithTheirClaims(t *testing.T) {
+	f := &fakeAdvisor{}
+	p, _ := start(t, f, nil)
+	pod := gpuPod("dra", v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}, nil)
+	template := "one-gpu"
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &template}}
+	if _, st := scoreCycle(t, p, pod, nodeInfos("a")); st.IsSkip() || f.calls.Load() != 1 {
+		t.Fatalf("a pod with a ResourceClaim got %v after %d calls; want it scored", st, f.calls.Load())
+	}
+	sent := f.lastRequest(t).Pod.Spec.ResourceClaims
+	if len(sent) != 1 || sent[0].Name != "gpu" || sent[0].ResourceClaimTemplateName == nil || *sent[0].ResourceClaimTemplateName != template {
+		t.Errorf("claims sent to the advisor: %+v", sent)
 	}
 }

@@ -1,6 +1,8 @@
 package gpuadvisor
 
 import (
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -19,14 +21,22 @@ var gpuResourceNames = []v1.ResourceName{
 	"gpuadvisor.io/gpu-milli",
 }
 
+// migResourcePrefix names the NVIDIA device plugin's mixed-strategy MIG resources (`nvidia.com/mig-1g.10gb`): the
+// advisor places such a pod on a free instance of its profile (advisor/placement/mig.py).
+const migResourcePrefix = "nvidia.com/mig-"
+
 // gpuAnnotations ask for a GPU share without a resource (the advisor's GPU_MILLI_ANNOTATION and
 // GPU_MEMORY_ANNOTATION).
 var gpuAnnotations = []string{"gpuadvisor.io/gpu-milli", "gpuadvisor.io/gpu-memory-bytes"}
 
 // wantsGPU says whether the pod asks for a GPU at all: only those pods cost a call to the advisor. How much it asks
 // for is the advisor's to read (one definition, advisor/cluster/pods.py); a pod that names a GPU resource with 0 is
-// still sent, and scored neutrally there.
+// still sent, and scored neutrally there. A pod with ResourceClaims (Dynamic Resource Allocation) is sent too: the
+// advisor reads their device classes and selectors (advisor/cluster/dra.py) and scores a claim for no GPU neutrally.
 func wantsGPU(pod *v1.Pod) bool {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return true
+	}
 	for _, a := range gpuAnnotations {
 		if _, ok := pod.Annotations[a]; ok {
 			return true
@@ -41,6 +51,13 @@ func wantsGPU(pod *v1.Pod) bool {
 				}
 				if _, ok := r.Requests[name]; ok {
 					return true
+				}
+			}
+			for _, list := range []v1.ResourceList{r.Limits, r.Requests} {
+				for name := range list {
+					if strings.HasPrefix(string(name), migResourcePrefix) {
+						return true
+					}
 				}
 			}
 		}
@@ -64,13 +81,14 @@ type wireMeta struct {
 }
 
 type wireSpec struct {
-	Containers     []wireContainer   `json:"containers"`
-	InitContainers []wireContainer   `json:"initContainers,omitempty"`
-	NodeSelector   map[string]string `json:"nodeSelector,omitempty"`
-	Affinity       *v1.Affinity      `json:"affinity,omitempty"`
-	Overhead       v1.ResourceList   `json:"overhead,omitempty"`
-	Priority       *int32            `json:"priority,omitempty"`
-	SchedulerName  string            `json:"schedulerName,omitempty"`
+	Containers     []wireContainer       `json:"containers"`
+	InitContainers []wireContainer       `json:"initContainers,omitempty"`
+	NodeSelector   map[string]string     `json:"nodeSelector,omitempty"`
+	Affinity       *v1.Affinity          `json:"affinity,omitempty"`
+	Overhead       v1.ResourceList       `json:"overhead,omitempty"`
+	Priority       *int32                `json:"priority,omitempty"`
+	SchedulerName  string                `json:"schedulerName,omitempty"`
+	ResourceClaims []v1.PodResourceClaim `json:"resourceClaims,omitempty"`
 }
 
 type wireContainer struct {
@@ -96,12 +114,13 @@ func toWire(pod *v1.Pod) wirePod {
 			Annotations: advisorAnnotations(pod.Annotations),
 		},
 		Spec: wireSpec{
-			Containers:    containers(pod.Spec.Containers),
-			NodeSelector:  pod.Spec.NodeSelector,
-			Affinity:      pod.Spec.Affinity,
-			Overhead:      pod.Spec.Overhead,
-			Priority:      pod.Spec.Priority,
-			SchedulerName: pod.Spec.SchedulerName,
+			Containers:     containers(pod.Spec.Containers),
+			NodeSelector:   pod.Spec.NodeSelector,
+			Affinity:       pod.Spec.Affinity,
+			Overhead:       pod.Spec.Overhead,
+			Priority:       pod.Spec.Priority,
+			SchedulerName:  pod.Spec.SchedulerName,
+			ResourceClaims: pod.Spec.ResourceClaims,
 		},
 	}
 	if len(pod.Spec.InitContainers) > 0 {
