@@ -26,8 +26,6 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError, ProtocolError, ReadTimeoutError
 
 from advisor.cluster.pods import (
-    RESTARTABLE,
-    ContainerResources,
     PodSpecError,
     accepted_gpu_models,
     allocatable_of,
@@ -40,7 +38,9 @@ from advisor.cluster.pods import (
 from advisor.cluster.state import ClusterState, PodAllocation, PodResources, allocation_of
 from advisor.placement.queue import DEFAULT_SCHEDULER, PendingPod
 from advisor.placement.types import PodRequest
-from collector.kube import KubeUnavailableError, kube_error, load_client_config
+from collector.kube import kube_error, load_client_config
+from collector.kube_errors import KubeUnavailableError
+from collector.pod_requests import container_resources
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ def _gpu_request(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> PodRequest
         name=meta.get("name", ""),
         labels=meta.get("labels") or {},
         annotations=meta.get("annotations") or {},
-        containers=_resources(spec.get("containers")),
-        init_containers=_resources(spec.get("initContainers")),
+        containers=container_resources(spec.get("containers")),
+        init_containers=container_resources(spec.get("initContainers")),
         overhead=spec.get("overhead"),
         gpu_models=accepted_gpu_models(placement_of_spec(spec)),
     )
@@ -138,20 +138,6 @@ def _time_of(pod: Mapping[str, Any], raw: object, field: str) -> float | None:
     return seconds
 
 
-def _resources(containers: list[Mapping[str, Any]] | None) -> list[ContainerResources]:
-    out = []
-    for c in containers or []:
-        r = c.get("resources") or {}
-        out.append(
-            ContainerResources(
-                limits=r.get("limits") or {},
-                requests=r.get("requests") or {},
-                restartable=c.get("restartPolicy") == RESTARTABLE,
-            )
-        )
-    return out
-
-
 def resources_from_pod(pod: Mapping[str, Any]) -> PodResources | None:
     """The CPU/memory a pod object holds on its node, or None when it is unbound, terminated or requests neither."""
     meta = pod.get("metadata") or {}
@@ -161,7 +147,9 @@ def resources_from_pod(pod: Mapping[str, Any]) -> PodResources | None:
         return None
     try:
         cpu, memory = cpu_memory_request(
-            _resources(spec.get("containers")), _resources(spec.get("initContainers")), spec.get("overhead")
+            container_resources(spec.get("containers")),
+            container_resources(spec.get("initContainers")),
+            spec.get("overhead"),
         )
     except PodSpecError as e:
         log.warning("pod %s/%s: CPU/memory request unreadable: %s", meta.get("namespace"), meta.get("name"), e)
