@@ -444,7 +444,9 @@ def load_philly(path: Path) -> pd.DataFrame:
 _TRACE_COLUMNS = ("trace", "job_idx", "job_type", "total_steps", "scale_factor", "arrival_time_s")
 
 
-def gavel_trace_executions(trace_path: Path, throughputs: pd.DataFrame, *, start_unix_s: float = 1.7e9) -> pd.DataFrame:
+def gavel_trace_executions(
+    trace_path: Path, throughputs: pd.DataFrame, *, start_unix_seconds: float = 1.7e9
+) -> pd.DataFrame:
     """Executions derived from Gavel's job traces: run time = total steps / the job's steps/s on its GPU type.
 
     Gavel's traces say which job arrives when and how many steps it runs, not where it ran; each job is assigned a
@@ -476,7 +478,7 @@ def gavel_trace_executions(trace_path: Path, throughputs: pd.DataFrame, *, start
         if not options:
             continue
         gpu = sorted(options)[i % len(options)]
-        submit = start_unix_s + float(arrival)
+        submit = start_unix_seconds + float(arrival)
         rows.append(
             {
                 "job_id": f"{trace}-{job_idx}",

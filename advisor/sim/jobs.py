@@ -52,7 +52,7 @@ class _Running:
     parts: list[tuple[int, tuple[int, ...]]]
     milli: int
     gang: str | None
-    start_s: float
+    start_seconds: float
     slot: int = -1
     partner: _Running | None = None
 
@@ -371,8 +371,8 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
     started = time.perf_counter()
     engine = _Engine(cluster, policy, truth)
     arrivals = sorted((j for j in jobs if j.num_gpus <= cluster.total_gpus), key=lambda j: j.arrival_s)
-    start_s: dict[str, float] = {}
-    end_s: dict[str, float] = {}
+    start_seconds: dict[str, float] = {}
+    end_seconds: dict[str, float] = {}
     queue = _Queue()
     now = arrivals[0].arrival_s if arrivals else 0.0
     i = 0
@@ -385,20 +385,20 @@ def run_jct(cluster: Cluster, jobs: Sequence[Job], policy: JobPolicy, truth: Rat
         now = t
         for run in engine.done():
             engine.finish(run)
-            end_s[run.job.job_id] = now
+            end_seconds[run.job.job_id] = now
             queue.releases += 1
         fresh_from = queue.begin()
         while i < len(arrivals) and arrivals[i].arrival_s <= now:
             queue.arrive(arrivals[i], engine.room_key(arrivals[i]))
             i += 1
         for job in _scheduling_pass(engine, queue, fresh_from, now):
-            start_s[job.job_id] = now
+            start_seconds[job.job_id] = now
     return _result(
         engine,
         submitted=len(jobs),
         arrivals=arrivals,
-        start_s=start_s,
-        end_s=end_s,
+        start_seconds=start_seconds,
+        end_seconds=end_seconds,
         seconds=time.perf_counter() - started,
     )
 
@@ -408,15 +408,15 @@ def _result(
     *,
     submitted: int,
     arrivals: Sequence[Job],
-    start_s: dict[str, float],
-    end_s: dict[str, float],
+    start_seconds: dict[str, float],
+    end_seconds: dict[str, float],
     seconds: float,
 ) -> JctResult:
-    finished = [j for j in arrivals if j.job_id in end_s]
-    jct = np.array([end_s[j.job_id] - j.arrival_s for j in finished])
-    wait = np.array([start_s[j.job_id] - j.arrival_s for j in finished])
+    finished = [j for j in arrivals if j.job_id in end_seconds]
+    jct = np.array([end_seconds[j.job_id] - j.arrival_s for j in finished])
+    wait = np.array([start_seconds[j.job_id] - j.arrival_s for j in finished])
     first = min((j.arrival_s for j in finished), default=0.0)
-    makespan = max(end_s.values(), default=first) - first
+    makespan = max(end_seconds.values(), default=first) - first
     total_gpus = engine.cluster.total_gpus
     return JctResult(
         policy=engine.policy.name,
