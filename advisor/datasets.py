@@ -30,15 +30,23 @@ import pandas as pd
 
 from advisor.features import FloatArray, JobQuery, SideColumns, ThroughputQuery
 from advisor.gpus import normalize_gpu_model
-from profiler.csv_formats import COLOCATIONS, EXECUTIONS, FALSE_VALUES, THROUGHPUTS, TRUE_VALUES, CsvFormat
+from profiler.csv_formats import (
+    COLOCATIONS,
+    EXECUTIONS,
+    FALSE_VALUES,
+    THROUGHPUTS,
+    TRUE_VALUES,
+    CsvFormat,
+    InputDataError,
+)
 from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
 
 Kind = Literal["throughput", "interference", "jct"]
 KINDS: tuple[Kind, ...] = ("throughput", "interference", "jct")
 
 
-class DatasetError(ValueError):
-    """A data file that cannot be used as it is; the message names the file, the column or the row."""
+DatasetError = InputDataError
+"""A data file that cannot be used as it is (the readers' one error class, under its older name here)."""
 
 
 FORMAT_OF_KIND: dict[Kind, CsvFormat] = {"interference": COLOCATIONS, "throughput": THROUGHPUTS, "jct": EXECUTIONS}
@@ -223,16 +231,6 @@ def gavel_job(name: str) -> tuple[str, int]:
     return name[: match.start()].strip(), int(match.group(1))
 
 
-def _gavel_key(key: str) -> tuple[str, int]:
-    try:
-        parsed = ast.literal_eval(key)
-    except (ValueError, SyntaxError) as e:
-        raise DatasetError(f"Gavel job key {key!r} is not a (job type, scale factor) tuple") from e
-    if not (isinstance(parsed, tuple) and len(parsed) == 2 and isinstance(parsed[0], str)):
-        raise DatasetError(f"Gavel job key {key!r} is not a (job type, scale factor) tuple")
-    return parsed[0], int(parsed[1])
-
-
 def _samples(steps_per_s: float, batch_size: int) -> float:
     return steps_per_s * batch_size if batch_size > 0 else steps_per_s
 
@@ -244,74 +242,146 @@ class GavelData:
     infeasible_pairs: int
 
 
+@dataclass(frozen=True, slots=True)
+class GavelEntry:
+    """One job of Gavel's ``simulation_throughputs.json`` on one worker type: its isolated steps/s (the ``null``
+    entry) and, per co-located partner (job type, scale factor), the (own, partner's) steps/s measured sharing a GPU
+    (``[0, 0]``: the pair could not share)."""
+
+    worker: str
+    gpu_model: str
+    consolidated: bool
+    job_type: str
+    scale: int
+    steps_per_s: float
+    pairs: tuple[tuple[str, int, float, float], ...]
+
+
+def _gavel_key(key: str, where: str) -> tuple[str, int]:
+    try:
+        parsed = ast.literal_eval(key)
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
+        raise InputDataError(f"{where}: job key {key!r} is not a (job type, scale factor) tuple") from e
+    if not (
+        isinstance(parsed, tuple)
+        and len(parsed) == 2
+        and isinstance(parsed[0], str)
+        and isinstance(parsed[1], int)
+        and not isinstance(parsed[1], bool)
+    ):
+        raise InputDataError(f"{where}: job key {key!r} is not a (job type, scale factor) tuple")
+    return parsed[0], parsed[1]
+
+
+def _steps(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InputDataError(f"{where}: expected a non-negative number of steps/s, got {value!r}")
+    return float(value)
+
+
+def read_gavel_json(path: Path) -> list[GavelEntry]:
+    """Gavel's ``simulation_throughputs.json`` (../shared/data/README.md), checked: an object keyed by worker type
+    (``<gpu>`` or ``<gpu>_unconsolidated``), each an object keyed by job ``(job type, scale factor)``, each an object
+    with the isolated steps/s under ``null`` and ``[own, partner]`` steps/s per co-located partner. The one reader of
+    the format: the models' frames (`load_gavel`) and the simulator's tables (`advisor.sim.loaders`) are built from
+    its entries, in the file's order."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise InputDataError(f"{path}: no such file") from e
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputDataError(f"{path}: not a readable Gavel throughputs JSON ({e})") from e
+    if not isinstance(raw, dict) or not raw:
+        raise InputDataError(f"{path}: expected an object keyed by GPU type")
+    out: list[GavelEntry] = []
+    for worker, jobs in raw.items():
+        if not isinstance(jobs, dict):
+            raise InputDataError(f"{path}: {worker!r}: expected an object keyed by job")
+        consolidated = not worker.endswith("_unconsolidated")
+        model = normalize_gpu_model(worker.removesuffix("_unconsolidated"))
+        for key, entry in jobs.items():
+            where = f"{path}: {worker!r} / {key!r}"
+            job_type, scale = _gavel_key(key, f"{path}: {worker!r}")
+            if not isinstance(entry, dict):
+                raise InputDataError(f"{where}: expected an object")
+            if "null" not in entry:
+                raise InputDataError(f"{where}: no isolated throughput ('null' entry)")
+            pairs: list[tuple[str, int, float, float]] = []
+            for other, pair in entry.items():
+                if other == "null":
+                    continue
+                other_type, other_scale = _gavel_key(other, where)
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise InputDataError(f"{where} / {other!r}: expected [own, partner] steps/s, got {pair!r}")
+                pairs.append(
+                    (
+                        other_type,
+                        other_scale,
+                        _steps(pair[0], f"{where} / {other!r}"),
+                        _steps(pair[1], f"{where} / {other!r}"),
+                    )
+                )
+            steps = _steps(entry["null"], f"{where} / 'null'")
+            out.append(GavelEntry(worker, model, consolidated, job_type, scale, steps, tuple(pairs)))
+    return out
+
+
 def load_gavel(path: Path) -> GavelData:
-    """Throughputs and 1-GPU co-locations from Gavel's ``simulation_throughputs.json``.
+    """Throughputs and 1-GPU co-locations from Gavel's ``simulation_throughputs.json`` (`read_gavel_json`).
 
     Throughputs are samples/s = steps/s × batch size (steps/s for A3C and CycleGAN, whose batch size Gavel does not
     name). A multi-GPU job's batch size is taken per GPU, so its global batch is batch × GPUs. ``<gpu>_unconsolidated``
     entries are the same job spread over one server per GPU (``nodes`` = GPU count). Pairs measured as ``[0, 0]``
     could not share a GPU; they are counted in `infeasible_pairs` and left out.
     """
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise DatasetError(f"{path}: not a readable Gavel throughputs JSON ({e})") from e
+    entries = read_gavel_json(path)
     thr_rows: list[dict[str, object]] = []
     pair_rows: list[dict[str, object]] = []
     infeasible = 0
-    for worker_type, jobs in raw.items():
-        consolidated = not worker_type.endswith("_unconsolidated")
-        gpu = normalize_gpu_model(worker_type.removesuffix("_unconsolidated"))
-        solo: dict[str, float] = {}
-        for key, entry in jobs.items():
-            job, scale = _gavel_key(key)
-            if scale > 1 or consolidated:
-                _, batch = gavel_job(job)
-                thr_rows.append(
-                    {
-                        "workload": job,
-                        "gpu_model": gpu,
-                        "gpu_count": scale,
-                        "nodes": 1 if consolidated else scale,
-                        "batch_size": batch * scale,
-                        "throughput": _samples(float(entry["null"]), batch) * scale,
-                    }
-                )
-            if scale == 1:
-                solo[job] = float(entry["null"])
-        if not consolidated:
+    solo: dict[tuple[str, str], float] = {}  # (worker, job type) → 1-GPU steps/s
+    for e in entries:
+        if e.scale > 1 or e.consolidated:
+            _, batch = gavel_job(e.job_type)
+            thr_rows.append(
+                {
+                    "workload": e.job_type,
+                    "gpu_model": e.gpu_model,
+                    "gpu_count": e.scale,
+                    "nodes": 1 if e.consolidated else e.scale,
+                    "batch_size": batch * e.scale,
+                    "throughput": _samples(e.steps_per_s, batch) * e.scale,
+                }
+            )
+        if e.scale == 1:
+            solo[(e.worker, e.job_type)] = e.steps_per_s
+    for e in entries:
+        if not e.consolidated or e.scale != 1:
             continue
-        for key, entry in jobs.items():
-            job_a, scale_a = _gavel_key(key)
-            if scale_a != 1:
+        for job_b, scale_b, coloc_a, coloc_b in e.pairs:
+            if scale_b != 1:
                 continue
-            for other, value in entry.items():
-                if other == "null":
-                    continue
-                job_b, scale_b = _gavel_key(other)
-                if scale_b != 1:
-                    continue
-                coloc_a, coloc_b = float(value[0]), float(value[1])
-                if coloc_a <= 0.0 or coloc_b <= 0.0:
-                    infeasible += 1
-                    continue
-                fam_a, bs_a = gavel_job(job_a)
-                fam_b, bs_b = gavel_job(job_b)
-                pair_rows.append(
-                    {
-                        "gpu_model": gpu,
-                        "workload_a": job_a,
-                        "workload_b": job_b,
-                        "solo_throughput_a": _samples(solo[job_a], bs_a),
-                        "solo_throughput_b": _samples(solo[job_b], bs_b),
-                        "coloc_throughput_a": _samples(coloc_a, bs_a),
-                        "coloc_throughput_b": _samples(coloc_b, bs_b),
-                        "batch_size_a": bs_a,
-                        "batch_size_b": bs_b,
-                        "family_a": fam_a,
-                        "family_b": fam_b,
-                    }
-                )
+            if coloc_a <= 0.0 or coloc_b <= 0.0:
+                infeasible += 1
+                continue
+            if (e.worker, job_b) not in solo:
+                raise InputDataError(f"{path}: {e.worker!r}: co-location partner {job_b!r} has no 1-GPU throughput")
+            fam_a, bs_a = gavel_job(e.job_type)
+            fam_b, bs_b = gavel_job(job_b)
+            pair_rows.append(
+                {
+                    "gpu_model": e.gpu_model,
+                    "workload_a": e.job_type,
+                    "workload_b": job_b,
+                    "solo_throughput_a": _samples(e.steps_per_s, bs_a),
+                    "solo_throughput_b": _samples(solo[(e.worker, job_b)], bs_b),
+                    "coloc_throughput_a": _samples(coloc_a, bs_a),
+                    "coloc_throughput_b": _samples(coloc_b, bs_b),
+                    "batch_size_a": bs_a,
+                    "batch_size_b": bs_b,
+                    "family_a": fam_a,
+                    "family_b": fam_b,
+                }
+            )
     throughputs = normalize_frame(pd.DataFrame(thr_rows), THROUGHPUTS, with_labels=True, source=str(path))
     colocations = normalize_frame(pd.DataFrame(pair_rows), COLOCATIONS, with_labels=True, source=str(path))
     return GavelData(throughputs, colocations, infeasible)
@@ -374,7 +444,9 @@ def load_philly(path: Path) -> pd.DataFrame:
 _TRACE_COLUMNS = ("trace", "job_idx", "job_type", "total_steps", "scale_factor", "arrival_time_s")
 
 
-def gavel_trace_executions(trace_path: Path, throughputs: pd.DataFrame, *, start_unix_s: float = 1.7e9) -> pd.DataFrame:
+def gavel_trace_executions(
+    trace_path: Path, throughputs: pd.DataFrame, *, start_unix_seconds: float = 1.7e9
+) -> pd.DataFrame:
     """Executions derived from Gavel's job traces: run time = total steps / the job's steps/s on its GPU type.
 
     Gavel's traces say which job arrives when and how many steps it runs, not where it ran; each job is assigned a
@@ -406,7 +478,7 @@ def gavel_trace_executions(trace_path: Path, throughputs: pd.DataFrame, *, start
         if not options:
             continue
         gpu = sorted(options)[i % len(options)]
-        submit = start_unix_s + float(arrival)
+        submit = start_unix_seconds + float(arrival)
         rows.append(
             {
                 "job_id": f"{trace}-{job_idx}",

@@ -6,7 +6,11 @@ models and occupancy, as `score_latency.py`), then for each route `wrk --latency
 with several (throughput):
   * `POST /v1/score` over every node (`{"pod": {"gpus": 1}}`, the answer lists all of them);
   * `POST /extender/prioritize` with a full v1.Pod and the node names (kube-scheduler's call; one pod shape: warm);
-plus the server's own CPU time per request over each run. wrk must be on PATH (Debian: `apt-get install wrk`);
+plus the server's own CPU time per request over each run (the advisor's every process: its ingest workers too).
+Then the same runs against the HTTP floor (`bench/http_floor.py`: FastAPI + uvicorn with the advisor's flags, an async
+route answering the advisor's bytes), and each route's p50 over the floor's. Snapshots are pushed on a connection of
+their own, so no measured connection is handed to an ingest worker. JSON last line.
+wrk must be on PATH (Debian: `apt-get install wrk`);
 without it the bench says so and measures nothing (exit 0, so that `make bench` goes on).
 
 Usage: python bench/http_wrk.py [--nodes 500] [--seconds 10] [--connections 8] [--threads 1]
@@ -26,12 +30,13 @@ from pathlib import Path
 
 from cluster import (
     POD_MIX,
+    advisor_cpu_seconds,
     free_port,
     machine_note,
     post,
-    process_cpu_seconds,
     push_snapshots,
     start_advisor,
+    start_floor,
     synthetic_cluster,
 )
 
@@ -87,37 +92,70 @@ def main() -> None:
         "/extender/prioritize": {"Pod": POD_MIX[0], "NodeNames": names},
     }
     port = free_port()
+    figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        scripts: dict[str, Path] = {}
+        answers: dict[str, bytes] = {}
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
+            push_snapshots(port, snapshots)  # on a connection of its own: wrk's are never handed to a worker
             conn = HTTPConnection("127.0.0.1", port, timeout=30)
-            push_snapshots(conn, snapshots)
             print(f"{args.nodes} nodes; {machine_note()}")
             for path, body in bodies.items():
                 body_file = Path(tmp) / f"{path.strip('/').replace('/', '_')}.json"
                 body_file.write_bytes(json.dumps(body).encode())
-                status, answer = post(conn, path, body_file.read_bytes())
-                assert status == 200, (status, answer[:300])
-                script = Path(tmp) / f"{body_file.stem}.lua"
-                script.write_text(LUA.format(body=body_file))
-                for connections in (1, args.connections):
-                    cpu_before = process_cpu_seconds(proc.pid)
-                    got = wrk(
-                        f"http://127.0.0.1:{port}{path}",
-                        script,
-                        seconds=args.seconds,
-                        connections=connections,
-                        threads=min(args.threads, connections),
-                    )
-                    cpu_ms = (process_cpu_seconds(proc.pid) - cpu_before) * 1e3 / max(1.0, got["rps"] * args.seconds)
-                    print(
-                        f"{path:22s} {connections:2d} conn: {got['rps']:7.0f} req/s  p50 {got['p50_ms']:.2f} ms"
-                        f"  p99 {got['p99_ms']:.2f} ms  server CPU {cpu_ms:.2f} ms/request  answer {len(answer)} B"
-                        f"  non-2xx {got['non_2xx']:.0f}"
-                    )
+                status, answers[path] = post(conn, path, body_file.read_bytes())
+                assert status == 200, (status, answers[path][:300])
+                scripts[path] = Path(tmp) / f"{body_file.stem}.lua"
+                scripts[path].write_text(LUA.format(body=body_file))
+            conn.close()
+            _measure("advisor", port, pid=proc.pid, scripts=scripts, answers=answers, args=args, figures=figures)
         finally:
             proc.terminate()
             proc.wait(10)
+        floor_port = free_port()
+        floor = start_floor(floor_port, answers, Path(tmp))
+        try:
+            _measure("floor", floor_port, pid=floor.pid, scripts=scripts, answers=answers, args=args, figures=figures)
+        finally:
+            floor.terminate()
+            floor.wait(10)
+    for key, advisor in figures.items():
+        if key.startswith("advisor "):
+            floor_figures = figures["floor " + key.removeprefix("advisor ")]
+            advisor["p50_over_floor"] = advisor["p50_ms"] / max(floor_figures["p50_ms"], 1e-9)
+            print(f"{key.removeprefix('advisor '):28s} p50 {advisor['p50_over_floor']:.1f} x the floor's")
+    print(json.dumps({"nodes": args.nodes, "seconds": args.seconds, "runs": figures}))
+
+
+def _measure(
+    label: str,
+    port: int,
+    *,
+    pid: int,
+    scripts: dict[str, Path],
+    answers: dict[str, bytes],
+    args: argparse.Namespace,
+    figures: dict[str, dict[str, float]],
+) -> None:
+    """wrk on every path at one connection and at `--connections`, the server's CPU (every process) beside it."""
+    for path, script in scripts.items():
+        for connections in (1, args.connections):
+            cpu_before = advisor_cpu_seconds(pid)
+            got = wrk(
+                f"http://127.0.0.1:{port}{path}",
+                script,
+                seconds=args.seconds,
+                connections=connections,
+                threads=min(args.threads, connections),
+            )
+            got["server_cpu_ms"] = (advisor_cpu_seconds(pid) - cpu_before) * 1e3 / max(1.0, got["rps"] * args.seconds)
+            figures[f"{label} {path} {connections} conn"] = got
+            print(
+                f"{label:7s} {path:22s} {connections:2d} conn: {got['rps']:7.0f} req/s  p50 {got['p50_ms']:.2f} ms"
+                f"  p99 {got['p99_ms']:.2f} ms  server CPU {got['server_cpu_ms']:.2f} ms/request"
+                f"  answer {len(answers[path])} B  non-2xx {got['non_2xx']:.0f}"
+            )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from advisor.cluster.state import ClusterState
 from collector.snapshot import NodeSnapshot
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it reports them
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--snapshots", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)

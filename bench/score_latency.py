@@ -34,11 +34,12 @@ from typing import Any
 
 from cluster import (
     POD_MIX,
+    advisor_cpu_seconds,
+    floor_requests,
     free_port,
     machine_note,
     percentiles_ms,
     post,
-    process_cpu_seconds,
     push_snapshots,
     start_advisor,
     sustained_rate,
@@ -114,7 +115,7 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
             conn = HTTPConnection("127.0.0.1", port)
-            push_snapshots(conn, snapshots)
+            push_snapshots(port, snapshots)
             names = [s["node"] for s in snapshots]
             bodies = [json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode() for pod in POD_MIX]
             status, reply = post(conn, "/extender/prioritize", bodies[0])
@@ -126,19 +127,18 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
             print(f"HostPriorityList for a 1-GPU v1.Pod: {len(hosts)} hosts, scores {histogram}")
             for body in bodies:
                 post(conn, "/extender/prioritize", body)
-            cpu0 = process_cpu_seconds(proc.pid)
-            for _ in range(requests):
-                conn.request("GET", "/healthz")
-                conn.getresponse().read()
-            floor_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
-            print(f"HTTP floor: GET /healthz costs the server {floor_ms:.2f} ms CPU/request (uvicorn + FastAPI alone)")
+            f50, f99, floor_ms = floor_requests("/extender/prioritize", reply, bodies, requests, Path(tmp))
+            print(
+                f"HTTP floor (FastAPI + uvicorn, async route answering the same {len(reply)} B): p50 {f50:.2f} ms,"
+                f" p99 {f99:.2f} ms, server CPU {floor_ms:.2f} ms/request"
+            )
             p50, p99, cpu_ms = timed_requests(conn, proc.pid, "/extender/prioritize", bodies, requests)
             print(
                 f"HTTP /extender/prioritize, one keep-alive client: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
                 f"({requests} requests); server CPU {cpu_ms:.2f} ms/request"
             )
             cold_ms: dict[str, list[float]] = {"1 GPU": [], "2-8 GPUs": [], "a share": []}
-            cpu0 = process_cpu_seconds(proc.pid)
+            cpu0 = advisor_cpu_seconds(proc.pid)
             for i in range(requests):
                 # A pod shape never seen before in every request: a new share size, GPU count x CPU request, workload.
                 kind = ("1 GPU", "2-8 GPUs", "a share")[i % 3]
@@ -152,7 +152,7 @@ def bench_http(snapshots: list[dict[str, Any]], requests: int, seconds: float, c
                 status, _ = post(conn, "/extender/prioritize", body)
                 cold_ms[kind].append(time.perf_counter() - t0)
                 assert status == 200
-            cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
+            cpu_ms = (advisor_cpu_seconds(proc.pid) - cpu0) / requests * 1e3
             for kind, samples in cold_ms.items():
                 p50, p99 = percentiles_ms(samples)
                 print(
@@ -174,7 +174,7 @@ def bench_score_http(snapshots: list[dict[str, Any]], requests: int, seconds: fl
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
             conn = HTTPConnection("127.0.0.1", port)
-            push_snapshots(conn, snapshots)
+            push_snapshots(port, snapshots)
             pods = [{"gpus": 1}, {"gpus": 2}, {"gpus": 4}, {"gpus": 8}, {"gpu_milli": 250}, {"gpus": 1}]
             bodies = [json.dumps({"pod": {**pod, "workload": "resnet50-bs64"}}).encode() for pod in pods]
             status, reply = post(conn, "/v1/score", bodies[0])

@@ -44,7 +44,7 @@ GAVEL_TRACE = "msr_vc_6c71a0"
 GAVEL_ARRIVAL_SCALE = 2.0
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0912, PLR0915 - a benchmark's steps in the order it reports them
     from advisor.sim.baselines import typical_pods
     from advisor.sim.loaders import load_cluster, load_throughputs, load_trace
     from advisor.sim.model import Cluster, Job, Pod

@@ -42,7 +42,7 @@ def rss_bytes() -> int:
     return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it reports them
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--procs-per-gpu", type=int, default=None)

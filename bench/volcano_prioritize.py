@@ -25,10 +25,10 @@ from http.client import HTTPConnection
 from pathlib import Path
 
 from cluster import (
+    advisor_cpu_seconds,
     free_port,
     machine_note,
     post,
-    process_cpu_seconds,
     push_snapshots,
     start_advisor,
     synthetic_snapshot,
@@ -66,7 +66,7 @@ def main() -> None:
         proc = start_advisor(port, Path(tmp) / "bench.db")
         try:
             conn = HTTPConnection("127.0.0.1", port, timeout=30)
-            push_snapshots(conn, snapshots)
+            push_snapshots(port, snapshots)
             status, reply = post(conn, "/volcano/prioritize", prioritize)
             assert status == 200, reply[:300]
             scores = json.loads(reply)["nodeScore"]
@@ -78,13 +78,13 @@ def main() -> None:
                 for _ in range(3):  # warm-up
                     post(conn, path, body)
                 times: list[float] = []
-                cpu0 = process_cpu_seconds(proc.pid)
+                cpu0 = advisor_cpu_seconds(proc.pid)
                 for _ in range(args.requests):
                     started = time.perf_counter()
                     status, _ = post(conn, path, body)
                     times.append(time.perf_counter() - started)
                     assert status == 200, status
-                cpu_ms = (process_cpu_seconds(proc.pid) - cpu0) / args.requests * 1e3
+                cpu_ms = (advisor_cpu_seconds(proc.pid) - cpu0) / args.requests * 1e3
                 ordered = sorted(times)
                 p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
                 print(

@@ -11,6 +11,7 @@ import logging
 import signal
 import socket
 import sys
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
@@ -23,6 +24,7 @@ from collector.access import GpuAccessMonitor, NoGpuBackend
 from collector.agent import CollectorAgent, SnapshotSink
 from collector.backend import BackendUnavailableError, GpuBackend
 from collector.exporter import MetricsServer, SnapshotCollector
+from collector.kube_errors import KubeUnavailableError
 from collector.logs import configure_logging
 from collector.podmap import PidResolver
 from collector.pods import PodLookup
@@ -90,116 +92,164 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per push otherwise
     settings = CollectorSettings()
-    node_name = node or settings.node_name or socket.gethostname()
-    interval_seconds = interval_s if interval_s is not None else settings.interval_seconds
-    if interval_seconds <= 0:
-        fail(f"--interval-s: expected a positive number of seconds, got {interval_seconds}")
-    root = proc_root or settings.proc_root
-    if simulate is None and not root.is_dir():
-        fail(f"--proc-root: {root} is not a directory")
-    use_kube = not (no_kube or settings.no_kube or simulate is not None)
-    url = advisor_url or settings.advisor_url
-    if url and not once:
-        try:
-            push_targets(url, lambda host, port: [])
-        except ValueError as e:
-            fail(f"--advisor-url: {e}")
-    stats = CollectorStats()
+    plan = _plan(settings, node=node, interval_s=interval_s, proc_root=proc_root, advisor_url=advisor_url)
+    plan.use_kube = not (no_kube or settings.no_kube or simulate is not None)
+    plan.once = once
+    parts = _open_backend(plan, settings, simulate=simulate, seed=seed, nvml_library=nvml_library)
+    if plan.use_kube:
+        _connect_kube(plan, parts, settings, simulated=simulate is not None)
+    agent = CollectorAgent(
+        backend=parts.backend,
+        node=plan.node_name,
+        proc_root=plan.root,
+        resolver=parts.resolver,
+        pods=parts.pods,
+        sinks=parts.sinks,
+        interval_seconds=plan.interval_seconds,
+        stats=parts.stats,
+        access=parts.access,
+    )
+    with_pids = pid_labels or settings.pid_labels
+    if once:
+        _print_once(agent, parts.backend, output_format, pid_labels=with_pids)
+        return
+    _serve(agent, plan, parts, settings, port=port if port is not None else settings.port, pid_labels=with_pids)
+
+
+@dataclass
+class _Plan:
+    """What `run` resolved from its options and the settings, checked."""
+
+    node_name: str
+    interval_seconds: float
+    root: Path
+    url: str | None
+    use_kube: bool = False
+    once: bool = False
+
+
+@dataclass
+class _Parts:
+    """The agent's parts as they are opened, and what must be stopped when it ends."""
 
     backend: GpuBackend
+    stats: CollectorStats
     resolver: PidResolver | None = None
     pods: PodLookup | None = None
     nvml_error: str | None = None
     access: GpuAccessMonitor | None = None
+    sinks: list[SnapshotSink] = field(default_factory=list)
+    stoppables: list[_Stoppable] = field(default_factory=list)
+
+
+def _plan(
+    settings: CollectorSettings,
+    *,
+    node: str | None,
+    interval_s: float | None,
+    proc_root: Path | None,
+    advisor_url: str | None,
+) -> _Plan:
+    node_name = node or settings.node_name or socket.gethostname()
+    interval_seconds = interval_s if interval_s is not None else settings.interval_seconds
+    if interval_seconds <= 0:
+        fail(f"--interval-s: expected a positive number of seconds, got {interval_seconds}")
+    return _Plan(node_name, interval_seconds, proc_root or settings.proc_root, advisor_url or settings.advisor_url)
+
+
+def _open_backend(
+    plan: _Plan, settings: CollectorSettings, *, simulate: int | None, seed: int, nvml_library: str | None
+) -> _Parts:
+    """The GPU backend: simulated, NVML, or — for a long-running collector with the Kubernetes API and no GPU
+    access — one that reports the missing access (`collector.access`) on /metrics and /healthz."""
+    if simulate is None and not plan.root.is_dir():
+        fail(f"--proc-root: {plan.root} is not a directory")
+    if plan.url and not plan.once:
+        try:
+            push_targets(plan.url, lambda host, port: [])
+        except ValueError as e:
+            fail(f"--advisor-url: {e}")
+    stats = CollectorStats()
     if simulate is not None:
-        simulated = SimulatedBackend(simulate, seed=seed, node=node_name)
-        backend, resolver, pods = simulated, simulated, simulated.pods
-    else:
+        simulated = SimulatedBackend(simulate, seed=seed, node=plan.node_name)
+        return _Parts(simulated, stats, resolver=simulated, pods=simulated.pods)
+    try:
+        from collector.nvml import NvmlBackend
+
+        return _Parts(NvmlBackend(nvml_library or settings.nvml_library), stats)
+    except BackendUnavailableError as e:
+        if plan.once or not plan.use_kube:
+            fail(str(e), EXIT_UNAVAILABLE)
+        return _Parts(NoGpuBackend(), stats, nvml_error=str(e))
+
+
+def _connect_kube(plan: _Plan, parts: _Parts, settings: CollectorSettings, *, simulated: bool) -> None:
+    """The pods of this node from the Kubernetes API, the GPU-access check, and (when long-running) the annotator."""
+    from collector import kube
+
+    try:
+        api = kube.make_api_client()
+    except KubeUnavailableError as e:
+        parts.backend.close()
+        fail(f"{e} (use --no-kube to run without it)", EXIT_UNAVAILABLE)
+    stats = parts.stats
+    index = kube.PodIndex(api, plan.node_name, stats=stats)
+    parts.pods = index
+    if not simulated:
+        reader = kube.NodeReader(api, plan.node_name, stats=stats)
+        parts.access = GpuAccessMonitor(reader, stats=stats, nvml_error=parts.nvml_error)
+    if plan.once:
         try:
-            from collector.nvml import NvmlBackend
-
-            backend = NvmlBackend(nvml_library or settings.nvml_library)
-        except BackendUnavailableError as e:
-            if once or not use_kube:
-                fail(str(e), EXIT_UNAVAILABLE)
-            # a DaemonSet pod without GPU access: keep serving /metrics and /healthz, which say so (collector.access)
-            backend, nvml_error = NoGpuBackend(), str(e)
-
-    sinks: list[SnapshotSink] = []
-    stoppables: list[_Stoppable] = []
-    if use_kube:
-        from collector import kube
-
-        try:
-            api = kube.make_api_client()
-        except kube.KubeUnavailableError as e:
-            backend.close()
-            fail(f"{e} (use --no-kube to run without it)", EXIT_UNAVAILABLE)
-        index = kube.PodIndex(api, node_name, stats=stats)
-        pods = index
-        if simulate is None:
-            access = GpuAccessMonitor(kube.NodeReader(api, node_name, stats=stats), stats=stats, nvml_error=nvml_error)
-        if once:
-            try:
-                index.refresh()
-            except kube.TRANSIENT_ERRORS as e:
-                stats.add_error("kube")
-                log.warning("Kubernetes API unreachable, pods known by UID only: %s", e)
-        else:
-            index.start()
-            annotator = kube.PodAnnotator(api, node_name, stats=stats, grace_seconds=settings.annotation_grace_seconds)
-            annotator.start()
-            sinks.append(annotator)
-            stoppables += [index, annotator]
-
-    agent = CollectorAgent(
-        backend=backend,
-        node=node_name,
-        proc_root=root,
-        resolver=resolver,
-        pods=pods,
-        sinks=sinks,
-        interval_seconds=interval_seconds,
-        stats=stats,
-        access=access,
-    )
-    if once:
-        snapshot = agent.run_cycle()
-        backend.close()
-        if snapshot is None:
-            fail("the collection cycle failed (see the log above)", EXIT_UNAVAILABLE)
-        if output_format is OutputFormat.json:
-            typer.echo(snapshot.model_dump_json(indent=2))
-        else:
-            typer.echo(render_prometheus(agent, pid_labels=pid_labels or settings.pid_labels), nl=False)
+            index.refresh()
+        except kube.TRANSIENT_ERRORS as e:
+            stats.add_error("kube")
+            log.warning("Kubernetes API unreachable, pods known by UID only: %s", e)
         return
+    index.start()
+    annotator = kube.PodAnnotator(api, plan.node_name, stats=stats, grace_seconds=settings.annotation_grace_seconds)
+    annotator.start()
+    parts.sinks.append(annotator)
+    parts.stoppables += [index, annotator]
 
-    if url:
+
+def _print_once(agent: CollectorAgent, backend: GpuBackend, output_format: OutputFormat, *, pid_labels: bool) -> None:
+    snapshot = agent.run_cycle()
+    backend.close()
+    if snapshot is None:
+        fail("the collection cycle failed (see the log above)", EXIT_UNAVAILABLE)
+    if output_format is OutputFormat.json:
+        typer.echo(snapshot.model_dump_json(indent=2))
+    else:
+        typer.echo(render_prometheus(agent, pid_labels=pid_labels), nl=False)
+
+
+def _serve(
+    agent: CollectorAgent, plan: _Plan, parts: _Parts, settings: CollectorSettings, *, port: int, pid_labels: bool
+) -> None:
+    """Push snapshots (with an advisor URL), serve /metrics and /healthz, and run cycles until SIGTERM or ^C."""
+    if plan.url:
         pusher = SnapshotPusher(
-            url,
-            stats=stats,
+            plan.url,
+            stats=parts.stats,
             token=settings.api_token,
             token_file=settings.api_token_file,
             timeout_seconds=settings.push_timeout_seconds,
         )
         pusher.start()
         agent.sinks.append(pusher)
-        stoppables.append(pusher)
+        parts.stoppables.append(pusher)
     registry = CollectorRegistry()
-    registry.register(
-        SnapshotCollector(lambda: agent.latest, stats, node_name, pid_labels=pid_labels or settings.pid_labels)
-    )
+    registry.register(SnapshotCollector(lambda: agent.latest, parts.stats, plan.node_name, pid_labels=pid_labels))
     try:
         server = MetricsServer(
-            registry,
-            stats,
-            port=port if port is not None else settings.port,
-            stale_after_seconds=max(60.0, 3 * interval_seconds),
+            registry, parts.stats, port=port, stale_after_seconds=max(60.0, 3 * plan.interval_seconds)
         )
     except OSError as e:
         fail(f"--port: cannot listen: {e}", EXIT_UNAVAILABLE)
     server.start()
-    log.info("collector on node %s: /metrics on port %d, every %.1fs", node_name, server.port, interval_seconds)
+    log.info(
+        "collector on node %s: /metrics on port %d, every %.1fs", plan.node_name, server.port, plan.interval_seconds
+    )
 
     def _terminate(signum: int, frame: FrameType | None) -> None:
         agent.stop(timeout_seconds=0)
@@ -211,7 +261,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
         pass
     finally:
         server.stop()
-        for part in stoppables:
+        for part in parts.stoppables:
             part.stop()
-        backend.close()
+        parts.backend.close()
     sys.stdout.flush()

@@ -8,10 +8,9 @@
 - `NodeReader`: this node's object, whose labels and allocatable GPUs the GPU-access check compares with NVML.
 
 Shared by every Kubernetes adapter of the project (`profiler.kube`, `advisor.cluster.kube` import it; the collector
-is the lowest layer): loading the client's credentials (`load_client_config`, `make_api_client`) and one error tree —
-`KubeError`, split into `KubeTemporaryError` (retrying may help: the API server unreachable, overloaded, timing out)
-and `KubePermanentError` (it will not: forbidden, not found, invalid, no credentials), the vendor error chained as
-`__cause__` (`kube_error`).
+is the lowest layer): loading the client's credentials (`load_client_config`, `make_api_client`) and the
+translation of the client's errors into the error tree of `collector.kube_errors` (`kube_error`; the tree's names
+are importable from here too).
 """
 
 from __future__ import annotations
@@ -35,39 +34,38 @@ from kubernetes.config.config_exception import ConfigException
 
 from collector.annotations import AnnotationPlanner, sharing_annotation, topology_annotation
 from collector.keys import SHARING_ANNOTATION, TOPOLOGY_ANNOTATION
+from collector.kube_errors import (
+    KubeError,
+    KubePermanentError,
+    KubeTemporaryError,
+    KubeUnavailableError,
+    error_kind,
+)
 from collector.pods import PodInfo, controller_of, pod_info_from_manifest
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
 
 log = logging.getLogger(__name__)
 
+__all__ = [  # the error tree re-exported: callers written before `collector.kube_errors` import it from here
+    "MERGE_PATCH",
+    "TRANSIENT_ERRORS",
+    "KubeError",
+    "KubePermanentError",
+    "KubeTemporaryError",
+    "KubeUnavailableError",
+    "NodeReader",
+    "OwnerResolver",
+    "PodAnnotator",
+    "PodIndex",
+    "kube_error",
+    "load_client_config",
+    "make_api_client",
+]
+
 MERGE_PATCH = "application/merge-patch+json"
 # failures after which the watch is retried or a patch re-planned (API down, timeouts, HTTP errors)
 TRANSIENT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
-
-
-TEMPORARY_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
-"""HTTP statuses worth retrying (0: no response at all); any other failed status is permanent."""
-
-
-class KubeError(Exception):
-    """A failed Kubernetes API call or client set-up; `temporary` ones may succeed when retried."""
-
-    temporary = False
-
-
-class KubeTemporaryError(KubeError):
-    """Retrying may help: the API server was unreachable, overloaded or timed out."""
-
-    temporary = True
-
-
-class KubePermanentError(KubeError):
-    """Retrying will not help: the request was refused (forbidden, not found, invalid) or cannot be made."""
-
-
-class KubeUnavailableError(KubePermanentError):
-    """No way to reach the Kubernetes API (no in-cluster service account, no kubeconfig)."""
 
 
 def kube_error(action: str, e: Exception) -> KubeError:
@@ -77,8 +75,7 @@ def kube_error(action: str, e: Exception) -> KubeError:
         reason = e.reason or ""
         with contextlib.suppress(ValueError, AttributeError):
             reason = json.loads(e.body or "{}").get("message") or reason
-        kind = KubeTemporaryError if (e.status or 0) in TEMPORARY_STATUSES else KubePermanentError
-        return kind(f"{action}: HTTP {e.status} {reason}".rstrip())
+        return error_kind(e.status)(f"{action}: HTTP {e.status} {reason}".rstrip())
     return KubeTemporaryError(f"{action}: cannot reach the Kubernetes API ({e.__class__.__name__})")
 
 

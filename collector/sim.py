@@ -81,7 +81,7 @@ class SimulatedBackend:
         self._clock = clock
         self._rng = random.Random(f"{seed}/{node}")
         self._reads = 0
-        self._last_read_s: float | None = None
+        self._last_read_seconds: float | None = None
         self._energy_joules = [0.0] * gpus
         self._uuids = [f"GPU-{uuid.UUID(int=self._rng.getrandbits(128), version=4)}" for _ in range(gpus)]
         self._residents = self._place_residents()
@@ -128,8 +128,8 @@ class SimulatedBackend:
 
     def read(self) -> NodeReading:
         now = self._clock()
-        elapsed_s = 0.0 if self._last_read_s is None else max(0.0, now - self._last_read_s)
-        self._last_read_s = now
+        elapsed_seconds = 0.0 if self._last_read_seconds is None else max(0.0, now - self._last_read_seconds)
+        self._last_read_seconds = now
         self._reads += 1
         phase = self._reads / 7.0
         gpus: list[GpuSnapshot] = []
@@ -145,7 +145,7 @@ class SimulatedBackend:
             )
             sm_total = _clamp(sum(p.sm_utilization_ratio or 0.0 for p in processes))
             power_watts = round(60.0 + (self.max_power_watts - 60.0) * sm_total, 1)
-            self._energy_joules[gpu] += power_watts * elapsed_s
+            self._energy_joules[gpu] += power_watts * elapsed_seconds
             used_bytes = min(self.memory_total_bytes, sum(r.memory_bytes for r in residents) + (512 << 20))
             gpus.append(
                 GpuSnapshot(

@@ -12,6 +12,13 @@ from dataclasses import dataclass
 
 import collector.sharing as collector_sharing
 
+
+class InputDataError(ValueError):
+    """An input data file (CSV, JSON, trace) that cannot be used as it is; the message names the file, the row and
+    the column. The one error class of every reader of these formats (`profile import`, the models' data sets, the
+    simulator's inputs): a CLI turns it into one `error:` line, the API into a 4xx."""
+
+
 # Spellings of a true/false cell (compared in lower case); an empty cell is false to `profile import` and unknown
 # to the models.
 TRUE_VALUES = frozenset({"1", "1.0", "true", "yes", "y", "t"})

@@ -23,6 +23,7 @@ from profiler.csv_formats import (
     THROUGHPUTS,
     TRUE_VALUES,
     CsvFormat,
+    InputDataError,
 )
 from profiler.records import ColocationRecord, ProfileRecord
 
@@ -34,8 +35,8 @@ class ImportKind(StrEnum):
     THROUGHPUTS = "throughputs"
 
 
-class CsvFormatError(ValueError):
-    """The CSV does not have the docs/design.md §6 format; the message names the missing columns or the bad cell."""
+CsvFormatError = InputDataError
+"""The CSV does not have the docs/design.md §6 format (the readers' one error class, under its older name here)."""
 
 
 class _Row:

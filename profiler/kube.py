@@ -22,7 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from urllib3.exceptions import HTTPError
 
-from collector.kube import KubeError, KubePermanentError, kube_error
+from collector.kube import kube_error
+from collector.kube_errors import KubeError, KubePermanentError
 from profiler.controller import Controller, NamespaceForbiddenError
 from profiler.recorder import Recorder
 from profiler.results import Phase

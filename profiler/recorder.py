@@ -8,6 +8,7 @@ pods are left out: they are short measurements, not jobs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -16,13 +17,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector.keys import (
     GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
     TRIALRUN_LABEL,
     UPDATED_AT_ANNOTATION,
     USER_LABEL,
     UTILIZATION_ANNOTATION,
     WORKLOAD_LABEL,
 )
+from collector.pod_requests import PodSpecError, gpu_request_of_pod
 from profiler.records import ExecutionRecord
 from profiler.store import db, repo
 
@@ -32,25 +33,14 @@ DEFAULT_SOURCE = "k8s"
 
 Obj = Mapping[str, Any]
 
+log = logging.getLogger(__name__)
+
 
 def _time(value: object) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def gpu_count(pod: Obj) -> int:
-    """GPUs the pod asked for: the sum of its containers' `nvidia.com/gpu` limits (requests when no limit)."""
-    total = 0
-    for container in (pod.get("spec", {}) or {}).get("containers", []) or []:
-        resources = container.get("resources", {}) or {}
-        value = (resources.get("limits", {}) or {}).get(GPU_RESOURCE) or (resources.get("requests", {}) or {}).get(
-            GPU_RESOURCE
-        )
-        if value is not None:
-            total += int(str(value))
-    return total
 
 
 def _owner(meta: Obj) -> tuple[str, str]:
@@ -70,9 +60,14 @@ def execution_from_pod(
     annotations = meta.get("annotations", {}) or {}
     if status.get("phase") not in FINISHED_PHASES or TRIALRUN_LABEL in labels:
         return None
-    gpus = gpu_count(pod)
-    if gpus <= 0:
+    try:  # what the scheduler read of it too (`collector.pod_requests`): whole GPUs or a share, in any notation
+        asked = gpu_request_of_pod(pod)
+    except PodSpecError as e:
+        log.warning("pod %s/%s: GPU request unreadable, not recorded: %s", meta.get("namespace"), meta.get("name"), e)
         return None
+    if not asked.asks_gpu:
+        return None
+    share = {} if asked.gpus else {"gpu_milli": asked.milli or None, "gpu_memory_bytes": asked.memory_bytes}
     finishes = [
         _time((cs.get("state", {}) or {}).get("terminated", {}).get("finishedAt"))
         for cs in status.get("containerStatuses", []) or []
@@ -98,10 +93,10 @@ def execution_from_pod(
         queue=queue,
         node=(pod.get("spec", {}) or {}).get("nodeName"),
         gpu_model=node_labels.get(GPU_PRODUCT_LABEL),
-        gpu_count=gpus,
+        gpu_count=asked.gpus or 1,  # a share runs on one GPU; `extra` says how much of it
         mean_utilization_ratio=mean_utilization_ratio,
         source=source,
-        extra={"pod": meta.get("name"), "phase": status.get("phase"), "owner_kind": owner_kind},
+        extra={"pod": meta.get("name"), "phase": status.get("phase"), "owner_kind": owner_kind, **share},
     )
 
 

@@ -268,7 +268,7 @@ class BodyLimit:
         self.budget = budget
         self.refused = refused
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: PLR0912 - one pass over a body on the hot path
         limit = self.limit_of(scope["path"]) if scope["type"] == "http" else None
         if limit is None:
             await self.app(scope, receive, send)

@@ -91,7 +91,7 @@ def _store_frame(kind: Kind, db_url: str | None, *, include_flagged: bool = Fals
 
 
 @app.command("train")
-def train_command(  # noqa: PLR0917 - Typer maps every option to a parameter
+def train_command(  # noqa: PLR0912, PLR0917 - Typer maps every option to a parameter, and checks each
     kind: Annotated[KindArg, typer.Argument(help="Which model to train.")],
     from_csv: Annotated[Path | None, typer.Option("--from-csv", help="Training data in the kind's CSV format.")] = None,
     from_store: Annotated[bool, typer.Option("--from-store", help="Train on the store's profiles/executions.")] = False,

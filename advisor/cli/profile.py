@@ -134,7 +134,8 @@ def _note_reference_partners_skipped(run: TrialRun) -> None:
 
 
 def _submit(run: TrialRun) -> None:
-    from collector.kube import KubeError, make_api_client
+    from collector.kube import make_api_client
+    from collector.kube_errors import KubeError
     from profiler.kube import KubeCluster
 
     try:
@@ -425,7 +426,8 @@ def run_controller(
     db_url: DbUrlOption = None,
 ) -> None:
     """Run the TrialRun controller and the job-history recorder until interrupted."""
-    from collector.kube import KubeError, make_api_client
+    from collector.kube import make_api_client
+    from collector.kube_errors import KubeError
     from profiler.controller import Controller
     from profiler.kube import KubeCluster, run_operator
     from profiler.recorder import Recorder

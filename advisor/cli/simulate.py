@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -32,9 +32,9 @@ from advisor.sim.loaders import (
     load_trace,
     pods_from_jobs,
 )
-from advisor.sim.model import Job, Pod
+from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, FragmentationResult
-from advisor.sim.rates import truth_table
+from advisor.sim.rates import RateTable, truth_table
 from advisor.sim.run import (
     SimConfigError,
     advisor_table,
@@ -113,17 +113,69 @@ def _jct_table(results: list[JctResult]) -> Table:
     return table
 
 
+_ProfileOption = Annotated[
+    AdvisorProfile,
+    typer.Option(
+        help="The advisor's scoring profile (docs/advisor.md): auto = packing in fragmentation mode, default in"
+        " jct mode."
+    ),
+]
+
+_KnowledgeOption = Annotated[
+    Knowledge,
+    typer.Option(
+        help="With a Gavel JSON in jct mode, what the advisor's held-out models know of each job: cold = a trial"
+        " run on the cheapest GPU type, profiled = 1-GPU trial runs on every GPU type."
+    ),
+]
+
+_HoldOption = Annotated[
+    bool,
+    typer.Option(
+        help="In jct mode, the advisor and oracle hold nodes for the first blocked job as the service does with"
+        " GPUADVISOR_HOLD_FOR_BLOCKED=true (docs/advisor.md)."
+    ),
+]
+
+_ShortestFirstOption = Annotated[
+    bool,
+    typer.Option(
+        help="In jct mode, the advisor and oracle serve the queue by response ratio, (waited + predicted run) /"
+        " predicted run, as the service does with GPUADVISOR_SHORTEST_FIRST=true (docs/advisor.md)."
+    ),
+]
+
+_HistoryOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="In jct mode, a trace of past jobs (any trace format): the advisor and the oracle believe each job as"
+        " long as the median of its job type there, as the service's JCT model knows a workload from its history."
+        " Without it, the median of the trace's other jobs of its type."
+    ),
+]
+
+_ClairvoyantOption = Annotated[
+    bool,
+    typer.Option(
+        help="In jct mode, the advisor and the oracle know each job's own length, which no service can (an upper"
+        " bound of what better length predictions could gain)."
+    ),
+]
+
+_PoliciesOption = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated. fragmentation: random,dotprod,gpuclustering,gpupacking,bestfit,fgd,spread,"
+        "binpack,advisor; jct: spread,binpack,advisor,oracle."
+    ),
+]
+
+
 def simulate(
     *,
     cluster: Annotated[Path, typer.Option(help="Cluster CSV (node,gpu_model,gpus[,links]) or openb node list.")],
     trace: Annotated[Path, typer.Option(help="openb pod list, Philly CSV, Gavel trace or executions CSV.")],
-    policies: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated. fragmentation: random,dotprod,gpuclustering,gpupacking,bestfit,fgd,spread,"
-            "binpack,advisor; jct: spread,binpack,advisor,oracle."
-        ),
-    ],
+    policies: _PoliciesOption,
     mode: Annotated[Mode, typer.Option(help="fragmentation (pods never leave) or jct (jobs run and leave).")],
     throughputs: Annotated[
         Path | None, typer.Option(help="True throughputs: Gavel JSON, or colocations/throughputs CSV.")
@@ -141,49 +193,12 @@ def simulate(
         str | None,
         typer.Option(help="Which trace of a file that holds several (a Gavel trace file's `trace` column) to replay."),
     ] = None,
-    advisor_profile: Annotated[
-        AdvisorProfile,
-        typer.Option(
-            help="The advisor's scoring profile (docs/advisor.md): auto = packing in fragmentation mode, default in"
-            " jct mode."
-        ),
-    ] = AdvisorProfile.auto,
-    advisor_knowledge: Annotated[
-        Knowledge,
-        typer.Option(
-            help="With a Gavel JSON in jct mode, what the advisor's held-out models know of each job: cold = a trial"
-            " run on the cheapest GPU type, profiled = 1-GPU trial runs on every GPU type."
-        ),
-    ] = Knowledge.cold,
-    hold_for_blocked: Annotated[
-        bool,
-        typer.Option(
-            help="In jct mode, the advisor and oracle hold nodes for the first blocked job as the service does with"
-            " GPUADVISOR_HOLD_FOR_BLOCKED=true (docs/advisor.md)."
-        ),
-    ] = False,
-    shortest_first: Annotated[
-        bool,
-        typer.Option(
-            help="In jct mode, the advisor and oracle serve the queue by response ratio, (waited + predicted run) /"
-            " predicted run, as the service does with GPUADVISOR_SHORTEST_FIRST=true (docs/advisor.md)."
-        ),
-    ] = False,
-    advisor_history: Annotated[
-        Path | None,
-        typer.Option(
-            help="In jct mode, a trace of past jobs (any trace format): the advisor and the oracle believe each job as"
-            " long as the median of its job type there, as the service's JCT model knows a workload from its history."
-            " Without it, the median of the trace's other jobs of its type."
-        ),
-    ] = None,
-    clairvoyant_lengths: Annotated[
-        bool,
-        typer.Option(
-            help="In jct mode, the advisor and the oracle know each job's own length, which no service can (an upper"
-            " bound of what better length predictions could gain)."
-        ),
-    ] = False,
+    advisor_profile: _ProfileOption = AdvisorProfile.auto,
+    advisor_knowledge: _KnowledgeOption = Knowledge.cold,
+    hold_for_blocked: _HoldOption = False,
+    shortest_first: _ShortestFirstOption = False,
+    advisor_history: _HistoryOption = None,
+    clairvoyant_lengths: _ClairvoyantOption = False,
 ) -> None:
     """Compare placement policies on a trace: GPU allocation under fragmentation, or job completion times."""
     if plot is not None and not plot.parent.is_dir():
@@ -205,78 +220,135 @@ def simulate(
         "trace": {"file": str(trace), "entries": len(loaded), **({"name": trace_name} if trace_name else {})},
         "seed": seed,
     }
-    trace_label = f"{trace.name}" + (f" ({trace_name})" if trace_name else "")
-    cluster_label = f"{len(nodes.nodes)} nodes, {nodes.total_gpus} GPUs"
     frag: list[FragmentationResult] = []
     jct: list[JctResult] = []
     try:
         if mode is Mode.fragmentation:
-            pods = _as_pods(loaded)
-            profile = "packing" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
-            frag_config = fragmentation_scoring_config(pods, profile)
-            if "advisor" in names:
-                report["advisor"] = {"profile": profile, **scorer_setup(frag_config, FRAGMENTATION_EXTENDER_WEIGHT)}
-            with _PolicyProgress(stages, names) as progress:
-                frag = run_fragmentation_mode(nodes, pods, names, seed, progress, config=frag_config)
-            report["policies"] = {r.policy: r.to_json() for r in frag}
+            frag = _fragmentation(
+                nodes, loaded, names, seed=seed, stages=stages, report=report, advisor_profile=advisor_profile
+            )
             table = _fragmentation_table(frag)
         else:
+            options = _JctOptions(
+                throughputs, advisor_profile, advisor_knowledge, hold_for_blocked, shortest_first, advisor_history,
+                clairvoyant_lengths,
+            )  # fmt: skip
             jobs = _as_jobs(loaded, trace)
-            believed, how = None, ""
-            if "advisor" in names:
-                with stages.stage(
-                    "the advisor's predictions ready",
-                    "preparing the advisor's predictions (held-out models with a Gavel JSON)",
-                ):  # trains held-out models with a Gavel JSON
-                    believed, how = advisor_table(throughputs, advisor_knowledge.value)
-            if how:
-                report["advisor_predictors"] = how
-            lengths, told = _lengths(jobs, advisor_history, clairvoyant_lengths)
-            if {"advisor", "oracle"} & set(names):
-                report["advisor_lengths"] = told  # the oracle's too
-            profile = "default" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
-            config = jct_scoring_config(nodes, jobs, truth, profile)
-            config = replace(
-                config,
-                hold_for_blocked=config.hold_for_blocked or hold_for_blocked,
-                shortest_first=config.shortest_first or shortest_first,
-            )
-            if {"advisor", "oracle"} & set(names):
-                report["advisor"] = {"profile": profile, **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
-            with _PolicyProgress(stages, names) as progress:
-                jct = run_jct_mode(
-                    nodes,
-                    jobs,
-                    names,
-                    truth=truth,
-                    believed=believed,
-                    config=config,
-                    seed=seed,
-                    progress=progress,
-                    lengths=lengths,
-                )
-            report["policies"] = {r.policy: r.to_json() for r in jct}
+            jct = _jct(nodes, jobs, names, seed=seed, truth=truth, stages=stages, report=report, options=options)
             table = _jct_table(jct)
     except (SimInputError, SimConfigError, ScoringInputError) as e:
         fail(str(e))
     plots: list[str] = []
     if plot is not None:
-        from advisor.sim.plots import plot_allocation, plot_jct_cdf  # matplotlib: imported only when plotting
-
-        try:
-            plot.mkdir(exist_ok=True)
-            if frag:
-                title = f"GPU allocation as demand grows\n{trace_label} on {cluster_label}, seed {seed}"
-                plots.append(str(plot_allocation(frag, plot / "allocation.png", title)))
-            if jct:
-                title = f"job completion times\n{trace_label} on {cluster_label}, seed {seed}"
-                plots.append(str(plot_jct_cdf(jct, plot / "jct_cdf.png", title)))
-        except OSError as e:
-            fail(f"--plot: cannot write into {plot} ({e.strerror or e})")
-        report["plots"] = plots
+        trace_label = f"{trace.name}" + (f" ({trace_name})" if trace_name else "")
+        label = f"{trace_label} on {len(nodes.nodes)} nodes, {nodes.total_gpus} GPUs, seed {seed}"
+        plots = report["plots"] = _plots(plot, frag, jct, label)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
+    _print_report(table, report, plots)
+
+
+def _fragmentation(
+    nodes: Cluster,
+    loaded: list[Pod] | list[Job],
+    names: list[str],
+    *,
+    seed: int,
+    stages: Stages,
+    report: dict[str, object],
+    advisor_profile: AdvisorProfile,
+) -> list[FragmentationResult]:
+    pods = _as_pods(loaded)
+    profile = "packing" if advisor_profile is AdvisorProfile.auto else advisor_profile.value
+    frag_config = fragmentation_scoring_config(pods, profile)
+    if "advisor" in names:
+        report["advisor"] = {"profile": profile, **scorer_setup(frag_config, FRAGMENTATION_EXTENDER_WEIGHT)}
+    with _PolicyProgress(stages, names) as progress:
+        frag = run_fragmentation_mode(nodes, pods, names, seed, progress, config=frag_config)
+    report["policies"] = {r.policy: r.to_json() for r in frag}
+    return frag
+
+
+@dataclass(frozen=True, slots=True)
+class _JctOptions:
+    """`simulate`'s options that only jct mode reads."""
+
+    throughputs: Path | None
+    advisor_profile: AdvisorProfile
+    advisor_knowledge: Knowledge
+    hold_for_blocked: bool
+    shortest_first: bool
+    advisor_history: Path | None
+    clairvoyant_lengths: bool
+
+
+def _jct(
+    nodes: Cluster,
+    jobs: list[Job],
+    names: list[str],
+    *,
+    seed: int,
+    truth: RateTable | None,
+    stages: Stages,
+    report: dict[str, object],
+    options: _JctOptions,
+) -> list[JctResult]:
+    believed, how = None, ""
+    if "advisor" in names:
+        with stages.stage(
+            "the advisor's predictions ready",
+            "preparing the advisor's predictions (held-out models with a Gavel JSON)",
+        ):  # trains held-out models with a Gavel JSON
+            believed, how = advisor_table(options.throughputs, options.advisor_knowledge.value)
+    if how:
+        report["advisor_predictors"] = how
+    lengths, told = _lengths(jobs, options.advisor_history, options.clairvoyant_lengths)
+    if {"advisor", "oracle"} & set(names):
+        report["advisor_lengths"] = told  # the oracle's too
+    profile = "default" if options.advisor_profile is AdvisorProfile.auto else options.advisor_profile.value
+    config = jct_scoring_config(nodes, jobs, truth, profile)
+    config = replace(
+        config,
+        hold_for_blocked=config.hold_for_blocked or options.hold_for_blocked,
+        shortest_first=config.shortest_first or options.shortest_first,
+    )
+    if {"advisor", "oracle"} & set(names):
+        report["advisor"] = {"profile": profile, **scorer_setup(config, JCT_EXTENDER_WEIGHT)}
+    with _PolicyProgress(stages, names) as progress:
+        jct = run_jct_mode(
+            nodes,
+            jobs,
+            names,
+            truth=truth,
+            believed=believed,
+            config=config,
+            seed=seed,
+            progress=progress,
+            lengths=lengths,
+        )
+    report["policies"] = {r.policy: r.to_json() for r in jct}
+    return jct
+
+
+def _plots(plot: Path, frag: list[FragmentationResult], jct: list[JctResult], label: str) -> list[str]:
+    from advisor.sim.plots import plot_allocation, plot_jct_cdf  # matplotlib: imported only when plotting
+
+    plots: list[str] = []
+    try:
+        plot.mkdir(exist_ok=True)
+        if frag:
+            plots.append(
+                str(plot_allocation(frag, plot / "allocation.png", f"GPU allocation as demand grows\n{label}"))
+            )
+        if jct:
+            plots.append(str(plot_jct_cdf(jct, plot / "jct_cdf.png", f"job completion times\n{label}")))
+    except OSError as e:
+        fail(f"--plot: cannot write into {plot} ({e.strerror or e})")
+    return plots
+
+
+def _print_report(table: Table, report: dict[str, object], plots: list[str]) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=_PIPE_WIDTH)  # a pipe or file gets whole column names, not an 80-column squeeze

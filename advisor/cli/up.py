@@ -399,7 +399,7 @@ def local_token(settings: AdvisorSettings) -> tuple[str, str]:
     return token, str(path)
 
 
-def up(  # noqa: PLR0917 - Typer maps every option to a parameter
+def up(  # noqa: PLR0915, PLR0917 - Typer maps every option to a parameter; the start-up steps in order
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port of the advisor API.", min=1, max=65535)] = 8080,
     nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.", min=1, max=256)] = 4,

@@ -28,8 +28,6 @@ from urllib3.exceptions import HTTPError, ProtocolError, ReadTimeoutError
 from advisor.cluster.dra import DraIndex, served_by_claim, with_claims
 from advisor.cluster.migask import with_mig_resources
 from advisor.cluster.pods import (
-    RESTARTABLE,
-    ContainerResources,
     PodSpecError,
     accepted_gpu_models,
     allocatable_of,
@@ -42,7 +40,9 @@ from advisor.cluster.pods import (
 from advisor.cluster.state import ClusterState, PodAllocation, PodResources, allocation_of
 from advisor.placement.queue import DEFAULT_SCHEDULER, PendingPod
 from advisor.placement.types import PodRequest
-from collector.kube import KubeUnavailableError, kube_error, load_client_config
+from collector.kube import kube_error, load_client_config
+from collector.kube_errors import KubeUnavailableError
+from collector.pod_requests import container_resources
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def _pod_request(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mappi
     """The pod's `PodRequest` from its own resources, less those a ResourceClaim serves (KEP-5004: the scheduler's
     claim for them holds the devices, and the DRA watch counts them); `PodSpecError` when it cannot be read."""
     served = served_by_claim(status)
-    containers = _resources(spec.get("containers"), served)
-    init_containers = _resources(spec.get("initContainers"), served)
+    containers = container_resources(spec.get("containers"), served)
+    init_containers = container_resources(spec.get("initContainers"), served)
     request = pod_request(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -162,28 +162,6 @@ def _time_of(pod: Mapping[str, Any], raw: object, field: str) -> float | None:
     return seconds
 
 
-def _resources(
-    containers: list[Mapping[str, Any]] | None, served: frozenset[tuple[str, str]] = frozenset()
-) -> list[ContainerResources]:
-    """The containers' resource maps, without the (container, resource) pairs in `served`."""
-    out = []
-    for c in containers or []:
-        r = c.get("resources") or {}
-        name = c.get("name")
-        limits, requests = r.get("limits") or {}, r.get("requests") or {}
-        if served:
-            limits = {k: v for k, v in limits.items() if (name, k) not in served}
-            requests = {k: v for k, v in requests.items() if (name, k) not in served}
-        out.append(
-            ContainerResources(
-                limits=limits,
-                requests=requests,
-                restartable=c.get("restartPolicy") == RESTARTABLE,
-            )
-        )
-    return out
-
-
 def resources_from_pod(pod: Mapping[str, Any]) -> PodResources | None:
     """The CPU/memory a pod object holds on its node, or None when it is unbound, terminated or requests neither."""
     meta = pod.get("metadata") or {}
@@ -193,7 +171,9 @@ def resources_from_pod(pod: Mapping[str, Any]) -> PodResources | None:
         return None
     try:
         cpu, memory = cpu_memory_request(
-            _resources(spec.get("containers")), _resources(spec.get("initContainers")), spec.get("overhead")
+            container_resources(spec.get("containers")),
+            container_resources(spec.get("initContainers")),
+            spec.get("overhead"),
         )
     except PodSpecError as e:
         log.warning("pod %s/%s: CPU/memory request unreadable: %s", meta.get("namespace"), meta.get("name"), e)

@@ -14,23 +14,20 @@ Every problem raises `SimInputError` naming the file, the row (1 = first data ro
 
 from __future__ import annotations
 
-import ast
-import json
 import math
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from advisor.datasets import read_gavel_json
 from advisor.gpus import normalize_gpu_model
 from advisor.sim.model import GPU_MILLI, Cluster, Job, Pod, SimNode, Throughputs
-from profiler.csv_formats import MAX_COUNT
+from profiler.csv_formats import MAX_COUNT, InputDataError
 
-
-class SimInputError(ValueError):
-    """An input file the simulator cannot use; the message names the file, the row and the column."""
+SimInputError = InputDataError
+"""An input file the simulator cannot use (the readers' one error class, under its older name here)."""
 
 
 # The simulator holds a few arrays per GPU: a node of more GPUs than any machine has is a typo (a cluster file with
@@ -317,54 +314,26 @@ def jobs_from_pods(pods: Sequence[Pod], path: Path) -> list[Job]:
 # Throughputs
 
 
-def _gavel_key(text: str, where: str) -> tuple[str, int]:
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError) as e:
-        raise SimInputError(f"{where}: job key {text!r} is not a (job type, GPU count) tuple") from e
-    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int)):
-        raise SimInputError(f"{where}: job key {text!r} is not a (job type, GPU count) tuple")
-    return value[0], value[1]
-
-
-def _positive(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and value > 0 and math.isfinite(value) else None
+def _positive(value: float) -> float | None:
+    return value if value > 0 else None
 
 
 def load_gavel_throughputs(path: Path) -> Throughputs:
-    """Gavel's `simulation_throughputs.json` (see ../shared/data/README.md)."""
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise SimInputError(f"{path}: no such file") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SimInputError(f"{path}: not JSON ({e})") from e
-    if not isinstance(raw, dict) or not raw:
-        raise SimInputError(f"{path}: expected an object keyed by GPU type")
+    """Gavel's `simulation_throughputs.json` (`advisor.datasets.read_gavel_json`, the format's one reader): positive
+    isolated steps/s per (GPU model, job type, GPUs, consolidated), and the pairs of 1-GPU jobs that shared a GPU."""
     out = Throughputs()
-    for worker, jobs in raw.items():
-        consolidated = not worker.endswith("_unconsolidated")
-        model = normalize_gpu_model(worker.removesuffix("_unconsolidated"))
-        if not isinstance(jobs, dict):
-            raise SimInputError(f"{path}: {worker!r}: expected an object keyed by job")
-        for key, entry in jobs.items():
-            job_type, count = _gavel_key(key, f"{path}: {worker!r}")
-            if not isinstance(entry, dict):
-                raise SimInputError(f"{path}: {worker!r} / {key!r}: expected an object")
-            solo = _positive(entry.get("null"))
-            if solo is not None:
-                out.isolated[(model, job_type, count, consolidated)] = solo
-            if count != 1 or not consolidated:
-                continue
-            for other, pair in entry.items():
-                if other == "null" or not isinstance(pair, list) or len(pair) != 2:
-                    continue
-                other_type, other_count = _gavel_key(other, f"{path}: {worker!r} / {key!r}")
-                a, b = _positive(pair[0]), _positive(pair[1])
-                if other_count == 1 and a is not None and b is not None:
-                    out.colocated[(model, job_type, other_type)] = (a, b)
+    for entry in read_gavel_json(path):
+        solo = _positive(entry.steps_per_s)
+        if solo is not None:
+            out.isolated[(entry.gpu_model, entry.job_type, entry.scale, entry.consolidated)] = solo
+        if entry.scale != 1 or not entry.consolidated:
+            continue
+        for other_type, other_scale, own, partner in entry.pairs:
+            a, b = _positive(own), _positive(partner)
+            if other_scale == 1 and a is not None and b is not None:
+                out.colocated[(entry.gpu_model, entry.job_type, other_type)] = (a, b)
     if not out.isolated:
-        raise SimInputError(f"{path}: no isolated throughput ('null' entry) found")
+        raise InputDataError(f"{path}: no isolated throughput ('null' entry) found")
     return out
 
 

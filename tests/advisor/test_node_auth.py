@@ -18,7 +18,8 @@ from advisor.api import create_app
 from advisor.api.node_auth import NodeCredentials, ReviewUnavailableError
 from advisor.cluster.kube import NODE_NAME_CLAIM, TokenReviewer
 from advisor.settings import AdvisorSettings
-from collector.kube import KubeTemporaryError, make_api_client
+from collector.kube import make_api_client
+from collector.kube_errors import KubeTemporaryError
 from tests.advisor.factories import process, snapshot
 
 SERVICE_ACCOUNT = "system:serviceaccount:gpuadvisor:gpuadvisor-collector"

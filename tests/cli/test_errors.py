@@ -124,6 +124,24 @@ def test_models_import_of_a_file_of_another_kind(tmp_path: Path) -> None:
     assert_one_error_line(result, 2, str(GAVEL_JSON), "not a readable sia file")
 
 
+def test_a_bad_gavel_json_is_the_same_one_line_error_for_the_models_and_the_simulator(tmp_path: Path) -> None:
+    """One reader of the format: `models import` and `simulate --throughputs` refuse the same file the same way."""
+    bad = tmp_path / "throughputs.json"
+    bad.write_text('{"v100": {"(\'A (batch size 32)\', 1)": {"null": 2.0, "(\'B\', 1)": "fast"}}}')
+    imported = gpuadvisor("models", "import", "gavel-colocations", str(bad), "--out", str(tmp_path / "x.csv"))
+    models_line = assert_one_error_line(imported, 2, str(bad), "expected [own, partner] steps/s")
+    cluster = tmp_path / "cluster.csv"
+    cluster.write_text("node,gpu_model,gpus\nn1,V100,4\n")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_type,total_steps,scale_factor,arrival_time_s\nA (batch size 32),100,1,0\n")
+    simulated = gpuadvisor(
+        "simulate", "--cluster", str(cluster), "--trace", str(trace), "--throughputs", str(bad),
+        "--policies", "spread", "--mode", "jct",
+    )  # fmt: skip
+    simulator_line = assert_one_error_line(simulated, 2, str(bad), "expected [own, partner] steps/s")
+    assert simulator_line.split(str(bad), 1)[1] == models_line.split(str(bad), 1)[1]
+
+
 def test_the_help_cites_no_design_file_and_no_history() -> None:
     for args in (("simulate", "--help"), ("profile", "import", "--help"), ("models", "--help")):
         result = gpuadvisor(*args, env={"COLUMNS": "200"})

@@ -14,7 +14,8 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from collector.kube import KubePermanentError, KubeTemporaryError, make_api_client
+from collector.kube import make_api_client
+from collector.kube_errors import KubePermanentError, KubeTemporaryError
 from profiler.kube import KubeCluster, kopf_error
 from tests.support.net import free_port
 

@@ -59,6 +59,46 @@ def test_a_finished_gpu_pod_becomes_an_execution() -> None:
     assert (record.user, record.queue, record.node) == ("ml", "research", "gpu-1")
 
 
+def _share_pod(resources: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    pod = _pod("shared", phase="Succeeded", gpus=None, annotations=annotations or {})
+    pod["spec"]["containers"][0]["resources"] = resources
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "count", "milli", "memory_bytes"),
+    [
+        (_share_pod({"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192"}}), 1, None, 8192 * 2**20),
+        (_share_pod({"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30"}}), 1, 300, None),
+        (_share_pod({"requests": {"gpuadvisor.io/gpu-milli": "250"}}), 1, 250, None),
+        (
+            _share_pod({}, {"gpuadvisor.io/gpu-milli": "500", "gpuadvisor.io/gpu-memory-bytes": "10Gi"}),
+            1,
+            500,
+            10 * 2**30,
+        ),
+        (_share_pod({"limits": {"aliyun.com/gpu-mem": "4"}}), 1, None, 4 * 2**30),
+        (_share_pod({"limits": {"volcano.sh/vgpu-number": "2"}}), 2, None, None),
+    ],
+    ids=["HAMi memory", "HAMi cores", "gpu-milli resource", "gpu-milli annotations", "gpushare", "Volcano whole"],
+)
+def test_gpu_shares_are_recorded_as_the_scheduler_reads_them(
+    pod: dict[str, Any], count: int, milli: int | None, memory_bytes: int | None
+) -> None:
+    """The JCT model's labels and the scheduler agree on what a pod asked for (`collector.pod_requests`)."""
+    record = execution_from_pod(pod, {}, mean_utilization_ratio=None)
+    assert record is not None
+    assert record.gpu_count == count
+    assert record.extra.get("gpu_milli") == milli
+    assert record.extra.get("gpu_memory_bytes") == memory_bytes
+
+
+def test_a_pod_with_an_unreadable_gpu_request_is_left_out_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    pod = _share_pod({"limits": {"nvidia.com/gpu": "two"}})
+    assert execution_from_pod(pod, {}, mean_utilization_ratio=None) is None
+    assert "spec.containers[0].resources.limits.nvidia.com/gpu" in caplog.text
+
+
 @pytest.mark.parametrize(
     "pod",
     [

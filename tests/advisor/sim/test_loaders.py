@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from advisor.datasets import load_gavel
 from advisor.sim.loaders import SimInputError, load_cluster, load_throughputs, load_trace, parse_nvlink_groups
 from advisor.sim.model import Job, Pod
+from profiler.csv_formats import InputDataError
 from tests.advisor.sim.conftest import write
 
 
@@ -146,5 +149,26 @@ def test_colocations_csv(tmp_path: Path) -> None:
 def test_bad_throughputs_json(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     path.write_text('{"v100": {"not a tuple": {"null": 1.0}}}')
-    with pytest.raises(SimInputError, match="not a \\(job type, GPU count\\) tuple"):
+    with pytest.raises(SimInputError, match="not a \\(job type, scale factor\\) tuple"):
         load_throughputs(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('{"v100": {"(\'A\', 1)": {"null": 1.0, "(\'B\', 1)": 3}}}', "expected [own, partner] steps/s"),
+        ('{"v100": {"(\'A\', 1)": {}}}', "no isolated throughput"),
+        ('{"v100": {"A": {"null": 1.0}}}', "is not a (job type, scale factor) tuple"),
+        ('{"v100": {"(\'A\', 1)": {"null": "fast"}}}', "expected a non-negative number"),
+        ("[1, 2]", "expected an object keyed by GPU type"),
+    ],
+    ids=["pair not a list", "no null entry", "key not a tuple", "steps not a number", "not an object"],
+)
+def test_gavel_json_has_one_reader_with_one_error(tmp_path: Path, text: str, needle: str) -> None:
+    """The models' frames and the simulator's tables read Gavel's JSON through the same checks and error class."""
+    path = write(tmp_path / "t.json", text)
+    with pytest.raises(InputDataError, match=re.escape(needle)) as by_models:
+        load_gavel(path)
+    with pytest.raises(SimInputError, match=re.escape(needle)) as by_simulator:
+        load_throughputs(path)
+    assert str(by_models.value) == str(by_simulator.value)
