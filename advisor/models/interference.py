@@ -206,9 +206,12 @@ class Offsets:
     sensitivity: dict[str, float]
     aggressiveness: dict[str, float]
 
-    def of(self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> FloatArray:
-        """Each row's offset: this side's sensitivity plus the other side's aggressiveness (0 for unknown names)."""
-        sides = _SideCodes.of(this, other, gpus)
+    def of(
+        self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str], *, sides: _SideCodes | None = None
+    ) -> FloatArray:
+        """Each row's offset: this side's sensitivity plus the other side's aggressiveness (0 for unknown names);
+        `sides`, when given, is `_SideCodes.of(this, other, gpus)` computed once for many calls."""
+        sides = sides if sides is not None else _SideCodes.of(this, other, gpus)
         sens, aggr = self.side_values(sides.distinct)
         result: FloatArray = sens[sides.this] + aggr[sides.other]
         return result
@@ -246,6 +249,22 @@ def _shrunk_means(codes: npt.NDArray[np.intp], values: FloatArray, count: int, s
     return sums / (np.bincount(codes, minlength=count) + shrinkage)
 
 
+_OffsetLevel = tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], list[str]]
+
+
+def offset_levels(this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> list[_OffsetLevel]:
+    """The two levels `fit_offsets` backfits, per workload and per workload and GPU model: each as the rows' codes of
+    this and of the other side among the level's sorted distinct names, and those names."""
+    this_names, other_names = np.asarray(this, dtype=object), np.asarray(other, dtype=object)
+    at_gpu = "@" + np.asarray(gpus, dtype=object)  # `_gpu_key`, built column-wise
+    n = len(this_names)
+    levels: list[_OffsetLevel] = []
+    for keys_this, keys_other in ((this_names, other_names), (this_names + at_gpu, other_names + at_gpu)):
+        codes, names = _codes(np.concatenate([keys_this, keys_other]))
+        levels.append((codes[:n], codes[n:], names))
+    return levels
+
+
 def fit_offsets(
     this: Sequence[str],
     other: Sequence[str],
@@ -254,18 +273,15 @@ def fit_offsets(
     shrinkage: float,
     *,
     partners: bool = True,
+    levels: list[_OffsetLevel] | None = None,
 ) -> Offsets:
     """Backfit sensitivity and aggressiveness on `residual`, first per workload, then per workload and GPU model
-    (without `partners`, sensitivities alone: a measured partner then counts as any other)."""
+    (without `partners`, sensitivities alone: a measured partner then counts as any other). `levels`, when given, is
+    `offset_levels(this, other, gpus)` computed once for many calls."""
     sensitivity: dict[str, float] = {}
     aggressiveness: dict[str, float] = {}
     left = residual.copy()
-    this_names, other_names = np.asarray(this, dtype=object), np.asarray(other, dtype=object)
-    at_gpu = "@" + np.asarray(gpus, dtype=object)  # `_gpu_key`, built column-wise
-    n = len(this_names)
-    for keys_this, keys_other in ((this_names, other_names), (this_names + at_gpu, other_names + at_gpu)):
-        codes, names = _codes(np.concatenate([keys_this, keys_other]))
-        code_this, code_other = codes[:n], codes[n:]
+    for code_this, code_other, names in levels if levels is not None else offset_levels(this, other, gpus):
         sens = np.zeros(len(names))
         aggr = np.zeros(len(names))
         for _ in range(BACKFIT_ROUNDS):
@@ -287,9 +303,12 @@ class NeighbourTable:
     columns: dict[str, dict[str, int]]
     values: dict[str, FloatArray]
 
-    def lookup(self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> FloatArray:
-        """Each row's correction (0 where the table has none); names are looked up once per distinct side."""
-        sides = _SideCodes.of(this, other, gpus)
+    def lookup(
+        self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str], *, sides: _SideCodes | None = None
+    ) -> FloatArray:
+        """Each row's correction (0 where the table has none); names are looked up once per distinct side (`sides`,
+        when given, is `_SideCodes.of(this, other, gpus)` computed once for many calls)."""
+        sides = sides if sides is not None else _SideCodes.of(this, other, gpus)
         row = np.array([self.rows.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
         column = np.array([self.columns.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
         tables = list(self.values.values())
@@ -335,24 +354,49 @@ def _codes(names: Sequence[str] | npt.NDArray[np.object_]) -> tuple[npt.NDArray[
     return codes.astype(np.intp, copy=False), [str(n) for n in distinct]
 
 
+_NeighbourGroup = tuple[str, npt.NDArray[np.intp], npt.NDArray[np.intp], list[str], npt.NDArray[np.intp], list[str]]
+
+
+def neighbour_groups(
+    this: Sequence[str], other: Sequence[str], gpus: Sequence[str], measured_rows: npt.NDArray[np.bool_] | None = None
+) -> list[_NeighbourGroup]:
+    """The rows `fit_neighbours` tables per GPU model (of the `measured_rows`, every row when None): for each GPU
+    model in name order, its rows' positions among the measured rows, their codes of this and of the other side among
+    the sorted distinct names, and those names."""
+    if measured_rows is None:
+        measured_rows = np.ones(len(this), dtype=bool)
+    gpu_codes, gpu_names_sorted = _codes([g for g, m in zip(gpus, measured_rows, strict=True) if m])
+    this_kept = [t for t, m in zip(this, measured_rows, strict=True) if m]
+    other_kept = [o for o, m in zip(other, measured_rows, strict=True) if m]
+    groups: list[_NeighbourGroup] = []
+    for k, gpu in enumerate(gpu_names_sorted):
+        at = np.flatnonzero(gpu_codes == k)
+        row_codes, row_names = _codes([this_kept[i] for i in at])
+        column_codes, column_names = _codes([other_kept[i] for i in at])
+        groups.append((gpu, at, row_codes, row_names, column_codes, column_names))
+    return groups
+
+
 def fit_neighbours(
-    this: Sequence[str], other: Sequence[str], gpus: Sequence[str], residual: FloatArray
+    this: Sequence[str],
+    other: Sequence[str],
+    gpus: Sequence[str],
+    residual: FloatArray,
+    *,
+    groups: list[_NeighbourGroup] | None = None,
 ) -> NeighbourTable:
     """The neighbour correction of every (self, other) of workloads measured on a GPU model (see the module doc);
-    `residual` is what the physical part and the offsets leave."""
+    `residual` is what the physical part and the offsets leave. `groups`, when given, is `neighbour_groups(this,
+    other, gpus)` computed once for many calls; it holds every row, so it is used only when no residual is NaN."""
     rows_of: dict[str, dict[str, int]] = {}
     columns_of: dict[str, dict[str, int]] = {}
     values_of: dict[str, FloatArray] = {}
     residual = np.asarray(residual, dtype=np.float64)
     measured_rows = ~np.isnan(residual)
-    gpu_codes, gpu_names_sorted = _codes([g for g, m in zip(gpus, measured_rows, strict=True) if m])
-    this_kept = [t for t, m in zip(this, measured_rows, strict=True) if m]
-    other_kept = [o for o, m in zip(other, measured_rows, strict=True) if m]
+    if groups is None or not measured_rows.all():
+        groups = neighbour_groups(this, other, gpus, measured_rows)
     residual = residual[measured_rows]
-    for k, gpu in enumerate(gpu_names_sorted):
-        at = np.flatnonzero(gpu_codes == k)
-        row_codes, row_names = _codes([this_kept[i] for i in at])
-        column_codes, column_names = _codes([other_kept[i] for i in at])
+    for gpu, at, row_codes, row_names, column_codes, column_names in groups:
         if len(row_names) < 2:
             continue
         cells = row_codes * len(column_names) + column_codes
@@ -610,19 +654,20 @@ class InterferenceModel(BoostedEstimator):
         test_correction = _lgbm.predict(booster, test_stacked.features)
         base: dict[_Key, FloatArray] = {}
         neighbour: dict[_Key, FloatArray] = {}
+        # The names are the same at every grid point: encoded once per fold.
+        names = (stacked.this, stacked.other, stacked.gpus)
+        test_names = (test_stacked.this, test_stacked.other, test_stacked.gpus)
+        levels, groups = offset_levels(*names), neighbour_groups(*names)
+        sides, test_sides = _SideCodes.of(*names), _SideCodes.of(*test_names)
         for alpha, shrinkage, partners in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID):
             fitted_base = stacked.heuristic + alpha * correction
-            offsets = fit_offsets(
-                stacked.this, stacked.other, stacked.gpus, target - fitted_base, shrinkage, partners=partners
-            )
-            left = target - fitted_base - offsets.of(stacked.this, stacked.other, stacked.gpus)
-            table = fit_neighbours(stacked.this, stacked.other, stacked.gpus, left)
+            offsets = fit_offsets(*names, target - fitted_base, shrinkage, partners=partners, levels=levels)
+            left = target - fitted_base - offsets.of(*names, sides=sides)
+            table = fit_neighbours(*names, left, groups=groups)
             predicted = test_stacked.heuristic + alpha * test_correction
-            predicted = predicted + offsets.of(test_stacked.this, test_stacked.other, test_stacked.gpus)
+            predicted = predicted + offsets.of(*test_names, sides=test_sides)
             base[(alpha, shrinkage, partners)] = predicted[scored]
-            neighbour[(alpha, shrinkage, partners)] = table.lookup(
-                test_stacked.this, test_stacked.other, test_stacked.gpus
-            )[scored]
+            neighbour[(alpha, shrinkage, partners)] = table.lookup(*test_names, sides=test_sides)[scored]
         measured = set(stacked.this)
         unmeasured = np.array([w not in measured for w in test_stacked.this], dtype=bool)[scored]
         return _CheckFold(
