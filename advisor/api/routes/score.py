@@ -44,15 +44,25 @@ _ENTRY_CACHE_LIMIT = 50_000
 _entries: dict[NodeScore, str] = {}
 """Each verdict's JSON by the verdict itself (a NamedTuple of plain values: equal verdicts write equal JSON). A warm
 call finds most of its 500 verdicts here, unchanged since the last call; emptied when full (~30 MB at most)."""
+_brief_entries: dict[NodeScore, str] = {}
+"""The same for `detail: brief` entries of nodes the pod fits or that are unknown (an infeasible node's entry also
+depends on the pod: written every time)."""
 
 
-def _cached_entry(s: NodeScore) -> str:
-    text = _entries.get(s)
+def _cached_entry(s: NodeScore, cache: dict[NodeScore, str] = _entries) -> str:
+    text = cache.get(s)
     if text is None:
-        if len(_entries) >= _ENTRY_CACHE_LIMIT:
-            _entries.clear()
-        text = _entries[s] = _entry_json(s)
+        if len(cache) >= _ENTRY_CACHE_LIMIT:
+            cache.clear()
+        text = cache[s] = _entry_json(s) if cache is _entries else _brief_json(s)
     return text
+
+
+def _brief_json(s: NodeScore) -> str:
+    return (
+        f'{{"node":{_ENCODE(s.node).decode()},"score":{s.score:.3f},"feasible":{_BOOL[s.feasible]},'
+        f'"known":{_BOOL[s.known]}}}'
+    )
 
 
 def _entry_json(s: NodeScore) -> str:
@@ -143,12 +153,11 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
 def _brief_entry(s: NodeScore, pod: PodRequest, nodes: Mapping[str, NodeState], ctx: AppContext) -> str:
     """One entry of a `detail: brief` answer (`NodeScoreBrief`): the verdict a scheduler acts on, and for a node the
     pod does not fit, why and whether it never can (`never_fits`, the extender filter's unresolvable nodes)."""
-    head = f'{{"node":{_ENCODE(s.node).decode()},"score":{s.score:.3f},"feasible":{_BOOL[s.feasible]}'
     if s.feasible or not s.known:
-        return f'{head},"known":{_BOOL[s.known]}}}'
+        return _cached_entry(s, _brief_entries)
     never = never_fits(pod, nodes[s.node], config=ctx.scoring, now_seconds=ctx.state.now())
     reason = s.reason if never is None else never
-    return f'{head},"known":true,"reason":{_ENCODE(reason).decode()},"unresolvable":{_BOOL[never is not None]}}}'
+    return f'{_brief_json(s)[:-1]},"reason":{_ENCODE(reason).decode()},"unresolvable":{_BOOL[never is not None]}}}'
 
 
 def _assumed_allocations(body: ScoreRequest) -> list[PodAllocation]:
