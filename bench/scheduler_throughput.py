@@ -18,7 +18,9 @@ call per cycle in PreFilter, about every node).
 Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin-baseline BINARY] [--plugin-filter]
        [--json]
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
-{"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}.
+{"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
+plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
+the call failed or the breaker was open (`plugin_neutral_cycles`).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from tests.support.kube import (  # noqa: E402
     scheduler_config,
 )
 from tests.support.net import free_port, wait_until  # noqa: E402
-from tests.support.plugin import PLUGIN_NAME, plugin_scheduler_config  # noqa: E402
+from tests.support.plugin import PLUGIN_BINARY, PLUGIN_NAME, SchedulerProcess, plugin_scheduler_config  # noqa: E402
 
 TOKEN = "bench-advisor-token"
 Obj = dict[str, Any]
@@ -224,7 +226,7 @@ def configs(
 
 
 @contextmanager
-def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Path) -> Iterator[Process]:
+def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Path) -> Iterator[SchedulerProcess]:
     port = free_port()
     proc = Process(
         binary.name,
@@ -240,7 +242,7 @@ def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Pat
     ).start()
     try:
         proc.wait_ready(lambda: httpx.get(f"https://127.0.0.1:{port}/healthz", verify=False).status_code == 200)
-        yield proc
+        yield SchedulerProcess(proc, f"https://127.0.0.1:{port}")
     finally:
         proc.stop()
 
@@ -282,10 +284,19 @@ def main() -> None:
                 path = _mkdir(work / kind) / "config.yaml"
                 path.write_text(yaml.safe_dump(config))
                 create_pods(plane.api, name, name, args.pods)
-                with _scheduler_process(plane, binary, path, work / kind / "scheduler.log"):
+                with _scheduler_process(plane, binary, path, work / kind / "scheduler.log") as scheduler:
                     rate = measure(plane.api, name, args.pods, args.timeout_s)
+                    advised = ""
+                    if binary.name == PLUGIN_BINARY:
+                        # A call that failed or was never made (the breaker open) is a cycle scored without the
+                        # advisor: cheaper, so a rate without these counts can flatter the plugin.
+                        calls = scheduler.metric("gpuadvisor_plugin_advisor_calls_total", result="ok")
+                        neutral = scheduler.metric("gpuadvisor_plugin_fallbacks_total")
+                        result[f"{kind}_advisor_answers"] = int(calls)
+                        result[f"{kind}_neutral_cycles"] = int(neutral)
+                        advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral)"
                 result[f"{kind}_pods_per_second"] = round(rate, 1)
-                print(f"{kind:9s} {rate:8.1f} pods/s", file=sys.stderr)
+                print(f"{kind:9s} {rate:8.1f} pods/s{advised}", file=sys.stderr)
                 clean(plane.api, name, url, baseline)
             for kind in kinds:
                 if kind.startswith("plugin"):
