@@ -360,7 +360,7 @@ class ScoreRequest(_Native):
         default="full",
         description="`full`: every entry explained (`NodeScoreOut`). `brief`: only what a scheduler acts on "
         "(`NodeScoreBrief`: node, score, feasible, known; an infeasible node's reason and whether it can never host "
-        "the pod) — a tenth of the bytes, for a scheduler plugin asking once per scheduling cycle.",
+        "the pod) — a sixth of the bytes, for a scheduler plugin asking once per scheduling cycle.",
     )
 
 

@@ -25,7 +25,7 @@ type scoreRequest struct {
 	Nodes        []string      `json:"nodes"`
 	UnknownNodes string        `json:"unknown_nodes"`
 	Assumed      []assumedWire `json:"assumed,omitempty"`
-	// Detail "brief" asks for the verdicts without their explanations: a tenth of the bytes to send and decode.
+	// Detail "brief" asks for the verdicts without their explanations: a sixth of the bytes to decode.
 	Detail string `json:"detail,omitempty"`
 }
 
