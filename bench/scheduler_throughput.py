@@ -11,9 +11,16 @@ measured (every scheduler with the same client rate limit, well above what it us
 schedulers, and the advisor has let their GPUs go before the next starts. Everything (the three schedulers, the API
 server, etcd, the advisor) runs on this machine: on a shared machine the figures move with its load.
 
-Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--json]
+Before/after a change to the plugin, same run: `--plugin-baseline PATH` runs another gpuadvisor-scheduler build with
+the same profile (`plugin_baseline`); `--plugin-filter` runs the plugin with its `filter` arg on (`plugin_filter`: one
+call per cycle in PreFilter, about every node).
+
+Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin-baseline BINARY] [--plugin-filter]
+       [--json]
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
-{"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}.
+{"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
+plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
+the call failed or the breaker was open (`plugin_neutral_cycles`).
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from tests.support.kube import (  # noqa: E402
     scheduler_config,
 )
 from tests.support.net import free_port, wait_until  # noqa: E402
-from tests.support.plugin import plugin_scheduler_config  # noqa: E402
+from tests.support.plugin import PLUGIN_BINARY, PLUGIN_NAME, SchedulerProcess, plugin_scheduler_config  # noqa: E402
 
 TOKEN = "bench-advisor-token"
 Obj = dict[str, Any]
@@ -165,8 +172,25 @@ def clean(api: KubeApi, ns: str, advisor_url: str, baseline_milli: int) -> None:
 CLIENT = {"qps": 5000, "burst": 5000}
 
 
-def configs(plane: ControlPlane, advisor_url: str) -> dict[str, tuple[Path, Callable[[str], Obj]]]:
-    """Per kind: the binary and its KubeSchedulerConfiguration under a scheduler name."""
+def without_filter(config: Obj) -> Obj:
+    """The plugin profile without the GPUAdvisor plugin at preFilter and filter and without its `filter` arg: what a
+    build from before those extension points loads."""
+    for profile in config["profiles"]:
+        for point in ("preFilter", "filter"):
+            enabled = profile.get("plugins", {}).get(point, {}).get("enabled", [])
+            enabled[:] = [p for p in enabled if p["name"] != PLUGIN_NAME]
+        for plugin in profile.get("pluginConfig", []):
+            if plugin["name"] == PLUGIN_NAME:
+                plugin["args"].pop("filter", None)
+    return config
+
+
+def configs(
+    plane: ControlPlane, advisor_url: str, *, baseline: Path | None = None, with_filter: bool = False
+) -> dict[str, tuple[Path, Callable[[str], Obj]]]:
+    """Per kind: the binary and its KubeSchedulerConfiguration under a scheduler name; `baseline` adds
+    `plugin_baseline`, another gpuadvisor-scheduler build with the same profile, and `with_filter` adds
+    `plugin_filter`, the plugin with its `filter` arg on."""
     bins = plane.bin_dir
 
     def vanilla(name: str) -> Obj:
@@ -177,21 +201,32 @@ def configs(plane: ControlPlane, advisor_url: str) -> dict[str, tuple[Path, Call
             "profiles": [{"schedulerName": name}],
         }
 
-    return {
+    kinds: dict[str, tuple[Path, Callable[[str], Obj]]] = {
         "vanilla": (bins / "kube-scheduler", vanilla),
         "plugin": (
             bins / "gpuadvisor-scheduler",
             lambda name: plugin_scheduler_config(plane.kubeconfig, advisor_url, name),
         ),
-        "extender": (
-            bins / "kube-scheduler",
-            lambda name: scheduler_config(plane.kubeconfig, f"{advisor_url}/extender", name),
-        ),
     }
+    if baseline is not None:
+        kinds["plugin_baseline"] = (
+            baseline,
+            lambda name: without_filter(plugin_scheduler_config(plane.kubeconfig, advisor_url, name)),
+        )
+    if with_filter:
+        kinds["plugin_filter"] = (
+            bins / "gpuadvisor-scheduler",
+            lambda name: plugin_scheduler_config(plane.kubeconfig, advisor_url, name, filter=True),
+        )
+    kinds["extender"] = (
+        bins / "kube-scheduler",
+        lambda name: scheduler_config(plane.kubeconfig, f"{advisor_url}/extender", name),
+    )
+    return kinds
 
 
 @contextmanager
-def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Path) -> Iterator[Process]:
+def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Path) -> Iterator[SchedulerProcess]:
     port = free_port()
     proc = Process(
         binary.name,
@@ -207,7 +242,7 @@ def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Pat
     ).start()
     try:
         proc.wait_ready(lambda: httpx.get(f"https://127.0.0.1:{port}/healthz", verify=False).status_code == 200)
-        yield proc
+        yield SchedulerProcess(proc, f"https://127.0.0.1:{port}")
     finally:
         proc.stop()
 
@@ -218,8 +253,19 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=600.0)
+    parser.add_argument(
+        "--plugin-baseline",
+        type=Path,
+        metavar="BINARY",
+        help="another gpuadvisor-scheduler build (before a change) to run with the same profile: plugin_baseline",
+    )
+    parser.add_argument(
+        "--plugin-filter", action="store_true", help="also run the plugin with its filter arg on: plugin_filter"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
     args = parser.parse_args()
+    if args.plugin_baseline is not None and not os.access(args.plugin_baseline, os.X_OK):
+        sys.exit(f"error: --plugin-baseline: {args.plugin_baseline} is not an executable file")
     bins = bin_dir()
     with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
         work = Path(tmp)
@@ -231,20 +277,32 @@ def main() -> None:
                 raise RuntimeError("the advisor holds none of the busy GPUs reported")
             baseline = allocated_milli(url)
             result: dict[str, Any] = {"nodes": len(names), "pods": args.pods, "setup_seconds": round(setup_s, 1)}
-            for kind, (binary, config_of) in configs(plane, url).items():
-                name = f"bench-{kind}"
+            kinds = configs(plane, url, baseline=args.plugin_baseline, with_filter=args.plugin_filter)
+            for kind, (binary, config_of) in kinds.items():
+                name = f"bench-{kind.replace('_', '-')}"
                 config = {**config_of(name), "clientConnection": {"kubeconfig": str(plane.kubeconfig), **CLIENT}}
                 path = _mkdir(work / kind) / "config.yaml"
                 path.write_text(yaml.safe_dump(config))
                 create_pods(plane.api, name, name, args.pods)
-                with _scheduler_process(plane, binary, path, work / kind / "scheduler.log"):
+                with _scheduler_process(plane, binary, path, work / kind / "scheduler.log") as scheduler:
                     rate = measure(plane.api, name, args.pods, args.timeout_s)
+                    advised = ""
+                    if binary.name == PLUGIN_BINARY:
+                        # A call that failed or was never made (the breaker open) is a cycle scored without the
+                        # advisor: cheaper, so a rate without these counts can flatter the plugin.
+                        calls = scheduler.metric("gpuadvisor_plugin_advisor_calls_total", result="ok")
+                        neutral = scheduler.metric("gpuadvisor_plugin_fallbacks_total")
+                        result[f"{kind}_advisor_answers"] = int(calls)
+                        result[f"{kind}_neutral_cycles"] = int(neutral)
+                        advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral)"
                 result[f"{kind}_pods_per_second"] = round(rate, 1)
-                print(f"{kind:9s} {rate:8.1f} pods/s", file=sys.stderr)
+                print(f"{kind:9s} {rate:8.1f} pods/s{advised}", file=sys.stderr)
                 clean(plane.api, name, url, baseline)
-            result["plugin_over_vanilla"] = round(
-                result["plugin_pods_per_second"] / result["vanilla_pods_per_second"], 3
-            )
+            for kind in kinds:
+                if kind.startswith("plugin"):
+                    result[f"{kind}_over_vanilla"] = round(
+                        result[f"{kind}_pods_per_second"] / result["vanilla_pods_per_second"], 3
+                    )
             result["load_average_1m"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(result))

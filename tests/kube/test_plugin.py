@@ -175,3 +175,36 @@ def test_plugin_metrics_are_on_the_schedulers_endpoint(scheduler: SchedulerProce
     ).text
     for name in ("gpuadvisor_plugin_advisor_call_duration_seconds", "gpuadvisor_plugin_assumed_pods"):
         assert name in text
+
+
+def test_with_the_filter_arg_nodes_the_advisor_refuses_are_filtered_with_its_reasons(
+    api: KubeApi, plane: ControlPlane, advisor: Advisor, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The API server sees 8 free GPUs on every node. The advisor knows `small` has 2 GPUs (can never host 4) and
+    `busy` has all 8 taken by pods outside it (no room now): with `filter: true` a 4-GPU pod stays pending with the
+    advisor's reasons, where without the filter NodeResourcesFit alone would bind it; a node that fits, once it
+    appears, gets it."""
+    group = "plugin-filter"
+    small, busy, roomy = "plugin-filter-small", "plugin-filter-busy", "plugin-filter-roomy"
+    make_nodes(api, group, [small, busy])
+    taken = {i: [process(f"filter-taken-{i}", namespace="other", sm=0.9)] for i in range(8)}
+    report(advisor, snapshot(small, gpus=2), snapshot(busy, busy=taken))
+    assert wait_until(lambda: advisor_has(advisor, [small, busy]), timeout_s=30)
+    workdir: Path = tmp_path_factory.mktemp("plugin-filter")
+    with plugin_scheduler(plane, advisor.url, "gpuadvisor-plugin-filter", workdir, filter=True) as filtering:
+        create_pod(api, pod("plugin-filtered", group, "gpuadvisor-plugin-filter", {"nvidia.com/gpu": "4"}))
+        refused = api.wait_for(
+            f"/api/v1/namespaces/{NAMESPACE}/pods/plugin-filtered",
+            lambda p: any(
+                c["type"] == "PodScheduled" and c["status"] == "False" for c in p["status"].get("conditions", [])
+            ),
+        )
+        (condition,) = [c for c in refused["status"]["conditions"] if c["type"] == "PodScheduled"]
+        assert "gpuadvisor: the node has 2 GPUs, the pod asks for 4" in condition["message"], condition
+        assert condition["message"].count("gpuadvisor: ") == 2, condition
+        assert filtering.metric("gpuadvisor_plugin_filtered_nodes_total", verdict="unresolvable") >= 1
+        assert filtering.metric("gpuadvisor_plugin_filtered_nodes_total", verdict="unschedulable") >= 1
+        report(advisor, snapshot(roomy))
+        assert wait_until(lambda: advisor_has(advisor, [roomy]), timeout_s=30)
+        make_nodes(api, group, [roomy])  # a new node: the framework tries the pod again
+        assert bound_node(api, "plugin-filtered") == roomy

@@ -3,6 +3,7 @@ GetPreferredAllocation), with every score explained."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from operator import attrgetter
 
 import msgspec
@@ -27,7 +28,8 @@ from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.gpus import gpu_spec
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
 from advisor.placement.scoring import allocate, score_candidates
-from advisor.placement.types import NodeScore
+from advisor.placement.types import NodeScore, NodeState, PodRequest
+from advisor.placement.unresolvable import never_fits
 from advisor.serving import ModelInterference
 from advisor.sharing import describe_sharing
 
@@ -42,15 +44,25 @@ _ENTRY_CACHE_LIMIT = 50_000
 _entries: dict[NodeScore, str] = {}
 """Each verdict's JSON by the verdict itself (a NamedTuple of plain values: equal verdicts write equal JSON). A warm
 call finds most of its 500 verdicts here, unchanged since the last call; emptied when full (~30 MB at most)."""
+_brief_entries: dict[NodeScore, str] = {}
+"""The same for `detail: brief` entries of nodes the pod fits or that are unknown (an infeasible node's entry also
+depends on the pod: written every time)."""
 
 
-def _cached_entry(s: NodeScore) -> str:
-    text = _entries.get(s)
+def _cached_entry(s: NodeScore, cache: dict[NodeScore, str] = _entries) -> str:
+    text = cache.get(s)
     if text is None:
-        if len(_entries) >= _ENTRY_CACHE_LIMIT:
-            _entries.clear()
-        text = _entries[s] = _entry_json(s)
+        if len(cache) >= _ENTRY_CACHE_LIMIT:
+            cache.clear()
+        text = cache[s] = _entry_json(s) if cache is _entries else _brief_json(s)
     return text
+
+
+def _brief_json(s: NodeScore) -> str:
+    return (
+        f'{{"node":{_ENCODE(s.node).decode()},"score":{s.score:.3f},"feasible":{_BOOL[s.feasible]},'
+        f'"known":{_BOOL[s.known]}}}'
+    )
 
 
 def _entry_json(s: NodeScore) -> str:
@@ -70,7 +82,8 @@ def _entry_json(s: NodeScore) -> str:
 
 @router.post("/score", response_model=ScoreResponse, responses=documented(404))
 async def score(body: ScoreRequest, ctx: Ctx) -> Response:
-    """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first.
+    """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first (`detail: brief`:
+    the verdicts only, with why an infeasible node does not fit and whether it never can).
 
     Without `nodes`, every node with telemetry is scored. Naming a node the advisor has never heard of is an error
     (404): this API is for callers that ask about nodes they know the advisor watches.
@@ -132,9 +145,22 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
             if not state_nodes
             else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
         )
-    entries = ",".join([_cached_entry(s) for s in ranked])
+    if body.detail == "brief":
+        entries = ",".join([_brief_entry(s, pod, state_nodes, ctx) for s in ranked])
+    else:
+        entries = ",".join([_cached_entry(s) for s in ranked])
     tail = _ENCODE({"models": models, "hint": hint, "assumed_held": held}).decode()
     return f'{{"scores":[{entries}],{tail[1:]}'.encode()
+
+
+def _brief_entry(s: NodeScore, pod: PodRequest, nodes: Mapping[str, NodeState], ctx: AppContext) -> str:
+    """One entry of a `detail: brief` answer (`NodeScoreBrief`): the verdict a scheduler acts on, and for a node the
+    pod does not fit, why and whether it never can (`never_fits`, the extender filter's unresolvable nodes)."""
+    if s.feasible or not s.known:
+        return _cached_entry(s, _brief_entries)
+    never = never_fits(pod, nodes[s.node], config=ctx.scoring, now_seconds=ctx.state.now())
+    reason = s.reason if never is None else never
+    return f'{_brief_json(s)[:-1]},"reason":{_ENCODE(reason).decode()},"unresolvable":{_BOOL[never is not None]}}}'
 
 
 def _assumed_allocations(body: ScoreRequest) -> list[PodAllocation]:

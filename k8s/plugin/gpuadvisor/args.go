@@ -1,13 +1,15 @@
 package gpuadvisor
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // Defaults of Args, chosen for one advisor replica answering a few hundred candidate nodes in milliseconds.
@@ -42,6 +44,10 @@ type Args struct {
 	AssumeTTL metav1.Duration `json:"assumeTTL,omitempty"`
 	// TokenFile, when set, holds a bearer token sent with every call (read once at start).
 	TokenFile string `json:"tokenFile,omitempty"`
+	// Filter moves the cycle's one call to PreFilter, for every node, and lets Filter refuse the nodes the advisor
+	// says the pod does not fit (the profile must enable the plugin at preFilter and filter too). Off by default:
+	// the call then covers every node of the cluster, not only those that passed the other filters.
+	Filter bool `json:"filter,omitempty"`
 }
 
 // SetDefaults fills the zero fields of args.
@@ -87,11 +93,26 @@ func Validate(args *Args) error {
 	return nil
 }
 
-// decodeArgs reads the profile's args (nil: all defaults), defaults and validates them.
+// decodeArgs reads the profile's args (nil: all defaults), defaults and validates them. Unlike the framework's
+// DecodeInto it refuses a field it does not know, so that a misspelt arg is an error, not a default.
 func decodeArgs(obj runtime.Object) (*Args, error) {
 	args := &Args{}
-	if err := frameworkruntime.DecodeInto(obj, args); err != nil {
-		return nil, fmt.Errorf("%s args: %w", Name, err)
+	if obj != nil {
+		unknown, ok := obj.(*runtime.Unknown)
+		if !ok {
+			return nil, fmt.Errorf("%s args: want runtime.Unknown, got %T", Name, obj)
+		}
+		if len(unknown.Raw) > 0 {
+			raw, err := utilyaml.ToJSON(unknown.Raw)
+			if err != nil {
+				return nil, fmt.Errorf("%s args: %w", Name, err)
+			}
+			decoder := json.NewDecoder(bytes.NewReader(raw))
+			decoder.DisallowUnknownFields()
+			if err := decoder.Decode(args); err != nil {
+				return nil, fmt.Errorf("%s args: %w", Name, err)
+			}
+		}
 	}
 	SetDefaults(args)
 	if err := Validate(args); err != nil {

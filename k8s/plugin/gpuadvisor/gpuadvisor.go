@@ -6,6 +6,11 @@
 // placed and sends them with the next requests, so a burst does not pick the same free GPU twice before the
 // advisor's pod watch sees the first binding. When the advisor is slow or down the cycle goes on with neutral
 // scores (the plugin skips itself), a circuit breaker stops calling it for a while, and one line is logged.
+//
+// With the `filter` arg the call moves to PreFilter, for every node: Filter then refuses the nodes the advisor says
+// the pod does not fit (UnschedulableAndUnresolvable where it never can, as the extender's FailedAndUnresolvableNodes;
+// Unschedulable where it lacks room now), and PreScore reuses that answer. Either way one call per cycle, asking for
+// the brief answer (verdicts without explanations).
 package gpuadvisor
 
 import (
@@ -25,7 +30,7 @@ import (
 // Name is the plugin's name in a KubeSchedulerConfiguration profile.
 const Name = "GPUAdvisor"
 
-const stateKey fwk.StateKey = Name + "/scores"
+const stateKey fwk.StateKey = Name + "/answer"
 
 // Plugin is the GPUAdvisor scheduler plugin.
 type Plugin struct {
@@ -37,6 +42,8 @@ type Plugin struct {
 }
 
 var (
+	_ fwk.PreFilterPlugin = &Plugin{}
+	_ fwk.FilterPlugin    = &Plugin{}
 	_ fwk.PreScorePlugin  = &Plugin{}
 	_ fwk.ScorePlugin     = &Plugin{}
 	_ fwk.ScoreExtensions = &Plugin{}
@@ -74,21 +81,137 @@ func newPlugin(args *Args, token string, now func() time.Time) *Plugin {
 // Name is the plugin's name.
 func (p *Plugin) Name() string { return Name }
 
-// cycleScores is the advisor's answer for one cycle: 0..100 per node. Read-only once written, so Clone shares it.
-type cycleScores struct {
-	scores map[string]int64
+// verdict is the advisor's word on one node for the cycle's pod.
+type verdict struct {
+	score        int64 // 0..100
+	feasible     bool
+	known        bool
+	unresolvable bool   // infeasible and never feasible, whatever leaves the node
+	reason       string // why infeasible
 }
 
-func (s *cycleScores) Clone() fwk.StateData { return s }
+// cycleAnswer is the advisor's answer for one cycle (or that its one call failed). The verdicts are read-only once
+// written and shared by every clone; freed is what preemption's dry run has done to a clone (RemovePod), copied.
+type cycleAnswer struct {
+	failed   bool
+	verdicts map[string]verdict
+	// freed are the nodes a GPU pod has been removed from in this (cloned) state: preemption asking whether evicting
+	// it makes room. The advisor's "no room now" does not hold there; NodeResourcesFit judges instead.
+	freed map[string]struct{}
+}
 
-// PreScore asks the advisor once for the pod on every node that passed Filter.
+func (s *cycleAnswer) Clone() fwk.StateData {
+	if len(s.freed) == 0 {
+		return &cycleAnswer{failed: s.failed, verdicts: s.verdicts}
+	}
+	freed := make(map[string]struct{}, len(s.freed))
+	for n := range s.freed {
+		freed[n] = struct{}{}
+	}
+	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, freed: freed}
+}
+
+func readAnswer(state fwk.CycleState) (*cycleAnswer, error) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := data.(*cycleAnswer)
+	if !ok {
+		return nil, fmt.Errorf("%s: cycle state holds %T, not the advisor's answer", Name, data)
+	}
+	return s, nil
+}
+
+// PreFilter, with the `filter` arg, asks the advisor once for the pod on every node, before Filter: its verdicts
+// filter the nodes and its scores serve PreScore (no second call). Without the arg, or for a pod that asks for no
+// GPU, or with the advisor down (nothing is filtered), the plugin's Filter is skipped.
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !p.args.Filter || !wantsGPU(pod) || len(nodes) == 0 {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	answer := p.ask(ctx, pod, nodes)
+	state.Write(stateKey, answer)
+	if answer.failed {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return nil, nil
+}
+
+// PreFilterExtensions returns the plugin itself (AddPod, RemovePod), for preemption's dry runs.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
+
+// AddPod changes nothing: a pod added to a node only takes room, which NodeResourcesFit counts.
+func (p *Plugin) AddPod(context.Context, fwk.CycleState, *v1.Pod, fwk.PodInfo, fwk.NodeInfo) *fwk.Status {
+	return nil
+}
+
+// RemovePod notes a GPU pod taken off a node in this state (preemption asking whether evicting it makes room), so
+// that Filter does not hold the advisor's "no room now" against that node.
+func (p *Plugin) RemovePod(_ context.Context, state fwk.CycleState, _ *v1.Pod, removed fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	if !wantsGPU(removed.GetPod()) {
+		return nil
+	}
+	answer, err := readAnswer(state)
+	if err != nil || answer.failed {
+		return nil
+	}
+	if answer.freed == nil {
+		answer.freed = map[string]struct{}{}
+	}
+	answer.freed[nodeInfo.Node().Name] = struct{}{}
+	return nil
+}
+
+// Filter turns the advisor's verdict into the framework's: a node that can never host the pod is
+// UnschedulableAndUnresolvable (preemption does not try it), one that lacks room now is Unschedulable; a node the
+// advisor does not know, or an answer missing, lets the pod through.
+func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	answer, err := readAnswer(state)
+	if err != nil || answer.failed {
+		return nil
+	}
+	name := nodeInfo.Node().Name
+	v, ok := answer.verdicts[name]
+	if !ok || !v.known || v.feasible {
+		return nil
+	}
+	if v.unresolvable {
+		filteredNodes.WithLabelValues("unresolvable").Inc()
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "gpuadvisor: "+v.reason)
+	}
+	if _, freed := answer.freed[name]; freed {
+		return nil
+	}
+	filteredNodes.WithLabelValues("unschedulable").Inc()
+	return fwk.NewStatus(fwk.Unschedulable, "gpuadvisor: "+v.reason)
+}
+
+// PreScore asks the advisor once for the pod on every node that passed Filter, unless PreFilter has asked already.
 func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	if !wantsGPU(pod) || len(nodes) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
+	if asked, err := readAnswer(state); err == nil {
+		if asked.failed {
+			return fwk.NewStatus(fwk.Skip)
+		}
+		return nil
+	}
+	answer := p.ask(ctx, pod, nodes)
+	if answer.failed {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	state.Write(stateKey, answer)
+	return nil
+}
+
+// ask makes the cycle's one call, with the assumed pods on those nodes; a failure (or an open breaker) is an answer
+// marked failed, counted and logged once when it opens the breaker.
+func (p *Plugin) ask(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo) *cycleAnswer {
 	if !p.breaker.allow() {
 		fallbacks.WithLabelValues("circuit_open").Inc()
-		return fwk.NewStatus(fwk.Skip)
+		return &cycleAnswer{failed: true}
 	}
 	names := make([]string, len(nodes))
 	candidates := make(map[string]struct{}, len(nodes))
@@ -98,7 +221,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	}
 	assumed, held := p.assumed.on(candidates)
 	assumedGauge.Set(float64(held))
-	req := &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed}
+	req := &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed, Detail: "brief"}
 	start := p.now()
 	answer, err := p.client.score(ctx, req)
 	elapsed := p.now().Sub(start).Seconds()
@@ -112,7 +235,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		} else {
 			klog.FromContext(ctx).V(4).Info("gpuadvisor: score call failed", "pod", klog.KObj(pod), "err", err)
 		}
-		return fwk.NewStatus(fwk.Skip)
+		return &cycleAnswer{failed: true}
 	}
 	advisorCalls.WithLabelValues("ok").Inc()
 	advisorLatency.WithLabelValues("ok").Observe(elapsed)
@@ -120,12 +243,14 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		klog.FromContext(ctx).Info("gpuadvisor: the advisor answers again", "advisor", p.args.AdvisorURL)
 	}
 	p.assumed.forget(answer.AssumedHeld)
-	scores := make(map[string]int64, len(answer.Scores))
+	verdicts := make(map[string]verdict, len(answer.Scores))
 	for _, v := range answer.Scores {
-		scores[v.Node] = clampScore(v.Score)
+		verdicts[v.Node] = verdict{
+			score: clampScore(v.Score), feasible: v.Feasible, known: v.Known,
+			unresolvable: v.Unresolvable, reason: v.Reason,
+		}
 	}
-	state.Write(stateKey, &cycleScores{scores: scores})
-	return nil
+	return &cycleAnswer{verdicts: verdicts}
 }
 
 func clampScore(score float64) int64 {
@@ -135,19 +260,15 @@ func clampScore(score float64) int64 {
 
 // Score reads the node's score from the cycle's answer; a node the advisor did not name scores neutrally.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	data, err := state.Read(stateKey)
+	answer, err := readAnswer(state)
 	if err != nil {
 		return 0, fwk.AsStatus(fmt.Errorf("%s: no scores in the cycle state: %w", Name, err))
 	}
-	s, ok := data.(*cycleScores)
-	if !ok {
-		return 0, fwk.AsStatus(fmt.Errorf("%s: cycle state holds %T, not the scores", Name, data))
-	}
-	score, ok := s.scores[nodeInfo.Node().Name]
+	v, ok := answer.verdicts[nodeInfo.Node().Name]
 	if !ok {
 		return (fwk.MaxNodeScore + fwk.MinNodeScore) / 2, nil
 	}
-	return score, nil
+	return v.score, nil
 }
 
 // ScoreExtensions returns the plugin itself (NormalizeScore).

@@ -23,8 +23,10 @@ import (
 
 // fakeAdvisor answers /v1/score with fixed scores per node and records every request.
 type fakeAdvisor struct {
-	mu       sync.Mutex
-	scores   map[string]float64
+	mu     sync.Mutex
+	scores map[string]float64
+	// never are the nodes that can never host the pod, with why; a node scoring 0 otherwise lacks room now.
+	never    map[string]string
 	held     []string
 	requests []scoreRequest
 	delay    time.Duration
@@ -59,7 +61,14 @@ func (f *fakeAdvisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !known {
 			s = 50
 		}
-		out.Scores = append(out.Scores, nodeVerdict{Node: n, Score: s, Feasible: s > 0, Known: known})
+		v := nodeVerdict{Node: n, Score: s, Feasible: s > 0, Known: known}
+		if known && s == 0 {
+			v.Reason, v.Unresolvable = "no free GPU now", false
+			if why, ok := f.never[n]; ok {
+				v.Reason, v.Unresolvable = why, true
+			}
+		}
+		out.Scores = append(out.Scores, v)
 	}
 	_ = json.NewEncoder(w).Encode(out)
 }
@@ -169,6 +178,9 @@ func TestOneCallPerCycleAndScoresFollowTheAdvisor(t *testing.T) {
 	req := f.lastRequest(t)
 	if strings.Join(req.Nodes, ",") != "a,b,c,d" || req.UnknownNodes != "neutral" {
 		t.Errorf("request nodes %v unknown_nodes %q", req.Nodes, req.UnknownNodes)
+	}
+	if req.Detail != "brief" {
+		t.Errorf("request detail %q, want the brief answer", req.Detail)
 	}
 	if req.Pod.Metadata.Name != "p" || req.Pod.Metadata.Namespace != "ml" {
 		t.Errorf("request pod %+v", req.Pod.Metadata)
@@ -327,5 +339,129 @@ func TestPodsWithResourceClaimsAreScoredWithTheirClaims(t *testing.T) {
 	sent := f.lastRequest(t).Pod.Spec.ResourceClaims
 	if len(sent) != 1 || sent[0].Name != "gpu" || sent[0].ResourceClaimTemplateName == nil || *sent[0].ResourceClaimTemplateName != template {
 		t.Errorf("claims sent to the advisor: %+v", sent)
+	}
+}
+
+// filterCycle runs PreFilter and Filter per node as the framework does: the PreFilter status and each node's
+// Filter status (nil where PreFilter skipped the plugin's Filter).
+func filterCycle(t *testing.T, p *Plugin, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.Status, map[string]*fwk.Status) {
+	t.Helper()
+	ctx := context.Background()
+	res, status := p.PreFilter(ctx, state, pod, nodes)
+	if res != nil {
+		t.Fatalf("PreFilter narrowed the nodes: %+v", res)
+	}
+	if status.IsSkip() {
+		return status, nil
+	}
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	out := map[string]*fwk.Status{}
+	for _, n := range nodes {
+		out[n.Node().Name] = p.Filter(ctx, state, pod, n)
+	}
+	return status, out
+}
+
+func TestWithoutTheFilterArgPreFilterSkipsWithoutACall(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"a": 0}}
+	p, _ := start(t, f, nil)
+	if st, _ := filterCycle(t, p, framework.NewCycleState(), gpuPod("p", oneGPU, nil), nodeInfos("a")); !st.IsSkip() {
+		t.Errorf("PreFilter without the filter arg: %v, want Skip", st)
+	}
+	if f.calls.Load() != 0 {
+		t.Errorf("%d calls, want none", f.calls.Load())
+	}
+}
+
+func TestFilterRefusesWhatTheAdvisorSaysDoesNotFitAndScoresWithTheSameCall(t *testing.T) {
+	f := &fakeAdvisor{
+		scores: map[string]float64{"never": 0, "full": 0, "good": 80, "fair": 40},
+		never:  map[string]string{"never": "the node has 4 GPUs, the pod asks for 8"},
+	}
+	p, _ := start(t, f, func(a *Args) { a.Filter = true })
+	before, _ := testutil.GetCounterMetricValue(filteredNodes.WithLabelValues("unresolvable"))
+	state := framework.NewCycleState()
+	pod := gpuPod("p", oneGPU, nil)
+	all := nodeInfos("never", "full", "good", "fair", "unknown")
+	_, got := filterCycle(t, p, state, pod, all)
+	if st := got["never"]; st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "asks for 8") {
+		t.Errorf("never: %v, want UnschedulableAndUnresolvable with the advisor's reason", st)
+	}
+	if st := got["full"]; st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "no free GPU now") {
+		t.Errorf("full: %v, want Unschedulable with the advisor's reason", st)
+	}
+	for _, n := range []string{"good", "fair", "unknown"} {
+		if !got[n].IsSuccess() {
+			t.Errorf("%s: %v, want it to pass", n, got[n])
+		}
+	}
+	if after, _ := testutil.GetCounterMetricValue(filteredNodes.WithLabelValues("unresolvable")); after-before != 1 {
+		t.Errorf("unresolvable nodes counted %v, want 1", after-before)
+	}
+	if req := f.lastRequest(t); len(req.Nodes) != len(all) {
+		t.Errorf("PreFilter asked about %v, want every node", req.Nodes)
+	}
+	// PreScore and Score on the nodes that passed: the PreFilter's answer, no second call.
+	passed := nodeInfos("good", "fair", "unknown")
+	if st := p.PreScore(context.Background(), state, pod, passed); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	for name, want := range map[string]int64{"good": 80, "fair": 40, "unknown": 50} {
+		s, st := p.Score(context.Background(), state, pod, passed[map[string]int{"good": 0, "fair": 1, "unknown": 2}[name]])
+		if !st.IsSuccess() || s != want {
+			t.Errorf("Score(%s) = %d %v, want %d", name, s, st, want)
+		}
+	}
+	if got := f.calls.Load(); got != 1 {
+		t.Errorf("%d calls for one cycle with the filter, want 1", got)
+	}
+}
+
+func TestFilterWithTheAdvisorDownFiltersNothingAndMakesNoSecondCall(t *testing.T) {
+	f := &fakeAdvisor{status: http.StatusServiceUnavailable}
+	p, _ := start(t, f, func(a *Args) { a.Filter = true })
+	state := framework.NewCycleState()
+	pod := gpuPod("p", oneGPU, nil)
+	if st, _ := filterCycle(t, p, state, pod, nodeInfos("a", "b")); !st.IsSkip() {
+		t.Fatalf("PreFilter with the advisor down: %v, want Skip (no filtering)", st)
+	}
+	if st := p.PreScore(context.Background(), state, pod, nodeInfos("a", "b")); !st.IsSkip() {
+		t.Errorf("PreScore after a failed PreFilter call: %v, want Skip (neutral)", st)
+	}
+	if got := f.calls.Load(); got != 1 {
+		t.Errorf("%d calls, want the cycle's one", got)
+	}
+}
+
+func TestPreemptionDryRunMayFreeANodeThatLacksRoomNow(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"full": 0, "never": 0}, never: map[string]string{"never": "too few GPUs"}}
+	p, _ := start(t, f, func(a *Args) { a.Filter = true })
+	state := framework.NewCycleState()
+	pod := gpuPod("p", oneGPU, nil)
+	nodes := nodeInfos("full", "never")
+	filterCycle(t, p, state, pod, nodes)
+	ctx := context.Background()
+	for i, name := range []string{"full", "never"} {
+		dryRun := state.Clone()
+		victim := gpuPod("victim-"+name, oneGPU, nil)
+		info, err := framework.NewPodInfo(victim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := p.PreFilterExtensions().RemovePod(ctx, dryRun, pod, info, nodes[i]); !st.IsSuccess() {
+			t.Fatalf("RemovePod: %v", st)
+		}
+		st := p.Filter(ctx, dryRun, pod, nodes[i])
+		if name == "full" && !st.IsSuccess() {
+			t.Errorf("full, a GPU pod evicted: %v, want it left to NodeResourcesFit", st)
+		}
+		if name == "never" && st.Code() != fwk.UnschedulableAndUnresolvable {
+			t.Errorf("never, a GPU pod evicted: %v, want still unresolvable", st)
+		}
+	}
+	if st := p.Filter(ctx, state, pod, nodes[0]); st.Code() != fwk.Unschedulable {
+		t.Errorf("the cycle's own state after the dry runs: %v, want full still Unschedulable", st)
 	}
 }

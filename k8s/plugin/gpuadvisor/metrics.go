@@ -36,11 +36,17 @@ var (
 		Help:           "Reserved GPU pods sent to the advisor as assumed until its watch sees them bound.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	filteredNodes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "filtered_nodes_total",
+		Help:           "Nodes Filter refused (the filter arg) by verdict: unresolvable (never fits), unschedulable (no room now).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"verdict"})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(advisorCalls, advisorLatency, fallbacks, assumedGauge)
+		legacyregistry.MustRegister(advisorCalls, advisorLatency, fallbacks, assumedGauge, filteredNodes)
 	})
 }
