@@ -53,11 +53,12 @@ class _Out(BaseModel):
 # --------------------------------------------------------------------------------------------------------------------
 # Kubernetes objects (the subset the advisor reads)
 
+
 def _quantity(value: object) -> int | float | str:
     """A resource quantity as Kubernetes writes it (`"1"`, `"500m"`, `"16Gi"`) or a plain JSON number; a boolean is
     neither (in Python it is an int)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("must be a quantity: a number or a string such as \"1\", \"500m\" or \"16Gi\"")
+        raise ValueError('must be a quantity: a number or a string such as "1", "500m" or "16Gi"')
     return value
 
 
