@@ -167,7 +167,18 @@ def fast_filter(body: bytes, ctx: AppContext) -> bytes:
     body. A small body raises `SmallBodyError` and goes to the route, which runs in the thread pool."""
     if len(body) <= LARGE_BODY_BYTES:
         raise SmallBodyError
-    return _filtered(args_in_pieces(body), ctx).model_dump_json(exclude_none=True).encode()
+    result = _filtered(args_in_pieces(body), ctx)
+    if result.Nodes is None:
+        return result.model_dump_json(exclude_none=True).encode()
+    # The Nodes sent back are as large as the body: encoded one Node at a time too, not in one step.
+    items = result.Nodes.get("items") or []
+    encoded = msgspec.Raw(b"[" + b",".join([_ENCODE(node) for node in items]) + b"]")
+    out = result.model_dump(mode="json", exclude_none=True, exclude={"Nodes"})
+    out["Nodes"] = {**{k: v for k, v in result.Nodes.items() if k != "items"}, "items": encoded}
+    return _ENCODE(out)
+
+
+_ENCODE = msgspec.json.Encoder().encode
 
 
 def _filtered(args: ExtenderArgs, ctx: AppContext) -> ExtenderFilterResult:
