@@ -135,3 +135,13 @@ def test_one_node_satisfies_its_response_schema(client: TestClient, openapi: dic
     response = client.get("/v1/nodes/n1")
     schema = openapi["paths"]["/v1/nodes/{name}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert [e.message for e in _validator(openapi, schema).iter_errors(response.json())] == []
+
+
+def test_deep_nesting_is_a_422_on_every_post_route(client: TestClient, openapi: dict[str, Any]) -> None:
+    posts = [path for path, operations in openapi["paths"].items() if "post" in operations]
+    assert len(posts) >= 10
+    for body in (b'{"a":' * 3000 + b"1" + b"}" * 3000, b"[" * 3000 + b"]" * 3000):
+        for path in posts:
+            response = client.post(path, content=body, headers={**AUTH, "Content-Type": "application/json"})
+            assert response.status_code == 422, (path, response.status_code, response.text[:200])
+            assert response.json()["detail"][0]["loc"] == ["body"], path
