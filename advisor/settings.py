@@ -29,6 +29,10 @@ class AdvisorSettings(BaseSettings):
     # answer 401, unless allow_unauthenticated_writes opens them (a local test stack, never a shared cluster).
     api_token: str | None = None
     allow_unauthenticated_writes: bool = False
+    # The only tokens `POST /v1/models/train` and `POST /v1/trialruns` take when set (unset: api_token), so that the
+    # telemetry token every node holds neither trains models nor runs images (advisor.api.auth; docs/operations.md).
+    training_token: str | None = None
+    trialrun_token: str | None = None
     # Who may push a node's snapshot (docs/operations.md, "Tokens and credentials"): `token`, anyone with
     # api_token (any node); `serviceaccount`, a collector's own ServiceAccount token (audience telemetry_audience,
     # of collector_service_account), checked with a TokenReview, for the node its pod runs on only.
@@ -124,7 +128,7 @@ class AdvisorSettings(BaseSettings):
     # go first and long ones age until they do (docs/advisor.md, "Shortest first"). Needs the pod watch.
     shortest_first: bool = False
 
-    @field_validator("api_token")
+    @field_validator("api_token", "training_token", "trialrun_token")
     @classmethod
     def _empty_token_is_none(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None

@@ -26,6 +26,8 @@ LINK_RANK: dict[LinkLevel, int] = {level: rank for rank, level in enumerate(Link
 
 
 class _Frozen(BaseModel):
+    """Numbers are strict (`strict=True` on each): `true` is no byte count, `"3"` no index (issue 40)."""
+
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
@@ -42,41 +44,41 @@ class PodRef(_Frozen):
 
 
 class ProcessSnapshot(_Frozen):
-    pid: int = Field(ge=0)
-    memory_used_bytes: int | None = Field(default=None, ge=0)
-    sm_utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    pid: int = Field(ge=0, strict=True)
+    memory_used_bytes: int | None = Field(default=None, ge=0, strict=True)
+    sm_utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
     pod: PodRef | None = None
 
 
 class MigDeviceSnapshot(_Frozen):
     """A MIG slice of its parent GPU (the `GpuSnapshot` holding it)."""
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, strict=True)
     uuid: str
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
-    memory_total_bytes: int | None = Field(default=None, ge=0)
-    memory_used_bytes: int | None = Field(default=None, ge=0)
+    gpu_instance_id: int | None = Field(default=None, strict=True)
+    compute_instance_id: int | None = Field(default=None, strict=True)
+    memory_total_bytes: int | None = Field(default=None, ge=0, strict=True)
+    memory_used_bytes: int | None = Field(default=None, ge=0, strict=True)
 
 
 class GpuSnapshot(_Frozen):
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, strict=True)
     uuid: str
     model: str = ""
     pci_bus_id: str = ""
-    healthy: bool = True
-    memory_total_bytes: int | None = Field(default=None, ge=0)
-    memory_used_bytes: int | None = Field(default=None, ge=0)
-    utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
-    memory_bandwidth_utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
-    power_watts: float | None = Field(default=None, ge=0.0)
-    temperature_celsius: float | None = None
-    energy_joules_total: float | None = Field(default=None, ge=0.0)
+    healthy: bool = Field(default=True, strict=True)
+    memory_total_bytes: int | None = Field(default=None, ge=0, strict=True)
+    memory_used_bytes: int | None = Field(default=None, ge=0, strict=True)
+    utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
+    memory_bandwidth_utilization_ratio: float | None = Field(default=None, ge=0.0, le=1.0, strict=True)
+    power_watts: float | None = Field(default=None, ge=0.0, strict=True)
+    temperature_celsius: float | None = Field(default=None, strict=True)
+    energy_joules_total: float | None = Field(default=None, ge=0.0, strict=True)
     processes: tuple[ProcessSnapshot, ...] = ()
     # False when this cycle could not tell which processes use the GPU (an NVML process list failed, or could not be
     # read whole): `processes` is then only what was read, and the advisor counts the GPU as taken. Absent in
     # snapshots of older collectors: known.
-    processes_known: bool = True
+    processes_known: bool = Field(default=True, strict=True)
     mig_devices: tuple[MigDeviceSnapshot, ...] = ()
     # How the GPU is shared between processes (`collector.sharing`): "time-slicing" (default compute mode),
     # "mps" (MPS clients listed or a control daemon listening), "mig" (MIG on), "" when it cannot tell (an
@@ -87,8 +89,8 @@ class GpuSnapshot(_Frozen):
 
 
 class Link(_Frozen):
-    a: int = Field(ge=0)
-    b: int = Field(ge=0)
+    a: int = Field(ge=0, strict=True)
+    b: int = Field(ge=0, strict=True)
     level: LinkLevel
 
 

@@ -21,10 +21,12 @@ from profiler.spec import (
     API_VERSION,
     DEFAULT_MAX_DURATION_SECONDS,
     DEFAULT_REPEATS,
+    DNS_SUBDOMAIN,
     ENV_NAME,
     KIND,
     MAX_REPEATS,
     PLURAL,
+    SECRET_KEY,
 )
 
 _STRING = {"type": "string", "minLength": 1}
@@ -43,7 +45,26 @@ def _env() -> dict[str, Any]:
         {
             "type": "object",
             "required": ["name"],
-            "properties": {"name": {**_STRING, "pattern": ENV_NAME}, "value": {"type": "string"}},
+            "properties": {
+                "name": {**_STRING, "pattern": ENV_NAME},
+                "value": {"type": "string"},
+                "valueFrom": {
+                    "type": "object",
+                    "description": "A Secret of the TrialRun's namespace; no other source.",
+                    "required": ["secretKeyRef"],
+                    "properties": {
+                        "secretKeyRef": {
+                            "type": "object",
+                            "required": ["name", "key"],
+                            "properties": {
+                                "name": {**_STRING, "maxLength": 253, "pattern": DNS_SUBDOMAIN},
+                                "key": {**_STRING, "maxLength": 253, "pattern": SECRET_KEY},
+                                "optional": {"type": "boolean"},
+                            },
+                        }
+                    },
+                },
+            },
         }
     )
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -49,6 +49,37 @@ CPU_MODEL = "cpu"
 STDERR_TAIL_LINES = 20
 TERMINATE_GRACE_SECONDS = 5.0
 PYTHON_PROGRAMS = frozenset({"python", "python3"})
+
+
+class UnresolvedSecretError(ValueError):
+    """A trial variable whose value comes from a Secret that the local runner cannot read."""
+
+
+def local_env(side: Side, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables `side` sets, as the local runner runs it. A variable from a Secret (`valueFrom.secretKeyRef`)
+    cannot be read without the cluster, so it takes the value the runner's own environment has under the same
+    name (`export WANDB_API_KEY=...` before `profile request --local`); without one, an optional reference leaves it
+    unset and any other is an `UnresolvedSecretError`."""
+    env: dict[str, str] = {}
+    for name, value in side.env:
+        if isinstance(value, str):
+            env[name] = value
+        elif name in base_env:
+            env[name] = base_env[name]
+        elif not value.optional:
+            raise UnresolvedSecretError(
+                f"{side.workload}: env {name} comes from Secret {value.name!r} key {value.key!r} "
+                f"(valueFrom.secretKeyRef), which the local runner cannot read; export {name} in this shell to "
+                "give its value, or run the trial in the cluster"
+            )
+    return env
+
+
+def check_local_env(run: TrialRun, base_env: Mapping[str, str]) -> None:
+    """`UnresolvedSecretError` when a side of `run` has a variable from a Secret that `local_env` cannot give."""
+    for trial in expand(run.spec):
+        for side in trial.sides:
+            local_env(side, base_env)
 
 
 def program_of(command: list[str]) -> list[str]:
@@ -111,6 +142,9 @@ class LocalRunner:
         return expand(run.spec.model_copy(update={"matrix": matrix}))
 
     def run(self, run: TrialRun) -> list[TrialOutcome]:
+        """Every trial of `run`, one after another; `UnresolvedSecretError` before any starts when a variable from
+        a Secret has no value here."""
+        check_local_env(run, self.base_env)
         if run.spec.matrix.gpu_models:
             self.on_event(
                 f"note: gpuModels {', '.join(run.spec.matrix.gpu_models)} ignored; the local runner uses this "
@@ -154,7 +188,7 @@ class LocalRunner:
         return self._outcome(trial, processes, gpu_model, ended, sharing)
 
     def _start(self, trial: Trial, side: Side, visible_devices: str) -> _Process:
-        env = {**self.base_env, **dict(side.env), ENV_TRIAL: trial.id}
+        env = {**self.base_env, **local_env(side, self.base_env), ENV_TRIAL: trial.id}
         if self.backend is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible_devices
         popen = subprocess.Popen(

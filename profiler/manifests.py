@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from collector.keys import GPU_PRODUCT_LABEL, GPU_RESOURCE, SIDE_LABEL, TRIAL_LABEL, TRIALRUN_LABEL, WORKLOAD_LABEL
-from profiler.spec import API_GROUP, API_VERSION, KIND, TrialRun
+from profiler.spec import API_GROUP, API_VERSION, KIND, SecretKeySelector, TrialRun
 from profiler.trials import ENV_TRIAL, Trial, TrialKind
 
 GPU_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
@@ -87,6 +87,16 @@ def sharing_nodes(nodes: Iterable[Mapping[str, Any]], products: list[str] | None
     return sorted(out)
 
 
+def env_var(name: str, value: str | SecretKeySelector) -> dict[str, Any]:
+    """A container's env entry: a literal, or a `secretKeyRef` the kubelet resolves when the pod starts."""
+    if isinstance(value, str):
+        return {"name": name, "value": value}
+    ref: dict[str, Any] = {"name": value.name, "key": value.key}
+    if value.optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
 def job_manifest(
     run: TrialRun,
     run_uid: str,
@@ -115,7 +125,7 @@ def job_manifest(
                 "name": CONTAINER_NAME,
                 "image": this.image,
                 "command": list(this.command),
-                "env": [{"name": k, "value": v} for k, v in (*this.env, (ENV_TRIAL, trial.id))],
+                "env": [env_var(k, v) for k, v in (*this.env, (ENV_TRIAL, trial.id))],
                 "resources": {"limits": {GPU_RESOURCE: str(trial.gpu_count)}},
                 "securityContext": TRIAL_CONTAINER_SECURITY,
             }

@@ -23,6 +23,7 @@ PLURAL = "trialruns"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
 DEFAULT_MAX_DURATION_SECONDS = 300
 # Three runs of every trial by default: the median of three stands one outlier, and three give a spread. On the
 # H100 (docs/gpu-validation.md) single runs of one solo workload differed by up to 27 %, so one run cannot say
@@ -50,9 +51,31 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
+class SecretKeySelector(_Strict):
+    """One key of a Secret in the TrialRun's namespace (Kubernetes' `secretKeyRef`)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    key: str = Field(min_length=1, max_length=253, pattern=SECRET_KEY)
+    optional: bool = Field(default=False, strict=True)
+
+
+class EnvVarSource(_Strict):
+    """Where a variable's value comes from instead of the spec: a Secret only, so an API key never sits in the
+    TrialRun (which the advisor stores and shows) and is read by the kubelet when the trial's pod starts."""
+
+    secret_key_ref: SecretKeySelector
+
+
 class EnvVar(_Strict):
     name: str = Field(min_length=1, pattern=ENV_NAME)
     value: str = ""
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.value and self.value_from is not None:
+            raise ValueError("give value or valueFrom, not both")
+        return self
 
 
 class Matrix(_Strict):
@@ -206,6 +229,10 @@ def parse_trialrun(data: object, *, max_duration_seconds: int | None = None) -> 
             problem = "unknown field"
         elif first["type"] == "missing":
             problem = "required field is missing"
+        elif first["type"] == "value_error":
+            problem = str(first.get("ctx", {}).get("error", problem))
+        if first["loc"][-2:-1] == ("valueFrom",) and first["type"] in ("extra_forbidden", "missing"):
+            problem += " (a trial's env takes its value from a Secret only: valueFrom.secretKeyRef)"
         raise SpecError(_field_path(tuple(first["loc"])), problem) from e
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from profiler.spec import EnvVar, TrialRun, TrialRunSpec
+from profiler.spec import EnvVar, SecretKeySelector, TrialRun, TrialRunSpec
 
 ENV_BATCH_SIZE = "GPUADVISOR_BATCH_SIZE"
 ENV_GPU_COUNT = "GPUADVISOR_GPU_COUNT"
@@ -34,7 +34,8 @@ class Side:
     workload: str
     image: str
     command: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str | SecretKeySelector], ...]
+    """Each variable's literal value, or the Secret key its value comes from (read where the side runs)."""
     batch_size: int | None
 
 
@@ -84,8 +85,12 @@ class Trial:
         return out
 
 
-def _env(base: list[EnvVar], workload: str, batch_size: int | None, gpu_count: int) -> tuple[tuple[str, str], ...]:
-    pairs = [(e.name, e.value) for e in base]
+def _env(
+    base: list[EnvVar], workload: str, batch_size: int | None, gpu_count: int
+) -> tuple[tuple[str, str | SecretKeySelector], ...]:
+    pairs: list[tuple[str, str | SecretKeySelector]] = [
+        (e.name, e.value_from.secret_key_ref if e.value_from is not None else e.value) for e in base
+    ]
     pairs.append((ENV_WORKLOAD, workload))
     pairs.append((ENV_GPU_COUNT, str(gpu_count)))
     if batch_size is not None:

@@ -85,7 +85,13 @@ def body_limits(settings: AdvisorSettings) -> Callable[[str], int]:
 def write_access(settings: AdvisorSettings) -> str:
     """The start-up log line saying who may write (ingest telemetry, train, submit trial runs)."""
     if settings.api_token:
-        return "write routes need the bearer token (GPUADVISOR_API_TOKEN)"
+        separate = [
+            name
+            for name, token in (("training", settings.training_token), ("trial runs", settings.trialrun_token))
+            if token
+        ]
+        own = f"; {' and '.join(separate)} their own token" if separate else ""
+        return f"write routes need the bearer token (GPUADVISOR_API_TOKEN){own}"
     if settings.allow_unauthenticated_writes:
         return (
             "write routes are OPEN to anyone who can reach this port: no GPUADVISOR_API_TOKEN and "
@@ -206,6 +212,7 @@ def create_app(
             route_named(extender.router.routes, extender.PRIORITIZE_PATH),
             extender.fast_prioritize,
         ),
+        extender.FILTER_PATH: (route_named(extender.router.routes, extender.FILTER_PATH), extender.fast_filter),
         score.SCORE_PATH: (route_named(score.router.routes, score.SCORE_PATH), score.fast_score),
     }
     app.add_middleware(JsonFastPath, ctx=ctx, answers=answers)  # innermost: after the body limit, timed as the route

@@ -9,7 +9,7 @@ from fastapi import Depends, Header, HTTPException, Request, status
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
-from advisor.api.auth import token_problem
+from advisor.api.auth import WriteScope, token_problem
 from advisor.api.context import AppContext
 from advisor.api.errors import StrictJsonRoute
 
@@ -25,30 +25,57 @@ def get_session(ctx: Annotated[AppContext, Depends(get_ctx)]) -> Iterator[Sessio
         yield session
 
 
-async def require_token(
+def _unauthorized(problem: str) -> HTTPException:
+    return HTTPException(
+        status_code=status.HTTP_401_UNAUTHORIZED, detail=problem, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+async def require_training_token(
     ctx: Annotated[AppContext, Depends(get_ctx)],
-    authorization: Annotated[str | None, Header(description="`Bearer <GPUADVISOR_API_TOKEN>`")] = None,
+    authorization: Annotated[
+        str | None, Header(description="`Bearer <GPUADVISOR_TRAINING_TOKEN>` (unset: GPUADVISOR_API_TOKEN)")
+    ] = None,
 ) -> None:
-    """Reject the request (401) unless it carries the configured bearer token (`token_problem`)."""
-    problem = token_problem(ctx.settings, authorization)
+    """Reject the request (401) unless it carries the training token (`token_problem`)."""
+    problem = token_problem(ctx.settings, authorization, WriteScope.TRAINING)
     if problem is not None:
-        raise HTTPException(
-            status_code=status.HTTP_401_UNAUTHORIZED, detail=problem, headers={"WWW-Authenticate": "Bearer"}
-        )
+        raise _unauthorized(problem)
+
+
+async def require_trialrun_token(
+    ctx: Annotated[AppContext, Depends(get_ctx)],
+    authorization: Annotated[
+        str | None, Header(description="`Bearer <GPUADVISOR_TRIALRUN_TOKEN>` (unset: GPUADVISOR_API_TOKEN)")
+    ] = None,
+) -> None:
+    """Reject the request (401) unless it carries the trial-run token (`token_problem`)."""
+    problem = token_problem(ctx.settings, authorization, WriteScope.TRIALRUNS)
+    if problem is not None:
+        raise _unauthorized(problem)
+
+
+_SCOPES: dict[Callable[..., Any], WriteScope] = {
+    require_training_token: WriteScope.TRAINING,
+    require_trialrun_token: WriteScope.TRIALRUNS,
+}
 
 
 class TokenFirstRoute(StrictJsonRoute):
-    """The route class of routers with write routes: a route that depends on `Authorized` checks the token before
-    its body is read or parsed, so a caller without it learns nothing from validation errors and costs no parse."""
+    """The route class of routers with write routes: a route that depends on `TrainingAuthorized` or
+    `TrialRunAuthorized` checks its token before its body is read or parsed, so a caller without it learns nothing
+    from validation errors and costs no parse."""
 
     def get_route_handler(self) -> Callable[[Request], Any]:
         handler = super().get_route_handler()
-        if not any(d.dependency is require_token for d in self.dependencies):
+        scopes = [_SCOPES[d.dependency] for d in self.dependencies if d.dependency in _SCOPES]
+        if not scopes:
             return handler
+        scope = scopes[0]
 
         async def token_first(request: Request) -> Response:
             ctx: AppContext = request.app.state.ctx
-            problem = token_problem(ctx.settings, request.headers.get("authorization"))
+            problem = token_problem(ctx.settings, request.headers.get("authorization"), scope)
             if problem is not None:
                 headers = {"WWW-Authenticate": "Bearer"}
                 return JSONResponse({"detail": problem}, status_code=status.HTTP_401_UNAUTHORIZED, headers=headers)
@@ -60,4 +87,5 @@ class TokenFirstRoute(StrictJsonRoute):
 
 Ctx = Annotated[AppContext, Depends(get_ctx)]
 DbSession = Annotated[Session, Depends(get_session)]
-Authorized = Depends(require_token)
+TrainingAuthorized = Depends(require_training_token)
+TrialRunAuthorized = Depends(require_trialrun_token)

@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import socket
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from email.utils import formatdate
 from typing import Any
 
@@ -27,6 +30,7 @@ from uvicorn.server import ServerState
 
 from advisor.api import ingest_channel as ch
 from advisor.api import ingest_checks as checks
+from advisor.api.limits import connection_limits, guarded_protocol
 from advisor.settings import AdvisorSettings
 from collector.logs import configure_logging
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
@@ -230,6 +234,21 @@ async def _gone(send: Any) -> None:
     await send({"type": "http.response.body", "body": raw})
 
 
+def _refused_once() -> Callable[[str], None]:
+    """A worker has no metrics of its own (the owner serves /metrics): each reason a connection was closed early
+    for is logged once per worker, then only counted here."""
+    seen: Counter[str] = Counter()
+
+    def refused(reason: str) -> None:
+        if not seen[reason]:
+            log.warning(
+                "ingest worker %d: closed a connection early (%s); later ones are not logged", os.getpid(), reason
+            )
+        seen[reason] += 1
+
+    return refused
+
+
 async def serve(data: socket.socket, handoffs: socket.socket) -> None:
     """Serve handed-off connections until the owner closes the channel."""
     loop = asyncio.get_running_loop()
@@ -256,8 +275,13 @@ async def serve(data: socket.socket, handoffs: socket.socket) -> None:
         state.default_headers = [(b"date", formatdate(usegmt=True).encode()), *config.encoded_headers]
         loop.call_later(1.0, tick)
 
+    # The serving process's deadlines and connection cap hold here too: a handed-off connection whose client goes
+    # slow is closed as it would be there (`advisor.api.limits`).
+    guarded = guarded_protocol(connection_limits(settings), _refused_once())
+
     def protocol() -> HttpToolsProtocol:
-        return HttpToolsProtocol(config, state, {}, loop)
+        made: HttpToolsProtocol = guarded(config, state, {}, loop)
+        return made
 
     def take() -> None:
         try:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from advisor.settings import LARGE_SHARE, PARSE_EXPANSION
+from advisor.settings import LARGE_SHARE, PARSE_EXPANSION, AdvisorSettings
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,16 @@ def connection_cap(wanted: int, soft_limit: int | None = None) -> int:
     if soft_limit == resource.RLIM_INFINITY or soft_limit <= 0:
         return wanted
     return max(1, min(wanted, soft_limit - FD_RESERVE))
+
+
+def connection_limits(settings: AdvisorSettings) -> ConnectionLimits:
+    """The per-connection deadlines and the connection cap (lowered to the descriptor limit) of the settings, for
+    the serving process and its ingest workers alike."""
+    return ConnectionLimits(
+        header_timeout_seconds=settings.header_timeout_seconds,
+        body_timeout_seconds=settings.body_timeout_seconds,
+        max_connections=connection_cap(settings.max_connections),
+    )
 
 
 Refused = Callable[[str], None]

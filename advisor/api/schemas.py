@@ -10,9 +10,9 @@ The native API (`/v1/...`) is ours: an unknown field there is a typo, refused (4
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainValidator
 
 from advisor.cluster.dra import ClaimAsk, DraIndex, with_claims
 from advisor.cluster.migask import with_mig_resources
@@ -35,15 +35,17 @@ is built for (docs/design.md §5); it bounds the work and the answer of one requ
 
 
 class _In(BaseModel):
-    """A body (or part of one) defined upstream: unknown fields are newer upstream fields, ignored."""
+    """A body (or part of one) defined upstream: unknown fields are newer upstream fields, ignored. Numbers are
+    strict, as Go's encoding/json decodes them: `true` or `"2"` is no number, `1.5` no integer (issue 40)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class _Native(BaseModel):
-    """A body of the native API: an unknown field is a mistake (`gpus_typo`), refused naming it."""
+    """A body of the native API: an unknown field is a mistake (`gpus_typo`), refused naming it; numbers are strict
+    (`true` is not 1)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Out(BaseModel):
@@ -53,7 +55,16 @@ class _Out(BaseModel):
 # --------------------------------------------------------------------------------------------------------------------
 # Kubernetes objects (the subset the advisor reads)
 
-Quantity = int | float | str
+
+def _quantity(value: object) -> int | float | str:
+    """A resource quantity as Kubernetes writes it (`"1"`, `"500m"`, `"16Gi"`) or a plain JSON number; a boolean is
+    neither (in Python it is an int)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError('must be a quantity: a number or a string such as "1", "500m" or "16Gi"')
+    return value
+
+
+Quantity = Annotated[int | float | str, PlainValidator(_quantity, json_schema_input_type=int | float | str)]
 
 
 class ObjectMeta(_In):
@@ -77,7 +88,8 @@ class Container(_In):
 
 
 class PodSpec(_In):
-    containers: list[Container] | None = None
+    # Required, and never empty, as for the API server: a pod's requests are its containers' (advisor.cluster.pods).
+    containers: list[Container] = Field(min_length=1)
     initContainers: list[Container] | None = None  # noqa: N815 — Kubernetes' JSON name
     nodeName: str | None = None  # noqa: N815
     overhead: dict[str, Quantity] | None = None
@@ -92,12 +104,12 @@ class V1Pod(_In):
     """A v1.Pod as the scheduler sends it; only metadata and container resources are read."""
 
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: PodSpec | None = None
+    spec: PodSpec
     status: dict[str, Any] | None = None
 
     def claim_ask(self, dra: DraIndex) -> ClaimAsk | None:
         """What the pod's ResourceClaims ask of GPUs (`advisor.cluster.dra`), None when it has none."""
-        if self.spec is None or not self.spec.resourceClaims:
+        if not self.spec.resourceClaims:
             return None
         return dra.claim_ask(self.metadata.namespace, {"resourceClaims": self.spec.resourceClaims}, self.status)
 
@@ -109,10 +121,8 @@ class V1Pod(_In):
         return request if ask is None else with_claims(request, ask)
 
     def _own_request(self) -> PodRequest:
-        if self.spec is None:
-            raise PodSpecError("spec: a pod needs a spec with at least one container")
         meta = self.metadata
-        containers = [_resources(c) for c in self.spec.containers or []]
+        containers = [_resources(c) for c in self.spec.containers]
         init_containers = [_resources(c) for c in self.spec.initContainers or []]
         request = pod_request(
             namespace=meta.namespace,
@@ -127,18 +137,16 @@ class V1Pod(_In):
         return with_mig_resources(request, containers, init_containers)
 
     def scheduler(self) -> str:
-        return (self.spec.schedulerName if self.spec else None) or DEFAULT_SCHEDULER
+        return self.spec.schedulerName or DEFAULT_SCHEDULER
 
     def queue_key(self, name: str) -> tuple[int, float, str]:
         """Its place in kube-scheduler's queue (`advisor.placement.queue.queue_key`), under the advisor's pod name
         `name`."""
-        priority = self.spec.priority if self.spec is not None and self.spec.priority is not None else 0
+        priority = self.spec.priority if self.spec.priority is not None else 0
         return queue_key(name, priority, rfc3339_seconds(self.metadata.creationTimestamp))
 
     def placement(self) -> NodePlacement | None:
         """The pod's node selector and required node affinity (None: it may run on any node as far as they go)."""
-        if self.spec is None:
-            return None
         return placement_of_spec({"nodeSelector": self.spec.nodeSelector, "affinity": self.spec.affinity})
 
 
@@ -330,6 +338,8 @@ class PodQuery(_Native):
                     f"pod.{plain[0]}: two GPU notations in one pod: the plain field {plain[0]} and a v1.Pod's "
                     "metadata/spec; give one of them"
                 )
+            if self.spec is None:
+                raise PodSpecError("pod.spec: a v1.Pod's metadata needs its spec (with at least one container)")
             return V1Pod(metadata=self.metadata or ObjectMeta(), spec=self.spec, status=self.status).to_request(dra)
         if (
             self.gpus == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import re
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from collector.backend import BackendUnavailableError
 from collector.logs import configure_logging
 from profiler import views
 from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
-from profiler.local import LocalRunner
+from profiler.local import LocalRunner, UnresolvedSecretError, check_local_env
 from profiler.records import ProfileRecord
 from profiler.results import Phase, save_results
 from profiler.settings import ProfilerSettings
@@ -86,6 +87,10 @@ def request(
     if not local:
         _submit(run)
         return
+    try:
+        check_local_env(run, os.environ)
+    except UnresolvedSecretError as e:
+        fail(str(e))
     engine = open_store(settings.db_url if db_url is None else db_url)
     backend, why = _open_backend()
     if backend is None:

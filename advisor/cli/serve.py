@@ -17,7 +17,7 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
-from advisor.api.limits import ConnectionLimits, connection_cap, guarded_protocol
+from advisor.api.limits import connection_limits, guarded_protocol
 from advisor.api.steering import (
     IngestWorkers,
     SteeringServer,
@@ -134,15 +134,6 @@ def run_server(
         server.run()
     if not server.started:
         raise SystemExit(STARTUP_FAILURE)
-
-
-def connection_limits(settings: AdvisorSettings) -> ConnectionLimits:
-    """The per-connection deadlines and the connection cap (lowered to the descriptor limit) of the settings."""
-    return ConnectionLimits(
-        header_timeout_seconds=settings.header_timeout_seconds,
-        body_timeout_seconds=settings.body_timeout_seconds,
-        max_connections=connection_cap(settings.max_connections),
-    )
 
 
 def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | None) -> int:

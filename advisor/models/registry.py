@@ -109,9 +109,18 @@ def _metric(metrics: dict[str, Any], kind: Kind) -> float:
 def _comparable_metric(
     kind: Kind, current: ModelVersion, candidate_metrics: dict[str, Any], validation: Validation | None
 ) -> tuple[float, str] | None:
-    """The promoted version's metric on the candidate's validation data, and how it was obtained: re-scored on the
-    candidate's validation rows when they are at hand, else its recorded metric when both were validated on the same
-    data; None when the two cannot be compared."""
+    """The promoted version's metric on the candidate's validation data, and how it was obtained; None when the two
+    cannot be compared.
+
+    When both were trained on the same data with the same held-out split, their recorded metrics are the fair
+    comparison: each was fitted without those rows. Re-scoring the promoted version on them would score it on rows
+    its final refit (on everything) trained on, so a retrain on identical data could never be promoted (issue 40).
+    Otherwise it is re-scored on the candidate's validation rows when they are at hand, and else not compared."""
+    mine = candidate_metrics.get("validation") or {}
+    theirs = current.metrics.get("validation") or {}
+    same_data = mine.get("data") is not None and mine.get("data") == theirs.get("data")
+    if same_data and mine.get("split") == theirs.get("split"):
+        return _metric(current.metrics, kind), "validated on the same held-out rows of the same data"
     if validation is not None:
         try:
             model = load_model(Path(current.artifact_path), kind=kind)
@@ -119,9 +128,7 @@ def _comparable_metric(
             log.warning("promoted %s v%d cannot be re-scored: %s", kind, current.version, e)
         else:
             return score(kind, model, validation), "re-scored on this version's validation rows"
-    mine = candidate_metrics.get("validation", {}).get("data")
-    theirs = (current.metrics.get("validation") or {}).get("data")
-    if mine is not None and mine == theirs:
+    if same_data:
         return _metric(current.metrics, kind), "validated on the same data"
     return None
 

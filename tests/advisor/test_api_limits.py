@@ -24,7 +24,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from advisor.api import create_app
 from advisor.api.errors import BodyLimit
 from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap, guarded_protocol
-from advisor.api.routes.extender import args_in_pieces
+from advisor.api.routes.extender import SmallBodyError, args_in_pieces, fast_filter, filter_
 from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs
 from advisor.settings import PARSE_EXPANSION, AdvisorSettings
 from tests.advisor.factories import snapshot, v1_pod
@@ -335,3 +335,26 @@ def test_a_large_extender_body_parsed_node_by_node_is_what_the_route_parses() ->
     ):
         with pytest.raises((ValueError, msgspec.DecodeError, msgspec.ValidationError)):
             args_in_pieces(bad)
+
+
+def test_a_large_filter_body_is_validated_node_by_node_with_the_routes_answer(tmp_path: Path) -> None:
+    """`/extender/filter` with whole Node objects (over 1 MiB) is answered by `fast_filter` — the body validated one
+    Node at a time in a worker thread, as prioritize's — with exactly the route's answer; a small body is left to the
+    route."""
+    names = [f"node-{i:05d}" for i in range(1500)]
+    pod = upstream.pod(containers=[upstream.container(limits={"nvidia.com/gpu": "1"})])
+    raw = json.dumps(upstream.extender_args(pod, nodes=[upstream.node(n) for n in names])).encode()
+    assert len(raw) > LARGE_BODY_BYTES
+    with TestClient(create_app(_settings(tmp_path))) as c:
+        ctx = c.app.state.ctx  # type: ignore[attr-defined]
+        served = c.post("/extender/filter", content=raw, headers=AUTH)
+        direct = json.loads(fast_filter(raw, ctx))
+        route = json.loads(
+            filter_(ExtenderArgs.model_validate(json.loads(raw)), ctx).model_dump_json(exclude_none=True)
+        )
+        small = json.dumps(upstream.extender_args(pod, node_names=names[:3])).encode()
+        with pytest.raises(SmallBodyError):
+            fast_filter(small, ctx)
+    assert served.status_code == 200
+    assert served.json() == direct == route
+    assert [n["metadata"]["name"] for n in direct["Nodes"]["items"]] == direct["NodeNames"] == names

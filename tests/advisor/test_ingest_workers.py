@@ -29,6 +29,7 @@ from tests.support.net import free_port, wait_until
 TOKEN = "workers-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 WORKERS = 2
+BODY_TIMEOUT_SECONDS = 5
 
 
 class Advisor:
@@ -72,7 +73,13 @@ def children(pid: int) -> list[int]:
 def serving(tmp_path: Path, workers: int = WORKERS) -> Iterator[Advisor]:
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
-    env = {**clean, "GPUADVISOR_API_TOKEN": TOKEN, "GPUADVISOR_STALENESS_SECONDS": "3600"}
+    # a body deadline short enough to test on a worker, long enough for any push that is sent at once
+    env = {
+        **clean,
+        "GPUADVISOR_API_TOKEN": TOKEN,
+        "GPUADVISOR_STALENESS_SECONDS": "3600",
+        "GPUADVISOR_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT_SECONDS),
+    }
     argv = ["advisor", "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--db", f"sqlite:///{tmp_path}/w.db", "--ingest-workers", str(workers)]
     proc = subprocess.Popen(
@@ -80,7 +87,7 @@ def serving(tmp_path: Path, workers: int = WORKERS) -> Iterator[Advisor]:
     )
     advisor = Advisor(port, proc)
     try:
-        assert wait_until(lambda: advisor.metric("gpuadvisor_advisor_ingest_workers") == workers, timeout_s=60)
+        assert wait_until(lambda: advisor.metric("gpuadvisor_advisor_ingest_workers") == workers, timeout_s=100)
         yield advisor
     finally:
         if proc.poll() is None:
@@ -183,6 +190,31 @@ def test_a_push_without_the_token_is_refused_on_a_worker_and_the_connection_goes
     assert response.getheader("www-authenticate") == "Bearer"
     assert "GPUADVISOR_API_TOKEN" in json.loads(response.read())["detail"]
     assert push(conn, raw("tok-3"))[0] == 202
+
+
+def test_a_slow_body_on_a_workers_connection_is_closed_at_the_body_deadline(advisor: Advisor) -> None:
+    """The serving process's deadlines hold on a handed-off connection too: a client that sends headers and then
+    part of its body is answered 408 and closed, not held for ever by the worker."""
+    conn = advisor.connect()
+    handed_before = advisor.metric("gpuadvisor_advisor_ingest_connections_handed_off_total")
+    assert push(conn, raw("slow-1"))[0] == 202
+    assert wait_until(
+        lambda: advisor.metric("gpuadvisor_advisor_ingest_connections_handed_off_total") > handed_before, timeout_s=30
+    )
+    body = raw("slow-2")
+    head = (
+        f"POST /v1/telemetry HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    assert conn.sock is not None
+    conn.sock.sendall(head.encode() + body[:10])
+    started = time.monotonic()
+    conn.sock.settimeout(BODY_TIMEOUT_SECONDS * 6)
+    answer = b""
+    while chunk := conn.sock.recv(4096):
+        answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert time.monotonic() - started < BODY_TIMEOUT_SECONDS * 6
 
 
 def test_other_requests_on_a_collectors_connection_are_answered_by_the_owner(advisor: Advisor) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from advisor.api.schemas import V1Pod
 from advisor.cluster.pods import ContainerResources, PodSpecError, node_placement, parse_quantity, pod_request
@@ -50,8 +51,6 @@ def test_the_gang_comes_from_either_label(key: str) -> None:
 @pytest.mark.parametrize(
     ("manifest", "field"),
     [
-        ({"metadata": {"name": "x"}, "spec": {"containers": []}}, "spec.containers"),
-        ({"metadata": {"name": "x"}}, "spec"),
         (
             {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "-1"}}}]}},
             "spec.containers[0].resources.limits.nvidia.com/gpu",
@@ -245,3 +244,16 @@ def test_the_gpu_models_a_pod_accepts_come_from_its_selector_and_required_affini
     assert accepted(both) == ("t4",)  # selector and affinity must both hold
     not_in = {"key": GPU_PRODUCT_LABEL, "operator": "NotIn", "values": ["Tesla-T4"]}
     assert accepted(_gpu_affinity([not_in])) == ()  # left to kube-scheduler's NodeAffinity
+
+
+@pytest.mark.parametrize(
+    ("manifest", "loc"),
+    [({"metadata": {"name": "x"}, "spec": {"containers": []}}, ("spec", "containers")), ({"metadata": {}}, ("spec",))],
+)
+def test_a_pod_without_spec_or_container_is_refused_by_its_schema(
+    manifest: dict[str, object], loc: tuple[str, ...]
+) -> None:
+    """A v1.Pod needs its spec and a container, in the OpenAPI schema too (so `{"Pod": {}}` is no valid body)."""
+    with pytest.raises(ValidationError) as info:
+        V1Pod.model_validate(manifest)
+    assert [e["loc"] for e in info.value.errors()] == [loc]

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from advisor.cluster.pods import GPU_RESOURCE_NAMES
+from profiler.manifests import MANAGER
 from profiler.settings import DEFAULT_LIVENESS_ENDPOINT
 from tests.support.binaries import require_binary
 
@@ -29,6 +30,7 @@ KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
 FOREIGN_KINDS = {"ServiceMonitor", "PrometheusRule"}
 # Roles (and their bindings) rendered into each namespace where TrialRuns may run (deploy/trial-namespace/)
 TRIAL_ROLES = {"gpuadvisor-profiler-trials", "gpuadvisor-advisor-trials"}
+TRIAL_POLICY = "gpuadvisor-trials"  # and the NetworkPolicy of the trial pods there
 
 Obj = dict[str, Any]
 
@@ -140,7 +142,7 @@ def test_namespaced_objects_live_in_the_gpuadvisor_namespace(objects: list[Obj])
             assert where is None, obj["metadata"]["name"]
         elif obj["kind"] == "RoleBinding" and obj["roleRef"]["name"] == "extension-apiserver-authentication-reader":
             assert where == "kube-system"
-        elif obj["metadata"]["name"] in TRIAL_ROLES:
+        elif obj["metadata"]["name"] in TRIAL_ROLES | {TRIAL_POLICY}:
             assert where == "default", "the base allows trials in the default namespace only"
         else:
             assert where == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']} in {where}"
@@ -609,3 +611,44 @@ def test_every_shipped_variant_renders_objects_that_validate(variant: str, tmp_p
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as e:
                 pytest.fail(f"{variant}: {obj['kind']}/{obj['metadata']['name']} invalid for {version}: {e.message}")
+
+
+def _egress_ports(rule: Obj) -> set[tuple[int | str, str]]:
+    return {(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]}
+
+
+def test_every_component_may_reach_only_what_it_talks_to(objects: list[Obj]) -> None:
+    """Egress is restricted too (issue 40): each component's policy lists its destinations by port (DNS, the API
+    server, the database, the advisor's pods), and no rule is open to every port."""
+    dns = {(53, "UDP"), (53, "TCP")}
+    api_server = {(443, "TCP"), (6443, "TCP")}
+    database = {(5432, "TCP")}
+    advisor = {(8080, "TCP")}
+    expected = {
+        "gpuadvisor-advisor": dns | api_server | database,
+        "gpuadvisor-collector": dns | api_server | advisor,
+        "gpuadvisor-profiler": dns | api_server | database,
+        "gpuadvisor-scheduler": dns | api_server | advisor,
+    }
+    for name, ports in expected.items():
+        policy = find(objects, "NetworkPolicy", name)
+        assert "Egress" in policy["spec"]["policyTypes"], name
+        rules = policy["spec"]["egress"]
+        assert all(rule.get("ports") for rule in rules), f"{name}: an egress rule open to every port"
+        assert set().union(*(_egress_ports(rule) for rule in rules)) == ports, name
+        for rule in rules:
+            if (8080, "TCP") in _egress_ports(rule):  # the advisor's port only towards the advisor's pods
+                (peer,) = rule["to"]
+                assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gpuadvisor-advisor"}
+
+
+def test_trial_pods_are_isolated_in_their_namespace(objects: list[Obj]) -> None:
+    """Trial pods run any image: nothing may reach them, and they reach DNS and HTTPS only — never the advisor's or
+    the database's port."""
+    policy = find(objects, "NetworkPolicy", TRIAL_POLICY)
+    assert policy["metadata"]["namespace"] == "default"  # with the trial Roles (deploy/trial-namespace)
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/managed-by": MANAGER}
+    assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    assert policy["spec"]["ingress"] == []
+    reachable = set().union(*(_egress_ports(rule) for rule in policy["spec"]["egress"]))
+    assert reachable == {(53, "UDP"), (53, "TCP"), (443, "TCP")}

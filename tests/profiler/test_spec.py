@@ -36,6 +36,17 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("partner without command", trialrun(colocateWith=[{"workload": "lstm"}]), "spec.colocateWith[0].command"),
     ("bad env name", trialrun(env=[{"name": "1 bad"}]), "spec.env[0].name"),
     ("string GPU count", trialrun(matrix={"gpuCounts": ["two"]}), "spec.matrix.gpuCounts[0]"),
+    ("boolean GPU count", trialrun(matrix={"gpuCounts": [True]}), "spec.matrix.gpuCounts[0]"),
+    (
+        "env from a field, not a Secret",
+        trialrun(env=[{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+        "spec.env[0].valueFrom.secretKeyRef",
+    ),
+    (
+        "secret reference without a key",
+        trialrun(env=[{"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "wandb"}}}]),
+        "spec.env[0].valueFrom.secretKeyRef.key",
+    ),
 ]
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, HTTPException, status
 from sqlalchemy.exc import SQLAlchemyError
 
-from advisor.api.deps import Authorized, Ctx, DbSession, TokenFirstRoute
+from advisor.api.deps import Ctx, DbSession, TokenFirstRoute, TrainingAuthorized
 from advisor.api.errors import ERROR_RESPONSES, documented
 from advisor.api.schemas import ModelsOut, ModelVersionOut, ServedModelOut, TrainingJobOut, TrainRequest
 from advisor.serving import TrainingJob
@@ -63,7 +63,7 @@ def list_models(session: DbSession, ctx: Ctx) -> ModelsOut:
     "/train",
     response_model=TrainingJobOut,
     status_code=status.HTTP_202_ACCEPTED,
-    dependencies=[Authorized],
+    dependencies=[TrainingAuthorized],
     responses=documented(401, 409, 503),
 )
 def start_training(ctx: Ctx, body: Annotated[TrainRequest | None, Body()] = None) -> TrainingJobOut:

@@ -41,6 +41,9 @@ def _node_out(record: NodeRecord, now: float, staleness_seconds: float, *, detai
         )
         for g in node.gpus
     ]
+    # `gpus` left unset, not None, without detail: the list answer leaves out unset fields only, so a resident's
+    # required-but-unknown `workload` is still there, as null (its schema).
+    more = {"gpus": gpus} if detail else {}
     return NodeOut(
         name=node.name,
         stale=age > staleness_seconds,
@@ -51,11 +54,11 @@ def _node_out(record: NodeRecord, now: float, staleness_seconds: float, *, detai
         free_gpus=node.free_gpus,
         topology_known=node.topology.known,
         gangs=sorted(node.gangs),
-        gpus=gpus if detail else None,
+        **more,
     )
 
 
-@router.get("", response_model=NodeListOut, response_model_exclude_none=True)
+@router.get("", response_model=NodeListOut, response_model_exclude_unset=True)
 def list_nodes(
     ctx: Ctx, detail: Annotated[bool, Query(description="Include every GPU and its residents.")] = False
 ) -> NodeListOut:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
 
-from advisor.api.deps import Authorized, Ctx, DbSession, TokenFirstRoute
+from advisor.api.deps import Ctx, DbSession, TokenFirstRoute, TrialRunAuthorized
 from advisor.api.errors import ERROR_RESPONSES, documented
 from profiler import views
 from profiler.settings import ProfilerSettings
@@ -108,7 +108,7 @@ def redacted_env(spec: Any) -> Any:
 @router.post(
     "/trialruns",
     status_code=status.HTTP_201_CREATED,
-    dependencies=[Authorized],
+    dependencies=[TrialRunAuthorized],
     responses=documented(401, 409, 503),
 )
 def create_trialrun(

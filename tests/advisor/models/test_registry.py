@@ -158,3 +158,17 @@ def test_reference_models_train_once_from_bundled_data(tmp_path: Path) -> None:
     assert loaded.throughput.predict_frame(frame)[0] > 0
     assert train_reference_models(tmp_path / "models", sessions) == {}
     engine.dispose()
+
+
+def test_a_retrain_on_identical_data_is_promoted(
+    sessions: sessionmaker[Session], gavel: GavelData, p100_candidate: Trained, tmp_path: Path
+) -> None:
+    """Both versions held out the same rows of the same data: their held-out metrics are compared, not the first
+    one's score on rows its final refit trained on (which made every retrain look worse, issue 40)."""
+    pairs = gavel.colocations[gavel.colocations["gpu_model"] == "p100"].reset_index(drop=True)
+    assert save_and_register(p100_candidate, tmp_path / "v1", sessions, "interference").promoted
+    again = train("interference", pairs, source="p100 pairs", params={"num_boost_round": 30})
+    registration = save_and_register(again, tmp_path / "v2", sessions, "interference")
+    assert registration.promoted, registration.reason
+    assert "same held-out rows" in registration.reason
+    assert promoted(sessions) == 2
