@@ -93,7 +93,11 @@ def without_labels(obj: Obj, labels: tuple[str, ...]) -> Obj:
 def differences(ours: Any, theirs: Any, path: str = "") -> list[str]:
     """Where two rendered values differ, as paths with both sides (an assertion message a reader can act on)."""
     if isinstance(ours, dict) and isinstance(theirs, dict):
-        return [d for k in sorted(ours.keys() | theirs.keys()) for d in differences(ours.get(k), theirs.get(k), f"{path}.{k}")]
+        return [
+            d
+            for k in sorted(ours.keys() | theirs.keys())
+            for d in differences(ours.get(k), theirs.get(k), f"{path}.{k}")
+        ]
     if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
         return [d for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) for d in differences(a, b, f"{path}[{i}]")]
     return [] if ours == theirs else [f"{path}: chart {ours!r}, kustomize {theirs!r}"]
@@ -151,7 +155,15 @@ def test_bad_values_fail_with_a_message_naming_them(values: list[str], message: 
 
 @pytest.mark.parametrize(
     "values",
-    [[], ["scheduler.mode=plugin", "gpuAccess=volume-mounts", "trialNamespaces={default,ml-helm}", "volcano.enabled=true"]],
+    [
+        [],
+        [
+            "scheduler.mode=plugin",
+            "gpuAccess=volume-mounts",
+            "trialNamespaces={default,ml-helm}",
+            "volcano.enabled=true",
+        ],
+    ],
     ids=["defaults", "plugin, volume-mounts, a trial namespace, volcano"],
 )
 def test_the_rendered_chart_is_accepted_by_the_api_server(plane: ControlPlane, values: list[str]) -> None:
