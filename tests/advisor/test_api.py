@@ -337,3 +337,14 @@ def test_a_malformed_snapshot_is_a_422_naming_the_field_and_ingest_is_timed(clie
         'gpuadvisor_advisor_request_duration_seconds_count{method="POST",route="/v1/telemetry",status="422"} 2.0'
         in (metrics)
     )
+
+
+def test_the_size_of_each_request_body_is_observed_by_route(client: TestClient) -> None:
+    body = json.dumps({"Pod": v1_pod(gpus=1), "Nodes": None, "NodeNames": ["n1"]}).encode()
+    for _ in range(2):
+        assert client.post("/extender/prioritize", content=body).status_code == 200
+    metrics = client.get("/metrics").text
+    series = 'gpuadvisor_advisor_request_body_bytes_{}{{method="POST",route="/extender/prioritize"}} {}'
+    assert series.format("sum", float(2 * len(body))) in metrics
+    assert series.format("count", 2.0) in metrics
+    assert 'gpuadvisor_advisor_request_body_bytes_count{method="GET",route="/metrics"}' not in metrics  # no body
