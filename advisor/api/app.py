@@ -204,6 +204,7 @@ def create_app(
             route_named(extender.router.routes, extender.PRIORITIZE_PATH),
             extender.fast_prioritize,
         ),
+        extender.FILTER_PATH: (route_named(extender.router.routes, extender.FILTER_PATH), extender.fast_filter),
         score.SCORE_PATH: (route_named(score.router.routes, score.SCORE_PATH), score.fast_score),
     }
     app.add_middleware(JsonFastPath, ctx=ctx, answers=answers)  # innermost: after the body limit, timed as the route
