@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,20 @@ def test_bad_values_fail_with_a_message_naming_them(values: list[str], message: 
 def test_the_rendered_chart_is_accepted_by_the_api_server(plane: ControlPlane, values: list[str]) -> None:
     which_kubectl()
     assert_accepted(plane, helm_template(values), f"helm template {values}")
+
+
+def test_the_packaged_chart_carries_the_kustomize_sources_and_renders_the_same(tmp_path: Path) -> None:
+    """`helm package` follows files/'s links: the archive holds deploy/'s and dashboards/' files themselves (and not
+    the chart inside deploy/ again), so a chart installed from it needs no checkout."""
+    result = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (archive,) = tmp_path.glob("gpuadvisor-*.tgz")
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert "gpuadvisor/files/deploy/kustomization.yaml" in names
+    assert "gpuadvisor/files/dashboards/kustomization.yaml" in names
+    assert not [n for n in names if n.startswith("gpuadvisor/files/deploy/helm/")]
+    values = ["monitoring.enabled=true", "gpuAccess=cdi"]
+    packaged = helm("template", "gpuadvisor", str(archive), *(f"--set={v}" for v in values))
+    assert packaged.returncode == 0, packaged.stderr
+    assert [d for d in yaml.safe_load_all(packaged.stdout) if d] == helm_template(values)
