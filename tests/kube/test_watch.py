@@ -97,12 +97,14 @@ def test_the_watch_follows_pods_through_an_api_server_restart_and_a_compaction(
     bound_pod(api, "after-restart", 1)
     eventually(watching, 3000)
 
-    # The advisor stops reading (a long GC pause, a node under pressure) while pods come and go and etcd's history
-    # is compacted; the API server restarts, so its watch cache starts again from the present.
+    # The advisor stops reading (a long GC pause, a node under pressure) and its watch connection is cut (the API
+    # server restarts: no event of what follows can wait in a socket buffer for it) while pods come and go and etcd's
+    # history is compacted; the API server restarts again, so its watch cache starts again from the present.
     proc = watching.process.proc
     assert proc is not None
     os.kill(proc.pid, signal.SIGSTOP)
     try:
+        plane.restart_apiserver()
         delete_pod(api, "before")
         bound_pod(api, "while-paused", 4)
         plane.compact_etcd()
