@@ -464,9 +464,19 @@ class Controller:
         for side in range(len(trial.sides)):
             self._sides.pop(_side_ref(run, trial, side), None)
 
-    def forget_run(self, namespace: str, name: str) -> None:
-        """A TrialRun was deleted (its Jobs go with it, by owner reference): drop what was kept of its running
-        trials, in memory and in the store."""
+    def forget_run(self, namespace: str, name: str, uid: str) -> None:
+        """A TrialRun was deleted: delete the Jobs it owned and drop what was kept of its running trials, in memory
+        and in the store. The Jobs' owner references let a cluster's garbage collector do the same; deleting them
+        here makes it immediate and holds where no collector runs. Only Jobs owned by this `uid` go: a TrialRun of
+        the same name created since keeps its own."""
+        selector = {TRIALRUN_LABEL: label_value(name)}
+        owned = [
+            job
+            for job in self.cluster.list_jobs(namespace, selector)
+            if _matches(job, selector)
+            and any(ref.get("uid") == uid for ref in job["metadata"].get("ownerReferences") or [])
+        ]
+        self._cleanup(namespace, owned)
         with self._lock:
             for key in [k for k in self._sides if (k.namespace, k.trial_run) == (namespace, name)]:
                 del self._sides[key]

@@ -208,13 +208,20 @@ def build_registry(
         for key, value in status.items():
             patch.status[key] = value
 
-    def forget(name: str, namespace: str | None, **_: Any) -> None:
-        if namespace is not None:  # TrialRuns are namespaced
-            controller.forget_run(namespace, name)
+    def forget(name: str, namespace: str | None, uid: str, **_: Any) -> None:
+        if namespace is None:  # TrialRuns are namespaced
+            return
+        try:
+            controller.forget_run(namespace, name, uid)
+        except KubeError as e:
+            raise kopf_error(e) from e
 
     resource = (API_GROUP, API_VERSION, PLURAL)
-    # optional: no finalizer, so a deletion never waits for the profiler; missed while it is down, the rows stay.
-    kopf.on.delete(*resource, optional=True, **registry_kw)(forget)
+    # The TrialRun's Jobs are deleted here, not only by the garbage collector (their owner references): kopf's
+    # finalizer (which its timers need anyway) holds the deletion until this handler has run, retrying a temporary
+    # failure, so the Jobs go where no garbage collector runs too, and the TrialRun's name is free for a new run
+    # only once its Jobs are gone.
+    kopf.on.delete(*resource, **registry_kw)(forget)
     kopf.on.create(*resource, **registry_kw)(reconcile)
     kopf.on.resume(*resource, **registry_kw)(reconcile)
     kopf.on.update(*resource, field="spec", **registry_kw)(reconcile)

@@ -17,6 +17,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 # Fine buckets below 10 ms: the extender's goal is p99 <= 5 ms.
 MODEL_KINDS = ("interference", "jct")
 LATENCY_BUCKETS_SECONDS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+# 1 KiB … 64 MiB: a scheduler extender call with node names is a few KiB; with full Node objects
+# (nodeCacheCapable: false) it grows to megabytes with the cluster.
+BODY_BUCKETS_BYTES = tuple(float(1 << shift) for shift in range(10, 27, 2))
 
 
 class AdvisorMetrics:
@@ -30,6 +33,13 @@ class AdvisorMetrics:
             "Time to answer one HTTP request, by route template.",
             ["route", "method", "status"],
             buckets=LATENCY_BUCKETS_SECONDS,
+            registry=r,
+        )
+        self.request_body = Histogram(
+            "gpuadvisor_advisor_request_body_bytes",
+            "Size of one HTTP request's body (its Content-Length), by route template.",
+            ["route", "method"],
+            buckets=BODY_BUCKETS_BYTES,
             registry=r,
         )
         self.scores = Counter(
@@ -137,7 +147,8 @@ class AdvisorMetrics:
 
 
 class TimingMiddleware:
-    """Observe every HTTP request's duration under its route template (unmatched paths as `<unmatched>`)."""
+    """Observe every HTTP request's duration, and its body's declared size, under its route template (unmatched
+    paths as `<unmatched>`)."""
 
     def __init__(self, app: ASGIApp, *, metrics: AdvisorMetrics, clock: Callable[[], float] = time.perf_counter):
         self.app = app
@@ -164,3 +175,14 @@ class TimingMiddleware:
             self.metrics.request_duration.labels(template, scope["method"], str(status[0])).observe(
                 self.clock() - start
             )
+            length = _content_length(scope)
+            if length is not None:
+                self.metrics.request_body.labels(template, scope["method"]).observe(length)
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The request's Content-Length header, None when absent or not a number (a chunked body)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None

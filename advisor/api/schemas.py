@@ -528,6 +528,11 @@ class NodeOut(_Out):
     topology_known: bool = Field(description="Whether the snapshot reported the GPUs' links.")
     gangs: list[str] = Field(description="Pod groups with pods on this node.")
     gpus: list[GpuOut] | None = Field(default=None, description="Every GPU (with `detail=true`, or for one node).")
+    labels: dict[str, str] | None = Field(
+        default=None,
+        description="The Node object's labels as the advisor's node watch last saw them (with `detail=true`, or for "
+        "one node); absent while it has not seen the Node (no watch, or not listed yet).",
+    )
 
 
 class NodeListOut(_Out):

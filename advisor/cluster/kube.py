@@ -434,6 +434,10 @@ class KubeWatch:
             if value is not None:
                 allocatable[n.metadata.name] = value
             labels[n.metadata.name] = n.metadata.labels or {}
+        # A node deleted while no watch ran (the advisor paused, the API server restarting, a 410 after compaction)
+        # sends no DELETED event: absent from the list, it is gone.
+        for gone in self._state.listed_nodes() - labels.keys():
+            self._state.remove_node(gone)
         self._state.replace_allocatable(allocatable)
         self._state.replace_node_labels(labels)
         w = watch.Watch()  # type: ignore[no-untyped-call]

@@ -693,6 +693,10 @@ class ClusterState:
                 for node in changed:
                     self._rebuild(node)
 
+    def listed_nodes(self) -> set[str]:
+        """The nodes whose Node object the watch has seen (and not seen deleted)."""
+        return set(self._labels)
+
     def node_labels(self, node: str) -> Mapping[str, str] | None:
         """A node's labels, None when the advisor has not seen the node object (no watch, or not listed yet)."""
         return self._labels.get(node)

@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.api import create_app
-from advisor.api.schemas import ScoreResponse
+from advisor.api.routes.extender import fast_filter, filter_
+from advisor.api.schemas import ExtenderArgs, ScoreResponse
 from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
 from tests.advisor.factories import process, snapshot, two_socket_links, v1_pod
@@ -338,3 +339,46 @@ def test_a_malformed_snapshot_is_a_422_naming_the_field_and_ingest_is_timed(clie
         'gpuadvisor_advisor_request_duration_seconds_count{method="POST",route="/v1/telemetry",status="422"} 2.0'
         in (metrics)
     )
+
+
+def test_the_size_of_each_request_body_is_observed_by_route(client: TestClient) -> None:
+    body = json.dumps({"Pod": v1_pod(gpus=1), "Nodes": None, "NodeNames": ["n1"]}).encode()
+    for _ in range(2):
+        assert client.post("/extender/prioritize", content=body).status_code == 200
+    metrics = client.get("/metrics").text
+    series = 'gpuadvisor_advisor_request_body_bytes_{}{{method="POST",route="/extender/prioritize"}} {}'
+    assert series.format("sum", float(2 * len(body))) in metrics
+    assert series.format("count", 2.0) in metrics
+    assert 'gpuadvisor_advisor_request_body_bytes_count{method="GET",route="/metrics"}' not in metrics  # no body
+
+
+def test_a_filter_call_with_whole_nodes_is_answered_ahead_of_the_route_with_the_routes_answer(
+    client: TestClient,
+) -> None:
+    """`fast_filter` (nodeCacheCapable: false) gives what the route gives, and hands back the passing Node objects
+    byte for byte as sent, fields the advisor has no model of included."""
+    feed(client)
+    nodes = {
+        "kind": "NodeList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "42"},
+        "items": [
+            {
+                "metadata": {"name": n, "labels": {"nvidia.com/gpu.product": "H100"}, "annotations": {"a": "1"}},
+                "status": {"images": [{"names": [f"img-{n}"], "sizeBytes": 1 << 30}], "capacity": {}},
+                "spec": {"podCIDR": "10.0.0.0/24"},
+            }
+            for n in ("nearly-full", "empty", "numa")
+        ],
+    }
+    body = json.dumps({"Pod": v1_pod(gpus=4), "Nodes": nodes, "NodeNames": None}).encode()
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    fast = json.loads(fast_filter(body, ctx))
+    route = filter_(ExtenderArgs.model_validate_json(body), ctx).model_dump(mode="json", exclude_none=True)
+    assert fast == route
+    assert fast["NodeNames"] == ["empty", "numa"]
+    assert fast["Nodes"]["items"] == nodes["items"][1:]
+    assert fast["Nodes"]["metadata"] == {"resourceVersion": "42"}
+    assert client.post("/extender/filter", content=body, headers={"content-type": "application/json"}).json() == fast
+    with pytest.raises(ValueError, match="whole Node objects"):  # names only: the route answers
+        fast_filter(json.dumps({"Pod": v1_pod(gpus=4), "NodeNames": ["empty"]}).encode(), ctx)

@@ -3,8 +3,8 @@ profiler's ServiceAccount with its ClusterRole (deploy/profiler/rbac.yaml) and t
 deploy/trial-namespace/ in the one namespace trials may run in, and the API server enforcing owner references
 (OwnerReferencesPermissionEnforcement: a Job that blocks its TrialRun's deletion needs `trialruns/finalizers`).
 
-A TrialRun there gets its Job and its status; one in a namespace without the trial Roles is refused by RBAC (403),
-which the profiler reports once as a permanent failure.
+A TrialRun there gets its Job and its status, and its deletion deletes its Jobs; one in a namespace without the trial
+Roles is refused by RBAC (403), which the profiler reports once as a permanent failure.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from collector.keys import TRIALRUN_LABEL
 from tests.profiler.specs import trialrun
 from tests.support.kube import ControlPlane, KubeApi, Process, kubectl, namespace, which_kubectl, write_kubeconfig
-from tests.support.net import free_port
+from tests.support.net import free_port, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
@@ -126,3 +127,27 @@ def test_a_trialrun_where_rbac_forbids_trials_fails_once_with_how_to_allow_it(pr
     assert f"trials may not run in namespace '{ELSEWHERE}'" in run["status"]["message"]
     assert "deploy/trial-namespace" in run["status"]["message"]
     assert api.get(f"/apis/batch/v1/namespaces/{ELSEWHERE}/jobs")["items"] == []
+
+
+def test_deleting_a_trialrun_deletes_its_jobs_without_a_garbage_collector(profiler: Profiler) -> None:
+    """No kube-controller-manager runs here, so nothing but the profiler deletes the Jobs; in a cluster the
+    garbage collector would follow their owner references too."""
+    api = profiler.api
+    runs = TRIALRUNS.format(ns=TRIALS)
+    api.create(runs, _trialrun("short-lived", TRIALS))
+    jobs = f"/apis/batch/v1/namespaces/{TRIALS}/jobs"
+    try:
+        job = api.wait_for(f"{jobs}/short-lived-t000", lambda j: True, 90)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
+    assert job["metadata"]["ownerReferences"][0]["name"] == "short-lived"
+    api.delete(f"{runs}/short-lived")
+
+    def owned() -> list[str]:
+        listed = api.get(jobs, labelSelector=f"{TRIALRUN_LABEL}=short-lived")["items"]
+        return [j["metadata"]["name"] for j in listed]
+
+    if not wait_until(lambda: not owned(), timeout_s=60, interval_s=0.2):
+        raise AssertionError(f"Jobs left: {owned()}\nprofiler log:\n{profiler.process.tail(40)}")
+    # another TrialRun's Job stays
+    assert api.get(f"{jobs}/resnet-sweep-t000")["metadata"]["name"] == "resnet-sweep-t000"

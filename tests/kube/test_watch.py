@@ -97,12 +97,14 @@ def test_the_watch_follows_pods_through_an_api_server_restart_and_a_compaction(
     bound_pod(api, "after-restart", 1)
     eventually(watching, 3000)
 
-    # The advisor stops reading (a long GC pause, a node under pressure) while pods come and go and etcd's history
-    # is compacted; the API server restarts, so its watch cache starts again from the present.
+    # The advisor stops reading (a long GC pause, a node under pressure) and its watch connection is cut (the API
+    # server restarts: no event of what follows can wait in a socket buffer for it) while pods come and go and etcd's
+    # history is compacted; the API server restarts again, so its watch cache starts again from the present.
     proc = watching.process.proc
     assert proc is not None
     os.kill(proc.pid, signal.SIGSTOP)
     try:
+        plane.restart_apiserver()
         delete_pod(api, "before")
         bound_pod(api, "while-paused", 4)
         plane.compact_etcd()
@@ -114,3 +116,66 @@ def test_the_watch_follows_pods_through_an_api_server_restart_and_a_compaction(
     # and it goes on watching after all that
     delete_pod(api, "after-restart")
     eventually(watching, 4000)
+
+
+POOL = "example.com/pool"
+
+
+def pools(advisor: Advisor, *nodes: str) -> dict[str, str | None]:
+    """Each node's POOL label as the advisor's node watch knows it (None: no label; absent: a node it does not list),
+    after a telemetry push for each of `nodes` (the nodes the advisor lists are those that report)."""
+    with advisor.client() as client:
+        for node in nodes:
+            client.post("/v1/telemetry", json=snapshot(node)).raise_for_status()
+        listed = client.get("/v1/nodes", params={"detail": "true"}).json()["nodes"]
+    return {n["name"]: (n.get("labels") or {}).get(POOL) for n in listed if n["name"].startswith("pool-")}
+
+
+def relabel(api: KubeApi, node: str, pool: str) -> None:
+    api.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {POOL: pool}}})
+
+
+def test_the_watch_follows_nodes_through_an_api_server_restart_and_a_compaction(
+    plane: ControlPlane, api: KubeApi, watching: Advisor
+) -> None:
+    last: list[dict[str, str | None]] = [{}]
+
+    def sees(want: dict[str, str | None], *pushing: str) -> bool:
+        last[0] = pools(watching, *pushing)
+        return last[0] == want
+
+    create_node(api, gpu_node("pool-a", labels={POOL: "blue"}))
+    create_node(api, gpu_node("pool-doomed", labels={POOL: "blue"}))
+    want: dict[str, str | None] = {"pool-a": "blue", "pool-doomed": "blue"}
+    assert wait_until(lambda: sees(want, "pool-a", "pool-doomed"), timeout_s=60, interval_s=0.5), last[0]
+
+    plane.restart_apiserver()
+    relabel(api, "pool-a", "green")
+    create_node(api, gpu_node("pool-b", labels={POOL: "blue"}))
+    want = {"pool-a": "green", "pool-b": "blue", "pool-doomed": "blue"}
+    assert wait_until(lambda: sees(want, "pool-b"), timeout_s=60, interval_s=0.5), last[0]
+
+    # While the advisor is not reading, its watch connection is cut (the API server restarts: no event of what
+    # follows can wait in a socket buffer), a node is added, one relabelled and one deleted, and etcd's history is
+    # compacted: its watch resumes with 410 Gone and only a new list can tell it what changed.
+    proc = watching.process.proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        plane.restart_apiserver()
+        create_node(api, gpu_node("pool-c", labels={POOL: "blue"}))
+        relabel(api, "pool-b", "green")
+        api.delete("/api/v1/nodes/pool-doomed")
+        plane.compact_etcd()
+        plane.restart_apiserver()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    # the deleted node is forgotten with its telemetry, not kept until it expires
+    want = {"pool-a": "green", "pool-b": "green", "pool-c": "blue"}
+    assert wait_until(lambda: sees(want, "pool-c"), timeout_s=60, interval_s=0.5), last[0]
+
+    # and it goes on watching nodes after all that
+    api.delete("/api/v1/nodes/pool-c")
+    relabel(api, "pool-a", "blue")
+    want = {"pool-a": "blue", "pool-b": "green"}
+    assert wait_until(lambda: sees(want), timeout_s=60, interval_s=0.5), last[0]

@@ -401,7 +401,9 @@ async def test_a_failed_save_keeps_the_jobs_for_the_next_reconcile(
     assert _kept_rows(engine) == (0, 0)
 
 
-async def test_a_deleted_trialrun_leaves_no_kept_telemetry(kmock: kmock.KubernetesEmulator, engine: Engine) -> None:
+async def test_a_deleted_trialrun_leaves_no_job_and_no_kept_telemetry(
+    kmock: kmock.KubernetesEmulator, engine: Engine
+) -> None:
     _seed_nodes(kmock)
     doc = _run_doc(matrix={"gpuModels": ["H100"], "gpuCounts": [1], "batchSizes": [32]}, colocateWith=None)
     controller = _controller(kmock, engine)
@@ -412,10 +414,17 @@ async def test_a_deleted_trialrun_leaves_no_kept_telemetry(kmock: kmock.Kubernet
     await _reconcile(controller, doc)
     assert _kept_rows(engine) == (1, 1)
 
-    controller.forget_run(NS, "other-run")  # another TrialRun's deletion leaves this one's rows
+    await asyncio.to_thread(
+        controller.forget_run, NS, "other-run", "uid-2"
+    )  # another TrialRun's deletion leaves this one's rows and Job
     assert _kept_rows(engine) == (1, 1)
-    controller.forget_run(NS, doc["metadata"]["name"])
+    await asyncio.to_thread(
+        controller.forget_run, NS, doc["metadata"]["name"], "uid-0"
+    )  # a former run of this name: its Jobs only
+    assert list(_jobs(kmock)) == [job["metadata"]["name"]]
+    await asyncio.to_thread(controller.forget_run, NS, doc["metadata"]["name"], doc["metadata"]["uid"])
     assert _kept_rows(engine) == (0, 0)
+    assert _jobs(kmock) == {}  # no garbage collector here: the controller deleted the Job itself
 
 
 async def test_a_trial_is_stopped_once_its_running_pods_logged_enough_steady_time(

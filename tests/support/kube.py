@@ -319,9 +319,12 @@ def control_plane(bin_dir: Path, workdir: Path) -> Iterator[ControlPlane]:
         plane.stop()
 
 
-def scheduler_config(kubeconfig: Path, extender_url: str, scheduler_name: str) -> Obj:
+def scheduler_config(
+    kubeconfig: Path, extender_url: str, scheduler_name: str, changes: Mapping[str, Any] | None = None
+) -> Obj:
     """The profile shipped in deploy/scheduler/ as it is, but for where to find the API server and the advisor,
-    the profile's name and no leader election (one scheduler per profile here)."""
+    the profile's name and no leader election (one scheduler per profile here); `changes` are set on top (keys
+    `extender.<field>` on the extender, others on the configuration)."""
     config: Obj = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
@@ -329,14 +332,24 @@ def scheduler_config(kubeconfig: Path, extender_url: str, scheduler_name: str) -
     profile["schedulerName"] = scheduler_name
     (extender,) = config["extenders"]
     extender["urlPrefix"] = extender_url
+    for key, value in (changes or {}).items():
+        where, field_name = (extender, key.removeprefix("extender.")) if key.startswith("extender.") else (config, key)
+        where[field_name] = value
     return config
 
 
 @contextmanager
-def kube_scheduler(plane: ControlPlane, extender_url: str, scheduler_name: str, workdir: Path) -> Iterator[Process]:
-    """kube-scheduler with the shipped profile under `scheduler_name`, its extender at `extender_url`."""
+def kube_scheduler(
+    plane: ControlPlane,
+    extender_url: str,
+    scheduler_name: str,
+    workdir: Path,
+    changes: Mapping[str, Any] | None = None,
+) -> Iterator[Process]:
+    """kube-scheduler with the shipped profile under `scheduler_name`, its extender at `extender_url` (and
+    `changes`, as `scheduler_config` takes them)."""
     config = workdir / f"{scheduler_name}.yaml"
-    config.write_text(yaml.safe_dump(scheduler_config(plane.kubeconfig, extender_url, scheduler_name)))
+    config.write_text(yaml.safe_dump(scheduler_config(plane.kubeconfig, extender_url, scheduler_name, changes)))
     port = free_port()
     process = Process(
         f"kube-scheduler ({scheduler_name})",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -14,7 +15,9 @@ from advisor.cluster.state import NodeRecord
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
 
 
-def _node_out(record: NodeRecord, now: float, staleness_seconds: float, *, detail: bool) -> NodeOut:
+def _node_out(
+    record: NodeRecord, now: float, staleness_seconds: float, *, detail: bool, labels: Mapping[str, str] | None
+) -> NodeOut:
     node = record.state
     age = max(0.0, now - record.received_at_seconds)
     gpus = [
@@ -43,7 +46,9 @@ def _node_out(record: NodeRecord, now: float, staleness_seconds: float, *, detai
     ]
     # `gpus` left unset, not None, without detail: the list answer leaves out unset fields only, so a resident's
     # required-but-unknown `workload` is still there, as null (its schema).
-    more = {"gpus": gpus} if detail else {}
+    more: dict[str, object] = {"gpus": gpus} if detail else {}
+    if detail and labels is not None:
+        more["labels"] = dict(labels)
     return NodeOut(
         name=node.name,
         stale=age > staleness_seconds,
@@ -67,7 +72,10 @@ def list_nodes(
     limit = ctx.scoring.staleness_seconds
     records = ctx.state.records()
     return NodeListOut(
-        nodes=[_node_out(r, now, limit, detail=detail) for r in records],
+        nodes=[
+            _node_out(r, now, limit, detail=detail, labels=ctx.state.node_labels(r.state.name) if detail else None)
+            for r in records
+        ],
         staleness_seconds=limit,
     )
 
@@ -78,4 +86,6 @@ def get_node(name: str, ctx: Ctx) -> NodeOut:
     record = ctx.state.record(name)
     if record is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"name: no telemetry has been received from node {name!r}")
-    return _node_out(record, ctx.state.now(), ctx.scoring.staleness_seconds, detail=True)
+    return _node_out(
+        record, ctx.state.now(), ctx.scoring.staleness_seconds, detail=True, labels=ctx.state.node_labels(name)
+    )
