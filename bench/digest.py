@@ -26,9 +26,9 @@ import random
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -125,8 +125,12 @@ PROFILES: dict[str, dict[str, Any]] = {
         "packing_gradient_steps": 100,
         "packing_cpu_balance": 0.1,
         "packing_gradient_residual": 0.05,
-        "task_mix": [[1, 1000, 0.4, 8000, 32768], [1, 500, 0.2, 4000, 16384], [8, 1000, 0.2, 64000, 262144],
-                     [0, 0, 0.2, 16000, 65536]],  # fmt: skip
+        "task_mix": [
+            [1, 1000, 0.4, 8000, 32768],
+            [1, 500, 0.2, 4000, 16384],
+            [8, 1000, 0.2, 64000, 262144],
+            [0, 0, 0.2, 16000, 65536],
+        ],
         "model_task_mix": {"A100": [[2, 1000, 0.6, 16000, 65536], [1, 1000, 0.4, 8000, 32768]]},
     },
 }
@@ -146,7 +150,7 @@ def score_records() -> list[Any]:
                     assert got.status_code == 202, got.text
                 state = client.app.state.ctx.state
                 known = [s["node"] for s in snaps[::2]]
-                state.replace_allocatable({n: (64_000, 512 * 1024) for n in known})
+                state.replace_allocatable(dict.fromkeys(known, (64000, 512 * 1024)))
                 held = sorted(
                     {(r.pod, n) for n in known for g in state.nodes[n].gpus for r in g.residents if r.pod != "host"}
                 )
@@ -197,10 +201,17 @@ def sim_records() -> list[Any]:
         [
             "experiment 1 seed 0",
             _simulate(
-                "--cluster", str(openb / "openb_node_list_gpu_node.csv"),
-                "--trace", str(openb / "openb_pod_list_default.csv"),
-                "--policies", "advisor", "--mode", "fragmentation", "--seed", "0",
-            ),  # fmt: skip
+                "--cluster",
+                str(openb / "openb_node_list_gpu_node.csv"),
+                "--trace",
+                str(openb / "openb_pod_list_default.csv"),
+                "--policies",
+                "advisor",
+                "--mode",
+                "fragmentation",
+                "--seed",
+                "0",
+            ),
         ]
     )
     print("  experiment 1 seed 0 done", file=sys.stderr, flush=True)
@@ -211,11 +222,23 @@ def sim_records() -> list[Any]:
             [
                 "experiment 2 msr_vc_6c71a0 x1 seed 1",
                 _simulate(
-                    "--cluster", str(CLUSTER), "--trace", str(trace),
-                    "--throughputs", str(SHARED / "gavel" / "simulation_throughputs.json"),
-                    "--policies", "advisor,oracle", "--mode", "jct", "--seed", "1",
-                    "--advisor-knowledge", "cold", "--advisor-history", str(history_of(trace, traces, Path(tmp))),
-                ),  # fmt: skip
+                    "--cluster",
+                    str(CLUSTER),
+                    "--trace",
+                    str(trace),
+                    "--throughputs",
+                    str(SHARED / "gavel" / "simulation_throughputs.json"),
+                    "--policies",
+                    "advisor,oracle",
+                    "--mode",
+                    "jct",
+                    "--seed",
+                    "1",
+                    "--advisor-knowledge",
+                    "cold",
+                    "--advisor-history",
+                    str(history_of(trace, traces, Path(tmp))),
+                ),
             ]
         )
     print("  experiment 2 point done", file=sys.stderr, flush=True)

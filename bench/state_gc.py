@@ -32,7 +32,7 @@ from advisor.api.app import STATE_FREEZE_AFTER_NODES
 from advisor.cli.serve import GC_THRESHOLDS
 from advisor.cluster.state import DEFAULT_FULL_COLLECTION_SECONDS, ClusterState
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_priorities
+from advisor.placement.scorer import Scorer
 from advisor.placement.types import PodRequest
 from collector.snapshot import NodeSnapshot
 
@@ -83,7 +83,7 @@ def main() -> None:
         else:
             pauses[info["generation"]].append(time.perf_counter() - started[0])
 
-    config = ScoringConfig()
+    scorer = Scorer(ScoringConfig(), clock=state.now)
     shapes = [PodRequest(gpus=k, workload=w) for k in (1, 2, 4, 8) for w in ("a", "b", "c")]
     shapes += [PodRequest(gpu_milli=m, workload=w) for m in (250, 500) for w in ("a", "b", "c", "d", "e", "f")]
     calls = 0
@@ -98,7 +98,7 @@ def main() -> None:
             if ingested % 10 == 0:
                 candidates = rng.sample(names, 500)
                 pod = shapes[calls % len(shapes)]
-                extender_priorities(pod, candidates, state.nodes, config=config, now_seconds=state.now())
+                scorer.extender_priorities(pod, candidates, state.nodes)
                 calls += 1
             if ingested % 1000 == 0 and time.perf_counter() >= stop:
                 break

@@ -1,19 +1,19 @@
 """Per-shape score vectors over a node index: kube-scheduler's prioritize verb as a gather.
 
-kube-scheduler asks about every GPU pod with ~500 candidate nodes. Memoised verdicts (`scoring.evaluate_batch`) still
+kube-scheduler asks about every GPU pod with ~500 candidate nodes. Memoised verdicts (`Scorer.evaluate`) still
 cost a memo lookup, a verdict object and a weighted sum per node in Python on every call. Here each request shape has
 one row of numbers per node slot — feasible, packing, affinity, interference, slowdown — each row valid for one node
 state. A call maps the candidates' names to slots, finds with one array comparison the rows that do not belong to the
 node states of this moment (a shape not seen before, a node that sent a new snapshot), computes only those (a share
 straight from `columnar.share_arrays`, whole GPUs from the node shape's cached plan in `_whole_rows`; no verdict object
-or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, in the same IEEE
-operations and order as `extender._extender_totals` and `extender._extender_int`: the same integers
+or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, by the same
+functions as `Scorer.extender_priorities` (`advisor.placement.totals`): the same integers
 (tests/advisor/test_vectors.py compares).
 
-The shape is `evaluate_batch`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
+The shape is `Scorer.evaluate`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
 — except for whole GPUs on a node whose free GPUs have no residents, whose rows hold for any workload (each such call
 reads two tables, as the memo reads two keys). The pod's CPU/memory is no part of it: a shortfall is checked on every
-call over the nodes' free CPU/memory, as `evaluate_batch` does.
+call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
 
 What it covers: pods that ask for GPUs (whole or a share), without a gang (whether a member runs elsewhere depends on
 the whole batch), under a configuration whose task mixes give no CPU/memory (no node has a fit index). Everything else
@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,7 +41,8 @@ from advisor.gpus import normalize_gpu_model
 from advisor.placement.columnar import NodeFacts, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import whole_plan
-from advisor.placement.scoring import RawVerdict, evaluate_batch, jct_basis, whole_eligible_mask
+from advisor.placement.scoring import RawVerdict, jct_basis, whole_eligible_mask
+from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
 from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest
 from advisor.predictors import Predictors, UsageProfile, default_usage
 
@@ -54,6 +55,21 @@ _FIELDS = 5
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
+
+
+class Evaluator(Protocol):
+    """What the vectors need of their `Scorer`: its configuration and predictors, and its per-node verdicts (for
+    groups too small to vectorise)."""
+
+    @property
+    def config(self) -> ScoringConfig: ...
+
+    @property
+    def predictors(self) -> Predictors: ...
+
+    def evaluate(
+        self, pod: PodRequest, nodes: Sequence[NodeState], now_seconds: float | None
+    ) -> list[RawVerdict | NodeScore]: ...
 
 
 class Priorities(NamedTuple):
@@ -112,10 +128,12 @@ _gpu_model_of = attrgetter("gpu_model")
 
 class ScoreVectors:
     """The node index and the per-shape tables of one process (the service's prioritize verb; one lock: a call
-    reads and writes both). A slot holds no node state: it knows the state last found there by its `serial`."""
+    reads and writes both). A slot holds no node state: it knows the state last found there by its `serial`.
+    `computed_rows` counts the rows computed so far (the rest of each call is a gather)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.computed_rows = 0
         self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
         self._next_epoch = 1
         self._reset(64)
@@ -232,11 +250,11 @@ class ScoreVectors:
         names: Sequence[str],
         nodes: Mapping[str, NodeState],
         *,
-        config: ScoringConfig,
-        predictors: Predictors,
+        scorer: Evaluator,
         now_seconds: float | None,
     ) -> Priorities:
-        """The extender's integers for `names` (a pod `covers` accepts): `extender_priorities`' numbers."""
+        """The extender's integers for `names` (a pod `covers` accepts): `Scorer.extender_priorities`' numbers."""
+        config, predictors = scorer.config, scorer.predictors
         with self._lock:
             states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
             slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
@@ -245,7 +263,7 @@ class ScoreVectors:
             if changed.size:
                 self._refresh(changed, slots, states, serials)
             observed = self._observed[slots]
-            # `evaluate_batch`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
+            # `Scorer.evaluate`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
             fresh = ~np.isnan(observed) if now_seconds is None else observed >= now_seconds - config.staleness_seconds
             fresh_fits = fresh
             if pod.cpu_milli is not None:
@@ -266,9 +284,8 @@ class ScoreVectors:
                 row_epoch = table.epoch[slots]
             cold = np.flatnonzero(fresh_fits & (row_epoch != epochs))
             if cold.size:
-                self._compute(
-                    pod, cold, slots, states, tables=(table, any_table, own), config=config, predictors=predictors
-                )
+                self.computed_rows += int(cold.size)
+                self._compute(pod, cold, slots, states, tables=(table, any_table, own), scorer=scorer)
             rows = (
                 table.data[:, slots] if own is None else np.where(own, table.data[:, slots], any_table.data[:, slots])
             )
@@ -283,8 +300,7 @@ class ScoreVectors:
         states: list[NodeState | _Absent],
         *,
         tables: tuple[_Table, _Table, BoolArray | None],
-        config: ScoringConfig,
-        predictors: Predictors,
+        scorer: Evaluator,
     ) -> None:
         """Fill the rows of the candidates at `cold` (fresh, with room for the pod's CPU/memory): a share straight
         from `columnar.share_arrays`, whole GPUs by `_whole_rows`. `tables`:
@@ -294,9 +310,9 @@ class ScoreVectors:
         batch = cast("list[NodeState]", [states[i] for i in cold.tolist()])  # fresh: known nodes
         target = slots[cold]
         if pod.is_share:
-            values = self._share_rows(pod, batch, target, config=config, predictors=predictors)
+            values = self._share_rows(pod, batch, target, scorer=scorer)
         else:
-            values = _whole_rows(pod, batch, config=config, predictors=predictors)
+            values = _whole_rows(pod, batch, config=scorer.config, predictors=scorer.predictors)
         epochs = self._epoch[target]
         if own is None:
             table.data[:, target] = values
@@ -313,13 +329,13 @@ class ScoreVectors:
         batch: list[NodeState],
         target: NDArray[np.intp],
         *,
-        config: ScoringConfig,
-        predictors: Predictors,
+        scorer: Evaluator,
     ) -> FloatArray:
-        """A share's rows (fields × nodes) without a verdict object per node: `evaluate_batch`'s checks (a GPU
+        """A share's rows (fields × nodes) without a verdict object per node: `Scorer.evaluate`'s checks (a GPU
         model the pod does not accept, no healthy GPU: infeasible) over the index's arrays, then the nodes of one
         GPU count and packing configuration (`ScoringConfig.for_model`) together through `share_arrays`, as
         `scoring._evaluate_shares` groups them."""
+        config, predictors = scorer.config, scorer.predictors
         values = np.zeros((_FIELDS, len(batch)))
         values[_SLOWDOWN] = 1.0
         model = self._model[target]
@@ -333,14 +349,12 @@ class ScoreVectors:
         numbers = np.array([distinct.index(c) for c in per_model], dtype=np.intp)
         group = self._gpu_count[target] * len(distinct) + numbers[model]
         fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
-        usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as evaluate_batch
+        usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as Scorer.evaluate
         for key in np.unique(group[ok]).tolist():
             members = np.flatnonzero(ok & (group == key))
             nodes = [batch[j] for j in members.tolist()]
             if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
-                values[:, members] = _rows(
-                    evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=None)
-                )
+                values[:, members] = _rows(scorer.evaluate(pod, nodes, None))
                 continue
             chosen = share_arrays(
                 pod,
@@ -369,9 +383,9 @@ class ScoreVectors:
         config: ScoringConfig,
         predictors: Predictors,
     ) -> Priorities:
-        """`_extender_totals` then `_extender_int` on arrays: the same operations in the same order per node."""
-        unknown_int = min(10, max(0, round(config.unknown_node_score / 10.0)))
-        out = np.full(feasible.size, unknown_int, dtype=np.int64)
+        """The weighted totals (`totals.weighted_totals`) and their integers (`totals.extender_integers`) of the
+        feasible candidates, as `Scorer.extender_priorities` computes them over verdicts."""
+        out = np.full(feasible.size, unknown_integer(config.unknown_node_score), dtype=np.int64)
         infeasible = fresh & ~feasible
         out[infeasible] = 0
         if feasible.any():
@@ -382,35 +396,16 @@ class ScoreVectors:
             _, unit_time, _ = jct_basis(pod, stand_ins, predictors)
             unit = np.zeros(len(self._models))
             unit[present] = [unit_time[self._models[m]] for m in present]
-            times = rows[_SLOWDOWN][feasible] * unit[model]
-            best_time = times.min()
-            w_p, w_a, w_i, w_j = (
-                config.weight_packing,
-                config.weight_affinity,
-                config.weight_interference,
-                config.weight_jct,
-            )
-            w_total = w_p + w_a + w_i + w_j
-            scale = 100.0 / w_total if w_total > 0 else 0.0
-            if scale:
-                positive = times > 0
-                jct_ratio = np.ones_like(times)
-                np.divide(best_time, times, out=jct_ratio, where=positive)
-                r = rows[:, feasible]
-                total = scale * (w_p * r[_PACKING] + w_a * r[_AFFINITY] + w_i * r[_INTERFERENCE] + w_j * jct_ratio)
-                total = np.where(total > 100.0, 100.0, np.where(total < 0.0, 0.0, total))
-            else:
-                total = np.full(times.size, 50.0)
-            best = total.max()
-            ints = np.rint(10.0 - 10.0 * (best - total) / config.extender_span_points)
-            out[feasible] = np.maximum(1, ints.astype(np.int64))
+            r = rows[:, feasible]
+            totals, _ = weighted_totals(config, r[_PACKING], r[_AFFINITY], r[_INTERFERENCE], r[_SLOWDOWN] * unit[model])
+            out[feasible] = extender_integers(totals, config.extender_span_points)
         return Priorities(out.tolist(), feasible, infeasible)
 
 
 def _whole_rows(
     pod: PodRequest, batch: list[NodeState], *, config: ScoringConfig, predictors: Predictors
 ) -> FloatArray:
-    """Whole GPUs' rows (fields × nodes) without a verdict object or memo entry per node: `evaluate_batch`'s checks
+    """Whole GPUs' rows (fields × nodes) without a verdict object or memo entry per node: `Scorer.evaluate`'s checks
     (a GPU model the pod does not accept, no healthy GPU) and `scoring._evaluate_whole` for a pod without a gang on
     nodes without a CPU/memory fit index (what `covers` admits): the eligible GPUs, the node shape's cached plan
     (`gpuset.whole_plan`), its packing and link affinity, the interference with residents on the chosen GPUs."""
@@ -464,10 +459,7 @@ def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:
 
 _FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "interference", "slowdown")]
 _VECTORISE_MIN_NODES = 8
-"""Below this many cold nodes of one GPU count and configuration, `evaluate_batch`'s scalar loop is cheaper than
+"""Below this many cold nodes of one GPU count and configuration, `Scorer.evaluate`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""
 _ANY_WORKLOAD = object()
 """Stands for the workload in the key of a whole-GPU table whose rows hold for any workload."""
-
-VECTORS = ScoreVectors()
-"""The process's score vectors (the service's prioritize verb)."""
