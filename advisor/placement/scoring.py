@@ -176,15 +176,7 @@ def evaluate_whole(
     if pod.gang:
         affinity = 0.5 * affinity + 0.5 * (1.0 if pod.gang in node.gangs else (0.0 if gang_elsewhere else 0.5))
     gpus = node.gpus
-    pod_slow, res_slow = 1.0, 1.0
-    for pos in plan.positions:
-        residents = gpus[pos].residents
-        if residents:
-            p, r = predictors.interference.slowdowns(
-                gpus[pos].model, pod.workload, usage, residents, sharing=node.sharing_mode
-            )
-            pod_slow = max(pod_slow, p)
-            res_slow = max(res_slow, r)
+    pod_slow, res_slow = whole_slowdowns(node, pod, plan.positions, predictors, usage)
     indices = plan.positions if node.natural_indices else tuple(gpus[p].index for p in plan.positions)
     return RawVerdict(
         node.name,
@@ -197,6 +189,24 @@ def evaluate_whole(
         pod_slow,
         plan.detail,
     )
+
+
+def whole_slowdowns(
+    node: NodeState, pod: PodRequest, positions: Sequence[int], predictors: Predictors, usage: UsageProfile
+) -> tuple[float, float]:
+    """The pod's slowdown and the worst resident's on the whole GPUs at `positions` (1, 1 where none has a
+    resident): both paths of a whole-GPU verdict ask it, the per-node one and the score vectors'."""
+    pod_slow, res_slow = 1.0, 1.0
+    gpus = node.gpus
+    for pos in positions:
+        residents = gpus[pos].residents
+        if residents:
+            p, r = predictors.interference.slowdowns(
+                gpus[pos].model, pod.workload, usage, residents, sharing=node.sharing_mode
+            )
+            pod_slow = max(pod_slow, p)
+            res_slow = max(res_slow, r)
+    return pod_slow, res_slow
 
 
 def evaluate_share(

@@ -41,14 +41,19 @@ from advisor.gpus import normalize_gpu_model
 from advisor.placement.columnar import NodeFacts, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import whole_plan
-from advisor.placement.scoring import RawVerdict, jct_basis, whole_eligible_mask
+from advisor.placement.scoring import RawVerdict, jct_basis, whole_slowdowns
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
-from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest
+from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
 from advisor.predictors import Predictors, UsageProfile, default_usage
 
 MAX_TABLES = 32
 """Request shapes whose score vectors are kept (each 48 bytes per node slot: 0.5 MB per shape at 10,000 nodes)."""
 _SPARE_SLOTS = 1024
+_MASK_BITS = 62
+"""Nodes with more GPUs than this have no int64 mask of them: their whole-GPU rows come from the per-node path."""
+_NODE_SHAPE_LIMIT = 65536
+"""Distinct (topology, free milli-GPU) pairs the index interns before it starts afresh."""
+_INT64_MAX = np.iinfo(np.int64).max
 _FEASIBLE, _PACKING, _AFFINITY, _INTERFERENCE, _SLOWDOWN = range(5)
 _FIELDS = 5
 
@@ -124,6 +129,12 @@ _healthy_count_of = attrgetter("healthy_count")
 _gpu_count_of = attrgetter("topology.gpu_count")
 _largest_island_of = attrgetter("topology.largest_island")
 _gpu_model_of = attrgetter("gpu_model")
+_free_mask_of = attrgetter("free_mask")
+
+
+def _resident_bits(node: NodeState) -> int:
+    """The positions of the node's GPUs that have residents, as a bit mask."""
+    return sum(1 << pos for pos, g in enumerate(node.gpus) if g.residents)
 
 
 class ScoreVectors:
@@ -154,6 +165,14 @@ class ScoreVectors:
         self._model = np.zeros(capacity, dtype=np.intp)  # index into `_models`
         self._models: list[str] = []
         self._model_ids: dict[str, int] = {}
+        # whole GPUs: the free GPUs and those with residents (bit per position), each GPU's memory (bytes, 0:
+        # unknown), and the node's shape (topology, free milli-GPU), index into `_node_shapes`: the plan's key
+        self._free_mask = np.zeros(capacity, dtype=np.int64)
+        self._resident_mask = np.zeros(capacity, dtype=np.int64)
+        self._memory_total = np.zeros((capacity, 8), dtype=np.int64)
+        self._node_shape = np.zeros(capacity, dtype=np.int64)
+        self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
+        self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
 
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
@@ -178,6 +197,12 @@ class ScoreVectors:
         self._gpu_count = grown(self._gpu_count, 0)
         self._largest_island = grown(self._largest_island, 0.0)
         self._model = grown(self._model, 0)
+        self._free_mask = grown(self._free_mask, 0)
+        self._resident_mask = grown(self._resident_mask, 0)
+        self._node_shape = grown(self._node_shape, 0)
+        memory = np.zeros((capacity, self._memory_total.shape[1]), dtype=np.int64)
+        memory[: self._memory_total.shape[0]] = self._memory_total
+        self._memory_total = memory
 
     def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> list[int]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
@@ -232,6 +257,28 @@ class ScoreVectors:
             self._model_ids[model] = len(self._models)
             self._models.append(model)
         self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
+        wide = max(s.topology.gpu_count for s in known)
+        if wide > self._memory_total.shape[1]:
+            memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
+            memory[:, : self._memory_total.shape[1]] = self._memory_total
+            self._memory_total = memory
+        narrow = [s if s.topology.gpu_count <= _MASK_BITS else None for s in known]
+        self._free_mask[target] = [0 if s is None else s.free_mask for s in narrow]
+        self._resident_mask[target] = [0 if s is None else _resident_bits(s) for s in narrow]
+        memory = np.zeros((n, self._memory_total.shape[1]), dtype=np.int64)
+        shapes = self._node_shape_ids
+        ids = []
+        for row, state in enumerate(known):
+            totals = [g.memory_total_bytes for g in state.gpus]
+            memory[row, : len(totals)] = totals
+            shape = (state.topology, state.free_milli)
+            shape_id = shapes.get(shape)
+            if shape_id is None:
+                shape_id = shapes[shape] = len(self._node_shapes)
+                self._node_shapes.append(shape)
+            ids.append(shape_id)
+        self._memory_total[target] = memory
+        self._node_shape[target] = ids
 
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
@@ -256,6 +303,8 @@ class ScoreVectors:
         """The extender's integers for `names` (a pod `covers` accepts): `Scorer.extender_priorities`' numbers."""
         config, predictors = scorer.config, scorer.predictors
         with self._lock:
+            if len(self._node_shapes) > _NODE_SHAPE_LIMIT:
+                self._reset(self._serial.size)  # node shapes of states long gone: start afresh
             states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
             slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
             serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
@@ -312,7 +361,7 @@ class ScoreVectors:
         if pod.is_share:
             values = self._share_rows(pod, batch, target, scorer=scorer)
         else:
-            values = _whole_rows(pod, batch, config=scorer.config, predictors=scorer.predictors)
+            values = self._whole_rows(pod, batch, target, scorer=scorer)
         epochs = self._epoch[target]
         if own is None:
             table.data[:, target] = values
@@ -372,6 +421,68 @@ class ScoreVectors:
             values[_SLOWDOWN, members] = chosen.pod_slowdown
         return values
 
+    def _whole_rows(
+        self, pod: PodRequest, batch: list[NodeState], target: NDArray[np.intp], *, scorer: Evaluator
+    ) -> FloatArray:
+        """Whole GPUs' rows (fields × nodes) over the index's arrays: `Scorer.evaluate`'s checks (a GPU model the
+        pod does not accept, no healthy GPU) and `scoring.evaluate_whole` for a pod without a gang on nodes without
+        a CPU/memory fit index (what `covers` admits). The GPUs eligible (free, and with the memory asked for) are a
+        mask per node; one plan (`gpuset.whole_plan`) per distinct node shape, eligible mask and configuration; the
+        interference (`scoring.whole_slowdowns`) only where the chosen GPUs have residents."""
+        config, predictors = scorer.config, scorer.predictors
+        k = pod.whole_gpus
+        values = np.zeros((_FIELDS, len(batch)))
+        values[_SLOWDOWN] = 1.0
+        model = self._model[target]
+        ok = self._healthy[target].copy()
+        models = self._models
+        if pod.gpu_models:
+            accepted = np.array([normalize_gpu_model(m) in pod.gpu_models for m in models], dtype=np.bool_)
+            ok &= accepted[model]
+        wide = np.flatnonzero(ok & (self._gpu_count[target] > _MASK_BITS))
+        if wide.size:  # no int64 mask of their GPUs: the per-node path
+            values[:, wide] = _rows(scorer.evaluate(pod, [batch[j] for j in wide.tolist()], None))
+            ok[wide] = False
+        eligible = self._free_mask[target]
+        if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU, per position
+            memory = self._memory_total[target]
+            need = min(pod.gpu_memory_bytes, _INT64_MAX)
+            fits = ((memory <= 0) | (memory >= need)).astype(np.int64)
+            eligible = eligible & (fits << np.arange(memory.shape[1], dtype=np.int64)).sum(axis=1)
+        ok &= np.bitwise_count(eligible) >= k
+        members = np.flatnonzero(ok)
+        if not members.size:
+            return values
+        per_model = [config.for_model(m) for m in models]
+        distinct = list({id(c): c for c in per_model}.values())  # compared by identity
+        numbers = np.array([distinct.index(c) for c in per_model], dtype=np.int64)
+        keys = np.stack((self._node_shape[target[members]], eligible[members], numbers[model[members]]), axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        node_shapes = self._node_shapes
+        plans = [whole_plan(*node_shapes[shape], mask, k, distinct[c]) for shape, mask, c in unique.tolist()]
+        feasible = np.array([p is not None for p in plans], dtype=np.bool_)[inverse]
+        values[_FEASIBLE, members] = feasible
+        values[_PACKING, members] = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
+        values[_AFFINITY, members] = np.array([0.0 if p is None else p.topology_affinity for p in plans])[inverse]
+        values[_INTERFERENCE, members] = np.where(feasible, 1.0, 0.0)  # 0.5 / 1 + 0.5 / 1 where nothing is shared
+        chosen = np.array([0 if p is None else sum(1 << q for q in p.positions) for p in plans], dtype=np.int64)
+        shared = feasible & ((chosen[inverse] & self._resident_mask[target[members]]) != 0)
+        if shared.any():
+            fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+            usages: dict[str, UsageProfile] = {}
+            for j in np.flatnonzero(shared).tolist():
+                node = batch[int(members[j])]
+                plan = plans[int(inverse[j])]
+                assert plan is not None  # feasible
+                usage = usages.get(node.gpu_model)
+                if usage is None:
+                    usage = usages[node.gpu_model] = predictors.usage.usage(pod.workload, node.gpu_model) or fallback
+                pod_slow, res_slow = whole_slowdowns(node, pod, plan.positions, predictors, usage)
+                values[_INTERFERENCE, members[j]] = 0.5 / pod_slow + 0.5 / res_slow
+                values[_SLOWDOWN, members[j]] = pod_slow
+        return values
+
     def _integers(
         self,
         pod: PodRequest,
@@ -400,51 +511,6 @@ class ScoreVectors:
             totals, _ = weighted_totals(config, r[_PACKING], r[_AFFINITY], r[_INTERFERENCE], r[_SLOWDOWN] * unit[model])
             out[feasible] = extender_integers(totals, config.extender_span_points)
         return Priorities(out.tolist(), feasible, infeasible)
-
-
-def _whole_rows(
-    pod: PodRequest, batch: list[NodeState], *, config: ScoringConfig, predictors: Predictors
-) -> FloatArray:
-    """Whole GPUs' rows (fields × nodes) without a verdict object or memo entry per node: `Scorer.evaluate`'s checks
-    (a GPU model the pod does not accept, no healthy GPU) and `scoring._evaluate_whole` for a pod without a gang on
-    nodes without a CPU/memory fit index (what `covers` admits): the eligible GPUs, the node shape's cached plan
-    (`gpuset.whole_plan`), its packing and link affinity, the interference with residents on the chosen GPUs."""
-    k = pod.whole_gpus
-    accepted = pod.gpu_models
-    fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
-    usages: dict[str, UsageProfile] = {}
-    slowdowns = predictors.interference.slowdowns
-    feasible, packing, affinity, interference, slowdown = [], [], [], [], []
-    for node in batch:
-        plan = None
-        if (not accepted or normalize_gpu_model(node.gpu_model) in accepted) and node.healthy_count:
-            eligible = whole_eligible_mask(node, pod)
-            if eligible.bit_count() >= k:
-                plan = whole_plan(node.topology, node.free_milli, eligible, k, config.for_model(node.gpu_model))
-        if plan is None:
-            feasible.append(0.0)
-            packing.append(0.0)
-            affinity.append(0.0)
-            interference.append(0.0)
-            slowdown.append(1.0)
-            continue
-        pod_slow, res_slow = 1.0, 1.0
-        gpus = node.gpus
-        for pos in plan.positions:
-            residents = gpus[pos].residents
-            if residents:
-                usage = usages.get(node.gpu_model)
-                if usage is None:
-                    usage = usages[node.gpu_model] = predictors.usage.usage(pod.workload, node.gpu_model) or fallback
-                p, r = slowdowns(gpus[pos].model, pod.workload, usage, residents)
-                pod_slow = max(pod_slow, p)
-                res_slow = max(res_slow, r)
-        feasible.append(1.0)
-        packing.append(plan.packing)
-        affinity.append(plan.topology_affinity)
-        interference.append(0.5 / pod_slow + 0.5 / res_slow)
-        slowdown.append(pod_slow)
-    return np.array([feasible, packing, affinity, interference, slowdown], dtype=np.float64).reshape(_FIELDS, -1)
 
 
 def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:

@@ -18,6 +18,7 @@ from advisor.placement.extender import extender_scores, first_of_equals
 from advisor.placement.scorer import Scorer, score_candidates
 from advisor.placement.types import NodeState, PodRequest, Resident
 from advisor.predictors import Predictors
+from advisor.sharing import TIME_SLICING
 from tests.advisor.test_columnar import CPU_MIX, GIB, MODELS, WorkloadAwareInterference, random_node, random_pod
 
 NOW = 1010.0
@@ -210,3 +211,17 @@ def test_whole_gpus_chosen_beside_unallocated_processes_give_the_same_integers(p
             for workload in ("bert", "gpt2", None):
                 pod = PodRequest(gpus=gpus, workload=workload, gpu_memory_bytes=rng.choice((None, 20 * GIB)))
                 check(scorer, pod, list(nodes), nodes)
+
+
+def test_whole_gpus_beside_residents_on_time_sliced_nodes_give_the_per_node_integers() -> None:
+    """The interference with residents on the chosen whole GPUs depends on how the node shares them: the vectors ask
+    the predictor with the node's sharing mode, as the per-node path does (they once asked without it)."""
+    rng = random.Random(23)
+    nodes = {
+        f"n{i}": replace(with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)), sharing_mode=TIME_SLICING)
+        for i in range(40)
+    }
+    assert any(n.free_residents for n in nodes.values())
+    scorer = Scorer(ScoringConfig())
+    for gpus in (1, 2, 4):
+        check(scorer, PodRequest(gpus=gpus, workload="bert"), list(nodes), nodes)
