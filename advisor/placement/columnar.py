@@ -269,6 +269,31 @@ def _slowdowns(
     return pod_slow, res_slow
 
 
+def gpu_slowdowns(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    at: tuple[NDArray[np.intp], NDArray[np.intp]],
+    *,
+    usages: Sequence[UsageProfile],
+    usage_index: NDArray[np.intp],
+    predictors: Predictors,
+) -> tuple[FloatArray, FloatArray]:
+    """(the pod's slowdown, the residents' worst) on GPU `at[0][i]` of node `nodes[at[1][i]]`, for any GPUs of
+    nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns."""
+    positions, rows = at
+    entries = np.empty((COLUMN_ROWS, rows.size))
+    counts = np.fromiter((node.topology.gpu_count for node in nodes), dtype=np.intp, count=len(nodes))
+    for g in np.unique(counts[rows]).tolist():
+        members = np.flatnonzero(counts == g)  # the nodes of g GPUs, in order
+        flat = np.frombuffer(b"".join(nodes[i].columns for i in members.tolist()), dtype=np.float64)
+        flat = flat.reshape(members.size, COLUMN_ROWS, g)
+        local = np.full(len(nodes), -1, dtype=np.intp)
+        local[members] = np.arange(members.size)
+        mine = np.flatnonzero(counts[rows] == g)
+        entries[:, mine] = flat[local[rows[mine]], :, positions[mine]].T
+    return _slowdowns(pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors)
+
+
 def _balance_penalties(
     nodes: Sequence[NodeState],
     fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],

@@ -38,13 +38,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import NodeFacts, share_arrays
+from advisor.placement.columnar import NodeFacts, gpu_slowdowns, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import whole_plan
-from advisor.placement.scoring import RawVerdict, jct_basis, whole_slowdowns
+from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
 from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
-from advisor.predictors import Predictors, UsageProfile, default_usage
+from advisor.predictors import Predictors, default_usage
 
 MAX_TABLES = 32
 """Request shapes whose score vectors are kept (each 48 bytes per node slot: 0.5 MB per shape at 10,000 nodes)."""
@@ -428,7 +428,7 @@ class ScoreVectors:
         pod does not accept, no healthy GPU) and `scoring.evaluate_whole` for a pod without a gang on nodes without
         a CPU/memory fit index (what `covers` admits). The GPUs eligible (free, and with the memory asked for) are a
         mask per node; one plan (`gpuset.whole_plan`) per distinct node shape, eligible mask and configuration; the
-        interference (`scoring.whole_slowdowns`) only where the chosen GPUs have residents."""
+        interference only where the chosen GPUs have residents, for all of them at once (`columnar.gpu_slowdowns`)."""
         config, predictors = scorer.config, scorer.predictors
         k = pod.whole_gpus
         values = np.zeros((_FIELDS, len(batch)))
@@ -466,21 +466,32 @@ class ScoreVectors:
         values[_PACKING, members] = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
         values[_AFFINITY, members] = np.array([0.0 if p is None else p.topology_affinity for p in plans])[inverse]
         values[_INTERFERENCE, members] = np.where(feasible, 1.0, 0.0)  # 0.5 / 1 + 0.5 / 1 where nothing is shared
-        chosen = np.array([0 if p is None else sum(1 << q for q in p.positions) for p in plans], dtype=np.int64)
-        shared = feasible & ((chosen[inverse] & self._resident_mask[target[members]]) != 0)
-        if shared.any():
+        chosen = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[inverse]
+        busy = chosen & self._resident_mask[target[members]]  # chosen GPUs with residents, per node
+        shared = np.flatnonzero(feasible & (busy != 0))
+        if shared.size:
+            # every (node, chosen GPU with residents) pair at once (`columnar.gpu_slowdowns`), then the worst per
+            # node, as `scoring.whole_slowdowns` takes it GPU by GPU
+            width = int(self._gpu_count[target[members[shared]]].max())
+            bits = (busy[shared, None] >> np.arange(width, dtype=np.int64)) & 1
+            rows, positions = np.nonzero(bits)
+            nodes = [batch[j] for j in members[shared].tolist()]
             fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
-            usages: dict[str, UsageProfile] = {}
-            for j in np.flatnonzero(shared).tolist():
-                node = batch[int(members[j])]
-                plan = plans[int(inverse[j])]
-                assert plan is not None  # feasible
-                usage = usages.get(node.gpu_model)
-                if usage is None:
-                    usage = usages[node.gpu_model] = predictors.usage.usage(pod.workload, node.gpu_model) or fallback
-                pod_slow, res_slow = whole_slowdowns(node, pod, plan.positions, predictors, usage)
-                values[_INTERFERENCE, members[j]] = 0.5 / pod_slow + 0.5 / res_slow
-                values[_SLOWDOWN, members[j]] = pod_slow
+            usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model
+            pod_pair, res_pair = gpu_slowdowns(
+                pod,
+                nodes,
+                (positions, rows),
+                usages=usages,
+                usage_index=model[members[shared]],
+                predictors=predictors,
+            )
+            pod_slow = np.ones(shared.size)
+            res_slow = np.ones(shared.size)
+            np.maximum.at(pod_slow, rows, pod_pair)
+            np.maximum.at(res_slow, rows, res_pair)
+            values[_INTERFERENCE, members[shared]] = 0.5 / pod_slow + 0.5 / res_slow
+            values[_SLOWDOWN, members[shared]] = pod_slow
         return values
 
     def _integers(
