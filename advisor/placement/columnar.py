@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
 from advisor.predictors import HeuristicInterference, Predictors, UsageProfile
-from advisor.sharing import CONCURRENT_MODES
+from advisor.sharing import CONCURRENT_MODES, SWITCH_COST, TIME_SLICING
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -227,8 +227,9 @@ def _slowdowns(
 ) -> tuple[FloatArray, FloatArray]:
     """(the pod's slowdown, the residents' worst) on each GPU `at` (`entries`: its columns, row × GPU; node i's
     usage `usages[usage_index[i]]`); 1 where it has no residents. The heuristic predictor's arithmetic on arrays,
-    in its order (padding residents add 0.0, which changes no sum); any other predictor, and GPUs with more
-    residents than the columns hold, through `slowdowns` itself."""
+    in its order (padding residents add 0.0, which changes no sum), for GPUs whose kernels run at once and for
+    time-sliced ones (`predictors.turn_taking_slowdowns`); any other predictor, any other sharing, and GPUs with
+    more residents than the columns hold, through `slowdowns` itself."""
     positions, rows = at
     residents = entries[_RESIDENTS]
     pod_slow = np.ones(residents.shape)
@@ -251,7 +252,22 @@ def _slowdowns(
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
         pod_slow = np.where(busy & concurrent, contention, pod_slow)
         res_slow = pod_slow.copy()
-        busy = busy & ((residents > COLUMN_RESIDENTS) | ~concurrent)
+        turns = np.fromiter((node.sharing_mode == TIME_SLICING for node in nodes), dtype=bool, count=len(nodes))[rows]
+        if (busy & turns).any():
+            # `turn_taking_slowdowns`: the residents' SM summed in order, then each one's wait for the others
+            pod_sm = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[of_entry]
+            others = entries[_SM]
+            for j in range(1, COLUMN_RESIDENTS):
+                others = others + entries[_SM + j]
+            switch = SWITCH_COST * np.minimum(1.0, pod_sm + others)
+            base = 1.0 + pod_sm + others
+            worst = np.full(residents.shape, -np.inf)
+            for j in range(COLUMN_RESIDENTS):
+                worst = np.where(j < residents, np.maximum(worst, base - entries[_SM + j] + switch), worst)
+            taking = busy & turns
+            pod_slow = np.where(taking, 1.0 + others + switch, pod_slow)
+            res_slow = np.where(taking, worst, res_slow)
+        busy = busy & ((residents > COLUMN_RESIDENTS) | ~(concurrent | turns))
     else:
         res_slow = pod_slow.copy()
     asked = np.flatnonzero(busy)
