@@ -456,11 +456,25 @@ class ScoreVectors:
         per_model = [config.for_model(m) for m in models]
         distinct = list({id(c): c for c in per_model}.values())  # compared by identity
         numbers = np.array([distinct.index(c) for c in per_model], dtype=np.int64)
-        keys = np.stack((self._node_shape[target[members]], eligible[members], numbers[model[members]]), axis=1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        # one plan per distinct (node shape, configuration, eligible GPUs); without a GPU-memory request the
+        # eligible GPUs are the free ones, which the node shape (its free milli-GPU) already says
+        count = len(distinct)
+        shape_config = self._node_shape[target[members]] * count + numbers[model[members]]
+        masks = eligible[members]
+        if pod.gpu_memory_bytes is None:
+            unique, first, inverse = np.unique(shape_config, return_index=True, return_inverse=True)
+            keys: list[tuple[int, int]] = list(zip(unique.tolist(), masks[first].tolist(), strict=True))
+        else:
+            index: dict[tuple[int, int], int] = {}
+            inverse = np.fromiter(
+                (index.setdefault(key, len(index)) for key in zip(shape_config.tolist(), masks.tolist(), strict=True)),
+                dtype=np.intp,
+                count=members.size,
+            )
+            keys = list(index)
         inverse = inverse.reshape(-1)
         node_shapes = self._node_shapes
-        plans = [whole_plan(*node_shapes[shape], mask, k, distinct[c]) for shape, mask, c in unique.tolist()]
+        plans = [whole_plan(*node_shapes[key // count], mask, k, distinct[key % count]) for key, mask in keys]
         feasible = np.array([p is not None for p in plans], dtype=np.bool_)[inverse]
         values[_FEASIBLE, members] = feasible
         values[_PACKING, members] = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
