@@ -12,7 +12,8 @@ twice (cold, then warm: the memo and the score vectors must answer the same).
 `sim`: the simulator figures the evaluation reports, with the advisor policy only (the others do not call the
 scorer): experiment 1 seed 0 (`simulate --mode fragmentation` on openb's default trace), one experiment-2 point
 (Gavel trace msr_vc_6c71a0 at the published load, seed 1, advisor and oracle, job lengths from history) and the FGD
-suite's five traces at seed 1 (the packing profile, the authors' node order), every figure but run times.
+suite's five traces at seed 1 (the packing profile, the authors' node order), every figure but run times; each
+one's digest is printed as soon as it is known, the experiment-2 point last (the longest).
 
 Prints one SHA-256 per part and, last, a JSON line of them; `--records` writes every answer (to diff two runs).
 """
@@ -214,7 +215,25 @@ def sim_records() -> list[Any]:
             ),
         ]
     )
-    print("  experiment 1 seed 0 done", file=sys.stderr, flush=True)
+    _done(records[-1])
+    cluster = load_cluster(openb / "openb_node_list_gpu_node.csv")
+    for name in ("default", "gpushare40", "multigpu30", "gpuspec20", "cpu100"):
+        pods = [p for p in load_trace(openb / f"openb_pod_list_{name}.csv") if isinstance(p, Pod)]
+        typical = typical_pods(pods, coverage_ratio=0.95)
+        config = with_model_task_mixes(cluster, pods, fragmentation_scoring_config(pods))
+        sequence = SEQUENCES["authors"](pods, cluster.total_gpus, 1, MAX_ARRIVED_RATIO)
+        policy = fragmentation_policy("advisor", cluster, config, 1, typical)
+        result = run_fragmentation(
+            cluster,
+            pods,
+            sequence,
+            policy,
+            partial(fragmentation_milli, typical, cluster),
+            node_rank=authors_node_rank(cluster, 1),
+        )
+        figures = {k: v for k, v in asdict(result).items() if k != "seconds"}
+        records.append([f"fgd suite {name} seed 1", figures])
+        _done(records[-1])
     with tempfile.TemporaryDirectory() as tmp:
         traces = split_traces(SHARED / "gavel" / "traces_seed0_top3.csv", Path(tmp), 1.0)
         trace = next(t for t in traces if t.stem == "msr_vc_6c71a0")
@@ -241,26 +260,13 @@ def sim_records() -> list[Any]:
                 ),
             ]
         )
-    print("  experiment 2 point done", file=sys.stderr, flush=True)
-    cluster = load_cluster(openb / "openb_node_list_gpu_node.csv")
-    for name in ("default", "gpushare40", "multigpu30", "gpuspec20", "cpu100"):
-        pods = [p for p in load_trace(openb / f"openb_pod_list_{name}.csv") if isinstance(p, Pod)]
-        typical = typical_pods(pods, coverage_ratio=0.95)
-        config = with_model_task_mixes(cluster, pods, fragmentation_scoring_config(pods))
-        sequence = SEQUENCES["authors"](pods, cluster.total_gpus, 1, MAX_ARRIVED_RATIO)
-        policy = fragmentation_policy("advisor", cluster, config, 1, typical)
-        result = run_fragmentation(
-            cluster,
-            pods,
-            sequence,
-            policy,
-            partial(fragmentation_milli, typical, cluster),
-            node_rank=authors_node_rank(cluster, 1),
-        )
-        figures = {k: v for k, v in asdict(result).items() if k != "seconds"}
-        records.append([f"fgd suite {name} seed 1", figures])
-        print(f"  fgd suite {name} done ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
+    _done(records[-1])
     return records
+
+
+def _done(record: list[Any]) -> None:
+    """Each simulator figure's own digest as soon as it is known (a long run cut short keeps what it finished)."""
+    print(f"  {record[0]}: sha256 {digest(record[1:])}", flush=True)
 
 
 def digest(records: list[Any]) -> str:
