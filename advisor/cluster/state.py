@@ -334,13 +334,12 @@ class ClusterState:
     the objects of the nodes built since leave the collector's generations for good. Without it, a young
     collection scans every node state built since the last one (a few hundred objects each; a second of ingest at
     1,000 snapshots/s is ~60 ms of pause) and a full one all of them. Frozen objects are still freed when their
-    node is replaced (reference counting). Before each freeze the state collects the young generations (bounded by
-    their thresholds, `advisor.cli.serve.GC_THRESHOLDS`), so cyclic garbage of that moment is not frozen. Whatever
-    else was alive at a freeze (a connection's objects, say) and later becomes cyclic garbage is only reclaimed by
-    a full collection of everything (`gc.unfreeze()`, `gc.collect()`: ~0.4 s at 10,000 nodes, every request in that
-    window waits): the state runs one at most every `full_collection_seconds` (an hour by default), and only when
-    the frozen objects have grown by half since the last one (`frozen_growth_ratio`) — frozen garbage that builds
-    up, not a fixed hourly pause (bench/state_gc.py measures both pauses).
+    node is replaced (reference counting). Whatever else was alive at a freeze (a connection's objects, say) and
+    later becomes cyclic garbage is only reclaimed by a full collection of everything (`gc.unfreeze()`,
+    `gc.collect()`: ~0.4 s at 10,000 nodes, every request in that window waits): the state runs one at most every
+    `full_collection_seconds` (an hour by default), and only when the frozen objects have grown by half since the
+    first freeze or the last full collection (`frozen_growth_ratio`) — frozen garbage that builds up, not a fixed
+    hourly pause (bench/state_gc.py measures the pause and the frozen objects per node).
     """
 
     def __init__(
@@ -446,14 +445,13 @@ class ClusterState:
         return True
 
     def _changed(self) -> None:
-        """Count a rebuilt node; every `freeze_after_nodes` of them, a collection of the unfrozen objects and
-        `gc.freeze()`, and at most every `full_collection_seconds`, where the frozen objects grew by
-        `frozen_growth_ratio` since, a full collection of everything (see the class docstring)."""
+        """Count a rebuilt node; every `freeze_after_nodes` of them, `gc.freeze()`, and at most every
+        `full_collection_seconds`, where the frozen objects grew by `frozen_growth_ratio` since, a full collection of
+        everything (see the class docstring)."""
         if self._freeze_after is None:
             return
         self._unfrozen += 1
         if self._unfrozen >= self._freeze_after:
-            gc.collect(1)  # the young generations: cyclic garbage of this moment is not frozen with the rest
             gc.freeze()
             self._unfrozen = 0
             frozen = gc.get_freeze_count()

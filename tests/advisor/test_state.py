@@ -226,20 +226,3 @@ def test_cyclic_garbage_frozen_along_with_the_state_is_reclaimed_by_the_periodic
         assert alive() is None  # the full collection did
     finally:
         gc.unfreeze()
-
-
-def test_cyclic_garbage_of_the_moment_of_a_freeze_is_collected_not_frozen() -> None:
-    state = ClusterState(freeze_after_nodes=2)
-    gc.unfreeze()
-    gc.disable()  # no automatic collection: only the state's own can reclaim it
-    try:
-        ingest(state, snapshot("n1"))
-        garbage = _Cyclic()
-        alive = weakref.ref(garbage)
-        del garbage
-        ingest(state, snapshot("n2"))  # the freeze
-        assert gc.get_freeze_count() > 0
-        assert alive() is None
-    finally:
-        gc.enable()
-        gc.unfreeze()
