@@ -8,7 +8,7 @@ One command, prints the figures recorded in docs/benchmarks.md:
     and validated from JSON, then `ClusterState.ingest`) and, after every 10th snapshot, one prioritize over 500
     random candidates for one of 24 pod shapes (the scorer's memo fills as in service), timed by `gc.callbacks`:
     count, p50/p99/max per generation;
-    the state's own collection before each freeze included; the longest single step of that loop (one ingest or one
+    the longest single step of that loop (one ingest or one
     prioritize, collections inside it included: the longest a request waits behind the state); and the frozen
     objects per node at the start and the end (garbage frozen with the state would make them grow);
   * one full collection (`gc.collect()`) of the state as it stands, and the state's rare clean-up: a full
