@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from advisor.placement.config import DEFAULT_EXTENDER_SPAN_POINTS, DEFAULT_WAIT_SLACK
-from advisor.placement.fragmentation import DEFAULT_TASK_MIX, TaskMix, TaskMixError, parse_task_mix
+from advisor.placement.config import SCORING_DEFAULTS, check_knob
+from advisor.placement.fragmentation import TaskMix, TaskMixError, parse_task_mix
+from advisor.placement.types import ScoringInputError
 from profiler.settings import DEFAULT_DB_URL
 
 PARSE_EXPANSION = 16
@@ -73,41 +74,43 @@ class AdvisorSettings(BaseSettings):
     # (a training on another replica, `gpuadvisor models rollback`, `models train --db`); 0 = only at start-up and
     # after this replica's own trainings.
     model_reload_seconds: float = Field(default=60.0, ge=0)
-    staleness_seconds: float = Field(default=30.0, gt=0)
-    strict_staleness: bool = False
     no_kube: bool = False
-    weight_packing: float = Field(default=1.0, ge=0)
-    weight_affinity: float = Field(default=1.0, ge=0)
-    weight_interference: float = Field(default=1.0, ge=0)
-    weight_jct: float = Field(default=1.0, ge=0)
-    unknown_node_score: float = Field(default=50.0, ge=0, le=100)
+    # The scorer's knobs (`ScoringConfig.from_settings` reads them by name): defaults from `ScoringConfig`, each
+    # number checked by its rule there (`advisor.placement.config.KNOB_RULES`).
+    staleness_seconds: float = SCORING_DEFAULTS["staleness_seconds"]
+    strict_staleness: bool = SCORING_DEFAULTS["strict_staleness"]
+    weight_packing: float = SCORING_DEFAULTS["weight_packing"]
+    weight_affinity: float = SCORING_DEFAULTS["weight_affinity"]
+    weight_interference: float = SCORING_DEFAULTS["weight_interference"]
+    weight_jct: float = SCORING_DEFAULTS["weight_jct"]
+    unknown_node_score: float = SCORING_DEFAULTS["unknown_node_score"]
     # How far (in points of the 0..100 score) a node may be behind the batch's best before the extender's integer
     # drops from 10 to 1: one step per span / 10 points. Smaller = the advisor's ranking weighs more against
     # kube-scheduler's own scores (docs/advisor.md, "Scoring" and "Profiles").
-    extender_span_points: float = Field(default=DEFAULT_EXTENDER_SPAN_POINTS, gt=0)
+    extender_span_points: float = SCORING_DEFAULTS["extender_span_points"]
     # Of the nodes at the extender's highest integer only the first by name keeps it, the others drop one step, so
     # kube-scheduler does not draw among nodes the advisor rates equal: they fill one after another (the packing
     # profile; docs/advisor.md, "Profiles").
-    extender_first_of_equals: bool = False
+    extender_first_of_equals: bool = SCORING_DEFAULTS["extender_first_of_equals"]
     # The share of the packing component that prefers the fuller node; the rest is the fragmentation gradient
     # (docs/advisor.md, "Scoring"; the packing profile sets 0.1).
-    packing_best_fit_share: float = Field(default=0.2, ge=0, le=1)
+    packing_best_fit_share: float = SCORING_DEFAULTS["packing_best_fit_share"]
     # Floor the fragmentation gradient to this many steps (0: continuous), as the FGD authors' integer score floors it
     # to 100: nodes whose fragmentation changes nearly equally tie on it (the packing profile sets 100; docs/advisor.md,
     # "Scoring").
-    packing_gradient_steps: int = Field(default=0, ge=0)
+    packing_gradient_steps: int = SCORING_DEFAULTS["packing_gradient_steps"]
     # Within best fit, how much a node whose CPU left does not match what its GPUs left need (at the task mix's CPU
     # per GPU; CPU read at the task mix's grain) loses, per the CPU all its GPUs would need (0: off; the packing profile
     # sets 0.1; docs/advisor.md, "Scoring"). Needs a task mix with CPU.
-    packing_cpu_balance: float = Field(default=0.0, ge=0)
+    packing_cpu_balance: float = SCORING_DEFAULTS["packing_cpu_balance"]
     # With stepped gradients: the share of what the steps floor off that is added back beside best fit (0: none; the
     # packing profile sets 0.05; docs/advisor.md, "Scoring").
-    packing_gradient_residual: float = Field(default=0.0, ge=0, le=1)
+    packing_gradient_residual: float = SCORING_DEFAULTS["packing_gradient_residual"]
     # The cluster's typical requests, which packing keeps room for: JSON list of [gpus, milli_per_gpu, share] or
     # [gpus, milli_per_gpu, share, cpu_milli, memory_mib] (CPU/memory may be null; a pod without GPU is
     # [0, 0, share, cpu_milli, memory_mib]), e.g. GPUADVISOR_TASK_MIX='[[1, 500, 0.3], [1, 1000, 0.4, 8000, 32768],
     # [8, 1000, 0.3]]' (advisor.placement.fragmentation). CPU/memory only count on nodes whose free CPU/memory is known.
-    task_mix: TaskMix = DEFAULT_TASK_MIX
+    task_mix: TaskMix = SCORING_DEFAULTS["task_mix"]
     # Where pods constrain the GPU model (node affinity / selector on nvidia.com/gpu.product): the typical requests as
     # seen from one model's nodes, a JSON object of GPU model -> task mix, e.g. GPUADVISOR_MODEL_TASK_MIX='{"T4":
     # [[1, 1000, 0.7, 8000, 16384], [1, 1000, 0.9, 1e12, 16384]]}'. A request that cannot use the model gets CPU 1e12
@@ -117,16 +120,16 @@ class AdvisorSettings(BaseSettings):
     # The extender filter keeps a pod off a node when its predicted run time there exceeds wait_slack × its predicted
     # finish after waiting for room on a faster GPU model (JCT model needed; docs/advisor.md, "Waiting for a faster
     # GPU"); 0 = never wait. Below 1 even the node with the soonest finish would fail, so 0 < value < 1 is refused.
-    wait_slack: float = Field(default=DEFAULT_WAIT_SLACK, ge=0)
+    wait_slack: float = SCORING_DEFAULTS["wait_slack"]
     # The extender filter holds nodes for the first pending GPU pod (queue order: priority, then age) that has no room
     # anywhere, from when it is predicted to start there, and lets others onto them only if they are predicted to
     # finish first (EASY backfilling; docs/advisor.md, "Holding nodes for a blocked pod"). Needs the pod watch. Off by
     # default: on the Gavel traces it helped at high load on two traces and hurt on a third (docs/evaluation.md).
-    hold_for_blocked: bool = False
+    hold_for_blocked: bool = SCORING_DEFAULTS["hold_for_blocked"]
     # The extender filter serves pending GPU pods by response ratio ((waited + predicted run) / predicted run, highest
     # first) instead of by age: a pod is kept off room that pods with a higher ratio are expected to take. Short pods
     # go first and long ones age until they do (docs/advisor.md, "Shortest first"). Needs the pod watch.
-    shortest_first: bool = False
+    shortest_first: bool = SCORING_DEFAULTS["shortest_first"]
 
     @field_validator("api_token", "training_token", "trialrun_token")
     @classmethod
@@ -144,10 +147,31 @@ class AdvisorSettings(BaseSettings):
             )
         return self
 
+    @field_validator(
+        "staleness_seconds",
+        "weight_packing",
+        "weight_affinity",
+        "weight_interference",
+        "weight_jct",
+        "unknown_node_score",
+        "extender_span_points",
+        "packing_best_fit_share",
+        "packing_gradient_steps",
+        "packing_cpu_balance",
+        "packing_gradient_residual",
+    )
+    @classmethod
+    def _valid_knob(cls, value: float, info: ValidationInfo) -> float:
+        try:
+            check_knob(str(info.field_name), value)
+        except ScoringInputError as e:
+            raise ValueError(str(e)) from None
+        return value
+
     @field_validator("wait_slack")
     @classmethod
     def _valid_wait_slack(cls, value: float) -> float:
-        if 0 < value < 1:
+        if value != 0 and not value >= 1:  # 0: never wait (the environment has no null)
             raise ValueError(f"must be 0 (never wait for a faster GPU) or >= 1, got {value}")
         return value
 

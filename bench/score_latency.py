@@ -1,9 +1,9 @@
 """Scoring latency at the scale kube-scheduler sends: 500 candidate nodes × 8 GPUs, ~2,000 residents.
 
 One command, prints the figures recorded in docs/benchmarks.md:
-  * in-process `advisor.placement.scoring.score_candidates` and `extender_priorities` over the 500 nodes, p50/p99 per
-    call — warm (node states and request shapes seen before: the score vectors and the memo answer) and cold (every
-    node just refreshed by a new snapshot);
+  * in-process `Scorer.score_candidates` and `Scorer.extender_priorities` (`advisor.placement.scorer`) over the 500
+    nodes, p50/p99 per call — warm (node states and request shapes seen before: the score vectors and the memo
+    answer) and cold (every node just refreshed by a new snapshot);
   * `POST /extender/prioritize` over HTTP on loopback (a full v1.Pod, 500 NodeNames) against
     `gpuadvisor advisor serve --no-kube` in a subprocess: p50/p99 with one keep-alive client, and the server's own
     CPU time per request (unaffected by other load on the machine);
@@ -52,10 +52,8 @@ from advisor.api.schemas import V1Pod
 from advisor.cli.serve import GC_THRESHOLDS
 from advisor.cluster.state import ClusterState, PodResources
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_priorities
-from advisor.placement.scoring import clear_verdicts, score_candidates
+from advisor.placement.scorer import Scorer
 from advisor.placement.types import PodRequest
-from advisor.placement.vectors import VECTORS
 from collector.snapshot import NodeSnapshot
 
 
@@ -76,18 +74,15 @@ def bench_in_process(snapshots: list[dict[str, Any]], iterations: int, *, node_c
     gpus = sum(len(n.gpus) for n in nodes.values())
     residents = sum(len(g.residents) for n in nodes.values() for g in n.gpus)
     print(f"cluster: {len(names)} nodes, {gpus} GPUs, {residents} residents")
-    config = ScoringConfig()
+    scorer = Scorer(ScoringConfig(), clock=time.time)
     pods = [V1Pod.model_validate(p).to_request() for p in POD_MIX]
     gc.freeze()  # as `gpuadvisor advisor serve` does
     gc.set_threshold(*GC_THRESHOLDS)
     for pod in pods:
-        score_candidates(pod, names, nodes, config=config, now_seconds=time.time())
+        scorer.score_candidates(pod, names, nodes)
     calls: list[tuple[str, Callable[[PodRequest], object]]] = [
-        ("score_candidates", lambda pod: score_candidates(pod, names, nodes, config=config, now_seconds=time.time())),
-        (
-            "extender_priorities",
-            lambda pod: extender_priorities(pod, names, nodes, config=config, now_seconds=time.time()),
-        ),
+        ("score_candidates", lambda pod: scorer.score_candidates(pod, names, nodes)),
+        ("extender_priorities", lambda pod: scorer.extender_priorities(pod, names, nodes)),
     ]
     for name, call in calls:
         for label, count in (("warm", iterations), ("cold", max(1, iterations // 5))):
@@ -95,8 +90,7 @@ def bench_in_process(snapshots: list[dict[str, Any]], iterations: int, *, node_c
             cpu: list[float] = []
             for i in range(count):
                 if label == "cold":
-                    clear_verdicts()
-                    VECTORS.clear()
+                    scorer.clear()
                 t0, c0 = time.perf_counter(), time.thread_time()
                 call(pods[i % len(pods)])
                 wall.append(time.perf_counter() - t0)

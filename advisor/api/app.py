@@ -38,30 +38,6 @@ from profiler.store import db
 log = logging.getLogger(__name__)
 
 
-def scoring_config(settings: AdvisorSettings) -> ScoringConfig:
-    """The scorer's weights and policy from the service settings."""
-    return ScoringConfig(
-        weight_packing=settings.weight_packing,
-        weight_affinity=settings.weight_affinity,
-        weight_interference=settings.weight_interference,
-        weight_jct=settings.weight_jct,
-        staleness_seconds=settings.staleness_seconds,
-        strict_staleness=settings.strict_staleness,
-        unknown_node_score=settings.unknown_node_score,
-        task_mix=settings.task_mix,
-        model_task_mix=settings.model_task_mix or None,
-        extender_span_points=settings.extender_span_points,
-        extender_first_of_equals=settings.extender_first_of_equals,
-        packing_best_fit_share=settings.packing_best_fit_share,
-        packing_gradient_steps=settings.packing_gradient_steps,
-        packing_cpu_balance=settings.packing_cpu_balance,
-        packing_gradient_residual=settings.packing_gradient_residual,
-        wait_slack=settings.wait_slack or None,
-        hold_for_blocked=settings.hold_for_blocked,
-        shortest_first=settings.shortest_first,
-    )
-
-
 # The native API's largest legitimate body: /v1/score naming 5,000 nodes is about 100 KB.
 NATIVE_BODY_LIMIT_BYTES = 1024 * 1024
 STATE_FREEZE_AFTER_NODES = 256
@@ -168,7 +144,7 @@ def create_app(
         sessions=db.session_factory(engine),
         state=state
         or ClusterState(node_expiry_seconds=settings.node_expiry_seconds, freeze_after_nodes=STATE_FREEZE_AFTER_NODES),
-        scoring=scoring_config(settings),
+        scoring=ScoringConfig.from_settings(settings),
         metrics=metrics,
     )
 

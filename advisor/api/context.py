@@ -11,6 +11,7 @@ from advisor.api.metrics import AdvisorMetrics
 from advisor.cluster.dra import DraIndex
 from advisor.cluster.state import ClusterState
 from advisor.placement.config import ScoringConfig
+from advisor.placement.scorer import Scorer
 from advisor.predictors import Predictors
 from advisor.serving import ServedModels, TrainingJobs
 from advisor.settings import AdvisorSettings
@@ -21,7 +22,7 @@ class AppContext:
     """Everything a request handler may need, built once per app by the factory.
 
     `predictors` is replaced as a whole when a newly promoted model is loaded (`models`); handlers read it once per
-    request.
+    request. `scorer` holds the scoring path's caches for the predictors served now.
     """
 
     settings: AdvisorSettings
@@ -33,6 +34,7 @@ class AppContext:
     metrics: AdvisorMetrics = field(default_factory=AdvisorMetrics)
     models: ServedModels = field(init=False)
     training: TrainingJobs = field(init=False)
+    _scorer: Scorer | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.models = ServedModels(self.sessions)
@@ -41,6 +43,16 @@ class AppContext:
     @property
     def predictors(self) -> Predictors:
         return self.models.predictors
+
+    @property
+    def scorer(self) -> Scorer:
+        """The scorer of the configuration and the models served now; a new one (its caches cold) once newly promoted
+        models are loaded, since every cached verdict depends on the predictors."""
+        predictors = self.models.predictors
+        scorer = self._scorer
+        if scorer is None or scorer.predictors is not predictors:
+            scorer = self._scorer = Scorer(self.scoring, predictors, clock=self.state.now)
+        return scorer
 
     def reload_predictors(self) -> None:
         """Serve the currently promoted models (heuristics where none): at start-up and after `gpuadvisor up` trains."""

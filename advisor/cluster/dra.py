@@ -646,7 +646,9 @@ class DraIndex:
         device_class = self._classes.get(request.device_class)
         return None if device_class is None else device_class.selectors
 
-    def claim_ask(self, namespace: str, spec: Obj, status: Obj | None = None) -> ClaimAsk:
+    def claim_ask(  # noqa: PLR0912, PLR0915 - one pass over a pod's claims: by name, by template, allocated or not
+        self, namespace: str, spec: Obj, status: Obj | None = None
+    ) -> ClaimAsk:
         """What a pod's `spec.resourceClaims` ask of GPUs (see the module doc); `PodSpecError` for a malformed
         reference."""
         claims, templates = pod_claim_names(namespace, spec, status)

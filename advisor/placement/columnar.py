@@ -227,8 +227,9 @@ def _slowdowns(
 ) -> tuple[FloatArray, FloatArray]:
     """(the pod's slowdown, the residents' worst) on each GPU `at` (`entries`: its columns, row × GPU; node i's
     usage `usages[usage_index[i]]`); 1 where it has no residents. The heuristic predictor's arithmetic on arrays,
-    in its order (padding residents add 0.0, which changes no sum); any other predictor, and GPUs with more
-    residents than the columns hold, through `slowdowns` itself."""
+    in its order (padding residents add 0.0, which changes no sum), for GPUs whose kernels run at once; any other
+    predictor, any other sharing (time-sliced GPUs take `predictors.turn_taking_slowdowns`, a memoised fixed point)
+    and GPUs with more residents than the columns hold, through `slowdowns` itself."""
     positions, rows = at
     residents = entries[_RESIDENTS]
     pod_slow = np.ones(residents.shape)
@@ -251,6 +252,7 @@ def _slowdowns(
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
         pod_slow = np.where(busy & concurrent, contention, pod_slow)
         res_slow = pod_slow.copy()
+        # Time-sliced GPUs (`predictors.turn_taking_slowdowns`, a memoised fixed point) and MIG ones are asked below.
         busy = busy & ((residents > COLUMN_RESIDENTS) | ~concurrent)
     else:
         res_slow = pod_slow.copy()
@@ -267,6 +269,31 @@ def _slowdowns(
         pod_slow[asked] = [a for a, _ in pairs]
         res_slow[asked] = [b for _, b in pairs]
     return pod_slow, res_slow
+
+
+def gpu_slowdowns(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    at: tuple[NDArray[np.intp], NDArray[np.intp]],
+    *,
+    usages: Sequence[UsageProfile],
+    usage_index: NDArray[np.intp],
+    predictors: Predictors,
+) -> tuple[FloatArray, FloatArray]:
+    """(the pod's slowdown, the residents' worst) on GPU `at[0][i]` of node `nodes[at[1][i]]`, for any GPUs of
+    nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns."""
+    positions, rows = at
+    entries = np.empty((COLUMN_ROWS, rows.size))
+    counts = np.fromiter((node.topology.gpu_count for node in nodes), dtype=np.intp, count=len(nodes))
+    for g in np.unique(counts[rows]).tolist():
+        members = np.flatnonzero(counts == g)  # the nodes of g GPUs, in order
+        flat = np.frombuffer(b"".join(nodes[i].columns for i in members.tolist()), dtype=np.float64)
+        flat = flat.reshape(members.size, COLUMN_ROWS, g)
+        local = np.full(len(nodes), -1, dtype=np.intp)
+        local[members] = np.arange(members.size)
+        mine = np.flatnonzero(counts[rows] == g)
+        entries[:, mine] = flat[local[rows[mine]], :, positions[mine]].T
+    return _slowdowns(pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors)
 
 
 def _balance_penalties(

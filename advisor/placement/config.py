@@ -6,8 +6,9 @@ per-shape caches, hence compared by identity.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any
 
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.fragmentation import (
@@ -45,6 +46,33 @@ DEFAULT_EXTENDER_SPAN_POINTS = 40.0
 GRADIENT_STEP_SLACK = 1e-9
 """Added before flooring a stepped packing gradient (`ScoringConfig.packing_gradient_steps`), so that float noise in
 F's sum over task types cannot move a change of exactly 0 (sigmoid 0.5) one step down."""
+
+
+KNOB_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "weight_packing": (lambda v: v >= 0, "must be >= 0"),
+    "weight_affinity": (lambda v: v >= 0, "must be >= 0"),
+    "weight_interference": (lambda v: v >= 0, "must be >= 0"),
+    "weight_jct": (lambda v: v >= 0, "must be >= 0"),
+    "staleness_seconds": (lambda v: v > 0, "must be > 0"),
+    "packing_best_fit_share": (lambda v: 0 <= v <= 1, "must be within 0..1"),
+    "packing_gradient_residual": (lambda v: 0 <= v <= 1, "must be within 0..1"),
+    "packing_cpu_balance": (lambda v: v >= 0, "must be >= 0"),
+    "cpu_per_gpu_milli": (lambda v: v is None or v > 0, "must be > 0"),
+    "packing_gradient_steps": (lambda v: v >= 0, "must be >= 0 (0: a continuous gradient)"),
+    "extender_span_points": (lambda v: v > 0, "must be > 0"),
+    "unknown_node_score": (lambda v: 0 <= v <= 100, "must be within 0..100"),
+    # Below 1 even the node with the soonest finish would be passed over.
+    "wait_slack": (lambda v: v is None or v >= 1, "must be >= 1 (None turns waiting for a faster GPU off)"),
+}
+"""The rule of each numeric knob and what it says when broken: the one place they are written (`check_knob`), read
+by `ScoringConfig` and by the service's settings (`advisor.settings.AdvisorSettings`)."""
+
+
+def check_knob(name: str, value: object) -> None:
+    """Raise `ScoringInputError` naming `name` when `value` breaks its rule (`KNOB_RULES`)."""
+    rule = KNOB_RULES.get(name)
+    if rule is not None and not rule[0](value):
+        raise ScoringInputError(f"{name} {rule[1]}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -120,28 +148,18 @@ class ScoringConfig:
                 raise ScoringInputError(f"model_task_mix[{model}]: {exc}") from None
             by_model[normalize_gpu_model(model)] = replace(self, task_mix=mix, task_sizes=None, model_task_mix=None)
         object.__setattr__(self, "_by_model", by_model)
-        for name in ("weight_packing", "weight_affinity", "weight_interference", "weight_jct"):
-            if getattr(self, name) < 0:
-                raise ScoringInputError(f"{name} must be >= 0")
-        if self.staleness_seconds <= 0:
-            raise ScoringInputError("staleness_seconds must be > 0")
-        if not 0 <= self.packing_best_fit_share <= 1:
-            raise ScoringInputError("packing_best_fit_share must be within 0..1")
-        if not 0 <= self.packing_gradient_residual <= 1:
-            raise ScoringInputError("packing_gradient_residual must be within 0..1")
-        if not self.packing_cpu_balance >= 0:
-            raise ScoringInputError("packing_cpu_balance must be >= 0")
-        if self.cpu_per_gpu_milli is not None and not self.cpu_per_gpu_milli > 0:
-            raise ScoringInputError("cpu_per_gpu_milli must be > 0")
-        if self.packing_gradient_steps < 0:
-            raise ScoringInputError("packing_gradient_steps must be >= 0 (0: a continuous gradient)")
-        if not self.extender_span_points > 0:
-            raise ScoringInputError("extender_span_points must be > 0")
-        if not 0 <= self.unknown_node_score <= 100:
-            raise ScoringInputError("unknown_node_score must be within 0..100")
-        if self.wait_slack is not None and not self.wait_slack >= 1:
-            # Below 1 even the node with the soonest finish would be passed over.
-            raise ScoringInputError("wait_slack must be >= 1 (None turns waiting for a faster GPU off)")
+        for name in KNOB_RULES:
+            check_knob(name, getattr(self, name))
+
+    @classmethod
+    def from_settings(cls, settings: object) -> ScoringConfig:
+        """The configuration a settings object declares: every field of this class it has an attribute of, as is,
+        except that a `wait_slack` of 0 and an empty `model_task_mix` mean none (the service's environment has no
+        null)."""
+        values = {f.name: getattr(settings, f.name) for f in fields(cls) if f.init and hasattr(settings, f.name)}
+        values["wait_slack"] = values.get("wait_slack", DEFAULT_WAIT_SLACK) or None
+        values["model_task_mix"] = values.get("model_task_mix") or None
+        return cls(**values)
 
     def cpu_balance_penalty(self, free_after_milli: tuple[int, ...], cpu_fit_after: int | None) -> float:
         """`packing_cpu_balance` × how far the node's CPU left is from what its GPUs left need at the workload's CPU
@@ -163,3 +181,7 @@ class ScoringConfig:
         if found is None:
             found = self._by_model[gpu_model] = self._by_model.get(normalize_gpu_model(gpu_model), self)
         return found
+
+
+SCORING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ScoringConfig) if f.default is not MISSING}
+"""Each knob's default, for settings that declare the knob by the same name (`advisor.settings`)."""

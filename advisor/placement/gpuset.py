@@ -124,6 +124,8 @@ class WholePlan:
     packing: float
     topology_affinity: float
     detail: str
+    mask: int
+    """`positions` as a bit mask."""
 
 
 @lru_cache(maxsize=65536)
@@ -142,10 +144,12 @@ def whole_plan(
         config,
     )
     left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
+    mask = sum(1 << p for p in chosen.positions)
     if k <= 1:
-        return WholePlan(chosen.positions, packing, 1.0, f", {left}")
+        return WholePlan(chosen.positions, packing, 1.0, f", {left}", mask)
     link = _LEVEL_BY_RANK[chosen.worst_rank] if topology.known else "topology unknown"
-    return WholePlan(chosen.positions, packing, 1.0 - chosen.mean_rank / WORST_LINK_RANK, f" on {link}, {left}")
+    affinity = 1.0 - chosen.mean_rank / WORST_LINK_RANK
+    return WholePlan(chosen.positions, packing, affinity, f" on {link}, {left}", mask)
 
 
 def packing_of(

@@ -1,19 +1,19 @@
 """Per-shape score vectors over a node index: kube-scheduler's prioritize verb as a gather.
 
-kube-scheduler asks about every GPU pod with ~500 candidate nodes. Memoised verdicts (`scoring.evaluate_batch`) still
+kube-scheduler asks about every GPU pod with ~500 candidate nodes. Memoised verdicts (`Scorer.evaluate`) still
 cost a memo lookup, a verdict object and a weighted sum per node in Python on every call. Here each request shape has
 one row of numbers per node slot — feasible, packing, affinity, interference, slowdown — each row valid for one node
 state. A call maps the candidates' names to slots, finds with one array comparison the rows that do not belong to the
 node states of this moment (a shape not seen before, a node that sent a new snapshot), computes only those (a share
 straight from `columnar.share_arrays`, whole GPUs from the node shape's cached plan in `_whole_rows`; no verdict object
-or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, in the same IEEE
-operations and order as `extender._extender_totals` and `extender._extender_int`: the same integers
+or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, by the same
+functions as `Scorer.extender_priorities` (`advisor.placement.totals`): the same integers
 (tests/advisor/test_vectors.py compares).
 
-The shape is `evaluate_batch`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
+The shape is `Scorer.evaluate`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
 — except for whole GPUs on a node whose free GPUs have no residents, whose rows hold for any workload (each such call
 reads two tables, as the memo reads two keys). The pod's CPU/memory is no part of it: a shortfall is checked on every
-call over the nodes' free CPU/memory, as `evaluate_batch` does.
+call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
 
 What it covers: pods that ask for GPUs (whole or a share), without a gang (whether a member runs elsewhere depends on
 the whole batch), under a configuration whose task mixes give no CPU/memory (no node has a fit index). Everything else
@@ -32,28 +32,49 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import NodeFacts, share_arrays
+from advisor.placement.columnar import NodeFacts, gpu_slowdowns, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import whole_plan
-from advisor.placement.scoring import RawVerdict, evaluate_batch, jct_basis, whole_eligible_mask
-from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest
-from advisor.predictors import Predictors, UsageProfile, default_usage
+from advisor.placement.scoring import RawVerdict, jct_basis
+from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
+from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
+from advisor.predictors import Predictors, default_usage
 
 MAX_TABLES = 32
 """Request shapes whose score vectors are kept (each 48 bytes per node slot: 0.5 MB per shape at 10,000 nodes)."""
 _SPARE_SLOTS = 1024
+_MASK_BITS = 62
+"""Nodes with more GPUs than this have no int64 mask of them: their whole-GPU rows come from the per-node path."""
+_NODE_SHAPE_LIMIT = 65536
+"""Distinct (topology, free milli-GPU) pairs the index interns before it starts afresh."""
+_INT64_MAX = np.iinfo(np.int64).max
 _FEASIBLE, _PACKING, _AFFINITY, _INTERFERENCE, _SLOWDOWN = range(5)
 _FIELDS = 5
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
+
+
+class Evaluator(Protocol):
+    """What the vectors need of their `Scorer`: its configuration and predictors, and its per-node verdicts (for
+    groups too small to vectorise)."""
+
+    @property
+    def config(self) -> ScoringConfig: ...
+
+    @property
+    def predictors(self) -> Predictors: ...
+
+    def evaluate(
+        self, pod: PodRequest, nodes: Sequence[NodeState], now_seconds: float | None
+    ) -> list[RawVerdict | NodeScore]: ...
 
 
 class Priorities(NamedTuple):
@@ -108,14 +129,22 @@ _healthy_count_of = attrgetter("healthy_count")
 _gpu_count_of = attrgetter("topology.gpu_count")
 _largest_island_of = attrgetter("topology.largest_island")
 _gpu_model_of = attrgetter("gpu_model")
+_free_mask_of = attrgetter("free_mask")
+
+
+def _resident_bits(node: NodeState) -> int:
+    """The positions of the node's GPUs that have residents, as a bit mask."""
+    return sum(1 << pos for pos, g in enumerate(node.gpus) if g.residents)
 
 
 class ScoreVectors:
     """The node index and the per-shape tables of one process (the service's prioritize verb; one lock: a call
-    reads and writes both). A slot holds no node state: it knows the state last found there by its `serial`."""
+    reads and writes both). A slot holds no node state: it knows the state last found there by its `serial`.
+    `computed_rows` counts the rows computed so far (the rest of each call is a gather)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.computed_rows = 0
         self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
         self._next_epoch = 1
         self._reset(64)
@@ -136,6 +165,14 @@ class ScoreVectors:
         self._model = np.zeros(capacity, dtype=np.intp)  # index into `_models`
         self._models: list[str] = []
         self._model_ids: dict[str, int] = {}
+        # whole GPUs: the free GPUs and those with residents (bit per position), each GPU's memory (bytes, 0:
+        # unknown), and the node's shape (topology, free milli-GPU), index into `_node_shapes`: the plan's key
+        self._free_mask = np.zeros(capacity, dtype=np.int64)
+        self._resident_mask = np.zeros(capacity, dtype=np.int64)
+        self._memory_total = np.zeros((capacity, 8), dtype=np.int64)
+        self._node_shape = np.zeros(capacity, dtype=np.int64)
+        self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
+        self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
 
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
@@ -160,6 +197,12 @@ class ScoreVectors:
         self._gpu_count = grown(self._gpu_count, 0)
         self._largest_island = grown(self._largest_island, 0.0)
         self._model = grown(self._model, 0)
+        self._free_mask = grown(self._free_mask, 0)
+        self._resident_mask = grown(self._resident_mask, 0)
+        self._node_shape = grown(self._node_shape, 0)
+        memory = np.zeros((capacity, self._memory_total.shape[1]), dtype=np.int64)
+        memory[: self._memory_total.shape[0]] = self._memory_total
+        self._memory_total = memory
 
     def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> list[int]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
@@ -214,6 +257,28 @@ class ScoreVectors:
             self._model_ids[model] = len(self._models)
             self._models.append(model)
         self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
+        wide = max(s.topology.gpu_count for s in known)
+        if wide > self._memory_total.shape[1]:
+            memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
+            memory[:, : self._memory_total.shape[1]] = self._memory_total
+            self._memory_total = memory
+        narrow = [s if s.topology.gpu_count <= _MASK_BITS else None for s in known]
+        self._free_mask[target] = [0 if s is None else s.free_mask for s in narrow]
+        self._resident_mask[target] = [0 if s is None else _resident_bits(s) for s in narrow]
+        memory = np.zeros((n, self._memory_total.shape[1]), dtype=np.int64)
+        shapes = self._node_shape_ids
+        ids = []
+        for row, state in enumerate(known):
+            totals = [g.memory_total_bytes for g in state.gpus]
+            memory[row, : len(totals)] = totals
+            shape = (state.topology, state.free_milli)
+            shape_id = shapes.get(shape)
+            if shape_id is None:
+                shape_id = shapes[shape] = len(self._node_shapes)
+                self._node_shapes.append(shape)
+            ids.append(shape_id)
+        self._memory_total[target] = memory
+        self._node_shape[target] = ids
 
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
@@ -232,12 +297,14 @@ class ScoreVectors:
         names: Sequence[str],
         nodes: Mapping[str, NodeState],
         *,
-        config: ScoringConfig,
-        predictors: Predictors,
+        scorer: Evaluator,
         now_seconds: float | None,
     ) -> Priorities:
-        """The extender's integers for `names` (a pod `covers` accepts): `extender_priorities`' numbers."""
+        """The extender's integers for `names` (a pod `covers` accepts): `Scorer.extender_priorities`' numbers."""
+        config, predictors = scorer.config, scorer.predictors
         with self._lock:
+            if len(self._node_shapes) > _NODE_SHAPE_LIMIT:
+                self._reset(self._serial.size)  # node shapes of states long gone: start afresh
             states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
             slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
             serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
@@ -245,7 +312,7 @@ class ScoreVectors:
             if changed.size:
                 self._refresh(changed, slots, states, serials)
             observed = self._observed[slots]
-            # `evaluate_batch`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
+            # `Scorer.evaluate`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
             fresh = ~np.isnan(observed) if now_seconds is None else observed >= now_seconds - config.staleness_seconds
             fresh_fits = fresh
             if pod.cpu_milli is not None:
@@ -266,9 +333,8 @@ class ScoreVectors:
                 row_epoch = table.epoch[slots]
             cold = np.flatnonzero(fresh_fits & (row_epoch != epochs))
             if cold.size:
-                self._compute(
-                    pod, cold, slots, states, tables=(table, any_table, own), config=config, predictors=predictors
-                )
+                self.computed_rows += int(cold.size)
+                self._compute(pod, cold, slots, states, tables=(table, any_table, own), scorer=scorer)
             rows = (
                 table.data[:, slots] if own is None else np.where(own, table.data[:, slots], any_table.data[:, slots])
             )
@@ -283,8 +349,7 @@ class ScoreVectors:
         states: list[NodeState | _Absent],
         *,
         tables: tuple[_Table, _Table, BoolArray | None],
-        config: ScoringConfig,
-        predictors: Predictors,
+        scorer: Evaluator,
     ) -> None:
         """Fill the rows of the candidates at `cold` (fresh, with room for the pod's CPU/memory): a share straight
         from `columnar.share_arrays`, whole GPUs by `_whole_rows`. `tables`:
@@ -294,9 +359,9 @@ class ScoreVectors:
         batch = cast("list[NodeState]", [states[i] for i in cold.tolist()])  # fresh: known nodes
         target = slots[cold]
         if pod.is_share:
-            values = self._share_rows(pod, batch, target, config=config, predictors=predictors)
+            values = self._share_rows(pod, batch, target, scorer=scorer)
         else:
-            values = _whole_rows(pod, batch, config=config, predictors=predictors)
+            values = self._whole_rows(pod, batch, target, scorer=scorer)
         epochs = self._epoch[target]
         if own is None:
             table.data[:, target] = values
@@ -313,13 +378,13 @@ class ScoreVectors:
         batch: list[NodeState],
         target: NDArray[np.intp],
         *,
-        config: ScoringConfig,
-        predictors: Predictors,
+        scorer: Evaluator,
     ) -> FloatArray:
-        """A share's rows (fields × nodes) without a verdict object per node: `evaluate_batch`'s checks (a GPU
+        """A share's rows (fields × nodes) without a verdict object per node: `Scorer.evaluate`'s checks (a GPU
         model the pod does not accept, no healthy GPU: infeasible) over the index's arrays, then the nodes of one
         GPU count and packing configuration (`ScoringConfig.for_model`) together through `share_arrays`, as
         `scoring._evaluate_shares` groups them."""
+        config, predictors = scorer.config, scorer.predictors
         values = np.zeros((_FIELDS, len(batch)))
         values[_SLOWDOWN] = 1.0
         model = self._model[target]
@@ -333,14 +398,12 @@ class ScoreVectors:
         numbers = np.array([distinct.index(c) for c in per_model], dtype=np.intp)
         group = self._gpu_count[target] * len(distinct) + numbers[model]
         fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
-        usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as evaluate_batch
+        usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as Scorer.evaluate
         for key in np.unique(group[ok]).tolist():
             members = np.flatnonzero(ok & (group == key))
             nodes = [batch[j] for j in members.tolist()]
             if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
-                values[:, members] = _rows(
-                    evaluate_batch(pod, nodes, config=config, predictors=predictors, now_seconds=None)
-                )
+                values[:, members] = _rows(scorer.evaluate(pod, nodes, None))
                 continue
             chosen = share_arrays(
                 pod,
@@ -358,6 +421,93 @@ class ScoreVectors:
             values[_SLOWDOWN, members] = chosen.pod_slowdown
         return values
 
+    def _whole_rows(  # noqa: PLR0915 - the vectorised whole-GPU rows in one pass over the batch's arrays
+        self, pod: PodRequest, batch: list[NodeState], target: NDArray[np.intp], *, scorer: Evaluator
+    ) -> FloatArray:
+        """Whole GPUs' rows (fields × nodes) over the index's arrays: `Scorer.evaluate`'s checks (a GPU model the
+        pod does not accept, no healthy GPU) and `scoring.evaluate_whole` for a pod without a gang on nodes without
+        a CPU/memory fit index (what `covers` admits). The GPUs eligible (free, and with the memory asked for) are a
+        mask per node; one plan (`gpuset.whole_plan`) per distinct node shape, eligible mask and configuration; the
+        interference only where the chosen GPUs have residents, for all of them at once (`columnar.gpu_slowdowns`)."""
+        config, predictors = scorer.config, scorer.predictors
+        k = pod.whole_gpus
+        values = np.zeros((_FIELDS, len(batch)))
+        values[_SLOWDOWN] = 1.0
+        model = self._model[target]
+        ok = self._healthy[target].copy()
+        models = self._models
+        if pod.gpu_models:
+            accepted = np.array([normalize_gpu_model(m) in pod.gpu_models for m in models], dtype=np.bool_)
+            ok &= accepted[model]
+        wide = np.flatnonzero(ok & (self._gpu_count[target] > _MASK_BITS))
+        if wide.size:  # no int64 mask of their GPUs: the per-node path
+            values[:, wide] = _rows(scorer.evaluate(pod, [batch[j] for j in wide.tolist()], None))
+            ok[wide] = False
+        eligible = self._free_mask[target]
+        if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU, per position
+            memory = self._memory_total[target]
+            need = min(pod.gpu_memory_bytes, _INT64_MAX)
+            fits = ((memory <= 0) | (memory >= need)).astype(np.int64)
+            eligible = eligible & (fits << np.arange(memory.shape[1], dtype=np.int64)).sum(axis=1)
+        ok &= np.bitwise_count(eligible) >= k
+        members = np.flatnonzero(ok)
+        if not members.size:
+            return values
+        per_model = [config.for_model(m) for m in models]
+        distinct = list({id(c): c for c in per_model}.values())  # compared by identity
+        numbers = np.array([distinct.index(c) for c in per_model], dtype=np.int64)
+        # one plan per distinct (node shape, configuration, eligible GPUs); without a GPU-memory request the
+        # eligible GPUs are the free ones, which the node shape (its free milli-GPU) already says
+        count = len(distinct)
+        shape_config = self._node_shape[target[members]] * count + numbers[model[members]]
+        masks = eligible[members]
+        if pod.gpu_memory_bytes is None:
+            unique, first, inverse = np.unique(shape_config, return_index=True, return_inverse=True)
+            keys: list[tuple[int, int]] = list(zip(unique.tolist(), masks[first].tolist(), strict=True))
+        else:
+            index: dict[tuple[int, int], int] = {}
+            inverse = np.fromiter(
+                (index.setdefault(key, len(index)) for key in zip(shape_config.tolist(), masks.tolist(), strict=True)),
+                dtype=np.intp,
+                count=members.size,
+            )
+            keys = list(index)
+        inverse = inverse.reshape(-1)
+        node_shapes = self._node_shapes
+        plans = [whole_plan(*node_shapes[key // count], mask, k, distinct[key % count]) for key, mask in keys]
+        feasible = np.array([p is not None for p in plans], dtype=np.bool_)[inverse]
+        values[_FEASIBLE, members] = feasible
+        values[_PACKING, members] = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
+        values[_AFFINITY, members] = np.array([0.0 if p is None else p.topology_affinity for p in plans])[inverse]
+        values[_INTERFERENCE, members] = np.where(feasible, 1.0, 0.0)  # 0.5 / 1 + 0.5 / 1 where nothing is shared
+        chosen = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[inverse]
+        busy = chosen & self._resident_mask[target[members]]  # chosen GPUs with residents, per node
+        shared = np.flatnonzero(feasible & (busy != 0))
+        if shared.size:
+            # every (node, chosen GPU with residents) pair at once (`columnar.gpu_slowdowns`), then the worst per
+            # node, as `scoring.whole_slowdowns` takes it GPU by GPU
+            width = int(self._gpu_count[target[members[shared]]].max())
+            bits = (busy[shared, None] >> np.arange(width, dtype=np.int64)) & 1
+            rows, positions = np.nonzero(bits)
+            nodes = [batch[j] for j in members[shared].tolist()]
+            fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+            usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model
+            pod_pair, res_pair = gpu_slowdowns(
+                pod,
+                nodes,
+                (positions, rows),
+                usages=usages,
+                usage_index=model[members[shared]],
+                predictors=predictors,
+            )
+            pod_slow = np.ones(shared.size)
+            res_slow = np.ones(shared.size)
+            np.maximum.at(pod_slow, rows, pod_pair)
+            np.maximum.at(res_slow, rows, res_pair)
+            values[_INTERFERENCE, members[shared]] = 0.5 / pod_slow + 0.5 / res_slow
+            values[_SLOWDOWN, members[shared]] = pod_slow
+        return values
+
     def _integers(
         self,
         pod: PodRequest,
@@ -369,9 +519,9 @@ class ScoreVectors:
         config: ScoringConfig,
         predictors: Predictors,
     ) -> Priorities:
-        """`_extender_totals` then `_extender_int` on arrays: the same operations in the same order per node."""
-        unknown_int = min(10, max(0, round(config.unknown_node_score / 10.0)))
-        out = np.full(feasible.size, unknown_int, dtype=np.int64)
+        """The weighted totals (`totals.weighted_totals`) and their integers (`totals.extender_integers`) of the
+        feasible candidates, as `Scorer.extender_priorities` computes them over verdicts."""
+        out = np.full(feasible.size, unknown_integer(config.unknown_node_score), dtype=np.int64)
         infeasible = fresh & ~feasible
         out[infeasible] = 0
         if feasible.any():
@@ -382,74 +532,10 @@ class ScoreVectors:
             _, unit_time, _ = jct_basis(pod, stand_ins, predictors)
             unit = np.zeros(len(self._models))
             unit[present] = [unit_time[self._models[m]] for m in present]
-            times = rows[_SLOWDOWN][feasible] * unit[model]
-            best_time = times.min()
-            w_p, w_a, w_i, w_j = (
-                config.weight_packing,
-                config.weight_affinity,
-                config.weight_interference,
-                config.weight_jct,
-            )
-            w_total = w_p + w_a + w_i + w_j
-            scale = 100.0 / w_total if w_total > 0 else 0.0
-            if scale:
-                positive = times > 0
-                jct_ratio = np.ones_like(times)
-                np.divide(best_time, times, out=jct_ratio, where=positive)
-                r = rows[:, feasible]
-                total = scale * (w_p * r[_PACKING] + w_a * r[_AFFINITY] + w_i * r[_INTERFERENCE] + w_j * jct_ratio)
-                total = np.where(total > 100.0, 100.0, np.where(total < 0.0, 0.0, total))
-            else:
-                total = np.full(times.size, 50.0)
-            best = total.max()
-            ints = np.rint(10.0 - 10.0 * (best - total) / config.extender_span_points)
-            out[feasible] = np.maximum(1, ints.astype(np.int64))
+            r = rows[:, feasible]
+            totals, _ = weighted_totals(config, r[_PACKING], r[_AFFINITY], r[_INTERFERENCE], r[_SLOWDOWN] * unit[model])
+            out[feasible] = extender_integers(totals, config.extender_span_points)
         return Priorities(out.tolist(), feasible, infeasible)
-
-
-def _whole_rows(
-    pod: PodRequest, batch: list[NodeState], *, config: ScoringConfig, predictors: Predictors
-) -> FloatArray:
-    """Whole GPUs' rows (fields × nodes) without a verdict object or memo entry per node: `evaluate_batch`'s checks
-    (a GPU model the pod does not accept, no healthy GPU) and `scoring._evaluate_whole` for a pod without a gang on
-    nodes without a CPU/memory fit index (what `covers` admits): the eligible GPUs, the node shape's cached plan
-    (`gpuset.whole_plan`), its packing and link affinity, the interference with residents on the chosen GPUs."""
-    k = pod.whole_gpus
-    accepted = pod.gpu_models
-    fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
-    usages: dict[str, UsageProfile] = {}
-    slowdowns = predictors.interference.slowdowns
-    feasible, packing, affinity, interference, slowdown = [], [], [], [], []
-    for node in batch:
-        plan = None
-        if (not accepted or normalize_gpu_model(node.gpu_model) in accepted) and node.healthy_count:
-            eligible = whole_eligible_mask(node, pod)
-            if eligible.bit_count() >= k:
-                plan = whole_plan(node.topology, node.free_milli, eligible, k, config.for_model(node.gpu_model))
-        if plan is None:
-            feasible.append(0.0)
-            packing.append(0.0)
-            affinity.append(0.0)
-            interference.append(0.0)
-            slowdown.append(1.0)
-            continue
-        pod_slow, res_slow = 1.0, 1.0
-        gpus = node.gpus
-        for pos in plan.positions:
-            residents = gpus[pos].residents
-            if residents:
-                usage = usages.get(node.gpu_model)
-                if usage is None:
-                    usage = usages[node.gpu_model] = predictors.usage.usage(pod.workload, node.gpu_model) or fallback
-                p, r = slowdowns(gpus[pos].model, pod.workload, usage, residents)
-                pod_slow = max(pod_slow, p)
-                res_slow = max(res_slow, r)
-        feasible.append(1.0)
-        packing.append(plan.packing)
-        affinity.append(plan.topology_affinity)
-        interference.append(0.5 / pod_slow + 0.5 / res_slow)
-        slowdown.append(pod_slow)
-    return np.array([feasible, packing, affinity, interference, slowdown], dtype=np.float64).reshape(_FIELDS, -1)
 
 
 def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:
@@ -464,10 +550,7 @@ def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:
 
 _FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "interference", "slowdown")]
 _VECTORISE_MIN_NODES = 8
-"""Below this many cold nodes of one GPU count and configuration, `evaluate_batch`'s scalar loop is cheaper than
+"""Below this many cold nodes of one GPU count and configuration, `Scorer.evaluate`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""
 _ANY_WORKLOAD = object()
 """Stands for the workload in the key of a whole-GPU table whose rows hold for any workload."""
-
-VECTORS = ScoreVectors()
-"""The process's score vectors (the service's prioritize verb)."""

@@ -1,6 +1,6 @@
 """The bridge from the simulator's arrays to the service's scorer, so the `advisor` policy is the real advice.
 
-`advisor.placement.scoring.score_nodes` takes `NodeState`s; building one per node per pod would dominate a run of
+`advisor.placement.scorer.Scorer` takes `NodeState`s; building one per node per pod would dominate a run of
 10,000 pods over 1,213 nodes, and most nodes are in one of a few hundred distinct states (same GPU model, topology and
 free shares). The score of a node is a pure function of its state, so `StateInterner` keeps one `NodeState` per distinct
 state and the policies score one representative of each, then place on the first node in that state.

@@ -1,5 +1,5 @@
 """The `advisor` and `oracle` policies of a JCT run: kube-scheduler's LeastAllocated plus the advisor extender running
-`advisor.placement.scoring.score_nodes` (the advisor scores with predicted rates, the oracle with the true ones), with
+`advisor.placement.scorer.Scorer` (the advisor scores with predicted rates, the oracle with the true ones), with
 the extender filter's rules (holding for the blocked head, shortest-first claims, waiting for a faster GPU) run on
 the policy's own queue.
 """
@@ -20,7 +20,8 @@ from advisor.placement.extender import extender_scores
 from advisor.placement.filter import QueueRules, run_filter
 from advisor.placement.fragmentation import IntArray
 from advisor.placement.holding import HEAD_SCAN, Reservation, blocked_reservation
-from advisor.placement.scoring import is_stale, score_nodes
+from advisor.placement.scorer import Scorer
+from advisor.placement.scoring import is_stale
 from advisor.placement.shortest import CLAIM_SCAN, Claim, Claimant, claims
 from advisor.placement.types import NodeState, PodRequest, Resident
 from advisor.placement.waiting import LeaveTimes, RoomAt, has_room_now, room_at
@@ -503,8 +504,9 @@ class ExtenderJobPolicy:
             for n in candidates:
                 self._intern(state, int(n), job, share, gang)
         states, inverse = self._interner.distinct(candidates)
-        scores = score_nodes(
-            request, states, config=self._config, predictors=with_job(self._bundle, self._table, self._believed(job))
+        # The JCT predictor is this job's own (`with_job`): a scorer per decision, its caches would never hit again.
+        scores = Scorer(self._config, with_job(self._bundle, self._table, self._believed(job))).score_nodes(
+            request, states
         )
         extender = np.array(extender_scores(scores, span_points=self._config.extender_span_points), dtype=np.float64)
         extender[[not s.feasible for s in scores]] = -np.inf

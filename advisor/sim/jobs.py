@@ -9,7 +9,7 @@ share a GPU, as in Gavel's space sharing), and a pair the truth marks infeasible
 would refuse it).
 
 Policies: `spread` / `binpack` (kube-scheduler's LeastAllocated / MostAllocated over GPU shares; least- or most-used
-GPU), `advisor` and `oracle` (kube-scheduler + the advisor extender running `advisor.placement.scoring.score_nodes`;
+GPU), `advisor` and `oracle` (kube-scheduler + the advisor extender running `advisor.placement.scorer.Scorer`;
 the advisor scores with predicted rates, the oracle with the true ones).
 """
 

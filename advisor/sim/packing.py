@@ -10,7 +10,7 @@ the state and names a node and the GPUs to use there; the engine checks and appl
 * `binpack` — `NodeResourcesMostAllocated`: the node with the largest mean used ratio; a share goes to the fullest GPU
   it fits (best fit);
 * `fgd` — Fragmentation Gradient Descent: the (node, GPU) that increases the expected fragmentation least;
-* `advisor` — the service's own `advisor.placement.scoring.score_nodes` (see `advisor.sim.adapter`).
+* `advisor` — the service's own `advisor.placement.scorer.Scorer` (see `advisor.sim.adapter`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_node_scores
 from advisor.placement.fragmentation import (
     DEFAULT_TASK_MIX,
     FloatArray,
@@ -35,7 +34,7 @@ from advisor.placement.fragmentation import (
     TaskMix,
     Workload,
 )
-from advisor.placement.scoring import allocate
+from advisor.placement.scorer import Scorer
 from advisor.placement.types import NodeState, PodRequest
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner, share_residents
@@ -278,7 +277,7 @@ class FgdPolicy:
 
 
 class AdvisorPackPolicy:
-    """kube-scheduler with the advisor as its extender, scoring with the service's own `score_nodes`.
+    """kube-scheduler with the advisor as its extender, scoring with the service's own `Scorer`.
 
     A node's total is what kube-scheduler computes: its default `NodeResourcesFit` score (LeastAllocated over GPU,
     CPU and memory, an integer 0..100; off with `kube_score` False — by default when the config breaks ties itself,
@@ -315,7 +314,7 @@ class AdvisorPackPolicy:
         self._interner = StateInterner(cluster.nodes)
         self._version = np.full(len(cluster.nodes), -1, dtype=np.int64)
         self._config = config
-        self._predictors = predictors or Predictors.heuristic()
+        self._scorer = Scorer(config, predictors or Predictors.heuristic())
         self._weight = extender_weight
         self._rng = rng
         self._resources = config.resources
@@ -387,9 +386,7 @@ class AdvisorPackPolicy:
             states, inverse = self._interner.distinct(candidates)
         else:
             states, inverse = self._distinct_with_resources(state, candidates, request, resources)
-        extender = np.array(
-            extender_node_scores(request, states, config=self._config, predictors=self._predictors), dtype=np.float64
-        )
+        extender = np.array(self._scorer.extender_node_scores(request, states), dtype=np.float64)
         per_node = extender[inverse]
         infeasible = per_node == 0  # a feasible verdict scores at least 1
         if self._config.extender_first_of_equals:
@@ -400,7 +397,7 @@ class AdvisorPackPolicy:
             per_node[top] -= 1
         per_node[infeasible] = -np.inf
         best = best_index(kube + self._weight * 10.0 * per_node, self._rng)
-        chosen = allocate(request, states[int(inverse[best])], config=self._config, predictors=self._predictors)
+        chosen = self._scorer.allocate(request, states[int(inverse[best])])
         if not chosen.feasible:
             raise RuntimeError(f"the scorer found no GPUs for {pod.name} on a node where it fits: {chosen.reason}")
         return int(candidates[best]), chosen.gpus

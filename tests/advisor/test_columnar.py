@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from advisor.placement import scoring
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_node_scores
 from advisor.placement.fragmentation import TaskMix
+from advisor.placement.scorer import COLUMNAR_MIN_NODES, MEMO_LIMIT, Scorer
+from advisor.placement.scoring import RawVerdict
 from advisor.placement.types import GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
 from advisor.predictors import Predictors, ResidentLike, UsageProfile
 from collector.snapshot import LinkLevel
@@ -114,13 +114,16 @@ def random_pod(rng: random.Random) -> PodRequest:
     return PodRequest(gpus=rng.choice((1, 2, 3, 4, 8)), **common)  # type: ignore[arg-type]
 
 
-def verdicts(pod: PodRequest, nodes: list[NodeState], config: ScoringConfig) -> tuple[list[NodeScore], list[int]]:
-    scoring.clear_verdicts()
-    scores = scoring.score_nodes(pod, nodes, config=config, now_seconds=1010.0)
-    scoring.clear_verdicts()
-    ints = extender_node_scores(pod, nodes, config=config, now_seconds=1010.0)
-    scoring.clear_verdicts()
-    return scores, ints
+def fresh(config: ScoringConfig, predictors: Predictors | None = None, *, columnar: int = COLUMNAR_MIN_NODES) -> Scorer:
+    """A scorer with cold caches at time 1010; shares through the columnar path from `columnar` nodes of a kind."""
+    return Scorer(config, predictors, clock=lambda: 1010.0, columnar_min_nodes=columnar)
+
+
+def verdicts(
+    pod: PodRequest, nodes: list[NodeState], config: ScoringConfig, *, columnar: int = COLUMNAR_MIN_NODES
+) -> tuple[list[NodeScore], list[int]]:
+    scores = fresh(config, columnar=columnar).score_nodes(pod, nodes)
+    return scores, fresh(config, columnar=columnar).extender_node_scores(pod, nodes)
 
 
 def config_for(mix: str) -> ScoringConfig:
@@ -144,9 +147,7 @@ def config_for(mix: str) -> ScoringConfig:
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
-def test_vectorised_shares_match_the_scalar_scorer_exactly(
-    seed: int, mix: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_vectorised_shares_match_the_scalar_scorer_exactly(seed: int, mix: str) -> None:
     rng = random.Random(seed)
     config = config_for(mix)
     nodes = [
@@ -154,8 +155,7 @@ def test_vectorised_shares_match_the_scalar_scorer_exactly(
     ]
     pods = [random_pod(rng) for _ in range(25)]
     vectorised = [verdicts(pod, nodes, config) for pod in pods]
-    monkeypatch.setattr(scoring, "_COLUMNAR_MIN_NODES", 10**9)  # every node through the scalar `_evaluate_share`
-    scalar = [verdicts(pod, nodes, config) for pod in pods]
+    scalar = [verdicts(pod, nodes, config, columnar=10**9) for pod in pods]  # every node through `evaluate_share`
     for pod, v, s in zip(pods, vectorised, scalar, strict=True):
         assert v == s, pod
     shares = [v for pod, v in zip(pods, vectorised, strict=True) if pod.is_share]
@@ -167,22 +167,12 @@ def test_vectorised_shares_match_the_scalar_scorer_exactly(
     assert any(not s.feasible for scores, _ in shares for s in scores)
 
 
-def test_a_large_batch_of_shares_goes_through_the_vectorised_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_batch_of_shares_goes_through_the_vectorised_path() -> None:
     rng = random.Random(99)
     nodes = [random_node(rng, f"n{i}", 8, cpu=False) for i in range(40)]
-    pod = PodRequest(gpu_milli=333)
-    calls: list[int] = []
-    real = scoring.share_choices
-
-    def counting(*args: object, **kwargs: object) -> object:
-        calls.append(len(args[1]))  # type: ignore[arg-type]
-        return real(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(scoring, "share_choices", counting)
-    scoring.clear_verdicts()
-    scoring.score_nodes(pod, nodes, config=ScoringConfig(), now_seconds=1010.0)
-    assert calls
-    assert sum(calls) > 30
+    scorer = fresh(ScoringConfig())
+    scorer.score_nodes(PodRequest(gpu_milli=333), nodes)
+    assert scorer.columnar_verdicts > 30
 
 
 @pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
@@ -208,10 +198,9 @@ def test_verdicts_from_a_warm_memo_are_the_verdicts_from_scratch(mix: str) -> No
         for p in base
         for _ in range(2)
     ]
-    scoring.clear_verdicts()
-    warm = [scoring.score_nodes(pod, nodes, config=config, now_seconds=1010.0) for pod in pods]
-    fresh = [verdicts(pod, nodes, config)[0] for pod in pods]
-    assert warm == fresh
+    scorer = fresh(config)
+    warm = [scorer.score_nodes(pod, nodes) for pod in pods]
+    assert warm == [verdicts(pod, nodes, config)[0] for pod in pods]
 
 
 class WorkloadAwareInterference:
@@ -233,7 +222,7 @@ class WorkloadAwareInterference:
         return pod + (0.05 if "A100" in gpu_model else 0.0), worst
 
 
-def test_any_interference_predictor_gives_the_scalar_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_any_interference_predictor_gives_the_scalar_verdicts() -> None:
     """Predictors other than the heuristic are asked per busy GPU by both paths: the same verdicts."""
     rng = random.Random(5)
     predictors = replace(Predictors.heuristic(), interference=WorkloadAwareInterference())
@@ -241,16 +230,11 @@ def test_any_interference_predictor_gives_the_scalar_verdicts(monkeypatch: pytes
     nodes = [random_node(rng, f"n{i}", 8, cpu=False) for i in range(40)]
     pods = [PodRequest(gpu_milli=rng.randrange(1, 1000), workload=rng.choice(("bert", "gpt2"))) for _ in range(10)]
 
-    def run() -> list[list[NodeScore]]:
-        out = []
-        for pod in pods:
-            scoring.clear_verdicts()
-            out.append(scoring.score_nodes(pod, nodes, config=config, predictors=predictors, now_seconds=1010.0))
-        return out
+    def run(columnar: int) -> list[list[NodeScore]]:
+        return [fresh(config, predictors, columnar=columnar).score_nodes(pod, nodes) for pod in pods]
 
-    vectorised = run()
-    monkeypatch.setattr(scoring, "_COLUMNAR_MIN_NODES", 10**9)
-    assert vectorised == run()
+    vectorised = run(COLUMNAR_MIN_NODES)
+    assert vectorised == run(10**9)
     assert any(s.predicted_slowdown > 1.3 for scores in vectorised for s in scores if s.feasible and s.known)
 
 
@@ -260,16 +244,14 @@ def test_a_full_memo_forgets_only_its_oldest_shape() -> None:
     rng = random.Random(3)
     nodes = [random_node(rng, f"n{i}", 8, cpu=False) for i in range(12)]
     config = ScoringConfig()
-    pods = [PodRequest(gpu_milli=100 + i) for i in range(scoring._MEMO_LIMIT + 1)]
+    pods = [PodRequest(gpu_milli=100 + i) for i in range(MEMO_LIMIT + 1)]
+    scorer = fresh(config)
 
     def evaluate(pod: PodRequest) -> list[object]:
-        return scoring.evaluate_batch(
-            pod, nodes, config=config, predictors=scoring.HEURISTIC_PREDICTORS, now_seconds=1010.0
-        )
+        return list(scorer.evaluate(pod, nodes, 1010.0))
 
-    scoring.clear_verdicts()
     first = [evaluate(pod) for pod in pods]
-    memoised = [i for i, v in enumerate(first[0]) if isinstance(v, scoring.RawVerdict)]  # stale nodes: never
+    memoised = [i for i, v in enumerate(first[0]) if isinstance(v, RawVerdict)]  # stale nodes: never
     assert len(memoised) > 6
     for i in (len(pods) - 1, 1):  # kept: the very objects memoised
         again = evaluate(pods[i])
@@ -277,4 +259,3 @@ def test_a_full_memo_forgets_only_its_oldest_shape() -> None:
     again = evaluate(pods[0])  # forgotten: computed afresh, the same verdicts
     assert all(again[j] is not first[0][j] for j in memoised)
     assert again == first[0]
-    scoring.clear_verdicts()

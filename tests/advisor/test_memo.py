@@ -8,7 +8,7 @@ import gc
 
 from advisor.placement.config import ScoringConfig
 from advisor.placement.memo import NodeMemo
-from advisor.placement.scoring import score_nodes
+from advisor.placement.scorer import Scorer
 from advisor.placement.types import PodRequest
 from tests.advisor.factories import node_state
 
@@ -17,13 +17,16 @@ CONFIG = ScoringConfig()
 
 def test_a_new_snapshot_of_a_node_is_scored_afresh_not_from_the_old_states_memo() -> None:
     pod = PodRequest(name="ml/a", gpus=8)
+    scorer = Scorer(CONFIG)
     idle = node_state("n1")
-    assert score_nodes(pod, [idle], config=CONFIG)[0].feasible
+    assert scorer.score_nodes(pod, [idle])[0].feasible
     busy = node_state("n1", allocated={0: 1000})  # the same node after a pod took a GPU
-    [verdict] = score_nodes(pod, [busy], config=CONFIG)
+    [verdict] = scorer.score_nodes(pod, [busy])
     assert not verdict.feasible
     assert verdict.detail == "needs 8 free GPUs, has 7"
-    assert score_nodes(pod, [idle], config=CONFIG)[0].feasible  # the old state's verdict is still its own
+    assert scorer.score_nodes(pod, [idle])[0].feasible  # the old state's verdict is still its own
+    assert idle in scorer.verdicts
+    assert busy in scorer.verdicts
 
 
 def test_an_entry_goes_with_its_node_state() -> None:

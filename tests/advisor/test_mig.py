@@ -14,7 +14,7 @@ from advisor.cluster.pods import PodSpecError
 from advisor.cluster.state import ClusterState
 from advisor.placement.config import ScoringConfig
 from advisor.placement.mig import MigProfileError, mig_packing_ratio, parse_profile, stranded
-from advisor.placement.scoring import score_candidates
+from advisor.placement.scorer import extender_priorities, score_candidates
 from advisor.placement.types import MigInstance, PodRequest
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot
@@ -102,3 +102,14 @@ def test_a_larger_profile_packs_onto_the_node_it_leaves_fewest_free_instances_on
 def test_a_malformed_mig_resource_is_refused_naming_it() -> None:
     with pytest.raises(PodSpecError, match=r"nvidia\.com/mig-huge"):
         v1_pod({"nvidia.com/mig-huge": "1"}).to_request()
+
+
+def test_the_extender_scores_a_mig_pod_as_score_does_not_neutrally() -> None:
+    """The prioritize verb's path (`Scorer.extender_priorities`) places a MIG pod on a free instance of its profile,
+    with the same ranking as `/v1/score`, rather than the neutral 5 of a pod that asks no GPU."""
+    state = mig_state()
+    pod = v1_pod({"nvidia.com/mig-1g.10gb": "1"}).to_request()
+    verdict = extender_priorities(pod, ["m1", "m2"], state.nodes, config=CONFIG, now_seconds=time.time())
+    assert verdict.infeasible == 1
+    assert verdict.scored == 1
+    assert verdict.scores[0] > verdict.scores[1]

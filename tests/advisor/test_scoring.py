@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_priorities, extender_scores
+from advisor.placement.extender import extender_scores
 from advisor.placement.filter import filter_nodes
 from advisor.placement.gpuset import best_gpu_set
-from advisor.placement.scoring import allocate, score_candidates, score_nodes, unknown_score
+from advisor.placement.scorer import allocate, extender_priorities, score_candidates, score_nodes
+from advisor.placement.scoring import unknown_score
 from advisor.placement.types import PodRequest, Resident, ScoringInputError, Topology
 from advisor.predictors import HEURISTIC, HeuristicInterference, HeuristicUsage, Predictors, SpecSpeed
 from collector.snapshot import LINK_RANK, LinkLevel

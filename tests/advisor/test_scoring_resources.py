@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_node_scores, extender_priorities, extender_scores, first_of_equals
+from advisor.placement.extender import extender_scores, first_of_equals
 from advisor.placement.filter import filter_nodes
 from advisor.placement.fragmentation import TaskMix
 from advisor.placement.gpuset import packing_of
-from advisor.placement.scoring import score_candidates, score_nodes
+from advisor.placement.scorer import extender_node_scores, extender_priorities, score_candidates, score_nodes
 from advisor.placement.types import GpuState, NodeState, PodRequest, Resident, ScoringInputError, Topology
 from collector.snapshot import LINK_RANK, LinkLevel
 

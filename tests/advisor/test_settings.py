@@ -8,21 +8,20 @@ import sys
 
 import pytest
 
-from advisor.api.app import scoring_config
-from advisor.placement.config import DEFAULT_WAIT_SLACK
+from advisor.placement.config import DEFAULT_WAIT_SLACK, ScoringConfig
 from advisor.placement.fragmentation import DEFAULT_TASK_MIX
 from advisor.settings import AdvisorSettings
 
 
 def test_the_task_mix_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert scoring_config(AdvisorSettings()).task_mix == DEFAULT_TASK_MIX
+    assert ScoringConfig.from_settings(AdvisorSettings()).task_mix == DEFAULT_TASK_MIX
     monkeypatch.setenv("GPUADVISOR_TASK_MIX", "[[1, 500, 0.5], [8, 1000, 0.5]]")
-    assert scoring_config(AdvisorSettings()).task_mix == ((1, 500, 0.5), (8, 1000, 0.5))
+    assert ScoringConfig.from_settings(AdvisorSettings()).task_mix == ((1, 500, 0.5), (8, 1000, 0.5))
 
 
 def test_the_task_mix_may_give_cpu_and_memory_per_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUADVISOR_TASK_MIX", "[[1, 500, 0.5], [8, 1000, 0.3, 64000, null], [0, 0, 0.2, 4000, 8192]]")
-    config = scoring_config(AdvisorSettings())
+    config = ScoringConfig.from_settings(AdvisorSettings())
     assert config.task_mix == ((1, 500, 0.5), (8, 1000, 0.3, 64000.0, None), (0, 0, 0.2, 4000.0, 8192.0))
     assert config.resources is not None
 
@@ -58,26 +57,26 @@ def test_a_bad_setting_exits_2_naming_the_variable() -> None:
 
 
 def test_the_extender_span_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert scoring_config(AdvisorSettings()).extender_span_points == 40.0
+    assert ScoringConfig.from_settings(AdvisorSettings()).extender_span_points == 40.0
     monkeypatch.setenv("GPUADVISOR_EXTENDER_SPAN_POINTS", "20")
-    assert scoring_config(AdvisorSettings()).extender_span_points == 20.0
+    assert ScoringConfig.from_settings(AdvisorSettings()).extender_span_points == 20.0
     monkeypatch.setenv("GPUADVISOR_EXTENDER_SPAN_POINTS", "0")
     with pytest.raises(ValueError, match="extender_span_points"):
         AdvisorSettings()
 
 
 def test_the_wait_slack_comes_from_the_environment_and_zero_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert scoring_config(AdvisorSettings()).wait_slack == DEFAULT_WAIT_SLACK
+    assert ScoringConfig.from_settings(AdvisorSettings()).wait_slack == DEFAULT_WAIT_SLACK
     monkeypatch.setenv("GPUADVISOR_WAIT_SLACK", "1.5")
-    assert scoring_config(AdvisorSettings()).wait_slack == 1.5
+    assert ScoringConfig.from_settings(AdvisorSettings()).wait_slack == 1.5
     monkeypatch.setenv("GPUADVISOR_WAIT_SLACK", "0")
-    assert scoring_config(AdvisorSettings()).wait_slack is None
+    assert ScoringConfig.from_settings(AdvisorSettings()).wait_slack is None
 
 
 def test_holding_nodes_for_a_blocked_pod_is_off_unless_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not scoring_config(AdvisorSettings()).hold_for_blocked
+    assert not ScoringConfig.from_settings(AdvisorSettings()).hold_for_blocked
     monkeypatch.setenv("GPUADVISOR_HOLD_FOR_BLOCKED", "true")
-    assert scoring_config(AdvisorSettings()).hold_for_blocked
+    assert ScoringConfig.from_settings(AdvisorSettings()).hold_for_blocked
     monkeypatch.setenv("GPUADVISOR_HOLD_FOR_BLOCKED", "sometimes")
     with pytest.raises(ValueError, match="hold_for_blocked"):
         AdvisorSettings()
@@ -85,7 +84,10 @@ def test_holding_nodes_for_a_blocked_pod_is_off_unless_turned_on(monkeypatch: py
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [("-1", "greater than or equal to 0"), ("0.5", "must be 0 (never wait for a faster GPU) or >= 1")],
+    [
+        ("-1", "must be 0 (never wait for a faster GPU) or >= 1"),
+        ("0.5", "must be 0 (never wait for a faster GPU) or >= 1"),
+    ],
 )
 def test_a_bad_wait_slack_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch, value: str, message: str) -> None:
     monkeypatch.setenv("GPUADVISOR_WAIT_SLACK", value)
@@ -95,18 +97,18 @@ def test_a_bad_wait_slack_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_shortest_first_is_off_unless_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not scoring_config(AdvisorSettings()).shortest_first
+    assert not ScoringConfig.from_settings(AdvisorSettings()).shortest_first
     monkeypatch.setenv("GPUADVISOR_SHORTEST_FIRST", "true")
-    assert scoring_config(AdvisorSettings()).shortest_first
+    assert ScoringConfig.from_settings(AdvisorSettings()).shortest_first
     monkeypatch.setenv("GPUADVISOR_SHORTEST_FIRST", "maybe")
     with pytest.raises(ValueError, match="shortest_first"):
         AdvisorSettings()
 
 
 def test_per_model_task_mixes_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert scoring_config(AdvisorSettings()).model_task_mix is None
+    assert ScoringConfig.from_settings(AdvisorSettings()).model_task_mix is None
     monkeypatch.setenv("GPUADVISOR_MODEL_TASK_MIX", '{"T4": [[1, 1000, 0.5, 8000, 16384], [1, 1000, 0.5, 1e12, null]]}')
-    config = scoring_config(AdvisorSettings())
+    config = ScoringConfig.from_settings(AdvisorSettings())
     assert config.for_model("Tesla-T4").task_mix == ((1, 1000, 0.5, 8000.0, 16384.0), (1, 1000, 0.5, 1e12, None))
     assert config.for_model("NVIDIA A100-SXM4-40GB") is config
     monkeypatch.setenv("GPUADVISOR_MODEL_TASK_MIX", '{"T4": [[1, 1000]]}')
@@ -118,9 +120,9 @@ def test_per_model_task_mixes_come_from_the_environment(monkeypatch: pytest.Monk
 
 
 def test_the_best_fit_share_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert scoring_config(AdvisorSettings()).packing_best_fit_share == 0.2
+    assert ScoringConfig.from_settings(AdvisorSettings()).packing_best_fit_share == 0.2
     monkeypatch.setenv("GPUADVISOR_PACKING_BEST_FIT_SHARE", "0.1")
-    assert scoring_config(AdvisorSettings()).packing_best_fit_share == 0.1
+    assert ScoringConfig.from_settings(AdvisorSettings()).packing_best_fit_share == 0.1
     monkeypatch.setenv("GPUADVISOR_PACKING_BEST_FIT_SHARE", "2")
     with pytest.raises(ValueError, match="packing_best_fit_share"):
         AdvisorSettings()

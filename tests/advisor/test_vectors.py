@@ -12,11 +12,13 @@ from dataclasses import replace
 
 import pytest
 
-from advisor.placement import scoring, vectors
+from advisor.placement import vectors
 from advisor.placement.config import ScoringConfig
-from advisor.placement.extender import extender_priorities, extender_scores, first_of_equals
+from advisor.placement.extender import extender_scores, first_of_equals
+from advisor.placement.scorer import Scorer, score_candidates
 from advisor.placement.types import NodeState, PodRequest, Resident
 from advisor.predictors import Predictors
+from advisor.sharing import TIME_SLICING
 from tests.advisor.test_columnar import CPU_MIX, GIB, MODELS, WorkloadAwareInterference, random_node, random_pod
 
 NOW = 1010.0
@@ -31,10 +33,8 @@ def reference(
     predictors: Predictors | None = None,
     now: float = NOW,
 ) -> tuple[list[int], int, int]:
-    """The integers from scratch through the per-node path, and the scored / infeasible counts."""
-    scoring.clear_verdicts()
-    full = scoring.score_candidates(pod, names, nodes, config=config, predictors=predictors, now_seconds=now)
-    scoring.clear_verdicts()
+    """The integers from scratch (a fresh scorer) through the per-node path, and the scored / infeasible counts."""
+    full = score_candidates(pod, names, nodes, config=config, predictors=predictors, now_seconds=now)
     scored = sum(1 for s in full if s.known and s.feasible)
     infeasible = sum(1 for s in full if s.known and not s.feasible)
     ints = extender_scores(full, span_points=config.extender_span_points)
@@ -44,16 +44,12 @@ def reference(
 
 
 def check(
-    pod: PodRequest,
-    names: Sequence[str],
-    nodes: dict[str, NodeState],
-    config: ScoringConfig,
-    *,
-    predictors: Predictors | None = None,
-    now: float = NOW,
+    scorer: Scorer, pod: PodRequest, names: Sequence[str], nodes: dict[str, NodeState], *, now: float = NOW
 ) -> list[int]:
-    got = extender_priorities(pod, names, nodes, config=config, predictors=predictors, now_seconds=now)
-    ints, scored, infeasible = reference(pod, names, nodes, config, predictors=predictors, now=now)
+    """`scorer`'s integers (its caches warm from earlier calls) against the reference's."""
+    scorer.clock = lambda: now
+    got = scorer.extender_priorities(pod, names, nodes)
+    ints, scored, infeasible = reference(pod, names, nodes, scorer.config, predictors=scorer.predictors, now=now)
     assert got.scores == ints, pod
     assert (got.scored, got.infeasible) == (scored, infeasible), pod
     assert got.unknown == len(names) - scored - infeasible
@@ -85,7 +81,7 @@ def test_vectors_give_the_integers_of_the_full_verdicts_through_refreshes_and_st
 ) -> None:
     rng = random.Random(seed)
     config = configs()[config_name]
-    vectors.VECTORS.clear()
+    scorer = Scorer(config)
     nodes = {f"n{i}": random_node(rng, f"n{i}", rng.choice((8, 8, 4)), cpu=rng.random() < 0.5) for i in range(50)}
     names = [*nodes, "ghost", "n3"]  # a node the advisor does not know, and a name sent twice
     pods = [random_pod(rng) for _ in range(10)]
@@ -95,7 +91,7 @@ def test_vectors_give_the_integers_of_the_full_verdicts_through_refreshes_and_st
     for round_ in range(3):
         for pod in pods:
             covered += vectors.covers(pod, config)
-            check(pod, names, nodes, config)
+            check(scorer, pod, names, nodes)
         # some nodes send a new snapshot (a new state), one leaves, one arrives; then time passes
         for name in rng.sample(sorted(nodes), 8):
             nodes[name] = random_node(rng, name, nodes[name].topology.gpu_count, cpu=False)
@@ -104,55 +100,38 @@ def test_vectors_give_the_integers_of_the_full_verdicts_through_refreshes_and_st
         names = [*nodes, "ghost"]
     assert covered > 0 if config_name != "cpu-memory (per-node path)" else covered == 0
     for pod in pods[:5]:  # much later: every node stale
-        check(pod, names, nodes, config, now=NOW + 3600)
+        check(scorer, pod, names, nodes, now=NOW + 3600)
 
 
 def test_other_predictors_and_no_staleness_check_give_the_same_integers() -> None:
     rng = random.Random(11)
     predictors = replace(Predictors.heuristic(), interference=WorkloadAwareInterference())
     nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(40)}
-    vectors.VECTORS.clear()
+    scorer, without_clock = Scorer(ScoringConfig(), predictors), Scorer(ScoringConfig(), predictors)
     for _ in range(2):
         for gpus, milli in ((0, 300), (0, 700), (1, 0), (2, 0)):
             pod = PodRequest(gpus=gpus, gpu_milli=milli, workload=rng.choice(("bert", "gpt2")))
-            check(pod, list(nodes), nodes, ScoringConfig(), predictors=predictors)
-            got = extender_priorities(pod, list(nodes), nodes, config=ScoringConfig(), predictors=predictors)
-            scoring.clear_verdicts()
-            full = scoring.score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), predictors=predictors)
+            check(scorer, pod, list(nodes), nodes)
+            got = without_clock.extender_priorities(pod, list(nodes), nodes)
+            full = score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), predictors=predictors)
             assert got.scores == extender_scores(full)
 
 
 @pytest.mark.parametrize("pod", [PodRequest(gpu_milli=250, workload="bert"), PodRequest(gpus=2, workload="bert")])
-def test_a_warm_call_computes_nothing_and_a_new_snapshot_only_its_node(
-    pod: PodRequest, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_warm_call_computes_nothing_and_a_new_snapshot_only_its_node(pod: PodRequest) -> None:
     rng = random.Random(4)
     nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(30)}
     for node in nodes.values():
         object.__setattr__(node, "observed_at_seconds", 1000.0)
-    config = ScoringConfig()
-    computed: list[int] = []
-    for name in ("evaluate_batch", "share_arrays", "_whole_rows"):
-        real = getattr(vectors, name)
-
-        def counting(
-            pod: PodRequest, batch: Sequence[NodeState], *args: object, real: object = real, **kw: object
-        ) -> object:
-            computed.append(len(batch))
-            return real(pod, batch, *args, **kw)  # type: ignore[operator]
-
-        monkeypatch.setattr(vectors, name, counting)
-    vectors.VECTORS.clear()
-    scoring.clear_verdicts()
-    first = extender_priorities(pod, list(nodes), nodes, config=config, now_seconds=NOW).scores
-    assert sum(computed) == 30 - sum(1 for n in nodes.values() if n.healthy_count == 0 and pod.is_share)
-    computed.clear()
-    assert extender_priorities(pod, list(nodes), nodes, config=config, now_seconds=NOW).scores == first
-    assert computed == []
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    first = scorer.extender_priorities(pod, list(nodes), nodes).scores
+    assert scorer.vectors.computed_rows == 30
+    assert scorer.extender_priorities(pod, list(nodes), nodes).scores == first
+    assert scorer.vectors.computed_rows == 30  # warm: a gather
     nodes["n7"] = random_node(rng, "n7", 8, cpu=False)
     object.__setattr__(nodes["n7"], "observed_at_seconds", 1000.0)
-    check(pod, list(nodes), nodes, config)
-    assert computed[0] == 1
+    check(scorer, pod, list(nodes), nodes)
+    assert scorer.vectors.computed_rows == 31  # only the node with a new snapshot
 
 
 def test_gangs_and_pods_without_gpus_take_the_per_node_path() -> None:
@@ -172,21 +151,12 @@ def test_shapes_kept_are_bounded_and_nodes_that_left_free_their_slots() -> None:
     config = ScoringConfig()
     nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(10)}
     for milli in range(100, 100 + vectors.MAX_TABLES + 10):
-        kept.priorities(
-            PodRequest(gpu_milli=milli),
-            list(nodes),
-            nodes,
-            config=config,
-            predictors=Predictors.heuristic(),
-            now_seconds=None,
-        )
+        kept.priorities(PodRequest(gpu_milli=milli), list(nodes), nodes, scorer=Scorer(config), now_seconds=None)
     assert len(kept._tables) == vectors.MAX_TABLES
     # a cluster whose nodes are all replaced by others, many times over: the index starts afresh
     for generation in range(4):
         nodes = {f"g{generation}-{i}": random_node(rng, f"g{generation}-{i}", 8, cpu=False) for i in range(600)}
-        got = kept.priorities(
-            PodRequest(gpus=1), list(nodes), nodes, config=config, predictors=Predictors.heuristic(), now_seconds=None
-        )
+        got = kept.priorities(PodRequest(gpus=1), list(nodes), nodes, scorer=Scorer(config), now_seconds=None)
         assert len(got.scores) == 600
     assert len(kept._slot_of) <= 2 * 600 + vectors._SPARE_SLOTS
 
@@ -196,18 +166,18 @@ def test_the_index_keeps_no_node_state_alive_and_tells_states_apart_by_serial() 
     kept = vectors.ScoreVectors()
     nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(12)}
     pod = PodRequest(gpu_milli=300)
-    heuristic = Predictors.heuristic()
-    kept.priorities(pod, list(nodes), nodes, config=ScoringConfig(), predictors=heuristic, now_seconds=None)
+    scorer = Scorer(ScoringConfig())
+    kept.priorities(pod, list(nodes), nodes, scorer=scorer, now_seconds=None)
     gone = weakref.ref(nodes["n5"])
     slot = kept._slot_of["n5"]
     assert kept._serial[slot] == nodes["n5"].serial
     nodes["n5"] = random_node(rng, "n5", 8, cpu=False)  # a new snapshot; the old state has no other holder
     assert gone() is None
     assert nodes["n5"].serial > kept._serial[slot]  # serials are never reused: the old rows cannot match
-    got = kept.priorities(pod, list(nodes), nodes, config=ScoringConfig(), predictors=heuristic, now_seconds=None)
+    got = kept.priorities(pod, list(nodes), nodes, scorer=scorer, now_seconds=None)
     assert kept._serial[slot] == nodes["n5"].serial
     assert got.scores == extender_scores(
-        scoring.score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), now_seconds=None)
+        score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), now_seconds=None)
     )
 
 
@@ -235,9 +205,23 @@ def test_whole_gpus_chosen_beside_unallocated_processes_give_the_same_integers(p
     chosen = predictors or replace(Predictors.heuristic(), interference=WorkloadAwareInterference())
     nodes = {f"n{i}": with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)) for i in range(40)}
     assert any(n.free_residents for n in nodes.values())
-    vectors.VECTORS.clear()
+    scorer = Scorer(ScoringConfig(), chosen)
     for _ in range(2):  # cold, then warm
         for gpus in (1, 2, 4, 8):
             for workload in ("bert", "gpt2", None):
                 pod = PodRequest(gpus=gpus, workload=workload, gpu_memory_bytes=rng.choice((None, 20 * GIB)))
-                check(pod, list(nodes), nodes, ScoringConfig(), predictors=chosen)
+                check(scorer, pod, list(nodes), nodes)
+
+
+def test_whole_gpus_beside_residents_on_time_sliced_nodes_give_the_per_node_integers() -> None:
+    """The interference with residents on the chosen whole GPUs depends on how the node shares them: the vectors ask
+    the predictor with the node's sharing mode, as the per-node path does (they once asked without it)."""
+    rng = random.Random(23)
+    nodes = {
+        f"n{i}": replace(with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)), sharing_mode=TIME_SLICING)
+        for i in range(40)
+    }
+    assert any(n.free_residents for n in nodes.values())
+    scorer = Scorer(ScoringConfig())
+    for gpus in (1, 2, 4):
+        check(scorer, PodRequest(gpus=gpus, workload="bert"), list(nodes), nodes)

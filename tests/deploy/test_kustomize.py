@@ -425,7 +425,7 @@ def test_dashboards_and_rules_ship_verbatim(objects: list[Obj]) -> None:
 
 
 def test_packing_profile_component_ships_the_configuration_the_openb_experiment_measured(tmp_path: Path) -> None:
-    from advisor.api.app import scoring_config
+    from advisor.placement.config import ScoringConfig
     from advisor.settings import AdvisorSettings
     from advisor.sim.model import Pod
     from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT
@@ -445,7 +445,7 @@ def test_packing_profile_component_ships_the_configuration_the_openb_experiment_
     env = {e["name"]: e.get("value") for e in advisor["env"]}
     assert "GPUADVISOR_DB_URL" in env  # merged into the base's env, not replacing it
     profile_env = {k: v for k, v in env.items() if v is not None and k != "GPUADVISOR_MODEL_DIR"}
-    shipped = scoring_config(
+    shipped = ScoringConfig.from_settings(
         AdvisorSettings(**{k.removeprefix("GPUADVISOR_").lower(): v for k, v in profile_env.items()})
     )
     measured = fragmentation_scoring_config([Pod(name="p", num_gpu=1, gpu_milli=1000, cpu_milli=1000, memory_mib=1024)])

@@ -34,7 +34,6 @@ from advisor.api.schemas import (
     V1NodeList,
     V1Pod,
 )
-from advisor.placement.extender import extender_priorities
 from advisor.placement.filter import extender_filter
 from advisor.placement.unresolvable import never_fits
 
@@ -66,12 +65,10 @@ def _priorities(args: ExtenderArgs, ctx: AppContext) -> bytes:
     """The HostPriorityList for one request, as JSON, with its metrics counted."""
     pod = args.Pod.to_request(ctx.dra)
     names = args.candidates()
-    predictors = ctx.predictors
-    verdict = extender_priorities(
-        pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
-    )
+    scorer = ctx.scorer
+    verdict = scorer.extender_priorities(pod, names, ctx.state.nodes)
     ctx.metrics.count_scores("extender", verdict.scored, verdict.infeasible, verdict.unknown)
-    ctx.metrics.count_fallbacks(predictors.names())
+    ctx.metrics.count_fallbacks(scorer.predictors.names())
     return host_priorities(names, verdict.scores, len(ctx.state.nodes))
 
 

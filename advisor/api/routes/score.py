@@ -27,7 +27,6 @@ from advisor.cluster.pods import PodSpecError
 from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.gpus import gpu_spec
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
-from advisor.placement.scoring import allocate, score_candidates
 from advisor.placement.types import NodeScore, NodeState, PodRequest
 from advisor.placement.unresolvable import never_fits
 from advisor.serving import ModelInterference
@@ -117,10 +116,9 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"nodes: no telemetry has been received from {', '.join(missing[:10])}"
         )
-    predictors = ctx.predictors
-    scores = score_candidates(
-        pod, names, state_nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
-    )
+    scorer = ctx.scorer
+    predictors = scorer.predictors
+    scores = scorer.score_candidates(pod, names, state_nodes)
     unknown = sum(1 for s in scores if not s.known)
     infeasible = sum(1 for s in scores if s.known and not s.feasible)
     ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
@@ -190,7 +188,7 @@ def allocate_(
     node = ctx.state.nodes.get(body.node)
     if node is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"node: no telemetry has been received from {body.node!r}")
-    verdict = allocate(pod, node, config=ctx.scoring, predictors=ctx.predictors, now_seconds=ctx.state.now())
+    verdict = ctx.scorer.allocate(pod, node)
     ctx.metrics.count_scores("allocate", int(verdict.feasible and verdict.known), int(not verdict.feasible), 0)
     return AllocateResponse(
         node=verdict.node,

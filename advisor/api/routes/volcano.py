@@ -33,7 +33,6 @@ from advisor.api.schemas import (
 )
 from advisor.cluster.pods import PodSpecError
 from advisor.placement.filter import filter_nodes
-from advisor.placement.scoring import score_candidates
 from advisor.placement.types import PodRequest
 from advisor.placement.unresolvable import never_fits
 
@@ -170,10 +169,9 @@ def _priorities(raw: bytes, ctx: AppContext) -> bytes:
     body = _decode(_PRIORITIZE, raw)
     pod = _pod(body.task, raw)
     names = _names([n.Name for n in body.nodes or []], raw, "nodes[{}].Name")
-    predictors = ctx.predictors
-    scores = score_candidates(
-        pod, names, ctx.state.nodes, config=ctx.scoring, predictors=predictors, now_seconds=ctx.state.now()
-    )
+    scorer = ctx.scorer
+    predictors = scorer.predictors
+    scores = scorer.score_candidates(pod, names, ctx.state.nodes)
     unknown = sum(1 for s in scores if not s.known)
     infeasible = sum(1 for s in scores if s.known and not s.feasible)
     ctx.metrics.count_scores("volcano", len(scores) - unknown - infeasible, infeasible, unknown)
