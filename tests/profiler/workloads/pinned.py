@@ -1,10 +1,15 @@
 """A CPU-bound trial workload pinned to one core: two of them time-share that core as two contexts time-share a GPU.
 
 `python pinned.py --core N [--delay S] [--max-seconds M]` sleeps S seconds first (as a PyTorch import does before
-the first step), then runs fixed units of arithmetic on core N until stopped (or M seconds as a safety net),
-reporting progress every 100 ms. Where this process may, it runs under SCHED_RR: other programs on the machine
-then cannot take turns on the core too, so the core runs only the trial's processes, like a GPU that runs only its
-own contexts; without that right it runs as an ordinary process and shares the core with whatever else runs.
+the first step), then runs steps on core N until stopped (or M seconds as a safety net), reporting progress every
+100 ms. A step is a fixed half millisecond of this process's own CPU time, not a fixed count of additions: the
+virtual machines this runs on change speed by up to 2x from one second to the next (the host's other tenants), and
+a step of fixed CPU time keeps that out of the throughput, the way a GPU kernel of fixed work at a fixed clock does.
+What is left is what the check is about: the share of the core each process gets.
+
+Where this process may, it runs under SCHED_RR: other programs on the machine then cannot take turns on the core
+too, so the core runs only the trial's processes, like a GPU that runs only its own contexts; without that right it
+runs as an ordinary process and shares the core with whatever else runs.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from profiler import report
 
 REPORT_EVERY_SECONDS = 0.1
-UNIT = 20_000  # additions per step: a step of a few hundred microseconds
+STEP_CPU_SECONDS = 0.0005
 
 
 def _own_the_core(core: int) -> str:
@@ -42,9 +47,9 @@ def main() -> None:
     started = last_report = time.time()
     steps = 0
     while True:
-        total = 0
-        for i in range(UNIT):
-            total += i
+        until = time.thread_time() + STEP_CPU_SECONDS
+        while time.thread_time() < until:
+            pass
         steps += 1
         now = time.time()
         if now - last_report >= REPORT_EVERY_SECONDS:
