@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -67,6 +68,8 @@ _COMPUTE_MODES = {
 }
 _MPS_PROCESS_LIST = "nvmlDeviceGetMPSComputeRunningProcesses"
 _NOT_AVAILABLE_ULL = 2**64 - 1
+# A MIG profile as NVIDIA writes it: `1g.10gb`, `1g.10gb+me`, `1c.3g.40gb` (a compute instance of a larger one).
+_MIG_PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z]+)?")
 # How long a process without a new SM-utilisation sample keeps its last one (a few collector cycles).
 SM_SAMPLE_MAX_AGE_SECONDS = 5.0  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
 
@@ -226,6 +229,14 @@ def _sharing_facts(compute_mode: int | None, mig_mode: Any, mps_pids: frozenset[
     )
 
 
+def mig_profile_of(name: str) -> str | None:
+    """The profile in an NVML name: a profile info's "MIG 1g.10gb", a MIG device's "NVIDIA A100-SXM4-80GB MIG
+    1g.10gb" (the word after the last "MIG"); None when the name carries none."""
+    _, mig, profile = name.rpartition("MIG ")
+    profile = profile.strip().lower()
+    return profile if mig and _MIG_PROFILE.fullmatch(profile) else None
+
+
 def _text(value: str | bytes | None) -> str:
     if value is None:
         return ""
@@ -359,6 +370,8 @@ class NvmlBackend:
         # per GPU: pid -> (clock seconds, SM ratio) of its newest sample, for processes NVML skips in a read
         self._last_sm: list[dict[int, tuple[float, float]]] = [{} for _ in range(count)]
         self._links: tuple[Link, ...] | None = None
+        # per GPU: its GPU instance profiles, id -> name (static for a GPU; None until read whole)
+        self._gi_profiles: list[dict[int, str] | None] = [None] * count
         for index in range(count):
             # identities now, so a GPU lost later keeps its UUID label; a GPU lost already is counted by read()
             with contextlib.suppress(GpuLostError):
@@ -463,7 +476,7 @@ class NvmlBackend:
             energy_joules_total=energy_mj / 1000.0 if energy_mj is not None else None,
             processes=processes,
             processes_known=processes_known,
-            mig_devices=self._read_migs(handle, facts.mig_enabled),
+            mig_devices=self._read_migs(index, handle, facts.mig_enabled),
             sharing=sharing_mode(facts, set(), mps_daemon),
             compute_mode=facts.compute_mode,
         )
@@ -551,7 +564,7 @@ class NvmlBackend:
             return SharingFacts()
         return _sharing_facts(mode, mig, frozenset(pid for pid, _ in mps))
 
-    def _read_migs(self, handle: Any, mig_enabled: bool | None) -> tuple[MigDeviceSnapshot, ...]:
+    def _read_migs(self, index: int, handle: Any, mig_enabled: bool | None) -> tuple[MigDeviceSnapshot, ...]:
         q = self._query
         if not mig_enabled:
             return ()
@@ -564,17 +577,60 @@ class NvmlBackend:
                     raise GpuLostError("nvmlDeviceGetMigDeviceHandleByIndex") from e
                 continue  # NOT_FOUND: no MIG device in this slot
             memory = q(pynvml.nvmlDeviceGetMemoryInfo, mig)
+            gpu_instance_id = q(pynvml.nvmlDeviceGetGpuInstanceId, mig)
             migs.append(
                 MigDeviceSnapshot(
                     index=slot,
                     uuid=_text(q(pynvml.nvmlDeviceGetUUID, mig)),
-                    gpu_instance_id=q(pynvml.nvmlDeviceGetGpuInstanceId, mig),
+                    gpu_instance_id=gpu_instance_id,
                     compute_instance_id=q(pynvml.nvmlDeviceGetComputeInstanceId, mig),
                     memory_total_bytes=int(memory.total) if memory is not None else None,
                     memory_used_bytes=int(memory.used) if memory is not None else None,
+                    profile=self._mig_profile(index, handle, mig, gpu_instance_id),
                 )
             )
         return tuple(migs)
+
+    def _mig_profile(self, index: int, parent: Any, mig: Any, gpu_instance_id: int | None) -> str | None:
+        """A MIG device's profile: its GPU instance's profile id (nvmlDeviceGetGpuInstanceById, nvmlGpuInstanceGetInfo)
+        looked up in the parent's profile table, whose v2 entries carry NVIDIA's name ("MIG 1g.10gb"); where the
+        driver has no such table (before the `V` function, or NOT_SUPPORTED), the suffix of the MIG device's own name
+        ("NVIDIA A100-SXM4-80GB MIG 1g.10gb"). Never guessed from the memory size: profiles of one memory size differ
+        in compute slices. None when neither tells."""
+        q = self._query
+        if gpu_instance_id is not None:
+            table = self._gi_profile_table(index, parent)
+            instance = q(pynvml.nvmlDeviceGetGpuInstanceById, parent, gpu_instance_id) if table else None
+            info = q(pynvml.nvmlGpuInstanceGetInfo, instance) if instance is not None else None
+            named = table.get(int(info.profileId)) if table and info is not None else None
+            if named is not None:
+                return named
+        return mig_profile_of(_text(q(pynvml.nvmlDeviceGetName, mig)))
+
+    def _gi_profile_table(self, index: int, parent: Any) -> dict[int, str]:
+        """GPU `index`'s GPU instance profiles by id, read once (nvmlDeviceGetGpuInstanceProfileInfoV over every
+        profile index; a profile the GPU lacks answers NOT_SUPPORTED or INVALID_ARGUMENT). A driver without the `V`
+        function, or without names in its answers, gives an empty table, kept too (symbols do not come and go); any
+        other failure is asked again at the next read."""
+        known = self._gi_profiles[index]
+        if known is not None:
+            return known
+        table: dict[int, str] = {}
+        name = "nvmlDeviceGetGpuInstanceProfileInfoV"
+        for profile_index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = self._query.timed(name, pynvml.nvmlDeviceGetGpuInstanceProfileInfoV, parent, profile_index)
+            except pynvml.NVMLError as e:
+                if e.value in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue  # no profile of this index on this GPU
+                self._query.absorb(name, e)  # a lost GPU raises here
+                if e.value in _ABSENT:
+                    self._gi_profiles[index] = table
+                return table
+            if (profile := mig_profile_of(_text(info.name))) is not None:
+                table[int(info.id)] = profile
+        self._gi_profiles[index] = table
+        return table
 
     def _read_links(self, gpus: tuple[GpuSnapshot, ...]) -> tuple[Link, ...]:
         """Pairwise link levels between healthy GPUs; cached once every GPU answered (topology does not change)."""

@@ -59,6 +59,11 @@ class MigDeviceSnapshot(_Frozen):
     compute_instance_id: int | None = Field(default=None, strict=True)
     memory_total_bytes: int | None = Field(default=None, ge=0, strict=True)
     memory_used_bytes: int | None = Field(default=None, ge=0, strict=True)
+    # Its GPU instance's profile as NVIDIA writes it ("1g.10gb", "3g.40gb", "1g.10gb+me"): what a pod asks for as
+    # `nvidia.com/mig-<profile>`. None: unknown (the driver could not tell, or a snapshot of an older collector).
+    # Not checked against a pattern here: a profile spelling this advisor does not know leaves that instance out of
+    # placement (`advisor.cluster.state`), never the whole snapshot.
+    profile: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class GpuSnapshot(_Frozen):

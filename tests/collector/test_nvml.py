@@ -226,6 +226,68 @@ def test_mig_devices_memory_with_parent(configure_nvml: ConfigureNvml, open_back
     assert plain.mig_devices == ()
 
 
+def _mig_gpu(uuid: str, **kwargs: object) -> FakeGpu:
+    """An A100 80GB with a 3g.40gb, a 2g.20gb and a 1g.10gb instance (the 2g.20gb one on GPU instance 5)."""
+    return FakeGpu(
+        uuid=uuid,
+        name="NVIDIA A100-SXM4-80GB",
+        mig_devices=[
+            FakeMig("MIG-3g", 2, 0, 40 * GIB, 0, profile="3g.40gb"),
+            FakeMig("MIG-2g", 5, 0, 20 * GIB, 0, profile="2g.20gb"),
+            FakeMig("MIG-1g", 9, 0, 10 * GIB, GIB, profile="1g.10gb"),
+        ],
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_mig_devices_carry_their_profile_from_nvml_profile_info(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
+    configure_nvml(FakeNvmlConfig(gpus=[_mig_gpu("GPU-0"), FakeGpu(uuid="GPU-1")]))
+    backend = _open(open_backend)
+    for _ in range(2):  # the profile table is read once per GPU
+        parent, plain = backend.read().gpus
+        assert [(m.uuid, m.profile) for m in parent.mig_devices] == [
+            ("MIG-3g", "3g.40gb"),
+            ("MIG-2g", "2g.20gb"),
+            ("MIG-1g", "1g.10gb"),
+        ]
+    assert plain.mig_devices == ()
+    latency = backend.call_latency()
+    assert latency["nvmlGpuInstanceGetInfo"].count == 6  # each instance's profile id, every read
+    assert latency["nvmlDeviceGetGpuInstanceProfileInfoV"].count == 18  # NVML_GPU_INSTANCE_PROFILE_COUNT, once
+    assert "nvmlDeviceGetName" not in {n for n, c in latency.items() if c.count > 2}  # no name fallback needed
+
+
+def test_mig_profile_from_the_device_name_where_profile_info_is_not_supported(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
+    configure_nvml(FakeNvmlConfig(gpus=[_mig_gpu("GPU-0", errors={"mig_profile": NOT_SUPPORTED})]))
+    (parent,) = _open(open_backend).read().gpus
+    assert [m.profile for m in parent.mig_devices] == ["3g.40gb", "2g.20gb", "1g.10gb"]
+
+
+def test_mig_profile_unknown_when_nvml_names_none(configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]) -> None:
+    configure_nvml(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0", mig_devices=[FakeMig("MIG-a", 1, 0, 10 * GIB, 0)])]))
+    (parent,) = _open(open_backend).read().gpus
+    assert [(m.uuid, m.profile) for m in parent.mig_devices] == [("MIG-a", None)]
+
+
+def test_mig_profile_from_the_device_name_on_a_driver_without_versioned_profile_info(tmp_path: Path) -> None:
+    """An older driver: no nvmlDeviceGetGpuInstanceProfileInfoV (function not found), its MIG devices still named."""
+    library = build_library(omit=("nvmlDeviceGetGpuInstanceProfileInfoV",))
+    config = write_config(FakeNvmlConfig(gpus=[_mig_gpu("GPU-0")]), tmp_path / "nvml.conf")
+    script = (
+        "import json; from collector.nvml import NvmlBackend; b = NvmlBackend(); "
+        "g = [b.read() for _ in range(2)][-1].gpus[0]; "
+        "print(json.dumps([[m.profile for m in g.mig_devices], b.call_latency()["
+        "'nvmlDeviceGetGpuInstanceProfileInfoV'].count]))"
+    )
+    env = {**os.environ, **fake_nvml_env(library, config)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == [["3g.40gb", "2g.20gb", "1g.10gb"], 1]  # asked once, then known absent
+
+
 def test_config_rewrite_is_seen_by_an_open_backend(
     configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
 ) -> None:

@@ -65,17 +65,22 @@ class FakeSample:
 
 @dataclass(frozen=True)
 class FakeMig:
+    """A MIG device. With a `profile` ("1g.10gb") its GPU instance has that profile (NVML's profile info names it
+    "MIG 1g.10gb") and the device is named "<parent name> MIG 1g.10gb"; without one, the device carries its parent's
+    name and its GPU instance a profile id the parent's profile table lacks."""
+
     uuid: str
     gpu_instance_id: int
     compute_instance_id: int
     memory_total_bytes: int
     memory_used_bytes: int
+    profile: str = ""
 
 
 @dataclass(frozen=True)
 class FakeGpu:
     """One GPU. `errors` maps a query (uuid, name, pci, memory, utilization, power, temperature, energy, processes,
-    process_utilization, mig, topology) to the nvmlReturn_t it answers; `topology` maps a peer index to a level;
+    process_utilization, mig, topology, mig_profile: the GPU instance and profile-info calls) to the nvmlReturn_t it answers; `topology` maps a peer index to a level;
     `compute_mode` is an nvmlComputeMode_t (None: the library answers NOT_SUPPORTED for it)."""
 
     uuid: str
@@ -129,6 +134,7 @@ def render_config(config: FakeNvmlConfig) -> str:
             lines.append(f"compute_mode {gpu.compute_mode}")
         lines += [
             f"mig {m.uuid} {m.gpu_instance_id} {m.compute_instance_id} {m.memory_total_bytes} {m.memory_used_bytes}"
+            + (f" {m.profile}" if m.profile else "")
             for m in gpu.mig_devices
         ]
         lines += [f"nvlink {peer}" for peer in gpu.nvlink_peers]

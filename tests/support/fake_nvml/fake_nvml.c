@@ -21,13 +21,20 @@
 #define STR 96
 
 enum { OK = 0, UNINITIALIZED = 1, INVALID_ARGUMENT = 2, NOT_SUPPORTED = 3, NOT_FOUND = 6,
-       INSUFFICIENT_SIZE = 7, GPU_IS_LOST = 15 };
+       INSUFFICIENT_SIZE = 7, GPU_IS_LOST = 15, ARGUMENT_VERSION_MISMATCH = 25 };
+/* NVML_GPU_INSTANCE_PROFILE_COUNT: profile indices a driver may be asked about. */
+#define GI_PROFILE_COUNT 0x12
+/* nvmlGpuInstanceProfileInfo_v2: the structure version the caller sets (size 0x98). */
+#define GI_PROFILE_INFO_V2 0x02000098u
+/* The fake's profile ids are their index plus this, so a caller mixing up index and id gets the wrong profile. */
+#define GI_PROFILE_ID_OFFSET 20
 
 /* Per-GPU error injection keys ("error <key> <code>"). */
 enum { E_UUID, E_NAME, E_PCI, E_MEMORY, E_UTIL, E_POWER, E_TEMP, E_ENERGY, E_PROCS, E_PROC_UTIL, E_MIG, E_TOPO,
-       E_COUNT };
+       E_MIG_PROFILE, E_COUNT };
 static const char *ERROR_KEYS[E_COUNT] = {"uuid", "name", "pci", "memory", "utilization", "power", "temperature",
-                                          "energy", "processes", "process_utilization", "mig", "topology"};
+                                          "energy", "processes", "process_utilization", "mig", "topology",
+                                          "mig_profile"};
 
 typedef struct { unsigned pid; unsigned long long used; int kind; } proc_t;          /* kind 0 compute 1 graphics 2 mps */
 typedef struct { unsigned pid; unsigned long long ts; unsigned sm, mem; } sample_t;
@@ -42,6 +49,7 @@ typedef struct device {
     int lost;
     int errors[E_COUNT];
     unsigned gi, ci;
+    char profile[STR]; /* a MIG device's GPU instance profile ("1g.10gb"); empty: none configured */
     int nprocs, nsamples;
     int mig_mode, nmigs;
     int compute_mode; /* nvmlComputeMode_t; -1: not configured, answered NOT_SUPPORTED */
@@ -54,6 +62,13 @@ typedef struct { unsigned gpu, memory; } util_t;
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } pinfo_t;
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; } pinfo_v1_t;
 typedef struct { unsigned pid; unsigned long long timeStamp; unsigned smUtil, memUtil, encUtil, decUtil; } psample_t;
+typedef struct {
+    unsigned version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount,
+        decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} gi_profile_v2_t;
+typedef struct { device_t *device; unsigned id, profileId, start, size; } gi_info_t;
 
 static device_t gpus[MAX_GPUS];
 static proc_t procs[MAX_GPUS][MAX_PROCS];
@@ -128,11 +143,12 @@ static void parse(FILE *f) {
         } else if (!strcmp(word, "mig_mode")) cur->mig_mode = atoi(rest);
         else if (!strcmp(word, "compute_mode")) cur->compute_mode = atoi(rest);
         else if (!strcmp(word, "mig") && cur->nmigs < MAX_MIGS) {
-            char uuid[STR];
-            if (sscanf(rest, "%95s %llu %llu %llu %llu", uuid, &d, &e, &g, &a) == 5) {
+            char uuid[STR], profile[STR] = "";
+            if (sscanf(rest, "%95s %llu %llu %llu %llu %95s", uuid, &d, &e, &g, &a, profile) >= 5) {
                 device_t *m = &migs[cur->index][cur->nmigs];
                 m->is_mig = 1; m->index = cur->nmigs++; m->parent = cur;
                 copy_str(m->uuid, uuid);
+                copy_str(m->profile, profile);
                 m->gi = d; m->ci = e; m->mem_total = g; m->mem_used = a;
             }
         } else if (!strcmp(word, "nvlink") && sscanf(rest, "%llu", &a) == 1 && a < MAX_GPUS) {
@@ -251,9 +267,16 @@ int nvmlDeviceGetUUID(device_t *dev, char *buf, unsigned len) {
     int r = check(dev, E_UUID);
     return r ? r : put_str(dev->uuid, buf, len);
 }
+/* A MIG device is named after its parent and its profile, as drivers name them: "NVIDIA A100 ... MIG 1g.10gb". */
 int nvmlDeviceGetName(device_t *dev, char *buf, unsigned len) {
     int r = check(dev, E_NAME);
-    return r ? r : put_str(dev->name, buf, len);
+    if (r) return r;
+    if (dev->is_mig && dev->profile[0]) {
+        char name[2 * STR + 8];
+        snprintf(name, sizeof name, "%s MIG %s", dev->parent->name, dev->profile);
+        return put_str(name, buf, len);
+    }
+    return put_str(dev->is_mig ? dev->parent->name : dev->name, buf, len);
 }
 /* The legacy bus id has a 4-digit domain ("0000:17:00.0"); the configured one may have NVML's 8-digit form. */
 static const char *legacy_bus_id(const char *pci) { return strlen(pci) == 16 ? pci + 4 : pci; }
@@ -461,5 +484,67 @@ int nvmlDeviceGetComputeInstanceId(device_t *dev, unsigned *id) {
     if (r) return r;
     if (!dev->is_mig) return INVALID_ARGUMENT;
     *id = dev->ci;
+    return OK;
+}
+
+/* The GPU instance profiles of a GPU: the distinct profiles of its configured MIG devices, in order of first use;
+ * profile index i has id i + GI_PROFILE_ID_OFFSET. Returns the index of `profile`, or the count when absent. */
+static int profile_table(device_t *gpu, const char *table[GI_PROFILE_COUNT], const char *profile) {
+    int n = 0, found = -1;
+    for (int i = 0; i < gpu->nmigs; i++) {
+        const char *p = migs[gpu->index][i].profile;
+        if (!p[0]) continue;
+        int seen = 0;
+        for (int j = 0; j < n; j++) seen |= !strcmp(table[j], p);
+        if (!seen && n < GI_PROFILE_COUNT) table[n++] = p;
+    }
+    for (int j = 0; profile && j < n; j++)
+        if (!strcmp(table[j], profile)) found = j;
+    return found >= 0 ? found : n;
+}
+#ifndef OMIT_nvmlDeviceGetGpuInstanceProfileInfoV
+int nvmlDeviceGetGpuInstanceProfileInfoV(device_t *dev, unsigned profile, gi_profile_v2_t *info) {
+    int r = check(dev, E_MIG_PROFILE);
+    if (r) return r;
+    if (dev->is_mig || !info || profile >= GI_PROFILE_COUNT) return INVALID_ARGUMENT;
+    if (info->version != GI_PROFILE_INFO_V2) return ARGUMENT_VERSION_MISMATCH;
+    const char *table[GI_PROFILE_COUNT];
+    int n = profile_table(dev, table, NULL);
+    if (!dev->mig_mode || (int)profile >= n) return NOT_SUPPORTED;
+    unsigned slices = 0, memory_gb = 0;
+    sscanf(table[profile], "%ug.%ugb", &slices, &memory_gb);
+    memset((char *)info + sizeof info->version, 0, sizeof *info - sizeof info->version);
+    info->id = profile + GI_PROFILE_ID_OFFSET;
+    info->sliceCount = slices;
+    info->instanceCount = slices ? 7 / slices : 0;
+    info->memorySizeMB = (unsigned long long)memory_gb * 1024;
+    snprintf(info->name, sizeof info->name, "MIG %s", table[profile]);
+    return OK;
+}
+#endif
+/* A GPU instance handle is the first MIG device of that instance (opaque to callers). */
+int nvmlDeviceGetGpuInstanceById(device_t *dev, unsigned id, device_t **gi) {
+    int r = check(dev, E_MIG_PROFILE);
+    if (r) return r;
+    if (dev->is_mig || !gi) return INVALID_ARGUMENT;
+    if (!dev->mig_mode) return NOT_SUPPORTED;
+    for (int i = 0; i < dev->nmigs; i++)
+        if (migs[dev->index][i].gi == id) {
+            *gi = &migs[dev->index][i];
+            return OK;
+        }
+    return NOT_FOUND;
+}
+int nvmlGpuInstanceGetInfo(device_t *gi, gi_info_t *info) {
+    int r = check(gi, E_MIG_PROFILE);
+    if (r) return r;
+    if (!gi->is_mig || !info) return INVALID_ARGUMENT;
+    const char *table[GI_PROFILE_COUNT];
+    int index = profile_table(gi->parent, table, gi->profile);
+    memset(info, 0, sizeof *info);
+    info->device = gi->parent;
+    info->id = gi->gi;
+    /* a GPU instance without a configured profile gets an id no profile index has */
+    info->profileId = (unsigned)index + GI_PROFILE_ID_OFFSET + (gi->profile[0] ? 0 : GI_PROFILE_COUNT);
     return OK;
 }
