@@ -159,9 +159,9 @@ def create_app(
         if not settings.no_kube:
             from advisor.cluster.kube import start_watch
 
-            watcher = start_watch(
-                ctx.state, metrics, pending=settings.hold_for_blocked or settings.shortest_first, dra=ctx.dra
-            )
+            # The pending pods are always followed: the MIG profiles they ask for judge which free instances are
+            # stranded (`Scorer.pending_mig`), besides the filter's holding and shortest-first queue.
+            watcher = start_watch(ctx.state, metrics, pending=True, dra=ctx.dra)
         try:
             yield
         finally:

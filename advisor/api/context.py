@@ -51,7 +51,9 @@ class AppContext:
         predictors = self.models.predictors
         scorer = self._scorer
         if scorer is None or scorer.predictors is not predictors:
-            scorer = self._scorer = Scorer(self.scoring, predictors, clock=self.state.now)
+            scorer = self._scorer = Scorer(
+                self.scoring, predictors, clock=self.state.now, pending_mig=self.state.pending_mig_profiles
+            )
         return scorer
 
     def reload_predictors(self) -> None:

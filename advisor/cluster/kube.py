@@ -84,7 +84,7 @@ def allocation_from_pod(pod: Mapping[str, Any]) -> PodAllocation | None:
         return None
     # A pod with ResourceClaims is kept even without GPU resources: its claims' GPUs are added to it (the cluster
     # state merges the two), with its start time, workload and gang from here.
-    if not (request.whole_gpus or request.is_share or spec.get("resourceClaims") or _served(pod)):
+    if not (request.whole_gpus or request.is_share or request.mig or spec.get("resourceClaims") or _served(pod)):
         return None
     return allocation_of(pod_key(meta.get("namespace", ""), meta.get("name", "")), request, node, _started_seconds(pod))
 

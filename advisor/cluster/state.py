@@ -19,6 +19,12 @@ Allocation (which GPU is held by which pod):
 * Processes without a pod (host processes) hold nothing but count as residents for interference.
 * A GPU whose collector could not read its process list (`GpuSnapshot.processes_known` false) is wholly taken.
 
+MIG instances (`NodeState.mig_instances`, what pods asking `nvidia.com/mig-<profile>` or a DRA claim for a profile
+are placed on) come from Dynamic Resource Allocation's devices where NVIDIA's DRA driver publishes the node's (they
+say which are allocated), else from the snapshot's MIG devices with a profile. A bound pod asking instances by
+profile (the device plugin's mixed strategy: which instance it got is not published) takes free instances of that
+profile on its node, the GPUs with the fewest free instances first (`advisor.placement.mig.take`), until it goes.
+
 Per-process memory-bandwidth use is not measured by NVML; the GPU's figure is split over its residents in proportion
 to their SM use (evenly when that is unknown too). Staleness is judged by when a snapshot *arrived* (this replica's
 clock), so a collector with a skewed clock is not mistaken for a dead one; older snapshots arriving after newer ones
@@ -30,16 +36,19 @@ without it, churning node names would grow the state, and /metrics with it, with
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
+import logging
 import math
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from advisor.cluster.pods import pod_key
+from advisor.placement.mig import MigProfileError, parse_profile, take
 from advisor.placement.queue import PendingPod
 from advisor.placement.types import (
     WHOLE_GPU_MILLI,
@@ -52,6 +61,8 @@ from advisor.placement.types import (
 )
 from advisor.sharing import MIG_STRATEGY_LABEL, SHARING_STRATEGY_LABEL, node_sharing
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
+
+log = logging.getLogger(__name__)
 
 HOST_RESIDENT = "host"
 _MIN_INFERRED_SHARE_MILLI = 100
@@ -86,11 +97,14 @@ class PodAllocation:
     # GPUs known by UUID to be this pod's (Dynamic Resource Allocation names the device): (GPU UUID, milli held
     # there: 1000 for a whole GPU, a MIG instance's share of its parent). They are reserved on exactly those GPUs.
     pinned: tuple[tuple[str, int], ...] = ()
+    # MIG instances it holds by profile, (profile, count), asked as `nvidia.com/mig-<profile>` (the device plugin's
+    # mixed strategy): taken among its node's free instances of that profile.
+    mig: tuple[tuple[str, int], ...] = ()
 
 
 def holds_gpus(a: PodAllocation) -> bool:
-    """Whether an allocation holds any GPU (whole, a share, or pinned devices)."""
-    return a.gpus > 0 or a.gpu_milli > 0 or a.gpu_memory_bytes is not None or bool(a.pinned)
+    """Whether an allocation holds any GPU (whole, a share, pinned devices or MIG instances)."""
+    return a.gpus > 0 or a.gpu_milli > 0 or a.gpu_memory_bytes is not None or bool(a.pinned) or bool(a.mig)
 
 
 def merged_allocation(own: PodAllocation | None, claimed: PodAllocation | None) -> PodAllocation | None:
@@ -120,6 +134,7 @@ def allocation_of(pod: str, request: PodRequest, node: str, started_seconds: flo
         workload=request.workload,
         gang=request.gang,
         started_seconds=started_seconds,
+        mig=request.mig,
     )
 
 
@@ -228,6 +243,8 @@ def _gpu_state(gpu: GpuSnapshot, allocations: Mapping[str, PodAllocation]) -> tu
             allocated += alloc.gpu_milli
         elif alloc is not None and alloc.gpu_memory_bytes is not None:
             allocated += _inferred_share_milli(alloc.gpu_memory_bytes, total_memory)
+        elif alloc is not None and alloc.mig:
+            allocated += min(WHOLE_GPU_MILLI, sum(_mig_milli(p) * n for p, n in alloc.mig))
         elif len(pods) == 1:
             allocated += WHOLE_GPU_MILLI
         else:
@@ -293,6 +310,47 @@ def _reserve_pinned(
                     seen[alloc.pod] = seen.get(alloc.pod, 0) + 1
 
 
+@functools.lru_cache(maxsize=256)
+def _profile_name(text: str) -> str | None:
+    """A snapshot's MIG profile spelling as placement names it, None (logged once per spelling) when it is none."""
+    try:
+        return parse_profile(text).name
+    except MigProfileError as e:
+        log.warning("snapshot MIG device left out of placement: %s", e)
+        return None
+
+
+def _mig_milli(profile: str) -> int:
+    name = _profile_name(profile)
+    return parse_profile(name).milli if name is not None else 0
+
+
+def mig_instances_of(
+    gpus: list[GpuSnapshot], dra: Iterable[tuple[str, str, bool]], allocations: Mapping[str, PodAllocation]
+) -> tuple[MigInstance, ...]:
+    """A node's MIG instances: DRA's (parent GPU UUID, profile, taken) where the node has any on its GPUs, else the
+    healthy GPUs' snapshot MIG devices that carry a profile (free); then the bound pods' instances asked by profile
+    taken among the free ones."""
+    gpu_index = {g.uuid: g.index for g in gpus}
+    instances = [
+        MigInstance(index, profile, taken)
+        for uuid, profile, taken in dra
+        if (index := gpu_index.get(uuid)) is not None
+    ]
+    if not instances:
+        instances = [
+            MigInstance(g.index, name)
+            for g in gpus
+            if g.healthy
+            for m in g.mig_devices
+            if m.profile is not None and (name := _profile_name(m.profile)) is not None
+        ]
+    if not instances:
+        return ()
+    held = [a.mig for a in allocations.values() if a.mig]
+    return take(instances, held) if held else tuple(instances)
+
+
 def topology_of(snapshot: NodeSnapshot, gpus: list[GpuSnapshot]) -> Topology:
     """The link topology of a snapshot's GPUs (`gpus` in position order)."""
     position = {g.index: pos for pos, g in enumerate(gpus)}
@@ -317,7 +375,7 @@ def build_node_state(
     """The scoring view of one node from its latest snapshot, the allocations of pods bound to it, (when known)
     its CPU/memory, and how its GPUs are shared (its snapshot's sharing facts and MIG devices, then its labels:
     `advisor.sharing.node_sharing`); `mig` are its MIG instances (parent GPU UUID, profile, taken) from Dynamic
-    Resource Allocation, kept where the snapshot has the parent GPU."""
+    Resource Allocation, kept where the snapshot has the parent GPU (`mig_instances_of`)."""
     gpus = sorted(snapshot.gpus, key=lambda g: g.index)
     node_topology = topology(snapshot, gpus)
     states: list[GpuState] = []
@@ -349,7 +407,6 @@ def build_node_state(
                 )
                 missing -= 1
     gangs = frozenset(a.gang for a in allocations.values() if a.gang)
-    gpu_index = {g.uuid: g.index for g in gpus}
     c = capacity
     sharing, source = node_sharing(
         labels, (g.sharing for g in snapshot.gpus if g.healthy), any(g.mig_devices for g in snapshot.gpus)
@@ -366,11 +423,7 @@ def build_node_state(
         memory_free_mib=max(0, c.memory_allocatable_mib - c.memory_requested_mib) if c else None,
         sharing_mode=sharing,
         sharing_source=source,
-        mig_instances=tuple(
-            MigInstance(index, profile, taken)
-            for uuid, profile, taken in mig
-            if (index := gpu_index.get(uuid)) is not None
-        ),
+        mig_instances=mig_instances_of(gpus, mig, allocations),
     )
 
 
@@ -441,6 +494,7 @@ class ClusterState:
         self._allocatable: dict[str, tuple[int, int]] = {}  # node → (milli-CPU, MiB)
         self._labels: dict[str, Mapping[str, str]] = {}  # node → its labels (from the node watch)
         self._pending: dict[str, PendingPod] = {}  # pod → pending GPU pod (from the pending-pod watch)
+        self._pending_mig: Counter[str] = Counter()  # MIG profile → pending pods asking for it
         self._claimed: dict[str, float] = {}  # pending pod → when it was first expected to take room ahead of others
         self.out_of_order_dropped = 0
         self.expired_nodes = 0
@@ -718,16 +772,27 @@ class ClusterState:
 
     def update_pending(self, pod: str, pending: PendingPod | None) -> None:
         """Record (or forget: None, once bound or deleted) a pending GPU pod."""
+        previous = self._pending.pop(pod, None)
+        asked = Counter(self._pending_mig)  # a new counter: readers iterate the current one without a lock
+        if previous is not None:
+            asked.subtract(profile for profile, _ in previous.request.mig)
         if pending is None:
-            self._pending.pop(pod, None)
             self._claimed.pop(pod, None)
         else:
             self._pending[pod] = pending
+            asked.update(profile for profile, _ in pending.request.mig)
+        self._pending_mig = +asked
 
     def replace_pending(self, pending: Iterable[PendingPod]) -> None:
         """Swap in the full list of pending GPU pods (after a re-list)."""
         self._pending = {p.pod: p for p in pending}
+        self._pending_mig = Counter(profile for p in self._pending.values() for profile, _ in p.request.mig)
         self._claimed = {pod: at for pod, at in self._claimed.items() if pod in self._pending}
+
+    def pending_mig_profiles(self) -> frozenset[str]:
+        """The MIG profiles pending pods ask for: a free instance of any other profile is stranded
+        (`advisor.placement.mig.stranded`)."""
+        return frozenset(self._pending_mig)
 
     def note_claims(self, pods: Iterable[str], now_seconds: float) -> None:
         """Record when each of these pending pods was first expected to take room ahead of others (shortest first,

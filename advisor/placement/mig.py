@@ -79,6 +79,23 @@ def mig_asks(resources: Mapping[str, int]) -> dict[str, int]:
     return asks
 
 
+def take(instances: Iterable[MigInstance], held: Iterable[Iterable[tuple[str, int]]]) -> tuple[MigInstance, ...]:
+    """`instances` with those that pods holding `held` (each pod's (profile, count)) occupy marked taken: per pod and
+    profile, free instances of that profile on the GPUs with the fewest free instances first (as `choose` places
+    them). A pod holding more than the node has free of a profile takes what there is."""
+    listed = list(instances)
+    for asks in held:
+        for profile, count in sorted(asks):
+            free_on_gpu = Counter(i.gpu for i in listed if not i.taken)
+            candidates = sorted(
+                (pos for pos, i in enumerate(listed) if not i.taken and i.profile == profile),
+                key=lambda pos: (free_on_gpu[listed[pos].gpu], listed[pos].gpu, pos),
+            )
+            for pos in candidates[:count]:
+                listed[pos] = MigInstance(listed[pos].gpu, listed[pos].profile, True)
+    return tuple(listed)
+
+
 def free_counts(instances: Iterable[MigInstance]) -> Counter[str]:
     """Free instances of a node per profile name."""
     return Counter(i.profile for i in instances if not i.taken)
@@ -135,9 +152,12 @@ def choose(instances: Iterable[MigInstance], asks: Mapping[str, int]) -> tuple[i
     return tuple(sorted(chosen))
 
 
-def mig_verdict(instances: Iterable[MigInstance], asks: Mapping[str, int]) -> tuple[bool, tuple[int, ...], float, str]:
+def mig_verdict(
+    instances: Iterable[MigInstance], asks: Mapping[str, int], pending_profiles: Iterable[str] = ()
+) -> tuple[bool, tuple[int, ...], float, str]:
     """A node's verdict for a pod asking MIG instances: (feasible, parent GPUs of the instances it gets, packing
-    0..1, the reason's detail)."""
+    0..1, the reason's detail). Free instances of a profile neither `asks` nor `pending_profiles` (the pending
+    queue's) names are stranded."""
     listed = list(instances)
     wanted = ", ".join(f"{n} x {p}" for p, n in sorted(asks.items()))
     gpus = choose(listed, asks)
@@ -145,11 +165,12 @@ def mig_verdict(instances: Iterable[MigInstance], asks: Mapping[str, int]) -> tu
         free = free_counts(listed)
         have = ", ".join(f"{n} x {p}" for p, n in sorted(free.items())) or "none"
         return False, (), 0.0, f", no free MIG instance for {wanted} (free: {have})"
-    packing = mig_packing_ratio(listed, asks, asks) or 0.0
-    left = stranded(listed, asks)
+    profiles = set(pending_profiles) | set(asks)
+    packing = mig_packing_ratio(listed, asks, profiles) or 0.0
+    left = stranded(take(listed, [asks.items()]), profiles)
     return (
         True,
         gpus,
         packing,
-        f", MIG {wanted} on GPU {', '.join(map(str, gpus))}; {left} free instance(s) of other profiles",
+        f", MIG {wanted} on GPU {', '.join(map(str, gpus))}; {left} free instance(s) no pending pod's profile fits",
     )

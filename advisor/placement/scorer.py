@@ -15,7 +15,7 @@ The per-node evaluation (which GPUs, packing, affinity, interference) is `adviso
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count
 
@@ -71,6 +71,11 @@ def no_clock() -> float | None:
     return None
 
 
+def no_pending_mig() -> frozenset[str]:
+    """No pending queue known: a MIG pod's own profiles are the only ones judged wanted."""
+    return frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class ExtenderVerdict:
     """The extender's answer for a batch: integer 0..10 per candidate (in order) and how many of each outcome."""
@@ -85,6 +90,8 @@ class Scorer:
     """Scores candidate nodes for one pod at a time under one configuration and one set of predictors.
 
     `clock` gives Unix time for the staleness check (None: every observed node is fresh, the simulator's).
+    `pending_mig` gives the MIG profiles pending pods ask for (the service's cluster state); a free instance no
+    pending profile fits is stranded, which lowers a MIG pod's packing score (`advisor.placement.mig`).
     `columnar_min_nodes` is where share verdicts go through the columnar path (`advisor.placement.columnar`; the same
     numbers either way: tests set it to compare); `columnar_verdicts` counts the verdicts made there. Caches are
     attributes: a new `Scorer` starts cold.
@@ -97,10 +104,12 @@ class Scorer:
         *,
         clock: Callable[[], float | None] = no_clock,
         columnar_min_nodes: int = COLUMNAR_MIN_NODES,
+        pending_mig: Callable[[], Collection[str]] = no_pending_mig,
     ) -> None:
         self.config = config
         self.predictors = predictors or HEURISTIC_PREDICTORS
         self.clock = clock
+        self.pending_mig = pending_mig
         self.columnar_min_nodes = columnar_min_nodes
         self.columnar_verdicts = 0
         self.verdicts: NodeMemo[dict[_MemoKey, RawVerdict]] = NodeMemo()
@@ -300,6 +309,8 @@ class Scorer:
         own_resources = pod.cpu_milli is not None or pod.memory_mib is not None
         oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
         memos = self.verdicts
+        mig_asks = dict(pod.mig)
+        wanted = frozenset(self.pending_mig()) | mig_asks.keys() if mig_asks else frozenset()
         for node in nodes:
             observed = node.observed_at_seconds
             if observed is None or (oldest is not None and observed < oldest):
@@ -309,7 +320,7 @@ class Scorer:
                 raws.append(refused)
                 continue
             if pod.mig:  # MIG instances, not GPUs: placed on a free instance of each profile asked (`placement.mig`)
-                feasible, gpus, packing, detail = mig_verdict(node.mig_instances, dict(pod.mig))
+                feasible, gpus, packing, detail = mig_verdict(node.mig_instances, mig_asks, wanted)
                 raws.append(
                     RawVerdict(
                         node.name, node.gpu_model, feasible, gpus, packing, 1.0 if feasible else 0.0, detail=detail
