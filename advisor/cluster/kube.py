@@ -7,9 +7,11 @@ become allocations (with their `status.startTime`, from which the extender filte
 every pod not Succeeded or Failed (GPU or not, terminating included, as kube-scheduler counts it until it is gone)
 that requests CPU or memory becomes a `PodResources` record. A second thread lists, then watches, nodes for their
 `status.allocatable` cpu/memory and labels (for pods' node selectors in the extender filter) and forgets deleted
-ones. A third (only when the filter holds nodes for blocked pods or serves the queue shortest first) lists, then
-watches, unbound Pending pods and feeds `ClusterState.replace_pending` / `update_pending` with those that ask for GPUs
-(`PendingPod`: request, priority, creation time, node selector and affinity). Errors are logged once per kind and
+ones. A third (with `pending`, as the service runs it: the filter's holding and shortest-first queue, and the MIG
+profiles that judge stranded instances, read the queue) lists, then watches, unbound Pending pods and feeds
+`ClusterState.replace_pending` / `update_pending` with those that ask for GPUs (`PendingPod`: request, priority,
+creation time, node selector and affinity); a pending pod with ResourceClaims is read again whenever a DRA object
+changes, so one created before its claim gets its request when the claim appears. Errors are logged once per kind and
 retried with a capped backoff, and counted by watch and kind (`WatchMetrics`: temporary or permanent, as the shared
 error tree `collector.kube.kube_error` classes them); an expired resource version re-lists.
 """
@@ -249,6 +251,11 @@ class KubeWatch:
         self._request_timeout = (10.0, read_timeout_seconds)
         self._serializer = client.ApiClient()
         self._stop = threading.Event()
+        # Pending pods with ResourceClaims (their API objects): read again whenever a claim, template, class or slice
+        # changes, so a pod seen before its claim existed gets its request once the claim appears. The lock keeps a
+        # re-read from recording a pod the pending watch has just seen bound or deleted.
+        self._claim_pods: dict[str, dict[str, Any]] = {}
+        self._claim_pods_lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._loop, args=("pods", self._watch_pods), name="advisor-pods", daemon=True),
             threading.Thread(target=self._loop, args=("nodes", self._watch_nodes), name="advisor-nodes", daemon=True),
@@ -358,15 +365,27 @@ class KubeWatch:
         listed = self._api.list_pod_for_all_namespaces(
             field_selector=_PENDING_SELECTOR, _request_timeout=self._request_timeout
         )
-        dra = self._dra
-        pending = [p for p in (pending_from_pod(self._as_dict(o), dra) for o in listed.items) if p is not None]
-        self._state.replace_pending(pending)
+        objs = {_key(o): o for o in (self._as_dict(p) for p in listed.items)}
+        with self._claim_pods_lock:
+            self._claim_pods = {k: o for k, o in objs.items() if (o.get("spec") or {}).get("resourceClaims")}
+            pending = [p for p in (pending_from_pod(o, self._dra) for o in objs.values()) if p is not None]
+            self._state.replace_pending(pending)
         # A pod that is bound leaves the selector: the API server sends it as DELETED.
-        self._stream_pods(
-            _PENDING_SELECTOR,
-            listed,
-            lambda key, obj: self._state.update_pending(key, None if obj is None else pending_from_pod(obj, dra)),
-        )
+        self._stream_pods(_PENDING_SELECTOR, listed, self._pending_changed)
+
+    def _pending_changed(self, key: str, obj: dict[str, Any] | None) -> None:
+        with self._claim_pods_lock:
+            if obj is not None and (obj.get("spec") or {}).get("resourceClaims"):
+                self._claim_pods[key] = obj
+            else:
+                self._claim_pods.pop(key, None)
+            self._state.update_pending(key, None if obj is None else pending_from_pod(obj, self._dra))
+
+    def _reread_claim_pods(self) -> None:
+        """Read every pending pod with claims again against the DRA index as it is now."""
+        with self._claim_pods_lock:
+            for key, obj in self._claim_pods.items():
+                self._state.update_pending(key, pending_from_pod(obj, self._dra))
 
     def _watch_dra(self, plural: str) -> None:
         """List, then watch, one kind of resource.k8s.io/v1 object into the DRA index; after a change of slices or
@@ -391,6 +410,7 @@ class KubeWatch:
             self._stop.wait(_WATCH_TIMEOUT_SECONDS)
             return
         replace(listed.get("items") or [])
+        self._reread_claim_pods()
         if holdings:
             self._state.replace_claimed(dra.held_by_pods())
             self._state.replace_mig(dra.mig_by_node())
@@ -414,6 +434,7 @@ class KubeWatch:
                     remove(obj)
                 else:
                     put(obj)
+                self._reread_claim_pods()
                 if holdings:
                     self._state.replace_claimed(dra.held_by_pods())
                     self._state.replace_mig(dra.mig_by_node())

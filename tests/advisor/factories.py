@@ -76,6 +76,20 @@ def snapshot(
     }
 
 
+def mig_snapshot(node: str, layout: Sequence[Sequence[str | None]], model: str = "NVIDIA A100-SXM4-80GB") -> dict[str, Any]:
+    """A snapshot of `node` whose GPU i is partitioned into the MIG instances `layout[i]` names, with their profile as
+    the collector reads it (None: a MIG device without a profile, as an older collector sends it)."""
+    raw = snapshot(node, gpus=len(layout), model=model)
+    for gpu, profiles in zip(raw["gpus"], layout, strict=True):
+        gpu["sharing"] = "mig"
+        gpu["mig_devices"] = [
+            {"index": i, "uuid": f"MIG-{node}-{gpu['index']}-{i}", "gpu_instance_id": i + 1, "compute_instance_id": 0}
+            | ({} if profile is None else {"profile": profile})
+            for i, profile in enumerate(profiles)
+        ]
+    return raw
+
+
 def v1_pod(
     name: str = "train-0",
     *,

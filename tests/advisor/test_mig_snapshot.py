@@ -5,7 +5,7 @@ instances until they go; the pending queue's profiles decide which free instance
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +16,10 @@ from advisor.api import create_app
 from advisor.cluster.kube import allocation_from_pod, pending_from_pod
 from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
-from tests.advisor.factories import snapshot
+from tests.advisor.factories import mig_snapshot
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-GIB = 1024**3
-A100 = "NVIDIA A100-SXM4-80GB"
-
-
-def mig_snapshot(node: str, layout: Sequence[Sequence[str | None]]) -> dict[str, Any]:
-    """A snapshot of `node` whose GPU i is partitioned into the instances `layout[i]` names (None: a MIG device
-    without a profile, as an older collector sends it)."""
-    raw = snapshot(node, gpus=len(layout), model=A100)
-    for gpu, profiles in zip(raw["gpus"], layout, strict=True):
-        gpu["sharing"] = "mig"
-        gpu["mig_devices"] = [
-            {"index": i, "uuid": f"MIG-{node}-{gpu['index']}-{i}", "gpu_instance_id": i + 1, "compute_instance_id": 0}
-            | ({} if profile is None else {"profile": profile})
-            for i, profile in enumerate(profiles)
-        ]
-    return raw
 
 
 def mig_pod(name: str, profile: str, *, node: str | None = None) -> dict[str, Any]:

@@ -12,17 +12,19 @@ from typing import Any
 
 import pytest
 
-from tests.advisor.factories import snapshot
+from tests.advisor.factories import mig_snapshot, snapshot
 from tests.kube.conftest import Advisor
 from tests.support.dra import (
     A100_PRODUCT,
     DRIVER,
     GPU_CLASS,
     H100_PRODUCT,
+    MIG_CLASS,
     claim,
     claim_template,
     device_class,
     gpu_device,
+    mig_device,
     pod_with_claims,
     resource_slice,
 )
@@ -250,3 +252,56 @@ def test_nvidia_gpu_served_through_the_device_class_counts_once(
     delete_pod(api, "extended")
     release_claim(api, claim_name)
     eventually_allocated(advisor, H100_NODE, [0, 0, 0, 0])
+
+
+def test_a_pending_pod_seen_before_its_claim_is_read_again_when_the_claim_appears(
+    dra_cluster: KubeApi, advisor: Advisor
+) -> None:
+    """A pod asks one 2g.20gb by resource and one 3g.40gb through a claim that does not exist yet. The advisor's
+    queue holds its 2g.20gb at once; when the claim is created the pod is read again and its 3g.40gb counts too. It
+    is seen through a MIG pod's score on a node with a free 1g.10gb, 2g.20gb and 3g.40gb: the instances no pending
+    profile fits go from two to one to none. The pod names no running scheduler, so it stays pending."""
+    api = dra_cluster
+    slices_node, scored_node = "dra-mig-slices", "dra-mig"
+    api.create(f"{RESOURCE}/deviceclasses", device_class(MIG_CLASS, "mig"))
+    # NVIDIA's driver publishes the MIG devices somewhere: what the claim's selector is judged against.
+    api.create(
+        f"{RESOURCE}/resourceslices",
+        resource_slice(slices_node, [mig_device(slices_node, 0, "3g.40gb", 0, "40Gi")]),
+    )
+    scored_pod = {
+        "metadata": {"name": "scored", "namespace": NS},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+    }
+
+    def stranded() -> str:
+        with advisor.client() as client:
+            client.post(
+                "/v1/telemetry", json=mig_snapshot(scored_node, [["1g.10gb", "2g.20gb", "3g.40gb"]])
+            ).raise_for_status()
+            response = client.post("/v1/score", json={"pod": scored_pod, "nodes": [scored_node]})
+        assert response.status_code == 200, response.text
+        (score,) = response.json()["scores"]
+        return str(score["reason"])
+
+    def eventually(count: int) -> None:
+        want = f"{count} free instance(s) no pending pod's profile fits"
+        assert wait_until(lambda: want in stranded(), timeout_s=60, interval_s=0.5), (want, stranded())
+
+    try:
+        eventually(2)
+        late = pod_with_claims("late-claim", {"mig": "late-mig"}, schedulerName="no-such-scheduler")
+        late["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-2g.20gb": "1"}
+        api.create(f"/api/v1/namespaces/{NS}/pods", late)
+        eventually(1)  # the advisor has the pod, its claim still unknown
+        profile = f"device.attributes['{DRIVER}'].profile == '3g.40gb'"
+        api.create(
+            f"{RESOURCE}/namespaces/{NS}/resourceclaims",
+            claim("late-mig", NS, device_class_name=MIG_CLASS, selectors=[profile]),
+        )
+        eventually(0)
+    finally:
+        delete_pod(api, "late-claim")
+        release_claim(api, "late-mig")
+        api.delete(f"{RESOURCE}/resourceslices/{slices_node}-{DRIVER}")
+        api.delete(f"{RESOURCE}/deviceclasses/{MIG_CLASS}")
