@@ -333,9 +333,7 @@ def mig_instances_of(
     taken among the free ones."""
     gpu_index = {g.uuid: g.index for g in gpus}
     instances = [
-        MigInstance(index, profile, taken)
-        for uuid, profile, taken in dra
-        if (index := gpu_index.get(uuid)) is not None
+        MigInstance(index, profile, taken) for uuid, profile, taken in dra if (index := gpu_index.get(uuid)) is not None
     ]
     if not instances:
         instances = [

@@ -76,7 +76,9 @@ def snapshot(
     }
 
 
-def mig_snapshot(node: str, layout: Sequence[Sequence[str | None]], model: str = "NVIDIA A100-SXM4-80GB") -> dict[str, Any]:
+def mig_snapshot(
+    node: str, layout: Sequence[Sequence[str | None]], model: str = "NVIDIA A100-SXM4-80GB"
+) -> dict[str, Any]:
     """A snapshot of `node` whose GPU i is partitioned into the MIG instances `layout[i]` names, with their profile as
     the collector reads it (None: a MIG device without a profile, as an older collector sends it)."""
     raw = snapshot(node, gpus=len(layout), model=model)

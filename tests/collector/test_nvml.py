@@ -267,7 +267,9 @@ def test_mig_profile_from_the_device_name_where_profile_info_is_not_supported(
     assert [m.profile for m in parent.mig_devices] == ["3g.40gb", "2g.20gb", "1g.10gb"]
 
 
-def test_mig_profile_unknown_when_nvml_names_none(configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]) -> None:
+def test_mig_profile_unknown_when_nvml_names_none(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
     configure_nvml(FakeNvmlConfig(gpus=[FakeGpu(uuid="GPU-0", mig_devices=[FakeMig("MIG-a", 1, 0, 10 * GIB, 0)])]))
     (parent,) = _open(open_backend).read().gpus
     assert [(m.uuid, m.profile) for m in parent.mig_devices] == [("MIG-a", None)]

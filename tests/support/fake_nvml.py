@@ -80,8 +80,9 @@ class FakeMig:
 @dataclass(frozen=True)
 class FakeGpu:
     """One GPU. `errors` maps a query (uuid, name, pci, memory, utilization, power, temperature, energy, processes,
-    process_utilization, mig, topology, mig_profile: the GPU instance and profile-info calls) to the nvmlReturn_t it answers; `topology` maps a peer index to a level;
-    `compute_mode` is an nvmlComputeMode_t (None: the library answers NOT_SUPPORTED for it)."""
+    process_utilization, mig, topology, mig_profile: the GPU instance and profile-info calls) to the nvmlReturn_t it
+    answers; `topology` maps a peer index to a level; `compute_mode` is an nvmlComputeMode_t (None: the library
+    answers NOT_SUPPORTED for it)."""
 
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
