@@ -6,8 +6,11 @@ import logging
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from advisor.api import create_app
+from advisor.settings import AdvisorSettings
 from collector.agent import CollectorAgent
 from collector.backend import NodeReading
 from collector.exporter import SnapshotCollector
@@ -16,7 +19,7 @@ from collector.pods import PodInfo, StaticPods
 from collector.sim import SimulatedBackend
 from collector.snapshot import GpuSnapshot, NodeSnapshot, PodRef, ProcessSnapshot
 from tests.collector.conftest import ConfigureNvml, write_proc
-from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, FakeProcess
+from tests.support.fake_nvml import FakeGpu, FakeMig, FakeNvmlConfig, FakeProcess
 from tests.support.net import wait_until
 
 UID = "6e0b2d3c-1234-4abc-8def-0123456789ab"
@@ -136,6 +139,51 @@ def test_nvml_backend_end_to_end_with_lost_gpu(configure_nvml: ConfigureNvml, tm
     assert ok.processes[0].pod == PodRef(uid=UID)
     assert not lost.healthy
     assert lost.processes == ()
+
+
+def test_mig_profiles_read_from_nvml_place_a_mig_pod_at_the_advisor(
+    configure_nvml: ConfigureNvml, tmp_path: Path
+) -> None:
+    """The whole path of a MIG profile: NVML (the stand-in library) -> the collector's snapshot -> /v1/telemetry ->
+    /v1/score of a pod asking `nvidia.com/mig-1g.10gb`, placed on the GPU that has a 1g.10gb instance."""
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(
+                    uuid="GPU-0", mig_devices=[FakeMig(f"MIG-0-{i}", i + 1, 0, 40 * GIB, 0, "3g.40gb") for i in (0, 1)]
+                ),
+                FakeGpu(
+                    uuid="GPU-1",
+                    mig_devices=[
+                        FakeMig("MIG-1-0", 1, 0, 10 * GIB, 0, "1g.10gb"),
+                        FakeMig("MIG-1-1", 2, 0, 20 * GIB, 0, "2g.20gb"),
+                    ],
+                ),
+            ]
+        )
+    )
+    backend = NvmlBackend()
+    try:
+        snapshot = CollectorAgent(backend=backend, node="n1", proc_root=tmp_path).collect_once()
+    finally:
+        backend.close()
+    settings = AdvisorSettings(db_url=f"sqlite:///{tmp_path}/a.db", no_kube=True, api_token="t")
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+    }
+    with TestClient(create_app(settings)) as client:
+        pushed = client.post(
+            "/v1/telemetry",
+            content=snapshot.model_dump_json(),
+            headers={"Authorization": "Bearer t", "Content-Type": "application/json"},
+        )
+        assert pushed.status_code == 202, pushed.text
+        response = client.post("/v1/score", json={"pod": pod, "nodes": ["n1"]})
+    assert response.status_code == 200, response.text
+    (score,) = response.json()["scores"]
+    assert score["feasible"], score["reason"]
+    assert score["gpus"] == [1]
 
 
 def test_simulated_backend_is_deterministic_and_attributes_its_pods() -> None:
