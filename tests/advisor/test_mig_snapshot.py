@@ -113,6 +113,19 @@ def test_a_bound_mig_pod_takes_an_instance_of_its_profile_until_it_goes(
     assert scores(client, second, ["m"])["m"]["feasible"]
 
 
+def test_an_assumed_mig_pod_takes_its_instance_for_that_answer(client: TestClient) -> None:
+    """A pod the scheduler plugin has placed (its Reserve) but the watch has not seen bound yet holds its instance."""
+    push(client, mig_snapshot("m", [["1g.10gb", "3g.40gb"]]))
+    second = mig_pod("second", "1g.10gb")
+    body = {"pod": second, "nodes": ["m"], "assumed": [{"node": "m", "pod": mig_pod("first", "1g.10gb")}]}
+    response = client.post("/v1/score", json=body)
+    assert response.status_code == 200, response.text
+    (score,) = response.json()["scores"]
+    assert not score["feasible"]
+    assert "no free MIG instance for 1 x 1g.10gb" in score["reason"]
+    assert scores(client, second, ["m"])["m"]["feasible"]  # the state itself is unchanged
+
+
 def test_the_pending_queue_decides_which_free_instances_are_stranded(client: TestClient, state: ClusterState) -> None:
     """Taking the 1g.10gb on x leaves a 3g.40gb, on y a 2g.20gb: whichever profile the queue waits for is not
     stranded, so the node that keeps it packs better; with nothing waiting the two are alike."""

@@ -169,7 +169,7 @@ def _assumed_allocations(body: ScoreRequest) -> list[PodAllocation]:
             request = assumed.pod.to_request()
         except PodSpecError as e:
             raise PodSpecError(f"assumed[{i}].{e}") from e
-        if request.whole_gpus or request.is_share:
+        if request.whole_gpus or request.is_share or request.mig:
             out.append(allocation_of(request.name, request, assumed.node))
     return out
 
