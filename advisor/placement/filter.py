@@ -22,6 +22,7 @@ from typing import Protocol
 
 from advisor.placement.config import ScoringConfig
 from advisor.placement.holding import Labels, Reservation, head_reservation, not_held, reserved_verdicts, usable_nodes
+from advisor.placement.mig import mig_verdict
 from advisor.placement.queue import NodePlacement, PendingPod
 from advisor.placement.scoring import is_stale, memory_ok, resources_short, whole_eligible_mask
 from advisor.placement.shortest import Claim, queue_claims, yield_verdicts
@@ -86,6 +87,31 @@ def pass_over(
     return held | wait
 
 
+def _gpus_short(node: NodeState, pod: PodRequest) -> str | None:
+    """Why the node's GPUs cannot take `pod` now: no free MIG instance of a profile it asks, no healthy GPU, too few
+    free GPUs, no room for its share; None when they can, or it asks for none."""
+    if pod.mig:
+        feasible, _, _, detail = mig_verdict(node.mig_instances, dict(pod.mig))
+        if not feasible:
+            return detail.removeprefix(", ")
+    k = pod.whole_gpus
+    if k == 0 and not pod.is_share:
+        return None
+    if node.healthy_count == 0:
+        return "no healthy GPU"
+    if k:
+        free = whole_eligible_mask(node, pod).bit_count()
+        return f"needs {k} free GPUs, has {free}{taken_as_unknown(node)}" if free < k else None
+    if not any(
+        g.healthy
+        and g.allocated_milli + pod.share_milli <= WHOLE_GPU_MILLI
+        and memory_ok(g, pod.gpu_memory_bytes, whole=False)
+        for g in node.gpus
+    ):
+        return f"no healthy GPU has room for the requested share{taken_as_unknown(node)}"
+    return None
+
+
 def filter_nodes(
     pod: PodRequest,
     names: Sequence[str],
@@ -103,13 +129,13 @@ def filter_nodes(
 ) -> tuple[list[str], dict[str, str]]:
     """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
 
-    A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share), or — where known —
-    free CPU or memory for the pod's own request, or (with `predictors` and `leaving`, `wait_verdicts`) when the
-    pod would finish sooner by waiting for a faster GPU model (on a node `usable` does not rule out), or when it is
-    held by `reservation` for a blocked pod and the pod would not finish before that starts (`reserved_verdicts`),
-    or when its room is expected to go to pending pods ranked above the pod's `rank` (priority, then response ratio;
-    `claim_log`, `yield_verdicts`; `claim_nodes` as `QueueRules`); the wait reason first. Unknown or stale nodes pass
-    unless `config.strict_staleness`.
+    A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share, or a free MIG instance
+    of each profile the pod asks), or — where known — free CPU or memory for the pod's own request, or (with
+    `predictors` and `leaving`, `wait_verdicts`) when the pod would finish sooner by waiting for a faster GPU model (on
+    a node `usable` does not rule out), or when it is held by `reservation` for a blocked pod and the pod would not
+    finish before that starts (`reserved_verdicts`), or when its room is expected to go to pending pods ranked above
+    the pod's `rank` (priority, then response ratio; `claim_log`, `yield_verdicts`; `claim_nodes` as `QueueRules`);
+    the wait reason first. Unknown or stale nodes pass unless `config.strict_staleness`.
     """
     k = pod.whole_gpus
     passed: list[str] = []
@@ -133,30 +159,11 @@ def filter_nodes(
             else:
                 passed.append(name)
             continue
-        short = resources_short(node, pod)
+        short = resources_short(node, pod) or _gpus_short(node, pod)
         if short is not None:
             failed[name] = short
             continue
-        if k == 0 and not pod.is_share:
-            passed.append(name)
-            continue
-        if node.healthy_count == 0:
-            failed[name] = "no healthy GPU"
-            continue
-        if k:
-            free = whole_eligible_mask(node, pod).bit_count()
-            if free < k:
-                failed[name] = f"needs {k} free GPUs, has {free}{taken_as_unknown(node)}"
-                continue
-        elif not any(
-            g.healthy
-            and g.allocated_milli + pod.share_milli <= WHOLE_GPU_MILLI
-            and memory_ok(g, pod.gpu_memory_bytes, whole=False)
-            for g in node.gpus
-        ):
-            failed[name] = f"no healthy GPU has room for the requested share{taken_as_unknown(node)}"
-            continue
-        if name in wait:
+        if (k or pod.is_share) and name in wait:
             failed[name] = wait[name]
             continue
         passed.append(name)

@@ -88,6 +88,16 @@ def test_a_mixed_strategy_mig_pod_is_placed_on_a_free_instance_of_its_profile_fr
     assert extender["small"] > extender["older"]
 
 
+def test_the_extender_filter_fails_nodes_without_a_free_instance_of_the_profile(client: TestClient) -> None:
+    push(client, mig_snapshot("big", [["3g.40gb", "3g.40gb"]]), mig_snapshot("small", [["1g.10gb", "2g.20gb"]]))
+    body = {"Pod": mig_pod("p", "1g.10gb"), "Nodes": None, "NodeNames": ["big", "small"]}
+    response = client.post("/extender/filter", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["NodeNames"] == ["small"]
+    assert result["FailedNodes"] == {"big": "no free MIG instance for 1 x 1g.10gb (free: 2 x 3g.40gb)"}
+
+
 def test_a_snapshot_mig_profile_the_advisor_cannot_read_leaves_that_instance_out(
     client: TestClient, state: ClusterState
 ) -> None:
