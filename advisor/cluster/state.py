@@ -331,6 +331,8 @@ def mig_instances_of(
     """A node's MIG instances: DRA's (parent GPU UUID, profile, taken) where the node has any on its GPUs, else the
     healthy GPUs' snapshot MIG devices that carry a profile (free); then the bound pods' instances asked by profile
     taken among the free ones."""
+    if not dra and not any(g.mig_devices for g in gpus):
+        return ()
     gpu_index = {g.uuid: g.index for g in gpus}
     instances = [
         MigInstance(index, profile, taken) for uuid, profile, taken in dra if (index := gpu_index.get(uuid)) is not None
