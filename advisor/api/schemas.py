@@ -517,6 +517,12 @@ class GpuOut(_Out):
     residents: list[ResidentOut]
 
 
+class MigInstanceOut(_Out):
+    gpu: int = Field(description="The index of its parent GPU on the node.")
+    profile: str = Field(description="Its profile as NVIDIA writes it (`1g.10gb`, `3g.40gb`).")
+    taken: bool = Field(description="Whether a pod holds it (a DRA claim's device, or a pod asking its profile).")
+
+
 class NodeOut(_Out):
     name: str
     stale: bool = Field(description="No snapshot for longer than `staleness_seconds`: scored as unknown.")
@@ -528,6 +534,11 @@ class NodeOut(_Out):
     topology_known: bool = Field(description="Whether the snapshot reported the GPUs' links.")
     gangs: list[str] = Field(description="Pod groups with pods on this node.")
     gpus: list[GpuOut] | None = Field(default=None, description="Every GPU (with `detail=true`, or for one node).")
+    mig_instances: list[MigInstanceOut] | None = Field(
+        default=None,
+        description="The node's MIG instances, free or taken: MIG pods' capacity (with `detail=true`, or for one node; "
+        "from Dynamic Resource Allocation's devices, else the snapshot's MIG devices with a profile).",
+    )
     labels: dict[str, str] | None = Field(
         default=None,
         description="The Node object's labels as the advisor's node watch last saw them (with `detail=true`, or for "

@@ -114,6 +114,11 @@ def test_a_bound_mig_pod_takes_an_instance_of_its_profile_until_it_goes(
 
     first = mig_pod("first", "1g.10gb", node="m")
     state.update_pod("ml/first", allocation_from_pod(first), None)
+    detail = client.get("/v1/nodes/m").json()
+    assert detail["mig_instances"] == [
+        {"gpu": 0, "profile": "1g.10gb", "taken": True},
+        {"gpu": 0, "profile": "3g.40gb", "taken": False},
+    ]
     taken = scores(client, second, ["m"])["m"]
     assert not taken["feasible"]
     assert "no free MIG instance for 1 x 1g.10gb (free: 1 x 3g.40gb)" in taken["reason"]

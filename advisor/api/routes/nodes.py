@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
-from advisor.api.schemas import GpuOut, NodeListOut, NodeOut, ResidentOut
+from advisor.api.schemas import GpuOut, MigInstanceOut, NodeListOut, NodeOut, ResidentOut
 from advisor.cluster.state import NodeRecord
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"], route_class=StrictJsonRoute, responses=ERROR_RESPONSES)
@@ -47,6 +47,10 @@ def _node_out(
     # `gpus` left unset, not None, without detail: the list answer leaves out unset fields only, so a resident's
     # required-but-unknown `workload` is still there, as null (its schema).
     more: dict[str, object] = {"gpus": gpus} if detail else {}
+    if detail:
+        more["mig_instances"] = [
+            MigInstanceOut(gpu=i.gpu, profile=i.profile, taken=i.taken) for i in node.mig_instances
+        ]
     if detail and labels is not None:
         more["labels"] = dict(labels)
     return NodeOut(
