@@ -593,19 +593,22 @@ class NvmlBackend:
 
     def _mig_profile(self, index: int, parent: Any, mig: Any, gpu_instance_id: int | None) -> str | None:
         """A MIG device's profile: its GPU instance's profile id (nvmlDeviceGetGpuInstanceById, nvmlGpuInstanceGetInfo)
-        looked up in the parent's profile table, whose v2 entries carry NVIDIA's name ("MIG 1g.10gb"); where the
+        looked up in the parent's profile table, whose v2 entries carry NVIDIA's name ("MIG 3g.40gb"); where the
         driver has no such table (before the `V` function, or NOT_SUPPORTED), the suffix of the MIG device's own name
-        ("NVIDIA A100-SXM4-80GB MIG 1g.10gb"). Never guessed from the memory size: profiles of one memory size differ
-        in compute slices. None when neither tells."""
+        ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"). A device whose name says it is a compute instance of that GPU instance
+        ("MIG 1c.3g.40gb": the device plugin's mixed strategy names its resource so) is that. Never guessed from the
+        memory size: profiles of one memory size differ in compute slices. None when neither tells."""
         q = self._query
+        from_table = None
         if gpu_instance_id is not None:
             table = self._gi_profile_table(index, parent)
             instance = q(pynvml.nvmlDeviceGetGpuInstanceById, parent, gpu_instance_id) if table else None
             info = q(pynvml.nvmlGpuInstanceGetInfo, instance) if instance is not None else None
-            named = table.get(int(info.profileId)) if table and info is not None else None
-            if named is not None:
-                return named
-        return mig_profile_of(_text(q(pynvml.nvmlDeviceGetName, mig)))
+            from_table = table.get(int(info.profileId)) if table and info is not None else None
+        named = mig_profile_of(_text(q(pynvml.nvmlDeviceGetName, mig)))
+        if from_table is None or (named is not None and named.endswith(f"c.{from_table}")):
+            return named
+        return from_table
 
     def _gi_profile_table(self, index: int, parent: Any) -> dict[int, str]:
         """GPU `index`'s GPU instance profiles by id, read once (nvmlDeviceGetGpuInstanceProfileInfoV over every

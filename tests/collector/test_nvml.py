@@ -256,7 +256,30 @@ def test_mig_devices_carry_their_profile_from_nvml_profile_info(
     latency = backend.call_latency()
     assert latency["nvmlGpuInstanceGetInfo"].count == 6  # each instance's profile id, every read
     assert latency["nvmlDeviceGetGpuInstanceProfileInfoV"].count == 18  # NVML_GPU_INSTANCE_PROFILE_COUNT, once
-    assert "nvmlDeviceGetName" not in {n for n, c in latency.items() if c.count > 2}  # no name fallback needed
+
+
+def test_a_compute_instance_smaller_than_its_gpu_instance_has_its_own_profile(
+    configure_nvml: ConfigureNvml, open_backend: list[NvmlBackend]
+) -> None:
+    """Two compute instances of one slice in a 3g.40gb GPU instance are `1c.3g.40gb` each (as the device names them),
+    not two 3g.40gb instances; a whole-GPU-instance device beside them keeps its GPU instance's profile."""
+    configure_nvml(
+        FakeNvmlConfig(
+            gpus=[
+                FakeGpu(
+                    uuid="GPU-0",
+                    name="NVIDIA A100-SXM4-80GB",
+                    mig_devices=[
+                        FakeMig("MIG-c0", 1, 0, 40 * GIB, 0, profile="3g.40gb", compute_slices=1),
+                        FakeMig("MIG-c1", 1, 1, 40 * GIB, 0, profile="3g.40gb", compute_slices=1),
+                        FakeMig("MIG-2g", 5, 0, 20 * GIB, 0, profile="2g.20gb"),
+                    ],
+                )
+            ]
+        )
+    )
+    (parent,) = _open(open_backend).read().gpus
+    assert [m.profile for m in parent.mig_devices] == ["1c.3g.40gb", "1c.3g.40gb", "2g.20gb"]
 
 
 def test_mig_profile_from_the_device_name_where_profile_info_is_not_supported(

@@ -67,7 +67,8 @@ class FakeSample:
 class FakeMig:
     """A MIG device. With a `profile` ("1g.10gb") its GPU instance has that profile (NVML's profile info names it
     "MIG 1g.10gb") and the device is named "<parent name> MIG 1g.10gb"; without one, the device carries its parent's
-    name and its GPU instance a profile id the parent's profile table lacks."""
+    name and its GPU instance a profile id the parent's profile table lacks. `compute_slices` (with a profile): its
+    compute instance is that much of the GPU instance, and the device is named "<parent name> MIG 1c.3g.40gb"."""
 
     uuid: str
     gpu_instance_id: int
@@ -75,6 +76,7 @@ class FakeMig:
     memory_total_bytes: int
     memory_used_bytes: int
     profile: str = ""
+    compute_slices: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def render_config(config: FakeNvmlConfig) -> str:
         lines += [
             f"mig {m.uuid} {m.gpu_instance_id} {m.compute_instance_id} {m.memory_total_bytes} {m.memory_used_bytes}"
             + (f" {m.profile}" if m.profile else "")
+            + (f" {m.compute_slices}" if m.profile and m.compute_slices else "")
             for m in gpu.mig_devices
         ]
         lines += [f"nvlink {peer}" for peer in gpu.nvlink_peers]

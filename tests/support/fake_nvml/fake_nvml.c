@@ -50,6 +50,7 @@ typedef struct device {
     int errors[E_COUNT];
     unsigned gi, ci;
     char profile[STR]; /* a MIG device's GPU instance profile ("1g.10gb"); empty: none configured */
+    unsigned cslices;  /* a MIG device's compute slices when its compute instance is smaller than its GPU instance */
     int nprocs, nsamples;
     int mig_mode, nmigs;
     int compute_mode; /* nvmlComputeMode_t; -1: not configured, answered NOT_SUPPORTED */
@@ -144,12 +145,13 @@ static void parse(FILE *f) {
         else if (!strcmp(word, "compute_mode")) cur->compute_mode = atoi(rest);
         else if (!strcmp(word, "mig") && cur->nmigs < MAX_MIGS) {
             char uuid[STR], profile[STR] = "";
-            if (sscanf(rest, "%95s %llu %llu %llu %llu %95s", uuid, &d, &e, &g, &a, profile) >= 5) {
+            b = 0;
+            if (sscanf(rest, "%95s %llu %llu %llu %llu %95s %llu", uuid, &d, &e, &g, &a, profile, &b) >= 5) {
                 device_t *m = &migs[cur->index][cur->nmigs];
                 m->is_mig = 1; m->index = cur->nmigs++; m->parent = cur;
                 copy_str(m->uuid, uuid);
                 copy_str(m->profile, profile);
-                m->gi = d; m->ci = e; m->mem_total = g; m->mem_used = a;
+                m->gi = d; m->ci = e; m->mem_total = g; m->mem_used = a; m->cslices = (unsigned)b;
             }
         } else if (!strcmp(word, "nvlink") && sscanf(rest, "%llu", &a) == 1 && a < MAX_GPUS) {
             nvlink[cur->index][a] = nvlink[a][cur->index] = 1;
@@ -267,13 +269,15 @@ int nvmlDeviceGetUUID(device_t *dev, char *buf, unsigned len) {
     int r = check(dev, E_UUID);
     return r ? r : put_str(dev->uuid, buf, len);
 }
-/* A MIG device is named after its parent and its profile, as drivers name them: "NVIDIA A100 ... MIG 1g.10gb". */
+/* A MIG device is named after its parent and its profile, as drivers name them: "NVIDIA A100 ... MIG 1g.10gb", and
+ * "... MIG 1c.3g.40gb" for a compute instance of one compute slice in a 3g.40gb GPU instance. */
 int nvmlDeviceGetName(device_t *dev, char *buf, unsigned len) {
     int r = check(dev, E_NAME);
     if (r) return r;
     if (dev->is_mig && dev->profile[0]) {
-        char name[2 * STR + 8];
-        snprintf(name, sizeof name, "%s MIG %s", dev->parent->name, dev->profile);
+        char name[2 * STR + 24], compute[16] = "";
+        if (dev->cslices) snprintf(compute, sizeof compute, "%uc.", dev->cslices);
+        snprintf(name, sizeof name, "%s MIG %s%s", dev->parent->name, compute, dev->profile);
         return put_str(name, buf, len);
     }
     return put_str(dev->is_mig ? dev->parent->name : dev->name, buf, len);
