@@ -68,8 +68,9 @@ _COMPUTE_MODES = {
 }
 _MPS_PROCESS_LIST = "nvmlDeviceGetMPSComputeRunningProcesses"
 _NOT_AVAILABLE_ULL = 2**64 - 1
-# A MIG profile as NVIDIA writes it: `1g.10gb`, `1g.10gb+me`, `1c.3g.40gb` (a compute instance of a larger one).
-_MIG_PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z]+)?")
+# A MIG profile as NVIDIA writes it: `1g.10gb`, `1c.3g.40gb` (a compute instance of a larger one), with a variant's
+# suffix where it has one: `1g.10gb+me`, `1g.24gb+me.all`, `1g.24gb+gfx`, `1g.24gb-me`.
+_MIG_PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+(?:me\.all|me|gfx)|-me)?")
 # How long a process without a new SM-utilisation sample keeps its last one (a few collector cycles).
 SM_SAMPLE_MAX_AGE_SECONDS = 5.0  # NVML_VALUE_NOT_AVAILABLE for unsigned long long fields
 

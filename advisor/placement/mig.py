@@ -26,12 +26,102 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 COMPUTE_SLICES = 7
 """Compute slices of a MIG-capable GPU (A100, H100, H200, B200 all have seven)."""
 
-# `1g.10gb`, `3g.40gb`, `1g.10gb+me` (with a media engine), `1c.3g.40gb` (a compute instance of a larger one).
-_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me)?$")
+# `1g.10gb`, `3g.40gb`, `1c.3g.40gb` (a compute instance of a larger one), and the variants NVIDIA's driver names
+# with a suffix: `+me` (with a media engine), `+me.all` (all of them), `+gfx` (graphics), `-me` (without media
+# engines). The device plugin's mixed-strategy resource names write `+` as `.` (`nvidia.com/mig-1g.10gb.me`), since a
+# resource name cannot hold a `+`; both spellings are one profile, named as NVML names it (`1g.10gb+me`).
+_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:[+.](me\.all|me|gfx)|(-me))?$")
+
+
+# The GPU instance profiles of NVIDIA's MIG-capable GPUs (A30, A100, H100, H200, GH200, B200, GB200, B300, GB300),
+# as NVIDIA's MIG partition editor's default configuration lists them (2026-08). The extender's `managedResources`
+# must name each mixed-strategy resource, since kube-scheduler sends a pod to an extender only when it asks for one
+# of them by name (tests/deploy checks deploy/ lists exactly `MIG_RESOURCE_NAMES`). Scoring reads any well-formed
+# profile, listed here or not.
+KNOWN_PROFILES = (
+    "1g.5gb",
+    "1g.5gb+me",
+    "1g.6gb",
+    "1g.6gb+me",
+    "1g.10gb",
+    "1g.10gb+me",
+    "1g.12gb",
+    "1g.12gb+me",
+    "1g.18gb",
+    "1g.18gb+me",
+    "1g.20gb",
+    "1g.23gb",
+    "1g.23gb+me",
+    "1g.24gb",
+    "1g.24gb-me",
+    "1g.24gb+gfx",
+    "1g.24gb+me",
+    "1g.24gb+me.all",
+    "1g.34gb",
+    "1g.34gb+me",
+    "1g.35gb",
+    "1g.35gb+me",
+    "1g.36gb",
+    "1g.45gb",
+    "1g.47gb",
+    "1g.67gb",
+    "1g.70gb",
+    "2g.10gb",
+    "2g.12gb",
+    "2g.12gb+me",
+    "2g.20gb",
+    "2g.24gb",
+    "2g.35gb",
+    "2g.36gb",
+    "2g.45gb",
+    "2g.47gb",
+    "2g.48gb",
+    "2g.48gb-me",
+    "2g.48gb+gfx",
+    "2g.48gb+me.all",
+    "2g.67gb",
+    "2g.70gb",
+    "3g.20gb",
+    "3g.40gb",
+    "3g.47gb",
+    "3g.48gb",
+    "3g.71gb",
+    "3g.72gb",
+    "3g.90gb",
+    "3g.93gb",
+    "3g.95gb",
+    "3g.135gb",
+    "3g.139gb",
+    "4g.20gb",
+    "4g.24gb",
+    "4g.40gb",
+    "4g.47gb",
+    "4g.48gb",
+    "4g.71gb",
+    "4g.72gb",
+    "4g.90gb",
+    "4g.93gb",
+    "4g.95gb",
+    "4g.96gb",
+    "4g.96gb+gfx",
+    "4g.135gb",
+    "4g.139gb",
+    "7g.40gb",
+    "7g.80gb",
+    "7g.94gb",
+    "7g.96gb",
+    "7g.141gb",
+    "7g.144gb",
+    "7g.180gb",
+    "7g.186gb",
+    "7g.189gb",
+    "7g.269gb",
+    "7g.278gb",
+)
 
 
 class MigProfileError(ValueError):
-    """A MIG profile name that is not `<g>g.<memory>gb` (optionally `+me`, or `<c>c.` first)."""
+    """A MIG profile name that is not `<g>g.<memory>gb` (optionally `<c>c.` first, or a suffix such as `+me`)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,16 +139,19 @@ class MigProfile:
 
 
 def parse_profile(name: str) -> MigProfile:
-    """`1g.10gb` → MigProfile(1, 10, "1g.10gb"); `MigProfileError` naming the value when it is not a profile."""
+    """`1g.10gb` → MigProfile(1, 10, "1g.10gb"); `1g.10gb.me` (a resource name's spelling) → MigProfile(1, 10,
+    "1g.10gb+me"); `MigProfileError` naming the value when it is not a profile."""
     text = name.strip().lower()
     m = _PROFILE.match(text)
     if m is None:
         raise MigProfileError(f"MIG profile {name!r} is not of the form <slices>g.<memory>gb (e.g. 1g.10gb)")
-    compute, slices, memory, _media = m.groups()
+    compute, slices, memory, extension, without = m.groups()
     g = int(slices)
     if not 1 <= g <= COMPUTE_SLICES or (compute is not None and not 1 <= int(compute) <= g):
         raise MigProfileError(f"MIG profile {name!r} has {g} compute slices; a GPU has 1..{COMPUTE_SLICES}")
-    return MigProfile(int(compute) if compute else g, int(memory), text)
+    suffix = f"+{extension}" if extension else (without or "")
+    canonical = f"{compute}c.{g}g.{memory}gb{suffix}" if compute else f"{g}g.{memory}gb{suffix}"
+    return MigProfile(int(compute) if compute else g, int(memory), canonical)
 
 
 def profile_of_resource(resource: str) -> MigProfile | None:
@@ -174,3 +267,12 @@ def mig_verdict(
         packing,
         f", MIG {wanted} on GPU {', '.join(map(str, gpus))}; {left} free instance(s) no pending pod's profile fits",
     )
+
+
+def resource_name(profile: str) -> str:
+    """The device plugin's mixed-strategy resource of a profile: `1g.10gb+me` → `nvidia.com/mig-1g.10gb.me`."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+MIG_RESOURCE_NAMES = tuple(resource_name(p) for p in KNOWN_PROFILES)
+"""Every mixed-strategy resource name of `KNOWN_PROFILES`, as the extender's `managedResources` lists them."""

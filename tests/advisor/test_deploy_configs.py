@@ -9,6 +9,7 @@ import yaml
 
 from advisor.api import create_app
 from advisor.cluster.pods import GPU_RESOURCE_NAMES
+from advisor.placement.mig import MIG_RESOURCE_NAMES
 from advisor.settings import AdvisorSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -28,7 +29,7 @@ def test_kube_scheduler_profile_uses_the_advisor_as_extender(tmp_path: Path) -> 
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is True
     # every GPU pod, whole or shared, in any notation the advisor reads (tests/deploy checks which ones are ignored)
-    assert {r["name"] for r in extender["managedResources"]} == set(GPU_RESOURCE_NAMES)
+    assert {r["name"] for r in extender["managedResources"]} == set(GPU_RESOURCE_NAMES) | set(MIG_RESOURCE_NAMES)
     assert extender["weight"] > 0
     assert extender["httpTimeout"].endswith("ms")
     prefix = extender["urlPrefix"].split(":8080", 1)[1]

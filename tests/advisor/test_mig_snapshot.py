@@ -98,6 +98,18 @@ def test_the_extender_filter_fails_nodes_without_a_free_instance_of_the_profile(
     assert result["FailedNodes"] == {"big": "no free MIG instance for 1 x 1g.10gb (free: 2 x 3g.40gb)"}
 
 
+def test_the_device_plugins_resource_spelling_asks_for_the_instance_nvml_names(client: TestClient) -> None:
+    """NVML names a media-engine profile `1g.10gb+me`; a resource name cannot hold a `+`, so the device plugin
+    advertises it as `nvidia.com/mig-1g.10gb.me`: one profile, which the plain `1g.10gb` is not."""
+    push(client, mig_snapshot("plain", [["1g.10gb", "1g.10gb"]]), mig_snapshot("media", [["1g.10gb+me", "3g.40gb"]]))
+    body = {"Pod": mig_pod("p", "1g.10gb.me"), "Nodes": None, "NodeNames": ["plain", "media"]}
+    response = client.post("/extender/filter", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["NodeNames"] == ["media"]
+    assert result["FailedNodes"] == {"plain": "no free MIG instance for 1 x 1g.10gb+me (free: 2 x 1g.10gb)"}
+
+
 def test_a_snapshot_mig_profile_the_advisor_cannot_read_leaves_that_instance_out(
     client: TestClient, state: ClusterState
 ) -> None:

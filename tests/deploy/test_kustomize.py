@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from advisor.cluster.pods import GPU_RESOURCE_NAMES
+from advisor.placement.mig import MIG_RESOURCE_NAMES
 from profiler.manifests import MANAGER
 from profiler.settings import DEFAULT_LIVENESS_ENDPOINT
 from tests.support.binaries import require_binary
@@ -366,13 +367,15 @@ def test_second_scheduler_runs_the_extender_profile_against_the_advisor_service(
     assert {"prioritizeVerb", "filterVerb"} <= extender.keys()
     managed = {r["name"]: r["ignoredByScheduler"] for r in extender["managedResources"]}
     # kube-scheduler sends a pod only if a container names one of these (HTTPExtender.IsInterested): every name a
-    # GPU pod carries, whole or shared, that the advisor reads (advisor/cluster/pods.py)
-    assert set(managed) == set(GPU_RESOURCE_NAMES)
+    # GPU pod carries, whole or shared, that the advisor reads
+    # (advisor/cluster/pods.py), and every MIG profile's mixed-strategy resource (advisor/placement/mig.py)
+    assert set(managed) == set(GPU_RESOURCE_NAMES) | set(MIG_RESOURCE_NAMES)
     # counts a device plugin advertises stay checked by NodeResourcesFit; amounts no node advertises must not be
     assert [name for name, ignored in managed.items() if not ignored] == [
         "nvidia.com/gpu",
         "aliyun.com/gpu-mem",
         "volcano.sh/vgpu-number",
+        *MIG_RESOURCE_NAMES,
     ]
     (fit,) = [c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
     # the plugin score the simulator adds the extender's to: LeastAllocated over GPU, CPU and memory alike
