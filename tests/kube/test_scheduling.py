@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.advisor.factories import snapshot
+from tests.advisor.factories import mig_snapshot, snapshot
 from tests.kube.conftest import SCHEDULER_NAME, Advisor, start_advisor
 from tests.support.kube import (
     ControlPlane,
@@ -183,6 +183,30 @@ def test_a_gpu_share_pod_is_bound_where_the_advisor_scores_best(api: KubeApi, ad
         assert extender_calls(advisor) > calls, "the scheduler did not ask the advisor"
     # ours, at least, the advisor ranks: the half-used GPU of share-a takes the 400-milli share (best fit)
     assert api.get(f"/api/v1/namespaces/{NAMESPACE}/pods/milli")["spec"]["nodeName"] == "share-a"
+
+
+def test_a_mixed_strategy_mig_pod_is_sent_to_the_advisor_and_bound_where_it_scores_best(
+    api: KubeApi, advisor: Advisor, scheduler: str
+) -> None:
+    group = "mig"
+    names = ["mig-a", "mig-b"]
+    for name in names:
+        # the device plugin's mixed strategy: each profile its own resource, no whole GPUs left to count
+        node = gpu_node(name, gpus=0, product="NVIDIA-A100-SXM4-80GB", labels={GROUP_LABEL: group})
+        node["status"]["allocatable"] |= {"nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-3g.40gb": "2"}
+        node["status"]["capacity"] = node["status"]["allocatable"]
+        create_node(api, node)
+    layout = [["1g.10gb", "1g.10gb", "3g.40gb"], ["3g.40gb"]]
+    report(advisor, mig_snapshot("mig-a", layout), mig_snapshot("mig-b", list(reversed(layout))))
+    assert wait_until(lambda: advisor_knows(advisor, names, {}), timeout_s=30)
+    asked = pod("mig-small", group, scheduler, {"nvidia.com/mig-1g.10gb": "1"})
+    scores = advisor_scores(advisor, asked, names)
+    top = {n for n, score in scores.items() if score == max(scores.values())}
+    calls = extender_calls(advisor)
+    create_pod(api, asked)
+    assert bound_node(api, "mig-small") in top, scores
+    # kube-scheduler sends a pod to an extender only for a resource its managedResources names
+    assert extender_calls(advisor) > calls, "the scheduler did not ask the advisor about a MIG pod"
 
 
 @pytest.fixture
