@@ -112,6 +112,11 @@ def normalize_frame(frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, s
                     f"{source}: column {column}, row {row + 2}: expected a number, got {out[column].iloc[row]!r}"
                 )
             out[column] = converted.astype(np.float64)
+            infinite = np.isinf(out[column].to_numpy())  # inf, -inf and numbers beyond a double (1e400) alike
+            if infinite.any():
+                row = int(np.flatnonzero(infinite)[0])
+                given = frame[column].iloc[row]
+                raise DatasetError(f"{source}: column {column}, row {row + 2}: expected a finite number, got {given!r}")
             if column in fmt.ratios and (out[column] > 1.0).any():
                 raise DatasetError(f"{source}: column {column}: utilisations are ratios 0..1, found values above 1")
         elif column in fmt.flags:

@@ -716,7 +716,10 @@ def store_frame(sessions: sessionmaker[Session], kind: Kind) -> Any:
 
 
 class TrainingJobs:
-    """One training at a time in a background thread; `on_done` (`ServedModels.refresh`) serves what it promotes."""
+    """One training at a time in a background thread; `on_done` (`ServedModels.refresh`) serves what it promotes.
+
+    `wait_for(ready)`: jobs stay queued until `ready` is set — `gpuadvisor up` fills its store in the background after
+    the banner, and a training started meanwhile saw "0 usable row(s)" or a locked SQLite file instead of the data."""
 
     def __init__(
         self, sessions: sessionmaker[Session], model_dir: Path, on_done: Callable[[], object] | None = None
@@ -726,6 +729,11 @@ class TrainingJobs:
         self._on_done = on_done
         self._jobs: dict[str, TrainingJob] = {}
         self._lock = threading.Lock()
+        self._ready: threading.Event | None = None
+
+    def wait_for(self, ready: threading.Event) -> None:
+        """Hold every job (queued) until `ready` is set."""
+        self._ready = ready
 
     def get(self, job_id: str) -> TrainingJob | None:
         return self._jobs.get(job_id)
@@ -745,6 +753,8 @@ class TrainingJobs:
         return job
 
     def _run(self, job: TrainingJob, force: bool) -> None:
+        if self._ready is not None:
+            self._ready.wait()
         job.state = "running"
         try:
             for kind in job.kinds:
@@ -753,7 +763,8 @@ class TrainingJobs:
             if job.state == "failed":
                 job.error = "; ".join(str(r["error"]) for r in job.results if "error" in r)
         except (SQLAlchemyError, OSError) as e:
-            job.state, job.error = "failed", f"{e.__class__.__name__}: {e}"
+            # the driver's message without SQLAlchemy's statement, parameters and help link
+            job.state, job.error = "failed", f"{e.__class__.__name__}: {str(e).splitlines()[0]}"
         finally:
             job.finished_at = datetime.now(UTC)
             if self._on_done is not None:

@@ -29,7 +29,7 @@ from collector.logs import configure_logging
 from collector.podmap import PidResolver
 from collector.pods import PodLookup
 from collector.push import SnapshotPusher, push_targets
-from collector.settings import CollectorSettings
+from collector.settings import MAX_INTERVAL_SECONDS, CollectorSettings
 from collector.sim import SimulatedBackend
 from collector.stats import CollectorStats
 
@@ -69,7 +69,8 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
         int | None, typer.Option(help="Port of /metrics and /healthz (default 9400).", min=0, max=65535)
     ] = None,
     interval_s: Annotated[
-        float | None, typer.Option("--interval-s", help="Seconds between cycles (default 5).")
+        float | None,
+        typer.Option("--interval-s", help=f"Seconds between cycles (default 5, at most {MAX_INTERVAL_SECONDS:g})."),
     ] = None,
     proc_root: Annotated[Path | None, typer.Option(help="Root of the host's /proc (default /proc).")] = None,
     advisor_url: Annotated[
@@ -152,8 +153,8 @@ def _plan(
 ) -> _Plan:
     node_name = node or settings.node_name or socket.gethostname()
     interval_seconds = interval_s if interval_s is not None else settings.interval_seconds
-    if interval_seconds <= 0:
-        fail(f"--interval-s: expected a positive number of seconds, got {interval_seconds}")
+    if not 0 < interval_seconds <= MAX_INTERVAL_SECONDS:  # also false for nan
+        fail(f"--interval-s: expected seconds above 0 and at most {MAX_INTERVAL_SECONDS:g}, got {interval_seconds}")
     return _Plan(node_name, interval_seconds, proc_root or settings.proc_root, advisor_url or settings.advisor_url)
 
 

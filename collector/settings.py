@@ -7,6 +7,10 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The longest pause between two cycles: an hour. Beyond it a node is long gone from the advisor's state
+# (GPUADVISOR_NODE_EXPIRY_SECONDS, default 600), and an unbounded float (inf) cannot be waited on.
+MAX_INTERVAL_SECONDS = 3600.0
+
 
 class CollectorSettings(BaseSettings):
     """`GPUADVISOR_NODE_NAME` is set from the downward API in the DaemonSet; the token is shared with the advisor."""
@@ -15,7 +19,7 @@ class CollectorSettings(BaseSettings):
 
     node_name: str | None = None
     port: int = Field(default=9400, ge=0, le=65535)
-    interval_seconds: float = Field(default=5.0, gt=0)
+    interval_seconds: float = Field(default=5.0, gt=0, le=MAX_INTERVAL_SECONDS)
     proc_root: Path = Path("/proc")
     advisor_url: str | None = None
     api_token: str | None = None

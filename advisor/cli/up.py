@@ -182,6 +182,14 @@ def seed_store(sessions: sessionmaker[Session]) -> int:
     return len(rows)
 
 
+def _seed(sessions: sessionmaker[Session], done: threading.Event) -> None:
+    """`seed_store`, then `done` set however it ended (training goes on with what the store holds)."""
+    try:
+        seed_store(sessions)
+    finally:
+        done.set()
+
+
 def _save_execution(execution: ExecutionRecord, session: Session) -> int:
     return repo.save_execution(session=session, execution=execution)
 
@@ -442,6 +450,8 @@ def up(  # noqa: PLR0915, PLR0917 - Typer maps every option to a parameter; the 
             engine.dispose()
         with stages.stage(f"advisor serving on port {port}"):
             base_url, ctx = start_advisor(stack, settings, host, port)
+        seeded = threading.Event()
+        ctx.training.wait_for(seeded)  # POST /v1/models/train trains on the whole import below, not on part of it
         names = node_names(nodes)
         local = local_gpu_backend()
         label = f"{nodes} simulated nodes × {gpus_per_node} GPUs"
@@ -457,7 +467,7 @@ def up(  # noqa: PLR0915, PLR0917 - Typer maps every option to a parameter; the 
             serve_collector_metrics(stack, host, metrics_port, interval_s)
         with stages.stage("models ready", "models: training them from the bundled Gavel data on a first start"):
             models = serve_models(ctx, settings)
-        seeding = threading.Thread(target=seed_store, args=(ctx.sessions,), name="seed-store", daemon=True)
+        seeding = threading.Thread(target=_seed, args=(ctx.sessions, seeded), name="seed-store", daemon=True)
         seeding.start()
         print_summary(
             console,

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 from advisor.cli.main import app
 from collector.snapshot import NodeSnapshot, PodRef
+from tests.cli.test_cli_smoke import gpuadvisor
+from tests.cli.test_errors import assert_one_error_line
 from tests.collector.conftest import ConfigureNvml, write_proc
 from tests.support.fake_nvml import DRIVER_NOT_LOADED, FakeGpu, FakeNvmlConfig, FakeProcess, FakeSample
 
@@ -198,6 +200,10 @@ def test_simulate_needs_no_library(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     [
         (["--format", "yaml"], "yaml"),
         (["--interval-s", "0"], "--interval-s"),
+        (["--interval-s", "nan"], "--interval-s"),  # ran with "every nans" and never cycled
+        (["--interval-s", "inf"], "--interval-s"),  # OverflowError from the cycle's wait: a traceback
+        (["--interval-s", "1e400"], "--interval-s"),
+        (["--interval-s", "3601"], "at most 3600"),
         (["--proc-root", "/nonexistent/proc"], "--proc-root"),
     ],
 )
@@ -206,6 +212,15 @@ def test_bad_flags_exit_2(args: list[str], message: str, configure_nvml: Configu
     result = CliRunner().invoke(app, ["collector", "run", "--once", "--no-kube", *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "7200"])
+def test_an_interval_setting_that_cannot_be_waited_on_is_one_error_line(value: str) -> None:
+    """`GPUADVISOR_INTERVAL_SECONDS=inf` passed the settings and ended in a traceback from the cycle's wait."""
+    result = gpuadvisor(
+        "collector", "run", "--simulate", "1", "--once", "--no-kube", env={"GPUADVISOR_INTERVAL_SECONDS": value}
+    )
+    assert_one_error_line(result, 2, "GPUADVISOR_INTERVAL_SECONDS")
 
 
 def test_without_kubernetes_configuration_exits_3(
