@@ -38,7 +38,7 @@ class AdvisorSettings(BaseSettings):
     # api_token (any node); `serviceaccount`, a collector's own ServiceAccount token (audience telemetry_audience,
     # of collector_service_account), checked with a TokenReview, for the node its pod runs on only.
     telemetry_auth: Literal["token", "serviceaccount"] = "token"
-    collector_service_account: str = "system:serviceaccount:gpuadvisor:gpuadvisor-collector"
+    collector_service_account: str = "system:serviceaccount:gpuadvisor-collector:gpuadvisor-collector"
     telemetry_audience: str = "gpuadvisor"
     # A node that has sent no snapshot for this long leaves the state, its /metrics series and its caches (a node
     # that was drained, scaled away or renamed); it comes back with its next snapshot.
