@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
 from advisor.api.limits import connection_limits, guarded_protocol
+from advisor.api.liveness import Heartbeat
 from advisor.api.steering import (
     IngestWorkers,
     SteeringServer,
@@ -130,10 +132,32 @@ def run_server(
         http=protocol,
     )
     server = SteeringServer(config, pool) if pool else uvicorn.Server(config)
-    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
-        server.run()
+    heartbeat = None
+    if settings.liveness_port is not None:
+        heartbeat = Heartbeat(host, settings.liveness_port, settings.liveness_stall_seconds)
+        heartbeat.start_process()
+        server = beating(server, heartbeat)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
+            server.run()
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
     if not server.started:
         raise SystemExit(STARTUP_FAILURE)
+
+
+def beating(server: uvicorn.Server, heartbeat: Heartbeat) -> uvicorn.Server:
+    """`server` that beats into the liveness process from its event loop once it serves (advisor.api.liveness)."""
+    startup = server.startup
+
+    async def startup_then_beat(sockets: list[socket.socket] | None = None) -> None:
+        await startup(sockets)
+        if not server.should_exit:
+            heartbeat.start_beating()
+
+    server.startup = startup_then_beat  # type: ignore[method-assign]
+    return server
 
 
 def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | None) -> int:

@@ -321,6 +321,18 @@ def test_profiler_probes_the_port_and_path_kopf_serves(objects: list[Obj]) -> No
     assert "readinessProbe" not in container  # nothing routes traffic to the profiler
 
 
+def test_the_advisor_is_probed_for_liveness_on_its_liveness_process(objects: list[Obj]) -> None:
+    """Issue 40: the kubelet's liveness probe goes to the port of the process of its own (GPUADVISOR_LIVENESS_PORT),
+    which a busy serving loop cannot delay; start-up and readiness stay on the serving port."""
+    (serving,) = [c for c in pod_spec(find(objects, "Deployment", "gpuadvisor-advisor"))["containers"]]
+    ports = {p["name"]: p["containerPort"] for p in serving["ports"]}
+    env = {e["name"]: e.get("value") for e in serving["env"]}
+    liveness = serving["livenessProbe"]["httpGet"]
+    assert (liveness["path"], ports[liveness["port"]]) == ("/healthz", int(env["GPUADVISOR_LIVENESS_PORT"]))
+    assert ports[serving["startupProbe"]["httpGet"]["port"]] == ports[serving["readinessProbe"]["httpGet"]["port"]]
+    assert ports[serving["readinessProbe"]["httpGet"]["port"]] == 8080
+
+
 def test_collectors_push_to_every_advisor_replica(objects: list[Obj]) -> None:
     advisor = find(objects, "Deployment", "gpuadvisor-advisor")
     assert advisor["spec"]["replicas"] == 2
@@ -596,7 +608,10 @@ def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_promethe
     options = dict(a.split("=", 1) for a in serving["args"] if a.startswith("--tls-"))
     mounted(advisor, serving, options["--tls-cert-file"], "tls.crt")
     mounted(advisor, serving, options["--tls-key-file"], "tls.key")
-    assert {serving[p]["httpGet"]["scheme"] for p in ("startupProbe", "livenessProbe", "readinessProbe")} == {"HTTPS"}
+    assert {serving[p]["httpGet"]["scheme"] for p in ("startupProbe", "readinessProbe")} == {"HTTPS"}
+    # the liveness process serves plain HTTP on its own port (advisor.api.liveness)
+    assert serving["livenessProbe"]["httpGet"].get("scheme", "HTTP") == "HTTP"
+    assert serving["livenessProbe"]["httpGet"]["port"] == "liveness"
 
     collector_set = find(rendered, "DaemonSet", "gpuadvisor-collector")
     (collector,) = pod_spec(collector_set)["containers"]
