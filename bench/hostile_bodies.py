@@ -189,6 +189,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc = start_advisor(port, Path(tmp) / "bench.db", env={"GPUADVISOR_LIVENESS_PORT": str(liveness_port)})
         try:
+            deadline = time.monotonic() + 60  # the liveness process answers once the serving loop beats
+            while healthz_ms(liveness_port) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
             for declared in (True, False):
                 figures = flood(port, liveness_port, proc.pid, args.path, body, clients=args.clients, declared=declared)
                 results["declared" if declared else "chunked"] = figures

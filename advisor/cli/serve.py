@@ -94,6 +94,29 @@ def run_server(
     own log lines (model reloads, the Kubernetes watch, trainings) go to stderr at `log_level`, as uvicorn's do."""
     configure_logging(log_level)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin on every start
+    # the liveness process first: it listens (answering "starting") while the store is migrated and the app built
+    heartbeat = None
+    if settings.liveness_port is not None:
+        heartbeat = Heartbeat(host, settings.liveness_port, settings.liveness_stall_seconds)
+        heartbeat.start_process()
+    try:
+        started = _build_and_serve(settings, host, port, log_level, certificate, heartbeat)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+    if not started:
+        raise SystemExit(STARTUP_FAILURE)
+
+
+def _build_and_serve(  # noqa: PLR0917 - run_server's parameters, passed on
+    settings: AdvisorSettings,
+    host: str,
+    port: int,
+    log_level: str,
+    certificate: ServingCertificate | None,
+    heartbeat: Heartbeat | None,
+) -> bool:
+    """Migrate the store, build the app and serve it until interrupted; whether the server started."""
     try:
         engine = db.make_engine(settings.db_url)
         db.upgrade(engine)
@@ -132,19 +155,11 @@ def run_server(
         http=protocol,
     )
     server = SteeringServer(config, pool) if pool else uvicorn.Server(config)
-    heartbeat = None
-    if settings.liveness_port is not None:
-        heartbeat = Heartbeat(host, settings.liveness_port, settings.liveness_stall_seconds)
-        heartbeat.start_process()
+    if heartbeat is not None:
         server = beating(server, heartbeat)
-    try:
-        with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
-            server.run()
-    finally:
-        if heartbeat is not None:
-            heartbeat.stop()
-    if not server.started:
-        raise SystemExit(STARTUP_FAILURE)
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
+        server.run()
+    return server.started
 
 
 def beating(server: uvicorn.Server, heartbeat: Heartbeat) -> uvicorn.Server:
