@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.kube import ControlPlane, KubeApiError, kubectl, which_kubectl
+from profiler.manifests import job_manifest
+from profiler.spec import parse_trialrun
+from profiler.trials import expand
+from tests.profiler.specs import VALID
+from tests.support.kube import ControlPlane, KubeApiError, kubectl, namespace, which_kubectl
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
@@ -165,3 +169,24 @@ def test_the_restricted_namespace_refuses_what_restricted_forbids(plane: Control
     assert "allowPrivilegeEscalation != false" in str(escalating.value)
     # the same pod as shipped is admitted
     create_pod(plane, "gpuadvisor", pod_of(workloads["gpuadvisor-advisor"]))
+
+
+def test_trial_jobs_need_no_more_than_restricted(plane: ControlPlane) -> None:
+    """Trial namespaces are the users' (deploy/trial-namespace renders only Roles and a NetworkPolicy into them): a
+    trial Job's pods ask for GPUs through the device plugin and nothing of the host, so they are admitted where
+    "restricted" is enforced and the install need not loosen any namespace for them."""
+    run = parse_trialrun(VALID)
+    jobs = [
+        job_manifest(run, "uid-1", trial, side, gpu_products=None)
+        for trial in expand(run.spec)
+        for side in range(len(trial.sides))
+    ]
+    trials = "trials-restricted"
+    apply(
+        plane,
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": trials, "labels": {ENFORCE: "restricted"}}}],
+        dry_run=False,
+    )
+    namespace(plane.api, trials)  # its default ServiceAccount, which a controller manager would make
+    for job in jobs:
+        create_pod(plane, trials, pod_of(job))
