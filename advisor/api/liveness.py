@@ -79,6 +79,7 @@ def make_handler(beats: Beats, stall_seconds: float) -> type[BaseHTTPRequestHand
         sys_version = ""
 
         def do_GET(self) -> None:
+            body: dict[str, object]
             if self.path.split("?", 1)[0] != PATH:
                 status, body = 404, {"detail": f"not found: only {PATH} is served on this port"}
             else:

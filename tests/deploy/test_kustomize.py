@@ -324,7 +324,7 @@ def test_profiler_probes_the_port_and_path_kopf_serves(objects: list[Obj]) -> No
 def test_the_advisor_is_probed_for_liveness_on_its_liveness_process(objects: list[Obj]) -> None:
     """Issue 40: the kubelet's liveness probe goes to the port of the process of its own (GPUADVISOR_LIVENESS_PORT),
     which a busy serving loop cannot delay; start-up and readiness stay on the serving port."""
-    (serving,) = [c for c in pod_spec(find(objects, "Deployment", "gpuadvisor-advisor"))["containers"]]
+    (serving,) = pod_spec(find(objects, "Deployment", "gpuadvisor-advisor"))["containers"]
     ports = {p["name"]: p["containerPort"] for p in serving["ports"]}
     env = {e["name"]: e.get("value") for e in serving["env"]}
     liveness = serving["livenessProbe"]["httpGet"]
