@@ -77,6 +77,7 @@ def make_handler(beats: Beats, stall_seconds: float) -> type[BaseHTTPRequestHand
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpuadvisor-liveness"
         sys_version = ""
+        timeout = 10  # seconds a client may take to send its request: a stuck one does not keep its thread
 
         def do_GET(self) -> None:
             body: dict[str, object]
