@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 log = logging.getLogger(__name__)
 
 BEAT_SECONDS = 1.0
+RESTART_INTERVAL_SECONDS = 60.0
 PATH = "/healthz"
 
 
@@ -156,15 +157,19 @@ class Heartbeat:
             os.write(self._write_fd, b".")
 
     async def run(self) -> None:
-        """Beat every `BEAT_SECONDS` while the loop runs; report a liveness process that died (the probe fails)."""
-        reported = False
+        """Beat every `BEAT_SECONDS` while the loop runs. A liveness process that died is started again (a healthy
+        advisor must not be restarted for it), at most once a minute: one that cannot start (its port taken) leaves
+        the probe failing, with a log line each minute."""
+        restarted_at = -RESTART_INTERVAL_SECONDS
         while True:
+            exited = self.process is not None and self.process.poll() is not None
+            if exited and time.monotonic() - restarted_at >= RESTART_INTERVAL_SECONDS:
+                log.warning("liveness: the liveness process exited; starting another")
+                restarted_at = time.monotonic()
+                os.close(self._write_fd)
+                self._write_fd = -1
+                self.start_process()
             self.beat()
-            if not reported and self.process is not None and self.process.poll() is not None:
-                log.error(
-                    "liveness: the liveness process exited (%s); the liveness probe fails", self.process.returncode
-                )
-                reported = True
             await asyncio.sleep(BEAT_SECONDS)
 
     def start_beating(self) -> None:

@@ -70,6 +70,11 @@ def test_advisor_serve_is_probed_on_its_liveness_port_and_fails_it_when_stuck(tm
         assert wait_until(lambda: status_of(liveness)[1]["status"] == "stalled", timeout_s=60)
         advisor.send_signal(signal.SIGCONT)
         assert wait_until(lambda: status_of(liveness)[0] == 200, timeout_s=60)
+        # the liveness process killed: the advisor starts another, rather than be restarted itself for nothing
+        (first,) = _liveness_children(advisor.pid)
+        os.kill(first, signal.SIGKILL)
+        assert wait_until(lambda: _liveness_children(advisor.pid) not in ([], [first]), timeout_s=60)
+        assert wait_until(lambda: status_of(liveness)[0] == 200, timeout_s=60)
     finally:
         advisor.send_signal(signal.SIGCONT)
         advisor.terminate()
@@ -84,3 +89,17 @@ def _answers(url: str) -> bool:
     except httpx.TransportError:
         return False
     return True
+
+
+def _liveness_children(pid: int) -> list[int]:
+    """The running liveness processes among `pid`'s children."""
+    found = []
+    for child in map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split()):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"advisor.api.liveness" in command and state != "Z":
+            found.append(child)
+    return found
