@@ -38,7 +38,7 @@ class AdvisorSettings(BaseSettings):
     # api_token (any node); `serviceaccount`, a collector's own ServiceAccount token (audience telemetry_audience,
     # of collector_service_account), checked with a TokenReview, for the node its pod runs on only.
     telemetry_auth: Literal["token", "serviceaccount"] = "token"
-    collector_service_account: str = "system:serviceaccount:gpuadvisor:gpuadvisor-collector"
+    collector_service_account: str = "system:serviceaccount:gpuadvisor-collector:gpuadvisor-collector"
     telemetry_audience: str = "gpuadvisor"
     # A node that has sent no snapshot for this long leaves the state, its /metrics series and its caches (a node
     # that was drained, scaled away or renamed); it comes back with its next snapshot.
@@ -69,6 +69,11 @@ class AdvisorSettings(BaseSettings):
     # Processes that serve the collectors' connections besides the one that holds the state (`advisor serve` only;
     # docs/design.md §5.1): None = 1 where this process may use two cores or more, else 0 (everything in one process).
     ingest_workers: int | None = Field(default=None, ge=0, le=64)
+    # `advisor serve` only: a port where a process of its own answers the kubelet's liveness probe (`GET /healthz`,
+    # advisor.api.liveness), so that a 20 MB scheduler body or a collection on the serving process cannot delay it;
+    # it fails once the serving event loop has not run for liveness_stall_seconds. None: no such process.
+    liveness_port: int | None = Field(default=None, ge=1, le=65535)
+    liveness_stall_seconds: float = Field(default=10.0, gt=0)
     model_dir: Path = Path("./.gpuadvisor/models")
     # How often each replica asks the registry which model versions are promoted, and loads them when they changed
     # (a training on another replica, `gpuadvisor models rollback`, `models train --db`); 0 = only at start-up and

@@ -5,12 +5,15 @@ budget, 10 s for a request's headers, 30 s for its body), then:
 
 1. `--clients` connections at once each POST a `--body-mb` ExtenderArgs with full Node objects to `--path`, with a
    Content-Length (`declared`) and then without one (`chunked`, read until the limit); meanwhile /healthz is asked
-   every 0.1 s and the advisor's RSS (its process and its ingest worker) sampled every 0.05 s.
+   every 0.1 s on both ports at once, side by side: the serving port (the loop that parses the bodies) and the
+   liveness process's port (GPUADVISOR_LIVENESS_PORT, what deploy/'s liveness probe asks), and the advisor's RSS (its
+   processes) sampled every 0.05 s.
 2. A client that sends half a request head and then nothing, and one that sends a head and 1 byte of a 100-byte
    body: how long until the advisor closes each.
 
 Prints the answers by status, /healthz latency (median, max), the advisor's peak RSS against its 2 GiB limit in
-deploy/, whether it is alive after, and the slow clients' close times. Loopback only; every client has a deadline.
+deploy/, whether it is alive after, and the slow clients' close times; the last line is JSON of the figures.
+Loopback only; every client has a deadline.
 
 Run from the repository root: python bench/hostile_bodies.py [--clients 100] [--body-mb 20] [--path P]
 """
@@ -21,6 +24,7 @@ import argparse
 import collections
 import http.client
 import json
+import os
 import socket
 import statistics
 import sys
@@ -96,10 +100,12 @@ def healthz_ms(port: int) -> float | None:
     return (time.perf_counter() - start) * 1000 if ok else None
 
 
-def flood(port: int, pid: int, path: str, body: bytes, clients: int, *, declared: bool) -> None:
+def flood(
+    port: int, liveness_port: int, pid: int, path: str, body: bytes, *, clients: int, declared: bool
+) -> dict[str, float]:
     statuses: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
-    health: list[float | None] = []
+    health: dict[int, list[float | None]] = {port: [], liveness_port: []}
     peak = [rss_mib(pid)]
     done = threading.Event()
 
@@ -108,9 +114,9 @@ def flood(port: int, pid: int, path: str, body: bytes, clients: int, *, declared
         with lock:
             statuses[outcome] += 1
 
-    def watch() -> None:
+    def watch(probed: int) -> None:
         while not done.is_set():
-            health.append(healthz_ms(port))
+            health[probed].append(healthz_ms(probed))
             done.wait(0.1)
 
     def sample() -> None:
@@ -119,7 +125,7 @@ def flood(port: int, pid: int, path: str, body: bytes, clients: int, *, declared
             done.wait(0.05)
 
     before = peak[0]
-    watchers = [threading.Thread(target=watch), threading.Thread(target=sample)]
+    watchers = [threading.Thread(target=watch, args=(p,)) for p in health] + [threading.Thread(target=sample)]
     for t in watchers:
         t.start()
     start = time.monotonic()
@@ -132,17 +138,24 @@ def flood(port: int, pid: int, path: str, body: bytes, clients: int, *, declared
     done.set()
     for t in watchers:
         t.join()
-    answered = [h for h in health if h is not None]
     mode = "with Content-Length" if declared else "chunked, no Content-Length"
     print(f"{clients} x {len(body) / 1e6:.1f} MB to {path} ({mode}) in {elapsed:.1f} s")
     print(f"  answers: {dict(sorted(statuses.items()))}")
-    print(
-        f"  /healthz: {len(answered)} of {len(health)} answered, median {statistics.median(answered):.0f} ms, "
-        f"max {max(answered):.0f} ms"
-        if answered
-        else "  /healthz: never answered"
-    )
+    figures: dict[str, float] = {}
+    for probed, name in ((port, "serving port"), (liveness_port, "liveness port")):
+        answered = [h for h in health[probed] if h is not None]
+        if not answered:
+            print(f"  /healthz on the {name}: never answered")
+            continue
+        print(
+            f"  /healthz on the {name}: {len(answered)} of {len(health[probed])} answered, "
+            f"median {statistics.median(answered):.0f} ms, max {max(answered):.0f} ms"
+        )
+        figures[f"{name.split()[0]}_healthz_max_ms"] = round(max(answered))
+        figures[f"{name.split()[0]}_healthz_unanswered"] = len(health[probed]) - len(answered)
     print(f"  advisor RSS: {before:.0f} MiB before, peak {peak[0]:.0f} MiB (deploy/ limit: {DEPLOY_MEMORY_LIMIT_MIB})")
+    figures["peak_rss_mib"] = round(peak[0])
+    return figures
 
 
 def slow_clients(port: int) -> None:
@@ -171,15 +184,23 @@ def main() -> None:
     args = parser.parse_args()
     print(machine_note())
     body = extender_body(int(args.body_mb * 1e6))
-    port = free_port()
+    port, liveness_port = free_port(), free_port()
+    results: dict[str, object] = {"load_average_start": round(os.getloadavg()[0], 1)}
     with tempfile.TemporaryDirectory() as tmp:
-        proc = start_advisor(port, Path(tmp) / "bench.db")
+        proc = start_advisor(port, Path(tmp) / "bench.db", env={"GPUADVISOR_LIVENESS_PORT": str(liveness_port)})
         try:
+            deadline = time.monotonic() + 60  # the liveness process answers once the serving loop beats
+            while healthz_ms(liveness_port) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
             for declared in (True, False):
-                flood(port, proc.pid, args.path, body, args.clients, declared=declared)
+                figures = flood(port, liveness_port, proc.pid, args.path, body, clients=args.clients, declared=declared)
+                results["declared" if declared else "chunked"] = figures
             slow_clients(port)
             alive = proc.poll() is None and healthz_ms(port) is not None
             print(f"advisor alive after: {alive}")
+            results["alive_after"] = alive
+            results["load_average_end"] = round(os.getloadavg()[0], 1)
+            print(json.dumps(results))
         finally:
             proc.terminate()
             proc.wait(10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
 from advisor.api.limits import connection_limits, guarded_protocol
+from advisor.api.liveness import Heartbeat
 from advisor.api.steering import (
     IngestWorkers,
     SteeringServer,
@@ -92,6 +94,29 @@ def run_server(
     own log lines (model reloads, the Kubernetes watch, trainings) go to stderr at `log_level`, as uvicorn's do."""
     configure_logging(log_level)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration plugin on every start
+    # the liveness process first: it listens (answering "starting") while the store is migrated and the app built
+    heartbeat = None
+    if settings.liveness_port is not None:
+        heartbeat = Heartbeat(host, settings.liveness_port, settings.liveness_stall_seconds)
+        heartbeat.start_process()
+    try:
+        started = _build_and_serve(settings, host, port, log_level, certificate, heartbeat)
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+    if not started:
+        raise SystemExit(STARTUP_FAILURE)
+
+
+def _build_and_serve(  # noqa: PLR0917 - run_server's parameters, passed on
+    settings: AdvisorSettings,
+    host: str,
+    port: int,
+    log_level: str,
+    certificate: ServingCertificate | None,
+    heartbeat: Heartbeat | None,
+) -> bool:
+    """Migrate the store, build the app and serve it until interrupted; whether the server started."""
     try:
         engine = db.make_engine(settings.db_url)
         db.upgrade(engine)
@@ -130,10 +155,24 @@ def run_server(
         http=protocol,
     )
     server = SteeringServer(config, pool) if pool else uvicorn.Server(config)
+    if heartbeat is not None:
+        server = beating(server, heartbeat)
     with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
         server.run()
-    if not server.started:
-        raise SystemExit(STARTUP_FAILURE)
+    return server.started
+
+
+def beating(server: uvicorn.Server, heartbeat: Heartbeat) -> uvicorn.Server:
+    """`server` that beats into the liveness process from its event loop once it serves (advisor.api.liveness)."""
+    startup = server.startup
+
+    async def startup_then_beat(sockets: list[socket.socket] | None = None) -> None:
+        await startup(sockets)
+        if not server.should_exit:
+            heartbeat.start_beating()
+
+    server.startup = startup_then_beat  # type: ignore[method-assign]
+    return server
 
 
 def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | None) -> int:

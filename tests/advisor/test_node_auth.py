@@ -22,7 +22,7 @@ from collector.kube import make_api_client
 from collector.kube_errors import KubeTemporaryError
 from tests.advisor.factories import process, snapshot
 
-SERVICE_ACCOUNT = "system:serviceaccount:gpuadvisor:gpuadvisor-collector"
+SERVICE_ACCOUNT = "system:serviceaccount:gpuadvisor-collector:gpuadvisor-collector"
 TOKENS = {"token-of-n1": "n1", "token-of-n2": "n2"}
 
 

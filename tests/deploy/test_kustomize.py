@@ -25,6 +25,7 @@ from tests.support.binaries import require_binary
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 NAMESPACE = "gpuadvisor"
+COLLECTOR_NAMESPACE = "gpuadvisor-collector"
 # Oldest version the install supports (ValidatingAdmissionPolicy v1) and the newest the validator knows.
 KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.utils.latest_version())
 # Kinds of CRDs from other projects that the validator has no schema for; anything else must validate.
@@ -145,8 +146,38 @@ def test_namespaced_objects_live_in_the_gpuadvisor_namespace(objects: list[Obj])
             assert where == "kube-system"
         elif obj["metadata"]["name"] in TRIAL_ROLES | {TRIAL_POLICY}:
             assert where == "default", "the base allows trials in the default namespace only"
+        elif obj["metadata"]["name"] == "gpuadvisor-collector":
+            assert where == COLLECTOR_NAMESPACE, f"{obj['kind']}/gpuadvisor-collector in {where}"
         else:
             assert where == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']} in {where}"
+
+
+def test_only_the_collector_namespace_allows_privileged_pods(objects: list[Obj]) -> None:
+    """Pod Security (issue 40): the advisor's namespace enforces "restricted"; the collector, which mounts the host's
+    /proc, is alone in a namespace that allows it, and every pod spec of gpuadvisor is written to pass "restricted"
+    (the real API server's admission is tests/kube/test_deploy_dry_run.py)."""
+    levels = {
+        o["metadata"]["name"]: o["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for o in objects
+        if o["kind"] == "Namespace"
+    }
+    assert levels == {NAMESPACE: "restricted", COLLECTOR_NAMESPACE: "privileged"}
+    workloads = [o for o in objects if o["kind"] in {"Deployment", "DaemonSet", "StatefulSet", "Job"}]
+    assert {w["metadata"]["name"] for w in workloads if w["metadata"]["namespace"] == COLLECTOR_NAMESPACE} == {
+        "gpuadvisor-collector"
+    }
+    for workload in (w for w in workloads if w["metadata"]["namespace"] == NAMESPACE):
+        spec = pod_spec(workload)
+        name = workload["metadata"]["name"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), name
+        assert not [v for v in spec.get("volumes", []) if "hostPath" in v], name
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, (name, container["name"])
+            assert context["capabilities"]["drop"] == ["ALL"], (name, container["name"])
+            assert not context["capabilities"].get("add"), (name, container["name"])
 
 
 def _rules(objects: list[Obj], name: str) -> list[Obj]:
@@ -244,7 +275,7 @@ def test_collector_writes_are_scoped_to_its_own_node(objects: list[Obj]) -> None
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     (condition,) = policy["spec"]["matchConditions"]
-    assert f"system:serviceaccount:{NAMESPACE}:gpuadvisor-collector" in condition["expression"]
+    assert f"system:serviceaccount:{COLLECTOR_NAMESPACE}:gpuadvisor-collector" in condition["expression"]
     assert find(objects, "DaemonSet", "gpuadvisor-collector")["spec"]["template"]["spec"]["serviceAccountName"] == (
         "gpuadvisor-collector"
     )
@@ -289,6 +320,18 @@ def test_profiler_probes_the_port_and_path_kopf_serves(objects: list[Obj]) -> No
     # generous: a slow start belongs to the startup probe, and one slow answer must not restart the operator
     assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
     assert "readinessProbe" not in container  # nothing routes traffic to the profiler
+
+
+def test_the_advisor_is_probed_for_liveness_on_its_liveness_process(objects: list[Obj]) -> None:
+    """Issue 40: the kubelet's liveness probe goes to the port of the process of its own (GPUADVISOR_LIVENESS_PORT),
+    which a busy serving loop cannot delay; start-up and readiness stay on the serving port."""
+    (serving,) = pod_spec(find(objects, "Deployment", "gpuadvisor-advisor"))["containers"]
+    ports = {p["name"]: p["containerPort"] for p in serving["ports"]}
+    env = {e["name"]: e.get("value") for e in serving["env"]}
+    liveness = serving["livenessProbe"]["httpGet"]
+    assert (liveness["path"], ports[liveness["port"]]) == ("/healthz", int(env["GPUADVISOR_LIVENESS_PORT"]))
+    assert ports[serving["startupProbe"]["httpGet"]["port"]] == ports[serving["readinessProbe"]["httpGet"]["port"]]
+    assert ports[serving["readinessProbe"]["httpGet"]["port"]] == 8080
 
 
 def test_collectors_push_to_every_advisor_replica(objects: list[Obj]) -> None:
@@ -540,11 +583,22 @@ def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_promethe
     for obj in rendered:
         if not obj["apiVersion"].startswith(("cert-manager.io/", "monitoring.coreos.com/")):
             kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[-1], strict=True)
-    certificate = find(rendered, "Certificate", "gpuadvisor-advisor-tls")
-    secret = certificate["spec"]["secretName"]
+    # one CA for both namespaces: a ClusterIssuer signs the advisor's certificate and the collectors' copy of the CA
+    certificates = {
+        o["metadata"]["namespace"]: o for o in rendered if o["kind"] == "Certificate" and "isCA" not in o["spec"]
+    }
+    assert set(certificates) == {NAMESPACE, COLLECTOR_NAMESPACE}
+    assert certificates[NAMESPACE]["metadata"]["name"] == "gpuadvisor-advisor-tls"
+    issuers = {(c["spec"]["issuerRef"]["kind"], c["spec"]["issuerRef"]["name"]) for c in certificates.values()}
+    assert issuers == {("ClusterIssuer", "gpuadvisor-ca")}
+    assert (
+        find(rendered, "ClusterIssuer", "gpuadvisor-ca")["spec"]["ca"]["secretName"]
+        == (find(rendered, "Certificate", "gpuadvisor-ca")["spec"]["secretName"])
+    )
 
     def mounted(workload: Obj, container: Obj, path: str, key: str) -> None:
-        """`path` is file `key` of the certificate's Secret, mounted into `container`."""
+        """`path` is file `key` of the Secret of the certificate in the workload's namespace, mounted there."""
+        secret = certificates[workload["metadata"]["namespace"]]["spec"]["secretName"]
         volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
         (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
         volume = volumes[mount["name"]]["secret"]
@@ -557,7 +611,10 @@ def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_promethe
     options = dict(a.split("=", 1) for a in serving["args"] if a.startswith("--tls-"))
     mounted(advisor, serving, options["--tls-cert-file"], "tls.crt")
     mounted(advisor, serving, options["--tls-key-file"], "tls.key")
-    assert {serving[p]["httpGet"]["scheme"] for p in ("startupProbe", "livenessProbe", "readinessProbe")} == {"HTTPS"}
+    assert {serving[p]["httpGet"]["scheme"] for p in ("startupProbe", "readinessProbe")} == {"HTTPS"}
+    # the liveness process serves plain HTTP on its own port (advisor.api.liveness)
+    assert serving["livenessProbe"]["httpGet"].get("scheme", "HTTP") == "HTTP"
+    assert serving["livenessProbe"]["httpGet"]["port"] == "liveness"
 
     collector_set = find(rendered, "DaemonSet", "gpuadvisor-collector")
     (collector,) = pod_spec(collector_set)["containers"]
@@ -583,13 +640,16 @@ def test_tls_component_serves_https_to_the_scheduler_the_collectors_and_promethe
 
     (endpoint,) = find(rendered, "ServiceMonitor", "gpuadvisor-advisor")["spec"]["endpoints"]
     assert endpoint["scheme"] == "https"
-    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": secret, "key": "ca.crt"}
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {
+        "name": certificates[NAMESPACE]["spec"]["secretName"],
+        "key": "ca.crt",
+    }
     # every host name a client verifies is in the certificate
     for client_url in (url, extender["urlPrefix"]):
         parts = urlsplit(client_url)
         assert parts.scheme == "https"
-        assert parts.hostname in certificate["spec"]["dnsNames"]
-    assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
+        assert parts.hostname in certificates[NAMESPACE]["spec"]["dnsNames"]
+    assert endpoint["tlsConfig"]["serverName"] in certificates[NAMESPACE]["spec"]["dnsNames"]
 
 
 SHIPPED_VARIANTS = {

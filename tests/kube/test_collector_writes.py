@@ -35,7 +35,7 @@ from tests.support.net import wait_until
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-NS = "gpuadvisor"
+NS = "gpuadvisor-collector"
 WORKLOADS = "collector-ml"
 COLLECTOR_SA = "gpuadvisor-collector"
 GIB = 1 << 30

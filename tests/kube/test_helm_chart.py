@@ -127,7 +127,10 @@ def test_the_chart_renders_the_objects_kustomize_renders(pair: str, tmp_path: Pa
 
 def test_without_the_namespace_the_chart_renders_everything_else() -> None:
     keys = {key(o) for o in helm_template([])}
-    assert keys - {key(o) for o in helm_template(["namespace.create=false"])} == {("Namespace", "", "gpuadvisor")}
+    assert keys - {key(o) for o in helm_template(["namespace.create=false"])} == {
+        ("Namespace", "", "gpuadvisor"),
+        ("Namespace", "", "gpuadvisor-collector"),
+    }
 
 
 def test_helm_lint_passes_for_the_defaults_and_every_value() -> None:
