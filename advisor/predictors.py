@@ -38,6 +38,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 from advisor.gpus import gpu_spec
 from advisor.sharing import DEFAULT_STEP_SECONDS, TIME_SLICING, turn_taking_one
 
@@ -232,6 +235,45 @@ def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[
     """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
     time-sliced GPU (`advisor.sharing.turn_taking`): each side against all the others as one context."""
     return _turn_taking_slowdowns(round(pod_sm, 2), tuple(sorted(round(r, 2) for r in resident_sm)))
+
+
+def turn_taking_slowdowns_of(
+    pod_sm: NDArray[np.float64], resident_sm: NDArray[np.float64], counts: NDArray[np.intp]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """`turn_taking_slowdowns` for many GPUs at once: GPU i has the pod's `pod_sm[i]` and the residents'
+    `resident_sm[:counts[i], i]` (rows past a GPU's count are ignored). The same numbers bit for bit: each distinct
+    utilisation is rounded by Python's `round`, each GPU's residents sorted, and each distinct (pod, residents) key
+    asked of the one memoised fixed point once (a cluster's thousands of busy GPUs hold a few hundred keys).
+    Every GPU has at least one resident; utilisations must not be NaN (Python's `sorted` has no order for them:
+    ask `turn_taking_slowdowns` instead)."""
+    m = pod_sm.size
+    if not m:
+        return np.ones(0), np.ones(0)
+    width = resident_sm.shape[0]
+    values, inverse = np.unique(np.concatenate([pod_sm[None, :], resident_sm]), return_inverse=True)
+    # `round` never reverses an order: the codes of the rounded values sort as the values do
+    rounded, code_of_value = np.unique(np.array([round(v, 2) for v in values.tolist()]), return_inverse=True)
+    codes = code_of_value.reshape(-1)[inverse.reshape(width + 1, m)]
+    base = rounded.size + 1  # the last code stands for no resident, after every value
+    padding = np.arange(width)[:, None] >= counts[None, :]
+    residents = np.sort(np.where(padding, base - 1, codes[1:]), axis=0)  # the residents first, in `sorted` order
+    rows = np.vstack([codes[:1], residents])
+    if base ** (width + 1) < 2**62:  # one integer per GPU: a sort of m numbers finds the distinct keys
+        packed = np.zeros(m, dtype=np.int64)
+        for digits in rows:
+            packed = packed * base + digits
+        _, first, which = np.unique(packed, return_index=True, return_inverse=True)
+        keys = rows[:, first].T
+    else:
+        keys, which = np.unique(rows.T, axis=0, return_inverse=True)
+    values_of = rounded.tolist()
+    answers = [
+        _turn_taking_slowdowns(values_of[key[0]], tuple(values_of[c] for c in key[1:] if c < base - 1))
+        for key in keys.tolist()
+    ]
+    table = np.array(answers, dtype=np.float64).reshape(len(answers), 2)
+    picked = table[which.reshape(-1)]
+    return picked[:, 0].copy(), picked[:, 1].copy()
 
 
 @lru_cache(maxsize=16384)
