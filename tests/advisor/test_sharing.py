@@ -155,10 +155,17 @@ def test_many_gpus_taking_turns_get_each_gpus_own_numbers_bit_for_bit() -> None:
     residents[:, 1] = [0.7, 0.3, 9.0, 9.0]
     counts[1] = 2
     pod[1] = pod[0]
-    pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, counts)
+    pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, counts)  # solved on arrays
+    again = turn_taking_slowdowns_of(pod, residents, counts)  # from the memo
     for i in range(m):
-        expected = turn_taking_slowdowns(float(pod[i]), residents[: counts[i], i].tolist())
-        assert (pod_slow[i], resident_slow[i]) == expected, i
+        pod_sm, resident_sm = round(float(pod[i]), 2), sorted(round(r, 2) for r in residents[: counts[i], i].tolist())
+        total = pod_sm + sum(resident_sm)
+        step = DEFAULT_STEP_SECONDS
+        speed = turn_taking_one(pod_sm, step, min(1.0, total - pod_sm), step)[0]
+        slowest = min(turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in resident_sm)
+        assert (pod_slow[i], resident_slow[i]) == (1 / speed, 1 / slowest), i
+        assert (again[0][i], again[1][i]) == (pod_slow[i], resident_slow[i])
+        assert turn_taking_slowdowns(float(pod[i]), residents[: counts[i], i].tolist()) == (1 / speed, 1 / slowest)
     assert (pod_slow[0], resident_slow[0]) == (pod_slow[1], resident_slow[1])
 
 
