@@ -145,5 +145,6 @@ def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it repor
         f"see bench/frozen_garbage.py): {(time.perf_counter() - t) * 1e3:.1f} ms"
     )
 
+
 if __name__ == "__main__":
     main()

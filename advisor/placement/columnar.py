@@ -260,9 +260,7 @@ def _slowdowns(
             busy & sliced & (residents <= COLUMN_RESIDENTS) & ~np.isnan(resident_sm).any(axis=0) & ~np.isnan(sm_pod)
         )
         if turns.size:
-            taking = turn_taking_slowdowns_of(
-                sm_pod[turns], resident_sm[:, turns], residents[turns].astype(np.intp)
-            )
+            taking = turn_taking_slowdowns_of(sm_pod[turns], resident_sm[:, turns], residents[turns].astype(np.intp))
             pod_slow[turns], res_slow[turns] = taking
             busy[turns] = False
         # MIG GPUs and GPUs with more residents than the columns hold are asked below.
