@@ -22,7 +22,9 @@ goes through the per-node path unchanged (`covers`).
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
 per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
-more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside).
+more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Whole-GPU plans are kept per node
+shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and go with the
+node shapes when the index starts afresh.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ class ScoreVectors:
         self._node_shape = np.zeros(capacity, dtype=np.int64)
         self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
         self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
-        # per (whole GPUs, configuration): `_plan_rows` of each node shape id's plan, NaN where not yet planned
+        # per (whole GPUs, configuration): each node shape id's whole-GPU plan (`_PlanTable`), gathered by cold calls
         self._plans: dict[tuple[int, ScoringConfig], _PlanTable] = {}
 
     def clear(self) -> None:
