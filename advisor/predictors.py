@@ -35,11 +35,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 from advisor.gpus import gpu_spec
-from advisor.sharing import DEFAULT_STEP_SECONDS, TIME_SLICING, turn_taking_one
+from advisor.sharing import DEFAULT_STEP_SECONDS, TIME_SLICING, turn_taking, turn_taking_one
 
 HEURISTIC = "heuristic"
 DATA_SHEETS = "data sheets"
@@ -231,18 +233,94 @@ class HeuristicUsage:
 def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:
     """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
     time-sliced GPU (`advisor.sharing.turn_taking`): each side against all the others as one context."""
-    return _turn_taking_slowdowns(round(pod_sm, 2), tuple(sorted(round(r, 2) for r in resident_sm)))
+    key = (round(pod_sm, 2), tuple(sorted(round(r, 2) for r in resident_sm)))
+    found = _TURNS.get(key)
+    if found is None:  # one key: plain floats (numpy's per-call cost would be most of the time)
+        pod, residents = key
+        total = pod + sum(residents)
+        step = DEFAULT_STEP_SECONDS
+        speed = turn_taking_one(pod, step, min(1.0, total - pod), step)[0]
+        slowest = min(turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in residents)
+        found = _remember(key, (1.0 / speed, 1.0 / slowest))
+    return found
 
 
-@lru_cache(maxsize=16384)
-def _turn_taking_slowdowns(pod_sm: float, resident_sm: tuple[float, ...]) -> tuple[float, float]:
-    # Memoised on utilisations rounded to 1 % (finer than anything the model can tell apart): the fixed point costs
-    # more than the scorer's other arithmetic.
-    total = pod_sm + sum(resident_sm)
+def turn_taking_slowdowns_of(
+    pod_sm: NDArray[np.float64], resident_sm: NDArray[np.float64], counts: NDArray[np.intp]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """`turn_taking_slowdowns` for many GPUs at once: GPU i has the pod's `pod_sm[i]` and the residents'
+    `resident_sm[:counts[i], i]` (rows past a GPU's count are ignored). The same numbers bit for bit: each distinct
+    utilisation is rounded by Python's `round`, each GPU's residents sorted, each distinct (pod, residents) key
+    looked up in the one memo, and the keys it lacks solved together (`advisor.sharing.turn_taking` on arrays: the
+    fixed point's arithmetic is the same IEEE operations for floats and arrays). Every GPU has at least one
+    resident; utilisations must not be NaN (Python's `sorted` has no order for them: ask `turn_taking_slowdowns`)."""
+    m = pod_sm.size
+    if not m:
+        return np.ones(0), np.ones(0)
+    width = resident_sm.shape[0]
+    values, inverse = np.unique(np.concatenate([pod_sm[None, :], resident_sm]), return_inverse=True)
+    # `round` never reverses an order: the codes of the rounded values sort as the values do
+    rounded, code_of_value = np.unique(np.array([round(v, 2) for v in values.tolist()]), return_inverse=True)
+    codes = code_of_value.reshape(-1)[inverse.reshape(width + 1, m)]
+    base = rounded.size + 1  # the last code stands for no resident, after every value
+    padding = np.arange(width)[:, None] >= counts[None, :]
+    residents = np.sort(np.where(padding, base - 1, codes[1:]), axis=0)  # the residents first, in `sorted` order
+    rows = np.vstack([codes[:1], residents])
+    if base ** (width + 1) < 2**62:  # one integer per GPU: a sort of m numbers finds the distinct keys
+        packed = np.zeros(m, dtype=np.int64)
+        for digits in rows:
+            packed = packed * base + digits
+        _, first, which = np.unique(packed, return_index=True, return_inverse=True)
+        coded = rows[:, first].T
+    else:
+        coded, which = np.unique(rows.T, axis=0, return_inverse=True)
+    values_of = rounded.tolist()
+    keys = [(values_of[c[0]], tuple(values_of[r] for r in c[1:] if r < base - 1)) for c in coded.tolist()]
+    answers = [_TURNS.get(key) for key in keys]
+    missing = [j for j, found in enumerate(answers) if found is None]
+    if missing:
+        solved = _turn_taking_of_keys([keys[j] for j in missing])
+        for j, answer in zip(missing, solved, strict=True):
+            answers[j] = _remember(keys[j], answer)
+    table = np.array(answers, dtype=np.float64).reshape(len(answers), 2)
+    picked = table[which.reshape(-1)]
+    return picked[:, 0].copy(), picked[:, 1].copy()
+
+
+_TurnKey = tuple[float, tuple[float, ...]]
+_TURNS: dict[_TurnKey, tuple[float, float]] = {}
+# Memoised on utilisations rounded to 1 % (finer than anything the model can tell apart): the fixed point costs more
+# than the scorer's other arithmetic. Bounded: emptied when full (the keys of a cluster's residents come back at once).
+_TURNS_LIMIT = 16384
+
+
+def _remember(key: _TurnKey, answer: tuple[float, float]) -> tuple[float, float]:
+    if len(_TURNS) >= _TURNS_LIMIT:
+        _TURNS.clear()
+    _TURNS[key] = answer
+    return answer
+
+
+def _turn_taking_of_keys(keys: Sequence[_TurnKey]) -> list[tuple[float, float]]:
+    """`turn_taking_slowdowns`' answer for each (pod, residents) key, every side of every key in one `turn_taking`
+    over arrays (the same IEEE operations as `turn_taking_one` on floats)."""
     step = DEFAULT_STEP_SECONDS
-    pod = turn_taking_one(pod_sm, step, min(1.0, total - pod_sm), step)[0]
-    residents = [turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in resident_sm]
-    return 1.0 / pod, 1.0 / min(residents)
+    own: list[float] = []
+    others: list[float] = []
+    for pod_sm, resident_sm in keys:
+        total = pod_sm + sum(resident_sm)
+        for side in (pod_sm, *resident_sm):
+            own.append(side)
+            others.append(min(1.0, total - side))
+    steps = np.full(len(own), step)
+    speeds = turn_taking(np.array(own), steps, np.array(others), steps)[0].tolist()
+    out = []
+    at = 0
+    for _, resident_sm in keys:
+        width = 1 + len(resident_sm)
+        out.append((1.0 / speeds[at], 1.0 / min(speeds[at + 1 : at + width])))
+        at += width
+    return out
 
 
 def data_parallel_speedup(gpu_count: int) -> float:

@@ -124,6 +124,17 @@ _SLOW = _answer(b"HTTP/1.1 408 Request Timeout", "the request was not received i
 _HEAD_TOO_LARGE = _answer(b"HTTP/1.1 431 Request Header Fields Too Large", "the request line and headers are too large")
 
 
+def _drop_read_callback(transport: object) -> None:
+    """Let reference counting free a closed connection's transport and socket. asyncio's selector transport (CPython
+    3.11) keeps its read callback, a bound method of itself, after the connection is lost: a reference cycle, which
+    only a cyclic collection frees. A transport that was open when the cluster state called `gc.freeze()` (every few
+    hundred rebuilt nodes) is frozen, and frozen cycles are freed only by a full collection of everything, a stall of
+    the event loop (~0.4 s at 10,000 nodes): this cycle was the serving path's only frozen garbage (bench/
+    frozen_garbage.py). The callback is never called once the connection is lost (the reader was removed at close)."""
+    if getattr(transport, "_read_ready_cb", None) is not None:
+        transport._read_ready_cb = None  # type: ignore[attr-defined]
+
+
 def guarded_protocol(
     limits: ConnectionLimits, refused: Refused, base: type[HttpToolsProtocol] = HttpToolsProtocol
 ) -> type[HttpToolsProtocol]:
@@ -150,6 +161,7 @@ def guarded_protocol(
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
+            _drop_read_callback(self.transport)
 
         def data_received(self, data: bytes) -> None:
             if self._in_head:

@@ -124,6 +124,7 @@ def _build_and_serve(  # noqa: PLR0917 - run_server's parameters, passed on
         api = create_app(settings)
     except db.StoreError as e:
         store_failure(e)
+    gc.collect()  # the start-up's cyclic garbage (the migrations'): frozen, nothing would ever reclaim it
     gc.freeze()  # everything imported and built so far lives as long as the process: never scan it again
     gc.set_threshold(*GC_THRESHOLDS)
     workers = ingest_workers(settings, certificate)

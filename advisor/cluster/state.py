@@ -68,10 +68,6 @@ HOST_RESIDENT = "host"
 _MIN_INFERRED_SHARE_MILLI = 100
 _SHARE_STEP_MILLI = 50
 DEFAULT_NODE_EXPIRY_SECONDS = 600.0
-DEFAULT_FULL_COLLECTION_SECONDS = 3600.0
-FROZEN_GROWTH_RATIO = 1.5
-"""The state's full collection of everything runs only once the frozen objects have grown by this much since the
-last one (`ClusterState`): a steady state's frozen objects are its nodes', freed and replaced one for one."""
 # Distinct (GPU indices, links) shapes kept: a cluster has a handful; a node whose links change in every snapshot
 # (a broken collector) must not grow the cache without bound.
 TOPOLOGY_CACHE_ENTRIES = 1024
@@ -453,12 +449,12 @@ class ClusterState:
     the objects of the nodes built since leave the collector's generations for good. Without it, a young
     collection scans every node state built since the last one (a few hundred objects each; a second of ingest at
     1,000 snapshots/s is ~60 ms of pause) and a full one all of them. Frozen objects are still freed when their
-    node is replaced (reference counting). Whatever else was alive at a freeze (a connection's objects, say) and
-    later becomes cyclic garbage is only reclaimed by a full collection of everything (`gc.unfreeze()`,
-    `gc.collect()`: ~0.4 s at 10,000 nodes, every request in that window waits): the state runs one at most every
-    `full_collection_seconds` (an hour by default), and only when the frozen objects have grown by half since the
-    first freeze or the last full collection (`frozen_growth_ratio`) — frozen garbage that builds up, not a fixed
-    hourly pause (bench/state_gc.py measures the pause and the frozen objects per node).
+    node is replaced (reference counting). What else was alive at a freeze and later became cyclic garbage would
+    be reclaimed only by a full collection of everything (`gc.unfreeze()`, `gc.collect()`: ~0.4 s at 10,000 nodes,
+    a stall of every request): none is run, since the serving path makes none (bench/frozen_garbage.py counts it
+    in a serving advisor: a closed connection's transport was the one cycle, `api.limits._drop_read_callback`; the
+    start-up's garbage is collected before the first freeze). The frozen objects' count grows as caches fill
+    (live objects, not garbage: it is no sign that a full collection would reclaim anything).
     """
 
     def __init__(
@@ -467,16 +463,10 @@ class ClusterState:
         clock: Callable[[], float] = time.time,
         node_expiry_seconds: float = DEFAULT_NODE_EXPIRY_SECONDS,
         freeze_after_nodes: int | None = None,
-        full_collection_seconds: float = DEFAULT_FULL_COLLECTION_SECONDS,
-        frozen_growth_ratio: float = FROZEN_GROWTH_RATIO,
     ) -> None:
         self._clock = clock
         self._freeze_after = freeze_after_nodes
         self._unfrozen = 0
-        self._full_collection_seconds = full_collection_seconds
-        self._last_full_collection = time.monotonic()
-        self._frozen_growth_ratio = frozen_growth_ratio
-        self._frozen_after_full: int | None = None  # frozen objects after the first freeze, then each full collection
         self._lock = threading.Lock()
         self._expiry_seconds = node_expiry_seconds
         self._next_sweep_seconds = math.inf  # when the oldest node can have expired: none yet
@@ -568,26 +558,13 @@ class ClusterState:
         return True
 
     def _changed(self) -> None:
-        """Count a rebuilt node; every `freeze_after_nodes` of them, `gc.freeze()`, and at most every
-        `full_collection_seconds`, where the frozen objects grew by `frozen_growth_ratio` since, a full collection of
-        everything (see the class docstring)."""
+        """Count a rebuilt node; every `freeze_after_nodes` of them, `gc.freeze()` (see the class docstring)."""
         if self._freeze_after is None:
             return
         self._unfrozen += 1
         if self._unfrozen >= self._freeze_after:
             gc.freeze()
             self._unfrozen = 0
-            frozen = gc.get_freeze_count()
-            if self._frozen_after_full is None:
-                self._frozen_after_full = frozen
-            now = time.monotonic()
-            if now - self._last_full_collection >= self._full_collection_seconds:
-                self._last_full_collection = now
-                if frozen > self._frozen_growth_ratio * self._frozen_after_full:
-                    gc.unfreeze()
-                    gc.collect()
-                    gc.freeze()
-                    self._frozen_after_full = gc.get_freeze_count()
 
     def _capacity(self, node: str) -> NodeCapacity | None:
         allocatable = self._allocatable.get(node)

@@ -31,8 +31,8 @@ from numpy.typing import NDArray
 
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
-from advisor.predictors import HeuristicInterference, Predictors, UsageProfile
-from advisor.sharing import CONCURRENT_MODES
+from advisor.predictors import HeuristicInterference, Predictors, UsageProfile, turn_taking_slowdowns_of
+from advisor.sharing import CONCURRENT_MODES, TIME_SLICING
 
 FloatArray = NDArray[np.float64]
 BoolArray = NDArray[np.bool_]
@@ -227,9 +227,9 @@ def _slowdowns(
 ) -> tuple[FloatArray, FloatArray]:
     """(the pod's slowdown, the residents' worst) on each GPU `at` (`entries`: its columns, row × GPU; node i's
     usage `usages[usage_index[i]]`); 1 where it has no residents. The heuristic predictor's arithmetic on arrays,
-    in its order (padding residents add 0.0, which changes no sum), for GPUs whose kernels run at once; any other
-    predictor, any other sharing (time-sliced GPUs take `predictors.turn_taking_slowdowns`, a memoised fixed point)
-    and GPUs with more residents than the columns hold, through `slowdowns` itself."""
+    in its order (padding residents add 0.0, which changes no sum), for GPUs whose kernels run at once; time-sliced
+    GPUs through `predictors.turn_taking_slowdowns_of` (its memoised fixed point once per distinct key, not once per
+    GPU); any other predictor, MIG and GPUs with more residents than the columns hold, through `slowdowns` itself."""
     positions, rows = at
     residents = entries[_RESIDENTS]
     pod_slow = np.ones(residents.shape)
@@ -238,13 +238,14 @@ def _slowdowns(
     if type(interference) is HeuristicInterference:
         # The arithmetic below is the heuristic's picture of kernels running at once; GPUs of nodes that take turns
         # (time-slicing) or are partitioned (MIG) are asked through `slowdowns`.
-        concurrent = np.fromiter(
-            (node.sharing_mode in CONCURRENT_MODES for node in nodes), dtype=bool, count=len(nodes)
-        )[rows]
+        modes = [node.sharing_mode for node in nodes]
+        concurrent = np.array([mode in CONCURRENT_MODES for mode in modes], dtype=np.bool_)[rows]
+        sliced = np.array([mode == TIME_SLICING for mode in modes], dtype=np.bool_)[rows]
         # the pod's own use, then each resident's, added in the heuristic's order
         n = len(usages)
         of_entry = usage_index[rows]
-        sm = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[of_entry] + entries[_SM]
+        sm_pod = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[of_entry]
+        sm = sm_pod + entries[_SM]
         bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[of_entry] + entries[_BW]
         for j in range(1, COLUMN_RESIDENTS):
             sm = sm + entries[_SM + j]
@@ -252,7 +253,17 @@ def _slowdowns(
         contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
         pod_slow = np.where(busy & concurrent, contention, pod_slow)
         res_slow = pod_slow.copy()
-        # Time-sliced GPUs (`predictors.turn_taking_slowdowns`, a memoised fixed point) and MIG ones are asked below.
+        # Time-sliced GPUs: the turn-taking fixed point once per distinct (pod, residents) key
+        # (`predictors.turn_taking_slowdowns_of`); the columns hold all their residents' SM use.
+        resident_sm = entries[_SM : _SM + COLUMN_RESIDENTS]
+        turns = np.flatnonzero(
+            busy & sliced & (residents <= COLUMN_RESIDENTS) & ~np.isnan(resident_sm).any(axis=0) & ~np.isnan(sm_pod)
+        )
+        if turns.size:
+            taking = turn_taking_slowdowns_of(sm_pod[turns], resident_sm[:, turns], residents[turns].astype(np.intp))
+            pod_slow[turns], res_slow[turns] = taking
+            busy[turns] = False
+        # MIG GPUs and GPUs with more residents than the columns hold are asked below.
         busy = busy & ((residents > COLUMN_RESIDENTS) | ~concurrent)
     else:
         res_slow = pod_slow.copy()

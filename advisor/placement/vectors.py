@@ -22,7 +22,9 @@ goes through the per-node path unchanged (`covers`).
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
 per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
-more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside).
+more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Whole-GPU plans are kept per node
+shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and go with the
+node shapes when the index starts afresh.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ _NODE_SHAPE_LIMIT = 65536
 _INT64_MAX = np.iinfo(np.int64).max
 _FEASIBLE, _PACKING, _AFFINITY, _INTERFERENCE, _SLOWDOWN = range(5)
 _FIELDS = 5
+_PLAN_TABLES = 16
+"""(whole GPUs, configuration) pairs whose plans by node shape are kept (24 bytes per node shape each)."""
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -173,6 +177,8 @@ class ScoreVectors:
         self._node_shape = np.zeros(capacity, dtype=np.int64)
         self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
         self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
+        # per (whole GPUs, configuration): each node shape id's whole-GPU plan (`_PlanTable`), gathered by cold calls
+        self._plans: dict[tuple[int, ScoringConfig], _PlanTable] = {}
 
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
@@ -459,28 +465,31 @@ class ScoreVectors:
         # one plan per distinct (node shape, configuration, eligible GPUs); without a GPU-memory request the
         # eligible GPUs are the free ones, which the node shape (its free milli-GPU) already says
         count = len(distinct)
-        shape_config = self._node_shape[target[members]] * count + numbers[model[members]]
         masks = eligible[members]
         if pod.gpu_memory_bytes is None:
-            unique, first, inverse = np.unique(shape_config, return_index=True, return_inverse=True)
-            keys: list[tuple[int, int]] = list(zip(unique.tolist(), masks[first].tolist(), strict=True))
+            planned, chosen = self._shape_plans(
+                k, distinct, self._node_shape[target[members]], numbers[model[members]], masks
+            )
+            values[:, members] = planned
+            feasible = planned[_FEASIBLE] > 0
         else:
+            shape_config = self._node_shape[target[members]] * count + numbers[model[members]]
             index: dict[tuple[int, int], int] = {}
             inverse = np.fromiter(
                 (index.setdefault(key, len(index)) for key in zip(shape_config.tolist(), masks.tolist(), strict=True)),
                 dtype=np.intp,
                 count=members.size,
             )
-            keys = list(index)
-        inverse = inverse.reshape(-1)
-        node_shapes = self._node_shapes
-        plans = [whole_plan(*node_shapes[key // count], mask, k, distinct[key % count]) for key, mask in keys]
-        feasible = np.array([p is not None for p in plans], dtype=np.bool_)[inverse]
-        values[_FEASIBLE, members] = feasible
-        values[_PACKING, members] = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
-        values[_AFFINITY, members] = np.array([0.0 if p is None else p.topology_affinity for p in plans])[inverse]
-        values[_INTERFERENCE, members] = np.where(feasible, 1.0, 0.0)  # 0.5 / 1 + 0.5 / 1 where nothing is shared
-        chosen = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[inverse]
+            node_shapes = self._node_shapes
+            plans = [
+                whole_plan(*node_shapes[key // count], mask, k, distinct[key % count]) for key, mask in list(index)
+            ]
+            inverse = inverse.reshape(-1)
+            feasible = np.array([p is not None for p in plans], dtype=np.bool_)[inverse]
+            packing = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
+            affinity = np.array([0.0 if p is None else p.topology_affinity for p in plans])[inverse]
+            values[:, members] = _plan_rows(feasible, packing, affinity)
+            chosen = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[inverse]
         busy = chosen & self._resident_mask[target[members]]  # chosen GPUs with residents, per node
         shared = np.flatnonzero(feasible & (busy != 0))
         if shared.size:
@@ -507,6 +516,49 @@ class ScoreVectors:
             values[_INTERFERENCE, members[shared]] = 0.5 / pod_slow + 0.5 / res_slow
             values[_SLOWDOWN, members[shared]] = pod_slow
         return values
+
+    def _shape_plans(
+        self,
+        k: int,
+        configs: list[ScoringConfig],
+        shapes: IntArray,
+        config_numbers: IntArray,
+        free_masks: IntArray,
+    ) -> tuple[FloatArray, IntArray]:
+        """The plans (`_plan_rows`) of `k` whole GPUs on nodes of the node shapes `shapes` (ids into
+        `_node_shapes`) under `configs[config_numbers[i]]`, their eligible GPUs the free ones (`free_masks`: the
+        node shape says which). Kept per (k, configuration) as arrays over node shape ids (24 bytes each), so that
+        a call gathers the plans of shapes seen before (any workload's: a plan does not depend on it) and asks
+        `gpuset.whole_plan` only for new ones."""
+        rows = np.empty((_FIELDS, shapes.size))
+        chosen = np.empty(shapes.size, dtype=np.int64)
+        known = len(self._node_shapes)
+        for number, config in enumerate(configs):
+            where = np.flatnonzero(config_numbers == number) if len(configs) > 1 else np.arange(shapes.size)
+            ids = shapes[where]
+            table = self._plans.pop((k, config), None)  # put back last: the least recently used go first
+            if table is None or table.mask.size < known:
+                grown = _PlanTable(max(64, 2 * known))
+                if table is not None:
+                    grown.take(table)
+                table = grown
+            self._plans[(k, config)] = table
+            if len(self._plans) > _PLAN_TABLES:
+                del self._plans[next(iter(self._plans))]
+            missing = table.mask[ids] < 0
+            if missing.any():
+                new, first = np.unique(ids[missing], return_index=True)
+                node_shapes = self._node_shapes
+                masks = free_masks[where[np.flatnonzero(missing)[first]]].tolist()
+                plans = [whole_plan(*node_shapes[i], m, k, config) for i, m in zip(new.tolist(), masks, strict=True)]
+                table.packing[new] = [0.0 if p is None else p.packing for p in plans]
+                table.affinity[new] = [0.0 if p is None else p.topology_affinity for p in plans]
+                table.mask[new] = [0 if p is None else p.mask for p in plans]
+            mask = table.mask[ids]
+            feasible = mask > 0
+            rows[:, where] = _plan_rows(feasible, table.packing[ids], table.affinity[ids])
+            chosen[where] = mask
+        return rows, chosen
 
     def _integers(
         self,
@@ -536,6 +588,37 @@ class ScoreVectors:
             totals, _ = weighted_totals(config, r[_PACKING], r[_AFFINITY], r[_INTERFERENCE], r[_SLOWDOWN] * unit[model])
             out[feasible] = extender_integers(totals, config.extender_span_points)
         return Priorities(out.tolist(), feasible, infeasible)
+
+
+def _plan_rows(feasible: BoolArray, packing: FloatArray, affinity: FloatArray) -> FloatArray:
+    """Whole-GPU plans as the table rows they give where no chosen GPU has residents: feasible, packing, affinity,
+    interference 0.5 / 1 + 0.5 / 1 where feasible (0 where not), slowdown 1."""
+    rows = np.empty((_FIELDS, feasible.size))
+    rows[_FEASIBLE] = feasible
+    rows[_PACKING] = packing
+    rows[_AFFINITY] = affinity
+    rows[_INTERFERENCE] = np.where(feasible, 1.0, 0.0)
+    rows[_SLOWDOWN] = 1.0
+    return rows
+
+
+class _PlanTable:
+    """Whole-GPU plans of one (k, configuration) by node shape id: the chosen GPUs' mask (-1: not planned yet,
+    0: infeasible), the plan's packing and link affinity."""
+
+    __slots__ = ("affinity", "mask", "packing")
+
+    def __init__(self, capacity: int) -> None:
+        self.mask: IntArray = np.full(capacity, -1, dtype=np.int64)
+        self.packing: FloatArray = np.zeros(capacity)
+        self.affinity: FloatArray = np.zeros(capacity)
+
+    def take(self, other: _PlanTable) -> None:
+        """Hold `other`'s plans (a smaller table's)."""
+        size = other.mask.size
+        self.mask[:size] = other.mask
+        self.packing[:size] = other.packing
+        self.affinity[:size] = other.affinity
 
 
 def _rows(raws: Sequence[RawVerdict | NodeScore]) -> FloatArray:

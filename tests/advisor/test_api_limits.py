@@ -4,7 +4,9 @@ beyond it), candidate lists bounded, deep nesting a 4xx on every route, and slow
 from __future__ import annotations
 
 import asyncio
+import asyncio.selector_events
 import contextlib
+import gc
 import json
 import socket
 import threading
@@ -358,3 +360,30 @@ def test_a_large_filter_body_is_validated_node_by_node_with_the_routes_answer(tm
     assert served.status_code == 200
     assert served.json() == direct == route
     assert [n["metadata"]["name"] for n in direct["Nodes"]["items"]] == direct["NodeNames"] == names
+
+
+def _transports() -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, asyncio.selector_events._SelectorSocketTransport))
+
+
+def test_a_closed_connection_is_freed_without_a_cyclic_collection(guarded_server: tuple[int, list[str]]) -> None:
+    # Frozen objects are freed only by reference counting between full collections (the state freezes often): a
+    # closed connection's transport must not wait in a reference cycle.
+    port, _ = guarded_server
+    gc.collect()
+    gc.disable()
+    try:
+        before = _transports()
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.settimeout(5)
+                client.sendall(b"POST /v1/score HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}")
+                answer = b""
+                while not answer.endswith(b"ok"):
+                    answer += client.recv(1024)
+        deadline = time.monotonic() + 10
+        while _transports() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _transports() <= before
+    finally:
+        gc.enable()

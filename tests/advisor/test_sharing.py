@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from advisor.api import create_app
 from advisor.cluster.state import ClusterState
 from advisor.features import SideColumns
-from advisor.predictors import HeuristicInterference, UsageProfile
+from advisor.predictors import HeuristicInterference, UsageProfile, turn_taking_slowdowns, turn_taking_slowdowns_of
 from advisor.settings import AdvisorSettings
 from advisor.sharing import (
     DEFAULT_STEP_SECONDS,
@@ -139,6 +139,34 @@ def test_the_heuristic_takes_turns_on_a_time_sliced_gpu() -> None:
     assert turns[1] > 1.1 > concurrent[1]
     saturated = heuristic.slowdowns("h100", "a", UsageProfile(1.0, 0.5), [process_like(1.0)], sharing="time-slicing")
     assert saturated[0] == pytest.approx(2.0, rel=0.05)  # two saturating contexts: about half each
+
+
+def test_many_gpus_taking_turns_get_each_gpus_own_numbers_bit_for_bit() -> None:
+    # Utilisations on the 1 % grid's half-way points (where rounding a float is decided by its last bits), repeated
+    # values in both orders, and up to four residents; the array form must give every GPU its scalar answer exactly.
+    rng = np.random.default_rng(7)
+    edges = np.array([0.005, 0.015, 0.125, 0.135, 0.285, 0.675, 0.995, 1.005, 0.0, 1.0, 0.5])
+    m, width = 400, 4
+    pod = np.where(rng.random(m) < 0.5, rng.choice(edges, m), rng.random(m))
+    residents = np.where(rng.random((width, m)) < 0.5, rng.choice(edges, (width, m)), rng.random((width, m)))
+    counts = rng.integers(1, width + 1, m)
+    residents[:, 0] = [0.3, 0.7, 0.0, 0.0]  # padding rows hold anything: they must not count
+    counts[0] = 2
+    residents[:, 1] = [0.7, 0.3, 9.0, 9.0]
+    counts[1] = 2
+    pod[1] = pod[0]
+    pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, counts)  # solved on arrays
+    again = turn_taking_slowdowns_of(pod, residents, counts)  # from the memo
+    for i in range(m):
+        pod_sm, resident_sm = round(float(pod[i]), 2), sorted(round(r, 2) for r in residents[: counts[i], i].tolist())
+        total = pod_sm + sum(resident_sm)
+        step = DEFAULT_STEP_SECONDS
+        speed = turn_taking_one(pod_sm, step, min(1.0, total - pod_sm), step)[0]
+        slowest = min(turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in resident_sm)
+        assert (pod_slow[i], resident_slow[i]) == (1 / speed, 1 / slowest), i
+        assert (again[0][i], again[1][i]) == (pod_slow[i], resident_slow[i])
+        assert turn_taking_slowdowns(float(pod[i]), residents[: counts[i], i].tolist()) == (1 / speed, 1 / slowest)
+    assert (pod_slow[0], resident_slow[0]) == (pod_slow[1], resident_slow[1])
 
 
 class process_like:  # noqa: N801 - a ResidentLike value

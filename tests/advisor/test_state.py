@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import weakref
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -194,35 +193,3 @@ def test_a_snapshot_padded_with_ignored_fields_is_kept_re_encoded_not_as_receive
     assert record is not None
     assert len(record.snapshot_json) < KEEP_JSON_MAX_BYTES
     assert record.snapshot == NodeSnapshot.model_validate(raw)
-
-
-class _Cyclic:
-    """Garbage only the collector can reclaim: an object that refers to itself."""
-
-    def __init__(self) -> None:
-        self.me = self
-
-
-def test_cyclic_garbage_frozen_along_with_the_state_is_reclaimed_by_the_periodic_full_collection() -> None:
-    """Garbage caught by a freeze while still in use is reclaimed by the state's full collection: when it is due
-    and the frozen objects have grown (here by anything at all), never before it is due."""
-    seldom = ClusterState(freeze_after_nodes=2, full_collection_seconds=3600.0, frozen_growth_ratio=1.0)
-    often = ClusterState(freeze_after_nodes=2, full_collection_seconds=0.0, frozen_growth_ratio=1.0)
-    try:
-        for state in (seldom, often):  # the first freeze: what the frozen objects' growth is measured from
-            ingest(state, snapshot("n1"))
-            ingest(state, snapshot("n2"))
-        garbage = _Cyclic()
-        alive = weakref.ref(garbage)
-        gc.freeze()  # as a freeze by the state would, while the object was still in use
-        del garbage
-        gc.collect()
-        assert alive() is not None  # frozen: no collection sees it
-        ingest(seldom, snapshot("n3"))
-        ingest(seldom, snapshot("n4"))
-        assert alive() is not None  # a freeze alone does not reclaim it
-        ingest(often, snapshot("n3"))
-        ingest(often, snapshot("n4"))
-        assert alive() is None  # the full collection did
-    finally:
-        gc.unfreeze()
