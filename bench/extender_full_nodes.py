@@ -62,7 +62,8 @@ def measure(megabytes: float, iterations: int) -> dict[str, Any]:
     def body(version: int) -> bytes:
         for item in items:
             item["metadata"]["resourceVersion"] = str(1000 + version)
-        return json.dumps({"Pod": v1_pod(gpus=1), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}).encode()
+        args = {"Pod": v1_pod(gpus=1), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+        return json.dumps(args).encode()
 
     same = body(0)
     with tempfile.TemporaryDirectory() as tmp:
