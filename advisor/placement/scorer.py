@@ -72,7 +72,7 @@ _NO_STATE = "unknown: the advisor has no state for this node"
 
 class BriefScore(NamedTuple):
     """A `NodeScore` reduced to what a scheduler acts on (`Scorer.brief_candidates`): the same node, score, feasible
-    and known, the reason (empty for a feasible node) and the GPU model."""
+    and known, the reason (empty for a node the pod fits: the brief answer writes none there) and the GPU model."""
 
     node: str
     score: float
