@@ -6,8 +6,9 @@
 CPU/memory, per-model task mixes and first-of-equals) over a fixed 160-node cluster (bench/cluster.py's synthetic
 nodes plus nodes with shared GPUs, unhealthy GPUs, CPU/memory known on half of them, a stale one) answer a fixed
 list of pods (whole GPUs 1-8, shares, GPU-memory requests, GPU-model constraints, gangs, CPU-heavy and GPU-less pods)
-on `/v1/score`, `/extender/prioritize`, `/extender/filter`, `/volcano/prioritize` and `/v1/allocate`, each request
-twice (cold, then warm: the memo and the score vectors must answer the same).
+on `/v1/score` (full and `detail: brief`, with and without an assumed pod), `/extender/prioritize`,
+`/extender/filter`, `/volcano/prioritize` and `/v1/allocate`, each request twice (cold, then warm: the memo and the
+score vectors must answer the same).
 
 `sim`: the simulator figures the evaluation reports, with the advisor policy only (the others do not call the
 scorer): experiment 1 seed 0 (`simulate --mode fragmentation` on openb's default trace), one experiment-2 point
@@ -158,7 +159,10 @@ def score_records() -> list[Any]:
                 state.replace_pods([], [PodResources(pod, node, 2000 + 500 * (i % 7), 16 * 1024) for i, (pod, node)
                                         in enumerate(held)])  # fmt: skip
                 volcano_nodes = [{"Name": n} for n in names]
-                for i, pod in enumerate(_pods()):
+                pods = _pods()
+                for i, pod in enumerate(pods):
+                    # a scheduler plugin's assumed pod: the next one of the list, placed on a node of the batch
+                    placed = [{"node": names[(5 * i) % 120], "pod": pods[(i + 1) % len(pods)]}]
                     for attempt in ("cold", "warm"):
                         tag = [profile, i, attempt]
                         for path, body in (
@@ -166,6 +170,18 @@ def score_records() -> list[Any]:
                             ("/extender/filter", {"Pod": pod, "Nodes": None, "NodeNames": names}),
                             ("/volcano/prioritize", {"task": {"Pod": pod}, "nodes": volcano_nodes}),
                             ("/v1/score", {"pod": pod, "nodes": names, "unknown_nodes": "neutral"}),
+                            ("/v1/score", {"pod": pod, "nodes": names, "unknown_nodes": "neutral", "detail": "brief"}),
+                            ("/v1/score", {"pod": pod, "nodes": names, "unknown_nodes": "neutral", "assumed": placed}),
+                            (
+                                "/v1/score",
+                                {
+                                    "pod": pod,
+                                    "nodes": names,
+                                    "unknown_nodes": "neutral",
+                                    "assumed": placed,
+                                    "detail": "brief",
+                                },
+                            ),
                             ("/v1/allocate", {"pod": pod, "node": names[(7 * i) % 120]}),
                         ):
                             got = client.post(path, json=body)

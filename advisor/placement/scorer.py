@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count
+from typing import NamedTuple
 
 import numpy as np
 
@@ -64,6 +65,25 @@ _ANY_WORKLOAD = object()
 _INFEASIBLE = -1.0
 _NEUTRAL_BASE = -2.0
 """`Scorer._extender_totals` codes: -1 for an infeasible node, -2 - n for a neutral/unknown verdict of integer n."""
+
+
+_NO_STATE = "unknown: the advisor has no state for this node"
+
+
+class BriefScore(NamedTuple):
+    """A `NodeScore` reduced to what a scheduler acts on (`Scorer.brief_candidates`): the same node, score, feasible
+    and known, the reason (empty for a node the pod fits: the brief answer writes none there) and the GPU model."""
+
+    node: str
+    score: float
+    feasible: bool
+    known: bool
+    reason: str
+    gpu_model: str
+
+
+def _brief(score: NodeScore) -> BriefScore:
+    return BriefScore(score.node, score.score, score.feasible, score.known, score.reason, score.gpu_model)
 
 
 def no_clock() -> float | None:
@@ -146,8 +166,30 @@ class Scorer:
         """Like `score_nodes` for node names; a name without state gets the neutral unknown score, in place."""
         known = [nodes[n] for n in names if n in nodes]
         scored = iter(self.score_nodes(pod, known))
-        unknown = "unknown: the advisor has no state for this node"
-        return [next(scored) if n in nodes else unknown_score(n, unknown, self.config) for n in names]
+        return [next(scored) if n in nodes else unknown_score(n, _NO_STATE, self.config) for n in names]
+
+    def brief_candidates(
+        self, pod: PodRequest, names: Sequence[str], nodes: Mapping[str, NodeState]
+    ) -> list[BriefScore]:
+        """`score_candidates` as `BriefScore`s: the same scores (the same verdicts and weighted totals), without
+        writing out each node's components, GPUs and explanation (a scheduler plugin's call, every cycle)."""
+        known = [nodes[n] for n in names if n in nodes]
+        if pod.whole_gpus == 0 and not pod.is_share and not pod.mig and not scores_without_gpu(pod, self.config):
+            scored = [_brief(neutral_without_gpu(n.name)) for n in known]
+        else:
+            raws = self.evaluate(pod, known, self.clock())
+            feasible = [raw for raw in raws if isinstance(raw, RawVerdict) and raw.feasible]
+            totals = iter(self._feasible_totals(pod, feasible)[0])
+            scored = [
+                _brief(raw)
+                if isinstance(raw, NodeScore)
+                else BriefScore(raw.name, next(totals), True, True, "", raw.gpu_model)
+                if raw.feasible
+                else BriefScore(raw.name, 0.0, False, True, raw.detail, raw.gpu_model)
+                for raw in raws
+            ]
+        it = iter(scored)
+        return [next(it) if n in nodes else _brief(unknown_score(n, _NO_STATE, self.config)) for n in names]
 
     def allocate(self, pod: PodRequest, node: NodeState) -> NodeScore:
         """The best GPUs on one node for `pod` (a device plugin's GetPreferredAllocation); `gpus` empty if none fit."""

@@ -26,7 +26,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from advisor.api import create_app
 from advisor.api.errors import BodyLimit
 from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap, guarded_protocol
-from advisor.api.routes.extender import SmallBodyError, args_in_pieces, fast_filter, filter_
+from advisor.api.routes.extender import CheckedNodes, SmallBodyError, fast_filter, filter_, sent_args
 from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs
 from advisor.settings import PARSE_EXPANSION, AdvisorSettings
 from tests.advisor.factories import snapshot, v1_pod
@@ -311,32 +311,80 @@ def test_a_large_body_is_parsed_off_the_event_loop(tmp_path: Path) -> None:
     assert [h["Host"] for h in response.json()] == names
 
 
-def test_a_large_extender_body_parsed_node_by_node_is_what_the_route_parses() -> None:
+def test_a_large_extender_body_read_without_node_models_is_what_the_route_parses() -> None:
     names = [f"node-{i:05d}" for i in range(800)]
     pod = upstream.pod(containers=[upstream.container(limits={"nvidia.com/gpu": "2"})])
     body = upstream.extender_args(pod, nodes=[upstream.node(n) for n in names])
     body["Nodes"] |= {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "42"}}
-    body["Future"] = {"ignored": True}
-    raw = json.dumps(body).encode()
-    pieces = args_in_pieces(raw)
-    whole = ExtenderArgs.model_validate(json.loads(raw))
-    assert pieces == whole
-    assert pieces.Nodes is not None
-    assert pieces.Nodes.model_dump(mode="json", exclude_unset=True, exclude={"items"}) == {
-        "kind": "NodeList",
-        "apiVersion": "v1",
-        "metadata": {"resourceVersion": "42"},
-    }
+    whole = ExtenderArgs.model_validate(body)
+    assert whole.Nodes is not None
+    for raw in (json.dumps(body).encode(), json.dumps(body | {"Future": {"ignored": True}}).encode()):
+        sent = sent_args(raw, checked=CheckedNodes(generation_bytes=MIB))
+        assert sent.args.Pod == whole.Pod
+        assert sent.candidates() == whole.candidates() == names
+        assert sent.labels() == {n.metadata.name: n.labels() for n in whole.Nodes.items or []}
+        assert sent.node_list is not None
+        assert {k: json.loads(bytes(v)) for k, v in sent.node_list.items()} == whole.Nodes.model_dump(
+            mode="json", exclude_unset=True, exclude={"items"}
+        )
+        assert [json.loads(bytes(item)) for item in sent.items] == [n.as_sent() for n in whole.Nodes.items or []]
     names_only = json.dumps(upstream.extender_args(pod, node_names=names)).encode()
-    assert args_in_pieces(names_only) == ExtenderArgs.model_validate(json.loads(names_only))
-    for bad in (
-        raw.replace(b'"node-00007"', b"NaN", 1),  # not JSON
-        raw.replace(b'"name": "node-00007"', b'"name": 7', 1),  # a node the model refuses
-        json.dumps({"NodeNames": names}).encode(),  # no pod
-        json.dumps({"Pod": pod, "NodeNames": [f"n{i}" for i in range(MAX_CANDIDATE_NODES + 1)]}).encode(),
-    ):
-        with pytest.raises((ValueError, msgspec.DecodeError, msgspec.ValidationError)):
-            args_in_pieces(bad)
+    assert sent_args(names_only).candidates() == names
+
+
+def test_a_large_extender_body_is_refused_exactly_where_the_route_refuses_it(tmp_path: Path) -> None:
+    """Reading each Node for its name and labels only (and each one once, `CheckedNodes`) refuses what the route's
+    strict parser and models refuse — anywhere in the body, in fields the advisor never reads too — and the service
+    answers those with the route's 422; a Node seen before and sent again is not validated again."""
+    names = [f"node-{i:05d}" for i in range(800)]
+    pod = upstream.pod(containers=[upstream.container(limits={"nvidia.com/gpu": "2"})])
+    raw = json.dumps(upstream.extender_args(pod, nodes=[upstream.node(n) for n in names])).encode()
+    assert len(raw) > LARGE_BODY_BYTES
+    node = b'"name": "node-00007"'
+    assert node in raw
+    bad = {
+        "not JSON": raw.replace(b'"node-00007"', b"NaN", 1),
+        "a name that is no string": raw.replace(node, b'"name": 7', 1),
+        "a namespace that is no string": raw.replace(node, node + b', "namespace": 7', 1),
+        "a label that is no string": raw.replace(
+            b'"kubernetes.io/hostname": "node-00007"', b'"kubernetes.io/hostname": 7', 1
+        ),
+        "metadata that is no object": raw.replace(b'{"metadata": {' + node, b'{"metadata": null, "m": {' + node, 1),
+        "a node that is no object": raw.replace(b'"items": [', b'"items": [7, ', 1),
+        "an overflowing number in a node": raw.replace(node, node + b', "x": 1e400', 1),
+        "an overflowing number outside": raw[:-1] + b', "Future": [1e999]}',
+        "an overflowing number in the list": raw.replace(b'"items": [', b'"x": -1e400, "items": [', 1),
+        "invalid UTF-8 in a node": raw.replace(node, node + b', "x": "\xff"', 1),
+        "an unpaired surrogate": raw.replace(node, node + b', "x": "\\ud800"', 1),
+        "an integer past 4,300 digits": raw.replace(node, node + b', "x": ' + b"9" * 5000, 1),
+        "no pod": json.dumps({"NodeNames": names}).encode(),
+        "too many names": json.dumps(
+            {"Pod": pod, "NodeNames": [f"n{i}" for i in range(MAX_CANDIDATE_NODES + 1)]}
+        ).encode(),
+    }
+    with TestClient(create_app(_settings(tmp_path))) as c:
+        assert c.post("/extender/prioritize", content=raw, headers=AUTH).status_code == 200
+        for case, body in bad.items():
+            with pytest.raises((ValueError, msgspec.DecodeError, msgspec.ValidationError)):
+                sent_args(body, checked=CheckedNodes(generation_bytes=MIB))
+            for path in ("/extender/prioritize", "/extender/filter"):
+                response = c.post(path, content=body, headers=AUTH)
+                assert response.status_code == 422, (case, path, response.status_code)
+    checked = CheckedNodes(generation_bytes=64 * MIB)
+    sent_args(raw, checked=checked)
+    assert len(checked) == len(names)
+    again = sent_args(raw, checked=checked)
+    assert len(checked) == len(names)
+    assert again.candidates() == names
+
+
+def test_checked_nodes_keep_two_generations_within_their_budget() -> None:
+    nodes = [msgspec.Raw(json.dumps(upstream.node(f"n{i}")).encode()) for i in range(40)]
+    size = sum(len(n) for n in nodes[:10])
+    checked = CheckedNodes(generation_bytes=size)
+    assert [name for name, _ in checked.views(nodes)] == [f"n{i}" for i in range(40)]
+    assert len(checked) <= 2 * 11  # at most the newest two generations
+    assert [name for name, _ in checked.views(nodes[-5:])] == [f"n{i}" for i in range(35, 40)]
 
 
 def test_a_large_filter_body_is_validated_node_by_node_with_the_routes_answer(tmp_path: Path) -> None:

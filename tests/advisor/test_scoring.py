@@ -8,7 +8,7 @@ from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_scores
 from advisor.placement.filter import filter_nodes
 from advisor.placement.gpuset import best_gpu_set
-from advisor.placement.scorer import allocate, extender_priorities, score_candidates, score_nodes
+from advisor.placement.scorer import Scorer, allocate, extender_priorities, score_candidates, score_nodes
 from advisor.placement.scoring import unknown_score
 from advisor.placement.types import PodRequest, Resident, ScoringInputError, Topology
 from advisor.predictors import HEURISTIC, HeuristicInterference, HeuristicUsage, Predictors, SpecSpeed
@@ -363,3 +363,39 @@ def test_a_smaller_extender_span_spreads_the_same_ranking_over_more_integers() -
 def test_the_extender_span_must_be_positive(span: float) -> None:
     with pytest.raises(ScoringInputError, match="extender_span_points must be > 0"):
         ScoringConfig(extender_span_points=span)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        PodRequest(gpus=1),
+        PodRequest(gpus=4),
+        PodRequest(gpus=9),  # fits nowhere
+        PodRequest(gpu_milli=300, workload="w"),
+        PodRequest(gpus=0),  # no GPU: the neutral answer
+        PodRequest(gpus=1, cpu_milli=500, memory_mib=1024),
+    ],
+    ids=["1 GPU", "4 GPUs", "9 GPUs", "share", "no GPU", "CPU and memory"],
+)
+def test_brief_candidates_are_score_candidates_without_the_explanations(pod: PodRequest) -> None:
+    """The plugin's `detail: brief` path scores without building each `NodeScore`: the same node, score, feasible,
+    known and GPU model, in the same order, stale and unknown nodes included, and the reason wherever the brief
+    answer writes one (a node the pod does not fit, an unknown one); cold and warm."""
+    nodes = {
+        "empty": node("empty"),
+        "half": node("half", allocated=dict.fromkeys(range(4), 1000)),
+        "full": node("full", allocated=dict.fromkeys(range(8), 1000)),
+        "stale": node("stale", observed_at=900.0),
+        "shared": node("shared", allocated={0: 500}),
+    }
+    names = ["half", "ghost", "empty", "stale", "full", "shared"]
+    scorer = Scorer(ScoringConfig(staleness_seconds=30), clock=lambda: 1010.0)
+    full = [
+        (s.node, s.score, s.feasible, s.known, "" if s.feasible and s.known else s.reason, s.gpu_model)
+        for s in scorer.score_candidates(pod, names, nodes)
+    ]
+    assert [tuple(b) for b in scorer.brief_candidates(pod, names, nodes)] == full
+    assert [
+        tuple(b)
+        for b in Scorer(ScoringConfig(staleness_seconds=30), clock=lambda: 1010.0).brief_candidates(pod, names, nodes)
+    ] == full

@@ -8,7 +8,9 @@ advisor failed would have left the choice to that scoring alone (`ignorable: tru
 
 Whether those calls fit the shipped `httpTimeout` (300 ms) is a speed goal, measured by
 `bench/extender_full_nodes.py` (docs/benchmarks.md), not asserted here: on a loaded 2-core CI machine the scheduler's
-own encoding and decoding of 12 MB alone can take longer. This profile runs with a timeout no load reaches.
+own decoding of the filter's 12 MB answer (inside its timeout) and the advisor's first look at every Node can take
+longer, and with `ignorable` a filter call past the timeout is skipped while prioritize still places the pod, so the
+shipped timeout would not make this test tell them apart. This profile runs with a timeout no load reaches.
 """
 
 from __future__ import annotations

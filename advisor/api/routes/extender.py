@@ -13,7 +13,9 @@ Node objects that pass come back exactly as sent.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import msgspec
 from fastapi import APIRouter
@@ -29,9 +31,7 @@ from advisor.api.schemas import (
     ExtenderArgs,
     ExtenderFilterResult,
     HostPriority,
-    NodeMeta,
     V1Node,
-    V1NodeList,
     V1Pod,
 )
 from advisor.placement.filter import extender_filter
@@ -42,11 +42,15 @@ router = APIRouter(
 )
 
 
-def _labels(args: ExtenderArgs, ctx: AppContext) -> Callable[[str], Mapping[str, str] | None]:
+def _sent_labels(args: ExtenderArgs) -> dict[str, Mapping[str, str]]:
+    """The labels of each Node object in the request, by name (none with `nodeCacheCapable`)."""
+    return {n.metadata.name: n.labels() for n in (args.Nodes.items or [] if args.Nodes is not None else [])}
+
+
+def _labels(sent: Mapping[str, Mapping[str, str]], ctx: AppContext) -> Callable[[str], Mapping[str, str] | None]:
     """Each node's labels for this request: what the node watch knows, else (no watch, or a node it has not listed
-    yet) the labels of the Node object in the request. Never written to the state: a request's `Nodes` list is
-    whatever its sender says, and must not change how the advisor sees a node for anyone else."""
-    sent = {n.metadata.name: n.labels() for n in (args.Nodes.items or [] if args.Nodes is not None else [])}
+    yet) the labels of the Node object in the request (`sent`). Never written to the state: a request's `Nodes` list
+    is whatever its sender says, and must not change how the advisor sees a node for anyone else."""
     known = ctx.state.node_labels
     if not sent:
         return known
@@ -61,10 +65,9 @@ def _labels(args: ExtenderArgs, ctx: AppContext) -> Callable[[str], Mapping[str,
 PRIORITIZE_PATH = "/extender/prioritize"
 
 
-def _priorities(args: ExtenderArgs, ctx: AppContext) -> bytes:
-    """The HostPriorityList for one request, as JSON, with its metrics counted."""
-    pod = args.Pod.to_request(ctx.dra)
-    names = args.candidates()
+def _priorities(pod_object: V1Pod, names: list[str], ctx: AppContext) -> bytes:
+    """The HostPriorityList for one request (the pod, its candidate nodes), as JSON, with its metrics counted."""
+    pod = pod_object.to_request(ctx.dra)
     scorer = ctx.scorer
     verdict = scorer.extender_priorities(pod, names, ctx.state.nodes)
     ctx.metrics.count_scores("extender", verdict.scored, verdict.infeasible, verdict.unknown)
@@ -109,48 +112,153 @@ async def prioritize(args: ExtenderArgs, ctx: Ctx) -> Response:
     thread pool would cost as much as the work itself (and the GIL serialises the threads anyway). In the running
     service a valid request is answered ahead of FastAPI's routing (`advisor.api.fastpath`), with the same code.
     """
-    return Response(_priorities(args, ctx), media_type="application/json")
+    return Response(_priorities(args.Pod, args.candidates(), ctx), media_type="application/json")
 
 
 def fast_prioritize(body: bytes, ctx: AppContext) -> bytes:
     """`JsonFastPath`'s answer for a raw prioritize body (raises where the route would not answer 200)."""
     if len(body) > LARGE_BODY_BYTES:
-        return _priorities(args_in_pieces(body), ctx)
-    return _priorities(ExtenderArgs.model_validate(decode_json(body)), ctx)
+        sent = sent_args(body)
+        return _priorities(sent.args.Pod, sent.candidates(), ctx)
+    args = ExtenderArgs.model_validate(decode_json(body))
+    return _priorities(args.Pod, args.candidates(), ctx)
 
 
-class _ArgsRaw(msgspec.Struct):
-    """ExtenderArgs with its three fields left as JSON text (empty: absent)."""
+class _NodeListParts(msgspec.Struct, forbid_unknown_fields=True):
+    """A v1.NodeList as kube-scheduler encodes it (TypeMeta, ListMeta, items), each part left as JSON text (empty:
+    absent); any other field sends the body the general way (`_split`)."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: msgspec.Raw = msgspec.Raw()
+    kind: msgspec.Raw = msgspec.Raw()
+    apiVersion: msgspec.Raw = msgspec.Raw()  # noqa: N815 — Kubernetes' JSON name
+
+
+class _ArgsParts(msgspec.Struct, forbid_unknown_fields=True):
+    """ExtenderArgs as kube-scheduler encodes it, the Nodes split into theirs: one pass over the whole body."""
 
     Pod: msgspec.Raw = msgspec.Raw()
-    Nodes: msgspec.Raw = msgspec.Raw()
+    Nodes: _NodeListParts | None = None
     NodeNames: msgspec.Raw = msgspec.Raw()
 
 
-_ARGS_RAW = msgspec.json.Decoder(_ArgsRaw)
+_ARGS_PARTS = msgspec.json.Decoder(_ArgsParts)
 _FIELDS_RAW = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ITEMS_RAW = msgspec.json.Decoder(list[msgspec.Raw] | None)
+_NULL = b"null"
 
 
-def args_in_pieces(body: bytes) -> ExtenderArgs:
-    """The ExtenderArgs of a large body (whole Node objects: 22.7 MB at 5,000 nodes), through the same models as
-    `ExtenderArgs.model_validate`, one Node at a time: no single step holds the interpreter for the whole body (a
-    20 MB decode or validation is ~0.2 s on an idle core, seconds on a busy one), so the event loop answers /healthz
-    and small requests between the nodes, and no whole-body tree of dicts is built. Raises on anything the route
-    would refuse (it answers those, with its 422)."""
-    top = _ARGS_RAW.decode(body)
-    if not top.Pod:
-        raise ValueError("Pod: required")
-    pod = V1Pod.model_validate_json(bytes(top.Pod))
-    nodes = None
-    if top.Nodes and bytes(top.Nodes) != b"null":
-        fields = _FIELDS_RAW.decode(top.Nodes)
-        listed = _ITEMS_RAW.decode(fields.pop("items", msgspec.Raw(b"null")))
-        items = None if listed is None else [V1Node.model_validate_json(bytes(item)) for item in listed]
-        rest = {name: msgspec.json.decode(value) for name, value in fields.items()}
-        nodes = V1NodeList.model_validate({**rest, "items": items})
-    names = msgspec.json.decode(top.NodeNames) if top.NodeNames else None
-    return ExtenderArgs.model_validate({"Pod": pod, "Nodes": nodes, "NodeNames": names})
+def _split(body: bytes) -> tuple[dict[str, msgspec.Raw], dict[str, msgspec.Raw] | None, list[msgspec.Raw] | None]:
+    """(the body's own fields but Nodes, the NodeList's own fields but items — None without Nodes —, its items), each
+    as JSON text. msgspec checks only the syntax of what it leaves as text: every part is decoded strictly later."""
+    try:
+        parts = _ARGS_PARTS.decode(body)
+    except msgspec.ValidationError:  # a field kube-scheduler does not send, or a wrong type: the general way
+        top = _FIELDS_RAW.decode(body)
+        nodes = top.pop("Nodes", None)
+        if nodes is None or bytes(nodes) == _NULL:
+            return top, None, None
+        listed = _FIELDS_RAW.decode(nodes)
+        return top, listed, _ITEMS_RAW.decode(listed.pop("items", msgspec.Raw(_NULL)))
+    top = {name: raw for name, raw in (("Pod", parts.Pod), ("NodeNames", parts.NodeNames)) if raw}
+    if parts.Nodes is None:
+        return top, None, None
+    meta = parts.Nodes
+    listed = {
+        name: raw
+        for name, raw in (("metadata", meta.metadata), ("kind", meta.kind), ("apiVersion", meta.apiVersion))
+        if raw
+    }
+    return top, listed, meta.items
+
+
+NodeView = tuple[str, Mapping[str, str]]
+"""What the extender reads of a Node object: its name and labels (`{}` for none), as the route's `V1Node` has them."""
+
+
+class CheckedNodes:
+    """Node objects already validated, by their exact JSON text: kube-scheduler without `nodeCacheCapable` sends every
+    candidate Node in full on every call (16.7 KB each with the kubelet's image list), and a Node's JSON changes only
+    when its object does. A Node seen before — the same bytes — is not decoded or validated again; one not seen is
+    decoded strictly (`decode_json`, what the route's parser accepts) and validated by the route's `V1Node`, raising
+    where the route would refuse it.
+
+    Two generations of at most `generation_bytes` of JSON each: a Node found in the older one moves to the newer, and
+    once the newer is full it becomes the older (the oldest forgotten), so a cluster's Nodes stay while what is no
+    longer sent goes, and the memory held is bounded whatever the callers send."""
+
+    def __init__(self, generation_bytes: int) -> None:
+        self.generation_bytes = generation_bytes
+        self._lock = threading.Lock()  # large bodies are answered in worker threads
+        self._new: dict[bytes, NodeView] = {}
+        self._old: dict[bytes, NodeView] = {}
+        self._new_bytes = 0
+
+    def views(self, items: list[msgspec.Raw]) -> list[NodeView]:
+        with self._lock:
+            return [self._view(bytes(item)) for item in items]
+
+    def _view(self, text: bytes) -> NodeView:
+        view = self._new.get(text)
+        if view is not None:
+            return view
+        view = self._old.pop(text, None)
+        if view is None:
+            node = V1Node.model_validate(decode_json(text))
+            view = (node.metadata.name, node.labels())
+        self._new[text] = view
+        self._new_bytes += len(text)
+        if self._new_bytes > self.generation_bytes:
+            self._old, self._new, self._new_bytes = self._new, {}, 0
+        return view
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+
+CHECKED_NODES = CheckedNodes(generation_bytes=32 * 1024 * 1024)
+"""The process's `CheckedNodes`: a generation holds one body up to the 24 MiB default scheduler body limit."""
+
+
+@dataclass(frozen=True)
+class SentArgs:
+    """An ExtenderArgs body with whole Node objects, read for the answer without a model of each Node: what the
+    route's `ExtenderArgs` would hold, as far as the answers use it. `args` is the route's model without its Nodes."""
+
+    args: ExtenderArgs
+    node_list: dict[str, msgspec.Raw] | None  # the NodeList's own fields but items, as sent; None: no Nodes
+    items: list[msgspec.Raw]  # each Node as sent
+    nodes: list[NodeView]  # and what is read of it
+
+    def candidates(self) -> list[str]:
+        """`ExtenderArgs.candidates` of the whole body."""
+        if self.args.NodeNames is not None:
+            return self.args.NodeNames
+        if self.node_list is not None:
+            return [name for name, _ in self.nodes]
+        return self.args.candidates()  # neither: its error
+
+    def labels(self) -> dict[str, Mapping[str, str]]:
+        """`_sent_labels` of the whole body."""
+        return dict(self.nodes)
+
+
+def sent_args(body: bytes, *, whole_nodes: bool = False, checked: CheckedNodes = CHECKED_NODES) -> SentArgs:
+    """The ExtenderArgs of a body, raising on anything the route would refuse (it answers those, with its 422): its
+    Pod, NodeNames and every other part decoded strictly and validated by the route's models, each Node through
+    `checked`. `whole_nodes`: raise `SmallBodyError` (before any validation) unless the body has whole Node objects
+    and no NodeNames — the filter's case."""
+    top, node_list, listed = _split(body)
+    if whole_nodes and (node_list is None or bytes(top.get("NodeNames", _NULL)) != _NULL):
+        raise SmallBodyError("not a filter call with whole Node objects")
+    args = ExtenderArgs.model_validate({name: decode_json(raw) for name, raw in top.items()})
+    items = listed or []
+    if node_list is not None:
+        for raw in node_list.values():
+            decode_json(raw)  # kept as sent, but the route's parser must accept it
+        if len(items) > MAX_CANDIDATE_NODES:
+            raise ValueError(f"Nodes.items: more than {MAX_CANDIDATE_NODES} nodes")
+    return SentArgs(args=args, node_list=node_list, items=items, nodes=checked.views(items))
 
 
 FILTER_PATH = "/extender/filter"
@@ -160,11 +268,13 @@ class SmallBodyError(ValueError):
     """A filter body `fast_filter` leaves to the route (node names only, no whole Node objects)."""
 
 
-def _verdict(args: ExtenderArgs, ctx: AppContext) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """(the nodes that pass, why the others fail, why some never could) for one filter request."""
-    pod = args.Pod.to_request(ctx.dra)
+def _verdict(
+    pod_object: V1Pod, candidates: list[str], sent: Mapping[str, Mapping[str, str]], ctx: AppContext
+) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """(the nodes that pass, why the others fail, why some never could) for one filter request: the pod, its
+    candidate nodes and the labels of the Node objects sent."""
+    pod = pod_object.to_request(ctx.dra)
     nodes = ctx.state.nodes
-    candidates = args.candidates()
     now = ctx.state.now()
     unresolvable = {
         name: reason
@@ -177,10 +287,10 @@ def _verdict(args: ExtenderArgs, ctx: AppContext) -> tuple[list[str], dict[str, 
         [n for n in candidates if n not in unresolvable],
         nodes,
         ctx.state,
-        labels=_labels(args, ctx),
-        queue_key=args.Pod.queue_key(pod.name),
-        scheduler=args.Pod.scheduler(),
-        placement=args.Pod.placement(),
+        labels=_labels(sent, ctx),
+        queue_key=pod_object.queue_key(pod.name),
+        scheduler=pod_object.scheduler(),
+        placement=pod_object.placement(),
         config=ctx.scoring,
         predictors=ctx.predictors,
         now_seconds=now,
@@ -195,7 +305,7 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
 
     With whole Node objects (`nodeCacheCapable: false`) a valid request is answered ahead of FastAPI's routing
     (`fast_filter`), with the same code."""
-    passed, failed, unresolvable = _verdict(args, ctx)
+    passed, failed, unresolvable = _verdict(args.Pod, args.candidates(), _sent_labels(args), ctx)
     if args.NodeNames is None and args.Nodes is not None:
         keep = set(passed)
         node_list = args.Nodes.model_dump(mode="json", exclude_unset=True, exclude={"items"})
@@ -206,44 +316,18 @@ def filter_(args: ExtenderArgs, ctx: Ctx) -> ExtenderFilterResult:
     return ExtenderFilterResult(NodeNames=passed, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable)
 
 
-class _NodeMetaView(msgspec.Struct):
-    """What the filter reads of a Node: its name and labels (the rest goes back to the scheduler untouched)."""
-
-    name: str
-    labels: dict[str, str] | None = None
-
-
-class _NodeView(msgspec.Struct):
-    metadata: _NodeMetaView
-
-
-_NODE_VIEW = msgspec.json.Decoder(_NodeView)
-
-
 def fast_filter(body: bytes, ctx: AppContext) -> bytes:
     """`JsonFastPath`'s answer for a filter body with whole Node objects (`nodeCacheCapable: false`: 12 MB for a few
-    hundred real nodes, within the scheduler's `httpTimeout`). Each Node is read for its name and labels only, and
-    the passing ones go back as the exact bytes the scheduler sent, never rebuilt as Python objects; the verdict is
-    the route's (`_verdict`). Raises on a body this path does not answer (NodeNames given, a malformed Node): the
-    route answers that, as it always has."""
-    top = _ARGS_RAW.decode(body)
-    if not top.Pod or not top.Nodes or bytes(top.Nodes) == b"null" or bytes(top.NodeNames or b"null") != b"null":
-        raise SmallBodyError("not a filter call with whole Node objects")
-    fields = _FIELDS_RAW.decode(top.Nodes)
-    items = _ITEMS_RAW.decode(fields.pop("items", msgspec.Raw(b"null"))) or []
-    if len(items) > MAX_CANDIDATE_NODES:
-        raise ValueError("Nodes.items: too many")
-    views = [_NODE_VIEW.decode(item).metadata for item in items]
-    # Already typed by the decoder: built without a second validation (a third of a second for 750 nodes)
-    light = [V1Node.model_construct(metadata=NodeMeta.model_construct(name=v.name, labels=v.labels)) for v in views]
-    args = ExtenderArgs.model_construct(
-        Pod=V1Pod.model_validate_json(bytes(top.Pod)), Nodes=V1NodeList.model_construct(items=light), NodeNames=None
-    )
-    passed, failed, unresolvable = _verdict(args, ctx)
+    hundred real nodes, within the scheduler's `httpTimeout`). The body is read by `sent_args` — each Node validated
+    once, then known by its bytes — and the passing Nodes go back as the exact bytes the scheduler sent, never
+    rebuilt as Python objects; the verdict is the route's (`_verdict`). Raises on a body this path does not answer
+    (NodeNames given, a malformed Node): the route answers that, as it always has."""
+    sent = sent_args(body, whole_nodes=True)
+    passed, failed, unresolvable = _verdict(sent.args.Pod, sent.candidates(), sent.labels(), ctx)
     keep = set(passed)
-    node_list = {**fields, "items": [item for item, view in zip(items, views, strict=True) if view.name in keep]}
+    items = [item for item, (name, _) in zip(sent.items, sent.nodes, strict=True) if name in keep]
     answer = {
-        "Nodes": node_list,
+        "Nodes": {**(sent.node_list or {}), "items": items},
         "NodeNames": passed,
         "FailedNodes": failed,
         "FailedAndUnresolvableNodes": unresolvable,

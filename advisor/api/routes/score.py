@@ -3,7 +3,7 @@ GetPreferredAllocation), with every score explained."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
 import msgspec
@@ -27,6 +27,7 @@ from advisor.cluster.pods import PodSpecError
 from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.gpus import gpu_spec
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
+from advisor.placement.scorer import BriefScore
 from advisor.placement.types import NodeScore, NodeState, PodRequest
 from advisor.placement.unresolvable import never_fits
 from advisor.serving import ModelInterference
@@ -43,21 +44,30 @@ _ENTRY_CACHE_LIMIT = 50_000
 _entries: dict[NodeScore, str] = {}
 """Each verdict's JSON by the verdict itself (a NamedTuple of plain values: equal verdicts write equal JSON). A warm
 call finds most of its 500 verdicts here, unchanged since the last call; emptied when full (~30 MB at most)."""
-_brief_entries: dict[NodeScore, str] = {}
+_brief_entries: dict[BriefScore, str] = {}
 """The same for `detail: brief` entries of nodes the pod fits or that are unknown (an infeasible node's entry also
 depends on the pod: written every time)."""
 
 
-def _cached_entry(s: NodeScore, cache: dict[NodeScore, str] = _entries) -> str:
-    text = cache.get(s)
+def _cached_entry(s: NodeScore) -> str:
+    text = _entries.get(s)
     if text is None:
-        if len(cache) >= _ENTRY_CACHE_LIMIT:
-            cache.clear()
-        text = cache[s] = _entry_json(s) if cache is _entries else _brief_json(s)
+        if len(_entries) >= _ENTRY_CACHE_LIMIT:
+            _entries.clear()
+        text = _entries[s] = _entry_json(s)
     return text
 
 
-def _brief_json(s: NodeScore) -> str:
+def _cached_brief(s: BriefScore) -> str:
+    text = _brief_entries.get(s)
+    if text is None:
+        if len(_brief_entries) >= _ENTRY_CACHE_LIMIT:
+            _brief_entries.clear()
+        text = _brief_entries[s] = _brief_json(s)
+    return text
+
+
+def _brief_json(s: BriefScore) -> str:
     return (
         f'{{"node":{_ENCODE(s.node).decode()},"score":{s.score:.3f},"feasible":{_BOOL[s.feasible]},'
         f'"known":{_BOOL[s.known]}}}'
@@ -118,7 +128,17 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
         )
     scorer = ctx.scorer
     predictors = scorer.predictors
-    scores = scorer.score_candidates(pod, names, state_nodes)
+    # Best first (sorted is stable: equal scores keep the order given). `detail: brief` scores without writing out
+    # what it leaves out (`Scorer.brief_candidates`): the same scores.
+    scores: Sequence[NodeScore | BriefScore]
+    if body.detail == "brief":
+        briefs = scorer.brief_candidates(pod, names, state_nodes)
+        scores = briefs
+        entries = ",".join([_brief_entry(s, pod, state_nodes, ctx) for s in sorted(briefs, key=_SCORE, reverse=True)])
+    else:
+        full = scorer.score_candidates(pod, names, state_nodes)
+        scores = full
+        entries = ",".join([_cached_entry(s) for s in sorted(full, key=_SCORE, reverse=True)])
     unknown = sum(1 for s in scores if not s.known)
     infeasible = sum(1 for s in scores if s.known and not s.feasible)
     ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
@@ -134,7 +154,6 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     unknown_models = sum(1 for m in gpu_models if not gpu_spec(m).known)
     if unknown_models:
         ctx.metrics.unknown_gpu_models.labels("score").inc(unknown_models)
-    ranked = sorted(scores, key=_SCORE, reverse=True)  # stable: equal scores keep the order given
     hint = ""
     if not names:
         hint = (
@@ -143,19 +162,15 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
             if not state_nodes
             else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
         )
-    if body.detail == "brief":
-        entries = ",".join([_brief_entry(s, pod, state_nodes, ctx) for s in ranked])
-    else:
-        entries = ",".join([_cached_entry(s) for s in ranked])
     tail = _ENCODE({"models": models, "hint": hint, "assumed_held": held}).decode()
     return f'{{"scores":[{entries}],{tail[1:]}'.encode()
 
 
-def _brief_entry(s: NodeScore, pod: PodRequest, nodes: Mapping[str, NodeState], ctx: AppContext) -> str:
+def _brief_entry(s: BriefScore, pod: PodRequest, nodes: Mapping[str, NodeState], ctx: AppContext) -> str:
     """One entry of a `detail: brief` answer (`NodeScoreBrief`): the verdict a scheduler acts on, and for a node the
     pod does not fit, why and whether it never can (`never_fits`, the extender filter's unresolvable nodes)."""
     if s.feasible or not s.known:
-        return _cached_entry(s, _brief_entries)
+        return _cached_brief(s)
     never = never_fits(pod, nodes[s.node], config=ctx.scoring, now_seconds=ctx.state.now())
     reason = s.reason if never is None else never
     return f'{_brief_json(s)[:-1]},"reason":{_ENCODE(reason).decode()},"unresolvable":{_BOOL[never is not None]}}}'
