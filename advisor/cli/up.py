@@ -50,6 +50,7 @@ from collector.settings import CollectorSettings
 from collector.sim import SimulatedBackend
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
+from profiler.csv_table import read_csv_lines
 from profiler.importers import parse_colocations, parse_throughputs
 from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
 from profiler.store import db, repo
@@ -153,8 +154,10 @@ def seed_store(sessions: sessionmaker[Session]) -> int:
             return 0
     gavel = bundled_gavel_dir()
     data = load_gavel(gavel / GAVEL_THROUGHPUTS)
-    profiles = parse_throughputs(data.throughputs.to_csv(index=False).splitlines(), source=BUNDLED_SOURCE)
-    colocations = parse_colocations(data.colocations.to_csv(index=False).splitlines(), source=BUNDLED_SOURCE)
+    throughputs = read_csv_lines(data.throughputs.to_csv(index=False).splitlines(), source="bundled throughputs")
+    pairs = read_csv_lines(data.colocations.to_csv(index=False).splitlines(), source="bundled colocations")
+    profiles = parse_throughputs(throughputs, source=BUNDLED_SOURCE)
+    colocations = parse_colocations(pairs, source=BUNDLED_SOURCE)
     executions = [
         ExecutionRecord(
             job_id=str(row.job_id),
