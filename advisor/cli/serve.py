@@ -13,12 +13,11 @@ from typing import Annotated
 import typer
 import uvicorn
 from pydantic import ValidationError
-from uvicorn.config import STARTUP_FAILURE
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
-from advisor.api.limits import connection_limits, guarded_protocol
-from advisor.api.steering import (
+from advisor.api.limits import connection_limits
+from advisor.api.transport.guard import guarded_protocol
+from advisor.api.transport.steering import (
     IngestWorkers,
     SteeringServer,
     cores_available,
@@ -55,6 +54,7 @@ def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
 # it would run every few requests; at 20,000 it runs a few times a second under load and pauses ~4-8 ms
 # (bench/state_gc.py: at 50,000, 12-32 ms).
 GC_THRESHOLDS = (20_000, 20, 20)
+STARTUP_FAILURE_EXIT = 3  # as `uvicorn.run` exits when the server could not start (the port taken, say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +113,8 @@ def run_server(
         limits.body_timeout_seconds,
         settings.request_memory_budget_bytes // (1024 * 1024),
     )
-    protocol = guarded_protocol(
-        limits, api.state.ctx.metrics.refuse, steering_protocol(pool) if pool else HttpToolsProtocol
-    )
+    refuse = api.state.ctx.metrics.refuse
+    protocol = guarded_protocol(limits, refuse, steering_protocol(pool)) if pool else guarded_protocol(limits, refuse)
     # keep-alive above the collectors' push interval: a push never races the server closing the connection
     config = uvicorn.Config(
         api,
@@ -133,7 +132,7 @@ def run_server(
     with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is how a foreground server stops
         server.run()
     if not server.started:
-        raise SystemExit(STARTUP_FAILURE)
+        raise SystemExit(STARTUP_FAILURE_EXIT)
 
 
 def ingest_workers(settings: AdvisorSettings, certificate: ServingCertificate | None) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from advisor.api import ingest_channel as ch
-from advisor.api.steering import cores_available, default_ingest_workers
+from advisor.api.transport.steering import cores_available, default_ingest_workers
 from advisor.cli.serve import ServingCertificate, ingest_workers
 from advisor.settings import AdvisorSettings
 

@@ -3,7 +3,7 @@
 One process owns the cluster state and listens (docs/design.md §5.1, "Consistency"). A connection whose first request
 is `POST /v1/telemetry` — a collector, which keeps one connection open and pushes on it every cycle — is answered
 there as always, then its socket is handed to an ingest worker (`socket.send_fds`, SCM_RIGHTS over a Unix socket
-pair) which serves the connection from then on (advisor/api/ingest_worker.py): HTTP, the token and every snapshot
+pair) which serves the connection from then on (advisor/api/transport/worker.py): HTTP, the token and every snapshot
 check run in the worker; the owner receives each valid snapshot's JSON, applies it on its event loop in arrival
 order, and acks, and the worker answers 202 after the ack. Every other connection (kube-scheduler, Volcano,
 Prometheus, users) stays with the owner, so scoring pays nothing for the workers.
@@ -147,7 +147,9 @@ class IngestWorkers:
         handoffs, handoffs_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = (data_theirs.fileno(), handoffs_theirs.fileno())
         process = subprocess.Popen(
-            [sys.executable, "-m", "advisor.api.ingest_worker", *map(str, fds)], pass_fds=fds, stdin=subprocess.DEVNULL
+            [sys.executable, "-m", "advisor.api.transport.worker", *map(str, fds)],
+            pass_fds=fds,
+            stdin=subprocess.DEVNULL,
         )
         data_theirs.close()
         handoffs_theirs.close()
@@ -328,10 +330,8 @@ def steering_protocol(workers: IngestWorkers) -> type[HttpToolsProtocol]:
                 and self.transport.get_write_buffer_size() == 0
                 and workers.hand_off(self.transport)
             ):
-                self.server_state.total_requests += 1
-                self._unset_keepalive_if_required()
                 self.transport.close()  # this process's descriptor; the connection lives on in the worker
-                return
+            # Counts the request; on a closing transport it arms no keep-alive timer (none runs during a request).
             super().on_response_complete()
 
     return SteeringProtocol
