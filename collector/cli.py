@@ -68,7 +68,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     port: Annotated[
         int | None, typer.Option(help="Port of /metrics and /healthz (default 9400).", min=0, max=65535)
     ] = None,
-    interval_s: Annotated[
+    interval_seconds: Annotated[
         float | None, typer.Option("--interval-s", help="Seconds between cycles (default 5).")
     ] = None,
     proc_root: Annotated[Path | None, typer.Option(help="Root of the host's /proc (default /proc).")] = None,
@@ -92,7 +92,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per push otherwise
     settings = CollectorSettings()
-    plan = _plan(settings, node=node, interval_s=interval_s, proc_root=proc_root, advisor_url=advisor_url)
+    plan = _plan(settings, node=node, interval_seconds=interval_seconds, proc_root=proc_root, advisor_url=advisor_url)
     plan.use_kube = not (no_kube or settings.no_kube or simulate is not None)
     plan.once = once
     parts = _open_backend(plan, settings, simulate=simulate, seed=seed, nvml_library=nvml_library)
@@ -146,12 +146,13 @@ def _plan(
     settings: CollectorSettings,
     *,
     node: str | None,
-    interval_s: float | None,
+    interval_seconds: float | None,
     proc_root: Path | None,
     advisor_url: str | None,
 ) -> _Plan:
     node_name = node or settings.node_name or socket.gethostname()
-    interval_seconds = interval_s if interval_s is not None else settings.interval_seconds
+    if interval_seconds is None:
+        interval_seconds = settings.interval_seconds
     if interval_seconds <= 0:
         fail(f"--interval-s: expected a positive number of seconds, got {interval_seconds}")
     return _Plan(node_name, interval_seconds, proc_root or settings.proc_root, advisor_url or settings.advisor_url)
