@@ -133,6 +133,7 @@ class IngestWorkers:
     _turn: int = 0
     _stopping: bool = False
     _delays: dict[int, float] = field(default_factory=dict)
+    _fell_back: bool = False  # a connection stayed here for want of a ready worker since one was last ready
 
     async def start(self) -> None:
         for slot in range(self.count):
@@ -165,6 +166,14 @@ class IngestWorkers:
         the caller keeps serving it."""
         ready = [w for w in self._workers.values() if w.ready]
         if not ready or self._stopping:
+            if not ready and not self._stopping and not self._fell_back:
+                # Once until a worker is ready again, not once per push of every collector. Info, not a warning: at
+                # start-up the workers come up after the port opens, and a worker's exit is a warning of its own.
+                self._fell_back = True
+                log.info(
+                    "no ingest worker is ready: collectors' connections stay with this process (the ordinary route) "
+                    "until one is"
+                )
             return False
         worker = ready[self._turn % len(ready)]
         self._turn += 1
@@ -194,6 +203,9 @@ class IngestWorkers:
             task.add_done_callback(self._tasks.discard)
         elif frame.kind == ch.READY:
             link.worker.ready = True
+            if self._fell_back:
+                self._fell_back = False
+                log.info("ingest worker %d ready: collectors' connections go to workers again", link.worker.slot)
             self.ctx.metrics.ingest_workers.inc()
         else:
             raise ch.ChannelError(f"a frame of kind {frame.kind}")
