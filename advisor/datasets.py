@@ -154,7 +154,10 @@ def read_csv(path: Path, fmt: CsvFormat, *, with_labels: bool) -> pd.DataFrame:
 
 def _public_table(path: Path, columns: Sequence[str], what: str) -> CsvTable:
     """A public data set's CSV, with the columns its importer reads."""
-    table = read_csv_file(path)
+    try:
+        table = read_csv_file(path)
+    except DatasetError as e:
+        raise DatasetError(f"{e} (not a readable {what})") from e
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise DatasetError(f"{path}: not a {what}: missing column(s) {', '.join(missing)}")

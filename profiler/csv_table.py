@@ -217,7 +217,7 @@ def read_csv_lines(lines: Iterable[str], *, source: str) -> CsvTable:
                 continue  # a blank line
             if len(cells) > width:
                 raise InputDataError(
-                    f"{source}: row {reader.line_num}: {len(cells)} cells, the header names {width} columns"
+                    f"{source}: row {reader.line_num}: {len(cells)} cells, the header names {width} column(s)"
                 )
             rows.append(tuple(c.strip() for c in cells) + ("",) * (width - len(cells)))
             numbers.append(reader.line_num)

@@ -31,7 +31,7 @@ READERS: dict[str, Callable[[Path], object]] = {
         ("w,V100,1,1,64,fast\n", "row 2, column 'throughput': expected a number, got 'fast'"),
         ("w,V100,1,1,64,100\n\nw,V100,2,1,64,1_000\n", "row 4, column 'throughput': expected a number, got '1_000'"),
         ("w,V100,1,1,64,inf\n", "row 2, column 'throughput': expected a finite number, got 'inf'"),
-        ("w,V100,1,1,64,100,7\n", "row 2: 7 cells, the header names 6 columns"),
+        ("w,V100,1,1,64,100,7\n", "row 2: 7 cells, the header names 6 column(s)"),
     ],
 )
 def test_every_reader_refuses_a_bad_file_with_the_same_message(
