@@ -33,12 +33,11 @@ from advisor.gpus import normalize_gpu_model
 from profiler.csv_formats import (
     COLOCATIONS,
     EXECUTIONS,
-    FALSE_VALUES,
     THROUGHPUTS,
-    TRUE_VALUES,
     CsvFormat,
     InputDataError,
 )
+from profiler.csv_table import CsvTable, is_empty, parse_flag, parse_numbers, read_csv_file
 from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
 
 Kind = Literal["throughput", "interference", "jct"]
@@ -70,12 +69,15 @@ def check_columns(columns: Iterable[str], fmt: CsvFormat, *, with_labels: bool, 
         raise DatasetError(f"{source}: not a {fmt.name} CSV: {'; '.join(problems)}")
 
 
-def _parse_times(values: pd.Series, column: str, source: str, *, allow_empty: bool) -> FloatArray:
-    """Unix seconds from ISO 8601 strings or plain numbers (already unix seconds); NaN where allowed to be empty."""
+def parse_times(
+    values: pd.Series, column: str, source: str, *, allow_empty: bool, rows: Sequence[int] | None = None
+) -> FloatArray:
+    """Unix seconds from ISO 8601 strings (without a zone: UTC) or plain numbers (already unix seconds); NaN where
+    allowed to be empty. Errors name the row: `rows[i]`, else the file line of data row i (i + 2)."""
     text = values.astype("string").str.strip()
     empty = (text.isna() | (text == "")).to_numpy(dtype=bool)
     if empty.any() and not allow_empty:
-        raise DatasetError(f"{source}: column {column}, row {int(np.flatnonzero(empty)[0]) + 2}: empty time")
+        raise DatasetError(f"{source}: row {_row(rows, int(np.flatnonzero(empty)[0]))}, column {column!r}: empty time")
     given = text.where(~empty)
     numeric = pd.to_numeric(given, errors="coerce")
     if (numeric.notna().to_numpy(dtype=bool) | empty).all():
@@ -85,13 +87,34 @@ def _parse_times(values: pd.Series, column: str, source: str, *, allow_empty: bo
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise DatasetError(
-            f"{source}: column {column}, row {row + 2}: "
+            f"{source}: row {_row(rows, row)}, column {column!r}: "
             f"expected an ISO 8601 time or unix seconds, got {values.iloc[row]!r}"
         )
     return np.asarray((parsed - pd.Timestamp(0, tz="UTC")).dt.total_seconds(), dtype=np.float64)
 
 
-def normalize_frame(frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, source: str) -> pd.DataFrame:
+def _row(rows: Sequence[int] | None, index: int) -> int:
+    return rows[index] if rows is not None else index + 2
+
+
+def _flags(values: pd.Series, column: str, source: str, rows: Sequence[int] | None) -> FloatArray:
+    """A true/false column as 1.0 / 0.0, NaN where empty (unknown)."""
+    out = np.full(len(values), np.nan)
+    for i, raw in enumerate(values.tolist()):
+        if is_empty(raw):
+            continue
+        try:
+            flag = parse_flag(str(raw))
+        except ValueError as e:
+            raise DatasetError(f"{source}: row {_row(rows, i)}, column {column!r}: {e}") from None
+        if flag is not None:
+            out[i] = 1.0 if flag else 0.0
+    return out
+
+
+def normalize_frame(
+    frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, source: str, rows: Sequence[int] | None = None
+) -> pd.DataFrame:
     """Check `frame` against `fmt` and return a copy with typed columns; absent optional columns become NaN/empty.
 
     Times become float unix seconds in `<name>_s` columns (`submit_time_s`, ...).
@@ -104,41 +127,41 @@ def normalize_frame(frame: pd.DataFrame, fmt: CsvFormat, *, with_labels: bool, s
                 continue
             out[column] = np.nan if column in fmt.numbers or column in fmt.flags else ""
         if column in fmt.numbers:
-            converted = pd.to_numeric(out[column], errors="coerce")
-            bad = converted.isna() & out[column].notna() & (out[column].astype(str).str.strip() != "")
-            if bad.any():
-                row = int(np.flatnonzero(bad.to_numpy())[0])
-                raise DatasetError(
-                    f"{source}: column {column}, row {row + 2}: expected a number, got {out[column].iloc[row]!r}"
-                )
-            out[column] = converted.astype(np.float64)
-            infinite = np.isinf(out[column].to_numpy())  # inf, -inf and numbers beyond a double (1e400) alike
-            if infinite.any():
-                row = int(np.flatnonzero(infinite)[0])
-                given = frame[column].iloc[row]
-                raise DatasetError(f"{source}: column {column}, row {row + 2}: expected a finite number, got {given!r}")
-            if column in fmt.ratios and (out[column] > 1.0).any():
-                raise DatasetError(f"{source}: column {column}: utilisations are ratios 0..1, found values above 1")
+            cells = out[column].astype(object).where(out[column].notna(), None)
+            out[column] = parse_numbers(
+                cells, source=source, column=column, rows=rows, optional=True, ratio=column in fmt.ratios
+            )
+            out[column] = out[column].astype(np.float64)
         elif column in fmt.flags:
-            text = out[column].astype(str).str.strip().str.lower()
-            out[column] = np.select([text.isin(TRUE_VALUES), text.isin(FALSE_VALUES - {""})], [1.0, 0.0], np.nan)
+            out[column] = _flags(out[column], column, source, rows)
         elif column in fmt.times:
-            out[f"{column}_s"] = _parse_times(out[column], column, source, allow_empty=column == "start_time")
+            out[f"{column}_s"] = parse_times(out[column], column, source, allow_empty=column == "start_time", rows=rows)
         else:
             out[column] = out[column].astype(object).fillna("").astype(str)
     return out
 
 
+def table_frame(table: CsvTable) -> pd.DataFrame:
+    """A table's cells as a frame of text, None where a cell is empty (`normalize_frame` types it)."""
+    return pd.DataFrame({c: [v or None for v in table.column(c)] for c in table.columns}, columns=list(table.columns))
+
+
 def read_csv(path: Path, fmt: CsvFormat, *, with_labels: bool) -> pd.DataFrame:
-    """Read and check a CSV of format `fmt` (see `normalize_frame`)."""
+    """Read (`profiler.csv_table`) and check a CSV of format `fmt` (see `normalize_frame`)."""
+    table = read_csv_file(path)
+    return normalize_frame(table_frame(table), fmt, with_labels=with_labels, source=str(path), rows=table.lines)
+
+
+def _public_table(path: Path, columns: Sequence[str], what: str) -> CsvTable:
+    """A public data set's CSV, with the columns its importer reads."""
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    except FileNotFoundError as e:
-        raise DatasetError(f"{path}: no such file") from e
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: not a readable CSV ({e})") from e
-    frame.columns = [str(c).strip() for c in frame.columns]
-    return normalize_frame(frame, fmt, with_labels=with_labels, source=str(path))
+        table = read_csv_file(path)
+    except DatasetError as e:
+        raise DatasetError(f"{e} (not a readable {what})") from e
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise DatasetError(f"{path}: not a {what}: missing column(s) {', '.join(missing)}")
+    return table
 
 
 # ------------------------------------------------------------------------------- frames → model inputs
@@ -397,18 +420,15 @@ _SIA_COLUMNS = ("app", "gpu_desc", "num_nodes", "num_gpus", "global_bsz", "sampl
 
 def load_sia(path: Path) -> pd.DataFrame:
     """Sia's placements CSV as a throughputs frame (workload = app, batch size = global batch, GPU from gpu_desc)."""
-    raw = pd.read_csv(path)
-    missing = [c for c in _SIA_COLUMNS if c not in raw.columns]
-    if missing:
-        raise DatasetError(f"{path}: not a Sia placements CSV: missing column(s) {', '.join(missing)}")
+    table = _public_table(path, _SIA_COLUMNS, "Sia placements CSV")
     frame = pd.DataFrame(
         {
-            "workload": raw["app"].astype(str),
-            "gpu_model": [normalize_gpu_model(d.split("(")[0]) for d in raw["gpu_desc"].astype(str)],
-            "gpu_count": raw["num_gpus"],
-            "nodes": raw["num_nodes"],
-            "batch_size": raw["global_bsz"],
-            "throughput": raw["samples_per_s"],
+            "workload": table.column("app"),
+            "gpu_model": [normalize_gpu_model(d.split("(")[0]) for d in table.column("gpu_desc")],
+            "gpu_count": table.column("num_gpus"),
+            "nodes": table.column("num_nodes"),
+            "batch_size": table.column("global_bsz"),
+            "throughput": table.column("samples_per_s"),
         }
     )
     return normalize_frame(frame, THROUGHPUTS, with_labels=True, source=str(path))
@@ -423,21 +443,18 @@ def load_philly(path: Path) -> pd.DataFrame:
     The trace has no user, workload or GPU model: the virtual cluster is both the user and the queue, the workload is
     empty and the GPU model unknown. Start = submit time (the trace's ``duration`` is the run time).
     """
-    raw = pd.read_csv(path)
-    missing = [c for c in _PHILLY_COLUMNS if c not in raw.columns]
-    if missing:
-        raise DatasetError(f"{path}: not a Philly CSV: missing column(s) {', '.join(missing)}")
-    submit = pd.to_datetime(raw["timestamp"], utc=True)
-    end = submit + pd.to_timedelta(raw["duration"], unit="s")
+    table = _public_table(path, _PHILLY_COLUMNS, "Philly CSV")
+    submit = pd.Series(pd.to_datetime(table.texts("timestamp"), utc=True))
+    end = submit + pd.to_timedelta(table.numbers("duration"), unit="s")
     iso = "%Y-%m-%dT%H:%M:%SZ"
     frame = pd.DataFrame(
         {
-            "job_id": [f"philly-{i}" for i in range(len(raw))],
+            "job_id": [f"philly-{i}" for i in range(len(table))],
             "workload": "",
-            "user": raw["cluster"].astype(str),
-            "queue": raw["cluster"].astype(str),
+            "user": table.column("cluster"),
+            "queue": table.column("cluster"),
             "gpu_model": "",
-            "gpu_count": raw["num_gpus"],
+            "gpu_count": table.column("num_gpus"),
             "submit_time": submit.dt.strftime(iso),
             "start_time": submit.dt.strftime(iso),
             "end_time": end.dt.strftime(iso),
@@ -459,10 +476,7 @@ def gavel_trace_executions(
     (a Philly virtual cluster) is the user and the queue. These are labels derived from real measurements, not
     observed completion times.
     """
-    raw = pd.read_csv(trace_path)
-    missing = [c for c in _TRACE_COLUMNS if c not in raw.columns]
-    if missing:
-        raise DatasetError(f"{trace_path}: not a Gavel trace CSV: missing column(s) {', '.join(missing)}")
+    table = _public_table(trace_path, _TRACE_COLUMNS, "Gavel trace CSV")
     steps_per_s: dict[tuple[str, int], dict[str, float]] = {}
     single_node = throughputs[throughputs["nodes"] == 1]
     for workload, gpu_model, gpu_count, throughput in zip(
@@ -477,7 +491,14 @@ def gavel_trace_executions(
         if steps > 0:
             steps_per_s.setdefault((str(workload), int(gpu_count)), {})[str(gpu_model)] = steps
     rows: list[dict[str, object]] = []
-    columns = [raw[c].tolist() for c in _TRACE_COLUMNS]
+    columns = (
+        table.column("trace"),
+        table.texts("job_idx"),
+        table.texts("job_type"),
+        table.numbers("total_steps", minimum=0),
+        table.numbers("scale_factor", minimum=1, integer=True),
+        table.numbers("arrival_time_s", minimum=0),
+    )
     for i, (trace, job_idx, job_type, total_steps, scale, arrival) in enumerate(zip(*columns, strict=True)):
         options = steps_per_s.get((str(job_type), int(scale)))
         if not options:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.filter import filter_nodes
+from advisor.placement.filter import FilterRequest, QueueRules, filter_nodes
 from advisor.placement.queue import PendingPod
 from advisor.placement.shortest import queue_claims
 from advisor.placement.types import GpuState, NodeState, PodRequest, Resident, Topology
@@ -88,7 +88,9 @@ def main() -> None:
 
     def with_rule() -> tuple[list[str], dict[str, str]]:
         leaving = jct_leave_times(predictors, NOW)
-        return filter_nodes(pod, names, nodes, config=config, now_seconds=NOW, predictors=predictors, leaving=leaving)
+        return filter_nodes(
+            FilterRequest(pod, names, nodes, config, now_seconds=NOW, predictors=predictors, leaving=leaving)
+        )
 
     rng = random.Random(1)
     pending = [
@@ -104,8 +106,10 @@ def main() -> None:
             labels=lambda _: None, config=ordered, predictors=predictors, now_seconds=NOW,
         )  # fmt: skip
         return filter_nodes(
-            pod, names, nodes, config=ordered, now_seconds=NOW, predictors=predictors, leaving=leaving,
-            claim_log=log, rank=rank,
+            FilterRequest(
+                pod, names, nodes, ordered, now_seconds=NOW, predictors=predictors, leaving=leaving,
+                queue=QueueRules(claim_log=log, rank=rank),
+            )
         )  # fmt: skip
 
     passed, failed = with_rule()
@@ -115,7 +119,7 @@ def main() -> None:
     print(f"with shortest first and {args.pending} older pending pods: {yielded} candidates yielded to them")
     for label, call in (
         ("filter with the wait rule", with_rule),
-        ("filter without it", lambda: filter_nodes(pod, names, nodes, config=off, now_seconds=NOW)),
+        ("filter without it", lambda: filter_nodes(FilterRequest(pod, names, nodes, off, now_seconds=NOW))),
         ("filter with the wait rule and shortest first", with_shortest_first),
     ):
         p50, p99 = timed(call, args.iterations)

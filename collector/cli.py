@@ -68,7 +68,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     port: Annotated[
         int | None, typer.Option(help="Port of /metrics and /healthz (default 9400).", min=0, max=65535)
     ] = None,
-    interval_s: Annotated[
+    interval_seconds: Annotated[
         float | None,
         typer.Option("--interval-s", help=f"Seconds between cycles (default 5, at most {MAX_INTERVAL_SECONDS:g})."),
     ] = None,
@@ -93,7 +93,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     configure_logging(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per push otherwise
     settings = CollectorSettings()
-    plan = _plan(settings, node=node, interval_s=interval_s, proc_root=proc_root, advisor_url=advisor_url)
+    plan = _plan(settings, node=node, interval_seconds=interval_seconds, proc_root=proc_root, advisor_url=advisor_url)
     plan.use_kube = not (no_kube or settings.no_kube or simulate is not None)
     plan.once = once
     parts = _open_backend(plan, settings, simulate=simulate, seed=seed, nvml_library=nvml_library)
@@ -147,12 +147,13 @@ def _plan(
     settings: CollectorSettings,
     *,
     node: str | None,
-    interval_s: float | None,
+    interval_seconds: float | None,
     proc_root: Path | None,
     advisor_url: str | None,
 ) -> _Plan:
     node_name = node or settings.node_name or socket.gethostname()
-    interval_seconds = interval_s if interval_s is not None else settings.interval_seconds
+    if interval_seconds is None:
+        interval_seconds = settings.interval_seconds
     if not 0 < interval_seconds <= MAX_INTERVAL_SECONDS:  # also false for nan
         fail(f"--interval-s: expected seconds above 0 and at most {MAX_INTERVAL_SECONDS:g}, got {interval_seconds}")
     return _Plan(node_name, interval_seconds, proc_root or settings.proc_root, advisor_url or settings.advisor_url)

@@ -1,6 +1,6 @@
 """The advisor's HTTP API (FastAPI). `create_app` is the only way to build it.
 
-Imported lazily: the ingest worker processes (advisor/api/ingest_worker.py) live in this package but need none of
+Imported lazily: the ingest worker processes (advisor/api/transport/worker.py) live in this package but need none of
 the app (its models, store and routes take seconds and a hundred megabytes to import).
 """
 

@@ -1,5 +1,5 @@
 """Who may write: the bearer-token rule of the write routes, kept apart from the app so the ingest workers apply it
-too (advisor/api/ingest_worker.py).
+too (advisor/api/transport/worker.py).
 
 Three kinds of write need three credentials (issue 40): pushing telemetry (every collector holds that one, on every
 node), training models and submitting trial runs (which run an image of the caller's choice as a Job). A token that

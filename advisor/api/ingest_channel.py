@@ -1,10 +1,10 @@
 """The frames between the advisor's state-owning process and its ingest workers (docs/design.md §5.1).
 
-An ingest worker serves collectors' keep-alive connections that the owner handed it (advisor/api/steering.py). It
-parses and checks each snapshot itself, and sends the owner only what changes the state, one frame per snapshot,
-over a Unix stream socket; the owner applies them in arrival order and answers each with an ack frame. A request on
-such a connection that is not a snapshot is forwarded whole and answered by the owner's app. Both ends are this
-package's own processes, so a forwarded request and its answer travel as pickles.
+An ingest worker serves collectors' keep-alive connections that the owner handed it (advisor/api/transport/steering.py).
+It parses and checks each snapshot itself, and sends the owner only what changes the state, one frame per snapshot, over
+a Unix stream socket; the owner applies them in arrival order and answers each with an ack frame. A request on such a
+connection that is not a snapshot is forwarded whole and answered by the owner's app. Both ends are this package's own
+processes, so a forwarded request and its answer travel as pickles.
 
 A frame is a header (kind, request id, payload length) and the payload. Writes are plain transport writes, so the
 frames of many requests leave and arrive together, in one read each, when they are many.

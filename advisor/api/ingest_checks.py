@@ -1,7 +1,7 @@
 """The checks a pushed NodeSnapshot passes before it may change the state, with no state or app needed.
 
 Shared by the ingest route (advisor/api/routes/telemetry.py) and the ingest worker processes
-(advisor/api/ingest_worker.py), so a snapshot is refused with the same answer wherever it arrives. Light on imports
+(advisor/api/transport/worker.py), so a snapshot is refused with the same answer wherever it arrives. Light on imports
 on purpose: a worker starts with this, not with the app (no models, no store).
 """
 
@@ -106,7 +106,7 @@ def check_snapshot(
     """The snapshot of a pushed body when it may be taken, else why not: 401 without the token, 422 (the documented
     shape: a list of `{loc, msg, type}`) for a body that is not a valid snapshot, 403 for a snapshot of another node
     than `node` (the node the sender's credential speaks for, `advisor.api.node_auth`; given, it replaces the token
-    check). Needs no state: the ingest workers run it (advisor/api/ingest_worker.py) as the service does."""
+    check). Needs no state: the ingest workers run it (advisor/api/transport/worker.py) as the service does."""
     problem = token_problem(settings, authorization) if node is None else None
     if problem is not None:
         return Refusal(status.HTTP_401_UNAUTHORIZED, {"detail": problem}, None)

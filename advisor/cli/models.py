@@ -366,8 +366,6 @@ def import_command(
             frame, fmt = load_philly(src), FORMAT_OF_KIND["jct"]
     except DatasetError as e:
         fail(str(e))
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        fail(f"{src}: not a readable {source.value} file ({' '.join(str(e).split())})")
     columns = [c for c in fmt.known if c in frame.columns]
     try:
         frame[columns].to_csv(out, index=False)

@@ -24,6 +24,7 @@ from advisor.cli.db import DbUrlOption, open_store
 from collector.backend import BackendUnavailableError
 from collector.logs import configure_logging
 from profiler import views
+from profiler.csv_table import read_csv_file
 from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
 from profiler.local import LocalRunner, UnresolvedSecretError, check_local_env
 from profiler.records import ProfileRecord
@@ -395,17 +396,14 @@ def import_(
     tag = source or f"import:{file.name}"
     stages = Stages()
     try:
-        with stages.stage(f"read {file}", f"reading {file}"), file.open(newline="", encoding="utf-8-sig") as handle:
+        with stages.stage(f"read {file}", f"reading {file}"):
+            table = read_csv_file(file)
             if kind is ImportKind.COLOCATIONS:
-                colocations, profiles = parse_colocations(handle, source=tag), []
+                colocations, profiles = parse_colocations(table, source=tag), []
             else:
-                colocations, profiles = [], parse_throughputs(handle, source=tag)
-    except OSError as e:
-        fail(f"cannot read {file}: {e.strerror}")
-    except UnicodeDecodeError as e:
-        fail(f"{file}: not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r}); save the CSV as UTF-8")
+                colocations, profiles = [], parse_throughputs(table, source=tag)
     except CsvFormatError as e:
-        fail(f"{file}: {e}")
+        fail(str(e))
     engine = open_store(db_url)
     rows = len(colocations) + len(profiles)
     with (

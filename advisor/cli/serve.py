@@ -14,13 +14,12 @@ from typing import Annotated
 import typer
 import uvicorn
 from pydantic import ValidationError
-from uvicorn.config import STARTUP_FAILURE
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
-from advisor.api.limits import connection_limits, guarded_protocol
+from advisor.api.limits import connection_limits
 from advisor.api.liveness import Heartbeat
-from advisor.api.steering import (
+from advisor.api.transport.guard import guarded_protocol
+from advisor.api.transport.steering import (
     IngestWorkers,
     SteeringServer,
     cores_available,
@@ -57,6 +56,7 @@ def build_settings(db_url: str | None, **overrides: object) -> AdvisorSettings:
 # it would run every few requests; at 20,000 it runs a few times a second under load and pauses ~4-8 ms
 # (bench/state_gc.py: at 50,000, 12-32 ms).
 GC_THRESHOLDS = (20_000, 20, 20)
+STARTUP_FAILURE_EXIT = 3  # as `uvicorn.run` exits when the server could not start (the port taken, say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ def run_server(
         if heartbeat is not None:
             heartbeat.stop()
     if not started:
-        raise SystemExit(STARTUP_FAILURE)
+        raise SystemExit(STARTUP_FAILURE_EXIT)
 
 
 def _build_and_serve(  # noqa: PLR0917 - run_server's parameters, passed on
@@ -139,9 +139,8 @@ def _build_and_serve(  # noqa: PLR0917 - run_server's parameters, passed on
         limits.body_timeout_seconds,
         settings.request_memory_budget_bytes // (1024 * 1024),
     )
-    protocol = guarded_protocol(
-        limits, api.state.ctx.metrics.refuse, steering_protocol(pool) if pool else HttpToolsProtocol
-    )
+    refuse = api.state.ctx.metrics.refuse
+    protocol = guarded_protocol(limits, refuse, steering_protocol(pool)) if pool else guarded_protocol(limits, refuse)
     # keep-alive above the collectors' push interval: a push never races the server closing the connection
     config = uvicorn.Config(
         api,

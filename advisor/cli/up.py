@@ -50,6 +50,7 @@ from collector.settings import CollectorSettings
 from collector.sim import SimulatedBackend
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
+from profiler.csv_table import read_csv_lines
 from profiler.importers import parse_colocations, parse_throughputs
 from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
 from profiler.store import db, repo
@@ -153,8 +154,10 @@ def seed_store(sessions: sessionmaker[Session]) -> int:
             return 0
     gavel = bundled_gavel_dir()
     data = load_gavel(gavel / GAVEL_THROUGHPUTS)
-    profiles = parse_throughputs(data.throughputs.to_csv(index=False).splitlines(), source=BUNDLED_SOURCE)
-    colocations = parse_colocations(data.colocations.to_csv(index=False).splitlines(), source=BUNDLED_SOURCE)
+    throughputs = read_csv_lines(data.throughputs.to_csv(index=False).splitlines(), source="bundled throughputs")
+    pairs = read_csv_lines(data.colocations.to_csv(index=False).splitlines(), source="bundled colocations")
+    profiles = parse_throughputs(throughputs, source=BUNDLED_SOURCE)
+    colocations = parse_colocations(pairs, source=BUNDLED_SOURCE)
     executions = [
         ExecutionRecord(
             job_id=str(row.job_id),
@@ -412,7 +415,7 @@ def up(  # noqa: PLR0915, PLR0917 - Typer maps every option to a parameter; the 
     port: Annotated[int, typer.Option(help="TCP port of the advisor API.", min=1, max=65535)] = 8080,
     nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.", min=1, max=256)] = 4,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs of each simulated node.", min=1, max=64)] = 8,
-    interval_s: Annotated[
+    interval_seconds: Annotated[
         float, typer.Option("--interval-s", help="Seconds between two snapshots of a node.", min=0.2, max=60)
     ] = 2.0,
     db_url: Annotated[str | None, typer.Option("--db", help="Database URL.")] = None,
@@ -459,12 +462,12 @@ def up(  # noqa: PLR0915, PLR0917 - Typer maps every option to a parameter; the 
             label += f" and this machine's {len(local.read().gpus)} GPUs"
         with stages.stage(f"{label} pushing telemetry"):
             names = start_nodes(
-                stack, base_url, token, names, gpus=gpus_per_node, interval_seconds=interval_s, local=local
+                stack, base_url, token, names, gpus=gpus_per_node, interval_seconds=interval_seconds, local=local
             )
             if not wait_for(lambda: nodes_known(base_url, names), READY_TIMEOUT_SECONDS, lambda: True):
                 fail("the advisor received no telemetry from the collectors", EXIT_UNAVAILABLE)
         with stages.stage(f"collector metrics on port {metrics_port}"):
-            serve_collector_metrics(stack, host, metrics_port, interval_s)
+            serve_collector_metrics(stack, host, metrics_port, interval_seconds)
         with stages.stage("models ready", "models: training them from the bundled Gavel data on a first start"):
             models = serve_models(ctx, settings)
         seeding = threading.Thread(target=_seed, args=(ctx.sessions, seeded), name="seed-store", daemon=True)

@@ -45,21 +45,28 @@ class QueueRules:
     claim_nodes: Mapping[str, NodeState] | None = None
 
 
-def pass_over(
-    pod: PodRequest,
-    names: Sequence[str],
-    nodes: Mapping[str, NodeState],
-    *,
-    config: ScoringConfig,
-    now_seconds: float | None = None,
-    predictors: Predictors | None = None,
-    leaving: LeaveTimes | None = None,
-    usable: Callable[[str], bool] | None = None,
-    queue: QueueRules = QueueRules(),
-) -> dict[str, str]:
-    """{node: reason} for the candidates `names` that the filter's rules (module docstring) keep `pod` off, the held
-    and yielded nodes first; capacity is not checked here. Holding and waiting need `predictors` (and waiting
-    `leaving`); a node `usable` rules out is not waited for."""
+@dataclass(frozen=True, slots=True)
+class FilterRequest:
+    """One filter question: which of the candidates `names` may `pod` go to, given the node states `nodes` and the
+    knobs of `config` at `now_seconds` (None: staleness unknown). Holding and waiting need `predictors`, waiting also
+    `leaving` (when residents leave); a node `usable` rules out is not waited for; `queue`: what the pending queue
+    asks of the pod (nothing by default)."""
+
+    pod: PodRequest
+    names: Sequence[str]
+    nodes: Mapping[str, NodeState]
+    config: ScoringConfig
+    now_seconds: float | None = None
+    predictors: Predictors | None = None
+    leaving: LeaveTimes | None = None
+    usable: Callable[[str], bool] | None = None
+    queue: QueueRules = QueueRules()
+
+
+def pass_over(request: FilterRequest) -> dict[str, str]:
+    """{node: reason} for the candidates that the filter's rules (module docstring) keep the pod off, the held and
+    yielded nodes first; capacity is not checked here."""
+    pod, names, nodes, queue, predictors = request.pod, request.names, request.nodes, request.queue, request.predictors
     held: dict[str, str] = {}
     if predictors is not None and queue.reservation is not None:
         reservation = queue.reservation
@@ -72,17 +79,17 @@ def pass_over(
         held = yielded | held
     wait: dict[str, str] = {}
     offered = [n for n in names if n not in held]
-    if predictors is not None and leaving is not None and offered:  # no candidate left: nothing to wait over
+    if predictors is not None and request.leaving is not None and offered:  # no candidate left: nothing to wait over
         # Room on a node held for another pod is not room for this one: it neither waits for it nor is offered it.
         wait = wait_verdicts(
             pod,
             offered,
             nodes,
-            config=config,
+            config=request.config,
             predictors=predictors,
-            leaving=leaving,
-            now_seconds=now_seconds,
-            usable=not_held(held, usable),
+            leaving=request.leaving,
+            now_seconds=request.now_seconds,
+            usable=not_held(held, request.usable),
         )
     return held | wait
 
@@ -112,46 +119,23 @@ def _gpus_short(node: NodeState, pod: PodRequest) -> str | None:
     return None
 
 
-def filter_nodes(
-    pod: PodRequest,
-    names: Sequence[str],
-    nodes: Mapping[str, NodeState],
-    *,
-    config: ScoringConfig,
-    now_seconds: float | None = None,
-    predictors: Predictors | None = None,
-    leaving: LeaveTimes | None = None,
-    usable: Callable[[str], bool] | None = None,
-    reservation: Reservation | None = None,
-    claim_log: Sequence[Claim] = (),
-    rank: tuple[int, float] | None = None,
-    claim_nodes: Mapping[str, NodeState] | None = None,
-) -> tuple[list[str], dict[str, str]]:
-    """Split `names` into nodes that can run `pod` and {node: reason} for those that cannot.
+def filter_nodes(request: FilterRequest) -> tuple[list[str], dict[str, str]]:
+    """Split the candidates into nodes that can run the pod and {node: reason} for those that cannot.
 
     A node fails when it lacks enough healthy free GPUs (or GPU memory, or room for the share, or a free MIG instance
     of each profile the pod asks), or — where known — free CPU or memory for the pod's own request, or (with
-    `predictors` and `leaving`, `wait_verdicts`) when the pod would finish sooner by waiting for a faster GPU model (on
-    a node `usable` does not rule out), or when it is held by `reservation` for a blocked pod and the pod would not
-    finish before that starts (`reserved_verdicts`), or when its room is expected to go to pending pods ranked above
-    the pod's `rank` (priority, then response ratio; `claim_log`, `yield_verdicts`; `claim_nodes` as `QueueRules`);
-    the wait reason first. Unknown or stale nodes pass unless `config.strict_staleness`.
+    `predictors` and `leaving`, `wait_verdicts`) when the pod would finish sooner by waiting for a faster GPU model
+    (on a node `usable` does not rule out), or when it is held by the queue's reservation for a blocked pod and the
+    pod would not finish before that starts (`reserved_verdicts`), or when its room is expected to go to pending pods
+    ranked above the pod's (priority, then response ratio; `QueueRules`, `yield_verdicts`); the wait reason first.
+    Unknown or stale nodes pass unless `config.strict_staleness`.
     """
+    pod, nodes, config, now_seconds = request.pod, request.nodes, request.config, request.now_seconds
     k = pod.whole_gpus
     passed: list[str] = []
     failed: dict[str, str] = {}
-    wait = pass_over(
-        pod,
-        names,
-        nodes,
-        config=config,
-        now_seconds=now_seconds,
-        predictors=predictors,
-        leaving=leaving,
-        usable=usable,
-        queue=QueueRules(reservation, claim_log, rank, claim_nodes),
-    )
-    for name in names:
+    wait = pass_over(request)
+    for name in request.names:
         node = nodes.get(name)
         if node is None or is_stale(node, config, now_seconds):
             if config.strict_staleness:
@@ -195,20 +179,18 @@ def run_filter(
     through `extender_filter`; the simulator with the inputs of its own queue (`advisor.sim.jobs`)."""
     leaving = inputs.leave_times()
     queue = inputs.queue_rules(leaving)
-    return filter_nodes(
+    request = FilterRequest(
         pod,
         names,
         nodes,
-        config=config,
+        config,
         now_seconds=now_seconds,
         predictors=predictors,
         leaving=leaving,
         usable=usable,
-        reservation=queue.reservation,
-        claim_log=queue.claim_log,
-        rank=queue.rank,
-        claim_nodes=queue.claim_nodes,
+        queue=queue,
     )
+    return filter_nodes(request)
 
 
 class PendingQueue(Protocol):

@@ -9,22 +9,22 @@ Formats are recognised by their header, so one `--cluster`/`--trace`/`--throughp
   start_time,end_time`);
 * throughputs: Gavel's `simulation_throughputs.json`, or docs/design.md §6 colocations / throughputs CSV.
 
-Every problem raises `SimInputError` naming the file, the row (1 = first data row) and the column.
+Every file is read by `profiler.csv_table`, the one reading path of every CSV reader; every problem raises
+`SimInputError` naming the file, the row (the file's line: the header is row 1) and the column.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-from advisor.datasets import read_gavel_json
+from advisor.datasets import parse_times, read_gavel_json
 from advisor.gpus import normalize_gpu_model
 from advisor.sim.model import GPU_MILLI, Cluster, Job, Pod, SimNode, Throughputs
-from profiler.csv_formats import MAX_COUNT, InputDataError
+from profiler.csv_formats import InputDataError
+from profiler.csv_table import CsvTable, read_csv_file
 
 SimInputError = InputDataError
 """An input file the simulator cannot use (the readers' one error class, under its older name here)."""
@@ -43,62 +43,16 @@ COLOCATION_COLUMNS = ("gpu_model", "workload_a", "workload_b", "solo_throughput_
 THROUGHPUT_COLUMNS = ("workload", "gpu_model", "gpu_count", "throughput")
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        frame = pd.read_csv(path, skipinitialspace=True)
-    except FileNotFoundError as e:
-        raise SimInputError(f"{path}: no such file") from e
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise SimInputError(f"{path}: not a readable CSV file ({e})") from e
-    frame.columns = [str(c).strip() for c in frame.columns]
-    if frame.empty:
+def _read_csv(path: Path) -> CsvTable:
+    table = read_csv_file(path)
+    if not len(table):
         raise SimInputError(f"{path}: no data rows")
-    return frame
+    return table
 
 
-def _has(frame: pd.DataFrame, columns: Sequence[str]) -> bool:
-    return all(c in frame.columns for c in columns)
-
-
-def _numbers(
-    frame: pd.DataFrame,
-    column: str,
-    path: Path,
-    *,
-    minimum: float | None = None,
-    integer: bool = False,
-    maximum: float | None = None,
-) -> list[float]:
-    """The column as floats; the first empty/non-numeric/out-of-range value raises with its row number. A whole-number
-    column is at most `MAX_COUNT` unless `maximum` says less."""
-    values = pd.to_numeric(frame[column], errors="coerce")
-    if maximum is None and integer:
-        maximum = MAX_COUNT
-    for row, (raw, value) in enumerate(zip(frame[column], values, strict=True), start=1):
-        if value is None or math.isnan(value) or math.isinf(value):
-            raise SimInputError(f"{path}: row {row}: column {column!r}: expected a number, got {raw!r}")
-        if minimum is not None and value < minimum:
-            raise SimInputError(f"{path}: row {row}: column {column!r}: must be >= {minimum:g}, got {raw!r}")
-        if maximum is not None and value > maximum:
-            raise SimInputError(f"{path}: row {row}: column {column!r}: must be <= {maximum:g}, got {raw!r}")
-        if integer and value != int(value):
-            raise SimInputError(f"{path}: row {row}: column {column!r}: expected a whole number, got {raw!r}")
-    return [float(v) for v in values]
-
-
-def _texts(frame: pd.DataFrame, column: str, path: Path) -> list[str]:
-    out: list[str] = []
-    for row, raw in enumerate(frame[column], start=1):
-        text = "" if raw is None or (isinstance(raw, float) and math.isnan(raw)) else str(raw).strip()
-        if not text:
-            raise SimInputError(f"{path}: row {row}: column {column!r}: empty")
-        out.append(text)
-    return out
-
-
-def _missing(path: Path, frame: pd.DataFrame, kinds: dict[str, Sequence[str]]) -> SimInputError:
+def _missing(path: Path, table: CsvTable, kinds: dict[str, Sequence[str]]) -> SimInputError:
     expected = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in kinds.items())
-    return SimInputError(f"{path}: unrecognised columns {list(frame.columns)}; expected one of — {expected}")
+    return SimInputError(f"{path}: unrecognised columns {list(table.columns)}; expected one of — {expected}")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -132,32 +86,31 @@ def parse_nvlink_groups(text: str, gpus: int) -> tuple[tuple[int, ...], ...]:
 
 def load_cluster(path: Path) -> Cluster:
     """A cluster file or an openb node list."""
-    frame = _read_csv(path)
-    if _has(frame, CLUSTER_COLUMNS):
+    table = _read_csv(path)
+    if table.has(*CLUSTER_COLUMNS):
         name_col, model_col, gpu_col = "node", "gpu_model", "gpus"
-    elif _has(frame, OPENB_NODE_COLUMNS):
+    elif table.has(*OPENB_NODE_COLUMNS):
         name_col, model_col, gpu_col = "sn", "model", "gpu"
     else:
-        raise _missing(path, frame, {"cluster file": CLUSTER_COLUMNS, "openb node list": OPENB_NODE_COLUMNS})
-    name_list = _texts(frame, name_col, path)
-    models = _texts(frame, model_col, path)
-    gpus = _numbers(frame, gpu_col, path, minimum=0, integer=True, maximum=MAX_NODE_GPUS)
-    cpus = _numbers(frame, "cpu_milli", path, minimum=0) if "cpu_milli" in frame.columns else None
-    mems = _numbers(frame, "memory_mib", path, minimum=0) if "memory_mib" in frame.columns else None
-    links = list(frame["links"]) if "links" in frame.columns else None
+        raise _missing(path, table, {"cluster file": CLUSTER_COLUMNS, "openb node list": OPENB_NODE_COLUMNS})
+    name_list = table.texts(name_col)
+    models = table.texts(model_col)
+    gpus = table.numbers(gpu_col, minimum=0, integer=True, maximum=MAX_NODE_GPUS)
+    cpus = table.numbers("cpu_milli", minimum=0) if table.has("cpu_milli") else None
+    mems = table.numbers("memory_mib", minimum=0) if table.has("memory_mib") else None
+    links = table.column("links")
     nodes: list[SimNode] = []
     seen: set[str] = set()
     for i, name in enumerate(name_list):
         if name in seen:
-            raise SimInputError(f"{path}: row {i + 1}: node {name!r} listed twice")
+            raise table.row_error(i, f"node {name!r} listed twice")
         seen.add(name)
         groups: tuple[tuple[int, ...], ...] = ()
-        raw_links = links[i] if links is not None else None
-        if isinstance(raw_links, str) and raw_links.strip():
+        if links[i]:
             try:
-                groups = parse_nvlink_groups(raw_links, int(gpus[i]))
+                groups = parse_nvlink_groups(links[i], int(gpus[i]))
             except ValueError as e:
-                raise SimInputError(f"{path}: row {i + 1}: column 'links': {e}") from e
+                raise table.error(i, "links", str(e)) from e
         nodes.append(
             SimNode(
                 name=name,
@@ -179,18 +132,18 @@ def load_cluster(path: Path) -> Cluster:
 
 def load_trace(path: Path) -> list[Pod] | list[Job]:
     """Pods (openb pod list) or jobs (Philly, Gavel, executions), recognised by the header."""
-    frame = _read_csv(path)
-    if _has(frame, OPENB_POD_COLUMNS):
-        return _openb_pods(frame, path)
-    if _has(frame, GAVEL_TRACE_COLUMNS):
-        return _gavel_jobs(frame, path)
-    if _has(frame, PHILLY_COLUMNS):
-        return _philly_jobs(frame, path)
-    if _has(frame, EXECUTION_COLUMNS):
-        return _execution_jobs(frame, path)
+    table = _read_csv(path)
+    if table.has(*OPENB_POD_COLUMNS):
+        return _openb_pods(table, path)
+    if table.has(*GAVEL_TRACE_COLUMNS):
+        return _gavel_jobs(table, path)
+    if table.has(*PHILLY_COLUMNS):
+        return _philly_jobs(table, path)
+    if table.has(*EXECUTION_COLUMNS):
+        return _execution_jobs(table, path)
     raise _missing(
         path,
-        frame,
+        table,
         {
             "openb pod list": OPENB_POD_COLUMNS,
             "Gavel trace": GAVEL_TRACE_COLUMNS,
@@ -200,39 +153,37 @@ def load_trace(path: Path) -> list[Pod] | list[Job]:
     )
 
 
-def _openb_pods(frame: pd.DataFrame, path: Path) -> list[Pod]:
-    names = _texts(frame, "name", path)
-    num_gpu = _numbers(frame, "num_gpu", path, minimum=0, integer=True)
-    milli = _numbers(frame, "gpu_milli", path, minimum=0, integer=True)
-    cpu = _numbers(frame, "cpu_milli", path, minimum=0) if "cpu_milli" in frame.columns else [0.0] * len(frame)
-    mem = _numbers(frame, "memory_mib", path, minimum=0) if "memory_mib" in frame.columns else [0.0] * len(frame)
-    specs = [_gpu_spec(raw) for raw in frame["gpu_spec"]] if "gpu_spec" in frame.columns else [()] * len(frame)
+def _openb_pods(table: CsvTable, path: Path) -> list[Pod]:
+    names = table.texts("name")
+    num_gpu = table.numbers("num_gpu", minimum=0, integer=True)
+    milli = table.numbers("gpu_milli", minimum=0, integer=True)
+    cpu = table.numbers("cpu_milli", minimum=0) if table.has("cpu_milli") else [0.0] * len(table)
+    mem = table.numbers("memory_mib", minimum=0) if table.has("memory_mib") else [0.0] * len(table)
+    specs = [_gpu_spec(raw) for raw in table.column("gpu_spec")]
     pods: list[Pod] = []
-    for row, (name, k, m, c, mm) in enumerate(zip(names, num_gpu, milli, cpu, mem, strict=True), start=1):
+    for row, (name, k, m, c, mm) in enumerate(zip(names, num_gpu, milli, cpu, mem, strict=True)):
         if m > GPU_MILLI:
-            raise SimInputError(f"{path}: row {row}: column 'gpu_milli': must be <= 1000, got {m:g}")
+            raise table.error(row, "gpu_milli", f"must be at most {GPU_MILLI}, got {m:g}")
         if k > 0 and m == 0:
-            raise SimInputError(f"{path}: row {row}: column 'gpu_milli': 0 with num_gpu {k:g}")
+            raise table.error(row, "gpu_milli", f"0 with num_gpu {k:g}")
         if k > 1 and m < GPU_MILLI:
-            raise SimInputError(f"{path}: row {row}: column 'gpu_milli': a GPU share ({m:g}) needs num_gpu 1")
-        pods.append(Pod(name, int(k), int(m) if k > 0 else 0, c, mm, specs[row - 1] if k > 0 else ()))
+            raise table.error(row, "gpu_milli", f"a GPU share ({m:g}) needs num_gpu 1")
+        pods.append(Pod(name, int(k), int(m) if k > 0 else 0, c, mm, specs[row] if k > 0 else ()))
     return pods
 
 
-def _gpu_spec(raw: object) -> tuple[str, ...]:
+def _gpu_spec(raw: str) -> tuple[str, ...]:
     """openb's `gpu_spec`: the acceptable GPU models, `|`-separated (empty or missing: any)."""
-    if raw is None or (isinstance(raw, float) and math.isnan(raw)):
-        return ()
-    return tuple(part.strip() for part in str(raw).split("|") if part.strip())
+    return tuple(part.strip() for part in raw.split("|") if part.strip())
 
 
-def _gavel_jobs(frame: pd.DataFrame, path: Path) -> list[Job]:
-    types = _texts(frame, "job_type", path)
-    steps = _numbers(frame, "total_steps", path, minimum=0)
-    scale = _numbers(frame, "scale_factor", path, minimum=1, integer=True)
-    arrival = _numbers(frame, "arrival_time_s", path, minimum=0)
-    traces = [str(t) for t in frame["trace"]] if "trace" in frame.columns else [""] * len(frame)
-    idx = [str(int(x)) for x in _numbers(frame, "job_idx", path)] if "job_idx" in frame.columns else None
+def _gavel_jobs(table: CsvTable, path: Path) -> list[Job]:
+    types = table.texts("job_type")
+    steps = table.numbers("total_steps", minimum=0)
+    scale = table.numbers("scale_factor", minimum=1, integer=True)
+    arrival = table.numbers("arrival_time_s", minimum=0)
+    traces = table.column("trace")
+    idx = [str(int(x)) for x in table.numbers("job_idx")] if table.has("job_idx") else None
     jobs = [
         Job(
             job_id=f"{tr}/{idx[i] if idx else i}" if tr else (idx[i] if idx else str(i)),
@@ -246,46 +197,36 @@ def _gavel_jobs(frame: pd.DataFrame, path: Path) -> list[Job]:
     return sorted(jobs, key=lambda j: j.arrival_s)
 
 
-def _seconds(frame: pd.DataFrame, column: str, path: Path) -> list[float]:
-    """Unix seconds from numbers or ISO/`YYYY-mm-dd HH:MM:SS` timestamps."""
-    numeric = pd.to_numeric(frame[column], errors="coerce")
-    if not numeric.isna().any():
-        return [float(v) for v in numeric]
-    out: list[float] = []
-    for row, raw in enumerate(frame[column], start=1):
-        try:
-            out.append(float(raw) if not isinstance(raw, str) else datetime.fromisoformat(raw.strip()).timestamp())
-        except (TypeError, ValueError) as e:
-            raise SimInputError(f"{path}: row {row}: column {column!r}: expected a time, got {raw!r}") from e
-        if math.isnan(out[-1]):
-            raise SimInputError(f"{path}: row {row}: column {column!r}: expected a time, got {raw!r}")
-    return out
+def _seconds(table: CsvTable, column: str) -> list[float]:
+    """Unix seconds from numbers or ISO 8601 / `YYYY-mm-dd HH:MM:SS` timestamps (without a zone: UTC)."""
+    cells = pd.Series(table.column(column), dtype=object)
+    return [float(v) for v in parse_times(cells, column, table.source, allow_empty=False, rows=table.lines)]
 
 
-def _philly_jobs(frame: pd.DataFrame, path: Path) -> list[Job]:
-    times = _seconds(frame, "timestamp", path)
-    duration = _numbers(frame, "duration", path, minimum=0)
-    gpus = _numbers(frame, "num_gpus", path, minimum=1, integer=True)
-    clusters = [str(c) for c in frame["cluster"]] if "cluster" in frame.columns else ["philly"] * len(frame)
+def _philly_jobs(table: CsvTable, path: Path) -> list[Job]:
+    times = _seconds(table, "timestamp")
+    duration = table.numbers("duration", minimum=0)
+    gpus = table.numbers("num_gpus", minimum=1, integer=True)
+    clusters = [c or "philly" for c in table.column("cluster")] if table.has("cluster") else ["philly"] * len(table)
     start = min(times)
     jobs = [
-        Job(str(i), f"philly/{clusters[i]}", times[i] - start, int(gpus[i]), duration[i]) for i in range(len(frame))
+        Job(str(i), f"philly/{clusters[i]}", times[i] - start, int(gpus[i]), duration[i]) for i in range(len(table))
     ]
     return sorted(jobs, key=lambda j: j.arrival_s)
 
 
-def _execution_jobs(frame: pd.DataFrame, path: Path) -> list[Job]:
-    ids = _texts(frame, "job_id", path)
-    workloads = _texts(frame, "workload", path)
-    gpus = _numbers(frame, "gpu_count", path, minimum=1, integer=True)
-    submit = _seconds(frame, "submit_time", path)
-    start = _seconds(frame, "start_time", path)
-    end = _seconds(frame, "end_time", path)
+def _execution_jobs(table: CsvTable, path: Path) -> list[Job]:
+    ids = table.texts("job_id")
+    workloads = table.texts("workload")
+    gpus = table.numbers("gpu_count", minimum=1, integer=True)
+    submit = _seconds(table, "submit_time")
+    start = _seconds(table, "start_time")
+    end = _seconds(table, "end_time")
     jobs: list[Job] = []
     origin = min(submit)
-    for row in range(len(frame)):
+    for row in range(len(table)):
         if end[row] < start[row]:
-            raise SimInputError(f"{path}: row {row + 1}: column 'end_time': before start_time")
+            raise table.error(row, "end_time", "before start_time")
         jobs.append(Job(ids[row], workloads[row], submit[row] - origin, int(gpus[row]), end[row] - start[row]))
     return sorted(jobs, key=lambda j: j.arrival_s)
 
@@ -297,11 +238,11 @@ def pods_from_jobs(jobs: Sequence[Job]) -> list[Pod]:
 
 def jobs_from_pods(pods: Sequence[Pod], path: Path) -> list[Job]:
     """The openb pod list as a JCT trace: arrival = creation, work = seconds from scheduling to deletion."""
-    frame = _read_csv(path)
-    if not _has(frame, ("creation_time", "deletion_time")):
+    table = _read_csv(path)
+    if not table.has("creation_time", "deletion_time"):
         raise SimInputError(f"{path}: a JCT run needs columns 'creation_time' and 'deletion_time'")
-    created = _numbers(frame, "creation_time", path, minimum=0)
-    deleted = _numbers(frame, "deletion_time", path, minimum=0)
+    created = table.numbers("creation_time", minimum=0)
+    deleted = table.numbers("deletion_time", minimum=0)
     jobs = [
         Job(p.name, f"openb/{p.num_gpu}x{p.gpu_milli}", created[i], p.num_gpu, max(0.0, deleted[i] - created[i]))
         for i, p in enumerate(pods)
@@ -341,17 +282,17 @@ def load_throughputs(path: Path) -> Throughputs:
     """Gavel JSON, or a docs/design.md §6 colocations / throughputs CSV."""
     if path.suffix.lower() == ".json":
         return load_gavel_throughputs(path)
-    frame = _read_csv(path)
+    table = _read_csv(path)
     out = Throughputs()
-    if _has(frame, COLOCATION_COLUMNS):
-        models = [normalize_gpu_model(m) for m in _texts(frame, "gpu_model", path)]
-        a_types, b_types = _texts(frame, "workload_a", path), _texts(frame, "workload_b", path)
-        solo_a = _numbers(frame, "solo_throughput_a", path, minimum=0)
-        solo_b = _numbers(frame, "solo_throughput_b", path, minimum=0)
-        if not _has(frame, ("coloc_throughput_a", "coloc_throughput_b")):
+    if table.has(*COLOCATION_COLUMNS):
+        models = [normalize_gpu_model(m) for m in table.texts("gpu_model")]
+        a_types, b_types = table.texts("workload_a"), table.texts("workload_b")
+        solo_a = table.numbers("solo_throughput_a", minimum=0)
+        solo_b = table.numbers("solo_throughput_b", minimum=0)
+        if not table.has("coloc_throughput_a", "coloc_throughput_b"):
             raise SimInputError(f"{path}: missing columns coloc_throughput_a, coloc_throughput_b")
-        co_a = _numbers(frame, "coloc_throughput_a", path, minimum=0)
-        co_b = _numbers(frame, "coloc_throughput_b", path, minimum=0)
+        co_a = table.numbers("coloc_throughput_a", minimum=0)
+        co_b = table.numbers("coloc_throughput_b", minimum=0)
         for i, model in enumerate(models):
             for job, solo in ((a_types[i], solo_a[i]), (b_types[i], solo_b[i])):
                 if solo > 0:
@@ -359,17 +300,17 @@ def load_throughputs(path: Path) -> Throughputs:
             if co_a[i] > 0 and co_b[i] > 0:
                 out.colocated[(model, a_types[i], b_types[i])] = (co_a[i], co_b[i])
                 out.colocated[(model, b_types[i], a_types[i])] = (co_b[i], co_a[i])
-    elif _has(frame, THROUGHPUT_COLUMNS):
-        models = [normalize_gpu_model(m) for m in _texts(frame, "gpu_model", path)]
-        types = _texts(frame, "workload", path)
-        counts = _numbers(frame, "gpu_count", path, minimum=1, integer=True)
-        nodes = _numbers(frame, "nodes", path, minimum=1, integer=True) if "nodes" in frame.columns else None
-        tput = _numbers(frame, "throughput", path, minimum=0)
+    elif table.has(*THROUGHPUT_COLUMNS):
+        models = [normalize_gpu_model(m) for m in table.texts("gpu_model")]
+        types = table.texts("workload")
+        counts = table.numbers("gpu_count", minimum=1, integer=True)
+        nodes = table.numbers("nodes", minimum=1, integer=True) if table.has("nodes") else None
+        tput = table.numbers("throughput", minimum=0)
         for i, model in enumerate(models):
             if tput[i] > 0:
                 out.isolated[(model, types[i], int(counts[i]), nodes is None or nodes[i] == 1)] = tput[i]
     else:
-        raise _missing(path, frame, {"colocations": COLOCATION_COLUMNS, "throughputs": THROUGHPUT_COLUMNS})
+        raise _missing(path, table, {"colocations": COLOCATION_COLUMNS, "throughputs": THROUGHPUT_COLUMNS})
     if not out.isolated:
         raise SimInputError(f"{path}: no positive throughput")
     return out

@@ -25,9 +25,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
 from advisor.api.errors import BodyLimit
-from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap, guarded_protocol
+from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap
 from advisor.api.routes.extender import CheckedNodes, SmallBodyError, fast_filter, filter_, sent_args
 from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs
+from advisor.api.transport.guard import guarded_protocol
 from advisor.settings import PARSE_EXPANSION, AdvisorSettings
 from tests.advisor.factories import snapshot, v1_pod
 from tests.support import upstream

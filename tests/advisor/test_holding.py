@@ -10,7 +10,7 @@ import math
 import pytest
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.filter import filter_nodes
+from advisor.placement.filter import FilterRequest, QueueRules, filter_nodes
 from advisor.placement.holding import (
     HEAD_SCAN,
     Reservation,
@@ -100,8 +100,10 @@ def test_the_filter_gives_the_held_reason_after_the_resource_reasons() -> None:
     held = Reservation(pod="ml/big", gpu_model=FAST, nodes=frozenset({"fast-a", "fast-b"}), start_seconds=600.0)
     long = PodRequest(name="ml/l", gpus=1, workload="bert")
     passed, failed = filter_nodes(
-        long, ["fast-a", "fast-b", "slow"], nodes, config=ScoringConfig(wait_slack=None), now_seconds=NOW,
-        predictors=PREDICTORS, reservation=held,
+        FilterRequest(
+            long, ["fast-a", "fast-b", "slow"], nodes, ScoringConfig(wait_slack=None), now_seconds=NOW,
+            predictors=PREDICTORS, queue=QueueRules(reservation=held),
+        )
     )  # fmt: skip
     assert passed == ["slow"]
     assert failed["fast-a"] == "needs 1 free GPUs, has 0"
@@ -227,8 +229,10 @@ def test_a_pod_does_not_wait_for_room_on_a_node_held_for_another() -> None:
 
     def filtered(reservation: Reservation | None) -> tuple[list[str], dict[str, str]]:
         return filter_nodes(
-            pod, ["slow"], nodes, config=CONFIG, now_seconds=NOW, predictors=PREDICTORS, leaving=leaving,
-            reservation=reservation,
+            FilterRequest(
+                pod, ["slow"], nodes, CONFIG, now_seconds=NOW, predictors=PREDICTORS, leaving=leaving,
+                queue=QueueRules(reservation=reservation),
+            )
         )  # fmt: skip
 
     assert filtered(None)[0] == []  # waits for fast, which frees in 100 s

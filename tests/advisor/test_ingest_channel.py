@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from advisor.api import ingest_channel as ch
-from advisor.api.steering import cores_available, default_ingest_workers
+from advisor.api.context import AppContext
+from advisor.api.transport.steering import IngestWorkers, cores_available, default_ingest_workers
 from advisor.cli.serve import ServingCertificate, ingest_workers
 from advisor.settings import AdvisorSettings
 
@@ -76,3 +81,18 @@ def test_the_setting_wins_and_https_serves_in_one_process(tmp_path: Path) -> Non
     assert ingest_workers(AdvisorSettings(ingest_workers=0), None) == 0
     certificate = ServingCertificate(tmp_path / "c.pem", tmp_path / "k.pem")
     assert ingest_workers(AdvisorSettings(ingest_workers=3), certificate) == 0
+
+
+def test_a_connection_kept_for_want_of_a_ready_worker_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The ordinary route takes a collector's connection while no worker is ready (starting, restarting): said once,
+    not once per push of every collector."""
+    workers = IngestWorkers(1, app=_no_app, ctx=cast(AppContext, SimpleNamespace()))
+    transport = cast(asyncio.Transport, SimpleNamespace())
+    with caplog.at_level(logging.INFO, logger="advisor.api.transport.steering"):
+        assert [workers.hand_off(transport) for _ in range(3)] == [False, False, False]
+    (record,) = caplog.records
+    assert "no ingest worker is ready" in record.getMessage()
+
+
+async def _no_app(scope: object, receive: object, send: object) -> None:
+    raise AssertionError("a hand-off reads no request")

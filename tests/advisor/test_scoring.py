@@ -6,7 +6,7 @@ import pytest
 
 from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_scores
-from advisor.placement.filter import filter_nodes
+from advisor.placement.filter import FilterRequest, filter_nodes
 from advisor.placement.gpuset import best_gpu_set
 from advisor.placement.scorer import Scorer, allocate, extender_priorities, score_candidates, score_nodes
 from advisor.placement.scoring import unknown_score
@@ -140,7 +140,7 @@ def test_a_node_without_enough_free_gpus_scores_zero_and_fails_the_filter() -> N
     assert (verdict.score, verdict.feasible, verdict.extender_score) == (0.0, False, 0)
     assert verdict.reason == "needs 2 free GPUs, has 1"
     passed, failed = filter_nodes(
-        PodRequest(gpus=2), ["full", "empty", "ghost"], {"full": full, "empty": node("empty")}, config=CONFIG
+        FilterRequest(PodRequest(gpus=2), ["full", "empty", "ghost"], {"full": full, "empty": node("empty")}, CONFIG)
     )
     assert passed == ["empty", "ghost"]
     assert failed == {"full": "needs 2 free GPUs, has 1"}
@@ -150,7 +150,7 @@ def test_filter_is_strict_about_stale_and_unknown_nodes_when_configured() -> Non
     strict = ScoringConfig(strict_staleness=True, staleness_seconds=10)
     nodes = {"fresh": node("fresh", observed_at=1000.0), "stale": node("stale", observed_at=100.0)}
     passed, failed = filter_nodes(
-        PodRequest(gpus=1), ["fresh", "stale", "ghost"], nodes, config=strict, now_seconds=1005
+        FilterRequest(PodRequest(gpus=1), ["fresh", "stale", "ghost"], nodes, strict, now_seconds=1005)
     )
     assert passed == ["fresh"]
     assert set(failed) == {"stale", "ghost"}

@@ -10,7 +10,7 @@ import pytest
 
 from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_scores, first_of_equals
-from advisor.placement.filter import filter_nodes
+from advisor.placement.filter import FilterRequest, filter_nodes
 from advisor.placement.fragmentation import TaskMix
 from advisor.placement.gpuset import packing_of
 from advisor.placement.scorer import extender_node_scores, extender_priorities, score_candidates, score_nodes
@@ -187,7 +187,7 @@ def test_a_pod_whose_cpu_or_memory_does_not_fit_is_infeasible_there() -> None:
     assert "needs 8192 MiB of memory" in scores["low-memory"].reason
     assert scores["ok"].feasible
     assert scores["unknown"].feasible
-    passed, failed = filter_nodes(pod, list(nodes), nodes, config=config, now_seconds=1001)
+    passed, failed = filter_nodes(FilterRequest(pod, list(nodes), nodes, config, now_seconds=1001))
     assert passed == ["ok", "unknown"]
     assert set(failed) == {"low-cpu", "low-memory"}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from advisor.placement.config import ScoringConfig
-from advisor.placement.filter import filter_nodes
+from advisor.placement.filter import FilterRequest, QueueRules, filter_nodes
 from advisor.placement.queue import NodePlacement, PendingPod
 from advisor.placement.shortest import CLAIM_SCAN, Claim, Claimant, claims, queue_claims, response_ratio, yield_verdicts
 from advisor.placement.types import NodeState, PodRequest
@@ -171,10 +171,11 @@ def test_the_filter_fails_yielded_nodes_with_the_reason_and_passes_others() -> N
     nodes = nodes_of(gpu_node("fast", gpus=1), gpu_node("fast2", gpus=1))
     log = claims([claimant("ml/old", 900.0, {FAST: 100.0})], nodes, config=CONFIG)
     pod = PodRequest(name="ml/new", gpus=1)
-    passed, failed = filter_nodes(pod, ["fast", "fast2"], nodes, config=CONFIG, claim_log=log, rank=(0, 1.0))
+    queue = QueueRules(claim_log=log, rank=(0, 1.0))
+    passed, failed = filter_nodes(FilterRequest(pod, ["fast", "fast2"], nodes, CONFIG, queue=queue))
     assert passed == ["fast2"]
     assert failed["fast"].startswith("room kept for ml/old, pending ~900 s")
-    passed, failed = filter_nodes(pod, ["fast", "fast2"], nodes, config=CONFIG)  # no claims given: nothing yields
+    passed, failed = filter_nodes(FilterRequest(pod, ["fast", "fast2"], nodes, CONFIG))  # no claims: nothing yields
     assert (passed, failed) == (["fast", "fast2"], {})
 
 

@@ -23,7 +23,7 @@ from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_ga
 from advisor.models.registry import register, save_trained
 from advisor.models.training import Trained
 from advisor.placement.config import ScoringConfig
-from advisor.placement.filter import filter_nodes
+from advisor.placement.filter import FilterRequest, filter_nodes
 from advisor.placement.queue import NodePlacement, PendingPod
 from advisor.placement.shortest import CLAIM_GRACE_SECONDS
 from advisor.placement.types import WHOLE_GPU_MILLI, NodeState, PodRequest, Resident, ScoringInputError
@@ -299,19 +299,14 @@ def test_the_filter_gives_the_wait_reason_only_with_predictors_and_leave_times()
     nodes = {n.name: n for n in (full_fast(), gpu_node("slow", SLOW), gpu_node("tiny", SLOW, gpus=1))}
     pod = PodRequest(gpus=2, workload="bert")
     leaving = ends({"ml/a": 100.0, "ml/b": 150.0})
+    candidates = ["slow", "tiny", "unknown"]
     passed, failed = filter_nodes(
-        pod,
-        ["slow", "tiny", "unknown"],
-        nodes,
-        config=CONFIG,
-        now_seconds=NOW,
-        predictors=PREDICTORS,
-        leaving=leaving,
+        FilterRequest(pod, candidates, nodes, CONFIG, now_seconds=NOW, predictors=PREDICTORS, leaving=leaving)
     )
     assert passed == ["unknown"]
     assert failed["slow"].startswith(f"passed over to wait for room on {FAST} in ~2 min:")
     assert failed["tiny"] == "needs 2 free GPUs, has 1"  # too small anyway: that reason comes first
-    passed, failed = filter_nodes(pod, ["slow", "tiny", "unknown"], nodes, config=CONFIG, now_seconds=NOW)
+    passed, failed = filter_nodes(FilterRequest(pod, candidates, nodes, CONFIG, now_seconds=NOW))
     assert passed == ["slow", "unknown"]
 
 

@@ -116,12 +116,12 @@ def test_simulate_with_a_directory_for_a_file(tmp_path: Path) -> None:
     result = gpuadvisor(
         "simulate", "--cluster", str(tmp_path), "--trace", str(tmp_path), "--policies", "spread", "--mode", "jct"
     )
-    assert_one_error_line(result, 2, str(tmp_path), "Is a directory")
+    assert_one_error_line(result, 2, str(tmp_path), "a directory, not a CSV file")
 
 
 def test_models_import_of_a_file_of_another_kind(tmp_path: Path) -> None:
     result = gpuadvisor("models", "import", "sia", str(GAVEL_JSON), "--out", str(tmp_path / "x.csv"))
-    assert_one_error_line(result, 2, str(GAVEL_JSON), "not a readable sia file")
+    assert_one_error_line(result, 2, str(GAVEL_JSON), "not a readable Sia placements CSV")
 
 
 def test_a_bad_gavel_json_is_the_same_one_line_error_for_the_models_and_the_simulator(tmp_path: Path) -> None:

@@ -102,7 +102,7 @@ def test_simulate_on_a_node_with_more_gpus_than_any_machine_names_the_row(tmp_pa
     result = gpuadvisor(
         "simulate", "--cluster", str(cluster), "--trace", str(trace), "--policies", "spread", "--mode", "jct"
     )
-    assert_one_error_line(result, 2, str(cluster), "row 2", "'gpus'", "<= 1024")
+    assert_one_error_line(result, 2, str(cluster), "row 3", "'gpus'", "at most 1024")
 
 
 @pytest.mark.parametrize("command", [("profile", "list"), ("profile", "show", "w"), ("models", "list")])

@@ -13,6 +13,7 @@ from advisor.cli.main import app
 from advisor.datasets import DatasetError, read_csv
 from profiler.csv_formats import COLOCATIONS as COLOCATIONS_FORMAT
 from profiler.csv_formats import THROUGHPUTS as THROUGHPUTS_FORMAT
+from profiler.csv_table import read_csv_lines
 from profiler.importers import CsvFormatError, parse_colocations, parse_throughputs
 from profiler.store import db, repo
 
@@ -28,7 +29,7 @@ bert,A100,1,1,32,310,
 
 
 def test_colocations_parse_with_optional_columns_and_blanks() -> None:
-    rows = parse_colocations(io.StringIO(COLOCATIONS), source="import:test")
+    rows = parse_colocations(read_csv_lines(io.StringIO(COLOCATIONS), source="t.csv"), source="import:test")
     assert [(r.gpu_model, r.batch_size_a, r.batch_size_b) for r in rows] == [("v100", 64, 0), ("k80", 0, 0)]
     assert rows[0].norm_a == pytest.approx(0.7)
     assert rows[0].mem_bw_util_b is None
@@ -36,7 +37,7 @@ def test_colocations_parse_with_optional_columns_and_blanks() -> None:
 
 
 def test_throughputs_parse() -> None:
-    rows = parse_throughputs(io.StringIO(THROUGHPUTS), source="import:test")
+    rows = parse_throughputs(read_csv_lines(io.StringIO(THROUGHPUTS), source="t.csv"), source="import:test")
     assert [(r.workload, r.gpu_count, r.throughput_samples_per_s, r.sm_util_mean_ratio) for r in rows] == [
         ("resnet50", 2, 2400.5, 0.81),
         ("bert", 1, 310.0, None),
@@ -49,7 +50,7 @@ def test_throughputs_in_the_models_csv_format_import_their_sm_utilisation() -> N
         "workload,gpu_model,gpu_count,nodes,batch_size,throughput,sm_util,mem_bw_util,mem_bytes\n"
         "b,a100,1,1,32,420,0.6,0.3,1024\n"
     )
-    (row,) = parse_throughputs(io.StringIO(text), source="import:test")
+    (row,) = parse_throughputs(read_csv_lines(io.StringIO(text), source="t.csv"), source="import:test")
     assert (row.sm_util_mean_ratio, row.mem_bw_util_ratio, row.peak_memory_bytes) == (0.6, 0.3, 1024)
 
 
@@ -73,7 +74,7 @@ def test_throughputs_in_the_models_csv_format_import_their_sm_utilisation() -> N
 )
 def test_bad_throughput_files_name_the_problem(text: str, message: str) -> None:
     with pytest.raises(CsvFormatError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        parse_throughputs(io.StringIO(text), source="x")
+        parse_throughputs(read_csv_lines(io.StringIO(text), source="t.csv"), source="x")
 
 
 def _cli(*args: str) -> Result:
@@ -114,7 +115,7 @@ FORMATS = {"colocations": COLOCATIONS_FORMAT, "throughputs": THROUGHPUTS_FORMAT}
 @pytest.mark.parametrize("kind", ["colocations", "throughputs"])
 def test_profile_import_and_the_models_accept_the_same_minimal_file(kind: str, tmp_path: Path) -> None:
     """A file with only the required columns (no utilisation: Gavel publishes none) is one both readers take."""
-    (record,) = PARSERS[kind](io.StringIO(MINIMAL[kind]), source="x")
+    (record,) = PARSERS[kind](read_csv_lines(io.StringIO(MINIMAL[kind]), source="t.csv"), source="x")
     assert record.gpu_model in ("v100", "a100")
     path = tmp_path / "f.csv"
     path.write_text(MINIMAL[kind])
@@ -131,7 +132,7 @@ def test_a_required_column_missing_is_refused_by_both_readers_by_name(kind: str,
     keep = [i for i, name in enumerate(header) if name != column]
     text = "\n".join(",".join(cells[i] for i in keep) for cells in (header, row)) + "\n"
     with pytest.raises(CsvFormatError, match=f"missing required column\\(s\\): {column}$"):
-        PARSERS[kind](io.StringIO(text), source="x")
+        PARSERS[kind](read_csv_lines(io.StringIO(text), source="t.csv"), source="x")
     path = tmp_path / "f.csv"
     path.write_text(text)
     with pytest.raises(DatasetError, match=f"missing column\\(s\\) {column}"):
@@ -143,7 +144,7 @@ def test_the_profilers_optional_throughput_columns_are_read_by_the_models(tmp_pa
         "workload,gpu_model,gpu_count,nodes,batch_size,throughput,amp,sm_util_mean,sm_util_p95,power_watts\n"
         "b,a100,1,1,32,420,yes,0.6,0.9,250\n"
     )
-    (record,) = parse_throughputs(io.StringIO(text), source="x")
+    (record,) = parse_throughputs(read_csv_lines(io.StringIO(text), source="t.csv"), source="x")
     assert (record.amp, record.sm_util_p95_ratio, record.power_watts) == (True, 0.9, 250.0)
     path = tmp_path / "f.csv"
     path.write_text(text)
@@ -159,7 +160,7 @@ def test_the_sharing_column_is_imported_stored_and_checked(tmp_path: Path) -> No
         "gpu_model,workload_a,workload_b,solo_throughput_a,solo_throughput_b,coloc_throughput_a,coloc_throughput_b,"
         "sharing\nH100,cnn,lstm,100,50,50,25,mps\nH100,cnn,bert,100,40,45,20,\n"
     )
-    rows = parse_colocations(io.StringIO(text), source="import:test")
+    rows = parse_colocations(read_csv_lines(io.StringIO(text), source="t.csv"), source="import:test")
     assert [r.sharing for r in rows] == ["mps", ""]
     engine = db.make_engine(f"sqlite:///{tmp_path}/store.db")
     db.upgrade(engine)
@@ -170,4 +171,6 @@ def test_the_sharing_column_is_imported_stored_and_checked(tmp_path: Path) -> No
         assert [c.sharing for c in repo.list_colocations(session=session)] == ["mps", ""]
     engine.dispose()
     with pytest.raises(CsvFormatError, match=r"row 2, column 'sharing': expected one of time-slicing, mps, mig"):
-        parse_colocations(io.StringIO(text.replace(",mps\n", ",MPS-ish\n")), source="import:test")
+        parse_colocations(
+            read_csv_lines(io.StringIO(text.replace(",mps\n", ",MPS-ish\n")), source="t.csv"), source="import:test"
+        )

@@ -32,7 +32,7 @@ from advisor.api.schemas import (
     VolcanoPriorityResponse,
 )
 from advisor.cluster.pods import PodSpecError
-from advisor.placement.filter import filter_nodes
+from advisor.placement.filter import FilterRequest, filter_nodes
 from advisor.placement.types import PodRequest
 from advisor.placement.unresolvable import never_fits
 
@@ -223,7 +223,7 @@ def _fits(pod: PodRequest, name: str, ctx: AppContext) -> VolcanoPredicateRespon
         reason = never_fits(pod, node, config=ctx.scoring, now_seconds=ctx.state.now())
         if reason is not None:
             return VolcanoPredicateResponse(status=reason, code=UNSCHEDULABLE_AND_UNRESOLVABLE)
-    _, failed = filter_nodes(pod, [name], ctx.state.nodes, config=ctx.scoring, now_seconds=ctx.state.now())
+    _, failed = filter_nodes(FilterRequest(pod, [name], ctx.state.nodes, ctx.scoring, now_seconds=ctx.state.now()))
     if name in failed:
         return VolcanoPredicateResponse(status=failed[name], code=UNSCHEDULABLE)
     return VolcanoPredicateResponse()

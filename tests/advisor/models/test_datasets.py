@@ -55,14 +55,14 @@ def test_a_non_number_names_column_and_row(tmp_path: Path) -> None:
     path = write(
         tmp_path, "workload,gpu_model,gpu_count,nodes,batch_size,throughput\nr,v100,1,1,32,10\nr,t4,two,1,32,5\n"
     )
-    with pytest.raises(DatasetError, match="column gpu_count, row 3"):
+    with pytest.raises(DatasetError, match="row 3, column 'gpu_count'"):
         read_csv(path, THROUGHPUTS, with_labels=True)
 
 
 def test_utilisations_must_be_ratios(tmp_path: Path) -> None:
     header = ",".join(COLOCATIONS.features + COLOCATIONS.labels) + ",sm_util_a"
     path = write(tmp_path, header + "\nv100,a,b,10,10,5,5,85\n")
-    with pytest.raises(DatasetError, match=r"ratios 0\.\.1"):
+    with pytest.raises(DatasetError, match=r"row 2, column 'sm_util_a': a ratio 0\.\.1 is expected, got '85'"):
         read_csv(path, COLOCATIONS, with_labels=True)
 
 

@@ -92,7 +92,7 @@ def test_jct_table(small: dict[str, Path]) -> None:
         ({"--policies": "spread,nope"}, "'nope' is not a fragmentation policy"),
         ({"--policies": "oracle"}, "'oracle' is not a fragmentation policy"),
         ({"--cluster": "missing.csv"}, "no such file"),
-        ({"--trace": "BAD"}, "row 2: column 'num_gpu'"),
+        ({"--trace": "BAD"}, "row 3, column 'num_gpu'"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(

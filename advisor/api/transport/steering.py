@@ -3,7 +3,7 @@
 One process owns the cluster state and listens (docs/design.md §5.1, "Consistency"). A connection whose first request
 is `POST /v1/telemetry` — a collector, which keeps one connection open and pushes on it every cycle — is answered
 there as always, then its socket is handed to an ingest worker (`socket.send_fds`, SCM_RIGHTS over a Unix socket
-pair) which serves the connection from then on (advisor/api/ingest_worker.py): HTTP, the token and every snapshot
+pair) which serves the connection from then on (advisor/api/transport/worker.py): HTTP, the token and every snapshot
 check run in the worker; the owner receives each valid snapshot's JSON, applies it on its event loop in arrival
 order, and acks, and the worker answers 202 after the ack. Every other connection (kube-scheduler, Volcano,
 Prometheus, users) stays with the owner, so scoring pays nothing for the workers.
@@ -133,6 +133,7 @@ class IngestWorkers:
     _turn: int = 0
     _stopping: bool = False
     _delays: dict[int, float] = field(default_factory=dict)
+    _fell_back: bool = False  # a connection stayed here for want of a ready worker since one was last ready
 
     async def start(self) -> None:
         for slot in range(self.count):
@@ -147,7 +148,9 @@ class IngestWorkers:
         handoffs, handoffs_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fds = (data_theirs.fileno(), handoffs_theirs.fileno())
         process = subprocess.Popen(
-            [sys.executable, "-m", "advisor.api.ingest_worker", *map(str, fds)], pass_fds=fds, stdin=subprocess.DEVNULL
+            [sys.executable, "-m", "advisor.api.transport.worker", *map(str, fds)],
+            pass_fds=fds,
+            stdin=subprocess.DEVNULL,
         )
         data_theirs.close()
         handoffs_theirs.close()
@@ -163,6 +166,14 @@ class IngestWorkers:
         the caller keeps serving it."""
         ready = [w for w in self._workers.values() if w.ready]
         if not ready or self._stopping:
+            if not ready and not self._stopping and not self._fell_back:
+                # Once until a worker is ready again, not once per push of every collector. Info, not a warning: at
+                # start-up the workers come up after the port opens, and a worker's exit is a warning of its own.
+                self._fell_back = True
+                log.info(
+                    "no ingest worker is ready: collectors' connections stay with this process (the ordinary route) "
+                    "until one is"
+                )
             return False
         worker = ready[self._turn % len(ready)]
         self._turn += 1
@@ -192,6 +203,9 @@ class IngestWorkers:
             task.add_done_callback(self._tasks.discard)
         elif frame.kind == ch.READY:
             link.worker.ready = True
+            if self._fell_back:
+                self._fell_back = False
+                log.info("ingest worker %d ready: collectors' connections go to workers again", link.worker.slot)
             self.ctx.metrics.ingest_workers.inc()
         else:
             raise ch.ChannelError(f"a frame of kind {frame.kind}")
@@ -328,10 +342,8 @@ def steering_protocol(workers: IngestWorkers) -> type[HttpToolsProtocol]:
                 and self.transport.get_write_buffer_size() == 0
                 and workers.hand_off(self.transport)
             ):
-                self.server_state.total_requests += 1
-                self._unset_keepalive_if_required()
                 self.transport.close()  # this process's descriptor; the connection lives on in the worker
-                return
+            # Counts the request; on a closing transport it arms no keep-alive timer (none runs during a request).
             super().on_response_complete()
 
     return SteeringProtocol

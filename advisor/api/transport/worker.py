@@ -1,12 +1,12 @@
 """An ingest worker process: serves the collectors' connections that the advisor handed it, on its own core.
 
-Started by the state-owning process (`advisor.api.steering.IngestWorkers`) as `python -m advisor.api.ingest_worker
-DATA_FD HANDOFF_FD`. Each connection arrives as a file descriptor on HANDOFF_FD after the owner answered its first
-snapshot; from then on this process reads its requests with uvicorn's HTTP protocol. A snapshot is checked here with
-the service's own code (`ingest_checks.check_snapshot`: bearer token, schema, NaN, invalid UTF-8, clock skew) and
-refused here with the same answer; a valid one goes to the owner over DATA_FD, and the 202 is sent once the owner
-has applied it. Anything else on such a connection is forwarded whole to the owner's app. The worker exits when the
-owner closes DATA_FD (or dies); the connections it held close with it, and collectors reconnect to the owner.
+Started by the state-owning process (`advisor.api.transport.steering.IngestWorkers`) as `python -m
+advisor.api.transport.worker DATA_FD HANDOFF_FD`. Each connection arrives as a file descriptor on HANDOFF_FD after the
+owner answered its first snapshot; from then on this process reads its requests with uvicorn's HTTP protocol. A snapshot
+is checked here with the service's own code (`ingest_checks.check_snapshot`: bearer token, schema, NaN, invalid UTF-8,
+clock skew) and refused here with the same answer; a valid one goes to the owner over DATA_FD, and the 202 is sent once
+the owner has applied it. Anything else on such a connection is forwarded whole to the owner's app. The worker exits
+when the owner closes DATA_FD (or dies); the connections it held close with it, and collectors reconnect to the owner.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from uvicorn.server import ServerState
 
 from advisor.api import ingest_channel as ch
 from advisor.api import ingest_checks as checks
-from advisor.api.limits import connection_limits, guarded_protocol
+from advisor.api.limits import connection_limits
+from advisor.api.transport.guard import guarded_protocol
 from advisor.settings import AdvisorSettings
 from collector.logs import configure_logging
 from collector.push import ADVISOR_KEEP_ALIVE_SECONDS
@@ -276,7 +277,7 @@ async def serve(data: socket.socket, handoffs: socket.socket) -> None:
         loop.call_later(1.0, tick)
 
     # The serving process's deadlines and connection cap hold here too: a handed-off connection whose client goes
-    # slow is closed as it would be there (`advisor.api.limits`).
+    # slow is closed as it would be there (`advisor.api.transport.guard`).
     guarded = guarded_protocol(connection_limits(settings), _refused_once())
 
     def protocol() -> HttpToolsProtocol:
