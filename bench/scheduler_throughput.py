@@ -20,7 +20,8 @@ Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
 {"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
 plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
-the call failed or the breaker was open (`plugin_neutral_cycles`).
+the call failed or the breaker was open (`plugin_neutral_cycles`); per scheduler, the nodes the advisor counted as
+stale after its run (`*_stale_nodes`: the snapshots pushed at setup are kept fresh for the run, 0 expected).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from tests.support.net import free_port, wait_until  # noqa: E402
 from tests.support.plugin import PLUGIN_BINARY, PLUGIN_NAME, SchedulerProcess, plugin_scheduler_config  # noqa: E402
 
 TOKEN = "bench-advisor-token"
+FRESH_SECONDS = 86_400  # the snapshots pushed at setup count as fresh for the whole run
 Obj = dict[str, Any]
 
 
@@ -79,7 +81,11 @@ def advisor(plane: ControlPlane, workdir: Path) -> Iterator[str]:
     """`gpuadvisor advisor serve` watching the control plane, as tests/kube/conftest.py starts it."""
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_") and k != "KUBECONFIG"}
-    env = {**clean, "KUBECONFIG": str(plane.kubeconfig), "GPUADVISOR_API_TOKEN": TOKEN}
+    # Each node's snapshot is pushed once, before the schedulers run (minutes at 5,000 nodes); a live collector
+    # pushes every 5 s. Without a long staleness every node would be stale by then and scored as unknown, the cheap
+    # neutral path: the figures would flatter the advisor.
+    fresh = {"GPUADVISOR_STALENESS_SECONDS": str(FRESH_SECONDS), "GPUADVISOR_NODE_EXPIRY_SECONDS": str(FRESH_SECONDS)}
+    env = {**clean, "KUBECONFIG": str(plane.kubeconfig), "GPUADVISOR_API_TOKEN": TOKEN, **fresh}
     argv = ["advisor", "serve", "--host", "127.0.0.1", "--port", str(port), "--db", f"sqlite:///{workdir}/a.db"]
     proc = Process("advisor", [sys.executable, "-m", "advisor.cli", *argv], workdir / "advisor.log", env).start()
     url = f"http://127.0.0.1:{port}"
@@ -157,6 +163,14 @@ def allocated_milli(advisor_url: str) -> int:
     """Every GPU allocation the advisor holds, in thousandths of a GPU."""
     listed = httpx.get(f"{advisor_url}/v1/nodes", params={"detail": "true"}, timeout=60).json()["nodes"]
     return sum(g.get("allocated_milli", 0) for n in listed for g in n.get("gpus", []))
+
+
+def stale_nodes(advisor_url: str) -> int:
+    """Nodes the advisor counts as stale now (its `gpuadvisor_advisor_nodes` gauge, refreshed by the scrape)."""
+    for line in httpx.get(f"{advisor_url}/metrics", timeout=60).text.splitlines():
+        if line.startswith('gpuadvisor_advisor_nodes{freshness="stale"}'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
 
 
 def clean(api: KubeApi, ns: str, advisor_url: str, baseline_milli: int) -> None:
@@ -296,6 +310,7 @@ def main() -> None:
                         result[f"{kind}_neutral_cycles"] = int(neutral)
                         advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral)"
                 result[f"{kind}_pods_per_second"] = round(rate, 1)
+                result[f"{kind}_stale_nodes"] = stale_nodes(url)  # 0: every score was made on fresh telemetry
                 print(f"{kind:9s} {rate:8.1f} pods/s{advised}", file=sys.stderr)
                 clean(plane.api, name, url, baseline)
             for kind in kinds:
