@@ -30,12 +30,12 @@ def test_a_csv_number_that_is_not_finite_is_refused_with_its_place(
     csv.write_text(HEADER + "w,V100,1,1,64,100\n" + row + "\n")
     with pytest.raises(DatasetError) as refused:
         read_csv(csv, THROUGHPUTS, with_labels=False)
-    assert str(refused.value) == f"{csv}: column {column}, row 3: expected a finite number, got {given}"
+    assert str(refused.value) == f"{csv}: row 3, column '{column}': expected a finite number, got {given}"
 
 
 def test_models_train_refuses_an_infinite_label_on_one_line(tmp_path: Path) -> None:
     csv = tmp_path / "t.csv"
     csv.write_text(HEADER + "w,V100,1,1,64,100\nw,V100,1,1,64,inf\n")
     result = gpuadvisor("models", "train", "throughput", "--from-csv", str(csv), "--out", str(tmp_path / "m"))
-    assert_one_error_line(result, 2, str(csv), "column throughput, row 3", "finite")
+    assert_one_error_line(result, 2, str(csv), "row 3, column 'throughput'", "finite")
     assert not (tmp_path / "m").exists()
