@@ -11,6 +11,7 @@ import sqlalchemy
 from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.serving import TrainingJob, TrainingJobs
+from profiler.csv_table import read_csv_lines
 from profiler.importers import parse_throughputs
 from profiler.store import db, repo
 from tests.support.net import wait_until
@@ -32,7 +33,7 @@ def _import_throughputs(sessions: sessionmaker[Session]) -> None:
         f"{w},{g},1,1,32,{(i + 1) * 10.0 * (j + 1)}" for i, w in enumerate(WORKLOADS) for j, g in enumerate(GPU_MODELS)
     ]
     with db.transaction(sessions) as session:
-        for profile in parse_throughputs(lines, source="test"):
+        for profile in parse_throughputs(read_csv_lines(lines, source="test"), source="test"):
             repo.save_profile(session=session, profile=profile)
 
 
