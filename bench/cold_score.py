@@ -24,11 +24,13 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import baseline_trees
+from baseline_trees import print_load
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("1 GPU", "2-8 GPUs", "share", "GPU memory, 1 GPU", "GPU memory, share")
@@ -142,20 +144,14 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="a git commit to measure beside this tree")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.requests < len(KINDS):
+        sys.exit(f"error: --requests must be at least {len(KINDS)} (one cold call of each kind)")
     if args.one is not None:
         print(json.dumps(measure(args.one, args.requests)))
         return
-    load = os.getloadavg()
-    print(f"{os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} when started")
+    print_load()
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": ROOT}
-        if args.baseline is not None:
-            base = Path(tmp) / "baseline"
-            base.mkdir()
-            archive = subprocess.run(["git", "archive", args.baseline], check=True, capture_output=True, cwd=ROOT)
-            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-            trees = {f"baseline {args.baseline}": base, "this tree": ROOT}
+    with baseline_trees.trees(args.baseline) as trees:
         for count in (int(n) for n in args.nodes.split(",")):
             runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
             for _ in range(2 if args.baseline else 1):

@@ -33,6 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import baseline_trees
+from baseline_trees import print_load
+
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = ("filter_fast_path", "filter_route", "prioritize_fast_path")
 
@@ -115,16 +118,8 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())
         print(json.dumps(measure(args.megabytes, args.iterations)))
         return
-    load = os.getloadavg()
-    print(f"{os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} when started")
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": ROOT}
-        if args.baseline is not None:
-            base = Path(tmp) / "baseline"
-            base.mkdir()
-            archive = subprocess.run(["git", "archive", args.baseline], check=True, capture_output=True, cwd=ROOT)
-            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-            trees = {f"baseline {args.baseline}": base, "this tree": ROOT}
+    load = print_load()
+    with baseline_trees.trees(args.baseline) as trees:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(2 if args.baseline else 1):
             for name, tree in trees.items():

@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import baseline_trees
+from baseline_trees import print_load
+
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 500
 TOKEN = "bench"
@@ -136,16 +139,8 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())
         print(json.dumps(measure(args.nodes, args.calls)))
         return
-    load = os.getloadavg()
-    print(f"{os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} when started")
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"this tree": ROOT}
-        if args.baseline is not None:
-            base = Path(tmp) / "baseline"
-            base.mkdir()
-            archive = subprocess.run(["git", "archive", args.baseline], check=True, capture_output=True, cwd=ROOT)
-            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-            trees = {f"baseline {args.baseline}": base, "this tree": ROOT}
+    load = print_load()
+    with baseline_trees.trees(args.baseline) as trees:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(2 if args.baseline else 1):
             for name, tree in trees.items():
