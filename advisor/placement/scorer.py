@@ -156,7 +156,7 @@ class Scorer:
     def score_nodes(self, pod: PodRequest, nodes: Sequence[NodeState]) -> list[NodeScore]:
         """Every node's `NodeScore` for `pod`, in the order given: 0..100 with its components, GPUs and reason.
         Infeasible nodes score 0 with the reason; stale ones `config.unknown_node_score`."""
-        if pod.whole_gpus == 0 and not pod.is_share and not pod.mig and not scores_without_gpu(pod, self.config):
+        if self._neutral_for(pod):
             return [neutral_without_gpu(n.name) for n in nodes]
         return self._finish(pod, self.evaluate(pod, nodes, self.clock()))
 
@@ -168,13 +168,18 @@ class Scorer:
         scored = iter(self.score_nodes(pod, known))
         return [next(scored) if n in nodes else unknown_score(n, _NO_STATE, self.config) for n in names]
 
+    def _neutral_for(self, pod: PodRequest) -> bool:
+        """Whether every node scores `pod` neutrally: it asks for no GPU, share or MIG instance, and this scoring
+        weighs nothing else for pods without a GPU (`scores_without_gpu`)."""
+        return pod.whole_gpus == 0 and not pod.is_share and not pod.mig and not scores_without_gpu(pod, self.config)
+
     def brief_candidates(
         self, pod: PodRequest, names: Sequence[str], nodes: Mapping[str, NodeState]
     ) -> list[BriefScore]:
         """`score_candidates` as `BriefScore`s: the same scores (the same verdicts and weighted totals), without
         writing out each node's components, GPUs and explanation (a scheduler plugin's call, every cycle)."""
         known = [nodes[n] for n in names if n in nodes]
-        if pod.whole_gpus == 0 and not pod.is_share and not pod.mig and not scores_without_gpu(pod, self.config):
+        if self._neutral_for(pod):
             scored = [_brief(neutral_without_gpu(n.name)) for n in known]
         else:
             raws = self.evaluate(pod, known, self.clock())
@@ -204,7 +209,7 @@ class Scorer:
         pods without a gang, a task mix without CPU/memory) are answered from the score vectors: a gather where the
         shape and the nodes' states were seen before."""
         config = self.config
-        if pod.whole_gpus == 0 and not pod.is_share and not pod.mig and not scores_without_gpu(pod, config):
+        if self._neutral_for(pod):
             return ExtenderVerdict([5] * len(names), 0, 0, len(names))
         if covers(pod, config) and not pod.mig:  # MIG instances are not in the score vectors
             got = self.vectors.priorities(pod, names, nodes, scorer=self, now_seconds=self.clock())
@@ -239,7 +244,7 @@ class Scorer:
 
     def extender_node_scores(self, pod: PodRequest, nodes: Sequence[NodeState]) -> list[int]:
         """`extender_scores(score_nodes(...))` without building a `NodeScore` per node (the simulator's hot path)."""
-        if pod.whole_gpus == 0 and not pod.is_share and not pod.mig and not scores_without_gpu(pod, self.config):
+        if self._neutral_for(pod):
             return [5] * len(nodes)
         return _integers(
             self._extender_totals(pod, self.evaluate(pod, nodes, self.clock())), self.config.extender_span_points
