@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler), helm, and gpuadvisor-scheduler
-# (kube-scheduler with the GPUAdvisor plugin, cmd/ and plugin/ here) from the modules pinned in k8s/go.mod, into a cache
-# outside the clone keyed on go.mod, go.sum, this module's own sources, the Go version and RECIPE (bump it when the
-# build's flags change), so that a second build (or a second clone) is free. The folder holding the binaries is the LAST line printed.
+# Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-scheduler), helm, gpuadvisor-scheduler
+# (kube-scheduler with the GPUAdvisor plugin, cmd/ and plugin/ here) and podresources-standin (the kubelet's
+# pod-resources API answered from a file, for the collector's tests: cmd/podresources-standin) from the modules pinned
+# in k8s/go.mod, into a cache outside the clone keyed on go.mod, go.sum, this module's own sources, the Go version and
+# RECIPE (bump it when the build's flags change), so that a second build (or a second clone) is free. The folder
+# holding the binaries is the LAST line printed.
 #
 #   k8s/build.sh            build or find the binaries
 #   k8s/build.sh --cached   only find them: exit 1 (printing nothing) when this key has not been built
@@ -68,10 +70,11 @@ staging=$(mktemp -d "$root/.building-$key.XXXXXX")
 chmod 755 "$staging"
 trap 'rm -rf "$staging"' EXIT
 export CGO_ENABLED=0
-echo "building kube-apiserver, kube-scheduler and gpuadvisor-scheduler $kube_version, etcd $etcd_version, helm $helm_version" \
+echo "building kube-apiserver, kube-scheduler, gpuadvisor-scheduler and podresources-standin $kube_version, etcd $etcd_version, helm $helm_version" \
     "with $go_version into $out" >&2
 "$go_cmd" build -trimpath -ldflags "$kube_ldflags" -o "$staging/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler ./cmd/gpuadvisor-scheduler
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler ./cmd/gpuadvisor-scheduler \
+    ./cmd/podresources-standin
 "$go_cmd" build -trimpath -ldflags "$etcd_ldflags" -o "$staging/etcd" go.etcd.io/etcd/server/v3
 "$go_cmd" build -trimpath -ldflags "$helm_ldflags" -o "$staging/helm" helm.sh/helm/v3/cmd/helm
 printf 'kubernetes %s\netcd %s\nhelm %s\n%s\n' "$kube_version" "$etcd_version" "$helm_version" "$go_version" \
