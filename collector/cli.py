@@ -14,8 +14,9 @@ import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from collections.abc import Callable
 from types import FrameType
-from typing import Annotated, NoReturn, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Protocol
 
 import typer
 from prometheus_client import CollectorRegistry, generate_latest
@@ -25,6 +26,7 @@ from collector.agent import CollectorAgent, SnapshotSink
 from collector.backend import BackendUnavailableError, GpuBackend
 from collector.exporter import MetricsServer, SnapshotCollector
 from collector.kube_errors import KubeUnavailableError
+from collector.kubelet_pods import PodResourcesUnavailableError
 from collector.logs import configure_logging
 from collector.podmap import PidResolver
 from collector.pods import PodLookup
@@ -32,6 +34,9 @@ from collector.push import SnapshotPusher, push_targets
 from collector.settings import MAX_INTERVAL_SECONDS, CollectorSettings
 from collector.sim import SimulatedBackend
 from collector.stats import CollectorStats
+
+if TYPE_CHECKING:
+    from collector import kube
 
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
@@ -186,7 +191,7 @@ def _open_backend(
 
 
 def _connect_kube(plan: _Plan, parts: _Parts, settings: CollectorSettings, *, simulated: bool) -> None:
-    """The pods of this node from the Kubernetes API, the GPU-access check, and (when long-running) the annotator."""
+    """The pods of this node (`_pod_index`), the GPU-access check, and (when long-running) the annotator."""
     from collector import kube
 
     try:
@@ -195,23 +200,70 @@ def _connect_kube(plan: _Plan, parts: _Parts, settings: CollectorSettings, *, si
         parts.backend.close()
         fail(f"{e} (use --no-kube to run without it)", EXIT_UNAVAILABLE)
     stats = parts.stats
-    index = kube.PodIndex(api, plan.node_name, stats=stats)
+    index = _pod_index(api, plan, parts, settings)
     parts.pods = index
     if not simulated:
         reader = kube.NodeReader(api, plan.node_name, stats=stats)
         parts.access = GpuAccessMonitor(reader, stats=stats, nvml_error=parts.nvml_error)
     if plan.once:
-        try:
-            index.refresh()
-        except kube.TRANSIENT_ERRORS as e:
-            stats.add_error("kube")
-            log.warning("Kubernetes API unreachable, pods known by UID only: %s", e)
+        if isinstance(index, kube.PodIndex):
+            try:
+                index.refresh()
+            except kube.TRANSIENT_ERRORS as e:
+                stats.add_error("kube")
+                log.warning("Kubernetes API unreachable, pods known by UID only: %s", e)
         return
     index.start()
     annotator = kube.PodAnnotator(api, plan.node_name, stats=stats, grace_seconds=settings.annotation_grace_seconds)
     annotator.start()
     parts.sinks.append(annotator)
     parts.stoppables += [index, annotator]
+
+
+def _pod_index(
+    api: Any, plan: _Plan, parts: _Parts, settings: CollectorSettings
+) -> kube.KubeletPodIndex | kube.PodIndex:
+    """This node's pods: from the kubelet's pod-resources API where its socket answers — the authority on which pod
+    holds which GPU, and the API server is then asked only about those pods, by name — else (development, a kubelet
+    without the API) from the API server's list of this node's pods. One log line says which, and why."""
+    from collector import kube
+    from collector.podresources import PodResourcesClient
+
+    client = PodResourcesClient(
+        settings.pod_resources_socket, timeout_seconds=settings.pod_resources_timeout_seconds
+    )
+    index = kube.KubeletPodIndex(
+        api, plan.node_name, client.list, stats=parts.stats, interval_seconds=plan.interval_seconds
+    )
+    try:
+        reads = index.refresh()
+    except PodResourcesUnavailableError as e:
+        client.close()
+        log_at = log.info if not settings.pod_resources_socket.exists() else log.warning
+        log_at(
+            "pod source: the API server's list of node %s's pods, which needs list and watch on pods "
+            "(docs/collector.md#pods); the kubelet's pod-resources API is not used: %s",
+            plan.node_name,
+            e,
+        )
+        return kube.PodIndex(api, plan.node_name, stats=parts.stats)
+    log.info(
+        "pod source: the kubelet's pod-resources API at %s; %d pods holding GPUs read by name from the API server",
+        settings.pod_resources_socket,
+        reads,
+    )
+    parts.stoppables.append(_Closing(client.close))
+    return index
+
+
+@dataclass(frozen=True)
+class _Closing:
+    """A client's close() where a stop() is called."""
+
+    close: Callable[[], None]
+
+    def stop(self) -> None:
+        self.close()
 
 
 def _print_once(agent: CollectorAgent, backend: GpuBackend, output_format: OutputFormat, *, pid_labels: bool) -> None:

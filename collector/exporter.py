@@ -30,6 +30,7 @@ ERROR_KINDS = (
     "process_gone",
     "cgroup",
     "kube",
+    "podresources",
     "annotate",
     "push",
     "push_retry",

@@ -1,9 +1,15 @@
 """The collector's Kubernetes adapter (the only collector module using the kubernetes client).
 
-- `PodIndex`: pods of this node (list + watch on `spec.nodeName`), each with its top-level owner resolved through
-  ownerReferences (ReplicaSet → Deployment, Job → its TrialRun/CronJob/…; PyTorchJob, MPIJob, Volcano Job and
-  TrialRun are top-level). An unreachable API server never empties the index: the last one is kept, errors are
-  counted (kind `kube`) and the watch is retried with exponential backoff.
+- `KubeletPodIndex`: the pods of this node that the kubelet's pod-resources API says hold a GPU (`collector.
+  podresources`), each read by name from the API server (`get`) for what the kubelet does not tell: UID, labels,
+  owners, container IDs. The collector's RBAC then needs no `list` or `watch` on pods: it cannot enumerate the
+  cluster's pods.
+- `PodIndex`: the fallback where no kubelet socket answers (development, `make up`, a kubelet without the API): pods
+  of this node by list + watch on `spec.nodeName` (which needs `list`/`watch` on pods cluster-wide).
+- Both resolve a pod's top-level owner through ownerReferences (ReplicaSet → Deployment, Job → its
+  TrialRun/CronJob/…; PyTorchJob, MPIJob, Volcano Job and TrialRun are top-level). An unreachable API server or
+  kubelet never empties an index: the last one is kept, errors are counted (kind `kube` or `podresources`) and the
+  source is asked again, with exponential backoff.
 - `PodAnnotator`: applies `collector.annotations` plans as JSON merge patches, on its own thread.
 - `NodeReader`: this node's object, whose labels and allocatable GPUs the GPU-access check compares with NVML.
 
@@ -21,7 +27,9 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +42,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from collector.annotations import AnnotationPlanner, sharing_annotation, topology_annotation
 from collector.keys import SHARING_ANNOTATION, TOPOLOGY_ANNOTATION
+from collector.kubelet_pods import KubeletPod, PodResourcesUnavailableError
 from collector.kube_errors import (
     KubeError,
     KubePermanentError,
@@ -54,6 +63,7 @@ __all__ = [  # the error tree re-exported: callers written before `collector.kub
     "KubePermanentError",
     "KubeTemporaryError",
     "KubeUnavailableError",
+    "KubeletPodIndex",
     "NodeReader",
     "OwnerResolver",
     "PodAnnotator",
@@ -293,6 +303,151 @@ class PodIndex:
             self._watch.stop()  # type: ignore[no-untyped-call]
         if self._thread is not None:
             self._thread.join(timeout=10)
+            self._thread = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A pod read by name from the API server: as the kubelet listed it then, and its PodInfo (None: the API server
+    has no such pod on this node — it was deleted, or a namesake now runs elsewhere)."""
+
+    listed: KubeletPod
+    info: PodInfo | None
+    at_seconds: float
+
+
+class KubeletPodIndex:
+    """Pods of `node` by UID (the collector's `PodLookup`): which pods are here and which hold a GPU come from the
+    kubelet (`lister`, e.g. `PodResourcesClient.list`, asked every `interval_seconds` on a background thread), and
+    each pod holding a GPU is read once by name from the API server.
+
+    A pod the kubelet lists without a GPU is read only after a GPU process was seen in a pod the index does not know
+    (`get` missed: a container that reaches GPUs without asking for one). A pod is read again when the kubelet's
+    listing of it changes, or after a miss when it was read more than `reread_after_seconds` ago (a pod deleted and
+    created again under its name has a new UID); it is forgotten once the kubelet no longer lists it.
+    """
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        node: str,
+        lister: Callable[[], Sequence[KubeletPod]],
+        *,
+        stats: CollectorStats,
+        interval_seconds: float = 5.0,
+        reread_after_seconds: float = 60.0,
+        backoff_max_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not interval_seconds > 0:
+            raise ValueError(f"interval_seconds: expected > 0, got {interval_seconds}")
+        self._core = k8s.CoreV1Api(api)
+        self.node = node
+        self._lister = lister
+        self._stats = stats
+        self._owners = OwnerResolver(api, stats=stats)
+        self._interval_seconds = interval_seconds
+        self._reread_after_seconds = reread_after_seconds
+        self._backoff_max_seconds = max(backoff_max_seconds, interval_seconds)
+        self._clock = clock
+        self._reads: dict[tuple[str, str], _Read] = {}
+        self._pods: dict[str, PodInfo] = {}
+        self._missed = threading.Event()
+        self._api_failing = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.synced = threading.Event()
+
+    def get(self, uid: str) -> PodInfo | None:
+        info = self._pods.get(uid)
+        if info is None:
+            self._missed.set()
+        return info
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def refresh(self) -> int:
+        """Ask the kubelet for its pods and read from the API server those that need it; returns how many were read.
+        Raises PodResourcesUnavailableError when the kubelet does not answer (the index is then kept); a pod the API
+        server cannot be asked about now is counted (kind `kube`) and asked about on the next refresh."""
+        listed = self._lister()
+        missed = self._missed.is_set()
+        self._missed.clear()
+        now = self._clock()
+        kept: dict[tuple[str, str], _Read] = {}
+        reads = 0
+        for pod in listed:
+            key = (pod.namespace, pod.name)
+            known = self._reads.get(key)
+            if known is None:
+                wanted = missed or pod.holds_gpu()
+            else:
+                wanted = known.listed != pod or (missed and now - known.at_seconds >= self._reread_after_seconds)
+            if not wanted:
+                if known is not None:
+                    kept[key] = known
+                continue
+            reads += 1
+            read = self._read_pod(pod, now)
+            if read is not None:
+                kept[key] = read
+            elif known is not None:
+                kept[key] = known
+        self._reads = kept
+        self._pods = {read.info.uid: read.info for read in kept.values() if read.info is not None}
+        self.synced.set()
+        return reads
+
+    def _read_pod(self, pod: KubeletPod, now: float) -> _Read | None:
+        try:
+            manifest = _json(
+                self._core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False, _request_timeout=10)
+            )
+        except TRANSIENT_ERRORS as e:
+            if isinstance(e, ApiException) and e.status == 404:
+                return _Read(pod, None, now)  # deleted; the kubelet lets go of it shortly
+            self._stats.add_error("kube")
+            if not self._api_failing:
+                self._api_failing = True
+                log.warning("cannot read pod %s/%s (retried on the next refresh): %s", pod.namespace, pod.name, e)
+            return None
+        self._api_failing = False
+        metadata = manifest.get("metadata") or {}
+        if (manifest.get("spec") or {}).get("nodeName") != self.node or not metadata.get("uid"):
+            return _Read(pod, None, now)
+        kind, name = self._owners.resolve(pod.namespace, metadata)
+        return _Read(pod, pod_info_from_manifest(manifest, kind, name), now)
+
+    def run(self) -> None:
+        """Refresh every `interval_seconds` until `stop()`; while the kubelet does not answer keep the index, count
+        (kind `podresources`), and ask again with backoff."""
+        delay = self._interval_seconds if self.synced.is_set() else 0.0
+        failing = False
+        while not self._stop.wait(delay):
+            try:
+                self.refresh()
+            except PodResourcesUnavailableError as e:
+                self._stats.add_error("podresources")
+                if not failing:
+                    failing = True
+                    log.warning("kubelet pod list failed (keeping %d known pods, retrying): %s", len(self._pods), e)
+                delay = min(self._backoff_max_seconds, max(delay, self._interval_seconds) * 2)
+                continue
+            if failing:
+                failing = False
+                log.info("kubelet pod list on node %s recovered", self.node)
+            delay = self._interval_seconds
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run, name="collector-kubelet-pods", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
             self._thread = None
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from collector.kubelet_pods import DEFAULT_SOCKET
+
 # The longest pause between two cycles: an hour. Beyond it a node is long gone from the advisor's state
 # (GPUADVISOR_NODE_EXPIRY_SECONDS, default 600), and an unbounded float (inf) cannot be waited on.
 MAX_INTERVAL_SECONDS = 3600.0
@@ -32,3 +34,7 @@ class CollectorSettings(BaseSettings):
     push_timeout_seconds: float = Field(default=2.0, gt=0)
     annotation_grace_seconds: float = Field(default=300.0, ge=0)
     pid_labels: bool = False
+    # The kubelet's pod-resources socket: where it answers, the pods holding GPUs come from it and each is read by
+    # name from the API server; where it does not, this node's pods are listed (collector.kube, docs/collector.md).
+    pod_resources_socket: Path = DEFAULT_SOCKET
+    pod_resources_timeout_seconds: float = Field(default=5.0, gt=0, le=60)

@@ -41,11 +41,15 @@ def test_runtime_user_is_the_non_root_uid_of_the_manifests() -> None:
     uid, _, gid = user.partition(":")
     assert int(uid) == MANIFEST_UID
     assert int(gid) == MANIFEST_UID
-    deploy_text = "\n".join(p.read_text() for p in (ROOT / "deploy").rglob("*.yaml"))
+    collector_daemonset = ROOT / "deploy" / "collector" / "daemonset.yaml"
+    texts = {p: p.read_text() for p in (ROOT / "deploy").rglob("*.yaml")}
+    deploy_text = "\n".join(text for p, text in texts.items() if p != collector_daemonset)
     assert f"runAsUser: {MANIFEST_UID}" in deploy_text
     assert re.findall(r"runAsUser: (\d+)", deploy_text) == [str(MANIFEST_UID)] * len(
         re.findall(r"runAsUser:", deploy_text)
     )
+    # the collector's pod as the image's user, its container as root for the kubelet's root-only socket
+    assert re.findall(r"runAsUser: (\d+)", texts[collector_daemonset]) == [str(MANIFEST_UID), "0"]
 
 
 def test_every_package_of_the_distribution_is_copied_and_the_entrypoint_is_the_cli() -> None:

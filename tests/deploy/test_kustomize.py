@@ -18,6 +18,7 @@ import yaml
 
 from advisor.cluster.pods import GPU_RESOURCE_NAMES
 from advisor.placement.mig import MIG_RESOURCE_NAMES
+from collector.kubelet_pods import DEFAULT_SOCKET
 from profiler.manifests import MANAGER
 from profiler.settings import DEFAULT_LIVENESS_ENDPOINT
 from tests.support.binaries import require_binary
@@ -293,10 +294,14 @@ def test_collector_reads_the_host_without_extra_privileges(objects: list[Obj]) -
     assert security["capabilities"]["drop"] == ["ALL"]
     assert "add" not in security["capabilities"]
     host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert host_paths == {"host-proc": "/proc"}
-    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "host-proc"]
-    assert mount["readOnly"] is True
-    assert f"--proc-root={mount['mountPath']}" in container["args"]
+    assert host_paths == {"host-proc": "/proc", "pod-resources": "/var/lib/kubelet/pod-resources"}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert all(mounts[name]["readOnly"] is True for name in host_paths)
+    assert f"--proc-root={mounts['host-proc']['mountPath']}" in container["args"]
+    # the collector's default socket path is where the kubelet's socket is mounted
+    assert str(DEFAULT_SOCKET.parent) == mounts["pod-resources"]["mountPath"]
+    # root for the kubelet's root-only socket, and nothing more: no capability at all
+    assert (security["runAsUser"], security["runAsNonRoot"]) == (0, False)
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {})), "the collector must not take a GPU"
@@ -353,6 +358,9 @@ def test_every_selector_finds_its_pods_and_ports(objects: list[Obj]) -> None:
             assert c["securityContext"]["allowPrivilegeEscalation"] is False, c["name"]
             assert c["securityContext"]["readOnlyRootFilesystem"] is True, c["name"]
             assert c["resources"]["requests"], c["name"]
+            # the one exception: the collector connects to the kubelet's root-only pod-resources socket
+            if c["name"] != "collector":
+                assert c["securityContext"].get("runAsNonRoot") is not False, c["name"]
         assert pod_spec(workload)["securityContext"]["runAsNonRoot"] is True
     for service in (o for o in objects if o["kind"] == "Service"):
         selected = [

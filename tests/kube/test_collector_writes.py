@@ -250,13 +250,18 @@ def test_its_node_is_not_cordoned_nor_tainted_nor_relabelled(cluster: Cluster) -
 
 
 def test_rbac_gives_the_collector_no_more_than_its_role(cluster: Cluster) -> None:
-    """No `get` on pods (it lists them), no delete, no Secrets: the API server's RBAC, not the policy, refuses."""
+    """Pods are read by name only (the kubelet says which): no list or watch, cluster-wide or in a namespace, no
+    delete, no Secrets — the API server's RBAC, not the policy, refuses."""
     for method, path in (
-        ("GET", f"/api/v1/namespaces/{WORKLOADS}/pods/train-0"),
+        ("GET", "/api/v1/pods"),
+        ("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dcw-n1"),
+        ("GET", "/api/v1/pods?watch=true&timeoutSeconds=1"),
+        ("GET", f"/api/v1/namespaces/{WORKLOADS}/pods"),
         ("DELETE", f"/api/v1/namespaces/{WORKLOADS}/pods/train-0"),
         ("GET", f"/api/v1/namespaces/{NS}/secrets"),
     ):
-        refused = _refusal(lambda m=method, p=path: cluster.collector_n1.request(m, p))
+        refused = _refused(lambda m=method, p=path: cluster.collector_n1.request(m, p))
+        assert refused is not None, f"{method} {path} admitted"
         assert refused.status_code == 403, path
         assert f"serviceaccount:{NS}:{COLLECTOR_SA}" in str(refused)
-    assert cluster.collector_n1.get(f"/api/v1/namespaces/{WORKLOADS}/pods")["items"]
+    assert cluster.collector_n1.get(f"/api/v1/namespaces/{WORKLOADS}/pods/train-0")["spec"]["nodeName"] == "cw-n1"
