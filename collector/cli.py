@@ -11,10 +11,10 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Protocol
 
@@ -229,9 +229,7 @@ def _pod_index(
     from collector import kube
     from collector.podresources import PodResourcesClient
 
-    client = PodResourcesClient(
-        settings.pod_resources_socket, timeout_seconds=settings.pod_resources_timeout_seconds
-    )
+    client = PodResourcesClient(settings.pod_resources_socket, timeout_seconds=settings.pod_resources_timeout_seconds)
     index = kube.KubeletPodIndex(
         api, plan.node_name, client.list, stats=parts.stats, interval_seconds=plan.interval_seconds
     )

@@ -42,7 +42,6 @@ from kubernetes.config.config_exception import ConfigException
 
 from collector.annotations import AnnotationPlanner, sharing_annotation, topology_annotation
 from collector.keys import SHARING_ANNOTATION, TOPOLOGY_ANNOTATION
-from collector.kubelet_pods import KubeletPod, PodResourcesUnavailableError
 from collector.kube_errors import (
     KubeError,
     KubePermanentError,
@@ -50,6 +49,7 @@ from collector.kube_errors import (
     KubeUnavailableError,
     error_kind,
 )
+from collector.kubelet_pods import KubeletPod, PodResourcesUnavailableError
 from collector.pods import PodInfo, controller_of, pod_info_from_manifest
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats

@@ -195,6 +195,4 @@ def _pod(data: bytes) -> KubeletPod:
 
 def decode_list_response(data: bytes) -> tuple[KubeletPod, ...]:
     """The pods of a serialized ListPodResourcesResponse; raises PodResourcesDecodeError for anything else."""
-    return tuple(
-        _pod(_message(number, payload)) for number, payload in _fields(data) if number == _LIST_POD_RESOURCES
-    )
+    return tuple(_pod(_message(number, payload)) for number, payload in _fields(data) if number == _LIST_POD_RESOURCES)

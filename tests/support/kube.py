@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "k8s" / "build.sh"
 SCHEDULER_CONFIG = ROOT / "deploy" / "scheduler" / "scheduler-config.yaml"
 KUBE_BIN_ENV = "GPUADVISOR_KUBE_BIN"
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "helm")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "helm", "podresources-standin")
 ADMIN_TOKEN = "gpuadvisor-test-admin-token"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -43,7 +43,8 @@ Obj = dict[str, Any]
 
 
 def kube_bin_dir() -> Path:
-    """The folder with etcd, kube-apiserver, kube-scheduler and helm; skips (fails under CI) when they are not built."""
+    """The folder with etcd, kube-apiserver, kube-scheduler, helm and podresources-standin; skips (fails under CI)
+    when they are not built."""
     found = os.environ.get(KUBE_BIN_ENV)
     if not found and BUILD_SCRIPT.is_file():
         cached = subprocess.run([str(BUILD_SCRIPT), "--cached"], capture_output=True, text=True, check=False)
