@@ -35,6 +35,6 @@ class CollectorSettings(BaseSettings):
     annotation_grace_seconds: float = Field(default=300.0, ge=0)
     pid_labels: bool = False
     # The kubelet's pod-resources socket: where it answers, the pods holding GPUs come from it and each is read by
-    # name from the API server; where it does not, this node's pods are listed (collector.kube, docs/collector.md).
+    # name from the API server; where it does not, this node's pods are listed (collector.kube, docs/design.md §3).
     pod_resources_socket: Path = DEFAULT_SOCKET
     pod_resources_timeout_seconds: float = Field(default=5.0, gt=0, le=60)

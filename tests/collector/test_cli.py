@@ -272,6 +272,8 @@ async def test_once_with_pod_index_names_pods_and_owners(
     )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    # no kubelet here (a machine with one would otherwise be asked): the pods come from the API server's list
+    monkeypatch.setenv("GPUADVISOR_POD_RESOURCES_SOCKET", str(tmp_path / "no-kubelet.sock"))
     configure_nvml(CONFIG)
     args = ["collector", "run", "--once", "--format", "json", "--proc-root", str(proc_root), "--node", "n1"]
     result = await asyncio.to_thread(CliRunner().invoke, app, args)
