@@ -240,7 +240,7 @@ def _pod_index(
         log_at = log.info if not settings.pod_resources_socket.exists() else log.warning
         log_at(
             "pod source: the API server's list of node %s's pods, which needs list and watch on pods "
-            "(docs/operations.md, "Tokens and credentials"); the kubelet's pod-resources API is not used: %s",
+            "(docs/operations.md, 'Tokens and credentials'); the kubelet's pod-resources API is not used: %s",
             plan.node_name,
             e,
         )

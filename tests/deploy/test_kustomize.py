@@ -198,8 +198,9 @@ def test_rbac_is_least_privilege(objects: list[Obj]) -> None:
             assert "escalate" not in rule["verbs"]
             assert "bind" not in rule["verbs"]
     collector = _rules(objects, "gpuadvisor-collector")
-    # the pod index lists and watches, nothing reads a pod by name; the node is read while NVML sees no GPU
-    assert _verbs(collector, "pods") == {"list", "watch", "patch"}
+    # pods read by name (those the kubelet says hold a GPU), never listed or watched; the node is read while NVML
+    # sees no GPU
+    assert _verbs(collector, "pods") == {"get", "patch"}
     assert _verbs(collector, "nodes") == {"get", "patch"}
     advisor = _rules(objects, "gpuadvisor-advisor")
     assert {v for r in advisor for v in r["verbs"]} == {"get", "list", "watch", "create"}
