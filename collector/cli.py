@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from collector.access import GpuAccessMonitor, NoGpuBackend
 from collector.agent import CollectorAgent, SnapshotSink
 from collector.backend import BackendUnavailableError, GpuBackend
-from collector.exporter import MetricsServer, SnapshotCollector
+from collector.exporter import Allocations, MetricsServer, SnapshotCollector
 from collector.kube_errors import KubeUnavailableError
 from collector.kubelet_pods import PodResourcesUnavailableError
 from collector.logs import configure_logging
@@ -60,10 +60,14 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise typer.Exit(code)
 
 
-def render_prometheus(agent: CollectorAgent, *, pid_labels: bool = False) -> str:
+def render_prometheus(
+    agent: CollectorAgent, *, pid_labels: bool = False, allocations: Allocations | None = None
+) -> str:
     """The exposition text of the agent's latest snapshot, through a fresh registry."""
     registry = CollectorRegistry()
-    registry.register(SnapshotCollector(lambda: agent.latest, agent.stats, agent.node, pid_labels=pid_labels))
+    registry.register(
+        SnapshotCollector(lambda: agent.latest, agent.stats, agent.node, pid_labels=pid_labels, allocations=allocations)
+    )
     return generate_latest(registry).decode()
 
 
@@ -117,7 +121,7 @@ def run(  # noqa: PLR0917 - Typer maps every option to a parameter
     )
     with_pids = pid_labels or settings.pid_labels
     if once:
-        _print_once(agent, parts.backend, output_format, pid_labels=with_pids)
+        _print_once(agent, parts, output_format, pid_labels=with_pids)
         return
     _serve(agent, plan, parts, settings, port=port if port is not None else settings.port, pid_labels=with_pids)
 
@@ -144,6 +148,7 @@ class _Parts:
     pods: PodLookup | None = None
     nvml_error: str | None = None
     access: GpuAccessMonitor | None = None
+    allocations: Allocations | None = None  # which pod holds which GPU device, where the kubelet tells
     sinks: list[SnapshotSink] = field(default_factory=list)
     stoppables: list[_Stoppable] = field(default_factory=list)
 
@@ -251,6 +256,7 @@ def _pod_index(
         reads,
     )
     parts.stoppables.append(_Closing(client.close))
+    parts.allocations = index.allocations
     return index
 
 
@@ -264,15 +270,17 @@ class _Closing:
         self.close()
 
 
-def _print_once(agent: CollectorAgent, backend: GpuBackend, output_format: OutputFormat, *, pid_labels: bool) -> None:
+def _print_once(agent: CollectorAgent, parts: _Parts, output_format: OutputFormat, *, pid_labels: bool) -> None:
     snapshot = agent.run_cycle()
-    backend.close()
+    parts.backend.close()
+    for part in parts.stoppables:
+        part.stop()
     if snapshot is None:
         fail("the collection cycle failed (see the log above)", EXIT_UNAVAILABLE)
     if output_format is OutputFormat.json:
         typer.echo(snapshot.model_dump_json(indent=2))
     else:
-        typer.echo(render_prometheus(agent, pid_labels=pid_labels), nl=False)
+        typer.echo(render_prometheus(agent, pid_labels=pid_labels, allocations=parts.allocations), nl=False)
 
 
 def _serve(
@@ -291,7 +299,11 @@ def _serve(
         agent.sinks.append(pusher)
         parts.stoppables.append(pusher)
     registry = CollectorRegistry()
-    registry.register(SnapshotCollector(lambda: agent.latest, parts.stats, plan.node_name, pid_labels=pid_labels))
+    registry.register(
+        SnapshotCollector(
+            lambda: agent.latest, parts.stats, plan.node_name, pid_labels=pid_labels, allocations=parts.allocations
+        )
+    )
     try:
         server = MetricsServer(
             registry, parts.stats, port=port, stale_after_seconds=max(60.0, 3 * plan.interval_seconds)

@@ -18,11 +18,24 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from collector.kubelet_pods import DeviceAllocation, gpu_of_device
+from collector.pods import PodInfo
 from collector.snapshot import GpuSnapshot, NodeSnapshot, ProcessSnapshot
 from collector.stats import CollectorStats
 
 GPU_LABELS = ("node", "gpu", "uuid")
 POD_LABELS = (*GPU_LABELS, "namespace", "pod", "container", "pod_uid", "owner_kind", "owner_name")
+ALLOCATION_LABELS = (
+    *GPU_LABELS,
+    "device",
+    "resource",
+    "namespace",
+    "pod",
+    "container",
+    "pod_uid",
+    "owner_kind",
+    "owner_name",
+)
 HOST_OWNER_KIND = "host"
 ERROR_KINDS = (
     "nvml",
@@ -84,8 +97,13 @@ def pod_series(snapshot: NodeSnapshot, *, pid_labels: bool = False) -> list[PodS
     return series
 
 
+Allocations = Callable[[], Sequence[tuple[DeviceAllocation, PodInfo | None]]]
+
+
 class SnapshotCollector(Collector):
-    """Metric families of the latest snapshot returned by `source` plus the collector's own stats."""
+    """Metric families of the latest snapshot returned by `source` plus the collector's own stats, and — where the
+    kubelet tells (`allocations`, `collector.kube.KubeletPodIndex.allocations`) — which pod holds which GPU device,
+    used or idle."""
 
     def __init__(
         self,
@@ -94,18 +112,51 @@ class SnapshotCollector(Collector):
         node: str,
         *,
         pid_labels: bool = False,
+        allocations: Allocations | None = None,
     ) -> None:
         self._source = source
         self._stats = stats
         self._node = node
         self._pid_labels = pid_labels
+        self._allocations = allocations
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self._source()
         if snapshot is not None:
             yield from self._gpu_families(snapshot)
             yield from self._pod_families(snapshot)
+            if self._allocations is not None:
+                yield self._allocation_family(snapshot, self._allocations())
         yield from self._own_families()
+
+    def _allocation_family(
+        self, snapshot: NodeSnapshot, allocations: Sequence[tuple[DeviceAllocation, PodInfo | None]]
+    ) -> Metric:
+        allocated = GaugeMetricFamily(
+            "gpuadvisor_pod_gpu_allocated",
+            "1 for each GPU device (whole GPU, shared replica, MIG device) the kubelet allocated to a pod's container, "
+            "whether the pod uses it or not; gpu and uuid name the GPU holding the device, empty when NVML shows none.",
+            labels=list(ALLOCATION_LABELS),
+        )
+        for allocation, info in allocations:
+            gpu = gpu_of_device(allocation.device_id, snapshot.gpus)
+            allocated.add_metric(
+                [
+                    self._node,
+                    "" if gpu is None else str(gpu.index),
+                    "" if gpu is None else gpu.uuid,
+                    allocation.device_id,
+                    allocation.resource,
+                    allocation.namespace,
+                    allocation.pod,
+                    allocation.container,
+                    "" if info is None else info.uid,
+                    "" if info is None else info.owner_kind,
+                    "" if info is None else info.owner_name,
+                ],
+                1,
+            )
+        return allocated
 
     def _gpu_families(self, snapshot: NodeSnapshot) -> Iterator[Metric]:
         info = GaugeMetricFamily(

@@ -49,7 +49,7 @@ from collector.kube_errors import (
     KubeUnavailableError,
     error_kind,
 )
-from collector.kubelet_pods import KubeletPod, PodResourcesUnavailableError
+from collector.kubelet_pods import DeviceAllocation, KubeletPod, PodResourcesUnavailableError, gpu_allocations
 from collector.pods import PodInfo, controller_of, pod_info_from_manifest
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
@@ -352,6 +352,7 @@ class KubeletPodIndex:
         self._clock = clock
         self._reads: dict[tuple[str, str], _Read] = {}
         self._pods: dict[str, PodInfo] = {}
+        self._allocations: tuple[DeviceAllocation, ...] = ()
         self._missed = threading.Event()
         self._api_failing = False
         self._stop = threading.Event()
@@ -366,6 +367,16 @@ class KubeletPodIndex:
 
     def __len__(self) -> int:
         return len(self._pods)
+
+    def allocations(self) -> list[tuple[DeviceAllocation, PodInfo | None]]:
+        """Every GPU device the kubelet last said it allocated, with its pod as the API server gave it (None: not
+        read, or no longer there)."""
+        reads = self._reads
+        found: list[tuple[DeviceAllocation, PodInfo | None]] = []
+        for allocation in self._allocations:
+            read = reads.get((allocation.namespace, allocation.pod))
+            found.append((allocation, read.info if read is not None else None))
+        return found
 
     def refresh(self) -> int:
         """Ask the kubelet for its pods and read from the API server those that need it; returns how many were read.
@@ -396,6 +407,7 @@ class KubeletPodIndex:
                 kept[key] = known
         self._reads = kept
         self._pods = {read.info.uid: read.info for read in kept.values() if read.info is not None}
+        self._allocations = gpu_allocations(listed)
         self.synced.set()
         return reads
 

@@ -17,9 +17,11 @@ device `MIG-<uuid>` (or, from older drivers, `MIG-GPU-<parent uuid>/<gi>/<ci>`),
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from collector.snapshot import GpuSnapshot
 
 # Where the kubelet serves the API (pkg/kubelet/apis/podresources: the kubelet's root dir + pod-resources/).
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -82,6 +84,35 @@ def parent_gpu_uuid(device_id: str) -> str | None:
     if not uuid.startswith("MIG-GPU-"):
         return None
     return uuid.removeprefix("MIG-").partition("/")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAllocation:
+    """One GPU device (a whole GPU, a replica of a shared one, a MIG device) the kubelet allocated to a container."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+
+
+def gpu_allocations(pods: Iterable[KubeletPod]) -> tuple[DeviceAllocation, ...]:
+    return tuple(
+        DeviceAllocation(pod.namespace, pod.name, container, resource, device_id)
+        for pod in pods
+        for container, resource, device_id in pod.gpu_devices()
+    )
+
+
+def gpu_of_device(device_id: str, gpus: Sequence[GpuSnapshot]) -> GpuSnapshot | None:
+    """The GPU of this node a device ID names (a MIG device's parent GPU); None when NVML does not show it."""
+    uuid = device_uuid(device_id)
+    parent = parent_gpu_uuid(device_id)
+    for gpu in gpus:
+        if gpu.uuid in (uuid, parent) or any(mig.uuid == uuid for mig in gpu.mig_devices):
+            return gpu
+    return None
 
 
 class PodResourcesUnavailableError(OSError):

@@ -10,6 +10,7 @@ message — is one `PodResourcesUnavailableError` naming the socket and what hap
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import grpc
@@ -62,11 +63,15 @@ class PodResourcesClient:
         where = f"kubelet pod-resources socket {self.socket_path}"
         if not self.socket_path.exists():
             raise PodResourcesUnavailableError(f"no {where}")
+        started = time.monotonic()
         try:
             answer = self._list_call()(None, timeout=self.timeout_seconds)
         except grpc.RpcError as e:
             code = e.code() if isinstance(e, grpc.Call) else None
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            # A gRPC-Go server (the kubelet) resets a call whose deadline passed (RST_STREAM CANCEL), which may reach
+            # us before our own deadline fires; this client never cancels a call itself.
+            late = code == grpc.StatusCode.CANCELLED and time.monotonic() - started >= self.timeout_seconds / 2
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED or late:
                 why = f"no answer within {self.timeout_seconds:g} s"
             else:
                 details = e.details() if isinstance(e, grpc.Call) else ""

@@ -8,13 +8,17 @@ import copy
 import logging
 import socket
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from collector import cli
+from collector.exporter import SnapshotCollector
 from collector.kube import KubeletPodIndex, PodIndex, make_api_client
 from collector.kubelet_pods import (
     ContainerDevices,
@@ -24,11 +28,14 @@ from collector.kubelet_pods import (
     PodResourcesUnavailableError,
     decode_list_response,
     device_uuid,
+    gpu_allocations,
     is_gpu_resource,
     parent_gpu_uuid,
 )
 from collector.podresources import PodResourcesClient
+from collector.pods import PodInfo
 from collector.settings import CollectorSettings
+from collector.snapshot import GpuSnapshot, MigDeviceSnapshot, NodeSnapshot
 from collector.stats import CollectorStats
 from tests.support.podresources import kubelet, pod
 
@@ -206,3 +213,64 @@ def test_without_an_answering_kubelet_the_nodes_pods_are_listed(
     assert "the API server's list of node n1's pods" in line
     why = {"missing": "no kubelet pod-resources socket", "refusing": "UNAVAILABLE", "silent": "no answer within"}
     assert why[fault] in line
+
+
+def test_which_pod_holds_which_gpu_device_is_exported_used_or_idle() -> None:
+    """`gpuadvisor_pod_gpu_allocated`: the kubelet's allocations joined to the node's GPUs (a replica and a MIG device
+    to the GPU holding them), with the pod's UID and owner where the API server gave them."""
+    mig = MigDeviceSnapshot(index=0, uuid="MIG-5e6f", gpu_instance_id=1, compute_instance_id=0)
+    snapshot = NodeSnapshot(
+        node="n1",
+        timestamp=datetime(2026, 11, 28, tzinfo=UTC),
+        gpus=(
+            GpuSnapshot(index=0, uuid="GPU-0a1b"),
+            GpuSnapshot(index=1, uuid="GPU-2c3d"),
+            GpuSnapshot(index=2, uuid="GPU-7a8b", mig_devices=(mig,)),
+        ),
+    )
+    owner = PodInfo(uid="u-whole", namespace="ml", name="whole-0", owner_kind="Job", owner_name="train")
+    kubelet_pods = [
+        KubeletPod("ml", p["name"], tuple(_container(c) for c in p["containers"]))
+        for p in (WHOLE, SLICED, MIG, LEGACY_MIG, CPU_ONLY)
+    ]
+    allocations = [(a, owner if a.pod == "whole-0" else None) for a in gpu_allocations(kubelet_pods)]
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(lambda: snapshot, CollectorStats(), "n1", allocations=lambda: allocations))
+
+    def allocated(device: str) -> dict[str, str]:
+        for metric in registry.collect():
+            for sample in metric.samples:
+                if sample.name == "gpuadvisor_pod_gpu_allocated" and sample.labels["device"] == device:
+                    assert sample.value == 1
+                    return sample.labels
+        raise AssertionError(f"no series for {device}")
+
+    assert allocated("GPU-0a1b") == {
+        "node": "n1",
+        "gpu": "0",
+        "uuid": "GPU-0a1b",
+        "device": "GPU-0a1b",
+        "resource": "nvidia.com/gpu",
+        "namespace": "ml",
+        "pod": "whole-0",
+        "container": "main",
+        "pod_uid": "u-whole",
+        "owner_kind": "Job",
+        "owner_name": "train",
+    }
+    assert (allocated("GPU-2c3d::3")["gpu"], allocated("GPU-2c3d::3")["pod"]) == ("1", "sliced-0")
+    assert (allocated("MIG-5e6f")["gpu"], allocated("MIG-5e6f")["uuid"]) == ("2", "GPU-7a8b")
+    assert allocated("MIG-GPU-7a8b/2/0")["gpu"] == "2"  # older drivers' MIG ID names its parent
+    # a pod's other devices (a NIC) and pods without devices are no GPU allocations
+    assert {s.labels["device"] for m in registry.collect() for s in m.samples if s.name.endswith("allocated")} == {
+        "GPU-0a1b",
+        "GPU-2c3d::0",
+        "GPU-2c3d::3",
+        "MIG-5e6f",
+        "MIG-GPU-7a8b/2/0",
+    }
+
+
+def _container(message: dict[str, Any]) -> KubeletContainer:
+    devices = tuple(ContainerDevices(d["resource_name"], tuple(d["device_ids"])) for d in message["devices"])
+    return KubeletContainer(message["name"], devices)

@@ -202,6 +202,13 @@ def test_the_collector_cannot_list_pods_and_reads_only_the_pods_holding_gpus(pod
             assert info.container_name(_container_id(name)) == "main"
         assert len(index) == 3
         assert stats.view().errors == {}  # a pod the API server no longer has is no error
+        holders = {(a.pod, a.device_id): info.uid if info else None for a, info in index.allocations()}
+        assert holders == {
+            ("whole-0", "GPU-0a1b"): pods.uids["whole-0"],
+            ("sliced-0", "GPU-2c3d::1"): pods.uids["sliced-0"],
+            ("mig-0", "MIG-5e6f"): pods.uids["mig-0"],
+            ("vanished-0", "GPU-0a1b"): None,
+        }
         assert index.refresh() == 0  # nothing read twice
     finally:
         client.close()

@@ -11,7 +11,7 @@
 //	{"pod_resources": [{"name": "train-0", "namespace": "ml", "containers": [{"name": "main",
 //	  "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": ["GPU-…"]}]}]}]}
 //
-// --delay holds every answer back (a kubelet that does not answer in time). The socket is removed on SIGTERM or
+// --delay holds every answer back (a hung kubelet: the caller's deadline ends the call). The socket is removed on SIGTERM or
 // SIGINT. "ready" is printed on stdout once it accepts connections.
 package main
 
@@ -37,14 +37,10 @@ type server struct {
 	delay time.Duration
 }
 
-func (s *server) read(ctx context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
-	if s.delay > 0 {
-		select {
-		case <-time.After(s.delay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+func (s *server) read() (*podresourcesv1.ListPodResourcesResponse, error) {
+	// A hung kubelet: the answer is held back whatever the caller's deadline, so the caller's own deadline ends
+	// the call (a handler returning at the deadline would race it with a stream reset).
+	time.Sleep(s.delay)
 	data, err := os.ReadFile(s.state)
 	if err != nil {
 		return nil, fmt.Errorf("state file: %w", err)
@@ -56,14 +52,14 @@ func (s *server) read(ctx context.Context) (*podresourcesv1.ListPodResourcesResp
 	return &listing, nil
 }
 
-func (s *server) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	return s.read(ctx)
+func (s *server) List(_ context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	return s.read()
 }
 
 // Get answers as the kubelet does (pkg/kubelet/apis/podresources/server_v1.go): a plain error naming the pod when
 // it does not know it.
-func (s *server) Get(ctx context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
-	listing, err := s.read(ctx)
+func (s *server) Get(_ context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+	listing, err := s.read()
 	if err != nil {
 		return nil, err
 	}
