@@ -12,7 +12,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,9 +181,11 @@ def standin() -> Iterator[Kubelet]:
         yield started
 
 
-def _index(pods: Pods, standin: Kubelet, stats: CollectorStats) -> tuple[KubeletPodIndex, PodResourcesClient]:
+def _index(
+    pods: Pods, standin: Kubelet, stats: CollectorStats, clock: Callable[[], float] = time.monotonic
+) -> tuple[KubeletPodIndex, PodResourcesClient]:
     client = PodResourcesClient(standin.socket, timeout_seconds=10)
-    return KubeletPodIndex(kubernetes_client(pods.collector), NODE, client.list, stats=stats), client
+    return KubeletPodIndex(kubernetes_client(pods.collector), NODE, client.list, stats=stats, clock=clock), client
 
 
 def test_the_collector_cannot_list_pods_and_reads_only_the_pods_holding_gpus(pods: Pods, standin: Kubelet) -> None:
@@ -225,6 +228,36 @@ def test_a_gpu_process_in_a_pod_without_a_gpu_gets_its_pod_read(pods: Pods, stan
         assert info.name == "cpu-0"
     finally:
         client.close()
+
+
+def test_a_pod_created_again_under_its_name_is_read_again(api: KubeApi, pods: Pods, standin: Kubelet) -> None:
+    """A StatefulSet's pod replaced on the same node: the kubelet lists the same name and devices, the cgroups name a
+    new UID; the index reads the pod again once its reading is a minute old."""
+    path = f"/api/v1/namespaces/{WORKLOADS}/pods/again-0"
+    spec = {"nodeName": NODE, "containers": [{"name": "main", "image": "train"}]}
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "again-0"}, "spec": spec}
+    first = api.create(f"/api/v1/namespaces/{WORKLOADS}/pods", manifest)["metadata"]["uid"]
+    standin.serve([*KUBELET_PODS, pod(WORKLOADS, "again-0", main=[("nvidia.com/gpu", ["GPU-9c9d"])])])
+    now = [1000.0]
+    index, client = _index(pods, standin, CollectorStats(), clock=lambda: now[0])
+    try:
+        index.refresh()
+        assert index.get(first) is not None
+        api.request("DELETE", path, params={"gracePeriodSeconds": "0"})
+        second = api.create(f"/api/v1/namespaces/{WORKLOADS}/pods", manifest)["metadata"]["uid"]
+        assert index.get(second) is None  # a miss
+        now[0] += 30
+        assert index.refresh() == 1  # only the never-read pod without a GPU; again-0 was read 30 s ago
+        assert index.get(second) is None
+        now[0] += 31
+        index.refresh()
+        info = index.get(second)
+        assert info is not None
+        assert info.name == "again-0"
+        assert index.get(first) is None
+    finally:
+        client.close()
+        api.request("DELETE", path, params={"gracePeriodSeconds": "0"})
 
 
 def test_pods_the_kubelet_lets_go_of_are_forgotten_and_a_silent_kubelet_empties_nothing(
