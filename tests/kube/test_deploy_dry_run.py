@@ -149,8 +149,9 @@ def test_every_pod_of_the_install_is_admitted_at_its_namespace_pod_security_leve
 
 
 def test_the_restricted_namespace_refuses_what_restricted_forbids(plane: ControlPlane, tmp_path: Path) -> None:
-    """The PodSecurity admission plugin of the real API server holds the line: the collector's pod (host /proc) and
-    an advisor pod allowed to escalate privileges are refused in gpuadvisor, with the reason."""
+    """The PodSecurity admission plugin of the real API server holds the line: the collector's pod (host /proc, the
+    kubelet's socket, root) and an advisor pod allowed to escalate privileges are refused in gpuadvisor, with the
+    reason."""
     which_kubectl()
     rendered = render(plane, tmp_path, VARIANTS["base"])
     install_namespaces(plane, rendered)
@@ -161,7 +162,8 @@ def test_the_restricted_namespace_refuses_what_restricted_forbids(plane: Control
         create_pod(plane, "gpuadvisor", collector)
     assert refused.value.status_code == 403
     assert 'violates PodSecurity "restricted:latest"' in str(refused.value)
-    assert 'volume "host-proc" uses restricted volume type "hostPath"' in str(refused.value)
+    assert 'volumes "host-proc", "pod-resources" use restricted volume type "hostPath"' in str(refused.value)
+    assert 'container "collector" must not set runAsUser=0' in str(refused.value)
     advisor = pod_of(workloads["gpuadvisor-advisor"])
     advisor["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
     with pytest.raises(KubeApiError) as escalating:
