@@ -179,7 +179,7 @@ def test_a_kubelet_that_does_not_answer_in_time_is_one_error() -> None:
             client.close()
 
 
-def _pod_index(socket_path: Path, timeout_seconds: float = 2.0) -> KubeletPodIndex | PodIndex:
+def _pod_index(socket_path: Path, timeout_seconds: float = 10.0) -> KubeletPodIndex | PodIndex:
     """The CLI's choice of pod source for node n1 (an API client that is never reached: no pod holds a GPU)."""
     settings = CollectorSettings(pod_resources_socket=socket_path, pod_resources_timeout_seconds=timeout_seconds)
     plan = cli._Plan("n1", 5.0, Path("/proc"), None)
