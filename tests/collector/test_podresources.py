@@ -37,6 +37,7 @@ from collector.pods import PodInfo
 from collector.settings import CollectorSettings
 from collector.snapshot import GpuSnapshot, MigDeviceSnapshot, NodeSnapshot
 from collector.stats import CollectorStats
+from tests.support.net import wait_until
 from tests.support.podresources import kubelet, pod
 
 WHOLE = pod("ml", "whole-0", main=[("nvidia.com/gpu", ["GPU-0a1b"])])
@@ -274,3 +275,30 @@ def test_which_pod_holds_which_gpu_device_is_exported_used_or_idle() -> None:
 def _container(message: dict[str, Any]) -> KubeletContainer:
     devices = tuple(ContainerDevices(d["resource_name"], tuple(d["device_ids"])) for d in message["devices"])
     return KubeletContainer(message["name"], devices)
+
+
+def test_the_index_keeps_asking_a_kubelet_that_stopped_answering(caplog: pytest.LogCaptureFixture) -> None:
+    """A kubelet restarting: each failed List is counted, logged once, and asked again (with backoff) until it
+    answers; the pods known before stay known meanwhile."""
+    calls: list[int] = []
+
+    def lister() -> tuple[KubeletPod, ...]:
+        calls.append(len(calls))
+        if 1 <= len(calls) - 1 <= 2:
+            raise PodResourcesUnavailableError("kubelet pod-resources socket: UNAVAILABLE: restarting")
+        return (KubeletPod("ml", "cpu-0"),)
+
+    caplog.set_level(logging.INFO, logger="collector.kube")
+    stats = CollectorStats()
+    api = make_api_client(host="http://127.0.0.1:9")  # never reached: no pod holds a GPU
+    index = KubeletPodIndex(api, "n1", lister, stats=stats, interval_seconds=0.01, backoff_max_seconds=0.05)
+    index.refresh()
+    index.start()
+    try:
+        assert wait_until(lambda: len(calls) >= 5, timeout_s=60)
+    finally:
+        index.stop()
+    assert stats.view().errors == {"podresources": 2}
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if "kubelet pod list failed" in m]) == 1
+    assert any("recovered" in m for m in messages)
