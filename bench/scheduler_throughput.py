@@ -15,8 +15,13 @@ Before/after a change to the plugin, same run: `--plugin-baseline PATH` runs ano
 the same profile (`plugin_baseline`); `--plugin-filter` runs the plugin with its `filter` arg on (`plugin_filter`: one
 call per cycle in PreFilter, about every node).
 
+Where a cycle's time goes, per scheduler: the CPU milliseconds per pod bound of the scheduler, the advisor, the API
+server and etcd over the same window (`*_cpu_ms_per_pod`: on a machine whose cores they share, the advisor's CPU is
+time the plugin's cycle can wait for), the means of kube-scheduler's extension-point histograms (`*_cycle_ms`), the
+plugin's call mean (`*_advisor_call_ms`), and with `--pprof DIR` each scheduler's CPU profile (`go tool pprof`).
+
 Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin-baseline BINARY] [--plugin-filter]
-       [--json]
+       [--pprof DIR] [--json]
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
 {"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
 plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
