@@ -15,8 +15,13 @@ Before/after a change to the plugin, same run: `--plugin-baseline PATH` runs ano
 the same profile (`plugin_baseline`); `--plugin-filter` runs the plugin with its `filter` arg on (`plugin_filter`: one
 call per cycle in PreFilter, about every node).
 
+Where a cycle's time goes, per scheduler: the CPU milliseconds per pod bound of the scheduler, the advisor, the API
+server and etcd over the same window (`*_cpu_ms_per_pod`: on a machine whose cores they share, the advisor's CPU is
+time the plugin's cycle can wait for), the means of kube-scheduler's extension-point histograms (`*_cycle_ms`), the
+plugin's call mean (`*_advisor_call_ms`), and with `--pprof DIR` each scheduler's CPU profile (`go tool pprof`).
+
 Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin-baseline BINARY] [--plugin-filter]
-       [--json]
+       [--pprof DIR] [--json]
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
 {"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
 plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
@@ -30,9 +35,11 @@ import argparse
 import json
 import os
 import random
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the control plane's helpers live in tests/support
 from tests.advisor.factories import process, snapshot  # noqa: E402
 from tests.support.kube import (  # noqa: E402
+    ADMIN_TOKEN,
     BUILD_SCRIPT,
     KUBE_BIN_ENV,
     ControlPlane,
@@ -77,8 +85,9 @@ def bin_dir() -> Path:
 
 
 @contextmanager
-def advisor(plane: ControlPlane, workdir: Path) -> Iterator[str]:
-    """`gpuadvisor advisor serve` watching the control plane, as tests/kube/conftest.py starts it."""
+def advisor(plane: ControlPlane, workdir: Path) -> Iterator[tuple[str, Process]]:
+    """`gpuadvisor advisor serve` watching the control plane, as tests/kube/conftest.py starts it: its URL and
+    process."""
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_") and k != "KUBECONFIG"}
     # Each node's snapshot is pushed once, before the schedulers run (minutes at 5,000 nodes); a live collector
@@ -91,7 +100,7 @@ def advisor(plane: ControlPlane, workdir: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         proc.wait_ready(lambda: httpx.get(f"{url}/healthz", timeout=2).status_code == 200)
-        yield url
+        yield url, proc
     finally:
         proc.stop()
 
@@ -126,11 +135,6 @@ def gpu_pod(name: str, scheduler: str) -> Obj:
     }
 
 
-def pending(api: KubeApi, ns: str) -> int:
-    listed = api.get(f"/api/v1/namespaces/{ns}/pods", fieldSelector="spec.nodeName=")
-    return len(listed["items"])
-
-
 def create_pods(api: KubeApi, ns: str, scheduler: str, pods: int) -> None:
     """`pods` pending GPU pods for `scheduler`, created before it runs."""
     namespace(api, ns)
@@ -142,21 +146,87 @@ def create_pods(api: KubeApi, ns: str, scheduler: str, pods: int) -> None:
         )
 
 
-def measure(api: KubeApi, ns: str, pods: int, timeout_s: float) -> float:
-    """Pods per second from the first binding seen to the last (polled every 20 ms): the scheduler's own rate, not
-    the API server's pod creation nor the scheduler's start."""
-    deadline = time.monotonic() + timeout_s
-    first = None
-    while (left := pending(api, ns)) > 0:
-        if first is None and left < pods:
-            first = (time.monotonic(), pods - left)
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{ns}: {left} of {pods} pods still pending after {timeout_s:.0f} s")
-        time.sleep(0.02)
-    end = time.monotonic()
-    if first is None:  # all bound between two polls
-        return float("inf")
-    return (pods - first[1]) / (end - first[0])
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (/proc/PID/stat), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Bindings:
+    """The pods of a namespace as they are bound, seen through a watch opened before the scheduler starts: when each
+    binding arrived, and each process's CPU at the first. A watch costs the API server one event per binding, where
+    listing the namespace's pods every 20 ms (this bench before) had it and the bench encode and decode every pod
+    fifty times a second on the cores the schedulers are measured on; it also times each binding as it arrives."""
+
+    def __init__(self, api: KubeApi, ns: str, pods: int, timeout_s: float, pids: dict[str, int]) -> None:
+        self.pods, self.pids = pods, pids
+        self.cpu_at_first: dict[str, float] = {}
+        self.error: BaseException | None = None
+        listed = api.get(f"/api/v1/namespaces/{ns}/pods")
+        self._bound = {p["metadata"]["uid"] for p in listed["items"] if p["spec"].get("nodeName")}
+        self._client = httpx.Client(
+            base_url=api.url,
+            headers={"Authorization": f"Bearer {api.token}"},
+            verify=ssl.create_default_context(cafile=api.ca_file),
+            timeout=httpx.Timeout(30, read=timeout_s),
+        )
+        params = {"watch": "1", "resourceVersion": listed["metadata"]["resourceVersion"]}
+        params["timeoutSeconds"] = str(int(timeout_s))
+        self._stream = self._client.stream("GET", f"/api/v1/namespaces/{ns}/pods", params=params)
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self.times: list[float] = []
+        self.done = threading.Event()
+        self._thread.start()
+
+    def _watch(self) -> None:
+        try:
+            with self._stream as response:
+                response.raise_for_status()
+                for line in response.iter_lines():
+                    event = json.loads(line)
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        raise RuntimeError(f"pod watch: {obj.get('message')}")
+                    uid = obj["metadata"]["uid"]
+                    if obj["spec"].get("nodeName") and uid not in self._bound:
+                        self._bound.add(uid)
+                        self.times.append(time.monotonic())
+                        if len(self.times) == 1:
+                            self.cpu_at_first = {k: cpu_seconds(pid) for k, pid in self.pids.items()}
+                    if len(self._bound) >= self.pods:
+                        break
+        except BaseException as e:  # handed to measure(): the run fails with it
+            self.error = e
+        finally:
+            self.done.set()
+            self._client.close()
+
+    def add_process(self, name: str, pid: int) -> None:
+        """Count a process started after the watch (the scheduler: before it can bind anything)."""
+        self.pids = {**self.pids, name: pid}
+
+    def measure(self, timeout_s: float) -> tuple[float, dict[str, float]]:
+        """Pods per second from the first binding to the last: the scheduler's own rate, not the API server's pod
+        creation nor the scheduler's start; and over the same window, per pod bound after the first, the CPU
+        milliseconds each process spent (on a machine whose cores they share: where a cycle's time goes)."""
+        pids = self.pids
+        if not self.done.wait(timeout_s) or self.error is not None or len(self._bound) < self.pods:
+            raise RuntimeError(
+                f"{len(self._bound)} of {self.pods} pods bound after {timeout_s:.0f} s"
+                + (f": {self.error}" if self.error else "")
+            )
+        end_cpu = {k: cpu_seconds(pid) for k, pid in pids.items()}
+        window = len(self.times) - 1
+        if window < 1 or self.times[-1] <= self.times[0]:
+            return float("inf"), {}
+        cpu_ms = {k: round((end_cpu[k] - self.cpu_at_first[k]) * 1000 / window, 2) for k in pids}
+        return window / (self.times[-1] - self.times[0]), cpu_ms
+
+
+def mean_ms(scheduler: SchedulerProcess, name: str, **labels: str) -> float:
+    """The mean of a histogram on the scheduler's /metrics, in milliseconds (0 if nothing was observed)."""
+    count = scheduler.metric(f"{name}_count", **labels)
+    return round(scheduler.metric(f"{name}_sum", **labels) * 1000 / count, 2) if count else 0.0
 
 
 def allocated_milli(advisor_url: str) -> int:
@@ -240,7 +310,9 @@ def configs(
 
 
 @contextmanager
-def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Path) -> Iterator[SchedulerProcess]:
+def _scheduler_process(
+    plane: ControlPlane, binary: Path, config: Path, log: Path, *, on_start: Callable[[str, int], None]
+) -> Iterator[SchedulerProcess]:
     port = free_port()
     proc = Process(
         binary.name,
@@ -254,11 +326,63 @@ def _scheduler_process(plane: ControlPlane, binary: Path, config: Path, log: Pat
         ],
         log,
     ).start()
+    assert proc.proc is not None
+    on_start("scheduler", proc.proc.pid)
     try:
         proc.wait_ready(lambda: httpx.get(f"https://127.0.0.1:{port}/healthz", verify=False).status_code == 200)
         yield SchedulerProcess(proc, f"https://127.0.0.1:{port}")
     finally:
         proc.stop()
+
+
+def run_one(
+    plane: ControlPlane,
+    advisor_at: tuple[str, Process],
+    kind: str,
+    binary: Path,
+    config_of: Callable[[str], Obj],
+    *,
+    work: Path,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """One scheduler's run over its own namespace of pending pods: its figures, keys prefixed with `kind`."""
+    url, advisor_proc = advisor_at
+    name = f"bench-{kind.replace('_', '-')}"
+    config = {**config_of(name), "clientConnection": {"kubeconfig": str(plane.kubeconfig), **CLIENT}}
+    path = _mkdir(work / kind) / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    create_pods(plane.api, name, name, args.pods)
+    pids = _pids({"advisor": advisor_proc, "apiserver": plane.apiserver, "etcd": plane.etcd})
+    bindings = Bindings(plane.api, name, args.pods, args.timeout_s, pids)
+    out: dict[str, Any] = {}
+    log = work / kind / "scheduler.log"
+    with _scheduler_process(plane, binary, path, log, on_start=bindings.add_process) as scheduler:
+        profile = _pprof(scheduler, args.pprof / f"{kind}.pprof") if args.pprof else None
+        rate, cpu_ms = bindings.measure(args.timeout_s)
+        if profile is not None:
+            profile.join()
+        out[f"{kind}_cpu_ms_per_pod"] = cpu_ms
+        # Where the scheduling cycle goes (means over the run; the stock metrics of kube-scheduler).
+        out[f"{kind}_cycle_ms"] = {
+            point: mean_ms(scheduler, "scheduler_framework_extension_point_duration_seconds", extension_point=point)
+            for point in ("PreFilter", "Filter", "PreScore", "Score", "Reserve")
+        } | {"attempt": mean_ms(scheduler, "scheduler_scheduling_attempt_duration_seconds")}
+        advised = ""
+        if binary.name == PLUGIN_BINARY:
+            # A call that failed or was never made (the breaker open) is a cycle scored without the advisor:
+            # cheaper, so a rate without these counts can flatter the plugin.
+            calls = scheduler.metric("gpuadvisor_plugin_advisor_calls_total", result="ok")
+            neutral = scheduler.metric("gpuadvisor_plugin_fallbacks_total")
+            out[f"{kind}_advisor_answers"] = int(calls)
+            out[f"{kind}_neutral_cycles"] = int(neutral)
+            out[f"{kind}_advisor_call_ms"] = mean_ms(
+                scheduler, "gpuadvisor_plugin_advisor_call_duration_seconds", result="ok"
+            )
+            advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral)"
+    out[f"{kind}_pods_per_second"] = round(rate, 1)
+    out[f"{kind}_stale_nodes"] = stale_nodes(url)  # 0: every score was made on fresh telemetry
+    print(f"{kind:9s} {rate:8.1f} pods/s{advised}; CPU ms per pod {cpu_ms}", file=sys.stderr)
+    return out
 
 
 def main() -> None:
@@ -276,14 +400,28 @@ def main() -> None:
     parser.add_argument(
         "--plugin-filter", action="store_true", help="also run the plugin with its filter arg on: plugin_filter"
     )
+    parser.add_argument(
+        "--pprof",
+        type=Path,
+        metavar="DIR",
+        help=f"write each scheduler's CPU profile of its first {PPROF_SECONDS} s of scheduling to DIR/KIND.pprof",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
     args = parser.parse_args()
+    if args.pprof is not None:
+        args.pprof.mkdir(parents=True, exist_ok=True)
     if args.plugin_baseline is not None and not os.access(args.plugin_baseline, os.X_OK):
         sys.exit(f"error: --plugin-baseline: {args.plugin_baseline} is not an executable file")
     bins = bin_dir()
     with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
         work = Path(tmp)
-        with control_plane(bins, _mkdir(work / "plane")) as plane, advisor(plane, _mkdir(work / "advisor")) as url:
+        with (
+            control_plane(bins, _mkdir(work / "plane")) as plane,
+            advisor(plane, _mkdir(work / "advisor")) as (
+                url,
+                advisor_proc,
+            ),
+        ):
             t0 = time.monotonic()
             names = make_cluster(plane.api, url, args.nodes, args.seed)
             setup_s = time.monotonic() - t0
@@ -293,26 +431,8 @@ def main() -> None:
             result: dict[str, Any] = {"nodes": len(names), "pods": args.pods, "setup_seconds": round(setup_s, 1)}
             kinds = configs(plane, url, baseline=args.plugin_baseline, with_filter=args.plugin_filter)
             for kind, (binary, config_of) in kinds.items():
-                name = f"bench-{kind.replace('_', '-')}"
-                config = {**config_of(name), "clientConnection": {"kubeconfig": str(plane.kubeconfig), **CLIENT}}
-                path = _mkdir(work / kind) / "config.yaml"
-                path.write_text(yaml.safe_dump(config))
-                create_pods(plane.api, name, name, args.pods)
-                with _scheduler_process(plane, binary, path, work / kind / "scheduler.log") as scheduler:
-                    rate = measure(plane.api, name, args.pods, args.timeout_s)
-                    advised = ""
-                    if binary.name == PLUGIN_BINARY:
-                        # A call that failed or was never made (the breaker open) is a cycle scored without the
-                        # advisor: cheaper, so a rate without these counts can flatter the plugin.
-                        calls = scheduler.metric("gpuadvisor_plugin_advisor_calls_total", result="ok")
-                        neutral = scheduler.metric("gpuadvisor_plugin_fallbacks_total")
-                        result[f"{kind}_advisor_answers"] = int(calls)
-                        result[f"{kind}_neutral_cycles"] = int(neutral)
-                        advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral)"
-                result[f"{kind}_pods_per_second"] = round(rate, 1)
-                result[f"{kind}_stale_nodes"] = stale_nodes(url)  # 0: every score was made on fresh telemetry
-                print(f"{kind:9s} {rate:8.1f} pods/s{advised}", file=sys.stderr)
-                clean(plane.api, name, url, baseline)
+                result |= run_one(plane, (url, advisor_proc), kind, binary, config_of, work=work, args=args)
+                clean(plane.api, f"bench-{kind.replace('_', '-')}", url, baseline)
             for kind in kinds:
                 if kind.startswith("plugin"):
                     result[f"{kind}_over_vanilla"] = round(
@@ -324,6 +444,33 @@ def main() -> None:
     else:
         for k, v in result.items():
             print(f"{k}: {v}")
+
+
+PPROF_SECONDS = 5
+
+
+def _pprof(scheduler: SchedulerProcess, out: Path) -> threading.Thread:
+    """The scheduler's CPU profile (its /debug/pprof, on by default) of the next PPROF_SECONDS, fetched in a
+    thread while the pods are scheduled."""
+
+    def fetch() -> None:
+        response = httpx.get(
+            f"{scheduler.url}/debug/pprof/profile",
+            params={"seconds": PPROF_SECONDS},
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            verify=False,
+            timeout=PPROF_SECONDS + 60,
+        )
+        response.raise_for_status()
+        out.write_bytes(response.content)
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    return thread
+
+
+def _pids(processes: dict[str, Process | None]) -> dict[str, int]:
+    return {k: p.proc.pid for k, p in processes.items() if p is not None and p.proc is not None}
 
 
 def _mkdir(path: Path) -> Path:

@@ -142,6 +142,14 @@ func (b *breaker) success() (wasOpen bool) {
 	return wasOpen
 }
 
+// abandon ends a call that was cut short by its caller (the scheduling cycle ended): it was neither a success nor
+// a failure of the advisor, but a trial call of an open breaker is over.
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.trial = false
+}
+
 // failure counts a failed call; it says whether this failure opened the breaker (not a failed trial of an open one).
 func (b *breaker) failure() (opened bool) {
 	b.mu.Lock()

@@ -1,7 +1,10 @@
 // Package gpuadvisor is the scheduler-framework plugin that asks gpuadvisor's advisor where a GPU pod should go.
 //
-// PreScore makes one batched POST /v1/score per scheduling cycle for the pod and the nodes that passed Filter and
-// keeps the answer in the CycleState; Score only reads it, NormalizeScore stretches the best node to MaxNodeScore.
+// PreScore makes one batched POST /v1/score per scheduling cycle for the pod and the nodes that passed Filter, and
+// does not wait for it: the call runs while the framework runs the other plugins' Score over every node (the advisor
+// and the scheduler then work at the same time), Score gives a placeholder, and NormalizeScore waits for the answer,
+// writes the advisor's score of each node and stretches the best node to MaxNodeScore. The scores are the ones the
+// answer says either way; a failed call leaves every node the same score (0), which weighs nothing, as a skip.
 // Pods that ask for no GPU are skipped and cost no call. Reserve/Unreserve keep the pods this scheduler has just
 // placed and sends them with the next requests, so a burst does not pick the same free GPU twice before the
 // advisor's pod watch sees the first binding. When the advisor is slow or down the cycle goes on with neutral
@@ -31,6 +34,9 @@ import (
 const Name = "GPUAdvisor"
 
 const stateKey fwk.StateKey = Name + "/answer"
+
+// pendingKey holds PreScore's call while it runs (`pendingAnswer`), for NormalizeScore.
+const pendingKey fwk.StateKey = Name + "/pending"
 
 // Plugin is the GPUAdvisor scheduler plugin.
 type Plugin struct {
@@ -111,6 +117,25 @@ func (s *cycleAnswer) Clone() fwk.StateData {
 	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, freed: freed}
 }
 
+// pendingAnswer is PreScore's call, answered once done is closed (then answer is set and never written again).
+type pendingAnswer struct {
+	done   chan struct{}
+	answer *cycleAnswer
+}
+
+// Clone shares the call: it is read-only once answered, and a clone's NormalizeScore waits for the same answer.
+func (p *pendingAnswer) Clone() fwk.StateData { return p }
+
+// wait returns the answer once the call is done, or a failed one if the cycle's context ends first.
+func (p *pendingAnswer) wait(ctx context.Context) *cycleAnswer {
+	select {
+	case <-p.done:
+		return p.answer
+	case <-ctx.Done():
+		return &cycleAnswer{failed: true}
+	}
+}
+
 func readAnswer(state fwk.CycleState) (*cycleAnswer, error) {
 	data, err := state.Read(stateKey)
 	if err != nil {
@@ -188,6 +213,8 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, node
 }
 
 // PreScore asks the advisor once for the pod on every node that passed Filter, unless PreFilter has asked already.
+// The call is started here and answered in the background (NormalizeScore waits for it); with the breaker open no
+// call is made and the plugin skips itself.
 func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	if !wantsGPU(pod) || len(nodes) == 0 {
 		return fwk.NewStatus(fwk.Skip)
@@ -198,21 +225,33 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		}
 		return nil
 	}
-	answer := p.ask(ctx, pod, nodes)
-	if answer.failed {
+	if !p.breaker.allow() {
+		fallbacks.WithLabelValues("circuit_open").Inc()
 		return fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, answer)
+	req := p.request(pod, nodes)
+	pending := &pendingAnswer{done: make(chan struct{})}
+	go func() {
+		defer close(pending.done)
+		pending.answer = p.call(ctx, pod, req)
+	}()
+	state.Write(pendingKey, pending)
 	return nil
 }
 
-// ask makes the cycle's one call, with the assumed pods on those nodes; a failure (or an open breaker) is an answer
-// marked failed, counted and logged once when it opens the breaker.
+// ask makes the cycle's one call and waits for it (PreFilter, whose Filter needs the verdicts at once); a failure
+// (or an open breaker) is an answer marked failed.
 func (p *Plugin) ask(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo) *cycleAnswer {
 	if !p.breaker.allow() {
 		fallbacks.WithLabelValues("circuit_open").Inc()
 		return &cycleAnswer{failed: true}
 	}
+	return p.call(ctx, pod, p.request(pod, nodes))
+}
+
+// request is the cycle's score request: the pod, the nodes, and the assumed pods on those nodes as they are now
+// (taken in the cycle itself, before any later Reserve).
+func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 	names := make([]string, len(nodes))
 	candidates := make(map[string]struct{}, len(nodes))
 	for i, n := range nodes {
@@ -221,10 +260,19 @@ func (p *Plugin) ask(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo) *cy
 	}
 	assumed, held := p.assumed.on(candidates)
 	assumedGauge.Set(float64(held))
-	req := &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed, Detail: "brief"}
+	return &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed, Detail: "brief"}
+}
+
+// call posts the request; a failure is an answer marked failed, counted and logged once when it opens the breaker.
+// A call cut short because its scheduling cycle ended (another plugin failed it) says nothing about the advisor.
+func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycleAnswer {
 	start := p.now()
 	answer, err := p.client.score(ctx, req)
 	elapsed := p.now().Sub(start).Seconds()
+	if err != nil && ctx.Err() != nil {
+		p.breaker.abandon()
+		return &cycleAnswer{failed: true}
+	}
 	if err != nil {
 		advisorCalls.WithLabelValues("error").Inc()
 		advisorLatency.WithLabelValues("error").Observe(elapsed)
@@ -258,17 +306,26 @@ func clampScore(score float64) int64 {
 	return max(fwk.MinNodeScore, min(fwk.MaxNodeScore, s))
 }
 
-// Score reads the node's score from the cycle's answer; a node the advisor did not name scores neutrally.
+// Score reads the node's score from the cycle's answer (PreFilter's call); while PreScore's call is still running
+// it gives 0, which NormalizeScore replaces with the answer's score.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	answer, err := readAnswer(state)
 	if err != nil {
+		if _, noCall := state.Read(pendingKey); noCall == nil {
+			return 0, nil
+		}
 		return 0, fwk.AsStatus(fmt.Errorf("%s: no scores in the cycle state: %w", Name, err))
 	}
-	v, ok := answer.verdicts[nodeInfo.Node().Name]
+	return answer.scoreOf(nodeInfo.Node().Name), nil
+}
+
+// scoreOf is the advisor's score of a node; a node it did not name scores neutrally.
+func (s *cycleAnswer) scoreOf(node string) int64 {
+	v, ok := s.verdicts[node]
 	if !ok {
-		return (fwk.MaxNodeScore + fwk.MinNodeScore) / 2, nil
+		return (fwk.MaxNodeScore + fwk.MinNodeScore) / 2
 	}
-	return v.score, nil
+	return v.score
 }
 
 // ScoreExtensions returns the plugin itself (NormalizeScore).
@@ -277,7 +334,24 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 // NormalizeScore stretches the scores so that the best node gets MaxNodeScore, keeping their ratios: the profile's
 // weight then says how much the advisor's choice counts against the other plugins', whatever the spread of its
 // 0..100 scores.
-func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+//
+// With PreScore's call it first waits for the answer and writes each node's score from it; a failed call leaves
+// every node 0 (the same for all: the advisor weighs nothing in this cycle).
+func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if data, err := state.Read(pendingKey); err == nil {
+		pending, ok := data.(*pendingAnswer)
+		if !ok {
+			return fwk.AsStatus(fmt.Errorf("%s: cycle state holds %T, not the advisor's call", Name, data))
+		}
+		answer := pending.wait(ctx)
+		for i := range scores {
+			if answer.failed {
+				scores[i].Score = 0
+			} else {
+				scores[i].Score = answer.scoreOf(scores[i].Name)
+			}
+		}
+	}
 	var best int64
 	for _, s := range scores {
 		best = max(best, s.Score)

@@ -32,6 +32,8 @@ type fakeAdvisor struct {
 	delay    time.Duration
 	status   int
 	calls    atomic.Int64
+	// gate, when set, holds every answer until it is closed.
+	gate chan struct{}
 }
 
 func (f *fakeAdvisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -48,8 +50,11 @@ func (f *fakeAdvisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
-	delay, status, held := f.delay, f.status, f.held
+	delay, status, held, gate := f.delay, f.status, f.held, f.gate
 	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	time.Sleep(delay)
 	if status != 0 {
 		http.Error(w, `{"detail":"down"}`, status)
@@ -151,6 +156,19 @@ func scoreCycle(t *testing.T, p *Plugin, pod *v1.Pod, nodes []fwk.NodeInfo) (fwk
 	return scores, status
 }
 
+// neutral says whether a cycle's outcome leaves the advisor no say: the plugin skipped, or every node the same score.
+func neutral(scores fwk.NodeScoreList, status *fwk.Status) bool {
+	if status.IsSkip() {
+		return true
+	}
+	for _, s := range scores {
+		if s.Score != scores[0].Score {
+			return false
+		}
+	}
+	return true
+}
+
 func byName(scores fwk.NodeScoreList) map[string]int64 {
 	out := map[string]int64{}
 	for _, s := range scores {
@@ -227,8 +245,8 @@ func TestSlowAdvisorScoresNeutrallyThenTheBreakerOpens(t *testing.T) {
 	before, _ := testutil.GetCounterMetricValue(fallbacks.WithLabelValues("circuit_open"))
 	pod := gpuPod("p", oneGPU, nil)
 	for i := range 2 {
-		if _, st := scoreCycle(t, p, pod, nodeInfos("a", "b")); !st.IsSkip() {
-			t.Fatalf("cycle %d with a slow advisor: %v, want Skip (neutral)", i, st)
+		if scores, st := scoreCycle(t, p, pod, nodeInfos("a", "b")); !neutral(scores, st) {
+			t.Fatalf("cycle %d with a slow advisor: %v %v, want neutral scores", i, st, scores)
 		}
 	}
 	if got := f.calls.Load(); got != 2 {
@@ -256,12 +274,59 @@ func TestSlowAdvisorScoresNeutrallyThenTheBreakerOpens(t *testing.T) {
 func TestAdvisorErrorsAreNeverAFailedCycle(t *testing.T) {
 	f := &fakeAdvisor{status: http.StatusInternalServerError}
 	p, _ := start(t, f, nil)
-	if _, st := scoreCycle(t, p, gpuPod("p", oneGPU, nil), nodeInfos("a")); !st.IsSkip() {
-		t.Errorf("advisor 500: %v, want Skip", st)
+	if scores, st := scoreCycle(t, p, gpuPod("p", oneGPU, nil), nodeInfos("a", "b")); !neutral(scores, st) {
+		t.Errorf("advisor 500: %v %v, want neutral scores", st, scores)
 	}
 	down, _ := start(t, &fakeAdvisor{}, func(a *Args) { a.AdvisorURL = "http://127.0.0.1:1" })
-	if _, st := scoreCycle(t, down, gpuPod("p", oneGPU, nil), nodeInfos("a")); !st.IsSkip() {
-		t.Errorf("advisor down: %v, want Skip", st)
+	if scores, st := scoreCycle(t, down, gpuPod("p", oneGPU, nil), nodeInfos("a", "b")); !neutral(scores, st) {
+		t.Errorf("advisor down: %v %v, want neutral scores", st, scores)
+	}
+}
+
+func TestScoreDoesNotWaitForTheAdvisorNormalizeScoreWritesItsAnswer(t *testing.T) {
+	gate := make(chan struct{})
+	f := &fakeAdvisor{scores: map[string]float64{"a": 40, "b": 80}, gate: gate}
+	p, _ := start(t, f, nil)
+	ctx := context.Background()
+	state := framework.NewCycleState()
+	pod, nodes := gpuPod("p", oneGPU, nil), nodeInfos("a", "b")
+	if st := p.PreScore(ctx, state, pod, nodes); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	// The advisor has not answered (gate closed below): PreScore and Score must not have waited for it.
+	scores := make(fwk.NodeScoreList, len(nodes))
+	for i, n := range nodes {
+		s, st := p.Score(ctx, state, pod, n)
+		if !st.IsSuccess() {
+			t.Fatalf("Score(%s): %v", n.Node().Name, st)
+		}
+		scores[i] = fwk.NodeScore{Name: n.Node().Name, Score: s}
+	}
+	close(gate)
+	if st := p.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
+		t.Fatalf("NormalizeScore: %v", st)
+	}
+	if got := byName(scores); got["a"] != 50 || got["b"] != 100 {
+		t.Errorf("scores %v, want the advisor's 40 and 80 stretched to 50 and 100", got)
+	}
+}
+
+func TestACycleCutShortDoesNotCountAgainstTheAdvisor(t *testing.T) {
+	gate := make(chan struct{})
+	f := &fakeAdvisor{scores: map[string]float64{"a": 40}, gate: gate}
+	p, _ := start(t, f, func(a *Args) { a.FailureThreshold = 1 })
+	defer close(gate)
+	ctx, cancel := context.WithCancel(context.Background())
+	state := framework.NewCycleState()
+	pod := gpuPod("p", oneGPU, nil)
+	if st := p.PreScore(ctx, state, pod, nodeInfos("a", "b")); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	cancel() // another plugin failed the cycle: NormalizeScore never runs, the call is dropped
+	data, _ := state.Read(pendingKey)
+	<-data.(*pendingAnswer).done
+	if !p.breaker.allow() {
+		t.Fatal("a call dropped with its cycle opened the breaker (threshold 1)")
 	}
 }
 
