@@ -8,7 +8,8 @@ as every filter call was answered before the fast path), and the prioritize fast
 timed on the same body again and again (`*_same_nodes`: what a scheduler sends call after call while its Nodes do
 not change) and on a body whose every Node changed since the last call (`*_changed_nodes`: each Node's
 resourceVersion differs, as after a restart or when every kubelet has just posted its status). Wall time per call,
-median and max; the first call of a fresh process is in `*_first_ms`.
+median and max, and the median CPU time of the process per call (what the call costs, however loaded the machine);
+the first call of a fresh process is in `*_first_ms`.
 
 With `--baseline REF`, the same measurement runs on that commit's code too (checked out into a temporary folder,
 run in a subprocess), alternating baseline and this tree twice, so that both see the same machine load: compare the
@@ -40,13 +41,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PATHS = ("filter_fast_path", "filter_route", "prioritize_fast_path")
 
 
-def _timed(call: Callable[[bytes], object], bodies: list[bytes]) -> list[float]:
-    seconds = []
+def _timed(call: Callable[[bytes], object], bodies: list[bytes]) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds of this process) per call: on a loaded machine the wall time is mostly waiting for a
+    core, the CPU time what the call itself costs."""
+    wall, cpu = [], []
     for body in bodies:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         call(body)
-        seconds.append(time.perf_counter() - start)
-    return seconds
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return wall, cpu
 
 
 def measure(megabytes: float, iterations: int) -> dict[str, Any]:
@@ -84,13 +88,13 @@ def measure(megabytes: float, iterations: int) -> dict[str, Any]:
         results: dict[str, Any] = {"nodes": count, "body_megabytes": round(len(same) / 1e6, 2)}
         version = 1
         for name, call in calls.items():
-            results[f"{name}_first_ms"] = round(_timed(call, [same])[0] * 1000, 1)
-            results[f"{name}_same_nodes"] = _timed(call, [same] * iterations)
+            results[f"{name}_first_ms"] = round(_timed(call, [same])[0][0] * 1000, 1)
+            results[f"{name}_same_nodes"], results[f"{name}_same_nodes_cpu"] = _timed(call, [same] * iterations)
             changed = []
             for _ in range(iterations):
                 changed.append(body(version))
                 version += 1
-            results[f"{name}_changed_nodes"] = _timed(call, changed)
+            results[f"{name}_changed_nodes"], results[f"{name}_changed_nodes_cpu"] = _timed(call, changed)
     return results
 
 
@@ -103,8 +107,12 @@ def _run(tree: Path, megabytes: float, iterations: int) -> dict[str, Any]:
     return result
 
 
-def _figures(seconds: list[float]) -> dict[str, float]:
-    return {"median_ms": round(statistics.median(seconds) * 1000, 1), "max_ms": round(max(seconds) * 1000, 1)}
+def _figures(seconds: list[float], cpu_seconds: list[float]) -> dict[str, float]:
+    return {
+        "median_ms": round(statistics.median(seconds) * 1000, 1),
+        "max_ms": round(max(seconds) * 1000, 1),
+        "cpu_median_ms": round(statistics.median(cpu_seconds) * 1000, 1),
+    }
 
 
 def main() -> None:
@@ -125,15 +133,21 @@ def main() -> None:
             for name, tree in trees.items():
                 runs[name].append(_run(tree, args.megabytes, args.iterations))
     first = runs["this tree"][0]
-    print(f"{first['nodes']} nodes, ExtenderArgs body {first['body_megabytes']} MB; median / max ms, runs pooled")
+    print(f"{first['nodes']} nodes, ExtenderArgs body {first['body_megabytes']} MB; wall median / max (CPU median) ms,")
+    print("runs pooled")
     print(f"{'':34}" + "".join(f"{name:>36}" for name in trees))
     summary: dict[str, Any] = {"nodes": first["nodes"], "body_megabytes": first["body_megabytes"]}
     summary |= {"http_timeout_ms": 300, "load_average_at_start": round(load[0], 1)}
     for path in PATHS:
         for kind in ("same_nodes", "changed_nodes"):
             key = f"{path}_{kind}"
-            row = {name: _figures([s for run in done for s in run[key]]) for name, done in runs.items()}
-            cells = "".join(f"{f['median_ms']:>26.1f} / {f['max_ms']:>7.1f}" for f in row.values())
+            row = {
+                name: _figures([s for run in done for s in run[key]], [s for run in done for s in run[f"{key}_cpu"]])
+                for name, done in runs.items()
+            }
+            cells = "".join(
+                f"{f['median_ms']:>17.1f} / {f['max_ms']:>7.1f} ({f['cpu_median_ms']:>6.1f})" for f in row.values()
+            )
             print(f"{key:34}{cells}")
             summary[key] = row
         firsts = {name: [run[f"{path}_first_ms"] for run in done] for name, done in runs.items()}

@@ -25,9 +25,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
 from advisor.api.errors import BodyLimit
+from advisor.api.fastpath import decode_json
 from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap
-from advisor.api.routes.extender import CheckedNodes, SmallBodyError, fast_filter, filter_, sent_args
-from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs
+from advisor.api.routes.extender import CheckedNodes, SmallBodyError, fast_filter, filter_, node_view, sent_args
+from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs, V1Node
 from advisor.api.transport.guard import guarded_protocol
 from advisor.settings import PARSE_EXPANSION, AdvisorSettings
 from tests.advisor.factories import snapshot, v1_pod
@@ -334,15 +335,22 @@ def test_a_large_extender_body_read_without_node_models_is_what_the_route_parses
 
 
 def test_a_large_extender_body_is_refused_exactly_where_the_route_refuses_it(tmp_path: Path) -> None:
-    """Reading each Node for its name and labels only (and each one once, `CheckedNodes`) refuses what the route's
-    strict parser and models refuse — anywhere in the body, in fields the advisor never reads too — and the service
-    answers those with the route's 422; a Node seen before and sent again is not validated again."""
+    """Reading each Node for its metadata only (and each one once, `CheckedNodes`) refuses what the route's strict
+    parser and models refuse — in the metadata, fields the advisor never reads included, and the JSON syntax and UTF-8
+    of the whole body — and the service answers those with the route's 422; a Node seen before and sent again is not
+    validated again."""
     names = [f"node-{i:05d}" for i in range(800)]
     pod = upstream.pod(containers=[upstream.container(limits={"nvidia.com/gpu": "2"})])
     raw = json.dumps(upstream.extender_args(pod, nodes=[upstream.node(n) for n in names])).encode()
     assert len(raw) > LARGE_BODY_BYTES
     node = b'"name": "node-00007"'
     assert node in raw
+    status = raw.index(b'"status": {', raw.index(node)) + len(b'"status": {')
+
+    def in_status(field: bytes) -> bytes:
+        """The body with `field` first in node-00007's status, a part of a Node the advisor does not read."""
+        return raw[:status] + field + b", " + raw[status:]
+
     bad = {
         "not JSON": raw.replace(b'"node-00007"', b"NaN", 1),
         "a name that is no string": raw.replace(node, b'"name": 7', 1),
@@ -358,6 +366,10 @@ def test_a_large_extender_body_is_refused_exactly_where_the_route_refuses_it(tmp
         "invalid UTF-8 in a node": raw.replace(node, node + b', "x": "\xff"', 1),
         "an unpaired surrogate": raw.replace(node, node + b', "x": "\\ud800"', 1),
         "an integer past 4,300 digits": raw.replace(node, node + b', "x": ' + b"9" * 5000, 1),
+        "a syntax error in a field not read": in_status(b'"x": tru'),
+        "invalid UTF-8 in a field not read": in_status(b'"x": "\xff"'),
+        "an unpaired surrogate in a field not read": in_status(b'"x": "\\udc00"'),
+        "an invalid escape in a field not read": in_status(b'"x": "\\q"'),
         "no pod": json.dumps({"NodeNames": names}).encode(),
         "too many names": json.dumps(
             {"Pod": pod, "NodeNames": [f"n{i}" for i in range(MAX_CANDIDATE_NODES + 1)]}
@@ -377,6 +389,27 @@ def test_a_large_extender_body_is_refused_exactly_where_the_route_refuses_it(tmp
     again = sent_args(raw, checked=checked)
     assert len(checked) == len(names)
     assert again.candidates() == names
+
+
+def test_a_node_is_read_for_its_metadata_as_the_routes_model_reads_it() -> None:
+    """`node_view` gives the name and labels the route's `V1Node` gives — ASCII or not, metadata absent or partial —
+    without building the fields the advisor does not read: a number out of range there is checked for its syntax
+    only (kube-scheduler's encoder never writes one), where the route's parser, decoding everything, refuses it."""
+    nodes = [
+        upstream.node("n-1"),
+        {"metadata": {"name": "n-2", "labels": {"zone": "zürich"}}, "status": {"capacity": {"cpu": "4"}}},
+        {"metadata": {"name": "n-3", "labels": None}},
+        {"metadata": {}},
+        {},
+    ]
+    for obj in nodes:
+        for text in (json.dumps(obj).encode(), json.dumps(obj, ensure_ascii=False).encode()):
+            node = V1Node.model_validate(decode_json(text))
+            assert node_view(text) == (node.metadata.name, node.labels())
+    unread = b'{"metadata": {"name": "n-4"}, "status": {"images": [{"sizeBytes": 1e400}]}}'
+    with pytest.raises(msgspec.ValidationError):
+        decode_json(unread)
+    assert node_view(unread) == ("n-4", {})
 
 
 def test_checked_nodes_keep_two_generations_within_their_budget() -> None:

@@ -164,6 +164,9 @@ def test_a_gpu_share_pod_is_bound_where_the_advisor_scores_best(api: KubeApi, ad
     group = "share"
     names = ["share-a", "share-b"]
     make_nodes(api, group, names)
+    for name in names:  # as gpushare's and Volcano's device plugins advertise their shares: 80 GiB, 10 per GPU
+        status = {"allocatable": {"aliyun.com/gpu-mem": "640", "volcano.sh/vgpu-number": "80"}}
+        api.merge_patch(f"/api/v1/nodes/{name}/status", {"status": status | {"capacity": status["allocatable"]}})
     # share-a already runs a half-GPU share (ours: no node advertises gpuadvisor.io/gpu-milli, so kube-scheduler
     # does not count it; the advisor does, through its pod watch)
     half = create_pod(api, pod("half", group, scheduler, {"gpuadvisor.io/gpu-milli": "500"}, node="share-a"))
@@ -173,6 +176,8 @@ def test_a_gpu_share_pod_is_bound_where_the_advisor_scores_best(api: KubeApi, ad
     for name, requests in [
         ("milli", {"gpuadvisor.io/gpu-milli": "400"}),
         ("hami", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}),
+        ("gpushare", {"aliyun.com/gpu-mem": "8"}),
+        ("vgpu", {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "8000"}),
     ]:
         asked = pod(name, group, scheduler, requests)
         scores = advisor_scores(advisor, asked, names)
