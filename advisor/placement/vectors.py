@@ -40,12 +40,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import NodeFacts, gpu_slowdowns, share_arrays
+from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
-from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
+from advisor.placement.types import COLUMN_ROWS, WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
 from advisor.predictors import Predictors, default_usage
 
 MAX_TABLES = 32
@@ -175,6 +175,11 @@ class ScoreVectors:
         self._resident_mask = np.zeros(capacity, dtype=np.int64)
         self._memory_total = np.zeros((capacity, 8), dtype=np.int64)
         self._node_shape = np.zeros(capacity, dtype=np.int64)
+        # each node's `NodeState.columns` (row × GPU position, zero past its GPUs) and sharing mode, lent to
+        # `columnar` (`NodeFacts`) so that a call copies no node's bytes
+        self._columns = np.zeros((capacity, COLUMN_ROWS, 8))
+        self._concurrent = np.zeros(capacity, dtype=np.bool_)
+        self._sliced = np.zeros(capacity, dtype=np.bool_)
         self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
         self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
         # per (whole GPUs, configuration): each node shape id's whole-GPU plan (`_PlanTable`), gathered by cold calls
@@ -206,9 +211,14 @@ class ScoreVectors:
         self._free_mask = grown(self._free_mask, 0)
         self._resident_mask = grown(self._resident_mask, 0)
         self._node_shape = grown(self._node_shape, 0)
+        self._concurrent = grown(self._concurrent, False)
+        self._sliced = grown(self._sliced, False)
         memory = np.zeros((capacity, self._memory_total.shape[1]), dtype=np.int64)
         memory[: self._memory_total.shape[0]] = self._memory_total
         self._memory_total = memory
+        columns = np.zeros((capacity, *self._columns.shape[1:]))
+        columns[: self._columns.shape[0]] = self._columns
+        self._columns = columns
 
     def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> list[int]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
@@ -263,11 +273,21 @@ class ScoreVectors:
             self._model_ids[model] = len(self._models)
             self._models.append(model)
         self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
-        wide = max(s.topology.gpu_count for s in known)
+        counts = self._gpu_count[target]
+        wide = int(counts.max())
         if wide > self._memory_total.shape[1]:
             memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
             memory[:, : self._memory_total.shape[1]] = self._memory_total
             self._memory_total = memory
+            columns = np.zeros((self._columns.shape[0], COLUMN_ROWS, wide))
+            columns[:, :, : self._columns.shape[2]] = self._columns
+            self._columns = columns
+        self._columns[target] = 0.0
+        for g in np.unique(counts).tolist():  # the nodes of g GPUs: one join of their bytes
+            same = np.flatnonzero(counts == g)
+            joined = b"".join([known[i].columns for i in same.tolist()])
+            self._columns[target[same], :, :g] = np.frombuffer(joined, dtype=np.float64).reshape(same.size, -1, g)
+        self._concurrent[target], self._sliced[target] = node_modes(known)
         narrow = [s if s.topology.gpu_count <= _MASK_BITS else None for s in known]
         self._free_mask[target] = [0 if s is None else s.free_mask for s in narrow]
         self._resident_mask[target] = [0 if s is None else _resident_bits(s) for s in narrow]
@@ -418,7 +438,7 @@ class ScoreVectors:
                 usages,
                 config=distinct[key % len(distinct)],
                 predictors=predictors,
-                facts=NodeFacts(self._largest_island[target[members]], model[members]),
+                facts=self._facts(target[members], model[members]),
             )
             values[_FEASIBLE, members] = chosen.positions >= 0
             values[_PACKING, members] = chosen.packing
@@ -506,7 +526,7 @@ class ScoreVectors:
                 nodes,
                 (positions, rows),
                 usages=usages,
-                usage_index=model[members[shared]],
+                facts=self._facts(target[members[shared]], model[members[shared]]),
                 predictors=predictors,
             )
             pod_slow = np.ones(shared.size)
@@ -516,6 +536,12 @@ class ScoreVectors:
             values[_INTERFERENCE, members[shared]] = 0.5 / pod_slow + 0.5 / res_slow
             values[_SLOWDOWN, members[shared]] = pod_slow
         return values
+
+    def _facts(self, slots: NDArray[np.intp], usage_index: NDArray[np.intp]) -> NodeFacts:
+        """The index's arrays of the nodes at `slots` for `columnar` (their columns lent whole, not copied)."""
+        return NodeFacts(
+            self._largest_island[slots], usage_index, self._concurrent[slots], self._sliced[slots], self._columns, slots
+        )
 
     def _shape_plans(
         self,
