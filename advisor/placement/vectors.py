@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 from advisor.gpus import normalize_gpu_model
 from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, share_arrays
 from advisor.placement.config import ScoringConfig
-from advisor.placement.gpuset import whole_plan
+from advisor.placement.gpuset import WholePlan, whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
 from advisor.placement.types import COLUMN_ROWS, WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
@@ -55,6 +55,7 @@ _MASK_BITS = 62
 """Nodes with more GPUs than this have no int64 mask of them: their whole-GPU rows come from the per-node path."""
 _NODE_SHAPE_LIMIT = 65536
 """Distinct (topology, free milli-GPU) pairs the index interns before it starts afresh."""
+_MASKS = (1 << _MASK_BITS) - 1
 _INT64_MAX = np.iinfo(np.int64).max
 _FEASIBLE, _PACKING, _AFFINITY, _INTERFERENCE, _SLOWDOWN = range(5)
 _FIELDS = 5
@@ -184,6 +185,9 @@ class ScoreVectors:
         self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
         # per (whole GPUs, configuration): each node shape id's whole-GPU plan (`_PlanTable`), gathered by cold calls
         self._plans: dict[tuple[int, ScoringConfig], _PlanTable] = {}
+        # the same where a GPU-memory request leaves fewer eligible GPUs: by (node shape id, eligible mask) packed
+        # as `id << _MASK_BITS | mask` (`_eligible_plans`)
+        self._eligible: dict[tuple[int, ScoringConfig], dict[int, WholePlan | None]] = {}
 
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
@@ -273,21 +277,7 @@ class ScoreVectors:
             self._model_ids[model] = len(self._models)
             self._models.append(model)
         self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
-        counts = self._gpu_count[target]
-        wide = int(counts.max())
-        if wide > self._memory_total.shape[1]:
-            memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
-            memory[:, : self._memory_total.shape[1]] = self._memory_total
-            self._memory_total = memory
-            columns = np.zeros((self._columns.shape[0], COLUMN_ROWS, wide))
-            columns[:, :, : self._columns.shape[2]] = self._columns
-            self._columns = columns
-        self._columns[target] = 0.0
-        for g in np.unique(counts).tolist():  # the nodes of g GPUs: one join of their bytes
-            same = np.flatnonzero(counts == g)
-            joined = b"".join([known[i].columns for i in same.tolist()])
-            self._columns[target[same], :, :g] = np.frombuffer(joined, dtype=np.float64).reshape(same.size, -1, g)
-        self._concurrent[target], self._sliced[target] = node_modes(known)
+        self._take_columns(target, known)
         narrow = [s if s.topology.gpu_count <= _MASK_BITS else None for s in known]
         self._free_mask[target] = [0 if s is None else s.free_mask for s in narrow]
         self._resident_mask[target] = [0 if s is None else _resident_bits(s) for s in narrow]
@@ -305,6 +295,24 @@ class ScoreVectors:
             ids.append(shape_id)
         self._memory_total[target] = memory
         self._node_shape[target] = ids
+
+    def _take_columns(self, target: NDArray[np.intp], known: list[NodeState]) -> None:
+        """Each node's GPU memory and columns (zero past its GPUs) and sharing mode into the slots `target`."""
+        counts = self._gpu_count[target]
+        wide = int(counts.max())
+        if wide > self._memory_total.shape[1]:
+            memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
+            memory[:, : self._memory_total.shape[1]] = self._memory_total
+            self._memory_total = memory
+            columns = np.zeros((self._columns.shape[0], COLUMN_ROWS, wide))
+            columns[:, :, : self._columns.shape[2]] = self._columns
+            self._columns = columns
+        self._columns[target] = 0.0
+        for g in np.unique(counts).tolist():  # the nodes of g GPUs: one join of their bytes
+            same = np.flatnonzero(counts == g)
+            joined = b"".join([known[i].columns for i in same.tolist()])
+            self._columns[target[same], :, :g] = np.frombuffer(joined, dtype=np.float64).reshape(same.size, -1, g)
+        self._concurrent[target], self._sliced[target] = node_modes(known)
 
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
@@ -482,34 +490,28 @@ class ScoreVectors:
         per_model = [config.for_model(m) for m in models]
         distinct = list({id(c): c for c in per_model}.values())  # compared by identity
         numbers = np.array([distinct.index(c) for c in per_model], dtype=np.int64)
-        # one plan per distinct (node shape, configuration, eligible GPUs); without a GPU-memory request the
-        # eligible GPUs are the free ones, which the node shape (its free milli-GPU) already says
-        count = len(distinct)
+        # one plan per distinct (node shape, configuration, eligible GPUs): where the eligible GPUs are the free ones
+        # (no GPU-memory request, or one every free GPU meets), which the node shape (its free milli-GPU) already
+        # says, a gather from the plans by node shape; elsewhere from the plans by (node shape, eligible GPUs)
         masks = eligible[members]
+        shapes = self._node_shape[target[members]]
+        config_numbers = numbers[model[members]]
         if pod.gpu_memory_bytes is None:
-            planned, chosen = self._shape_plans(
-                k, distinct, self._node_shape[target[members]], numbers[model[members]], masks
-            )
-            values[:, members] = planned
-            feasible = planned[_FEASIBLE] > 0
+            planned, chosen = self._shape_plans(k, distinct, shapes, config_numbers, masks)
         else:
-            shape_config = self._node_shape[target[members]] * count + numbers[model[members]]
-            index: dict[tuple[int, int], int] = {}
-            inverse = np.fromiter(
-                (index.setdefault(key, len(index)) for key in zip(shape_config.tolist(), masks.tolist(), strict=True)),
-                dtype=np.intp,
-                count=members.size,
-            )
-            node_shapes = self._node_shapes
-            plans = [
-                whole_plan(*node_shapes[key // count], mask, k, distinct[key % count]) for key, mask in list(index)
-            ]
-            inverse = inverse.reshape(-1)
-            feasible = np.array([p is not None for p in plans], dtype=np.bool_)[inverse]
-            packing = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
-            affinity = np.array([0.0 if p is None else p.topology_affinity for p in plans])[inverse]
-            values[:, members] = _plan_rows(feasible, packing, affinity)
-            chosen = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[inverse]
+            planned = np.empty((_FIELDS, members.size))
+            chosen = np.empty(members.size, dtype=np.int64)
+            narrowed = masks != self._free_mask[target[members]]
+            for where, plans in (
+                (np.flatnonzero(~narrowed), self._shape_plans),
+                (np.flatnonzero(narrowed), self._eligible_plans),
+            ):
+                if where.size:
+                    planned[:, where], chosen[where] = plans(
+                        k, distinct, shapes[where], config_numbers[where], masks[where]
+                    )
+        values[:, members] = planned
+        feasible = planned[_FEASIBLE] > 0
         busy = chosen & self._resident_mask[target[members]]  # chosen GPUs with residents, per node
         shared = np.flatnonzero(feasible & (busy != 0))
         if shared.size:
@@ -584,6 +586,52 @@ class ScoreVectors:
             feasible = mask > 0
             rows[:, where] = _plan_rows(feasible, table.packing[ids], table.affinity[ids])
             chosen[where] = mask
+        return rows, chosen
+
+    def _eligible_plans(
+        self,
+        k: int,
+        configs: list[ScoringConfig],
+        shapes: IntArray,
+        config_numbers: IntArray,
+        eligible_masks: IntArray,
+    ) -> tuple[FloatArray, IntArray]:
+        """`_shape_plans` where the eligible GPUs are fewer than the free ones (a GPU-memory request some free GPUs
+        do not meet): one plan per distinct (node shape, eligible GPUs), kept per (k, configuration) by the pair
+        (`_PLAN_TABLES` of them, each emptied past `_NODE_SHAPE_LIMIT` pairs), so that `gpuset.whole_plan` (whose
+        cache hashes the topology and the configuration) is asked only for pairs never seen before."""
+        rows = np.empty((_FIELDS, shapes.size))
+        chosen = np.empty(shapes.size, dtype=np.int64)
+        node_shapes = self._node_shapes
+        for number, config in enumerate(configs):
+            where = np.flatnonzero(config_numbers == number) if len(configs) > 1 else np.arange(shapes.size)
+            if not where.size:
+                continue
+            # the distinct (shape, mask) pairs: sorted by both, a new pair wherever either changes
+            order = where[np.lexsort((eligible_masks[where], shapes[where]))]
+            ids, masks = shapes[order], eligible_masks[order]
+            new_pair = np.r_[True, (ids[1:] != ids[:-1]) | (masks[1:] != masks[:-1])]
+            starts = np.flatnonzero(new_pair)
+            pair_of = np.empty(shapes.size, dtype=np.intp)
+            pair_of[order] = np.cumsum(new_pair) - 1
+            keys = [(i << _MASK_BITS) | m for i, m in zip(ids[starts].tolist(), masks[starts].tolist(), strict=True)]
+            known = self._eligible.pop((k, config), None)  # put back last: the least recently used go first
+            if known is None or len(known) > _NODE_SHAPE_LIMIT:
+                known = {}
+            self._eligible[(k, config)] = known
+            if len(self._eligible) > _PLAN_TABLES:
+                del self._eligible[next(iter(self._eligible))]
+            found = list(map(known.get, keys, repeat(_UNPLANNED)))
+            for j in [j for j, plan in enumerate(found) if plan is _UNPLANNED]:
+                key = keys[j]
+                found[j] = known[key] = whole_plan(*node_shapes[key >> _MASK_BITS], key & _MASKS, k, config)
+            plans = cast("list[WholePlan | None]", found)
+            pick = pair_of[where]
+            feasible = np.array([p is not None for p in plans], dtype=np.bool_)[pick]
+            packing = np.array([0.0 if p is None else p.packing for p in plans])[pick]
+            affinity = np.array([0.0 if p is None else p.topology_affinity for p in plans])[pick]
+            rows[:, where] = _plan_rows(feasible, packing, affinity)
+            chosen[where] = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[pick]
         return rows, chosen
 
     def _integers(
@@ -661,5 +709,7 @@ _FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "i
 _VECTORISE_MIN_NODES = 8
 """Below this many cold nodes of one GPU count and configuration, `Scorer.evaluate`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""
+_UNPLANNED = object()
+"""What `_eligible_plans` finds for a pair it has no plan of yet (a plan may be None: infeasible)."""
 _ANY_WORKLOAD = object()
 """Stands for the workload in the key of a whole-GPU table whose rows hold for any workload."""
