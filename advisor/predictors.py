@@ -352,11 +352,13 @@ def _solve_keys(percents: NDArray[np.int64]) -> NDArray[np.float64]:
     for row in utilisation[1:]:  # left to right, as `_residents_sum` (an absent resident adds 0.0: no change)
         total = total + row
     total = utilisation[0] + total
-    own = utilisation[present]
-    others = np.minimum(1.0, (total - utilisation)[present])
+    sides = np.column_stack([utilisation[present], np.minimum(1.0, (total - utilisation)[present])])
+    # a side's speed depends on its (own, others') utilisations alone: each distinct pair, bit for bit, solved once
+    pairs, inverse = np.unique(sides.view(np.int64), axis=0, return_inverse=True)
+    own, others = pairs.view(np.float64).T
     steps = np.full(own.size, DEFAULT_STEP_SECONDS)
     speeds = np.full(percents.shape, np.inf)
-    speeds[present] = turn_taking(own, steps, others, steps)[0]
+    speeds[present] = turn_taking(own, steps, others, steps)[0][inverse.reshape(-1)]
     return np.column_stack([1.0 / speeds[0], 1.0 / speeds[1:].min(axis=0)])
 
 

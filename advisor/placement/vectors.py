@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol, cast
@@ -224,11 +224,12 @@ class ScoreVectors:
         columns[: self._columns.shape[0]] = self._columns
         self._columns = columns
 
-    def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> list[int]:
+    def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> NDArray[np.intp]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
+        given = np.fromiter(map(self._slot_of.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+        if given.size and given.min() >= 0:  # every name has a slot (the usual call): no Python step per name
+            return given
         got = list(map(self._slot_of.get, names))
-        if None not in got:
-            return cast("list[int]", got)
         if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
             self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
             got = list(map(self._slot_of.get, names))
@@ -244,7 +245,7 @@ class ScoreVectors:
                 if slot >= self._serial.size:
                     self._grow(2 * self._serial.size)
                 out.append(slot)
-        return out
+        return np.array(out, dtype=np.intp)
 
     def _refresh(
         self, changed: IntArray, slots: NDArray[np.intp], states: list[NodeState | _Absent], serials: IntArray
@@ -340,7 +341,7 @@ class ScoreVectors:
             if len(self._node_shapes) > _NODE_SHAPE_LIMIT:
                 self._reset(self._serial.size)  # node shapes of states long gone: start afresh
             states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
-            slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
+            slots = self._slots(names, states, len(nodes))
             serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
             changed = np.flatnonzero(serials != self._serial[slots])
             if changed.size:
@@ -390,8 +391,12 @@ class ScoreVectors:
         the shape's table, the any-workload one, and per candidate whether its row is in the first (None: one
         table)."""
         table, any_table, own = tables
-        batch = cast("list[NodeState]", [states[i] for i in cold.tolist()])  # fresh: known nodes
         target = slots[cold]
+
+        def batch(at: IntArray) -> list[NodeState]:
+            """The states of the cold candidates at `at` (fresh: known nodes), read only where a step needs them."""
+            return cast("list[NodeState]", [states[i] for i in cold[at].tolist()])
+
         if pod.is_share:
             values = self._share_rows(pod, batch, target, scorer=scorer)
         else:
@@ -409,7 +414,7 @@ class ScoreVectors:
     def _share_rows(
         self,
         pod: PodRequest,
-        batch: list[NodeState],
+        batch: Callable[[IntArray], list[NodeState]],
         target: NDArray[np.intp],
         *,
         scorer: Evaluator,
@@ -419,7 +424,7 @@ class ScoreVectors:
         GPU count and packing configuration (`ScoringConfig.for_model`) together through `share_arrays`, as
         `scoring._evaluate_shares` groups them."""
         config, predictors = scorer.config, scorer.predictors
-        values = np.zeros((_FIELDS, len(batch)))
+        values = np.zeros((_FIELDS, target.size))
         values[_SLOWDOWN] = 1.0
         model = self._model[target]
         ok = self._healthy[target]
@@ -435,7 +440,7 @@ class ScoreVectors:
         usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as Scorer.evaluate
         for key in np.unique(group[ok]).tolist():
             members = np.flatnonzero(ok & (group == key))
-            nodes = [batch[j] for j in members.tolist()]
+            nodes = batch(members)
             if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
                 values[:, members] = _rows(scorer.evaluate(pod, nodes, None))
                 continue
@@ -456,7 +461,12 @@ class ScoreVectors:
         return values
 
     def _whole_rows(  # noqa: PLR0915 - the vectorised whole-GPU rows in one pass over the batch's arrays
-        self, pod: PodRequest, batch: list[NodeState], target: NDArray[np.intp], *, scorer: Evaluator
+        self,
+        pod: PodRequest,
+        batch: Callable[[IntArray], list[NodeState]],
+        target: NDArray[np.intp],
+        *,
+        scorer: Evaluator,
     ) -> FloatArray:
         """Whole GPUs' rows (fields × nodes) over the index's arrays: `Scorer.evaluate`'s checks (a GPU model the
         pod does not accept, no healthy GPU) and `scoring.evaluate_whole` for a pod without a gang on nodes without
@@ -465,7 +475,7 @@ class ScoreVectors:
         interference only where the chosen GPUs have residents, for all of them at once (`columnar.gpu_slowdowns`)."""
         config, predictors = scorer.config, scorer.predictors
         k = pod.whole_gpus
-        values = np.zeros((_FIELDS, len(batch)))
+        values = np.zeros((_FIELDS, target.size))
         values[_SLOWDOWN] = 1.0
         model = self._model[target]
         ok = self._healthy[target].copy()
@@ -475,7 +485,7 @@ class ScoreVectors:
             ok &= accepted[model]
         wide = np.flatnonzero(ok & (self._gpu_count[target] > _MASK_BITS))
         if wide.size:  # no int64 mask of their GPUs: the per-node path
-            values[:, wide] = _rows(scorer.evaluate(pod, [batch[j] for j in wide.tolist()], None))
+            values[:, wide] = _rows(scorer.evaluate(pod, batch(wide), None))
             ok[wide] = False
         eligible = self._free_mask[target]
         if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU, per position
@@ -520,7 +530,7 @@ class ScoreVectors:
             width = int(self._gpu_count[target[members[shared]]].max())
             bits = (busy[shared, None] >> np.arange(width, dtype=np.int64)) & 1
             rows, positions = np.nonzero(bits)
-            nodes = [batch[j] for j in members[shared].tolist()]
+            nodes = batch(members[shared])
             fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
             usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model
             pod_pair, res_pair = gpu_slowdowns(
