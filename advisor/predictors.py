@@ -281,7 +281,10 @@ def turn_taking_slowdowns_of(
     packed = np.ones(m, dtype=np.int64)
     for digits in percents:
         packed = np.where(digits == _NO_RESIDENT, packed, (packed << _KEY_BITS) | digits)
-    keys, first, which = np.unique(packed, return_index=True, return_inverse=True)
+    keys, which = np.unique(packed, return_inverse=True)
+    which = which.reshape(-1)
+    first = np.empty(keys.size, dtype=np.intp)
+    first[which] = np.arange(m)  # a GPU of each key (any: a key's GPUs have the same percents)
     slots = np.fromiter(map(_TURN_SLOTS.get, keys.tolist(), repeat(-1)), dtype=np.intp, count=keys.size)
     missing = np.flatnonzero(slots < 0)
     if missing.size:
@@ -292,7 +295,7 @@ def turn_taking_slowdowns_of(
         _remember(keys[missing].tolist(), answers[missing])
     else:
         answers = _TURN_ANSWERS[slots]
-    picked = answers[which.reshape(-1)]
+    picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
 
 
@@ -353,9 +356,11 @@ def _solve_keys(percents: NDArray[np.int64]) -> NDArray[np.float64]:
         total = total + row
     total = utilisation[0] + total
     sides = np.column_stack([utilisation[present], np.minimum(1.0, (total - utilisation)[present])])
-    # a side's speed depends on its (own, others') utilisations alone: each distinct pair, bit for bit, solved once
-    pairs, inverse = np.unique(sides.view(np.int64), axis=0, return_inverse=True)
-    own, others = pairs.view(np.float64).T
+    # A side's speed depends on its (own, others') utilisations alone: each distinct pair solved once. The pairs
+    # as complex numbers (one sort): neither part is NaN or -0.0 (percents / 100 and a total less a part of it),
+    # so equal numbers are equal bits.
+    pairs, inverse = np.unique(sides.view(np.complex128).reshape(-1), return_inverse=True)
+    own, others = pairs.real.copy(), pairs.imag.copy()
     steps = np.full(own.size, DEFAULT_STEP_SECONDS)
     speeds = np.full(percents.shape, np.inf)
     speeds[present] = turn_taking(own, steps, others, steps)[0][inverse.reshape(-1)]

@@ -382,12 +382,13 @@ def share_arrays(
     g = nodes[0].topology.gpu_count
     if facts is None:
         flat = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
-    else:
-        flat = facts.columns[facts.slot, :, :g]
+        slot = np.arange(n)
+    else:  # only the rows read below are copied, and the GPUs the share fits on
+        flat, slot = facts.columns, facts.slot
 
     def row(r: int) -> FloatArray:
         """One row of every node's columns as GPU position × node (see `_before`)."""
-        return np.ascontiguousarray(flat[:, r, :].T)
+        return np.ascontiguousarray(flat[slot, r, :g].T)
 
     free = row(_FREE)
     milli = pod.share_milli
@@ -437,7 +438,7 @@ def share_arrays(
     best_fit = best_fit_share * (1.0 - left_ratio - penalty)
     packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
 
-    entries = flat[rows, :, positions].T  # row × GPU the share fits on
+    entries = flat[slot[rows], :, positions].T  # row × GPU the share fits on
     pod_slow, res_slow = _slowdowns(
         pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors, modes=modes
     )
