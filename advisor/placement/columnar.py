@@ -80,8 +80,9 @@ class NodeFacts(NamedTuple):
     """What a caller already holds per node in arrays (the prioritize verb's node index), so that `share_arrays` and
     `gpu_slowdowns` need not read it from every node: its largest NVLink island, which of `usages` is the pod's on
     it, whether its GPUs run kernels at once (`advisor.sharing.CONCURRENT_MODES`) or take turns (time-slicing), and
-    its columns: `NodeState.columns` as `columns[slot[i]]` (row × GPU position, zero past the node's GPUs), so that
-    a caller holding many nodes' columns lends the whole array and only the rows asked for are copied."""
+    its columns: `NodeState.columns` as `columns[:, slot[i]]` (row × GPU position, zero past the node's GPUs; rows
+    first, so that one row of many nodes is one gather), so that a caller holding many nodes' columns lends the
+    whole array and only what is read is copied."""
 
     largest_island: FloatArray
     usage_index: NDArray[np.intp]
@@ -310,7 +311,7 @@ def gpu_slowdowns(
     nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns, gathered from
     `facts.columns` (only the GPUs asked for)."""
     positions, rows = at
-    entries = facts.columns[facts.slot[rows], :, positions].T
+    entries = facts.columns[:, facts.slot[rows], positions]
     return _slowdowns(
         pod,
         nodes,
@@ -381,14 +382,14 @@ def share_arrays(
     n = len(nodes)
     g = nodes[0].topology.gpu_count
     if facts is None:
-        flat = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
-        slot = np.arange(n)
+        joined = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
+        columns, slot = joined.transpose(1, 0, 2), np.arange(n)
     else:  # only the rows read below are copied, and the GPUs the share fits on
-        flat, slot = facts.columns, facts.slot
+        columns, slot = facts.columns, facts.slot
 
     def row(r: int) -> FloatArray:
         """One row of every node's columns as GPU position × node (see `_before`)."""
-        return np.ascontiguousarray(flat[slot, r, :g].T)
+        return np.ascontiguousarray(columns[r, slot, :g].T)
 
     free = row(_FREE)
     milli = pod.share_milli
@@ -438,7 +439,7 @@ def share_arrays(
     best_fit = best_fit_share * (1.0 - left_ratio - penalty)
     packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
 
-    entries = flat[slot[rows], :, positions].T  # row × GPU the share fits on
+    entries = columns[:, slot[rows], positions]  # row × GPU the share fits on
     pod_slow, res_slow = _slowdowns(
         pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors, modes=modes
     )

@@ -178,7 +178,7 @@ class ScoreVectors:
         self._node_shape = np.zeros(capacity, dtype=np.int64)
         # each node's `NodeState.columns` (row × GPU position, zero past its GPUs) and sharing mode, lent to
         # `columnar` (`NodeFacts`) so that a call copies no node's bytes
-        self._columns = np.zeros((capacity, COLUMN_ROWS, 8))
+        self._columns = np.zeros((COLUMN_ROWS, capacity, 8))
         self._concurrent = np.zeros(capacity, dtype=np.bool_)
         self._sliced = np.zeros(capacity, dtype=np.bool_)
         self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
@@ -220,8 +220,8 @@ class ScoreVectors:
         memory = np.zeros((capacity, self._memory_total.shape[1]), dtype=np.int64)
         memory[: self._memory_total.shape[0]] = self._memory_total
         self._memory_total = memory
-        columns = np.zeros((capacity, *self._columns.shape[1:]))
-        columns[: self._columns.shape[0]] = self._columns
+        columns = np.zeros((COLUMN_ROWS, capacity, self._columns.shape[2]))
+        columns[:, : self._columns.shape[1]] = self._columns
         self._columns = columns
 
     def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> NDArray[np.intp]:
@@ -305,14 +305,15 @@ class ScoreVectors:
             memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
             memory[:, : self._memory_total.shape[1]] = self._memory_total
             self._memory_total = memory
-            columns = np.zeros((self._columns.shape[0], COLUMN_ROWS, wide))
+            columns = np.zeros((COLUMN_ROWS, self._columns.shape[1], wide))
             columns[:, :, : self._columns.shape[2]] = self._columns
             self._columns = columns
-        self._columns[target] = 0.0
+        self._columns[:, target] = 0.0
         for g in np.unique(counts).tolist():  # the nodes of g GPUs: one join of their bytes
             same = np.flatnonzero(counts == g)
             joined = b"".join([known[i].columns for i in same.tolist()])
-            self._columns[target[same], :, :g] = np.frombuffer(joined, dtype=np.float64).reshape(same.size, -1, g)
+            by_node = np.frombuffer(joined, dtype=np.float64).reshape(same.size, COLUMN_ROWS, g)
+            self._columns[:, target[same], :g] = by_node.transpose(1, 0, 2)
         self._concurrent[target], self._sliced[target] = node_modes(known)
 
     def _table(self, key: tuple[object, ...]) -> _Table:
