@@ -22,9 +22,12 @@ goes through the per-node path unchanged (`covers`).
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
 per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
-more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Whole-GPU plans are kept per node
-shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and go with the
-node shapes when the index starts afresh.
+more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Per slot it also keeps the node's
+`NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest node), so that
+a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept per node
+shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per (node
+shape, eligible GPUs) for GPU-memory requests (at most `_NODE_SHAPE_LIMIT` plans per pair), and go with the node
+shapes when the index starts afresh.
 """
 
 from __future__ import annotations
