@@ -261,13 +261,16 @@ def _slowdowns(
         n = len(usages)
         of_entry = usage_index[rows]
         sm_pod = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[of_entry]
-        sm = sm_pod + entries[_SM]
-        bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[of_entry] + entries[_BW]
-        for j in range(1, COLUMN_RESIDENTS):
-            sm = sm + entries[_SM + j]
-            bw = bw + entries[_BW + j]
-        contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
-        pod_slow = np.where(busy & concurrent, contention, pod_slow)
+        at_once = np.flatnonzero(busy & concurrent)  # only these GPUs' contention is read
+        if at_once.size:
+            bw_pod = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[of_entry[at_once]]
+            sm = sm_pod[at_once] + entries[_SM, at_once]
+            bw = bw_pod + entries[_BW, at_once]
+            for j in range(1, COLUMN_RESIDENTS):
+                sm = sm + entries[_SM + j, at_once]
+                bw = bw + entries[_BW + j, at_once]
+            cost = 1.0 + interference.context_switch_cost_ratio * residents[at_once]
+            pod_slow[at_once] = np.maximum(np.maximum(1.0, sm), bw) * cost
         res_slow = pod_slow.copy()
         # Time-sliced GPUs: the turn-taking fixed point once per distinct (pod, residents) key
         # (`predictors.turn_taking_slowdowns_of`); the columns hold all their residents' SM use.
