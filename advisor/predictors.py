@@ -273,9 +273,7 @@ def turn_taking_slowdowns_of(
             pod_slow[i], res_slow[i] = turn_taking_slowdowns(float(pod_sm[i]), resident_sm[: counts[i], i].tolist())
         some = np.flatnonzero(keyed)
         if some.size:
-            pod_slow[some], res_slow[some] = turn_taking_slowdowns_of(
-                pod_sm[some], resident_sm[:, some], counts[some]
-            )
+            pod_slow[some], res_slow[some] = turn_taking_slowdowns_of(pod_sm[some], resident_sm[:, some], counts[some])
         return pod_slow, res_slow
     percents[1:] = np.sort(percents[1:], axis=0)  # the residents in `sorted` order, no resident after every one
     packed = np.ones(m, dtype=np.int64)
