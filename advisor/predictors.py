@@ -33,6 +33,7 @@ Heuristics (what the advisor does without a model):
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -236,16 +237,16 @@ def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[
     time-sliced GPU (`advisor.sharing.turn_taking`): each side against all the others as one context."""
     pod, residents = round(pod_sm, 2), sorted(round(r, 2) for r in resident_sm)
     key = _turn_key(pod, residents)
-    at = _TURN_SLOTS.get(key) if key is not None else None
-    if at is not None:
-        return float(_TURN_ANSWERS[at, 0]), float(_TURN_ANSWERS[at, 1])
+    known = _TURNS.find_one(key) if key is not None else None
+    if known is not None:
+        return known
     total = pod + _residents_sum(residents)
     step = DEFAULT_STEP_SECONDS
     speed = turn_taking_one(pod, step, min(1.0, total - pod), step)[0]
     slowest = min(turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in residents)
     found = (1.0 / speed, 1.0 / slowest)
     if key is not None:
-        _remember([key], np.array([found]))
+        _TURNS.keep([key], np.array([found]))
     return found
 
 
@@ -283,16 +284,10 @@ def turn_taking_slowdowns_of(
     which = which.reshape(-1)
     first = np.empty(keys.size, dtype=np.intp)
     first[which] = np.arange(m)  # a GPU of each key (any: a key's GPUs have the same percents)
-    slots = np.fromiter(map(_TURN_SLOTS.get, keys.tolist(), repeat(-1)), dtype=np.intp, count=keys.size)
-    missing = np.flatnonzero(slots < 0)
+    answers, missing = _TURNS.find(keys.tolist())
     if missing.size:
-        answers = np.empty((keys.size, 2))
-        known = np.flatnonzero(slots >= 0)
-        answers[known] = _TURN_ANSWERS[slots[known]]
         answers[missing] = _solve_keys(percents[:, first[missing]])
-        _remember(keys[missing].tolist(), answers[missing])
-    else:
-        answers = _TURN_ANSWERS[slots]
+        _TURNS.keep(keys[missing].tolist(), answers[missing])
     picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
 
@@ -365,23 +360,46 @@ def _solve_keys(percents: NDArray[np.int64]) -> NDArray[np.float64]:
     return np.column_stack([1.0 / speeds[0], 1.0 / speeds[1:].min(axis=0)])
 
 
-_TURNS_LIMIT = 16384
-# Memoised on utilisations rounded to 1 % (finer than anything the model can tell apart): the fixed point costs more
-# than the scorer's other arithmetic. A key's answer is a row of `_TURN_ANSWERS`, found through `_TURN_SLOTS`, so
-# that many keys are looked up with one gather. Bounded: emptied when full (a cluster's keys come back at once).
-_TURN_SLOTS: dict[int, int] = {}
-_TURN_ANSWERS = np.empty((_TURNS_LIMIT, 2))
+class _TurnMemo:
+    """Turn-taking answers by key (`_turn_key`), memoised on utilisations rounded to 1 % (finer than anything the
+    model can tell apart): the fixed point costs more than the scorer's other arithmetic. A key's answer is a row of
+    one array, found through a dict, so that many keys are looked up with one gather. Bounded: emptied when full (a
+    cluster's keys come back at once). One lock: the service scores in several threads, and rows are reused once the
+    memo is emptied, so a row is read under the lock it was found under."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._rows: dict[int, int] = {}
+        self._answers = np.empty((limit, 2))
+        self._used = 0
+
+    def find_one(self, key: int) -> tuple[float, float] | None:
+        with self._lock:
+            row = self._rows.get(key)
+            return None if row is None else (float(self._answers[row, 0]), float(self._answers[row, 1]))
+
+    def find(self, keys: list[int]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+        """The answers of `keys` (key × 2; rows of keys not kept mean nothing) and the positions of those keys."""
+        with self._lock:
+            rows = np.fromiter(map(self._rows.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
+            answers = self._answers[np.maximum(rows, 0)]
+        return answers, np.flatnonzero(rows < 0)
+
+    def keep(self, keys: list[int], answers: NDArray[np.float64]) -> None:
+        """Keep each key's answer (a key kept meanwhile by another thread gets a new row: the old one is never
+        reused before the memo is emptied)."""
+        keys, answers = keys[: self.limit], answers[: self.limit]
+        with self._lock:
+            if self._used + len(keys) > self.limit:
+                self._rows.clear()
+                self._used = 0
+            self._answers[self._used : self._used + len(keys)] = answers
+            self._rows.update(zip(keys, range(self._used, self._used + len(keys)), strict=True))
+            self._used += len(keys)
 
 
-def _remember(keys: Sequence[int], answers: NDArray[np.float64]) -> None:
-    """Keep each key's answer (distinct keys, none in the memo)."""
-    keys, answers = keys[:_TURNS_LIMIT], answers[:_TURNS_LIMIT]
-    used = len(_TURN_SLOTS)
-    if used + len(keys) > _TURNS_LIMIT:
-        _TURN_SLOTS.clear()
-        used = 0
-    _TURN_ANSWERS[used : used + len(keys)] = answers
-    _TURN_SLOTS.update(zip(keys, range(used, used + len(keys)), strict=True))
+_TURNS = _TurnMemo(16384)
 
 
 def data_parallel_speedup(gpu_count: int) -> float:

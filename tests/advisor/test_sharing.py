@@ -12,7 +12,13 @@ from fastapi.testclient import TestClient
 from advisor.api import create_app
 from advisor.cluster.state import ClusterState
 from advisor.features import SideColumns
-from advisor.predictors import HeuristicInterference, UsageProfile, turn_taking_slowdowns, turn_taking_slowdowns_of
+from advisor.predictors import (
+    HeuristicInterference,
+    UsageProfile,
+    _TurnMemo,
+    turn_taking_slowdowns,
+    turn_taking_slowdowns_of,
+)
 from advisor.settings import AdvisorSettings
 from advisor.sharing import (
     DEFAULT_STEP_SECONDS,
@@ -194,6 +200,17 @@ def test_more_distinct_keys_than_the_memo_holds_are_all_answered() -> None:
     pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, np.ones(pod.size, dtype=np.intp))
     for i in range(0, pod.size, 997):
         assert (pod_slow[i], resident_slow[i]) == turn_taking_slowdowns(float(pod[i]), [float(residents[0, i])])
+
+
+def test_a_key_kept_twice_keeps_its_answer_when_more_keys_follow() -> None:
+    # Two threads may solve the same missing key and keep it both; the later keys must not take its row.
+    memo = _TurnMemo(4)
+    memo.keep([1], np.array([[2.0, 3.0]]))
+    memo.keep([1], np.array([[2.0, 3.0]]))
+    memo.keep([2, 3], np.array([[4.0, 5.0], [6.0, 7.0]]))
+    assert (memo.find_one(1), memo.find_one(2), memo.find_one(3)) == ((2.0, 3.0), (4.0, 5.0), (6.0, 7.0))
+    memo.keep([4], np.array([[8.0, 9.0]]))  # past the bound: emptied first
+    assert (memo.find_one(1), memo.find_one(4)) == (None, (8.0, 9.0))
 
 
 class process_like:  # noqa: N801 - a ResidentLike value
