@@ -33,8 +33,10 @@ Heuristics (what the advisor does without a model):
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Protocol
 
 import numpy as np
@@ -233,15 +235,18 @@ class HeuristicUsage:
 def turn_taking_slowdowns(pod_sm: float, resident_sm: Sequence[float]) -> tuple[float, float]:
     """(the pod's slowdown, the worst resident's) when the pod's context takes turns with the residents' on a
     time-sliced GPU (`advisor.sharing.turn_taking`): each side against all the others as one context."""
-    key = (round(pod_sm, 2), tuple(sorted(round(r, 2) for r in resident_sm)))
-    found = _TURNS.get(key)
-    if found is None:  # one key: plain floats (numpy's per-call cost would be most of the time)
-        pod, residents = key
-        total = pod + sum(residents)
-        step = DEFAULT_STEP_SECONDS
-        speed = turn_taking_one(pod, step, min(1.0, total - pod), step)[0]
-        slowest = min(turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in residents)
-        found = _remember(key, (1.0 / speed, 1.0 / slowest))
+    pod, residents = round(pod_sm, 2), sorted(round(r, 2) for r in resident_sm)
+    key = _turn_key(pod, residents)
+    known = _TURNS.find_one(key) if key is not None else None
+    if known is not None:
+        return known
+    total = pod + _residents_sum(residents)
+    step = DEFAULT_STEP_SECONDS
+    speed = turn_taking_one(pod, step, min(1.0, total - pod), step)[0]
+    slowest = min(turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in residents)
+    found = (1.0 / speed, 1.0 / slowest)
+    if key is not None:
+        _TURNS.keep([key], np.array([found]))
     return found
 
 
@@ -249,78 +254,152 @@ def turn_taking_slowdowns_of(
     pod_sm: NDArray[np.float64], resident_sm: NDArray[np.float64], counts: NDArray[np.intp]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """`turn_taking_slowdowns` for many GPUs at once: GPU i has the pod's `pod_sm[i]` and the residents'
-    `resident_sm[:counts[i], i]` (rows past a GPU's count are ignored). The same numbers bit for bit: each distinct
-    utilisation is rounded by Python's `round`, each GPU's residents sorted, each distinct (pod, residents) key
-    looked up in the one memo, and the keys it lacks solved together (`advisor.sharing.turn_taking` on arrays: the
-    fixed point's arithmetic is the same IEEE operations for floats and arrays). Every GPU has at least one
-    resident; utilisations must not be NaN (Python's `sorted` has no order for them: ask `turn_taking_slowdowns`)."""
+    `resident_sm[:counts[i], i]` (rows past a GPU's count are ignored; every GPU has at least one resident). The
+    same numbers bit for bit, with no Python step per GPU or per distinct utilisation: utilisations rounded to whole
+    percent as Python's `round` does (`_percents`), each GPU's residents sorted as integers, one integer key per GPU
+    (`_turn_key`'s), the keys looked up in the one memo together and the keys it lacks solved together
+    (`_solve_keys`). A GPU whose key does not fit 63 bits (a utilisation that is NaN or outside 0..40.94, more than
+    four residents) is asked one at a time."""
     m = pod_sm.size
+    width = resident_sm.shape[0]
     if not m:
         return np.ones(0), np.ones(0)
-    width = resident_sm.shape[0]
-    values, inverse = np.unique(np.concatenate([pod_sm[None, :], resident_sm]), return_inverse=True)
-    # `round` never reverses an order: the codes of the rounded values sort as the values do
-    rounded, code_of_value = np.unique(np.array([round(v, 2) for v in values.tolist()]), return_inverse=True)
-    codes = code_of_value.reshape(-1)[inverse.reshape(width + 1, m)]
-    base = rounded.size + 1  # the last code stands for no resident, after every value
     padding = np.arange(width)[:, None] >= counts[None, :]
-    residents = np.sort(np.where(padding, base - 1, codes[1:]), axis=0)  # the residents first, in `sorted` order
-    rows = np.vstack([codes[:1], residents])
-    if base ** (width + 1) < 2**62:  # one integer per GPU: a sort of m numbers finds the distinct keys
-        packed = np.zeros(m, dtype=np.int64)
-        for digits in rows:
-            packed = packed * base + digits
-        _, first, which = np.unique(packed, return_index=True, return_inverse=True)
-        coded = rows[:, first].T
-    else:
-        coded, which = np.unique(rows.T, axis=0, return_inverse=True)
-    values_of = rounded.tolist()
-    keys = [(values_of[c[0]], tuple(values_of[r] for r in c[1:] if r < base - 1)) for c in coded.tolist()]
-    answers = [_TURNS.get(key) for key in keys]
-    missing = [j for j, found in enumerate(answers) if found is None]
-    if missing:
-        solved = _turn_taking_of_keys([keys[j] for j in missing])
-        for j, answer in zip(missing, solved, strict=True):
-            answers[j] = _remember(keys[j], answer)
-    table = np.array(answers, dtype=np.float64).reshape(len(answers), 2)
-    picked = table[which.reshape(-1)]
+    percents = _percents(np.vstack([pod_sm[None, :], resident_sm]))
+    percents[1:][padding] = _NO_RESIDENT
+    keyed = (percents >= 0).all(axis=0) & (width + 1 <= _KEY_DIGITS)
+    if not keyed.all():  # outside what a key holds: one GPU at a time
+        pod_slow, res_slow = np.empty(m), np.empty(m)
+        for i in np.flatnonzero(~keyed).tolist():
+            pod_slow[i], res_slow[i] = turn_taking_slowdowns(float(pod_sm[i]), resident_sm[: counts[i], i].tolist())
+        some = np.flatnonzero(keyed)
+        if some.size:
+            pod_slow[some], res_slow[some] = turn_taking_slowdowns_of(pod_sm[some], resident_sm[:, some], counts[some])
+        return pod_slow, res_slow
+    percents[1:] = np.sort(percents[1:], axis=0)  # the residents in `sorted` order, no resident after every one
+    packed = np.ones(m, dtype=np.int64)
+    for digits in percents:
+        packed = np.where(digits == _NO_RESIDENT, packed, (packed << _KEY_BITS) | digits)
+    keys, which = np.unique(packed, return_inverse=True)
+    which = which.reshape(-1)
+    first = np.empty(keys.size, dtype=np.intp)
+    first[which] = np.arange(m)  # a GPU of each key (any: a key's GPUs have the same percents)
+    answers, missing = _TURNS.find(keys.tolist())
+    if missing.size:
+        answers[missing] = _solve_keys(percents[:, first[missing]])
+        _TURNS.keep(keys[missing].tolist(), answers[missing])
+    picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
 
 
-_TurnKey = tuple[float, tuple[float, ...]]
-_TURNS: dict[_TurnKey, tuple[float, float]] = {}
-# Memoised on utilisations rounded to 1 % (finer than anything the model can tell apart): the fixed point costs more
-# than the scorer's other arithmetic. Bounded: emptied when full (the keys of a cluster's residents come back at once).
-_TURNS_LIMIT = 16384
+_KEY_BITS = 12
+_KEY_DIGITS = 5
+"""Percents an int64 key holds (`_turn_key`'s in 63 bits): the pod and four residents, the columns' most."""
+_NO_RESIDENT = (1 << _KEY_BITS) - 1
+"""The percent that stands for no resident (padding): above every percent a key holds."""
+_HALF_WAY = 1e-6
+"""How close to a half percent a utilisation × 100 must be for `_percents` to ask Python's `round` (far above the
+rounding error of × 100 for utilisations below 41, far below any half-way distance that decides differently)."""
 
 
-def _remember(key: _TurnKey, answer: tuple[float, float]) -> tuple[float, float]:
-    if len(_TURNS) >= _TURNS_LIMIT:
-        _TURNS.clear()
-    _TURNS[key] = answer
-    return answer
+def _turn_key(pod: float, residents: Sequence[float]) -> int | None:
+    """The memo key of rounded utilisations (`round(u, 2)`; residents sorted): a leading 1, then each one's percent in
+    `_KEY_BITS` bits (a Python integer: any number of residents). None where a utilisation is outside what a key
+    holds (NaN, negative or -0.0, 40.95 or more): such a GPU is solved without the memo."""
+    key = 1
+    for value in (pod, *residents):
+        if not 0.0 <= value < (_NO_RESIDENT - 0.5) / 100.0 or math.copysign(1.0, value) < 0:
+            return None
+        key = (key << _KEY_BITS) | round(value * 100.0)
+    return key
 
 
-def _turn_taking_of_keys(keys: Sequence[_TurnKey]) -> list[tuple[float, float]]:
-    """`turn_taking_slowdowns`' answer for each (pod, residents) key, every side of every key in one `turn_taking`
-    over arrays (the same IEEE operations as `turn_taking_one` on floats)."""
-    step = DEFAULT_STEP_SECONDS
-    own: list[float] = []
-    others: list[float] = []
-    for pod_sm, resident_sm in keys:
-        total = pod_sm + sum(resident_sm)
-        for side in (pod_sm, *resident_sm):
-            own.append(side)
-            others.append(min(1.0, total - side))
-    steps = np.full(len(own), step)
-    speeds = turn_taking(np.array(own), steps, np.array(others), steps)[0].tolist()
-    out = []
-    at = 0
-    for _, resident_sm in keys:
-        width = 1 + len(resident_sm)
-        out.append((1.0 / speeds[at], 1.0 / min(speeds[at + 1 : at + width])))
-        at += width
-    return out
+def _percents(values: NDArray[np.float64]) -> NDArray[np.int64]:
+    """`round(round(u, 2) * 100)` of each utilisation (-1 where `_turn_key` would give no key): `numpy.rint` of
+    u × 100 wherever that is not within `_HALF_WAY` of a half percent (there the product's rounding error cannot
+    change which whole percent is nearest, and Python's `round(u, 2)` is the float nearest that percent / 100, as
+    `percent / 100.0` is), Python's `round` at the rest."""
+    scaled = values * 100.0
+    usable = (values >= 0.0) & ~np.signbit(values) & (scaled < _NO_RESIDENT - 0.5)
+    percents = np.where(usable, np.rint(scaled), -1.0)
+    doubtful = np.flatnonzero(usable & (np.abs(scaled - np.floor(scaled) - 0.5) < _HALF_WAY))
+    if doubtful.size:  # each distinct value once (a share's own utilisation is often one, on every GPU)
+        distinct, inverse = np.unique(values.flat[doubtful], return_inverse=True)
+        percents.flat[doubtful] = np.array([round(round(v, 2) * 100.0) for v in distinct.tolist()])[inverse]
+    return percents.astype(np.int64)
+
+
+def _residents_sum(residents: Sequence[float]) -> float:
+    """The residents' utilisations added left to right (what `sum` did before Python 3.12; the array form adds the
+    same way, so both give the same total on any Python)."""
+    total = 0.0
+    for r in residents:
+        total += r
+    return total
+
+
+def _solve_keys(percents: NDArray[np.int64]) -> NDArray[np.float64]:
+    """`turn_taking_slowdowns`' answers (key × 2) for keys given as percent columns (the pod's, then the residents'
+    ascending, `_NO_RESIDENT` for none): every side of every key in one `turn_taking` over arrays (the same IEEE
+    operations as `turn_taking_one` on floats)."""
+    present = percents != _NO_RESIDENT
+    utilisation = np.where(present, percents / 100.0, 0.0)  # = round(u, 2), as `_percents` says
+    total = np.zeros(percents.shape[1])
+    for row in utilisation[1:]:  # left to right, as `_residents_sum` (an absent resident adds 0.0: no change)
+        total = total + row
+    total = utilisation[0] + total
+    sides = np.column_stack([utilisation[present], np.minimum(1.0, (total - utilisation)[present])])
+    # A side's speed depends on its (own, others') utilisations alone: each distinct pair solved once. The pairs
+    # as complex numbers (one sort): neither part is NaN or -0.0 (percents / 100 and a total less a part of it),
+    # so equal numbers are equal bits.
+    pairs, inverse = np.unique(sides.view(np.complex128).reshape(-1), return_inverse=True)
+    own, others = pairs.real.copy(), pairs.imag.copy()
+    steps = np.full(own.size, DEFAULT_STEP_SECONDS)
+    speeds = np.full(percents.shape, np.inf)
+    speeds[present] = turn_taking(own, steps, others, steps)[0][inverse.reshape(-1)]
+    return np.column_stack([1.0 / speeds[0], 1.0 / speeds[1:].min(axis=0)])
+
+
+class _TurnMemo:
+    """Turn-taking answers by key (`_turn_key`), memoised on utilisations rounded to 1 % (finer than anything the
+    model can tell apart): the fixed point costs more than the scorer's other arithmetic. A key's answer is a row of
+    one array, found through a dict, so that many keys are looked up with one gather. Bounded: emptied when full (a
+    cluster's keys come back at once). One lock: the service scores in several threads, and rows are reused once the
+    memo is emptied, so a row is read under the lock it was found under."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._rows: dict[int, int] = {}
+        self._answers = np.empty((limit, 2))
+        self._used = 0
+
+    def find_one(self, key: int) -> tuple[float, float] | None:
+        with self._lock:
+            row = self._rows.get(key)
+            return None if row is None else (float(self._answers[row, 0]), float(self._answers[row, 1]))
+
+    def find(self, keys: list[int]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+        """The answers of `keys` (key × 2; rows of keys not kept mean nothing) and the positions of those keys."""
+        with self._lock:
+            rows = np.fromiter(map(self._rows.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
+            answers = self._answers[np.maximum(rows, 0)]
+        return answers, np.flatnonzero(rows < 0)
+
+    def keep(self, keys: list[int], answers: NDArray[np.float64]) -> None:
+        """Keep each key's answer (a key kept meanwhile by another thread gets a new row: the old one is never
+        reused before the memo is emptied)."""
+        keys, answers = keys[: self.limit], answers[: self.limit]
+        with self._lock:
+            if self._used + len(keys) > self.limit:
+                self._rows.clear()
+                self._used = 0
+            self._answers[self._used : self._used + len(keys)] = answers
+            self._rows.update(zip(keys, range(self._used, self._used + len(keys)), strict=True))
+            self._used += len(keys)
+
+
+_TURNS = _TurnMemo(16384)
 
 
 def data_parallel_speedup(gpu_count: int) -> float:

@@ -172,26 +172,35 @@ def _turn_taking(
     asks_a, asks_b = minimum(1.0, busy_a * _HUGE), minimum(1.0, busy_b * _HUGE)
     c = CONTEXT_SWITCH_SECONDS
 
-    def pending_after(pending: Any, gap: Any, elapsed: Any) -> Any:
+    def still_idle(gap: Any, elapsed: Any) -> Any:
         # Whether a side has work `elapsed` seconds after the other took the GPU: it had work then (its time-average
         # share `pending`), or its CPU gap ended meanwhile (surely if the gap is shorter, else with chance
-        # elapsed / gap). A side without a gap is always pending.
-        still_idle = minimum(1.0, maximum(0.0, 1.0 - elapsed / maximum(gap, _TINY)))
-        return 1.0 - (1.0 - pending) * still_idle
+        # elapsed / gap): pending after = 1 - (1 - pending) × this. A side without a gap is always pending.
+        return minimum(1.0, maximum(0.0, 1.0 - elapsed / maximum(gap, _TINY)))
 
+    # What the rounds below read that no round changes, computed once (the same operations on the same values as
+    # computing them in every round: the same numbers).
+    idle_a, idle_b = still_idle(gap_a, turn_b), still_idle(gap_b, turn_a)
+    idle_a_slice, idle_b_slice = still_idle(gap_a, TIME_SLICE_SECONDS), still_idle(gap_b, TIME_SLICE_SECONDS)
+    behind_a, behind_b = maximum(0.0, turn_b - gap_a) + c, maximum(0.0, turn_a - gap_b) + c
+    half_a, half_b = turn_b / 2 + c, turn_a / 2 + c
+    expiring_a, expiring_b = expiries_a * asks_b, expiries_b * asks_a
+    round_trip_a, round_trip_b = turn_b + 2 * c, turn_a + 2 * c
     wait_a, wait_b = busy_a * 0.0, busy_b * 0.0
     for _ in range(_FIXED_POINT_ITERATIONS):
-        pending_a = (busy_a + wait_a) / (step_a + wait_a)
-        pending_b = (busy_b + wait_b) / (step_b + wait_b)
-        holding_a, holding_b = busy_a / (step_a + wait_a), busy_b / (step_b + wait_b)
-        took_a = asks_a * pending_after(pending_a, gap_a, turn_b)
-        took_b = asks_b * pending_after(pending_b, gap_b, turn_a)
-        wait_a = asks_a * (
-            took_b * (maximum(0.0, turn_b - gap_a) + c) + (1.0 - took_b) * holding_b * (turn_b / 2 + c)
-        ) + expiries_a * asks_b * pending_after(pending_b, gap_b, TIME_SLICE_SECONDS) * (turn_b + 2 * c)
-        wait_b = asks_b * (
-            took_a * (maximum(0.0, turn_a - gap_b) + c) + (1.0 - took_a) * holding_a * (turn_a / 2 + c)
-        ) + expiries_b * asks_a * pending_after(pending_a, gap_a, TIME_SLICE_SECONDS) * (turn_a + 2 * c)
+        cycle_a, cycle_b = step_a + wait_a, step_b + wait_b
+        pending_a, pending_b = (busy_a + wait_a) / cycle_a, (busy_b + wait_b) / cycle_b
+        holding_a, holding_b = busy_a / cycle_a, busy_b / cycle_b
+        took_a = asks_a * (1.0 - (1.0 - pending_a) * idle_a)
+        took_b = asks_b * (1.0 - (1.0 - pending_b) * idle_b)
+        wait_a = (
+            asks_a * (took_b * behind_a + (1.0 - took_b) * holding_b * half_a)
+            + expiring_a * (1.0 - (1.0 - pending_b) * idle_b_slice) * round_trip_a
+        )
+        wait_b = (
+            asks_b * (took_a * behind_b + (1.0 - took_a) * holding_a * half_b)
+            + expiring_b * (1.0 - (1.0 - pending_a) * idle_a_slice) * round_trip_b
+        )
     return step_a / (step_a + wait_a), step_b / (step_b + wait_b)
 
 

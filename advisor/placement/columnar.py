@@ -77,11 +77,26 @@ class ShareArrays(NamedTuple):
 
 
 class NodeFacts(NamedTuple):
-    """What a caller already holds per node in arrays (the prioritize verb's node index), so that `share_arrays`
-    need not read it from every node: its largest NVLink island, and which of `usages` is the pod's on it."""
+    """What a caller already holds per node in arrays (the prioritize verb's node index), so that `share_arrays` and
+    `gpu_slowdowns` need not read it from every node: its largest NVLink island, which of `usages` is the pod's on
+    it, whether its GPUs run kernels at once (`advisor.sharing.CONCURRENT_MODES`) or take turns (time-slicing), and
+    its columns: `NodeState.columns` as `columns[:, slot[i]]` (row × GPU position, zero past the node's GPUs; rows
+    first, so that one row of many nodes is one gather), so that a caller holding many nodes' columns lends the
+    whole array and only what is read is copied."""
 
     largest_island: FloatArray
     usage_index: NDArray[np.intp]
+    concurrent: BoolArray
+    sliced: BoolArray
+    columns: NDArray[np.float64]
+    slot: NDArray[np.intp]
+
+
+def node_modes(nodes: Sequence[NodeState]) -> tuple[BoolArray, BoolArray]:
+    """Per node, whether its GPUs run kernels at once and whether they take turns (`NodeFacts`' two)."""
+    modes = [node.sharing_mode for node in nodes]
+    concurrent = np.array([mode in CONCURRENT_MODES for mode in modes], dtype=np.bool_)
+    return concurrent, np.array([mode == TIME_SLICING for mode in modes], dtype=np.bool_)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,9 +239,11 @@ def _slowdowns(
     usages: Sequence[UsageProfile],
     usage_index: NDArray[np.intp],
     predictors: Predictors,
+    modes: tuple[BoolArray, BoolArray] | None,
 ) -> tuple[FloatArray, FloatArray]:
     """(the pod's slowdown, the residents' worst) on each GPU `at` (`entries`: its columns, row × GPU; node i's
-    usage `usages[usage_index[i]]`); 1 where it has no residents. The heuristic predictor's arithmetic on arrays,
+    usage `usages[usage_index[i]]`, its modes `modes` (`node_modes`; None: read from the nodes)); 1 where it has no
+    residents. The heuristic predictor's arithmetic on arrays,
     in its order (padding residents add 0.0, which changes no sum), for GPUs whose kernels run at once; time-sliced
     GPUs through `predictors.turn_taking_slowdowns_of` (its memoised fixed point once per distinct key, not once per
     GPU); any other predictor, MIG and GPUs with more residents than the columns hold, through `slowdowns` itself."""
@@ -238,20 +255,22 @@ def _slowdowns(
     if type(interference) is HeuristicInterference:
         # The arithmetic below is the heuristic's picture of kernels running at once; GPUs of nodes that take turns
         # (time-slicing) or are partitioned (MIG) are asked through `slowdowns`.
-        modes = [node.sharing_mode for node in nodes]
-        concurrent = np.array([mode in CONCURRENT_MODES for mode in modes], dtype=np.bool_)[rows]
-        sliced = np.array([mode == TIME_SLICING for mode in modes], dtype=np.bool_)[rows]
+        node_concurrent, node_sliced = node_modes(nodes) if modes is None else modes
+        concurrent, sliced = node_concurrent[rows], node_sliced[rows]
         # the pod's own use, then each resident's, added in the heuristic's order
         n = len(usages)
         of_entry = usage_index[rows]
         sm_pod = np.fromiter(map(_sm_of, usages), dtype=np.float64, count=n)[of_entry]
-        sm = sm_pod + entries[_SM]
-        bw = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[of_entry] + entries[_BW]
-        for j in range(1, COLUMN_RESIDENTS):
-            sm = sm + entries[_SM + j]
-            bw = bw + entries[_BW + j]
-        contention = np.maximum(np.maximum(1.0, sm), bw) * (1.0 + interference.context_switch_cost_ratio * residents)
-        pod_slow = np.where(busy & concurrent, contention, pod_slow)
+        at_once = np.flatnonzero(busy & concurrent)  # only these GPUs' contention is read
+        if at_once.size:
+            bw_pod = np.fromiter(map(_bandwidth_of, usages), dtype=np.float64, count=n)[of_entry[at_once]]
+            sm = sm_pod[at_once] + entries[_SM, at_once]
+            bw = bw_pod + entries[_BW, at_once]
+            for j in range(1, COLUMN_RESIDENTS):
+                sm = sm + entries[_SM + j, at_once]
+                bw = bw + entries[_BW + j, at_once]
+            cost = 1.0 + interference.context_switch_cost_ratio * residents[at_once]
+            pod_slow[at_once] = np.maximum(np.maximum(1.0, sm), bw) * cost
         res_slow = pod_slow.copy()
         # Time-sliced GPUs: the turn-taking fixed point once per distinct (pod, residents) key
         # (`predictors.turn_taking_slowdowns_of`); the columns hold all their residents' SM use.
@@ -288,23 +307,24 @@ def gpu_slowdowns(
     at: tuple[NDArray[np.intp], NDArray[np.intp]],
     *,
     usages: Sequence[UsageProfile],
-    usage_index: NDArray[np.intp],
+    facts: NodeFacts,
     predictors: Predictors,
 ) -> tuple[FloatArray, FloatArray]:
     """(the pod's slowdown, the residents' worst) on GPU `at[0][i]` of node `nodes[at[1][i]]`, for any GPUs of
-    nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns."""
+    nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns, gathered from
+    `facts.columns` (only the GPUs asked for)."""
     positions, rows = at
-    entries = np.empty((COLUMN_ROWS, rows.size))
-    counts = np.fromiter((node.topology.gpu_count for node in nodes), dtype=np.intp, count=len(nodes))
-    for g in np.unique(counts[rows]).tolist():
-        members = np.flatnonzero(counts == g)  # the nodes of g GPUs, in order
-        flat = np.frombuffer(b"".join(nodes[i].columns for i in members.tolist()), dtype=np.float64)
-        flat = flat.reshape(members.size, COLUMN_ROWS, g)
-        local = np.full(len(nodes), -1, dtype=np.intp)
-        local[members] = np.arange(members.size)
-        mine = np.flatnonzero(counts[rows] == g)
-        entries[:, mine] = flat[local[rows[mine]], :, positions[mine]].T
-    return _slowdowns(pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors)
+    entries = facts.columns[:, facts.slot[rows], positions]
+    return _slowdowns(
+        pod,
+        nodes,
+        entries,
+        at,
+        usages=usages,
+        usage_index=facts.usage_index,
+        predictors=predictors,
+        modes=(facts.concurrent, facts.sliced),
+    )
 
 
 def _balance_penalties(
@@ -364,11 +384,15 @@ def share_arrays(
     on the node's GPU model as `facts.usage_index` says."""
     n = len(nodes)
     g = nodes[0].topology.gpu_count
-    flat = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
+    if facts is None:
+        joined = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
+        columns, slot = joined.transpose(1, 0, 2), np.arange(n)
+    else:  # only the rows read below are copied, and the GPUs the share fits on
+        columns, slot = facts.columns, facts.slot
 
     def row(r: int) -> FloatArray:
         """One row of every node's columns as GPU position × node (see `_before`)."""
-        return np.ascontiguousarray(flat[:, r, :].T)
+        return np.ascontiguousarray(columns[r, slot, :g].T)
 
     free = row(_FREE)
     milli = pod.share_milli
@@ -382,8 +406,9 @@ def share_arrays(
     if facts is None:
         largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
         usage_index = np.arange(n)
+        modes = None
     else:
-        largest, usage_index = facts
+        largest, usage_index, modes = facts.largest_island, facts.usage_index, (facts.concurrent, facts.sliced)
     positions, rows = np.nonzero(ok)  # the GPUs the share fits on, position-major
     at = (positions, rows)
 
@@ -417,9 +442,9 @@ def share_arrays(
     best_fit = best_fit_share * (1.0 - left_ratio - penalty)
     packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
 
-    entries = flat[rows, :, positions].T  # row × GPU the share fits on
+    entries = columns[:, slot[rows], positions]  # row × GPU the share fits on
     pod_slow, res_slow = _slowdowns(
-        pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors
+        pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors, modes=modes
     )
     interference = 0.5 / pod_slow + 0.5 / res_slow
     value = np.full((g, n), -np.inf)

@@ -22,16 +22,19 @@ goes through the per-node path unchanged (`covers`).
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
 per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
-more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Whole-GPU plans are kept per node
-shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and go with the
-node shapes when the index starts afresh.
+more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Per slot it also keeps the node's
+`NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest node), so that
+a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept per node
+shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per (node
+shape, eligible GPUs) for GPU-memory requests (at most `_NODE_SHAPE_LIMIT` plans per pair), and go with the node
+shapes when the index starts afresh.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol, cast
@@ -40,12 +43,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import NodeFacts, gpu_slowdowns, share_arrays
+from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, share_arrays
 from advisor.placement.config import ScoringConfig
-from advisor.placement.gpuset import whole_plan
+from advisor.placement.gpuset import WholePlan, whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
-from advisor.placement.types import WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
+from advisor.placement.types import COLUMN_ROWS, WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
 from advisor.predictors import Predictors, default_usage
 
 MAX_TABLES = 32
@@ -55,6 +58,7 @@ _MASK_BITS = 62
 """Nodes with more GPUs than this have no int64 mask of them: their whole-GPU rows come from the per-node path."""
 _NODE_SHAPE_LIMIT = 65536
 """Distinct (topology, free milli-GPU) pairs the index interns before it starts afresh."""
+_MASKS = (1 << _MASK_BITS) - 1
 _INT64_MAX = np.iinfo(np.int64).max
 _FEASIBLE, _PACKING, _AFFINITY, _INTERFERENCE, _SLOWDOWN = range(5)
 _FIELDS = 5
@@ -175,10 +179,18 @@ class ScoreVectors:
         self._resident_mask = np.zeros(capacity, dtype=np.int64)
         self._memory_total = np.zeros((capacity, 8), dtype=np.int64)
         self._node_shape = np.zeros(capacity, dtype=np.int64)
+        # each node's `NodeState.columns` (row × GPU position, zero past its GPUs) and sharing mode, lent to
+        # `columnar` (`NodeFacts`) so that a call copies no node's bytes
+        self._columns = np.zeros((COLUMN_ROWS, capacity, 8))
+        self._concurrent = np.zeros(capacity, dtype=np.bool_)
+        self._sliced = np.zeros(capacity, dtype=np.bool_)
         self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
         self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
         # per (whole GPUs, configuration): each node shape id's whole-GPU plan (`_PlanTable`), gathered by cold calls
         self._plans: dict[tuple[int, ScoringConfig], _PlanTable] = {}
+        # the same where a GPU-memory request leaves fewer eligible GPUs: by (node shape id, eligible mask) packed
+        # as `id << _MASK_BITS | mask` (`_eligible_plans`)
+        self._eligible: dict[tuple[int, ScoringConfig], dict[int, WholePlan | None]] = {}
 
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
@@ -206,15 +218,21 @@ class ScoreVectors:
         self._free_mask = grown(self._free_mask, 0)
         self._resident_mask = grown(self._resident_mask, 0)
         self._node_shape = grown(self._node_shape, 0)
+        self._concurrent = grown(self._concurrent, False)
+        self._sliced = grown(self._sliced, False)
         memory = np.zeros((capacity, self._memory_total.shape[1]), dtype=np.int64)
         memory[: self._memory_total.shape[0]] = self._memory_total
         self._memory_total = memory
+        columns = np.zeros((COLUMN_ROWS, capacity, self._columns.shape[2]))
+        columns[:, : self._columns.shape[1]] = self._columns
+        self._columns = columns
 
-    def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> list[int]:
+    def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> NDArray[np.intp]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
+        given = np.fromiter(map(self._slot_of.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+        if given.size and given.min() >= 0:  # every name has a slot (the usual call): no Python step per name
+            return given
         got = list(map(self._slot_of.get, names))
-        if None not in got:
-            return cast("list[int]", got)
         if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
             self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
             got = list(map(self._slot_of.get, names))
@@ -230,7 +248,7 @@ class ScoreVectors:
                 if slot >= self._serial.size:
                     self._grow(2 * self._serial.size)
                 out.append(slot)
-        return out
+        return np.array(out, dtype=np.intp)
 
     def _refresh(
         self, changed: IntArray, slots: NDArray[np.intp], states: list[NodeState | _Absent], serials: IntArray
@@ -263,11 +281,7 @@ class ScoreVectors:
             self._model_ids[model] = len(self._models)
             self._models.append(model)
         self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
-        wide = max(s.topology.gpu_count for s in known)
-        if wide > self._memory_total.shape[1]:
-            memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
-            memory[:, : self._memory_total.shape[1]] = self._memory_total
-            self._memory_total = memory
+        self._take_columns(target, known)
         narrow = [s if s.topology.gpu_count <= _MASK_BITS else None for s in known]
         self._free_mask[target] = [0 if s is None else s.free_mask for s in narrow]
         self._resident_mask[target] = [0 if s is None else _resident_bits(s) for s in narrow]
@@ -285,6 +299,25 @@ class ScoreVectors:
             ids.append(shape_id)
         self._memory_total[target] = memory
         self._node_shape[target] = ids
+
+    def _take_columns(self, target: NDArray[np.intp], known: list[NodeState]) -> None:
+        """Each node's GPU memory and columns (zero past its GPUs) and sharing mode into the slots `target`."""
+        counts = self._gpu_count[target]
+        wide = int(counts.max())
+        if wide > self._memory_total.shape[1]:
+            memory = np.zeros((self._memory_total.shape[0], wide), dtype=np.int64)
+            memory[:, : self._memory_total.shape[1]] = self._memory_total
+            self._memory_total = memory
+            columns = np.zeros((COLUMN_ROWS, self._columns.shape[1], wide))
+            columns[:, :, : self._columns.shape[2]] = self._columns
+            self._columns = columns
+        self._columns[:, target] = 0.0
+        for g in np.unique(counts).tolist():  # the nodes of g GPUs: one join of their bytes
+            same = np.flatnonzero(counts == g)
+            joined = b"".join([known[i].columns for i in same.tolist()])
+            by_node = np.frombuffer(joined, dtype=np.float64).reshape(same.size, COLUMN_ROWS, g)
+            self._columns[:, target[same], :g] = by_node.transpose(1, 0, 2)
+        self._concurrent[target], self._sliced[target] = node_modes(known)
 
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
@@ -312,7 +345,7 @@ class ScoreVectors:
             if len(self._node_shapes) > _NODE_SHAPE_LIMIT:
                 self._reset(self._serial.size)  # node shapes of states long gone: start afresh
             states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
-            slots = np.array(self._slots(names, states, len(nodes)), dtype=np.intp)
+            slots = self._slots(names, states, len(nodes))
             serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
             changed = np.flatnonzero(serials != self._serial[slots])
             if changed.size:
@@ -362,8 +395,12 @@ class ScoreVectors:
         the shape's table, the any-workload one, and per candidate whether its row is in the first (None: one
         table)."""
         table, any_table, own = tables
-        batch = cast("list[NodeState]", [states[i] for i in cold.tolist()])  # fresh: known nodes
         target = slots[cold]
+
+        def batch(at: IntArray) -> list[NodeState]:
+            """The states of the cold candidates at `at` (fresh: known nodes), read only where a step needs them."""
+            return cast("list[NodeState]", [states[i] for i in cold[at].tolist()])
+
         if pod.is_share:
             values = self._share_rows(pod, batch, target, scorer=scorer)
         else:
@@ -381,7 +418,7 @@ class ScoreVectors:
     def _share_rows(
         self,
         pod: PodRequest,
-        batch: list[NodeState],
+        batch: Callable[[IntArray], list[NodeState]],
         target: NDArray[np.intp],
         *,
         scorer: Evaluator,
@@ -391,7 +428,7 @@ class ScoreVectors:
         GPU count and packing configuration (`ScoringConfig.for_model`) together through `share_arrays`, as
         `scoring._evaluate_shares` groups them."""
         config, predictors = scorer.config, scorer.predictors
-        values = np.zeros((_FIELDS, len(batch)))
+        values = np.zeros((_FIELDS, target.size))
         values[_SLOWDOWN] = 1.0
         model = self._model[target]
         ok = self._healthy[target]
@@ -407,7 +444,7 @@ class ScoreVectors:
         usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as Scorer.evaluate
         for key in np.unique(group[ok]).tolist():
             members = np.flatnonzero(ok & (group == key))
-            nodes = [batch[j] for j in members.tolist()]
+            nodes = batch(members)
             if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
                 values[:, members] = _rows(scorer.evaluate(pod, nodes, None))
                 continue
@@ -418,7 +455,7 @@ class ScoreVectors:
                 usages,
                 config=distinct[key % len(distinct)],
                 predictors=predictors,
-                facts=NodeFacts(self._largest_island[target[members]], model[members]),
+                facts=self._facts(target[members], model[members]),
             )
             values[_FEASIBLE, members] = chosen.positions >= 0
             values[_PACKING, members] = chosen.packing
@@ -428,7 +465,12 @@ class ScoreVectors:
         return values
 
     def _whole_rows(  # noqa: PLR0915 - the vectorised whole-GPU rows in one pass over the batch's arrays
-        self, pod: PodRequest, batch: list[NodeState], target: NDArray[np.intp], *, scorer: Evaluator
+        self,
+        pod: PodRequest,
+        batch: Callable[[IntArray], list[NodeState]],
+        target: NDArray[np.intp],
+        *,
+        scorer: Evaluator,
     ) -> FloatArray:
         """Whole GPUs' rows (fields × nodes) over the index's arrays: `Scorer.evaluate`'s checks (a GPU model the
         pod does not accept, no healthy GPU) and `scoring.evaluate_whole` for a pod without a gang on nodes without
@@ -437,7 +479,7 @@ class ScoreVectors:
         interference only where the chosen GPUs have residents, for all of them at once (`columnar.gpu_slowdowns`)."""
         config, predictors = scorer.config, scorer.predictors
         k = pod.whole_gpus
-        values = np.zeros((_FIELDS, len(batch)))
+        values = np.zeros((_FIELDS, target.size))
         values[_SLOWDOWN] = 1.0
         model = self._model[target]
         ok = self._healthy[target].copy()
@@ -447,7 +489,7 @@ class ScoreVectors:
             ok &= accepted[model]
         wide = np.flatnonzero(ok & (self._gpu_count[target] > _MASK_BITS))
         if wide.size:  # no int64 mask of their GPUs: the per-node path
-            values[:, wide] = _rows(scorer.evaluate(pod, [batch[j] for j in wide.tolist()], None))
+            values[:, wide] = _rows(scorer.evaluate(pod, batch(wide), None))
             ok[wide] = False
         eligible = self._free_mask[target]
         if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU, per position
@@ -462,34 +504,28 @@ class ScoreVectors:
         per_model = [config.for_model(m) for m in models]
         distinct = list({id(c): c for c in per_model}.values())  # compared by identity
         numbers = np.array([distinct.index(c) for c in per_model], dtype=np.int64)
-        # one plan per distinct (node shape, configuration, eligible GPUs); without a GPU-memory request the
-        # eligible GPUs are the free ones, which the node shape (its free milli-GPU) already says
-        count = len(distinct)
+        # one plan per distinct (node shape, configuration, eligible GPUs): where the eligible GPUs are the free ones
+        # (no GPU-memory request, or one every free GPU meets), which the node shape (its free milli-GPU) already
+        # says, a gather from the plans by node shape; elsewhere from the plans by (node shape, eligible GPUs)
         masks = eligible[members]
+        shapes = self._node_shape[target[members]]
+        config_numbers = numbers[model[members]]
         if pod.gpu_memory_bytes is None:
-            planned, chosen = self._shape_plans(
-                k, distinct, self._node_shape[target[members]], numbers[model[members]], masks
-            )
-            values[:, members] = planned
-            feasible = planned[_FEASIBLE] > 0
+            planned, chosen = self._shape_plans(k, distinct, shapes, config_numbers, masks)
         else:
-            shape_config = self._node_shape[target[members]] * count + numbers[model[members]]
-            index: dict[tuple[int, int], int] = {}
-            inverse = np.fromiter(
-                (index.setdefault(key, len(index)) for key in zip(shape_config.tolist(), masks.tolist(), strict=True)),
-                dtype=np.intp,
-                count=members.size,
-            )
-            node_shapes = self._node_shapes
-            plans = [
-                whole_plan(*node_shapes[key // count], mask, k, distinct[key % count]) for key, mask in list(index)
-            ]
-            inverse = inverse.reshape(-1)
-            feasible = np.array([p is not None for p in plans], dtype=np.bool_)[inverse]
-            packing = np.array([0.0 if p is None else p.packing for p in plans])[inverse]
-            affinity = np.array([0.0 if p is None else p.topology_affinity for p in plans])[inverse]
-            values[:, members] = _plan_rows(feasible, packing, affinity)
-            chosen = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[inverse]
+            planned = np.empty((_FIELDS, members.size))
+            chosen = np.empty(members.size, dtype=np.int64)
+            narrowed = masks != self._free_mask[target[members]]
+            for where, plans in (
+                (np.flatnonzero(~narrowed), self._shape_plans),
+                (np.flatnonzero(narrowed), self._eligible_plans),
+            ):
+                if where.size:
+                    planned[:, where], chosen[where] = plans(
+                        k, distinct, shapes[where], config_numbers[where], masks[where]
+                    )
+        values[:, members] = planned
+        feasible = planned[_FEASIBLE] > 0
         busy = chosen & self._resident_mask[target[members]]  # chosen GPUs with residents, per node
         shared = np.flatnonzero(feasible & (busy != 0))
         if shared.size:
@@ -498,7 +534,7 @@ class ScoreVectors:
             width = int(self._gpu_count[target[members[shared]]].max())
             bits = (busy[shared, None] >> np.arange(width, dtype=np.int64)) & 1
             rows, positions = np.nonzero(bits)
-            nodes = [batch[j] for j in members[shared].tolist()]
+            nodes = batch(members[shared])
             fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
             usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model
             pod_pair, res_pair = gpu_slowdowns(
@@ -506,7 +542,7 @@ class ScoreVectors:
                 nodes,
                 (positions, rows),
                 usages=usages,
-                usage_index=model[members[shared]],
+                facts=self._facts(target[members[shared]], model[members[shared]]),
                 predictors=predictors,
             )
             pod_slow = np.ones(shared.size)
@@ -516,6 +552,12 @@ class ScoreVectors:
             values[_INTERFERENCE, members[shared]] = 0.5 / pod_slow + 0.5 / res_slow
             values[_SLOWDOWN, members[shared]] = pod_slow
         return values
+
+    def _facts(self, slots: NDArray[np.intp], usage_index: NDArray[np.intp]) -> NodeFacts:
+        """The index's arrays of the nodes at `slots` for `columnar` (their columns lent whole, not copied)."""
+        return NodeFacts(
+            self._largest_island[slots], usage_index, self._concurrent[slots], self._sliced[slots], self._columns, slots
+        )
 
     def _shape_plans(
         self,
@@ -558,6 +600,52 @@ class ScoreVectors:
             feasible = mask > 0
             rows[:, where] = _plan_rows(feasible, table.packing[ids], table.affinity[ids])
             chosen[where] = mask
+        return rows, chosen
+
+    def _eligible_plans(
+        self,
+        k: int,
+        configs: list[ScoringConfig],
+        shapes: IntArray,
+        config_numbers: IntArray,
+        eligible_masks: IntArray,
+    ) -> tuple[FloatArray, IntArray]:
+        """`_shape_plans` where the eligible GPUs are fewer than the free ones (a GPU-memory request some free GPUs
+        do not meet): one plan per distinct (node shape, eligible GPUs), kept per (k, configuration) by the pair
+        (`_PLAN_TABLES` of them, each emptied past `_NODE_SHAPE_LIMIT` pairs), so that `gpuset.whole_plan` (whose
+        cache hashes the topology and the configuration) is asked only for pairs never seen before."""
+        rows = np.empty((_FIELDS, shapes.size))
+        chosen = np.empty(shapes.size, dtype=np.int64)
+        node_shapes = self._node_shapes
+        for number, config in enumerate(configs):
+            where = np.flatnonzero(config_numbers == number) if len(configs) > 1 else np.arange(shapes.size)
+            if not where.size:
+                continue
+            # the distinct (shape, mask) pairs: sorted by both, a new pair wherever either changes
+            order = where[np.lexsort((eligible_masks[where], shapes[where]))]
+            ids, masks = shapes[order], eligible_masks[order]
+            new_pair = np.r_[True, (ids[1:] != ids[:-1]) | (masks[1:] != masks[:-1])]
+            starts = np.flatnonzero(new_pair)
+            pair_of = np.empty(shapes.size, dtype=np.intp)
+            pair_of[order] = np.cumsum(new_pair) - 1
+            keys = [(i << _MASK_BITS) | m for i, m in zip(ids[starts].tolist(), masks[starts].tolist(), strict=True)]
+            known = self._eligible.pop((k, config), None)  # put back last: the least recently used go first
+            if known is None or len(known) > _NODE_SHAPE_LIMIT:
+                known = {}
+            self._eligible[(k, config)] = known
+            if len(self._eligible) > _PLAN_TABLES:
+                del self._eligible[next(iter(self._eligible))]
+            found = list(map(known.get, keys, repeat(_UNPLANNED)))
+            for j in [j for j, plan in enumerate(found) if plan is _UNPLANNED]:
+                key = keys[j]
+                found[j] = known[key] = whole_plan(*node_shapes[key >> _MASK_BITS], key & _MASKS, k, config)
+            plans = cast("list[WholePlan | None]", found)
+            pick = pair_of[where]
+            feasible = np.array([p is not None for p in plans], dtype=np.bool_)[pick]
+            packing = np.array([0.0 if p is None else p.packing for p in plans])[pick]
+            affinity = np.array([0.0 if p is None else p.topology_affinity for p in plans])[pick]
+            rows[:, where] = _plan_rows(feasible, packing, affinity)
+            chosen[where] = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[pick]
         return rows, chosen
 
     def _integers(
@@ -635,5 +723,7 @@ _FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "i
 _VECTORISE_MIN_NODES = 8
 """Below this many cold nodes of one GPU count and configuration, `Scorer.evaluate`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""
+_UNPLANNED = object()
+"""What `_eligible_plans` finds for a pair it has no plan of yet (a plan may be None: infeasible)."""
 _ANY_WORKLOAD = object()
 """Stands for the workload in the key of a whole-GPU table whose rows hold for any workload."""

@@ -12,7 +12,13 @@ from fastapi.testclient import TestClient
 from advisor.api import create_app
 from advisor.cluster.state import ClusterState
 from advisor.features import SideColumns
-from advisor.predictors import HeuristicInterference, UsageProfile, turn_taking_slowdowns, turn_taking_slowdowns_of
+from advisor.predictors import (
+    HeuristicInterference,
+    UsageProfile,
+    _TurnMemo,
+    turn_taking_slowdowns,
+    turn_taking_slowdowns_of,
+)
 from advisor.settings import AdvisorSettings
 from advisor.sharing import (
     DEFAULT_STEP_SECONDS,
@@ -167,6 +173,44 @@ def test_many_gpus_taking_turns_get_each_gpus_own_numbers_bit_for_bit() -> None:
         assert (again[0][i], again[1][i]) == (pod_slow[i], resident_slow[i])
         assert turn_taking_slowdowns(float(pod[i]), residents[: counts[i], i].tolist()) == (1 / speed, 1 / slowest)
     assert (pod_slow[0], resident_slow[0]) == (pod_slow[1], resident_slow[1])
+
+
+def test_gpus_whose_utilisations_no_memo_key_holds_get_the_scalar_answer() -> None:
+    # NaN, negative, -0.0 and utilisations of 40.95 or more have no integer key; GPUs with them are asked one at a
+    # time, the others still together: every GPU gets `turn_taking_slowdowns`' own answer.
+    odd = [float("nan"), -0.2, -0.0, 40.95, 55.0, 40.94]
+    rng = np.random.default_rng(3)
+    m, width = 60, 4
+    pod = rng.random(m)
+    residents = rng.random((width, m))
+    counts = rng.integers(1, width + 1, m)
+    for i, value in enumerate(odd):
+        residents[0, 2 * i] = value  # a resident's
+        pod[2 * i + 1] = value  # the pod's
+    pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, counts)
+    for i in range(m):
+        want = turn_taking_slowdowns(float(pod[i]), residents[: counts[i], i].tolist())
+        np.testing.assert_array_equal([pod_slow[i], resident_slow[i]], want, err_msg=str(i))
+
+
+def test_more_distinct_keys_than_the_memo_holds_are_all_answered() -> None:
+    # 20,000 distinct (pod, resident) keys in one call: more than the memo keeps; every GPU still gets its answer.
+    pod = np.repeat(np.arange(100) / 100, 200)
+    residents = np.tile(np.arange(200) / 100, 100)[None, :]
+    pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, np.ones(pod.size, dtype=np.intp))
+    for i in range(0, pod.size, 997):
+        assert (pod_slow[i], resident_slow[i]) == turn_taking_slowdowns(float(pod[i]), [float(residents[0, i])])
+
+
+def test_a_key_kept_twice_keeps_its_answer_when_more_keys_follow() -> None:
+    # Two threads may solve the same missing key and keep it both; the later keys must not take its row.
+    memo = _TurnMemo(4)
+    memo.keep([1], np.array([[2.0, 3.0]]))
+    memo.keep([1], np.array([[2.0, 3.0]]))
+    memo.keep([2, 3], np.array([[4.0, 5.0], [6.0, 7.0]]))
+    assert (memo.find_one(1), memo.find_one(2), memo.find_one(3)) == ((2.0, 3.0), (4.0, 5.0), (6.0, 7.0))
+    memo.keep([4], np.array([[8.0, 9.0]]))  # past the bound: emptied first
+    assert (memo.find_one(1), memo.find_one(4)) == (None, (8.0, 9.0))
 
 
 class process_like:  # noqa: N801 - a ResidentLike value
