@@ -39,9 +39,10 @@ from advisor.api.routes import telemetry
 log = logging.getLogger(__name__)
 
 MAX_DEFAULT_WORKERS = 1
-"""A worker spends ≈ 0.36 ms of CPU on a snapshot (HTTP, checks), the owner ≈ 0.38 ms applying it (docs/benchmarks.md):
-one worker keeps up with all the owner can apply, so more add memory (≈ 90 MB each), not throughput; they only
-spread what one worker's crash interrupts. Raise it with GPUADVISOR_INGEST_WORKERS."""
+"""A worker spends less than ≈ 0.36 ms of CPU on a snapshot (HTTP and the token; that was with the checks, which the
+owner now runs as it parses), the owner ≈ 0.38 ms validating and applying it (docs/benchmarks.md): one worker keeps up
+with all the owner can apply, so more add memory (≈ 90 MB each), not throughput; they only spread what one worker's
+crash interrupts. Raise it with GPUADVISOR_INGEST_WORKERS."""
 STOP_SECONDS = 5.0
 RESTART_DELAY_SECONDS = (1.0, 30.0)  # after a crash soon after start the delay doubles, up to the second value
 STABLE_SECONDS = 10.0  # a worker that ran this long and then exited is restarted after the first delay again
