@@ -3,7 +3,7 @@
 Every path into a model goes through one of three frames — colocations, throughputs, executions — whose columns are
 documented in docs/formats.md and defined once in `profiler.csv_formats` (shared with `profile import`). `read_csv`
 checks a file against its format before anything is trained: a missing required column, or an unknown one that
-looks like a misspelling of a known column, is a `DatasetError` naming it.
+looks like a misspelling of a known column, is an `InputDataError` naming it.
 
 Importers turn the public data sets into the same frames:
 - Gavel's ``simulation_throughputs.json`` (isolated and pairwise co-located steps/s on K80, P100, V100),
@@ -44,15 +44,11 @@ Kind = Literal["throughput", "interference", "jct"]
 KINDS: tuple[Kind, ...] = ("throughput", "interference", "jct")
 
 
-DatasetError = InputDataError
-"""A data file that cannot be used as it is (the readers' one error class, under its older name here)."""
-
-
 FORMAT_OF_KIND: dict[Kind, CsvFormat] = {"interference": COLOCATIONS, "throughput": THROUGHPUTS, "jct": EXECUTIONS}
 
 
 def check_columns(columns: Iterable[str], fmt: CsvFormat, *, with_labels: bool, source: str) -> None:
-    """Raise `DatasetError` listing every missing required column and every likely misspelling."""
+    """Raise `InputDataError` listing every missing required column and every likely misspelling."""
     present = list(columns)
     required = fmt.required if with_labels else fmt.features
     missing = [c for c in required if c not in present]
@@ -66,7 +62,7 @@ def check_columns(columns: Iterable[str], fmt: CsvFormat, *, with_labels: bool, 
         if close:
             problems.append(f"unknown column {column!r} (did you mean {close[0]!r}?)")
     if problems:
-        raise DatasetError(f"{source}: not a {fmt.name} CSV: {'; '.join(problems)}")
+        raise InputDataError(f"{source}: not a {fmt.name} CSV: {'; '.join(problems)}")
 
 
 def parse_times(
@@ -77,7 +73,9 @@ def parse_times(
     text = values.astype("string").str.strip()
     empty = (text.isna() | (text == "")).to_numpy(dtype=bool)
     if empty.any() and not allow_empty:
-        raise DatasetError(f"{source}: row {_row(rows, int(np.flatnonzero(empty)[0]))}, column {column!r}: empty time")
+        raise InputDataError(
+            f"{source}: row {_row(rows, int(np.flatnonzero(empty)[0]))}, column {column!r}: empty time"
+        )
     given = text.where(~empty)
     numeric = pd.to_numeric(given, errors="coerce")
     if (numeric.notna().to_numpy(dtype=bool) | empty).all():
@@ -86,7 +84,7 @@ def parse_times(
     bad = parsed.isna().to_numpy(dtype=bool) & ~empty
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise DatasetError(
+        raise InputDataError(
             f"{source}: row {_row(rows, row)}, column {column!r}: "
             f"expected an ISO 8601 time or unix seconds, got {values.iloc[row]!r}"
         )
@@ -106,7 +104,7 @@ def _flags(values: pd.Series, column: str, source: str, rows: Sequence[int] | No
         try:
             flag = parse_flag(str(raw))
         except ValueError as e:
-            raise DatasetError(f"{source}: row {_row(rows, i)}, column {column!r}: {e}") from None
+            raise InputDataError(f"{source}: row {_row(rows, i)}, column {column!r}: {e}") from None
         if flag is not None:
             out[i] = 1.0 if flag else 0.0
     return out
@@ -156,11 +154,11 @@ def _public_table(path: Path, columns: Sequence[str], what: str) -> CsvTable:
     """A public data set's CSV, with the columns its importer reads."""
     try:
         table = read_csv_file(path)
-    except DatasetError as e:
-        raise DatasetError(f"{e} (not a readable {what})") from e
+    except InputDataError as e:
+        raise InputDataError(f"{e} (not a readable {what})") from e
     missing = [c for c in columns if c not in table.columns]
     if missing:
-        raise DatasetError(f"{path}: not a {what}: missing column(s) {', '.join(missing)}")
+        raise InputDataError(f"{path}: not a {what}: missing column(s) {', '.join(missing)}")
     return table
 
 

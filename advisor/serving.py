@@ -27,7 +27,7 @@ import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from advisor.datasets import DatasetError, Kind
+from advisor.datasets import Kind
 from advisor.features import SoloProfile, gpu_features, workload_signature
 from advisor.gpus import gpu_spec, normalize_gpu_model, speed_key
 from advisor.models.interference import InterferenceModel
@@ -60,6 +60,7 @@ from advisor.predictors import (
     unknown_gpu_text,
 )
 from advisor.sharing import sharing_mode
+from profiler.csv_formats import InputDataError
 from profiler.store import repo
 
 log = logging.getLogger(__name__)
@@ -773,7 +774,7 @@ class TrainingJobs:
     def _train_one(self, kind: Kind, *, force: bool) -> dict[str, Any]:
         try:
             trained = train(kind, store_frame(self._sessions, kind), source="store")
-        except DatasetError as e:
+        except InputDataError as e:
             return {"kind": kind, "error": str(e)}
         out = version_path(self._model_dir, kind, datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
         registration = save_and_register(trained, out, self._sessions, kind, force=force)

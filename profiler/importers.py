@@ -3,7 +3,7 @@
 The formats' columns (required, optional, ratios) are `profiler.csv_formats`, the same the models read; the file is
 read by `profiler.csv_table`, the one reading path of every CSV reader.
 
-Parsing is pure and strict: a missing required column or an unreadable value is one `CsvFormatError` that
+Parsing is pure and strict: a missing required column or an unreadable value is one `InputDataError` that
 names the file, the column and the row, so `profile import` can tell the user exactly what to fix.
 """
 
@@ -27,10 +27,6 @@ from profiler.records import ColocationRecord, ProfileRecord
 class ImportKind(StrEnum):
     COLOCATIONS = "colocations"
     THROUGHPUTS = "throughputs"
-
-
-CsvFormatError = InputDataError
-"""The CSV does not have the docs/design.md §6 format (the readers' one error class, under its older name here)."""
 
 
 class _Row:
@@ -90,7 +86,7 @@ def _rows(table: CsvTable, fmt: CsvFormat) -> list[_Row]:
     """The rows of a table of format `fmt`, after checking that its header has every column the format requires."""
     missing = [c for c in fmt.required if c not in table.columns]
     if missing:
-        raise CsvFormatError(f"{table.source}: missing required column(s): {', '.join(missing)}")
+        raise InputDataError(f"{table.source}: missing required column(s): {', '.join(missing)}")
     return [_Row(table, index, fmt.ratios) for index in range(len(table))]
 
 
@@ -135,7 +131,7 @@ def parse_throughputs(table: CsvTable, *, source: str) -> list[ProfileRecord]:
         sm_util_mean = row.optional_number("sm_util_mean")
         sm_util = row.optional_number("sm_util")
         if sm_util_mean is not None and sm_util is not None and sm_util_mean != sm_util:
-            raise CsvFormatError(
+            raise InputDataError(
                 f"{table.source}: row {row.number}: columns 'sm_util' ({sm_util:g}) and 'sm_util_mean'"
                 f" ({sm_util_mean:g}) are the same measurement and disagree"
             )

@@ -5,12 +5,14 @@ time; FastAPI's routing, dependency resolution and response handling cost about 
 answers a valid request to one of those paths itself, through the same function the route calls. Anything else — a
 body that is not JSON of the route's model, a content type FastAPI would not read as JSON, any error while answering
 (a 404 for an unknown node, say) — goes on to the app with the body replayed, and is answered there exactly as it
-always was. It sits inside the body limit and the timing middleware and names the route for the latter, so limits
-and latency metrics are the route's own.
+always was; each kind of fall-back (a path and why: the content type, or the class of what the answer raised) is
+logged once, so a fast path that stopped answering shows in the log. It sits inside the body limit and the timing
+middleware and names the route for the latter, so limits and latency metrics are the route's own.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from advisor.api.context import AppContext
 from advisor.api.errors import replaying
 from advisor.api.limits import LARGE_BODY_BYTES
+
+log = logging.getLogger(__name__)
 
 _DECODE = msgspec.json.Decoder().decode
 
@@ -59,6 +63,7 @@ class JsonFastPath:
         self.app = app
         self.ctx = ctx
         self.answers = answers
+        self._fell_back: set[tuple[str, str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = self.answers.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -76,18 +81,28 @@ class JsonFastPath:
         body = b"".join(chunks)
         route, answer = found
         result = None
+        why = "not a JSON content type"
         if json_content(scope):
             try:
                 if len(body) > LARGE_BODY_BYTES:  # a parse of a second or more: /healthz and the rest go on meanwhile
                     result = await anyio.to_thread.run_sync(answer, body, self.ctx)
                 else:
                     result = answer(body, self.ctx)
-            except Exception:  # whatever it is, the app answers it as it always has
-                result = None
+            except Exception as e:  # whatever it is, the app answers it as it always has
+                why = type(e).__name__
         if result is None:
+            self._note_fall_back(scope["path"], why)
             await self.app(scope, replaying(body, receive), send)
             return
         scope["route"] = route
         headers = [(b"content-length", str(len(result)).encode()), (b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": result})
+
+    def _note_fall_back(self, path: str, why: str) -> None:
+        """Log the first fall-back of each kind (a bad request's 4xx falls back too, so not every one)."""
+        if (path, why) not in self._fell_back:
+            self._fell_back.add((path, why))
+            log.info(
+                "fast path for %s fell back to the ordinary route (%s); later ones like it are not logged", path, why
+            )

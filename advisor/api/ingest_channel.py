@@ -1,8 +1,8 @@
 """The frames between the advisor's state-owning process and its ingest workers (docs/design.md §5.1).
 
 An ingest worker serves collectors' keep-alive connections that the owner handed it (advisor/api/transport/steering.py).
-It parses and checks each snapshot itself, and sends the owner only what changes the state, one frame per snapshot, over
-a Unix stream socket; the owner applies them in arrival order and answers each with an ack frame. A request on such a
+It checks each push's token and size itself and sends the owner the body, one frame per snapshot, over a Unix stream
+socket; the owner validates and applies them in arrival order and answers each with an ack frame. A request on such a
 connection that is not a snapshot is forwarded whole and answered by the owner's app. Both ends are this package's own
 processes, so a forwarded request and its answer travel as pickles.
 
@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HEADER = struct.Struct("<BII")  # kind, request id, payload bytes
-OUTCOME = struct.Struct("<HdB")  # HTTP status, seconds to answer, length of the snapshot metric's result (ASCII)
+OUTCOME = struct.Struct("<Hd")  # HTTP status, seconds to answer
 ACK_STATUS = struct.Struct("<H")  # HTTP status (then the JSON answer)
 
 # worker → owner
 SNAPSHOT = 1
-"""A checked snapshot's JSON, to apply; answered by ACK."""
+"""A pushed snapshot's body (its token checked), to validate and apply; answered by ACK."""
 OUTCOME_FRAME = 2
-"""Ingest requests the worker answered (`encode_outcomes`): each one's status and duration, and the snapshot result
-the owner counts."""
+"""Ingest requests the worker answered (`encode_outcomes`): each one's status and duration, for the owner's request
+metrics (the owner counts each snapshot's result itself, as it validates and applies it)."""
 REQUEST = 3
 """Any other request on a handed-off connection (`ForwardedRequest`); answered by RESPONSE."""
 READY = 7
@@ -60,21 +60,16 @@ def encode(kind: int, request_id: int, payload: bytes) -> bytes:
     return HEADER.pack(kind, request_id, len(payload)) + payload
 
 
-Outcome = tuple[int, float, str]
-"""An answered ingest request: HTTP status, seconds to answer, the `snapshots` metric's result to count ("": none)."""
+Outcome = tuple[int, float]
+"""An answered ingest request: HTTP status, seconds to answer."""
 
 
 def encode_outcomes(outcomes: list[Outcome]) -> bytes:
-    return b"".join(OUTCOME.pack(code, seconds, len(what)) + what.encode("ascii") for code, seconds, what in outcomes)
+    return b"".join(OUTCOME.pack(code, seconds) for code, seconds in outcomes)
 
 
 def decode_outcomes(payload: bytes) -> Iterator[Outcome]:
-    at = 0
-    while at < len(payload):
-        code, seconds, size = OUTCOME.unpack_from(payload, at)
-        at += OUTCOME.size
-        yield code, seconds, payload[at : at + size].decode("ascii")
-        at += size
+    return ((code, seconds) for code, seconds in OUTCOME.iter_unpack(payload))
 
 
 @dataclass(slots=True)

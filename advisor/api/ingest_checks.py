@@ -1,8 +1,9 @@
 """The checks a pushed NodeSnapshot passes before it may change the state, with no state or app needed.
 
-Shared by the ingest route (advisor/api/routes/telemetry.py) and the ingest worker processes
-(advisor/api/transport/worker.py), so a snapshot is refused with the same answer wherever it arrives. Light on imports
-on purpose: a worker starts with this, not with the app (no models, no store).
+Shared by the ingest route (advisor/api/routes/telemetry.py), the ingest worker processes (the token and the body's
+size, advisor/api/transport/worker.py) and the state-owning process that applies what the workers forward (the body,
+advisor/api/transport/steering.py), so a snapshot is refused with the same answer wherever it arrives, and validated
+once. Light on imports on purpose: a worker starts with this, not with the app (no models, no store).
 """
 
 from __future__ import annotations
@@ -103,13 +104,20 @@ class Refusal:
 def check_snapshot(
     settings: AdvisorSettings, body: bytes, authorization: str | None, now_seconds: float, *, node: str | None = None
 ) -> NodeSnapshot | Refusal:
-    """The snapshot of a pushed body when it may be taken, else why not: 401 without the token, 422 (the documented
-    shape: a list of `{loc, msg, type}`) for a body that is not a valid snapshot, 403 for a snapshot of another node
-    than `node` (the node the sender's credential speaks for, `advisor.api.node_auth`; given, it replaces the token
-    check). Needs no state: the ingest workers run it (advisor/api/transport/worker.py) as the service does."""
-    problem = token_problem(settings, authorization) if node is None else None
-    if problem is not None:
-        return Refusal(status.HTTP_401_UNAUTHORIZED, {"detail": problem}, None)
+    """The snapshot of a pushed body when it may be taken, else why not: 401 without the token, else what
+    `check_body` says. `node` is the node the sender's credential speaks for (`advisor.api.node_auth`); given, it
+    replaces the token check."""
+    refusal = token_refusal(settings, authorization) if node is None else None
+    return refusal if refusal is not None else check_body(settings, body, now_seconds, node=node)
+
+
+def check_body(
+    settings: AdvisorSettings, body: bytes, now_seconds: float, *, node: str | None = None
+) -> NodeSnapshot | Refusal:
+    """The snapshot of a body whose sender may push, else why not: 422 (the documented shape: a list of `{loc, msg,
+    type}`) for a body that is not a valid snapshot, 403 for a snapshot of another node than `node`. Needs no state:
+    the state-owning process runs it on every snapshot an ingest worker forwards (whose token the worker checked,
+    advisor/api/transport/worker.py), as the ingest route does on the others, so each snapshot is validated once."""
     try:
         snapshot = NodeSnapshot.model_validate_json(body)
     except ValidationError as e:
@@ -126,6 +134,13 @@ def check_snapshot(
         detail = errors[:MAX_ERRORS]
         return Refusal(status.HTTP_422_UNPROCESSABLE_CONTENT, {"detail": detail}, "future" if future else "invalid")
     return snapshot
+
+
+def token_refusal(settings: AdvisorSettings, authorization: str | None) -> Refusal | None:
+    """401 for a push without the service's bearer token (none when writes are open): what an ingest worker checks
+    before it forwards a body to the state-owning process."""
+    problem = token_problem(settings, authorization)
+    return None if problem is None else Refusal(status.HTTP_401_UNAUTHORIZED, {"detail": problem}, None)
 
 
 def answer(code: int, payload: dict[str, Any]) -> tuple[list[tuple[bytes, bytes]], bytes]:

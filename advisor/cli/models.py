@@ -24,21 +24,13 @@ from rich.table import Table
 
 from advisor.cli.common import Stages, fail, table_console
 from advisor.cli.db import open_store
-from advisor.datasets import (
-    FORMAT_OF_KIND,
-    DatasetError,
-    Kind,
-    gavel_trace_executions,
-    load_gavel,
-    load_philly,
-    load_sia,
-    read_csv,
-)
+from advisor.datasets import FORMAT_OF_KIND, Kind, gavel_trace_executions, load_gavel, load_philly, load_sia, read_csv
 from advisor.models.artifact import ArtifactError
 from advisor.models.kinds import MODEL_KINDS
 from advisor.models.registry import load_model, rollback, save_and_register, save_trained, version_path
 from advisor.models.training import evaluate, train
 from advisor.settings import AdvisorSettings
+from profiler.csv_formats import InputDataError
 from profiler.store import repo
 from profiler.store.db import session_factory
 
@@ -78,7 +70,7 @@ def _finite(value: float) -> float | None:
 def _read(kind: Kind, path: Path, *, with_labels: bool) -> pd.DataFrame:
     try:
         return read_csv(path, FORMAT_OF_KIND[kind], with_labels=with_labels)
-    except DatasetError as e:
+    except InputDataError as e:
         fail(str(e))
     except OSError as e:
         fail(f"{path}: {e.strerror or e}")
@@ -130,8 +122,8 @@ def train_command(  # noqa: PLR0912, PLR0917 - Typer maps every option to a para
     try:
         with stages.stage(f"trained the {k} model", f"training the {k} model"):
             trained = train(k, frame, source=source)
-    except ValueError as e:  # DatasetError, or data a model cannot learn from (e.g. one configuration per workload)
-        # one prefix: a DatasetError already names its source
+    except ValueError as e:  # InputDataError, or data a model cannot learn from (e.g. one configuration per workload)
+        # one prefix: an InputDataError already names its source
         fail(f"{source}: cannot train the {k} model: {str(e).removeprefix(f'{source}: ')}")
     result: dict[str, Any] = {"kind": k, "artifact": str(out), "metrics": trained.metrics, **trained.training_summary}
     try:
@@ -254,7 +246,7 @@ def evaluate_command(
     try:
         with Stages(quiet=as_json).stage(f"evaluated the {k} model", f"cross-validating the {k} model"):
             result = evaluate(k, frame, holdout_by, probes=probes).to_json()
-    except DatasetError as e:
+    except InputDataError as e:
         fail(str(e))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
@@ -364,7 +356,7 @@ def import_command(
             frame, fmt = load_sia(src), FORMAT_OF_KIND["throughput"]
         else:
             frame, fmt = load_philly(src), FORMAT_OF_KIND["jct"]
-    except DatasetError as e:
+    except InputDataError as e:
         fail(str(e))
     columns = [c for c in fmt.known if c in frame.columns]
     try:

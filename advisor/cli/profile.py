@@ -24,8 +24,9 @@ from advisor.cli.db import DbUrlOption, open_store
 from collector.backend import BackendUnavailableError
 from collector.logs import configure_logging
 from profiler import views
+from profiler.csv_formats import InputDataError
 from profiler.csv_table import read_csv_file
-from profiler.importers import CsvFormatError, ImportKind, parse_colocations, parse_throughputs
+from profiler.importers import ImportKind, parse_colocations, parse_throughputs
 from profiler.local import LocalRunner, UnresolvedSecretError, check_local_env
 from profiler.records import ProfileRecord
 from profiler.results import Phase, save_results
@@ -402,7 +403,7 @@ def import_(
                 colocations, profiles = parse_colocations(table, source=tag), []
             else:
                 colocations, profiles = [], parse_throughputs(table, source=tag)
-    except CsvFormatError as e:
+    except InputDataError as e:
         fail(str(e))
     engine = open_store(db_url)
     rows = len(colocations) + len(profiles)

@@ -24,14 +24,7 @@ from rich.table import Table
 from advisor.cli.common import Stages, fail
 from advisor.placement.types import ScoringInputError
 from advisor.sim.jobs import JCT_EXTENDER_WEIGHT, JctResult
-from advisor.sim.loaders import (
-    SimInputError,
-    jobs_from_pods,
-    load_cluster,
-    load_throughputs,
-    load_trace,
-    pods_from_jobs,
-)
+from advisor.sim.loaders import jobs_from_pods, load_cluster, load_throughputs, load_trace, pods_from_jobs
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import FRAGMENTATION_EXTENDER_WEIGHT, FragmentationResult
 from advisor.sim.rates import RateTable, truth_table
@@ -47,6 +40,7 @@ from advisor.sim.run import (
     scorer_setup,
     trace_lengths,
 )
+from profiler.csv_formats import InputDataError
 
 _PIPE_WIDTH = 140
 
@@ -209,7 +203,7 @@ def simulate(
             nodes = load_cluster(cluster)
             loaded = _one_trace(load_trace(trace), trace, trace_name)
             truth = truth_table(load_throughputs(throughputs)) if throughputs is not None else None
-    except (SimInputError, SimConfigError) as e:
+    except (InputDataError, SimConfigError) as e:
         fail(str(e))
     except OSError as e:
         fail(f"{e.filename}: {e.strerror or e}")
@@ -236,7 +230,7 @@ def simulate(
             jobs = _as_jobs(loaded, trace)
             jct = _jct(nodes, jobs, names, seed=seed, truth=truth, stages=stages, report=report, options=options)
             table = _jct_table(jct)
-    except (SimInputError, SimConfigError, ScoringInputError) as e:
+    except (InputDataError, SimConfigError, ScoringInputError) as e:
         fail(str(e))
     plots: list[str] = []
     if plot is not None:
@@ -375,14 +369,14 @@ def _one_trace(loaded: list[Pod] | list[Job], path: Path, name: str | None) -> l
     names = sorted({j.job_id.split("/", 1)[0] for j in jobs if "/" in j.job_id})
     if name is None:
         if len(names) > 1:
-            raise SimInputError(
+            raise InputDataError(
                 f"{path} holds {len(names)} traces ({', '.join(names)}): choose one with --trace-name"
                 " (they would otherwise be replayed as one merged trace)"
             )
         return loaded
     if name not in names:
         held = f"its traces are {', '.join(names)}" if names else "it holds one unnamed trace"
-        raise SimInputError(f"--trace-name: {path} has no trace {name!r}; {held}")
+        raise InputDataError(f"--trace-name: {path} has no trace {name!r}; {held}")
     return [j for j in jobs if j.job_id.split("/", 1)[0] == name]
 
 

@@ -37,15 +37,16 @@ def task_mix(
     """Print GPUADVISOR_TASK_MIX (and GPUADVISOR_MODEL_TASK_MIX where pods constrain GPU models) for a pod history."""
     from advisor.settings import AdvisorSettings
     from advisor.sim.fragmentation import model_task_mixes, popular_pods, task_mix_of
-    from advisor.sim.loaders import SimInputError, load_cluster, load_trace
+    from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
+    from profiler.csv_formats import InputDataError
 
     if not 0.0 < coverage <= 1.0:
         fail(f"--coverage: {coverage:g} is not a share of the pods: give a number above 0 and at most 1")
     try:
         nodes = load_cluster(cluster)
         trace_rows = load_trace(trace)
-    except SimInputError as e:
+    except InputDataError as e:
         fail(str(e))
     except OSError as e:
         fail(f"{e.filename}: {e.strerror}")

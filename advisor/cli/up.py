@@ -37,7 +37,7 @@ from advisor.api.context import AppContext
 from advisor.cli.common import EXIT_UNAVAILABLE, Stages, fail
 from advisor.cli.db import store_failure
 from advisor.cli.serve import build_settings
-from advisor.datasets import DatasetError, gavel_trace_executions, load_gavel
+from advisor.datasets import gavel_trace_executions, load_gavel
 from advisor.models.artifact import ArtifactError
 from advisor.models.reference import GAVEL_THROUGHPUTS, GAVEL_TRACES, bundled_gavel_dir, train_reference_models
 from advisor.settings import AdvisorSettings
@@ -50,6 +50,7 @@ from collector.settings import CollectorSettings
 from collector.sim import SimulatedBackend
 from collector.snapshot import NodeSnapshot
 from collector.stats import CollectorStats
+from profiler.csv_formats import InputDataError
 from profiler.csv_table import read_csv_lines
 from profiler.importers import parse_colocations, parse_throughputs
 from profiler.records import ColocationRecord, ExecutionRecord, ProfileRecord
@@ -210,7 +211,7 @@ def serve_models(ctx: AppContext, settings: AdvisorSettings) -> str:
     the promoted ones; what answers each scoring question, in one line."""
     try:
         trained = train_reference_models(settings.model_dir, ctx.sessions)
-    except (DatasetError, ArtifactError, OSError) as e:
+    except (InputDataError, ArtifactError, OSError) as e:
         return f"training from the bundled data failed ({e}); scores use the heuristics"
     ctx.reload_predictors()
     served = ", ".join(f"{question}: {name}" for question, name in ctx.predictors.names().items())

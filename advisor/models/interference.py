@@ -29,6 +29,10 @@ heuristic on it); where it fails, a side whose workload has no measured pairs ge
 were measured in; a pair in another mode gets its mode's prior alone.
 Predictions are clipped below at `NORM_MIN` and above at 1 when the training data never shows a job going faster next
 to a partner (the 99th percentile of its normalised throughputs at most 1.01), else at its 99.9th percentile.
+
+The identity parts are `advisor.models.interference_identity`, the check `advisor.models.interference_check`,
+what is read from a colocations frame `advisor.models.interference_frames`; this module holds the physical part and
+the model that composes them.
 """
 
 from __future__ import annotations
@@ -55,63 +59,76 @@ from advisor.gpus import normalize_gpu_model
 from advisor.models import _lgbm
 from advisor.models._lgbm import BoostedEstimator
 from advisor.models.artifact import Artifact, ArtifactError
+from advisor.models.interference_check import (
+    ALPHA_GRID,
+    CHECK_PROBES,
+    DEFAULT_KNOBS,
+    MIN_CHECK_FAMILIES,
+    MIN_CHECK_TRAIN_ROWS,
+    NEIGHBOUR_GRID,
+    PARTNER_GRID,
+    SHRINKAGE_GRID,
+    UNMEASURED_WEIGHTS,
+    CheckFold,
+    CheckTotals,
+    GridKey,
+    Knobs,
+)
+from advisor.models.interference_frames import (
+    NORM_MAX,
+    NORM_MIN,
+    gpu_names,
+    norm_targets,
+    probe_rows,
+    reference_workloads,
+    sharing_modes,
+    usable_rows,
+)
+from advisor.models.interference_identity import (
+    NeighbourTable,
+    Offsets,
+    SideCodes,
+    fit_neighbours,
+    fit_offsets,
+    neighbour_groups,
+    offset_levels,
+)
 from advisor.sharing import UNKNOWN, sharing_mode, sharing_prior
 
-NORM_MIN = 0.01
-NORM_MAX = 1.0
+# The model's parts, its check and the frame readers live in `interference_frames`, `interference_identity` and
+# `interference_check`; their public names stay importable from here, where they were defined before the split.
+__all__ = [
+    "ALPHA_GRID",
+    "CHECK_PROBES",
+    "MIN_CHECK_FAMILIES",
+    "NEIGHBOUR_GRID",
+    "NORM_MAX",
+    "NORM_MIN",
+    "PARTNER_GRID",
+    "PHYSICAL_FEATURES",
+    "SHRINKAGE_GRID",
+    "UNMEASURED_WEIGHTS",
+    "InterferenceModel",
+    "NeighbourTable",
+    "Offsets",
+    "SharingClassInterference",
+    "fit_neighbours",
+    "fit_offsets",
+    "gpu_names",
+    "norm_targets",
+    "physical_features",
+    "probe_rows",
+    "reference_workloads",
+    "sharing_classes",
+    "sharing_modes",
+    "usable_rows",
+]
 
 LIGHT_UTIL_RATIO = 0.3
 HEAVY_UTIL_RATIO = 0.7
-DEFAULT_UTIL_RATIO = 1.0
-
-# The grid of the leave-one-family-out check in `InterferenceModel.fit` (see the module doc).
-ALPHA_GRID = (0.0, 0.5, 1.0)
-# 0.3: a new workload's three probe pairs per GPU model keep 3 / 3.3 of its offsets when its measurements are
-# consistent enough for the check to trust them.
-SHRINKAGE_GRID = (0.3, 1.0, 3.0, 10.0)
-PARTNER_GRID = (True, False)
-# (α, λ, partner offsets, ω) and the grid point of the check's fits, (α, λ, partner offsets).
-_Knobs = tuple[float, float, bool, float]
-_Key = tuple[float, float, bool]
-DEFAULT_KNOBS: _Knobs = (1.0, 3.0, True, 0.5)
-NEIGHBOUR_GRID = (0.0, 0.5, 1.0)
-# How far a side without measured pairs moves from the heuristic toward the model: all the way, unless choosing the
-# knobs with one training family left aside loses to the heuristic on that family (see `_choose_knobs`).
-UNMEASURED_WEIGHTS = (1.0, 0.0)
-MIN_CHECK_FAMILIES = 3
-MIN_CHECK_TRAIN_ROWS = 20
-CHECK_PROBES = 3
-NEIGHBOURS = 5
-BACKFIT_ROUNDS = 4
 # Clip above at 1 unless the training data says sharing can speed a job up (see the module doc).
 CLIP_QUANTILE = 0.99
 CLIP_TOLERANCE = 0.01
-
-
-def norm_targets(frame: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
-    """Measured (norm_a, norm_b) = co-located / solo throughput of a colocations frame."""
-    norm_a = frame["coloc_throughput_a"].to_numpy(np.float64) / frame["solo_throughput_a"].to_numpy(np.float64)
-    norm_b = frame["coloc_throughput_b"].to_numpy(np.float64) / frame["solo_throughput_b"].to_numpy(np.float64)
-    return norm_a, norm_b
-
-
-def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows with positive solo and co-located throughputs on both sides (others carry no label)."""
-    ok = np.ones(len(frame), dtype=bool)
-    for column in ("solo_throughput_a", "solo_throughput_b", "coloc_throughput_a", "coloc_throughput_b"):
-        ok &= frame[column].to_numpy(np.float64) > 0
-    return frame[ok].reset_index(drop=True)
-
-
-def gpu_names(frame: pd.DataFrame) -> list[str]:
-    return [normalize_gpu_model(g) for g in frame["gpu_model"]]
-
-
-def sharing_modes(frame: pd.DataFrame) -> list[str]:
-    """Each pair's sharing mode (`advisor.sharing`; "" = unknown, also where the column is absent)."""
-    if "sharing" not in frame.columns:
-        return [UNKNOWN] * len(frame)
-    return [sharing_mode(m) for m in frame["sharing"]]
 
 
 # ------------------------------------------------------------------------------------------- sharing classes
@@ -191,286 +208,6 @@ def physical_features(features: FloatArray) -> FloatArray:
     return out
 
 
-# ------------------------------------------------------------------------------------------- identity parts
-
-
-def _gpu_key(workload: str, gpu: str) -> str:
-    return f"{workload}@{gpu}"
-
-
-@dataclass(frozen=True)
-class Offsets:
-    """Shrunk sensitivity (as `self`) and aggressiveness (as `other`) of measured workloads, overall (keyed by
-    workload name) and per GPU model (keyed ``workload@gpu``)."""
-
-    sensitivity: dict[str, float]
-    aggressiveness: dict[str, float]
-
-    def of(
-        self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str], *, sides: _SideCodes | None = None
-    ) -> FloatArray:
-        """Each row's offset: this side's sensitivity plus the other side's aggressiveness (0 for unknown names);
-        `sides`, when given, is `_SideCodes.of(this, other, gpus)` computed once for many calls."""
-        sides = sides if sides is not None else _SideCodes.of(this, other, gpus)
-        sens, aggr = self.side_values(sides.distinct)
-        result: FloatArray = sens[sides.this] + aggr[sides.other]
-        return result
-
-    def side_values(self, sides: Sequence[tuple[str, str]]) -> tuple[FloatArray, FloatArray]:
-        """(sensitivity, aggressiveness) of each distinct (workload, GPU model), overall plus per GPU model."""
-        sens, aggr = self.sensitivity.get, self.aggressiveness.get
-        keys = [(w, _gpu_key(w, g)) for w, g in sides]
-        return (
-            np.fromiter((sens(w, 0.0) + sens(k, 0.0) for w, k in keys), np.float64, len(keys)),
-            np.fromiter((aggr(w, 0.0) + aggr(k, 0.0) for w, k in keys), np.float64, len(keys)),
-        )
-
-
-@dataclass(frozen=True)
-class _SideCodes:
-    """Rows (this, other, GPU model) as indices of their distinct (workload, GPU model) sides: a batch repeats a few
-    workloads many times, so each distinct side is looked up once."""
-
-    distinct: list[tuple[str, str]]
-    this: npt.NDArray[np.intp]
-    other: npt.NDArray[np.intp]
-
-    @classmethod
-    def of(cls, this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> _SideCodes:
-        index: dict[tuple[str, str], int] = {}
-        setdefault = index.setdefault
-        code_this = [setdefault(k, len(index)) for k in zip(this, gpus, strict=True)]
-        code_other = [setdefault(k, len(index)) for k in zip(other, gpus, strict=True)]
-        return cls(list(index), np.asarray(code_this, dtype=np.intp), np.asarray(code_other, dtype=np.intp))
-
-
-def _shrunk_means(codes: npt.NDArray[np.intp], values: FloatArray, count: int, shrinkage: float) -> FloatArray:
-    sums = np.bincount(codes, weights=values, minlength=count)
-    return sums / (np.bincount(codes, minlength=count) + shrinkage)
-
-
-_OffsetLevel = tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], list[str]]
-
-
-def offset_levels(this: Sequence[str], other: Sequence[str], gpus: Sequence[str]) -> list[_OffsetLevel]:
-    """The two levels `fit_offsets` backfits, per workload and per workload and GPU model: each as the rows' codes of
-    this and of the other side among the level's sorted distinct names, and those names."""
-    this_names, other_names = np.asarray(this, dtype=object), np.asarray(other, dtype=object)
-    at_gpu = "@" + np.asarray(gpus, dtype=object)  # `_gpu_key`, built column-wise
-    n = len(this_names)
-    levels: list[_OffsetLevel] = []
-    for keys_this, keys_other in ((this_names, other_names), (this_names + at_gpu, other_names + at_gpu)):
-        codes, names = _codes(np.concatenate([keys_this, keys_other]))
-        levels.append((codes[:n], codes[n:], names))
-    return levels
-
-
-def fit_offsets(
-    this: Sequence[str],
-    other: Sequence[str],
-    gpus: Sequence[str],
-    residual: FloatArray,
-    shrinkage: float,
-    *,
-    partners: bool = True,
-    levels: list[_OffsetLevel] | None = None,
-) -> Offsets:
-    """Backfit sensitivity and aggressiveness on `residual`, first per workload, then per workload and GPU model
-    (without `partners`, sensitivities alone: a measured partner then counts as any other). `levels`, when given, is
-    `offset_levels(this, other, gpus)` computed once for many calls."""
-    sensitivity: dict[str, float] = {}
-    aggressiveness: dict[str, float] = {}
-    left = residual.copy()
-    for code_this, code_other, names in levels if levels is not None else offset_levels(this, other, gpus):
-        sens = np.zeros(len(names))
-        aggr = np.zeros(len(names))
-        for _ in range(BACKFIT_ROUNDS):
-            sens = _shrunk_means(code_this, left - aggr[code_other], len(names), shrinkage)
-            if partners:
-                aggr = _shrunk_means(code_other, left - sens[code_this], len(names), shrinkage)
-        left = left - sens[code_this] - aggr[code_other]
-        sensitivity |= {name: float(v) for name, v in zip(names, sens, strict=True) if v != 0.0}
-        aggressiveness |= {name: float(v) for name, v in zip(names, aggr, strict=True) if v != 0.0}
-    return Offsets(sensitivity, aggressiveness)
-
-
-@dataclass(frozen=True)
-class NeighbourTable:
-    """Per GPU model, the neighbour correction of each (self, other) of workloads measured there: row index of self
-    (`rows`), column index of other (`columns`), and the values (NaN where there is none)."""
-
-    rows: dict[str, dict[str, int]]
-    columns: dict[str, dict[str, int]]
-    values: dict[str, FloatArray]
-
-    def lookup(
-        self, this: Sequence[str], other: Sequence[str], gpus: Sequence[str], *, sides: _SideCodes | None = None
-    ) -> FloatArray:
-        """Each row's correction (0 where the table has none); names are looked up once per distinct side (`sides`,
-        when given, is `_SideCodes.of(this, other, gpus)` computed once for many calls)."""
-        sides = sides if sides is not None else _SideCodes.of(this, other, gpus)
-        row = np.array([self.rows.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
-        column = np.array([self.columns.get(g, {}).get(w, -1) for w, g in sides.distinct], dtype=np.intp)
-        tables = list(self.values.values())
-        code = {gpu: k for k, gpu in enumerate(self.values)}
-        gpu_code = np.array([code.get(g, -1) for _, g in sides.distinct], dtype=np.intp)
-        out = np.zeros(len(sides.this))
-        this_row, other_column, this_gpu = row[sides.this], column[sides.other], gpu_code[sides.this]
-        usable = (this_row >= 0) & (other_column >= 0)
-        for k, table in enumerate(tables):
-            mask = usable & (this_gpu == k)
-            if mask.any():
-                out[mask] = np.nan_to_num(table[this_row[mask], other_column[mask]])
-        return out
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            gpu: {
-                "rows": list(self.rows[gpu]),
-                "columns": list(self.columns[gpu]),
-                "values": [[None if np.isnan(v) else float(v) for v in row] for row in values],
-            }
-            for gpu, values in self.values.items()
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> NeighbourTable:
-        return cls(
-            {gpu: {name: i for i, name in enumerate(t["rows"])} for gpu, t in state.items()},
-            {gpu: {name: j for j, name in enumerate(t["columns"])} for gpu, t in state.items()},
-            {
-                gpu: np.array(
-                    [[np.nan if v is None else v for v in row] for row in t["values"]], dtype=np.float64
-                ).reshape(len(t["rows"]), len(t["columns"]))
-                for gpu, t in state.items()
-            },
-        )
-
-
-def _codes(names: Sequence[str] | npt.NDArray[np.object_]) -> tuple[npt.NDArray[np.intp], list[str]]:
-    """Each name's index among the sorted distinct names, and those names (hashed in C: the knob search asks this
-    hundreds of times per fit)."""
-    codes, distinct = pd.factorize(np.asarray(names, dtype=object), sort=True)
-    return codes.astype(np.intp, copy=False), [str(n) for n in distinct]
-
-
-_NeighbourGroup = tuple[str, npt.NDArray[np.intp], npt.NDArray[np.intp], list[str], npt.NDArray[np.intp], list[str]]
-
-
-def neighbour_groups(
-    this: Sequence[str], other: Sequence[str], gpus: Sequence[str], measured_rows: npt.NDArray[np.bool_] | None = None
-) -> list[_NeighbourGroup]:
-    """The rows `fit_neighbours` tables per GPU model (of the `measured_rows`, every row when None): for each GPU
-    model in name order, its rows' positions among the measured rows, their codes of this and of the other side among
-    the sorted distinct names, and those names."""
-    if measured_rows is None:
-        measured_rows = np.ones(len(this), dtype=bool)
-    gpu_codes, gpu_names_sorted = _codes([g for g, m in zip(gpus, measured_rows, strict=True) if m])
-    this_kept = [t for t, m in zip(this, measured_rows, strict=True) if m]
-    other_kept = [o for o, m in zip(other, measured_rows, strict=True) if m]
-    groups: list[_NeighbourGroup] = []
-    for k, gpu in enumerate(gpu_names_sorted):
-        at = np.flatnonzero(gpu_codes == k)
-        row_codes, row_names = _codes([this_kept[i] for i in at])
-        column_codes, column_names = _codes([other_kept[i] for i in at])
-        groups.append((gpu, at, row_codes, row_names, column_codes, column_names))
-    return groups
-
-
-def fit_neighbours(
-    this: Sequence[str],
-    other: Sequence[str],
-    gpus: Sequence[str],
-    residual: FloatArray,
-    *,
-    groups: list[_NeighbourGroup] | None = None,
-) -> NeighbourTable:
-    """The neighbour correction of every (self, other) of workloads measured on a GPU model (see the module doc);
-    `residual` is what the physical part and the offsets leave. `groups`, when given, is `neighbour_groups(this,
-    other, gpus)` computed once for many calls; it holds every row, so it is used only when no residual is NaN."""
-    rows_of: dict[str, dict[str, int]] = {}
-    columns_of: dict[str, dict[str, int]] = {}
-    values_of: dict[str, FloatArray] = {}
-    residual = np.asarray(residual, dtype=np.float64)
-    measured_rows = ~np.isnan(residual)
-    if groups is None or not measured_rows.all():
-        groups = neighbour_groups(this, other, gpus, measured_rows)
-    residual = residual[measured_rows]
-    for gpu, at, row_codes, row_names, column_codes, column_names in groups:
-        if len(row_names) < 2:
-            continue
-        cells = row_codes * len(column_names) + column_codes
-        size = len(row_names) * len(column_names)
-        counts = np.bincount(cells, minlength=size)
-        sums = np.bincount(cells, weights=residual[at], minlength=size)
-        # this × partner, the mean residual of each measured cell, NaN where not measured.
-        values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan).reshape(len(row_names), len(column_names))
-        known = ~np.isnan(values)
-        filled = np.nan_to_num(values)
-        # Mean absolute residual difference of each two workloads over the partners both were measured with.
-        both = known[:, None, :] & known[None, :, :]
-        diff = np.abs(filled[:, None, :] - filled[None, :, :]) * both
-        shared = both.sum(axis=2)
-        distance = np.where(shared > 0, diff.sum(axis=2) / np.maximum(shared, 1), np.inf)
-        np.fill_diagonal(distance, np.inf)
-        out = np.full(values.shape, np.nan)
-        for i in range(len(values)):
-            order = np.argsort(distance[i], kind="stable")
-            order = order[np.isfinite(distance[i, order])]
-            # Per partner, the first `NEIGHBOURS` of the nearest workloads that were measured with it.
-            measured = known[order]
-            chosen = measured & (np.cumsum(measured, axis=0) <= NEIGHBOURS)
-            count = chosen.sum(axis=0)
-            total = (filled[order] * chosen).sum(axis=0)
-            out[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-        rows_of[gpu] = {w: j for j, w in enumerate(row_names)}
-        columns_of[gpu] = {w: j for j, w in enumerate(column_names)}
-        values_of[gpu] = out
-    return NeighbourTable(rows_of, columns_of, values_of)
-
-
-# ------------------------------------------------------------------------------------------- probes
-
-
-def reference_workloads(frame: pd.DataFrame, count: int, *, excluded_families: set[str]) -> list[str]:
-    """`count` fixed reference workloads of a colocations frame, none of `excluded_families`: the workloads measured
-    with the most distinct partners, at most one per family (ties by name), as a profiler's reference set would be."""
-    fam_a, fam_b = pair_families(frame)
-    family = dict(zip(frame["workload_a"].astype(str), fam_a, strict=True)) | dict(
-        zip(frame["workload_b"].astype(str), fam_b, strict=True)
-    )
-    both = pd.DataFrame(
-        {
-            "workload": np.concatenate([frame["workload_a"].astype(str), frame["workload_b"].astype(str)]),
-            "partner": np.concatenate([frame["workload_b"].astype(str), frame["workload_a"].astype(str)]),
-        }
-    )
-    partners = both.groupby("workload")["partner"].nunique()
-    ranked = sorted(partners.index, key=lambda w: (-int(partners[w]), w))
-    chosen: list[str] = []
-    families: set[str] = set()
-    for workload in ranked:
-        fam = family[workload]
-        if fam in excluded_families or fam in families:
-            continue
-        chosen.append(workload)
-        families.add(fam)
-        if len(chosen) == count:
-            break
-    return chosen
-
-
-def probe_rows(
-    frame: pd.DataFrame, held_out: npt.NDArray[np.bool_], references: Sequence[str]
-) -> npt.NDArray[np.bool_]:
-    """Rows of `held_out` that pair a held-out workload with a reference workload: the probe co-runs."""
-    refs = set(references)
-    ref_a = frame["workload_a"].astype(str).isin(refs).to_numpy()
-    ref_b = frame["workload_b"].astype(str).isin(refs).to_numpy()
-    result: npt.NDArray[np.bool_] = held_out & (ref_a | ref_b)
-    return result
-
-
 # ------------------------------------------------------------------------------------------- the model
 
 
@@ -516,79 +253,6 @@ class _Stacked:
             frame["workload_b"].astype(str).tolist(),
             modes=sharing_modes(frame),
         )
-
-
-@dataclass(frozen=True)
-class _CheckFold:
-    """One held-out fold of the check: every part's prediction per grid point (α, λ), the truth, and which scored
-    sides belong to a workload without measured pairs in the fold's training part."""
-
-    family: str
-    truth: FloatArray
-    heuristic: FloatArray
-    unmeasured: npt.NDArray[np.bool_]
-    base: dict[_Key, FloatArray]
-    neighbour: dict[_Key, FloatArray]
-
-
-@dataclass(frozen=True)
-class _CheckTotals:
-    """The check's error sums per (probes, fold) and grid point, for choosing knobs with any family left aside."""
-
-    families: list[list[str]]  # per probe setting, each fold's family
-    counts: list[npt.NDArray[np.float64]]  # per probe setting, each fold's scored sides
-    heuristic: list[npt.NDArray[np.float64]]  # per probe setting, each fold's heuristic error sum
-    sums: dict[_Knobs, list[npt.NDArray[np.float64]]]  # per grid point and probe setting, each fold's error sum
-
-    @classmethod
-    def of(cls, folds: dict[int, list[_CheckFold]], unmeasured_weight: float, norm_max: float) -> _CheckTotals:
-        settings = [folds[p] for p in sorted(folds)]
-        sums: dict[_Knobs, list[npt.NDArray[np.float64]]] = {}
-        for knobs in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID, NEIGHBOUR_GRID):
-            sums[knobs] = [
-                np.array([np.sum(_clipped(f, knobs, unmeasured_weight, norm_max)) for f in held]) for held in settings
-            ]
-        return cls(
-            [[f.family for f in held] for held in settings],
-            [np.array([len(f.truth) for f in held], dtype=np.float64) for held in settings],
-            [np.array([np.sum(np.abs(f.heuristic - f.truth)) for f in held]) for held in settings],
-            sums,
-        )
-
-    def best(self, left_aside: str | None = None) -> tuple[float, _Knobs, list[float]] | None:
-        """The grid point with the lowest mean over probe settings of the pooled MAE, among those that do not lose to
-        the heuristic on any held-out family without probes (the first setting); `left_aside` is not looked at."""
-        keep = [np.array([f != left_aside for f in fams]) for fams in self.families]
-        best: tuple[float, _Knobs, list[float]] | None = None
-        for knobs, sums in self.sums.items():
-            # A grid point that loses to the heuristic on a held-out family is out (α = 0, λ = ∞ is the heuristic).
-            if np.any((sums[0] > self.heuristic[0] + 1e-12) & keep[0]):
-                continue
-            maes = [
-                float(np.sum(s[k]) / max(np.sum(c[k]), 1.0)) for s, c, k in zip(sums, self.counts, keep, strict=True)
-            ]
-            score = float(np.mean(maes))
-            if best is None or score < best[0]:
-                best = (score, knobs, maes)
-        return best
-
-    def selection_holds(self) -> bool:
-        """Whether choosing the knobs without a family never loses to the heuristic on that family (no probes)."""
-        for i, family in enumerate(self.families[0]):
-            chosen = self.best(left_aside=family)
-            if chosen is None or self.sums[chosen[1]][0][i] > self.heuristic[0][i] + 1e-12:
-                return False
-        return True
-
-
-def _clipped(fold: _CheckFold, knobs: _Knobs, unmeasured_weight: float, norm_max: float) -> FloatArray:
-    alpha, shrinkage, partners, weight = knobs
-    key = (alpha, shrinkage, partners)
-    raw = fold.base[key] + weight * fold.neighbour[key]
-    if unmeasured_weight != 1.0:
-        raw = np.where(fold.unmeasured, fold.heuristic + unmeasured_weight * (raw - fold.heuristic), raw)
-    result: FloatArray = np.abs(np.clip(raw, NORM_MIN, norm_max) - fold.truth)
-    return result
 
 
 @dataclass(kw_only=True, eq=False)
@@ -644,7 +308,7 @@ class InterferenceModel(BoostedEstimator):
 
     def _check_fold(
         self, family: str, train: pd.DataFrame, test: pd.DataFrame, scored: npt.NDArray[np.bool_]
-    ) -> _CheckFold:
+    ) -> CheckFold:
         """Every grid point's parts for the scored rows of `test` (stacked both orders), fitted on `train`."""
         stacked = _Stacked.of_frame(train)
         target = np.concatenate(norm_targets(train))
@@ -652,13 +316,13 @@ class InterferenceModel(BoostedEstimator):
         correction = _lgbm.predict(booster, stacked.features)
         test_stacked = _Stacked.of_frame(test)
         test_correction = _lgbm.predict(booster, test_stacked.features)
-        base: dict[_Key, FloatArray] = {}
-        neighbour: dict[_Key, FloatArray] = {}
+        base: dict[GridKey, FloatArray] = {}
+        neighbour: dict[GridKey, FloatArray] = {}
         # The names are the same at every grid point: encoded once per fold.
         names = (stacked.this, stacked.other, stacked.gpus)
         test_names = (test_stacked.this, test_stacked.other, test_stacked.gpus)
         levels, groups = offset_levels(*names), neighbour_groups(*names)
-        sides, test_sides = _SideCodes.of(*names), _SideCodes.of(*test_names)
+        sides, test_sides = SideCodes.of(*names), SideCodes.of(*test_names)
         for alpha, shrinkage, partners in product(ALPHA_GRID, SHRINKAGE_GRID, PARTNER_GRID):
             fitted_base = stacked.heuristic + alpha * correction
             offsets = fit_offsets(*names, target - fitted_base, shrinkage, partners=partners, levels=levels)
@@ -670,7 +334,7 @@ class InterferenceModel(BoostedEstimator):
             neighbour[(alpha, shrinkage, partners)] = table.lookup(*test_names, sides=test_sides)[scored]
         measured = set(stacked.this)
         unmeasured = np.array([w not in measured for w in test_stacked.this], dtype=bool)[scored]
-        return _CheckFold(
+        return CheckFold(
             family,
             np.concatenate(norm_targets(test))[scored],
             test_stacked.heuristic[scored],
@@ -679,7 +343,7 @@ class InterferenceModel(BoostedEstimator):
             neighbour,
         )
 
-    def _choose_knobs(self, frame: pd.DataFrame) -> tuple[_Knobs, float, dict[str, Any]]:
+    def _choose_knobs(self, frame: pd.DataFrame) -> tuple[Knobs, float, dict[str, Any]]:
         """(α, λ, partner offsets, ω) with the lowest mean of the two leave-one-family-out MAEs (no probes;
         `CHECK_PROBES` probes) among the grid points that do not lose to the heuristic on any held-out family without
         probes, and the weight of the model for unmeasured sides.
@@ -694,7 +358,7 @@ class InterferenceModel(BoostedEstimator):
         families = sorted(set(fam_a) | set(fam_b))
         if len(families) < MIN_CHECK_FAMILIES:
             return DEFAULT_KNOBS, 1.0, {"held_out_families": 0}
-        folds: dict[int, list[_CheckFold]] = {0: [], CHECK_PROBES: []}
+        folds: dict[int, list[CheckFold]] = {0: [], CHECK_PROBES: []}
         for family in families:
             held_out = (fam_a == family) | (fam_b == family)
             for probes, held in folds.items():
@@ -712,7 +376,7 @@ class InterferenceModel(BoostedEstimator):
             return DEFAULT_KNOBS, 1.0, {"held_out_families": 0}
         summary: dict[str, Any] = {"held_out_families": len(families)}
         for unmeasured_weight in UNMEASURED_WEIGHTS:
-            totals = _CheckTotals.of(folds, unmeasured_weight, self.norm_max_)
+            totals = CheckTotals.of(folds, unmeasured_weight, self.norm_max_)
             holds = totals.selection_holds()
             summary[f"selection_holds_at_weight_{unmeasured_weight:g}"] = holds
             if holds or unmeasured_weight == UNMEASURED_WEIGHTS[-1]:

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from advisor.datasets import FORMAT_OF_KIND, DatasetError, Kind, pair_families, run_seconds
+from advisor.datasets import FORMAT_OF_KIND, Kind, pair_families, run_seconds
 from advisor.features import FloatArray
 from advisor.models.interference import (
     InterferenceModel,
@@ -35,6 +35,7 @@ from advisor.models.interference import (
 from advisor.models.jct import JctModel
 from advisor.models.kinds import MODEL_KINDS, PRIMARY_METRIC, Model
 from advisor.models.throughput import ThroughputModel
+from profiler.csv_formats import InputDataError
 
 __all__ = ["PRIMARY_METRIC", "Evaluation", "Model", "Trained", "Validation", "evaluate", "score", "splits", "train"]
 
@@ -72,14 +73,14 @@ def splits(frame: pd.DataFrame, split_by: str, *, seed: int = 0) -> list[tuple[s
     if split_by in TIME_COLUMNS:
         column = f"{split_by}_s"
         if column not in frame.columns:
-            raise DatasetError(f"--holdout-by {split_by}: the data has no {split_by} column")
+            raise InputDataError(f"--holdout-by {split_by}: the data has no {split_by} column")
         order = np.argsort(frame[column].to_numpy(np.float64), kind="stable")
         cut = round(n * 0.8)
         return [(f"first 80% by {split_by}", order[:cut].astype(np.float64), order[cut:].astype(np.float64))]
     if split_by in ("pair", "row"):
         if split_by == "pair":
             if "workload_a" not in frame.columns:
-                raise DatasetError("--holdout-by pair needs a colocations CSV (workload_a, workload_b)")
+                raise InputDataError("--holdout-by pair needs a colocations CSV (workload_a, workload_b)")
             keys = [
                 "|".join([g, *sorted((a, b))])
                 for g, a, b in zip(frame["gpu_model"], frame["workload_a"], frame["workload_b"], strict=True)
@@ -110,7 +111,7 @@ def splits(frame: pd.DataFrame, split_by: str, *, seed: int = 0) -> list[tuple[s
             )
         return out
     if split_by not in frame.columns:
-        raise DatasetError(f"--holdout-by {split_by}: no such column (and not one of pair, row, a time column)")
+        raise InputDataError(f"--holdout-by {split_by}: no such column (and not one of pair, row, a time column)")
     values = frame[split_by].astype(str).to_numpy()
     unique = sorted(set(values))
     if len(unique) <= MAX_LEAVE_ONE_OUT_GROUPS:
@@ -221,9 +222,9 @@ def evaluate(
     fmt = spec.csv
     side_folds = _side_folds(frame, split_by) if kind == "interference" else None
     if probes < 0:
-        raise DatasetError(f"--probes {probes}: expected a count of 0 or more")
+        raise InputDataError(f"--probes {probes}: expected a count of 0 or more")
     if probes and side_folds is None:
-        raise DatasetError(
+        raise InputDataError(
             "--probes needs interference data split by a side of the pair (family, workload), "
             f"not --holdout-by {split_by}"
         )
@@ -272,7 +273,7 @@ def evaluate(
             }
         )
     if not folds:
-        raise DatasetError(
+        raise InputDataError(
             f"--holdout-by {split_by}: no fold leaves at least {fmt.min_train_rows} training rows and one test row"
         )
     return Evaluation(
@@ -377,14 +378,14 @@ def train(
     """Fit `kind` on `frame`, with validation metrics from one held-out part (see `_validation_fold`).
 
     Interference and throughput fit on the rest, score model and baselines on the held-out part, then refit on
-    everything; the JCT model's own chronological validation is used as is. Raises `DatasetError` when there are too
+    everything; the JCT model's own chronological validation is used as is. Raises `InputDataError` when there are too
     few usable rows.
     """
     spec = MODEL_KINDS[kind]
     fmt = spec.csv
     frame = spec.labelled(frame)
     if len(frame) < fmt.min_train_rows:
-        raise DatasetError(
+        raise InputDataError(
             f"{source}: {len(frame)} usable row(s); training the {kind} model needs at least {fmt.min_train_rows}"
         )
     metric = PRIMARY_METRIC[kind]

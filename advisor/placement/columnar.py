@@ -367,7 +367,7 @@ def share_choices(
     return ShareColumns(*(a.tolist() for a in arrays))
 
 
-def share_arrays(
+def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_share, step for step, in one pass
     pod: PodRequest,
     nodes: Sequence[NodeState],
     fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],

@@ -233,7 +233,7 @@ class NodeState:
     sharing_mode: str = ""
     sharing_source: str = "assumed"
     # The node's MIG instances (from Dynamic Resource Allocation's devices, else the snapshot's MIG devices with a
-    # profile), free or taken (`advisor.cluster.state.mig_instances_of`): MIG pods' capacity.
+    # profile), free or taken (`advisor.cluster.nodeview.mig_instances_of`): MIG pods' capacity.
     mig_instances: tuple[MigInstance, ...] = ()
     gpu_model: str = field(init=False)
     free_mask: int = field(init=False)

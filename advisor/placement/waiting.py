@@ -14,7 +14,7 @@ are memoised per node state and JCT predictor (`NodeMemo`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -156,6 +156,19 @@ def has_room_now(node: NodeState, pod: PodRequest) -> bool:
     return node.healthy_count > 0
 
 
+def _run_seconds(pod: PodRequest, models: Iterable[str], predictors: Predictors) -> dict[str, float] | None:
+    """{GPU model: predicted seconds the pod runs there}; None when a model has no positive prediction (no wait can
+    then be weighed)."""
+    count = max(pod.whole_gpus, 1)
+    run: dict[str, float] = {}
+    for model in models:
+        seconds = predictors.jct.jct_seconds(pod.workload, model, count)
+        if seconds is None or not seconds > 0:
+            return None
+        run[model] = seconds
+    return run
+
+
 def wait_verdicts(
     pod: PodRequest,
     names: Sequence[str],
@@ -183,13 +196,9 @@ def wait_verdicts(
         and not is_stale(n, config, now_seconds)
         and (name in offered or (not has_room_now(n, pod) and (usable is None or usable(name))))
     ]
-    count = max(pod.whole_gpus, 1)
-    run: dict[str, float] = {}
-    for model in {n.gpu_model for n in fresh}:
-        seconds = predictors.jct.jct_seconds(pod.workload, model, count)
-        if seconds is None or not seconds > 0:
-            return {}
-        run[model] = seconds
+    run = _run_seconds(pod, {n.gpu_model for n in fresh}, predictors)
+    if run is None:
+        return {}
     candidates = {nodes[n].gpu_model for n in names if n in nodes and nodes[n].gpu_model in run}
     if len(run) < 2 or not candidates:
         return {}

@@ -10,7 +10,7 @@ Formats are recognised by their header, so one `--cluster`/`--trace`/`--throughp
 * throughputs: Gavel's `simulation_throughputs.json`, or docs/design.md §6 colocations / throughputs CSV.
 
 Every file is read by `profiler.csv_table`, the one reading path of every CSV reader; every problem raises
-`SimInputError` naming the file, the row (the file's line: the header is row 1) and the column.
+`InputDataError` naming the file, the row (the file's line: the header is row 1) and the column.
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ from advisor.gpus import normalize_gpu_model
 from advisor.sim.model import GPU_MILLI, Cluster, Job, Pod, SimNode, Throughputs
 from profiler.csv_formats import InputDataError
 from profiler.csv_table import CsvTable, read_csv_file
-
-SimInputError = InputDataError
-"""An input file the simulator cannot use (the readers' one error class, under its older name here)."""
-
 
 # The simulator holds a few arrays per GPU: a node of more GPUs than any machine has is a typo (a cluster file with
 # 100000000000 GPUs on one node asked for 93 GiB before this bound).
@@ -46,13 +42,13 @@ THROUGHPUT_COLUMNS = ("workload", "gpu_model", "gpu_count", "throughput")
 def _read_csv(path: Path) -> CsvTable:
     table = read_csv_file(path)
     if not len(table):
-        raise SimInputError(f"{path}: no data rows")
+        raise InputDataError(f"{path}: no data rows")
     return table
 
 
-def _missing(path: Path, table: CsvTable, kinds: dict[str, Sequence[str]]) -> SimInputError:
+def _missing(path: Path, table: CsvTable, kinds: dict[str, Sequence[str]]) -> InputDataError:
     expected = "; ".join(f"{name}: {', '.join(cols)}" for name, cols in kinds.items())
-    return SimInputError(f"{path}: unrecognised columns {list(table.columns)}; expected one of — {expected}")
+    return InputDataError(f"{path}: unrecognised columns {list(table.columns)}; expected one of — {expected}")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -122,7 +118,7 @@ def load_cluster(path: Path) -> Cluster:
             )
         )
     if not any(n.gpus for n in nodes):
-        raise SimInputError(f"{path}: the cluster has no GPU")
+        raise InputDataError(f"{path}: the cluster has no GPU")
     return Cluster(tuple(nodes))
 
 
@@ -240,7 +236,7 @@ def jobs_from_pods(pods: Sequence[Pod], path: Path) -> list[Job]:
     """The openb pod list as a JCT trace: arrival = creation, work = seconds from scheduling to deletion."""
     table = _read_csv(path)
     if not table.has("creation_time", "deletion_time"):
-        raise SimInputError(f"{path}: a JCT run needs columns 'creation_time' and 'deletion_time'")
+        raise InputDataError(f"{path}: a JCT run needs columns 'creation_time' and 'deletion_time'")
     created = table.numbers("creation_time", minimum=0)
     deleted = table.numbers("deletion_time", minimum=0)
     jobs = [
@@ -290,7 +286,7 @@ def load_throughputs(path: Path) -> Throughputs:
         solo_a = table.numbers("solo_throughput_a", minimum=0)
         solo_b = table.numbers("solo_throughput_b", minimum=0)
         if not table.has("coloc_throughput_a", "coloc_throughput_b"):
-            raise SimInputError(f"{path}: missing columns coloc_throughput_a, coloc_throughput_b")
+            raise InputDataError(f"{path}: missing columns coloc_throughput_a, coloc_throughput_b")
         co_a = table.numbers("coloc_throughput_a", minimum=0)
         co_b = table.numbers("coloc_throughput_b", minimum=0)
         for i, model in enumerate(models):
@@ -312,5 +308,5 @@ def load_throughputs(path: Path) -> Throughputs:
     else:
         raise _missing(path, table, {"colocations": COLOCATION_COLUMNS, "throughputs": THROUGHPUT_COLUMNS})
     if not out.isolated:
-        raise SimInputError(f"{path}: no positive throughput")
+        raise InputDataError(f"{path}: no positive throughput")
     return out

@@ -5,6 +5,7 @@ prioritize answer it writes is the HostPriorityList, whatever the node names."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,3 +96,19 @@ def test_the_prioritize_answer_is_the_host_priority_list_for_any_names(client: T
     assert max(h["Score"] for h in hosts) == 10
     empty = client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=1), "NodeNames": []}, headers=JSON)
     assert (empty.status_code, empty.json()) == (200, [])
+
+
+def test_each_kind_of_fall_back_to_the_ordinary_route_is_logged_once(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fast path that stops answering shows in the log, without a line per request: the route still answers."""
+    unknown = {"pod": v1_pod(gpus=1), "nodes": ["nope"]}
+    with caplog.at_level(logging.INFO, logger="advisor.api.fastpath"):
+        for _ in range(3):
+            assert client.post("/v1/score", json=unknown, headers=JSON).status_code == 404
+            text = client.post("/v1/score", content=json.dumps(unknown), headers={"Content-Type": "text/plain"})
+            assert text.status_code != 200
+    lines = sorted(r.getMessage() for r in caplog.records)
+    assert len(lines) == 2
+    assert "/v1/score fell back to the ordinary route (HTTPException)" in lines[0]
+    assert "/v1/score fell back to the ordinary route (not a JSON content type)" in lines[1]

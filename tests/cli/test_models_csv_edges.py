@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.datasets import DatasetError, read_csv
-from profiler.csv_formats import THROUGHPUTS
+from advisor.datasets import read_csv
+from profiler.csv_formats import THROUGHPUTS, InputDataError
 from tests.cli.test_cli_smoke import gpuadvisor
 from tests.cli.test_errors import assert_one_error_line
 
@@ -28,7 +28,7 @@ def test_a_csv_number_that_is_not_finite_is_refused_with_its_place(
 ) -> None:
     csv = tmp_path / "t.csv"
     csv.write_text(HEADER + "w,V100,1,1,64,100\n" + row + "\n")
-    with pytest.raises(DatasetError) as refused:
+    with pytest.raises(InputDataError) as refused:
         read_csv(csv, THROUGHPUTS, with_labels=False)
     assert str(refused.value) == f"{csv}: row 3, column '{column}': expected a finite number, got {given}"
 

@@ -10,11 +10,12 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from advisor.cli.main import app
-from advisor.datasets import DatasetError, read_csv
+from advisor.datasets import read_csv
 from profiler.csv_formats import COLOCATIONS as COLOCATIONS_FORMAT
 from profiler.csv_formats import THROUGHPUTS as THROUGHPUTS_FORMAT
+from profiler.csv_formats import InputDataError
 from profiler.csv_table import read_csv_lines
-from profiler.importers import CsvFormatError, parse_colocations, parse_throughputs
+from profiler.importers import parse_colocations, parse_throughputs
 from profiler.store import db, repo
 
 COLOCATIONS = """gpu_model,workload_a,workload_b,solo_throughput_a,solo_throughput_b,coloc_throughput_a,\
@@ -73,7 +74,7 @@ def test_throughputs_in_the_models_csv_format_import_their_sm_utilisation() -> N
     ],
 )
 def test_bad_throughput_files_name_the_problem(text: str, message: str) -> None:
-    with pytest.raises(CsvFormatError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(InputDataError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_throughputs(read_csv_lines(io.StringIO(text), source="t.csv"), source="x")
 
 
@@ -131,11 +132,11 @@ def test_a_required_column_missing_is_refused_by_both_readers_by_name(kind: str,
     header, row = (line.split(",") for line in MINIMAL[kind].splitlines())
     keep = [i for i, name in enumerate(header) if name != column]
     text = "\n".join(",".join(cells[i] for i in keep) for cells in (header, row)) + "\n"
-    with pytest.raises(CsvFormatError, match=f"missing required column\\(s\\): {column}$"):
+    with pytest.raises(InputDataError, match=f"missing required column\\(s\\): {column}$"):
         PARSERS[kind](read_csv_lines(io.StringIO(text), source="t.csv"), source="x")
     path = tmp_path / "f.csv"
     path.write_text(text)
-    with pytest.raises(DatasetError, match=f"missing column\\(s\\) {column}"):
+    with pytest.raises(InputDataError, match=f"missing column\\(s\\) {column}"):
         read_csv(path, FORMATS[kind], with_labels=True)
 
 
@@ -151,7 +152,7 @@ def test_the_profilers_optional_throughput_columns_are_read_by_the_models(tmp_pa
     frame = read_csv(path, THROUGHPUTS_FORMAT, with_labels=True)
     assert (frame["amp"].iloc[0], frame["sm_util_p95"].iloc[0]) == (1.0, 0.9)
     path.write_text(text.replace("0.9,250", "90,250"))
-    with pytest.raises(DatasetError, match="sm_util_p95"):
+    with pytest.raises(InputDataError, match="sm_util_p95"):
         read_csv(path, THROUGHPUTS_FORMAT, with_labels=True)
 
 
@@ -170,7 +171,7 @@ def test_the_sharing_column_is_imported_stored_and_checked(tmp_path: Path) -> No
     with db.session_factory(engine)() as session:
         assert [c.sharing for c in repo.list_colocations(session=session)] == ["mps", ""]
     engine.dispose()
-    with pytest.raises(CsvFormatError, match=r"row 2, column 'sharing': expected one of time-slicing, mps, mig"):
+    with pytest.raises(InputDataError, match=r"row 2, column 'sharing': expected one of time-slicing, mps, mig"):
         parse_colocations(
             read_csv_lines(io.StringIO(text.replace(",mps\n", ",MPS-ish\n")), source="t.csv"), source="import:test"
         )

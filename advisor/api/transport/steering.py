@@ -1,16 +1,16 @@
 """Ingest on more than one core: ingest worker processes, and the connection steering that feeds them.
 
-One process owns the cluster state and listens (docs/design.md §5.1, "Consistency"). A connection whose first request
-is `POST /v1/telemetry` — a collector, which keeps one connection open and pushes on it every cycle — is answered
-there as always, then its socket is handed to an ingest worker (`socket.send_fds`, SCM_RIGHTS over a Unix socket
-pair) which serves the connection from then on (advisor/api/transport/worker.py): HTTP, the token and every snapshot
-check run in the worker; the owner receives each valid snapshot's JSON, applies it on its event loop in arrival
-order, and acks, and the worker answers 202 after the ack. Every other connection (kube-scheduler, Volcano,
-Prometheus, users) stays with the owner, so scoring pays nothing for the workers.
+One process owns the cluster state and listens (docs/design.md §5.1, "Consistency"). A connection whose first request is
+`POST /v1/telemetry` — a collector, which keeps one connection open and pushes on it every cycle — is answered there as
+always, then its socket is handed to an ingest worker (`socket.send_fds`, SCM_RIGHTS over a Unix socket pair) which
+serves the connection from then on (advisor/api/transport/worker.py): HTTP and the token run in the worker; the owner
+receives each pushed body, validates it once with the ingest route's own checks as it builds the snapshot, applies it on
+its event loop in arrival order and acks with the route's answer, which the worker sends. Every other connection
+(kube-scheduler, Volcano, Prometheus, users) stays with the owner, so scoring pays nothing for the workers.
 
-`IngestWorkers` starts and watches the workers; a worker that exits is restarted (its connections closed with it;
-their collectors reconnect, and a push whose answer never came is pushed again next cycle). `steering_protocol`
-is uvicorn's HTTP protocol with the hand-off added.
+`IngestWorkers` starts and watches the workers; a worker that exits is restarted (its connections closed with it; their
+collectors reconnect, and a push whose answer never came is pushed again next cycle). `steering_protocol` is uvicorn's
+HTTP protocol with the hand-off added.
 """
 
 from __future__ import annotations
@@ -28,22 +28,21 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from pydantic import ValidationError
 from starlette.types import ASGIApp, Message
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import ingest_channel as ch
 from advisor.api.context import AppContext
-from advisor.api.errors import pydantic_errors
+from advisor.api.ingest_checks import Refusal, check_body
 from advisor.api.routes import telemetry
-from collector.snapshot import NodeSnapshot
 
 log = logging.getLogger(__name__)
 
 MAX_DEFAULT_WORKERS = 1
-"""A worker spends ≈ 0.36 ms of CPU on a snapshot (HTTP, checks), the owner ≈ 0.38 ms applying it (docs/benchmarks.md):
-one worker keeps up with all the owner can apply, so more add memory (≈ 90 MB each), not throughput; they only
-spread what one worker's crash interrupts. Raise it with GPUADVISOR_INGEST_WORKERS."""
+"""A worker spends less than ≈ 0.36 ms of CPU on a snapshot (HTTP and the token; that was with the checks, which the
+owner now runs as it parses), the owner ≈ 0.38 ms validating and applying it (docs/benchmarks.md): one worker keeps up
+with all the owner can apply, so more add memory (≈ 90 MB each), not throughput; they only spread what one worker's
+crash interrupts. Raise it with GPUADVISOR_INGEST_WORKERS."""
 STOP_SECONDS = 5.0
 RESTART_DELAY_SECONDS = (1.0, 30.0)  # after a crash soon after start the delay doubles, up to the second value
 STABLE_SECONDS = 10.0  # a worker that ran this long and then exited is restarted after the first delay again
@@ -193,9 +192,7 @@ class IngestWorkers:
             code, payload = self._take(frame.payload)
             link.send(ch.ACK, frame.request_id, ch.ACK_STATUS.pack(code) + json.dumps(payload).encode())
         elif frame.kind == ch.OUTCOME_FRAME:
-            for code, seconds, counted_as in ch.decode_outcomes(frame.payload):
-                if counted_as:
-                    self.ctx.metrics.snapshots.labels(counted_as).inc()
+            for code, seconds in ch.decode_outcomes(frame.payload):
                 self.ctx.metrics.request_duration.labels(telemetry.PATH, "POST", str(code)).observe(seconds)
         elif frame.kind == ch.REQUEST:
             task = asyncio.get_running_loop().create_task(self._answer(link, frame.request_id, frame.payload))
@@ -211,12 +208,13 @@ class IngestWorkers:
             raise ch.ChannelError(f"a frame of kind {frame.kind}")
 
     def _take(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        """Apply a snapshot the worker checked, on this loop, in arrival order (the state's own ordering rule)."""
-        try:
-            snapshot = NodeSnapshot.model_validate_json(body)
-        except ValidationError as e:  # a worker of another version let it through: refused as the route would
-            self.ctx.metrics.snapshots.labels("invalid").inc()
-            return 422, {"detail": pydantic_errors(e.errors(), ("body",))}
+        """Check a body a worker forwarded (its sender's token checked there) as the ingest route does, and apply the
+        snapshot on this loop, in arrival order (the state's own ordering rule)."""
+        snapshot = check_body(self.ctx.settings, body, time.time())
+        if isinstance(snapshot, Refusal):
+            if snapshot.counted_as is not None:
+                self.ctx.metrics.snapshots.labels(snapshot.counted_as).inc()
+            return snapshot.status_code, snapshot.payload
         try:
             return telemetry.take_snapshot(self.ctx, snapshot, body)
         except Exception:  # as uvicorn answers a route that raised: a 500 for this push, the channel goes on

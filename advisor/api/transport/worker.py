@@ -2,11 +2,13 @@
 
 Started by the state-owning process (`advisor.api.transport.steering.IngestWorkers`) as `python -m
 advisor.api.transport.worker DATA_FD HANDOFF_FD`. Each connection arrives as a file descriptor on HANDOFF_FD after the
-owner answered its first snapshot; from then on this process reads its requests with uvicorn's HTTP protocol. A snapshot
-is checked here with the service's own code (`ingest_checks.check_snapshot`: bearer token, schema, NaN, invalid UTF-8,
-clock skew) and refused here with the same answer; a valid one goes to the owner over DATA_FD, and the 202 is sent once
-the owner has applied it. Anything else on such a connection is forwarded whole to the owner's app. The worker exits
-when the owner closes DATA_FD (or dies); the connections it held close with it, and collectors reconnect to the owner.
+owner answered its first snapshot; from then on this process reads its requests with uvicorn's HTTP protocol. A push
+without the bearer token or with an oversized body is refused here with the service's own answer
+(`ingest_checks.token_refusal`, `MAX_BODY_BYTES`); any other body goes to the owner over DATA_FD, which validates it
+(`ingest_checks.check_body`: schema, NaN, invalid UTF-8, clock skew) as it builds the snapshot it applies, once, and the
+worker sends the owner's answer (202 once applied, else the refusal). Anything else on such a connection is forwarded
+whole to the owner's app. The worker exits when the owner closes DATA_FD (or dies); the connections it held close with
+it, and collectors reconnect to the owner.
 """
 
 from __future__ import annotations
@@ -175,7 +177,6 @@ class WorkerApp:
         body = await _read_body(receive, checks.MAX_BODY_BYTES)
         if body is None:
             return
-        counted_as = ""
         if len(body) > checks.MAX_BODY_BYTES:
             code, (headers, raw) = 413, checks.answer(413, checks.TOO_LARGE)
         else:
@@ -183,11 +184,11 @@ class WorkerApp:
             for name, value in scope["headers"]:
                 if name == b"authorization":
                     authorization = value.decode("latin-1")
-            checked = checks.check_snapshot(self.settings, body, authorization, time.time())
-            if isinstance(checked, checks.Refusal):
-                code, (headers, raw) = checked.status_code, checks.answer(checked.status_code, checked.payload)
-                counted_as = checked.counted_as or ""
+            refused = checks.token_refusal(self.settings, authorization)
+            if refused is not None:
+                code, (headers, raw) = refused.status_code, checks.answer(refused.status_code, refused.payload)
             else:
+                # Validated by the owner, which parses the snapshot to apply it: a parse here would be a second one.
                 try:
                     ack = await self.link.ask(ch.SNAPSHOT, body)
                 except OwnerGoneError:
@@ -198,7 +199,7 @@ class WorkerApp:
                 headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
         await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": raw})
-        self.link.report((code, time.perf_counter() - start, counted_as))
+        self.link.report((code, time.perf_counter() - start))
 
     async def _forward(self, scope: Any, receive: Any, send: Any) -> None:
         # The owner's own body limits answer an oversized body (413): it gets one byte more than the largest.

@@ -12,7 +12,6 @@ from advisor.datasets import (
     COLOCATIONS,
     EXECUTIONS,
     THROUGHPUTS,
-    DatasetError,
     GavelData,
     gavel_job,
     load_philly,
@@ -20,6 +19,7 @@ from advisor.datasets import (
     read_csv,
     run_seconds,
 )
+from profiler.csv_formats import InputDataError
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -30,7 +30,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_missing_columns_are_all_listed(tmp_path: Path) -> None:
     path = write(tmp_path, "workload,gpu_model\nresnet,v100\n")
-    with pytest.raises(DatasetError) as e:
+    with pytest.raises(InputDataError) as e:
         read_csv(path, THROUGHPUTS, with_labels=True)
     for column in ("gpu_count", "nodes", "batch_size", "throughput"):
         assert column in str(e.value)
@@ -38,7 +38,7 @@ def test_missing_columns_are_all_listed(tmp_path: Path) -> None:
 
 def test_a_misspelled_column_is_named_with_a_suggestion(tmp_path: Path) -> None:
     path = write(tmp_path, "workload,gpu_model,gpu_count,nodes,batch_size,throughput,sm_utl\nr,v100,1,1,32,10,0.5\n")
-    with pytest.raises(DatasetError, match=r"'sm_utl' \(did you mean 'sm_util'\?\)"):
+    with pytest.raises(InputDataError, match=r"'sm_utl' \(did you mean 'sm_util'\?\)"):
         read_csv(path, THROUGHPUTS, with_labels=True)
 
 
@@ -47,7 +47,7 @@ def test_labels_are_only_required_for_training(tmp_path: Path) -> None:
     frame = read_csv(path, THROUGHPUTS, with_labels=False)
     assert frame["gpu_count"].tolist() == [1.0]
     assert np.isnan(frame["sm_util"].iloc[0])
-    with pytest.raises(DatasetError, match="throughput"):
+    with pytest.raises(InputDataError, match="throughput"):
         read_csv(path, THROUGHPUTS, with_labels=True)
 
 
@@ -55,14 +55,14 @@ def test_a_non_number_names_column_and_row(tmp_path: Path) -> None:
     path = write(
         tmp_path, "workload,gpu_model,gpu_count,nodes,batch_size,throughput\nr,v100,1,1,32,10\nr,t4,two,1,32,5\n"
     )
-    with pytest.raises(DatasetError, match="row 3, column 'gpu_count'"):
+    with pytest.raises(InputDataError, match="row 3, column 'gpu_count'"):
         read_csv(path, THROUGHPUTS, with_labels=True)
 
 
 def test_utilisations_must_be_ratios(tmp_path: Path) -> None:
     header = ",".join(COLOCATIONS.features + COLOCATIONS.labels) + ",sm_util_a"
     path = write(tmp_path, header + "\nv100,a,b,10,10,5,5,85\n")
-    with pytest.raises(DatasetError, match=r"row 2, column 'sm_util_a': a ratio 0\.\.1 is expected, got '85'"):
+    with pytest.raises(InputDataError, match=r"row 2, column 'sm_util_a': a ratio 0\.\.1 is expected, got '85'"):
         read_csv(path, COLOCATIONS, with_labels=True)
 
 

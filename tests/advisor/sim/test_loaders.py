@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from advisor.datasets import load_gavel
-from advisor.sim.loaders import SimInputError, load_cluster, load_throughputs, load_trace, parse_nvlink_groups
+from advisor.sim.loaders import load_cluster, load_throughputs, load_trace, parse_nvlink_groups
 from advisor.sim.model import Job, Pod
 from profiler.csv_formats import InputDataError
 from tests.advisor.sim.conftest import write
@@ -48,7 +48,7 @@ def test_openb_node_list(tmp_path: Path) -> None:
     ],
 )
 def test_bad_cluster_files(tmp_path: Path, text: str, needle: str) -> None:
-    with pytest.raises(SimInputError, match=re.escape(needle)):
+    with pytest.raises(InputDataError, match=re.escape(needle)):
         load_cluster(write(tmp_path / "c.csv", text))
 
 
@@ -77,7 +77,7 @@ def test_openb_pods(tmp_path: Path) -> None:
 
 def test_openb_pods_reject_a_multi_gpu_share(tmp_path: Path) -> None:
     path = write(tmp_path / "p.csv", "name,num_gpu,gpu_milli\np0,1,500\np1,2,500")
-    with pytest.raises(SimInputError, match="row 3, column 'gpu_milli'"):
+    with pytest.raises(InputDataError, match="row 3, column 'gpu_milli'"):
         load_trace(path)
 
 
@@ -96,7 +96,7 @@ def test_philly_jobs_start_at_zero_in_arrival_order(tmp_path: Path) -> None:
 
 def test_philly_bad_timestamp_names_the_row(tmp_path: Path) -> None:
     path = write(tmp_path / "philly.csv", "timestamp,duration,num_gpus\n2017-10-09 07:01:55,1,1\nyesterday,1,1")
-    with pytest.raises(SimInputError, match="row 3, column 'timestamp'"):
+    with pytest.raises(InputDataError, match="row 3, column 'timestamp'"):
         load_trace(path)
 
 
@@ -127,7 +127,7 @@ def test_executions_csv_work_is_run_time(tmp_path: Path) -> None:
 
 
 def test_unknown_trace_format_lists_the_formats(tmp_path: Path) -> None:
-    with pytest.raises(SimInputError, match="Gavel trace"):
+    with pytest.raises(InputDataError, match="Gavel trace"):
         load_trace(write(tmp_path / "t.csv", "a,b\n1,2"))
 
 
@@ -152,7 +152,7 @@ def test_colocations_csv(tmp_path: Path) -> None:
 def test_bad_throughputs_json(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     path.write_text('{"v100": {"not a tuple": {"null": 1.0}}}')
-    with pytest.raises(SimInputError, match="not a \\(job type, scale factor\\) tuple"):
+    with pytest.raises(InputDataError, match="not a \\(job type, scale factor\\) tuple"):
         load_throughputs(path)
 
 
@@ -172,6 +172,6 @@ def test_gavel_json_has_one_reader_with_one_error(tmp_path: Path, text: str, nee
     path = write(tmp_path / "t.json", text)
     with pytest.raises(InputDataError, match=re.escape(needle)) as by_models:
         load_gavel(path)
-    with pytest.raises(SimInputError, match=re.escape(needle)) as by_simulator:
+    with pytest.raises(InputDataError, match=re.escape(needle)) as by_simulator:
         load_throughputs(path)
     assert str(by_models.value) == str(by_simulator.value)

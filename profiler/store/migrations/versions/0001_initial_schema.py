@@ -19,6 +19,18 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    # In this order: each table's foreign keys name tables created before it.
+    _create_models()
+    _create_nodes()
+    _create_workloads()
+    _create_executions()
+    _create_gpus()
+    _create_trial_runs()
+    _create_colocations()
+    _create_profiles()
+
+
+def _create_models() -> None:
     op.create_table(
         "models",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -36,6 +48,8 @@ def upgrade() -> None:
     with op.batch_alter_table("models", schema=None) as batch_op:
         batch_op.create_index("ix_models_kind_promoted", ["kind", "promoted"], unique=False)
 
+
+def _create_nodes() -> None:
     op.create_table(
         "nodes",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -51,6 +65,8 @@ def upgrade() -> None:
     with op.batch_alter_table("nodes", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_nodes_gpu_model"), ["gpu_model"], unique=False)
 
+
+def _create_workloads() -> None:
     op.create_table(
         "workloads",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -60,6 +76,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workloads")),
         sa.UniqueConstraint("name", name=op.f("uq_workloads_name")),
     )
+
+
+def _create_executions() -> None:
     op.create_table(
         "executions",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -89,6 +108,8 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_executions_user"), ["user"], unique=False)
         batch_op.create_index(batch_op.f("ix_executions_workload_id"), ["workload_id"], unique=False)
 
+
+def _create_gpus() -> None:
     op.create_table(
         "gpus",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -105,6 +126,8 @@ def upgrade() -> None:
     with op.batch_alter_table("gpus", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_gpus_model"), ["model"], unique=False)
 
+
+def _create_trial_runs() -> None:
     op.create_table(
         "trial_runs",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -124,6 +147,8 @@ def upgrade() -> None:
     with op.batch_alter_table("trial_runs", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_trial_runs_workload_id"), ["workload_id"], unique=False)
 
+
+def _create_colocations() -> None:
     op.create_table(
         "colocations",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -176,6 +201,8 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_colocations_trial_run_id"), ["trial_run_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_colocations_workload_b_id"), ["workload_b_id"], unique=False)
 
+
+def _create_profiles() -> None:
     op.create_table(
         "profiles",
         sa.Column("id", sa.Integer(), nullable=False),
