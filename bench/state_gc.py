@@ -9,7 +9,8 @@ One command, prints the figures recorded in docs/benchmarks.md:
     random candidates for one of 24 pod shapes (the scorer's memo fills as in service), timed by `gc.callbacks`:
     count, p50/p99/max per generation;
     the longest single step of that loop (one ingest or one
-    prioritize, collections inside it included: the longest a request waits behind the state); and the frozen
+    prioritize, collections inside it included: the longest a request waits behind the state), wall and CPU (on a
+    loaded machine the wall time of a step is mostly waiting for a core); and the frozen
     objects per node at the start and the end (garbage frozen with the state would make them grow);
   * one full collection (`gc.collect()`) of the state as it stands, and a full collection after `gc.unfreeze()`:
     the stall the state no longer causes (it once ran one to reclaim cyclic garbage a freeze caught; there is none,
@@ -17,7 +18,7 @@ One command, prints the figures recorded in docs/benchmarks.md:
 
 The process is set up as `gpuadvisor advisor serve` sets itself up (`gc.freeze()` after start-up, its thresholds).
 
-Usage: python bench/state_gc.py [--nodes 10000] [--procs-per-gpu N] [--seconds 20]
+Usage: python bench/state_gc.py [--nodes 10000] [--procs-per-gpu N] [--seconds 20]   (JSON last line)
 """
 
 from __future__ import annotations
@@ -94,21 +95,24 @@ def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it repor
     gc.callbacks.append(on_gc)
     ingested = 0
     longest = 0.0
+    steps_cpu: list[float] = []  # each step's CPU time: under load a step's wall time is mostly waiting for a core
     frozen_start = gc.get_freeze_count()
     stop = time.perf_counter() + args.seconds
     t0 = time.perf_counter()
     while time.perf_counter() < stop:
         for body in bodies[(ingested // args.nodes + 1) % 2]:  # alternate: every ingest changes the node
-            step = time.perf_counter()
+            step, step_cpu = time.perf_counter(), time.thread_time()
             state.ingest(NodeSnapshot.model_validate_json(body), body)
             longest = max(longest, time.perf_counter() - step)
+            steps_cpu.append(time.thread_time() - step_cpu)
             ingested += 1
             if ingested % 10 == 0:
                 candidates = rng.sample(names, 500)
                 pod = shapes[calls % len(shapes)]
-                step = time.perf_counter()
+                step, step_cpu = time.perf_counter(), time.thread_time()
                 scorer.extender_priorities(pod, candidates, state.nodes)
                 longest = max(longest, time.perf_counter() - step)
+                steps_cpu.append(time.thread_time() - step_cpu)
                 calls += 1
             if ingested % 1000 == 0 and time.perf_counter() >= stop:
                 break
@@ -116,6 +120,11 @@ def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it repor
     gc.callbacks.remove(on_gc)
     print(f"ingest: {ingested} snapshots and {calls} prioritize calls in {elapsed:.1f} s (one core)")
     print(f"longest single step (one ingest or one prioritize, collections inside it included): {longest * 1e3:.1f} ms")
+    step_p50, step_p99 = percentiles_ms(steps_cpu)
+    print(
+        f"  its CPU: longest step {max(steps_cpu) * 1e3:.1f} ms CPU; p50 {step_p50:.2f} ms, p99 {step_p99:.2f} ms "
+        "(the longest step's CPU is the stall the work itself causes; its wall time adds waiting for a core)"
+    )
     print(
         f"frozen objects per node: {frozen_start / args.nodes:.0f} before the ingest loop, "
         f"{gc.get_freeze_count() / args.nodes:.0f} after it"
@@ -136,13 +145,28 @@ def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it repor
             )
     t = time.perf_counter()
     gc.collect()
-    print(f"one full collection now: {(time.perf_counter() - t) * 1e3:.1f} ms")
+    full_ms = (time.perf_counter() - t) * 1e3
+    print(f"one full collection now: {full_ms:.1f} ms")
     gc.unfreeze()
     t = time.perf_counter()
     gc.collect()
     print(
         f"a full collection of everything (gc.unfreeze(), then gc.collect(); the state no longer runs one, "
         f"see bench/frozen_garbage.py): {(time.perf_counter() - t) * 1e3:.1f} ms"
+    )
+    print(
+        json.dumps(
+            {
+                "nodes": args.nodes,
+                "kb_per_node": rss / args.nodes / 1e3,
+                "collections": len(every),
+                "max_pause_ms": max(every) * 1e3 if every else 0.0,
+                "longest_step_ms": longest * 1e3,
+                "longest_step_cpu_ms": max(steps_cpu) * 1e3,
+                "step_cpu_p50_ms": step_p50,
+                "full_collection_ms": full_ms,
+            }
+        )
     )
 
 

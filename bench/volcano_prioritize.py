@@ -3,7 +3,11 @@ Pod, ≈12 MB, as Volcano's extender plugin encodes api.NodeInfo), and `POST /vo
 
 Against `gpuadvisor advisor serve --no-kube` in a subprocess on loopback, fed one synthetic snapshot per node: the
 wall time per request as Volcano's HTTP client sees it (sending the body included) — median, p99 and max — and the
-server's own CPU time per request. The bodies come from `tests.support.upstream` (the Go types' JSON field names).
+server's own CPU time per request (every process of the advisor). The snapshots go on a connection of their own, so
+the timed one is never handed to an ingest worker. Beside each route, in the same run, the HTTP floor
+(`bench/http_floor.py`: the same framework and server flags, an async route answering the advisor's bytes) timed
+the same way on the same body, and the advisor's median over the floor's. JSON last line. The bodies come from
+`tests.support.upstream` (the Go types' JSON field names).
 
 Run from the repository root: python bench/volcano_prioritize.py [--nodes 500] [--tasks N] [--requests 60].
 `--tasks` defaults to 8 per NodeInfo up to 500 nodes and to none beyond: 5,000 NodeInfos of 8 tasks would be 128 MB,
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from cluster import (
     advisor_cpu_seconds,
+    floor_requests,
     free_port,
     machine_note,
     post,
@@ -42,7 +47,7 @@ TASKS_UP_TO_NODES = 500
 """Beyond this many NodeInfos the default body carries no resident tasks (see the docstring)."""
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it reports them
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--tasks", type=int, default=None, help="resident tasks per NodeInfo (8 up to 500 nodes)")
@@ -61,6 +66,7 @@ def main() -> None:
     predicate = json.dumps(upstream.volcano_predicate(task, node_infos[0])).encode()
     print(f"prioritize body {len(prioritize) / 1e6:.1f} MB ({args.nodes} NodeInfos × {args.tasks} tasks)")
 
+    figures: dict[str, object] = {}
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         proc = start_advisor(port, Path(tmp) / "bench.db")
@@ -87,14 +93,32 @@ def main() -> None:
                 cpu_ms = (advisor_cpu_seconds(proc.pid) - cpu0) / args.requests * 1e3
                 ordered = sorted(times)
                 p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+                median_ms = statistics.median(ordered) * 1e3
                 print(
-                    f"POST {path}: median {statistics.median(ordered) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms, "
+                    f"POST {path}: median {median_ms:.1f} ms, p99 {p99 * 1e3:.1f} ms, "
                     f"max {ordered[-1] * 1e3:.1f} ms wall; server CPU {cpu_ms:.1f} ms/request "
                     f"({args.requests} requests)"
                 )
+                answer = post(conn, path, body)[1]
+                floor_p50, floor_p99, floor_cpu = floor_requests(path, answer, [body], args.requests, Path(tmp))
+                print(
+                    f"  HTTP floor, same body and {len(answer)} B answer: median {floor_p50:.1f} ms, p99 "
+                    f"{floor_p99:.1f} ms, CPU {floor_cpu:.1f} ms/request; the advisor's median "
+                    f"{median_ms / max(floor_p50, 1e-9):.1f}x the floor's"
+                )
+                figures[path] = {
+                    "median_ms": median_ms,
+                    "p99_ms": p99 * 1e3,
+                    "max_ms": ordered[-1] * 1e3,
+                    "server_cpu_ms": cpu_ms,
+                    "floor_median_ms": floor_p50,
+                    "floor_p99_ms": floor_p99,
+                    "floor_cpu_ms": floor_cpu,
+                }
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+    print(json.dumps({"nodes": args.nodes, "tasks": args.tasks, **figures}))
 
 
 if __name__ == "__main__":

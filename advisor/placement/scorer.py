@@ -113,8 +113,10 @@ class Scorer:
     `pending_mig` gives the MIG profiles pending pods ask for (the service's cluster state); a free instance no
     pending profile fits is stranded, which lowers a MIG pod's packing score (`advisor.placement.mig`).
     `columnar_min_nodes` is where share verdicts go through the columnar path (`advisor.placement.columnar`; the same
-    numbers either way: tests set it to compare); `columnar_verdicts` counts the verdicts made there. Caches are
-    attributes: a new `Scorer` starts cold.
+    numbers either way: tests set it to compare); `columnar_verdicts` counts the verdicts made there. `memo_limit`:
+    request shapes whose verdicts each node state keeps (the service's `MEMO_LIMIT` bounds its memory; the simulator,
+    whose few node states each meet every shape of a trace, keeps more). Caches are attributes: a new `Scorer` starts
+    cold.
     """
 
     def __init__(
@@ -125,13 +127,17 @@ class Scorer:
         clock: Callable[[], float | None] = no_clock,
         columnar_min_nodes: int = COLUMNAR_MIN_NODES,
         pending_mig: Callable[[], Collection[str]] = no_pending_mig,
+        memo_limit: int = MEMO_LIMIT,
     ) -> None:
+        if memo_limit < 1:
+            raise ValueError(f"memo_limit must be >= 1, got {memo_limit}")
         self.config = config
         self.predictors = predictors or HEURISTIC_PREDICTORS
         self.clock = clock
         self.pending_mig = pending_mig
         self.columnar_min_nodes = columnar_min_nodes
         self.columnar_verdicts = 0
+        self.memo_limit = memo_limit
         self.verdicts: NodeMemo[dict[_MemoKey, RawVerdict]] = NodeMemo()
         self._vectors: ScoreVectors | None = None
         self._shape_ids: dict[tuple[object, ...], int] = {}
@@ -369,7 +375,7 @@ class Scorer:
         gpu_pod = k > 0 or pod.is_share
         own_resources = pod.cpu_milli is not None or pod.memory_mib is not None
         oldest = None if now_seconds is None else now_seconds - config.staleness_seconds
-        memos = self.verdicts
+        memos, memo_limit = self.verdicts, self.memo_limit
         mig_asks = dict(pod.mig)
         wanted = frozenset(self.pending_mig()) | mig_asks.keys() if mig_asks else frozenset()
         for node in nodes:
@@ -400,7 +406,7 @@ class Scorer:
             if cached is not None:
                 raws.append(cached)
                 continue
-            if len(memo) >= MEMO_LIMIT:
+            if len(memo) >= memo_limit:
                 # The oldest shape goes: one eviction per new shape. Clearing the whole memo instead frees every
                 # node's verdicts in the same call (each node fills up with the same shapes), a burst that set the p99.
                 del memo[next(iter(memo))]

@@ -77,6 +77,10 @@ PACKING_TARGET_COVERAGE_RATIO = 0.95
 against every request (1) and 0.98 on openb's five traces, seeds 4–9, and on generated gpushare/multigpu variants
 (bench/openb_variants.py), seeds 4–6, then checked on 4–9 (docs/evaluation.md): with every request the profile lost
 to FGD where shares are 60–80 % of the demand (more 8-GPU pods failed)."""
+SIM_MEMO_LIMIT = 1024
+"""`Scorer`'s memo_limit in the simulator: a node state is shared by every node in it and lives until they all change,
+so it meets many of the trace's request shapes (its GPU shapes × the fit indices after the pod), more than the
+service's 16; with 16, evicted verdicts were recomputed over and over, more often the larger the cluster."""
 SCORE_PODS_WITHOUT_GPU = True
 """Whether the fragmentation-mode advisor scores pods without GPU too (by their CPU/memory; docs/evaluation.md)."""
 
@@ -314,7 +318,7 @@ class AdvisorPackPolicy:
         self._interner = StateInterner(cluster.nodes)
         self._version = np.full(len(cluster.nodes), -1, dtype=np.int64)
         self._config = config
-        self._scorer = Scorer(config, predictors or Predictors.heuristic())
+        self._scorer = Scorer(config, predictors or Predictors.heuristic(), memo_limit=SIM_MEMO_LIMIT)
         self._weight = extender_weight
         self._rng = rng
         self._resources = config.resources

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from advisor.placement.config import ScoringConfig
 from advisor.placement.memo import NodeMemo
-from advisor.placement.scorer import Scorer
+from advisor.placement.scorer import MEMO_LIMIT, Scorer
 from advisor.placement.types import PodRequest
 from tests.advisor.factories import node_state
 
@@ -41,3 +43,22 @@ def test_an_entry_goes_with_its_node_state() -> None:
     assert len(memo) == 1
     assert kept in memo
     assert memo.get(node_state("kept")) is None  # keyed by the state itself, not the node's name
+
+
+def test_memo_limit_sets_how_many_request_shapes_a_node_state_keeps() -> None:
+    """The service's scorer keeps `MEMO_LIMIT` shapes per node state and forgets the oldest; one built with a larger
+    `memo_limit` (the simulator's) still answers the first shape from its memo after more shapes than that."""
+    pods = [PodRequest(gpu_milli=100 + i) for i in range(MEMO_LIMIT + 1)]
+    node = node_state("n1")
+    for limit, kept in ((MEMO_LIMIT, False), (MEMO_LIMIT + 1, True)):
+        scorer = Scorer(CONFIG, memo_limit=limit)
+        first = [scorer.evaluate(pod, [node], None)[0] for pod in pods]
+        again = scorer.evaluate(pods[0], [node], None)[0]
+        assert (again is first[0]) is kept
+        assert again == first[0]
+    assert Scorer(CONFIG).memo_limit == MEMO_LIMIT
+
+
+def test_a_memo_limit_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="memo_limit must be >= 1, got 0"):
+        Scorer(CONFIG, memo_limit=0)
