@@ -217,3 +217,25 @@ def test_a_job_refused_with_503_is_created_when_kopf_retries(profiler: Profiler,
     assert job["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
     assert [t["phase"] for t in run["status"]["trials"]] == ["Running"]
     api.delete(path)
+
+
+def test_a_job_refused_with_403_fails_the_run_without_retrying(profiler: Profiler, tmp_path: Path) -> None:
+    """Side by side with the 503: the same refusal with 403 is permanent; the run fails with the server's message
+    and kopf keeps no record of a handler waiting to retry."""
+    api = profiler.api
+    name = "refused-sweep"
+    path = f"{TRIALRUNS.format(ns=TRIALS)}/{name}"
+    refusals = Refusals(code=403, message="trial Jobs are not allowed here")
+    with refusing_webhook(
+        api, tmp_path, "forbid-trial-jobs", namespace=TRIALS, labels={TRIALRUN_LABEL: name}, refusals=refusals
+    ):
+        api.create(TRIALRUNS.format(ns=TRIALS), _trialrun(name, TRIALS))
+        try:
+            run = api.wait_for(path, lambda r: (r.get("status") or {}).get("phase") == "Failed", 90)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
+    assert f"create job {name}-t000: HTTP 403 admission webhook" in run["status"]["message"]
+    assert "denied the request: trial Jobs are not allowed here" in run["status"]["message"]
+    assert not _retrying(run)
+    assert refusals.refused and not refusals.allowed
+    api.delete(path)
