@@ -176,11 +176,15 @@ def _retrying(run: Obj) -> list[Obj]:
     ]
 
 
+def _seen(refusals: Refusals) -> str:
+    return f"the webhook refused {len(refusals.refused)} and allowed {refusals.allowed}"
+
+
 def test_a_job_refused_with_503_is_created_when_kopf_retries(profiler: Profiler, tmp_path: Path) -> None:
     """The API server answers the Job's creation 503 (a webhook's denial, with Retry-After: 1) until the webhook
-    lifts it: meanwhile the TrialRun's status holds kopf's record of the temporarily failed handler (its retries and
-    the server's message; kopf keeps it in an annotation) and no Job; afterwards a retry creates the Job, the run goes on and the record is gone.
-    Nothing is reported as failed."""
+    lifts it. Meanwhile the TrialRun carries kopf's record of the temporarily failed handler (an annotation: its
+    retries and the server's message; the status has no phase, so nothing reads as failed) and no Job exists;
+    afterwards a retry creates the Job, the run goes on and the record is gone."""
     api = profiler.api
     name = "retried-sweep"
     path = f"{TRIALRUNS.format(ns=TRIALS)}/{name}"
@@ -192,9 +196,7 @@ def test_a_job_refused_with_503_is_created_when_kopf_retries(profiler: Profiler,
         try:
             failing = api.wait_for(path, lambda r: bool(_retrying(r)) and len(refusals.refused) >= 2, 90)
         except AssertionError as e:
-            raise AssertionError(
-                f"{e}\nrefused {len(refusals.refused)}, allowed {refusals.allowed}\nprofiler log:\n{profiler.process.tail(40)}"
-            ) from e
+            raise AssertionError(f"{e}\n{_seen(refusals)}\nprofiler log:\n{profiler.process.tail(40)}") from e
         (record,) = _retrying(failing)
         assert f"create job {name}-t000: HTTP 503 admission webhook" in record["message"]
         assert "denied the request: the cluster is overloaded, try again" in record["message"]
@@ -209,9 +211,7 @@ def test_a_job_refused_with_503_is_created_when_kopf_retries(profiler: Profiler,
                 path, lambda r: (r.get("status") or {}).get("phase") == "Running" and not _retrying(r), 120
             )
         except AssertionError as e:
-            raise AssertionError(
-                f"{e}\nrefused {len(refusals.refused)}, allowed {refusals.allowed}\nprofiler log:\n{profiler.process.tail(40)}"
-            ) from e
+            raise AssertionError(f"{e}\n{_seen(refusals)}\nprofiler log:\n{profiler.process.tail(40)}") from e
     assert set(refusals.refused) == {f"{name}-t000"}
     assert refusals.allowed == [f"{name}-t000"]
     assert job["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
@@ -237,5 +237,6 @@ def test_a_job_refused_with_403_fails_the_run_without_retrying(profiler: Profile
     assert f"create job {name}-t000: HTTP 403 admission webhook" in run["status"]["message"]
     assert "denied the request: trial Jobs are not allowed here" in run["status"]["message"]
     assert not _retrying(run)
-    assert refusals.refused and not refusals.allowed
+    assert refusals.refused
+    assert not refusals.allowed
     api.delete(path)
