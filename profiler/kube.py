@@ -51,11 +51,23 @@ def _error(action: str, e: Exception) -> KubeError:
     return kube_error(action, e)
 
 
+def _retry_after_seconds(e: KubeError) -> float | None:
+    """The delay the API server asked for with its answer's Retry-After header (whole seconds), if it gave one."""
+    cause = e.__cause__
+    headers = cause.headers if isinstance(cause, ApiException) else None
+    value = headers.get("Retry-After") if headers is not None else None
+    if value is None or not str(value).strip().isdigit():
+        return None
+    return float(str(value).strip())
+
+
 def kopf_error(e: KubeError) -> kopf.TemporaryError | kopf.PermanentError:
     """A failed API call as kopf should treat the handler that made it: retried after a delay when temporary (a 503,
-    a timeout), given up on when permanent (a 403 will not heal by asking again)."""
+    a timeout) — the server's Retry-After when it sent one, else kopf's default — given up on when permanent (a 403
+    will not heal by asking again)."""
     if e.temporary:
-        return kopf.TemporaryError(str(e))
+        delay = _retry_after_seconds(e)
+        return kopf.TemporaryError(str(e)) if delay is None else kopf.TemporaryError(str(e), delay=delay)
     return kopf.PermanentError(str(e))
 
 

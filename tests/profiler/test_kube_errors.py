@@ -1,6 +1,10 @@
 """The shared Kubernetes error tree (`collector.kube`) as the profiler meets it and hands it to kopf: a refused call
 (403, 404, an invalid request) is given up on, one that may heal (503, 429, a timeout, no answer) is retried; the
-client's own error is kept as the cause."""
+client's own error is kept as the cause; a temporary one is retried after the delay the server's Retry-After asks for.
+
+A fake server answers here because the statuses are those of reads (a node list): a real API server can be made to
+refuse a write with any status (tests/kube/test_profiler_operator.py does, with an admission webhook answering 503),
+but not a read with 400, 408, 422, 429, 500 or 503 at the test's choosing; and "no answer" is no server at all."""
 
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ class _Answering(http.server.BaseHTTPRequestHandler):
         status: int = self.server.status  # type: ignore[attr-defined]
         body = json.dumps({"kind": "Status", "code": status, "message": "nodes is forbidden"}).encode()
         self.send_response(status)
+        retry_after: str | None = getattr(self.server, "retry_after", None)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -69,3 +76,19 @@ def test_no_answer_from_the_api_server_is_retried() -> None:
     assert "list nodes: cannot reach the Kubernetes API" in str(caught.value)
     assert caught.value.__cause__ is not None
     assert isinstance(kopf_error(caught.value), kopf.TemporaryError)
+
+
+@pytest.mark.parametrize(("retry_after", "delay_seconds"), [("7", 7.0), (None, 60.0), ("soon", 60.0)])
+def test_a_temporary_failure_is_retried_when_the_server_asks(
+    server: http.server.ThreadingHTTPServer, retry_after: str | None, delay_seconds: float
+) -> None:
+    """The server's Retry-After (whole seconds, as the API server sends it with a Status' retryAfterSeconds) is the
+    delay kopf retries after; without one, or one that is not a number of seconds, kopf's own default (60 s)."""
+    server.status = 503  # type: ignore[attr-defined]
+    server.retry_after = retry_after  # type: ignore[attr-defined]
+    cluster = KubeCluster(make_api_client(f"http://127.0.0.1:{server.server_address[1]}"))
+    with pytest.raises(KubeTemporaryError) as caught:
+        cluster.list_nodes()
+    retried = kopf_error(caught.value)
+    assert isinstance(retried, kopf.TemporaryError)
+    assert retried.delay == delay_seconds
