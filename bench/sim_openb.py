@@ -34,7 +34,7 @@ def sweep(seed: int, weights: list[float], *, variant: str, profile: str, span: 
 
     import numpy as np
 
-    from advisor.sim.fragmentation import task_mix_of
+    from advisor.sim.target_workload import task_mix_of
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
     from advisor.sim.packing import (

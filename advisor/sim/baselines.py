@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from advisor.sim.fragmentation import popular_specs
+from advisor.sim.target_workload import popular_specs
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 from advisor.sim.packing import BoolArray, PackState
 

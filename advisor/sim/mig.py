@@ -33,7 +33,7 @@ import numpy as np
 
 from advisor.placement.mig import COMPUTE_SLICES, MigProfile, mig_packing_ratio, parse_profile
 from advisor.placement.types import MigInstance
-from advisor.sim.fragmentation import workload_of
+from advisor.sim.target_workload import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 from advisor.sim.packing import PackPolicy, PackState
 

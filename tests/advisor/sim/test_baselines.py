@@ -21,7 +21,7 @@ from advisor.sim.baselines import (
     authors_node_rank,
     typical_pods,
 )
-from advisor.sim.fragmentation import popular_pods, scarcity_weight, task_mix_for_model, workload_of
+from advisor.sim.target_workload import popular_pods, scarcity_weight, task_mix_for_model, workload_of
 from advisor.sim.loaders import load_trace
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import AdvisorPackPolicy, PackState, authors_sequence, run_fragmentation

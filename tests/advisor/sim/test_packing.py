@@ -9,7 +9,7 @@ import pytest
 
 from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import class_sums, expected_fragmentation
-from advisor.sim.fragmentation import UNUSABLE_CPU_MILLI, task_mix_of, workload_of
+from advisor.sim.target_workload import UNUSABLE_CPU_MILLI, task_mix_of, workload_of
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import (
     AdvisorPackPolicy,
