@@ -120,9 +120,9 @@ def entry_json(s: NodeScore) -> str:
 
 class AnswerCaches:
     """The hot routes' caches: each `/v1/score` entry's JSON (`entries`, and `briefs` for `detail: brief`), the
-        prioritize answer's `{"Host":<name>,"Score":` prefix per node name (`host_prefix`, emptied when it outgrows the
-        cluster), and the Node objects the extender has validated (`checked_nodes`). Entries of a brief answer for a node
-    the pod does not fit also depend on the pod: written every time, never kept."""
+    prioritize answer's `{"Host":<name>,"Score":` prefix per node name (`host_prefix`, emptied when it outgrows the
+    cluster), and the Node objects the extender has validated (`checked_nodes`). Entries of a brief answer for a
+    node the pod does not fit also depend on the pod: written every time, never kept."""
 
     def __init__(self, *, generation_bytes: int = CHECKED_NODES_GENERATION_BYTES) -> None:
         self.entries: TextMemo[NodeScore] = TextMemo(entry_json)

@@ -22,9 +22,9 @@ from advisor.settings import AdvisorSettings
 class AppContext:
     """Everything a request handler may need, built once per app by the factory.
 
-        `predictors` is replaced as a whole when a newly promoted model is loaded (`models`); handlers read it once per
-        request. `scorer` holds the scoring path's caches for the predictors served now; `caches` the hot routes' written
-    answers and checked Node objects, which do not depend on the predictors.
+    `predictors` is replaced as a whole when a newly promoted model is loaded (`models`); handlers read it once per
+    request. `scorer` holds the scoring path's caches for the predictors served now; `caches` the hot routes'
+    written answers and checked Node objects, which do not depend on the predictors.
     """
 
     settings: AdvisorSettings

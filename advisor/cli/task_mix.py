@@ -36,9 +36,9 @@ def task_mix(
 ) -> None:
     """Print GPUADVISOR_TASK_MIX (and GPUADVISOR_MODEL_TASK_MIX where pods constrain GPU models) for a pod history."""
     from advisor.settings import AdvisorSettings
-    from advisor.sim.target_workload import model_task_mixes, popular_pods, task_mix_of
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
+    from advisor.sim.target_workload import model_task_mixes, popular_pods, task_mix_of
     from profiler.csv_formats import InputDataError
 
     if not 0.0 < coverage <= 1.0:

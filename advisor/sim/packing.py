@@ -38,8 +38,8 @@ from advisor.placement.scorer import Scorer
 from advisor.placement.types import NodeState, PodRequest
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner, share_residents
-from advisor.sim.target_workload import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod, best_index
+from advisor.sim.target_workload import workload_of
 
 BoolArray = NDArray[np.bool_]
 CURVE_STEP_RATIO = 0.01

@@ -76,7 +76,11 @@ def test_training_history_comes_from_earlier_jobs_only() -> None:
 def test_a_job_with_no_history_gets_the_median_of_all_jobs(model: JctModel, gavel_executions: pd.DataFrame) -> None:
     """Not the trees' guess for a combination they never saw (the quickstart once said 16 s for resnet50-bs64)."""
     q = model.predict(
-        workloads=["resnet50-bs64"], users=["someone-new"], gpu_models=["v100"], gpu_count=[1], submit_time_seconds=[2e9]
+        workloads=["resnet50-bs64"],
+        users=["someone-new"],
+        gpu_models=["v100"],
+        gpu_count=[1],
+        submit_time_seconds=[2e9],
     )
     median = float(np.median(np.maximum(run_seconds(gavel_executions), 1.0)))
     assert q.p50[0] == pytest.approx(median, rel=0.01)
