@@ -199,7 +199,7 @@ def job_query_from_frame(frame: pd.DataFrame) -> JobQuery:
         queues=queues,
         gpu_models=[normalize_gpu_model(g) if g else "" for g in frame["gpu_model"]],
         gpu_count=frame["gpu_count"].fillna(1.0).to_numpy(dtype=np.float64),
-        submit_time_s=frame["submit_time_s"].to_numpy(dtype=np.float64),
+        submit_time_seconds=frame["submit_time_s"].to_numpy(dtype=np.float64),
     )
 
 

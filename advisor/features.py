@@ -289,7 +289,7 @@ class JobQuery:
     queues: Sequence[str]
     gpu_models: Sequence[str]
     gpu_count: FloatArray
-    submit_time_s: FloatArray  # unix seconds
+    submit_time_seconds: FloatArray  # unix seconds
 
     def __len__(self) -> int:
         return len(self.workloads)
@@ -333,8 +333,8 @@ JCT_FEATURES = (
 )
 
 
-def _hour_and_weekday(submit_time_s: FloatArray) -> tuple[FloatArray, FloatArray]:
-    hours = np.floor(submit_time_s / 3600.0)
+def _hour_and_weekday(submit_time_seconds: FloatArray) -> tuple[FloatArray, FloatArray]:
+    hours = np.floor(submit_time_seconds / 3600.0)
     hour_of_day = np.mod(hours, 24.0)
     # 1970-01-01 was a Thursday (weekday 3 with Monday = 0).
     day_of_week = np.mod(np.floor(hours / 24.0) + 3.0, 7.0)
@@ -343,7 +343,7 @@ def _hour_and_weekday(submit_time_s: FloatArray) -> tuple[FloatArray, FloatArray
 
 def jct_features(query: JobQuery, history: HistoryColumns) -> FloatArray:
     """Features of the JCT model: the job's request, when it was submitted, and its keys' history."""
-    hour_of_day, day_of_week = _hour_and_weekday(query.submit_time_s)
+    hour_of_day, day_of_week = _hour_and_weekday(query.submit_time_seconds)
     return np.column_stack(
         [
             _log2_positive(query.gpu_count),

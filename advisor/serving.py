@@ -412,7 +412,7 @@ class ModelJct:
             users=[""],
             gpu_models=[self._reference],
             gpu_count=[float(gpu_count)],
-            submit_time_s=[self._clock()],
+            submit_time_seconds=[self._clock()],
         )
         on_reference = float(prediction.p50[0])
         speed, _ = self.relative_speed(workload, gpu_model, gpu_count)

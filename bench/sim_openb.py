@@ -34,7 +34,6 @@ def sweep(seed: int, weights: list[float], *, variant: str, profile: str, span: 
 
     import numpy as np
 
-    from advisor.sim.fragmentation import task_mix_of
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
     from advisor.sim.packing import (
@@ -44,6 +43,7 @@ def sweep(seed: int, weights: list[float], *, variant: str, profile: str, span: 
         run_fragmentation,
         scoring_profile,
     )
+    from advisor.sim.target_workload import task_mix_of
 
     cluster = load_cluster(DATA / "openb_node_list_gpu_node.csv")
     pods = [p for p in load_trace(DATA / "openb_pod_list_default.csv") if isinstance(p, Pod)]

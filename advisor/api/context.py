@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from advisor.api.answer_caches import AnswerCaches
 from advisor.api.metrics import AdvisorMetrics
 from advisor.cluster.dra import DraIndex
 from advisor.cluster.state import ClusterState
@@ -22,7 +23,8 @@ class AppContext:
     """Everything a request handler may need, built once per app by the factory.
 
     `predictors` is replaced as a whole when a newly promoted model is loaded (`models`); handlers read it once per
-    request. `scorer` holds the scoring path's caches for the predictors served now.
+    request. `scorer` holds the scoring path's caches for the predictors served now; `caches` the hot routes'
+    written answers and checked Node objects, which do not depend on the predictors.
     """
 
     settings: AdvisorSettings
@@ -32,6 +34,7 @@ class AppContext:
     dra: DraIndex = field(default_factory=DraIndex)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     metrics: AdvisorMetrics = field(default_factory=AdvisorMetrics)
+    caches: AnswerCaches = field(default_factory=AnswerCaches)
     models: ServedModels = field(init=False)
     training: TrainingJobs = field(init=False)
     _scorer: Scorer | None = field(init=False, default=None, repr=False)

@@ -270,7 +270,7 @@ def show(
         fail(f"no trial run {namespace}/{name} and no profiles of a workload named {name!r}")
     workload = detail["workload"]
     if target is not None:
-        from profiler.plots import plot_throughputs
+        from profiler.throughput_plot import plot_throughputs
 
         title = f"trialrun {namespace}/{name} ({workload})" if "trials" in detail else f"workload {name}"
         try:

@@ -4,7 +4,7 @@ settings.
 The advisor's packing keeps room for the requests a cluster typically sees (`GPUADVISOR_TASK_MIX`) and, where some
 requests accept only some GPU models, for each model's own view of them (`GPUADVISOR_MODEL_TASK_MIX`: requests that
 cannot use the model, room scarce for the ones that must). Writing these by hand from the formula is error-prone; this
-command computes them exactly as the simulator's runs of the advisor do (`advisor.sim.fragmentation`), from the same
+command computes them exactly as the simulator's runs of the advisor do (`advisor.sim.target_workload`), from the same
 node and pod lists (docs/formats.md), and prints them as `KEY='JSON'` lines for a ConfigMap or a shell.
 """
 
@@ -36,9 +36,9 @@ def task_mix(
 ) -> None:
     """Print GPUADVISOR_TASK_MIX (and GPUADVISOR_MODEL_TASK_MIX where pods constrain GPU models) for a pod history."""
     from advisor.settings import AdvisorSettings
-    from advisor.sim.fragmentation import model_task_mixes, popular_pods, task_mix_of
     from advisor.sim.loaders import load_cluster, load_trace
     from advisor.sim.model import Pod
+    from advisor.sim.target_workload import model_task_mixes, popular_pods, task_mix_of
     from profiler.csv_formats import InputDataError
 
     if not 0.0 < coverage <= 1.0:

@@ -148,7 +148,7 @@ class SharingClassInterference:
 
     Classes come from SM utilisation (light < 0.3 ≤ medium < 0.7 ≤ heavy). Rows without utilisation (Gavel) are
     classed by the terciles of log solo throughput in the training data instead. A baseline
-    (`advisor.models.baselines`).
+    (`advisor.models.baseline_predictors`).
     """
 
     def fit(self, frame: pd.DataFrame) -> SharingClassInterference:

@@ -127,7 +127,7 @@ def _subset(query: JobQuery, rows: npt.NDArray[Any]) -> JobQuery:
         queues=[query.queues[i] for i in idx],
         gpu_models=[query.gpu_models[i] for i in idx],
         gpu_count=query.gpu_count[idx],
-        submit_time_s=query.submit_time_s[idx],
+        submit_time_seconds=query.submit_time_seconds[idx],
     )
 
 
@@ -257,7 +257,7 @@ class JctModel(BoostedEstimator):
         users: Sequence[str],
         gpu_models: Sequence[str],
         gpu_count: Sequence[float],
-        submit_time_s: Sequence[float],
+        submit_time_seconds: Sequence[float],
         queues: Sequence[str] | None = None,
     ) -> JctPrediction:
         """Run-time quantiles (seconds) for jobs given column by column (GPU models in any spelling, "" = unknown)."""
@@ -267,7 +267,7 @@ class JctModel(BoostedEstimator):
             queues=list(queues) if queues is not None else [""] * len(workloads),
             gpu_models=[normalize_gpu_model(g) if g else "" for g in gpu_models],
             gpu_count=np.asarray(gpu_count, dtype=np.float64),
-            submit_time_s=np.asarray(submit_time_s, dtype=np.float64),
+            submit_time_seconds=np.asarray(submit_time_seconds, dtype=np.float64),
         )
         return self.predict_query(query)
 

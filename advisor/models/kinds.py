@@ -30,7 +30,7 @@ from advisor.datasets import (
 )
 from advisor.features import FloatArray
 from advisor.models.artifact import Artifact, ArtifactError
-from advisor.models.baselines import (
+from advisor.models.baseline_predictors import (
     ConstantInterference,
     MeanInterference,
     SharingClassInterference,

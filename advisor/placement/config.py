@@ -92,7 +92,7 @@ class ScoringConfig:
     filter keeps a pod off room that pending pods with a higher response ratio are expected to take (`claims`,
     `yield_verdicts`). `model_task_mix` (optional) is the target workload as seen from the nodes of a GPU model where
     pods constrain the model: packing scores those nodes with it (`for_model`), every other node with `task_mix`
-    (the simulator builds it with `advisor.sim.fragmentation.task_mix_for_model`). `extender_first_of_equals` (the
+    (the simulator builds it with `advisor.sim.target_workload.task_mix_for_model`). `extender_first_of_equals` (the
     packing profile): of the nodes at the extender's highest integer only the first by name keeps it
     (`advisor.placement.extender.first_of_equals`), so kube-scheduler does not draw among them at random.
     `packing_best_fit_share` is the share of the packing component that prefers the fuller node (the rest is the

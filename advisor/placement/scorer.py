@@ -305,7 +305,7 @@ class Scorer:
                 )
                 continue
             total, jct_ratio = next(it)
-            jct_s = base_jct[raw.gpu_model]
+            jct_seconds = base_jct[raw.gpu_model]
             append(
                 make(
                     (
@@ -319,7 +319,7 @@ class Scorer:
                         jct_ratio,
                         raw.gpus,
                         raw.slowdown,
-                        jct_s * raw.slowdown if jct_s is not None else None,
+                        jct_seconds * raw.slowdown if jct_seconds is not None else None,
                         raw.explanation(),
                         raw.gpu_model,
                         "jct model" if use_jct else f"relative GPU speed: {speed_how[raw.gpu_model]}; {no_jct}",

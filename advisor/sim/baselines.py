@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from advisor.sim.fragmentation import popular_specs
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 from advisor.sim.packing import BoolArray, PackState
+from advisor.sim.target_workload import popular_specs
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -33,9 +33,9 @@ import numpy as np
 
 from advisor.placement.mig import COMPUTE_SLICES, MigProfile, mig_packing_ratio, parse_profile
 from advisor.placement.types import MigInstance
-from advisor.sim.fragmentation import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod
 from advisor.sim.packing import PackPolicy, PackState
+from advisor.sim.target_workload import workload_of
 
 PROFILES = tuple(parse_profile(p) for p in ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"))
 """The A100 80GB's profiles with one compute instance each, smallest first."""

@@ -38,8 +38,8 @@ from advisor.placement.scorer import Scorer
 from advisor.placement.types import NodeState, PodRequest
 from advisor.predictors import Predictors
 from advisor.sim.adapter import StateInterner, share_residents
-from advisor.sim.fragmentation import workload_of
 from advisor.sim.model import GPU_MILLI, Cluster, Pod, best_index
+from advisor.sim.target_workload import workload_of
 
 BoolArray = NDArray[np.bool_]
 CURVE_STEP_RATIO = 0.01
@@ -73,7 +73,7 @@ among 0, 0.00005, 0.0002, 0.0005, 0.002, 0.005 and 0.05 on openb's default and g
 0.0005 and 0.05 against 0 on the whole suite, seeds 4–9; docs/evaluation.md)."""
 PACKING_TARGET_COVERAGE_RATIO = 0.95
 """The packing profile's task mix in fragmentation mode: the trace's most popular requests covering 95 % of its pods
-(`advisor.sim.fragmentation.popular_pods`), the FGD authors' target workload, rather than every request. Chosen
+(`advisor.sim.target_workload.popular_pods`), the FGD authors' target workload, rather than every request. Chosen
 against every request (1) and 0.98 on openb's five traces, seeds 4–9, and on generated gpushare/multigpu variants
 (bench/openb_variants.py), seeds 4–6, then checked on 4–9 (docs/evaluation.md): with every request the profile lost
 to FGD where shares are 60–80 % of the demand (more 8-GPU pods failed)."""

@@ -27,7 +27,6 @@ from advisor.sim.baselines import (
     fragmentation_milli,
     typical_pods,
 )
-from advisor.sim.fragmentation import model_task_mixes, popular_pods, task_mix_of
 from advisor.sim.jobs import ExtenderJobPolicy, JctResult, JobPolicy, KubeJobPolicy, job_task_mix, run_jct
 from advisor.sim.model import Cluster, Job, Pod
 from advisor.sim.packing import (
@@ -43,6 +42,7 @@ from advisor.sim.packing import (
     scoring_profile,
 )
 from advisor.sim.rates import RateTable
+from advisor.sim.target_workload import model_task_mixes, popular_pods, task_mix_of
 
 FRAGMENTATION_POLICIES = (
     "random",

@@ -352,6 +352,25 @@ def test_the_size_of_each_request_body_is_observed_by_route(client: TestClient) 
     assert 'gpuadvisor_advisor_request_body_bytes_count{method="GET",route="/metrics"}' not in metrics  # no body
 
 
+def test_each_app_holds_its_own_answer_caches(client: TestClient, tmp_path: Path) -> None:
+    """The hot routes' written answers and checked Nodes live on the app's context, not in route modules: one app's
+    calls fill its own caches and leave another app's empty, and an answer read back from them is the one written."""
+    feed(client)
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    first = client.post("/v1/score", json={"pod": {"gpus": 1}}).json()
+    brief = client.post("/v1/score", json={"pod": {"gpus": 1}, "detail": "brief"}).json()
+    client.post("/extender/prioritize", json={"Pod": v1_pod(gpus=1), "Nodes": None, "NodeNames": ["empty", "numa"]})
+    assert len(ctx.caches.entries) == len(first["scores"]) == 4
+    assert len(ctx.caches.briefs) == sum(1 for s in brief["scores"] if s["feasible"] or not s["known"]) > 0
+    assert set(ctx.caches.host_prefix) == {"empty", "numa"}
+    assert client.post("/v1/score", json={"pod": {"gpus": 1}}).json() == first
+    other = AdvisorSettings(db_url=f"sqlite:///{tmp_path}/b.db", no_kube=True, api_token=TOKEN)
+    with TestClient(create_app(other)) as c:
+        caches = c.app.state.ctx.caches  # type: ignore[attr-defined]
+        assert caches is not ctx.caches
+        assert (len(caches.entries), len(caches.briefs), len(caches.host_prefix)) == (0, 0, 0)
+
+
 def test_a_filter_call_with_whole_nodes_is_answered_ahead_of_the_route_with_the_routes_answer(
     client: TestClient,
 ) -> None:

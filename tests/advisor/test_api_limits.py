@@ -24,10 +24,11 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
+from advisor.api.answer_caches import CheckedNodes
 from advisor.api.errors import BodyLimit
 from advisor.api.fastpath import decode_json
 from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap
-from advisor.api.routes.extender import CheckedNodes, SmallBodyError, fast_filter, filter_, node_view, sent_args
+from advisor.api.routes.extender import SmallBodyError, fast_filter, filter_, node_view, sent_args
 from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs, V1Node
 from advisor.api.transport.guard import guarded_protocol
 from advisor.settings import PARSE_EXPANSION, AdvisorSettings
@@ -331,7 +332,7 @@ def test_a_large_extender_body_read_without_node_models_is_what_the_route_parses
         )
         assert [json.loads(bytes(item)) for item in sent.items] == [n.as_sent() for n in whole.Nodes.items or []]
     names_only = json.dumps(upstream.extender_args(pod, node_names=names)).encode()
-    assert sent_args(names_only).candidates() == names
+    assert sent_args(names_only, checked=CheckedNodes()).candidates() == names
 
 
 def test_a_large_extender_body_is_refused_exactly_where_the_route_refuses_it(tmp_path: Path) -> None:
@@ -416,9 +417,9 @@ def test_checked_nodes_keep_two_generations_within_their_budget() -> None:
     nodes = [msgspec.Raw(json.dumps(upstream.node(f"n{i}")).encode()) for i in range(40)]
     size = sum(len(n) for n in nodes[:10])
     checked = CheckedNodes(generation_bytes=size)
-    assert [name for name, _ in checked.views(nodes)] == [f"n{i}" for i in range(40)]
+    assert [name for name, _ in checked.views(nodes, node_view)] == [f"n{i}" for i in range(40)]
     assert len(checked) <= 2 * 11  # at most the newest two generations
-    assert [name for name, _ in checked.views(nodes[-5:])] == [f"n{i}" for i in range(35, 40)]
+    assert [name for name, _ in checked.views(nodes[-5:], node_view)] == [f"n{i}" for i in range(35, 40)]
 
 
 def test_a_large_filter_body_is_validated_node_by_node_with_the_routes_answer(tmp_path: Path) -> None:

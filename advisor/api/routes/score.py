@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
-import msgspec
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import Response
 
+from advisor.api.answer_caches import BOOL, ENCODE, brief_json
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
@@ -37,56 +37,7 @@ router = APIRouter(prefix="/v1", tags=["scoring"], route_class=StrictJsonRoute, 
 SCORE_PATH = "/v1/score"
 
 
-_ENCODE = msgspec.json.Encoder().encode
-_BOOL = ("false", "true")
 _SCORE = attrgetter("score")
-_ENTRY_CACHE_LIMIT = 50_000
-_entries: dict[NodeScore, str] = {}
-"""Each verdict's JSON by the verdict itself (a NamedTuple of plain values: equal verdicts write equal JSON). A warm
-call finds most of its 500 verdicts here, unchanged since the last call; emptied when full (~30 MB at most)."""
-_brief_entries: dict[BriefScore, str] = {}
-"""The same for `detail: brief` entries of nodes the pod fits or that are unknown (an infeasible node's entry also
-depends on the pod: written every time)."""
-
-
-def _cached_entry(s: NodeScore) -> str:
-    text = _entries.get(s)
-    if text is None:
-        if len(_entries) >= _ENTRY_CACHE_LIMIT:
-            _entries.clear()
-        text = _entries[s] = _entry_json(s)
-    return text
-
-
-def _cached_brief(s: BriefScore) -> str:
-    text = _brief_entries.get(s)
-    if text is None:
-        if len(_brief_entries) >= _ENTRY_CACHE_LIMIT:
-            _brief_entries.clear()
-        text = _brief_entries[s] = _brief_json(s)
-    return text
-
-
-def _brief_json(s: BriefScore) -> str:
-    return (
-        f'{{"node":{_ENCODE(s.node).decode()},"score":{s.score:.3f},"feasible":{_BOOL[s.feasible]},'
-        f'"known":{_BOOL[s.known]}}}'
-    )
-
-
-def _entry_json(s: NodeScore) -> str:
-    """One entry of `ScoreResponse.scores` as the JSON `NodeScoreOut` documents, written directly: a pydantic object
-    per node and response_model serialisation cost more than the scoring itself. Fixed decimals (`:.3f`, `:.4f`,
-    `:.1f`) read back as exactly the values `round(x, 3)` etc. give (both round the same binary value)."""
-    jct_s = s.predicted_jct_seconds
-    jct_text = "null" if jct_s is None else f"{jct_s:.1f}"
-    return (
-        f'{{"node":{_ENCODE(s.node).decode()},"score":{s.score:.3f},"feasible":{_BOOL[s.feasible]},'
-        f'"known":{_BOOL[s.known]},"components":{{"packing":{s.packing:.4f},"affinity":{s.affinity:.4f},'
-        f'"interference":{s.interference:.4f},"jct":{s.jct:.4f}}},"predicted_jct_seconds":{jct_text},'
-        f'"predicted_slowdown":{s.predicted_slowdown:.4f},"gpus":[{",".join(map(str, s.gpus))}],'
-        f'"reason":{_ENCODE(s.reason).decode()}}}'
-    )
 
 
 @router.post("/score", response_model=ScoreResponse, responses=documented(404))
@@ -134,16 +85,17 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     if body.detail == "brief":
         briefs = scorer.brief_candidates(pod, names, state_nodes)
         scores = briefs
-        # A verdict written before (a feasible or unknown node's entry, `_cached_brief`) is read straight from the
-        # cache: one dict lookup per node of the ~500, on every scheduling cycle.
-        written = _brief_entries.get
+        # A verdict written before (a feasible or unknown node's entry, `AnswerCaches.briefs`) is read straight from
+        # the cache: one dict lookup per node of the ~500, on every scheduling cycle.
+        written = ctx.caches.briefs.get
         entries = ",".join(
             [written(s) or _brief_entry(s, pod, state_nodes, ctx) for s in sorted(briefs, key=_SCORE, reverse=True)]
         )
     else:
         full = scorer.score_candidates(pod, names, state_nodes)
         scores = full
-        entries = ",".join([_cached_entry(s) for s in sorted(full, key=_SCORE, reverse=True)])
+        entry = ctx.caches.entries.text
+        entries = ",".join([entry(s) for s in sorted(full, key=_SCORE, reverse=True)])
     unknown = sum(1 for s in scores if not s.known)
     infeasible = sum(1 for s in scores if s.known and not s.feasible)
     ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
@@ -170,7 +122,7 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
             if not state_nodes
             else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
         )
-    tail = _ENCODE({"models": models, "hint": hint, "assumed_held": held}).decode()
+    tail = ENCODE({"models": models, "hint": hint, "assumed_held": held}).decode()
     return f'{{"scores":[{entries}],{tail[1:]}'.encode()
 
 
@@ -178,10 +130,10 @@ def _brief_entry(s: BriefScore, pod: PodRequest, nodes: Mapping[str, NodeState],
     """One entry of a `detail: brief` answer (`NodeScoreBrief`): the verdict a scheduler acts on, and for a node the
     pod does not fit, why and whether it never can (`never_fits`, the extender filter's unresolvable nodes)."""
     if s.feasible or not s.known:
-        return _cached_brief(s)
+        return ctx.caches.briefs.text(s)
     never = never_fits(pod, nodes[s.node], config=ctx.scoring, now_seconds=ctx.state.now())
     reason = s.reason if never is None else never
-    return f'{_brief_json(s)[:-1]},"reason":{_ENCODE(reason).decode()},"unresolvable":{_BOOL[never is not None]}}}'
+    return f'{brief_json(s)[:-1]},"reason":{ENCODE(reason).decode()},"unresolvable":{BOOL[never is not None]}}}'
 
 
 def _assumed_allocations(body: ScoreRequest) -> list[PodAllocation]:

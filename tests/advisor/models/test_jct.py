@@ -37,7 +37,7 @@ def test_the_blend_weight_and_validation_are_recorded(model: JctModel) -> None:
 
 
 def test_unknown_keys_still_get_an_estimate(model: JctModel) -> None:
-    q = model.predict(workloads=["new"], users=["nobody"], gpu_models=[""], gpu_count=[3], submit_time_s=[2e9])
+    q = model.predict(workloads=["new"], users=["nobody"], gpu_models=[""], gpu_count=[3], submit_time_seconds=[2e9])
     assert np.isfinite(q.p50).all()
 
 
@@ -62,7 +62,7 @@ def test_training_history_comes_from_earlier_jobs_only() -> None:
         queues=["q"] * n,
         gpu_models=["v100"] * n,
         gpu_count=np.ones(n),
-        submit_time_s=np.arange(n, dtype=np.float64),
+        submit_time_seconds=np.arange(n, dtype=np.float64),
     )
     log_run = np.log(np.arange(1, n + 1, dtype=np.float64))
     history = time_ordered_history(query, log_run)
@@ -76,7 +76,11 @@ def test_training_history_comes_from_earlier_jobs_only() -> None:
 def test_a_job_with_no_history_gets_the_median_of_all_jobs(model: JctModel, gavel_executions: pd.DataFrame) -> None:
     """Not the trees' guess for a combination they never saw (the quickstart once said 16 s for resnet50-bs64)."""
     q = model.predict(
-        workloads=["resnet50-bs64"], users=["someone-new"], gpu_models=["v100"], gpu_count=[1], submit_time_s=[2e9]
+        workloads=["resnet50-bs64"],
+        users=["someone-new"],
+        gpu_models=["v100"],
+        gpu_count=[1],
+        submit_time_seconds=[2e9],
     )
     median = float(np.median(np.maximum(run_seconds(gavel_executions), 1.0)))
     assert q.p50[0] == pytest.approx(median, rel=0.01)

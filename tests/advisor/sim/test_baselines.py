@@ -21,7 +21,6 @@ from advisor.sim.baselines import (
     authors_node_rank,
     typical_pods,
 )
-from advisor.sim.fragmentation import popular_pods, scarcity_weight, task_mix_for_model, workload_of
 from advisor.sim.loaders import load_trace
 from advisor.sim.model import Cluster, Pod, SimNode
 from advisor.sim.packing import AdvisorPackPolicy, PackState, authors_sequence, run_fragmentation
@@ -31,6 +30,7 @@ from advisor.sim.run import (
     run_fragmentation_mode,
     with_model_task_mixes,
 )
+from advisor.sim.target_workload import popular_pods, scarcity_weight, task_mix_for_model, workload_of
 from tests.advisor.sim.conftest import write
 
 
