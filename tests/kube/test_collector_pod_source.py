@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 
 from collector.kube import KubeletPodIndex, PodIndex
@@ -28,6 +27,7 @@ from collector.podresources import PodResourcesClient
 from collector.snapshot import NodeSnapshot, PodRef
 from collector.stats import CollectorStats
 from tests.collector.conftest import write_proc
+from tests.support.collector_rbac import COLLECTOR_NS, COLLECTOR_SA, apply_deployed, collector_token
 from tests.support.fake_nvml import FakeGpu, FakeNvmlConfig, FakeProcess, build_library, fake_nvml_env, write_config
 from tests.support.kube import (
     ControlPlane,
@@ -35,19 +35,14 @@ from tests.support.kube import (
     KubeApiError,
     create_node,
     gpu_node,
-    kubectl,
     kubernetes_client,
     namespace,
-    which_kubectl,
     write_kubeconfig,
 )
 from tests.support.podresources import Kubelet, kubelet, pod
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-COLLECTOR_NS = "gpuadvisor-collector"
-COLLECTOR_SA = "gpuadvisor-collector"
 WORKLOADS = "pod-source"
 NODE = "ps-n1"
 GIB = 1 << 30
@@ -110,44 +105,19 @@ def _collector_token(api: KubeApi) -> str:
             },
         },
     )
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "expirationSeconds": 3600,
-            "boundObjectRef": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": collector_pod["metadata"]["name"],
-                "uid": collector_pod["metadata"]["uid"],
-            },
-        },
-    }
-    answer = api.create(f"/api/v1/namespaces/{COLLECTOR_NS}/serviceaccounts/{COLLECTOR_SA}/token", request)
-    token: str = answer["status"]["token"]
-    return token
+    return collector_token(api, collector_pod)
 
 
 @pytest.fixture(scope="module")
 def pods(plane: ControlPlane, api: KubeApi) -> Pods:
-    which_kubectl()
-    rendered = [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(DEPLOY))) if d]
-    wanted = {
-        ("Namespace", COLLECTOR_NS),
-        ("ServiceAccount", COLLECTOR_SA),
-        ("ClusterRole", "gpuadvisor-collector"),
-        ("ClusterRoleBinding", "gpuadvisor-collector"),
-    }
-    objects = [o for o in rendered if (o["kind"], o["metadata"]["name"]) in wanted]
-    assert len(objects) == len(wanted)
-    kubectl(
+    apply_deployed(
         plane,
-        "apply",
-        "--server-side",
-        "--field-manager=gpuadvisor-tests",
-        "-f",
-        "-",
-        stdin=yaml.safe_dump_all(objects),
+        {
+            ("Namespace", COLLECTOR_NS),
+            ("ServiceAccount", COLLECTOR_SA),
+            ("ClusterRole", "gpuadvisor-collector"),
+            ("ClusterRoleBinding", "gpuadvisor-collector"),
+        },
     )
     namespace(api, WORKLOADS)
     create_node(api, gpu_node(NODE, gpus=3))

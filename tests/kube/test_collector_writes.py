@@ -10,34 +10,29 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from collector.kube import PodAnnotator
 from collector.snapshot import GpuSnapshot, Link, LinkLevel, NodeSnapshot, PodRef, ProcessSnapshot
 from collector.stats import CollectorStats
+from tests.support.collector_rbac import COLLECTOR_SA, apply_deployed, collector_token
 from tests.support.kube import (
     ControlPlane,
     KubeApi,
     KubeApiError,
     create_node,
     gpu_node,
-    kubectl,
     kubernetes_client,
     namespace,
-    which_kubectl,
 )
 from tests.support.net import wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NS = "gpuadvisor-collector"
 WORKLOADS = "collector-ml"
-COLLECTOR_SA = "gpuadvisor-collector"
 GIB = 1 << 30
 Obj = dict[str, Any]
 
@@ -77,47 +72,18 @@ def _pod(name: str, ns: str, node: str, *, service_account: str = "default", ann
     }
 
 
-def _token(admin: KubeApi, bound_pod: Obj | None) -> str:
-    request: Obj = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600},
-    }
-    if bound_pod is not None:
-        meta = bound_pod["metadata"]
-        request["spec"]["boundObjectRef"] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": meta["name"],
-            "uid": meta["uid"],
-        }
-    answer = admin.create(f"/api/v1/namespaces/{NS}/serviceaccounts/{COLLECTOR_SA}/token", request)
-    token: str = answer["status"]["token"]
-    return token
-
-
 @pytest.fixture(scope="module")
 def cluster(plane: ControlPlane, api: KubeApi) -> Cluster:
-    which_kubectl()
-    rendered = [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(DEPLOY))) if d]
-    wanted = {
-        ("Namespace", NS),
-        ("ServiceAccount", COLLECTOR_SA),
-        ("ClusterRole", "gpuadvisor-collector"),
-        ("ClusterRoleBinding", "gpuadvisor-collector"),
-        ("ValidatingAdmissionPolicy", "gpuadvisor-collector-node-scope"),
-        ("ValidatingAdmissionPolicyBinding", "gpuadvisor-collector-node-scope"),
-    }
-    objects = [o for o in rendered if (o["kind"], o["metadata"]["name"]) in wanted]
-    assert len(objects) == len(wanted)
-    kubectl(
+    apply_deployed(
         plane,
-        "apply",
-        "--server-side",
-        "--field-manager=gpuadvisor-tests",
-        "-f",
-        "-",
-        stdin=yaml.safe_dump_all(objects),
+        {
+            ("Namespace", NS),
+            ("ServiceAccount", COLLECTOR_SA),
+            ("ClusterRole", "gpuadvisor-collector"),
+            ("ClusterRoleBinding", "gpuadvisor-collector"),
+            ("ValidatingAdmissionPolicy", "gpuadvisor-collector-node-scope"),
+            ("ValidatingAdmissionPolicyBinding", "gpuadvisor-collector-node-scope"),
+        },
     )
     namespace(api, WORKLOADS)
     for node in ("cw-n1", "cw-n2"):
@@ -127,8 +93,8 @@ def cluster(plane: ControlPlane, api: KubeApi) -> Cluster:
     )
     for name, node in (("train-0", "cw-n1"), ("train-1", "cw-n2")):
         api.create(f"/api/v1/namespaces/{WORKLOADS}/pods", _pod(name, WORKLOADS, node))
-    bound = api.as_token(_token(api, collector_pod))
-    unbound = api.as_token(_token(api, None))
+    bound = api.as_token(collector_token(api, collector_pod))
+    unbound = api.as_token(collector_token(api, None))
     # The API server loads admission policies through an informer: wait until it enforces this one.
     assert wait_until(lambda: _refused(lambda: _merge(bound, "/api/v1/nodes/cw-n2", {"gpuadvisor.io/x": "1"})), 30)
     return Cluster(plane, api, bound, unbound)
