@@ -62,7 +62,7 @@ class MigDeviceSnapshot(_Frozen):
     # Its GPU instance's profile as NVIDIA writes it ("1g.10gb", "3g.40gb", "1g.10gb+me"): what a pod asks for as
     # `nvidia.com/mig-<profile>`. None: unknown (the driver could not tell, or a snapshot of an older collector).
     # Not checked against a pattern here: a profile spelling this advisor does not know leaves that instance out of
-    # placement (`advisor.cluster.state`), never the whole snapshot.
+    # placement (`advisor.cluster.nodeview`), never the whole snapshot.
     profile: str | None = Field(default=None, min_length=1, max_length=64)
 
 

@@ -311,7 +311,7 @@ func clampScore(score float64) int64 {
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	answer, err := readAnswer(state)
 	if err != nil {
-		if _, noCall := state.Read(pendingKey); noCall == nil {
+		if _, pendingErr := state.Read(pendingKey); pendingErr == nil {
 			return 0, nil
 		}
 		return 0, fwk.AsStatus(fmt.Errorf("%s: no scores in the cycle state: %w", Name, err))
