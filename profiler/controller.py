@@ -11,10 +11,13 @@ rebuilds a running trial's samples from there, and the rows go in the transactio
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -57,13 +60,85 @@ from profiler.summary import (
 )
 from profiler.trials import Trial, TrialKind, expand, solo_of, target_seconds
 
+log = logging.getLogger(__name__)
+
 Obj = dict[str, Any]
 # What a side's Job is reported as when the controller stopped it because the trial had measured enough.
 MEASURED_ENOUGH = "stopped (measured enough)"
 
 
+class RefusedBy(StrEnum):
+    """Who answered a request HTTP 403, read from the API server's message (`refused_by`)."""
+
+    RBAC = "rbac"
+    ADMISSION_WEBHOOK = "admission webhook"
+    ADMISSION_POLICY = "admission policy"
+    ADMISSION = "admission"
+
+
+# The authorizer's denial (k8s.io/apiserver endpoints/handlers/responsewriters, forbiddenMessage): `User "<name>"
+# cannot <verb> resource "<resource>" in API group "<group>" ...`, behind `<resource> is forbidden: `.
+_AUTHORIZER_DENIAL = re.compile(r'User ".*" cannot \S+ (resource|path) "')
+# A validating webhook's denial as the API server passes it on (k8s.io/apiserver admission/plugin/webhook/errors,
+# ToStatusErr): `admission webhook "<name>" denied the request: <its message>`, with the code the webhook chose.
+_WEBHOOK_DENIAL = re.compile(r'admission webhook "([^"]+)" denied the request')
+# A ValidatingAdmissionPolicy's (admission/plugin/policy/validating): `ValidatingAdmissionPolicy '<name>' with
+# binding '<binding>' denied request: ...`.
+_POLICY_DENIAL = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
+
+
+def refused_by(message: str) -> RefusedBy:
+    """Whether a 403's message is the authorizer's (RBAC: permissions would help) or admission control's (a webhook,
+    a ValidatingAdmissionPolicy, or a built-in plugin such as ResourceQuota: permissions would not)."""
+    if _WEBHOOK_DENIAL.search(message):
+        return RefusedBy.ADMISSION_WEBHOOK
+    if _POLICY_DENIAL.search(message):
+        return RefusedBy.ADMISSION_POLICY
+    if _AUTHORIZER_DENIAL.search(message):
+        return RefusedBy.RBAC
+    return RefusedBy.ADMISSION
+
+
 class NamespaceForbiddenError(Exception):
-    """The cluster refuses the profiler the Jobs or logs of a namespace (RBAC): trials cannot run there."""
+    """The cluster refuses the profiler an operation in a namespace (HTTP 403): by RBAC (the namespace lacks the trial
+    Roles) or by admission control (a webhook or policy refuses the trial Jobs); retrying will not help."""
+
+    @property
+    def refused_by(self) -> RefusedBy:
+        return refused_by(str(self))
+
+
+def forbidden_message(namespace: str, e: NamespaceForbiddenError) -> str:
+    """The TrialRun's status message for a 403: what refused it, in the server's words, and who can change that."""
+    cause = e.refused_by
+    if cause is RefusedBy.RBAC:
+        return (
+            f"trials may not run in namespace {namespace!r}: {e}. An admin allows a namespace with "
+            "deploy/trial-namespace (docs/install.md)"
+        )
+    match = _WEBHOOK_DENIAL.search(str(e)) or _POLICY_DENIAL.search(str(e))
+    who = f"{cause} {match.group(1)!r}" if match else "an admission plugin of the API server"
+    return (
+        f"the cluster's admission control refused a trial Job in namespace {namespace!r}: {e}. The profiler's "
+        f"permissions are not the cause (deploy/trial-namespace will not help): {who} decides; change the TrialRun "
+        "to meet it, or ask the cluster's admins"
+    )
+
+
+def retry_status(
+    problem: str, *, attempt: int, next_try: datetime, status: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The status fields that show a reconcile waiting to be retried after a temporary failure (`problem`, the API
+    server's answer): `retry` (attempts so far, the next try, the problem), the message, and `Pending` while the run
+    has no phase yet. The next successful reconcile replaces the message and removes `retry`."""
+    when = next_try.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out: dict[str, Any] = {
+        "message": f"waiting to retry (attempt {attempt} failed, next try at {when}): {problem}",
+        "retry": {"attempts": attempt, "nextTryTime": when, "message": problem},
+    }
+    if not (status or {}).get("phase"):
+        out["phase"] = str(Phase.PENDING)
+    return out
 
 
 class ClusterApi(Protocol):
@@ -241,12 +316,8 @@ class Controller:
                 if outcome.done:
                     decided.append(trial.id)
         except NamespaceForbiddenError as e:
-            # Retrying cannot help until an admin allows the namespace; say how, once, in the TrialRun's status.
-            message = (
-                f"trials may not run in namespace {run.metadata.namespace!r}: {e}. An admin allows a namespace with "
-                "deploy/trial-namespace (docs/install.md)"
-            )
-            return {"phase": str(Phase.FAILED), "message": message, "trials": []}
+            # Retrying cannot help until an admin changes RBAC or admission; say which, once, in the status.
+            return {"phase": str(Phase.FAILED), "message": forbidden_message(run.metadata.namespace, e), "trials": []}
         with db.transaction(self.sessions) as session:
             status = save_results(
                 session=session, run=run, trials=trials, outcomes=outcomes, max_spread_ratio=self.max_spread_ratio
@@ -470,9 +541,16 @@ class Controller:
         here makes it immediate and holds where no collector runs. Only Jobs owned by this `uid` go: a TrialRun of
         the same name created since keeps its own."""
         selector = {TRIALRUN_LABEL: label_value(name)}
+        try:
+            listed = self.cluster.list_jobs(namespace, selector)
+        except NamespaceForbiddenError as e:
+            # Not allowed to list Jobs there, so not allowed to create them either (the trial Role was never there,
+            # or was removed): the deletion goes on; what Jobs remain, the garbage collector takes by their owner.
+            log.info("TrialRun %s/%s deleted; its Jobs are left to the garbage collector: %s", namespace, name, e)
+            listed = []
         owned = [
             job
-            for job in self.cluster.list_jobs(namespace, selector)
+            for job in listed
             if _matches(job, selector)
             and any(ref.get("uid") == uid for ref in job["metadata"].get("ownerReferences") or [])
         ]

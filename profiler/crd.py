@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from profiler.csv_formats import MAX_COUNT
+from profiler.results import Phase
 from profiler.settings import DEFAULT_MAX_TRIAL_DURATION_SECONDS
 from profiler.spec import (
     API_GROUP,
@@ -113,6 +114,33 @@ def spec_schema(max_duration_seconds: int) -> dict[str, Any]:
     }
 
 
+def status_schema() -> dict[str, Any]:
+    """The status the controller writes (profiler.results.status_of, profiler.controller.retry_status): the fields a
+    user reads are typed and described (`kubectl explain trialrun.status`); each trial's entry stays open, since it
+    carries its summaries for the controller's next reconcile."""
+    return {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "phase": {"type": "string", "enum": [str(p) for p in Phase]},
+            "message": {"type": "string", "description": "What the run is doing or waiting for, or why it failed."},
+            "retry": {
+                "type": "object",
+                "description": (
+                    "Present while the controller waits to retry after a temporary API failure (e.g. HTTP 503); "
+                    "removed once a reconcile succeeds."
+                ),
+                "properties": {
+                    "attempts": {"type": "integer", "description": "Attempts that failed so far."},
+                    "nextTryTime": {"type": "string", "format": "date-time"},
+                    "message": {"type": "string", "description": "The API server's answer to the last attempt."},
+                },
+            },
+            "trials": _list({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+        },
+    }
+
+
 def crd_manifest(max_duration_seconds: int) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -131,7 +159,7 @@ def crd_manifest(max_duration_seconds: int) -> dict[str, Any]:
                     "additionalPrinterColumns": [
                         {"name": "Workload", "type": "string", "jsonPath": ".spec.workload"},
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+                        {"name": "Message", "type": "string", "jsonPath": ".status.message"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {
@@ -140,7 +168,7 @@ def crd_manifest(max_duration_seconds: int) -> dict[str, Any]:
                             "required": ["spec"],
                             "properties": {
                                 "spec": spec_schema(max_duration_seconds),
-                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                "status": status_schema(),
                             },
                         }
                     },

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import kopf
@@ -24,7 +25,7 @@ from urllib3.exceptions import HTTPError
 
 from collector.kube import kube_error
 from collector.kube_errors import KubeError, KubePermanentError
-from profiler.controller import Controller, NamespaceForbiddenError
+from profiler.controller import Controller, NamespaceForbiddenError, retry_status
 from profiler.recorder import Recorder
 from profiler.results import Phase
 from profiler.spec import API_GROUP, API_VERSION, PLURAL, TrialRun
@@ -59,6 +60,10 @@ def _retry_after_seconds(e: KubeError) -> float | None:
     if value is None or not str(value).strip().isdigit():
         return None
     return float(str(value).strip())
+
+
+# kopf's own delay for a `TemporaryError` raised without one (kopf.TemporaryError's default).
+KOPF_DEFAULT_DELAY_SECONDS = 60.0
 
 
 def kopf_error(e: KubeError) -> kopf.TemporaryError | kopf.PermanentError:
@@ -169,6 +174,19 @@ class KubeCluster:
         return _raw(response)
 
 
+def patchable(value: Any) -> Any:
+    """`value` without the None-valued keys of the objects it holds, at any depth, list items included: a merge
+    patch's null deletes a key (RFC 7386), and the API server drops those inside the lists it stores as well
+    (json-patch's MergePatch prunes nulls from a value it adds), so a status patched with them reads back different
+    from what was sent, which kopf logs as "Merge-patching finished with inconsistencies". Null list items stay (the
+    server keeps them; a per-side figure not measured is null in its place)."""
+    if isinstance(value, Mapping):
+        return {k: patchable(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [patchable(v) for v in value]
+    return value
+
+
 def _plain(body: Mapping[str, Any]) -> Obj:
     """kopf's body view as the plain dict the controller expects."""
     data: Obj = json.loads(json.dumps({k: body[k] for k in body}, default=dict))
@@ -192,6 +210,14 @@ def build_registry(
     registry_kw: dict[str, Any] = {"registry": registry}
     kopf.on.login(**registry_kw)(kopf.login_via_client)
 
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        """No Kubernetes Events: what a user needs is in the TrialRun's status, and kopf would post one per handler
+        log line (every timer tick) where its version posts log lines (older ones did so by default). The ClusterRole
+        (deploy/profiler/rbac.yaml) grants no `create events` accordingly."""
+        settings.posting.enabled = False
+
+    kopf.on.startup(**registry_kw)(configure)
+
     def store(**_: Any) -> dict[str, Any]:
         """Whether the store answers a trivial query: the endpoint's `store` entry. Reported, not raised: a store
         outage is not cured by restarting the profiler (whose start-up migration would then fail in a crash loop),
@@ -209,16 +235,28 @@ def build_registry(
     # probe's request open until the kubelet times it out.
     kopf.on.probe(id="store", errors=kopf.ErrorsMode.PERMANENT, **registry_kw)(store)
 
-    def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        phase = (body.get("status") or {}).get("phase")
-        if phase in (Phase.SUCCEEDED, Phase.FAILED) and body.get("status", {}).get("trials") is not None:
+    def reconcile(body: kopf.Body, patch: kopf.Patch, retry: int = 0, **_: Any) -> None:
+        current = body.get("status") or {}
+        phase = current.get("phase")
+        if phase in (Phase.SUCCEEDED, Phase.FAILED) and current.get("trials") is not None:
             return
         try:
             status = controller.reconcile(_plain(body))
         except KubeError as e:
-            raise kopf_error(e) from e
+            error = kopf_error(e)
+            if isinstance(error, kopf.TemporaryError):
+                # kopf keeps its retry record in an annotation nobody reads: say it in the status (kopf applies the
+                # patch after a failed handler too), where `kubectl get trialrun` shows it.
+                delay = error.delay if error.delay is not None else KOPF_DEFAULT_DELAY_SECONDS
+                next_try = datetime.now(UTC) + timedelta(seconds=delay)
+                waiting = retry_status(str(e), attempt=retry + 1, next_try=next_try, status=_plain(current))
+                for key, value in waiting.items():
+                    patch.status[key] = patchable(value)
+            raise error from e
+        if "retry" in current:
+            status["retry"] = None  # the merge patch's way to remove it
         for key, value in status.items():
-            patch.status[key] = value
+            patch.status[key] = patchable(value)
 
     def forget(name: str, namespace: str | None, uid: str, **_: Any) -> None:
         if namespace is None:  # TrialRuns are namespaced

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from collector.keys import TRIALRUN_LABEL
+from profiler.kube import patchable
 from tests.profiler.specs import trialrun
 from tests.support.kube import (
     ControlPlane,
@@ -42,6 +43,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 TRIALS = "trials"
 ELSEWHERE = "not-for-trials"
 KOPF_PROGRESS = "kopf.zalando.org/"
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 TRIALRUNS = "/apis/gpuadvisor.io/v1alpha1/namespaces/{ns}/trialruns"
 Obj = dict[str, Any]
 
@@ -50,6 +52,7 @@ Obj = dict[str, Any]
 class Profiler:
     process: Process
     api: KubeApi
+    plane: ControlPlane
 
 
 def _render(plane: ControlPlane, directory: Path, overlay: str) -> list[Obj]:
@@ -102,7 +105,7 @@ def profiler(plane: ControlPlane, api: KubeApi, tmp_path_factory: pytest.TempPat
         "profiler", [sys.executable, "-m", "advisor.cli", "profiler", "run"], workdir / "profiler.log", env
     ).start()
     try:
-        yield Profiler(process, api)
+        yield Profiler(process, api, plane)
     finally:
         process.stop()
 
@@ -182,9 +185,9 @@ def _seen(refusals: Refusals) -> str:
 
 def test_a_job_refused_with_503_is_created_when_kopf_retries(profiler: Profiler, tmp_path: Path) -> None:
     """The API server answers the Job's creation 503 (a webhook's denial, with Retry-After: 1) until the webhook
-    lifts it. Meanwhile the TrialRun carries kopf's record of the temporarily failed handler (an annotation: its
-    retries and the server's message; the status has no phase, so nothing reads as failed) and no Job exists;
-    afterwards a retry creates the Job, the run goes on and the record is gone."""
+    lifts it. Meanwhile no Job exists and the TrialRun's status says why, as `kubectl get trialrun` shows it: Pending
+    (not Failed), the server's message, the attempts and the next try (kopf's own record, an annotation, is there
+    too); afterwards a retry creates the Job, the run goes on and the retry is gone from the status."""
     api = profiler.api
     name = "retried-sweep"
     path = f"{TRIALRUNS.format(ns=TRIALS)}/{name}"
@@ -194,13 +197,23 @@ def test_a_job_refused_with_503_is_created_when_kopf_retries(profiler: Profiler,
     ):
         created = api.create(TRIALRUNS.format(ns=TRIALS), _trialrun(name, TRIALS))
         try:
-            failing = api.wait_for(path, lambda r: bool(_retrying(r)) and len(refusals.refused) >= 2, 90)
+            failing = api.wait_for(
+                path,
+                lambda r: bool(_retrying(r)) and ((r.get("status") or {}).get("retry") or {}).get("attempts", 0) >= 2,
+                90,
+            )
         except AssertionError as e:
             raise AssertionError(f"{e}\n{_seen(refusals)}\nprofiler log:\n{profiler.process.tail(40)}") from e
         (record,) = _retrying(failing)
         assert f"create job {name}-t000: HTTP 503 admission webhook" in record["message"]
-        assert "denied the request: the cluster is overloaded, try again" in record["message"]
-        assert "status" not in failing  # no phase yet, in particular not Failed
+        status = failing["status"]
+        assert status["phase"] == "Pending"  # in particular not Failed
+        assert status["retry"]["message"] == record["message"]
+        assert status["retry"]["nextTryTime"].endswith("Z")
+        assert status["message"].startswith(f"waiting to retry (attempt {status['retry']['attempts']} failed")
+        assert "denied the request: the cluster is overloaded, try again" in status["message"]
+        shown = kubectl(profiler.plane, "get", "trialrun", "-n", TRIALS, name)
+        assert "Pending" in shown and "the cluster is overloaded, try again" in shown, shown
         with pytest.raises(KubeApiError) as missing:
             api.get(f"/apis/batch/v1/namespaces/{TRIALS}/jobs/{name}-t000")
         assert missing.value.status_code == 404
@@ -216,12 +229,15 @@ def test_a_job_refused_with_503_is_created_when_kopf_retries(profiler: Profiler,
     assert refusals.allowed == [f"{name}-t000"]
     assert job["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
     assert [t["phase"] for t in run["status"]["trials"]] == ["Running"]
+    assert "retry" not in run["status"]
+    assert run["status"]["message"] == "0 of 1 trials finished"
     api.delete(path)
 
 
 def test_a_job_refused_with_403_fails_the_run_without_retrying(profiler: Profiler, tmp_path: Path) -> None:
     """Side by side with the 503: the same refusal with 403 is permanent; the run fails with the server's message
-    and kopf keeps no record of a handler waiting to retry."""
+    and kopf keeps no record of a handler waiting to retry. The message names admission control (the webhook) as the
+    cause, not the profiler's RBAC, whose remedy (deploy/trial-namespace) would not help here."""
     api = profiler.api
     name = "refused-sweep"
     path = f"{TRIALRUNS.format(ns=TRIALS)}/{name}"
@@ -234,9 +250,111 @@ def test_a_job_refused_with_403_fails_the_run_without_retrying(profiler: Profile
             run = api.wait_for(path, lambda r: (r.get("status") or {}).get("phase") == "Failed", 90)
         except AssertionError as e:
             raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
-    assert f"create job {name}-t000: HTTP 403 admission webhook" in run["status"]["message"]
-    assert "denied the request: trial Jobs are not allowed here" in run["status"]["message"]
+    message = run["status"]["message"]
+    assert f"create job {name}-t000: HTTP 403 admission webhook" in message
+    assert "denied the request: trial Jobs are not allowed here" in message
+    assert message.startswith(f"the cluster's admission control refused a trial Job in namespace '{TRIALS}'")
+    assert "admission webhook 'forbid-trial-jobs.tests.gpuadvisor.io' decides" in message
+    assert "trials may not run in namespace" not in message
     assert not _retrying(run)
+    assert "retry" not in run["status"]
     assert refusals.refused
     assert not refusals.allowed
+    api.delete(path)
+
+
+def _gone(api: KubeApi, path: str) -> bool:
+    try:
+        api.get(path)
+    except KubeApiError as e:
+        if e.status_code == 404:
+            return True
+        raise
+    return False
+
+
+def test_a_status_without_nulls_reads_back_as_it_was_patched(profiler: Profiler) -> None:
+    """What the operator's merge patches look like (a trial entry with unmeasured fields): the API server drops the
+    null-valued keys inside the list and keeps null list items, so only the patch `patchable` makes reads back as
+    sent — kopf compares the two and logs "Merge-patching finished with inconsistencies" otherwise."""
+    api = profiler.api
+    name = "patched-status"
+    path = f"{TRIALRUNS.format(ns=ELSEWHERE)}/{name}"
+    api.create(TRIALRUNS.format(ns=ELSEWHERE), _trialrun(name, ELSEWHERE))
+    entry = {"trial": "t000", "gpuModel": None, "smUtilMeanRatios": [None, 0.5], "summaries": [{"power_watts": None}]}
+    raw = api.merge_patch(f"{path}/status", {"status": {"trials": [entry]}})["status"]["trials"]
+    assert raw != [entry]  # the premise: sent as is, it does not read back as sent
+    assert raw == [{"trial": "t000", "smUtilMeanRatios": [None, 0.5], "summaries": [{}]}]
+    sent = patchable([entry])
+    assert api.merge_patch(f"{path}/status", {"status": {"trials": sent}})["status"]["trials"] == sent
+    api.delete(path)
+
+
+def test_a_trialrun_deleted_while_the_profiler_is_stopped_goes_with_its_jobs_once_it_starts(
+    profiler: Profiler,
+) -> None:
+    """kopf's finalizer holds a TrialRun deleted while no profiler runs (Terminating) until one starts; the restarted
+    profiler then runs the delete handler, deletes the Jobs and releases it."""
+    api = profiler.api
+    name = "deleted-while-stopped"
+    path = f"{TRIALRUNS.format(ns=TRIALS)}/{name}"
+    jobs = f"/apis/batch/v1/namespaces/{TRIALS}/jobs"
+    api.create(TRIALRUNS.format(ns=TRIALS), _trialrun(name, TRIALS))
+    try:
+        api.wait_for(f"{jobs}/{name}-t000", lambda j: True, 90)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
+    profiler.process.stop()
+    try:
+        api.delete(path)
+        held = api.get(path)["metadata"]
+        assert held.get("deletionTimestamp") and held.get("finalizers") == [KOPF_FINALIZER]
+    finally:
+        profiler.process.start()
+    if not wait_until(lambda: _gone(api, path), timeout_s=90, interval_s=0.2):
+        raise AssertionError(f"{name} still there: {api.get(path)['metadata']}\nlog:\n{profiler.process.tail(40)}")
+    assert api.get(jobs, labelSelector=f"{TRIALRUN_LABEL}={name}")["items"] == []
+
+
+def test_a_trialrun_where_rbac_forbids_trials_is_deleted_without_a_failed_handler(profiler: Profiler) -> None:
+    """Its delete handler may not list Jobs there (no trial Role, hence no Jobs it could have made): the deletion
+    goes on, instead of kopf reporting the handler as failed permanently."""
+    api = profiler.api
+    name = "deleted-elsewhere"
+    path = f"{TRIALRUNS.format(ns=ELSEWHERE)}/{name}"
+    api.create(TRIALRUNS.format(ns=ELSEWHERE), _trialrun(name, ELSEWHERE))
+    try:
+        api.wait_for(path, lambda r: (r.get("status") or {}).get("phase") == "Failed", 90)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
+    api.delete(path)
+    if not wait_until(lambda: _gone(api, path), timeout_s=60, interval_s=0.2):
+        raise AssertionError(f"{name} still there\nprofiler log:\n{profiler.process.tail(40)}")
+    assert "failed permanently" not in profiler.process.log.read_text()
+
+
+def test_the_shipped_rbac_covers_what_the_profiler_does_and_patches_are_consistent(profiler: Profiler) -> None:
+    """With deploy/profiler/rbac.yaml (no `get` on TrialRuns, no Events) and the trial Roles, a TrialRun run to
+    Running leaves no permission error in the profiler's log (a 403 appears only for the namespace without trial
+    Roles, on purpose), no Event is posted (the profiler turns kopf's posting off, so `create events` is not needed),
+    and no merge patch read back different from what was sent."""
+    api = profiler.api
+    name = "rbac-check"
+    path = f"{TRIALRUNS.format(ns=TRIALS)}/{name}"
+    api.create(TRIALRUNS.format(ns=TRIALS), _trialrun(name, TRIALS))
+    try:
+        api.wait_for(
+            path, lambda r: [t.get("phase") for t in (r.get("status") or {}).get("trials", [])] == ["Running"], 90
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nprofiler log:\n{profiler.process.tail(40)}") from e
+    lines = profiler.process.log.read_text(errors="replace").splitlines()
+    refused = [
+        line
+        for line in lines
+        if any(word in line.lower() for word in ("forbidden", "not enough permissions", "failed to post an event"))
+    ]
+    assert all(f'"{ELSEWHERE}"' in line for line in refused), "\n".join(refused)
+    assert not [line for line in lines if "Merge-patching finished with inconsistencies" in line]
+    assert api.get(f"/api/v1/namespaces/{TRIALS}/events", fieldSelector="involvedObject.kind=TrialRun")["items"] == []
     api.delete(path)
