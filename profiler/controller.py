@@ -125,9 +125,7 @@ def forbidden_message(namespace: str, e: NamespaceForbiddenError) -> str:
     )
 
 
-def retry_status(
-    problem: str, *, attempt: int, next_try: datetime, status: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def retry_status(problem: str, *, attempt: int, next_try: datetime, status: Mapping[str, Any] | None) -> dict[str, Any]:
     """The status fields that show a reconcile waiting to be retried after a temporary failure (`problem`, the API
     server's answer): `retry` (attempts so far, the next try, the problem), the message, and `Pending` while the run
     has no phase yet. The next successful reconcile replaces the message and removes `retry`."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -193,6 +193,33 @@ def _plain(body: Mapping[str, Any]) -> Obj:
     return data
 
 
+def configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """kopf's settings at start-up. No Kubernetes Events: what a user needs is in the TrialRun's status, and kopf
+    would post one per handler log line (every timer tick) where its version posts log lines (older ones did so by
+    default, kopf >= 1.45 only when `posting.loggers` is set). The ClusterRole (deploy/profiler/rbac.yaml) grants no
+    `create events` accordingly."""
+    settings.posting.enabled = False
+
+
+def _store_probe(sessions: sessionmaker[Session]) -> Callable[..., dict[str, Any]]:
+    """The liveness endpoint's `store` probe over `sessions`."""
+
+    def store(**_: Any) -> dict[str, Any]:
+        """Whether the store answers a trivial query: the endpoint's `store` entry. Reported, not raised: a store
+        outage is not cured by restarting the profiler (whose start-up migration would then fail in a crash loop),
+        and the controller carries on from the TrialRuns' status once the store is back."""
+        started = time.monotonic()
+        try:
+            with sessions() as session:
+                session.execute(text("SELECT 1"))
+        except SQLAlchemyError as e:
+            log.warning("store unreachable: %s", e.__class__.__name__)
+            return {"reachable": False, "error": e.__class__.__name__}
+        return {"reachable": True, "latency_seconds": round(time.monotonic() - started, 4)}
+
+    return store
+
+
 def build_registry(
     *,
     controller: Controller,
@@ -210,30 +237,11 @@ def build_registry(
     registry_kw: dict[str, Any] = {"registry": registry}
     kopf.on.login(**registry_kw)(kopf.login_via_client)
 
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        """No Kubernetes Events: what a user needs is in the TrialRun's status, and kopf would post one per handler
-        log line (every timer tick) where its version posts log lines (older ones did so by default). The ClusterRole
-        (deploy/profiler/rbac.yaml) grants no `create events` accordingly."""
-        settings.posting.enabled = False
-
-    kopf.on.startup(**registry_kw)(configure)
-
-    def store(**_: Any) -> dict[str, Any]:
-        """Whether the store answers a trivial query: the endpoint's `store` entry. Reported, not raised: a store
-        outage is not cured by restarting the profiler (whose start-up migration would then fail in a crash loop),
-        and the controller carries on from the TrialRuns' status once the store is back."""
-        started = time.monotonic()
-        try:
-            with sessions() as session:
-                session.execute(text("SELECT 1"))
-        except SQLAlchemyError as e:
-            log.warning("store unreachable: %s", e.__class__.__name__)
-            return {"reachable": False, "error": e.__class__.__name__}
-        return {"reachable": True, "latency_seconds": round(time.monotonic() - started, 4)}
+    kopf.on.startup(**registry_kw)(configure_kopf)
 
     # PERMANENT: any other failure answers HTTP 500 at once; kopf's default (retry after a delay) would hold the
     # probe's request open until the kubelet times it out.
-    kopf.on.probe(id="store", errors=kopf.ErrorsMode.PERMANENT, **registry_kw)(store)
+    kopf.on.probe(id="store", errors=kopf.ErrorsMode.PERMANENT, **registry_kw)(_store_probe(sessions))
 
     def reconcile(body: kopf.Body, patch: kopf.Patch, retry: int = 0, **_: Any) -> None:
         current = body.get("status") or {}

@@ -230,16 +230,17 @@ async def test_a_trialrun_where_trials_are_not_allowed_fails_saying_how_to_allow
     kmock: kmock.KubernetesEmulator, engine: Engine
 ) -> None:
     _seed_nodes(kmock)
-    # the API server's answer where the profiler has no Role (deploy/trial-namespace): Jobs are forbidden in NS
-    (
-        kmock[f"/apis/batch/v1/namespaces/{NS}/jobs"]
-        << 403
-        << {"kind": "Status", "code": 403, "message": "jobs is forbidden"}
+    # the API server's answer where the profiler has no Role (deploy/trial-namespace): Jobs are forbidden in NS, in
+    # the authorizer's words (k8s.io/apiserver responsewriters.Forbidden; tests/kube sees the real one)
+    denial = (
+        'jobs.batch is forbidden: User "system:serviceaccount:gpuadvisor:gpuadvisor-profiler" cannot list resource '
+        f'"jobs" in API group "batch" in the namespace "{NS}"'
     )
+    kmock[f"/apis/batch/v1/namespaces/{NS}/jobs"] << 403 << {"kind": "Status", "code": 403, "message": denial}
     status = await _reconcile(_controller(kmock, engine), _run_doc())
     assert status["phase"] == "Failed"
     assert status["message"].startswith(f"trials may not run in namespace {NS!r}")
-    assert "jobs is forbidden" in status["message"]
+    assert denial in status["message"]
     assert "deploy/trial-namespace" in status["message"]
 
 
