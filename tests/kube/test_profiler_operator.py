@@ -3,9 +3,12 @@ profiler's ServiceAccount with its ClusterRole (deploy/profiler/rbac.yaml) and t
 deploy/trial-namespace/ in the one namespace trials may run in, and the API server enforcing owner references
 (OwnerReferencesPermissionEnforcement: a Job that blocks its TrialRun's deletion needs `trialruns/finalizers`).
 
-A TrialRun there gets its Job and its status, and its deletion deletes its Jobs; one in a namespace without the trial
-Roles is refused by RBAC (403), which the profiler reports once as a permanent failure; a Job the API server refuses
-with a 503 (an admission webhook's denial, passed on with its code and Retry-After) is created when kopf retries.
+A TrialRun there gets its Job and its status, and its deletion deletes its Jobs, also when it was deleted while the
+profiler was stopped; one in a namespace without the trial Roles is refused by RBAC (403), which the profiler reports
+once as a permanent failure naming the trial Roles, and is deleted without a failed handler; a Job the API server
+refuses with a 503 (an admission webhook's denial, passed on with its code and Retry-After) shows as a retry in the
+status and is created when kopf retries; the same webhook's 403 fails the run naming the webhook, not RBAC. The
+profiler's log shows no permission error and no inconsistent merge patch.
 """
 
 from __future__ import annotations
