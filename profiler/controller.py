@@ -277,12 +277,19 @@ class Controller:
         self.max_spread_ratio = max_spread_ratio
         self.steady_seconds = steady_seconds
         self._sides: dict[TrialSideRef, _SideState] = {}
-        # kopf may call create, resume and timer handlers of one run from different threads at once.
+        # kopf may call create, resume and timer handlers of one run from different threads at once, and its delete
+        # handler while a timer's reconcile is still under way.
         self._lock = threading.Lock()
+        # UIDs of the TrialRuns deleted while this controller ran (a few dozen bytes each): a reconcile that was
+        # waiting for the lock with the body from before the deletion must not start their Jobs again.
+        self._forgotten: set[str] = set()
 
     def reconcile(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Advance one TrialRun and return its new status (the caller patches it onto the resource)."""
+        """Advance one TrialRun and return its new status (the caller patches it onto the resource); a run already
+        deleted (`forget_run`) is left as it is."""
         with self._lock:
+            if str(obj.get("metadata", {}).get("uid") or "") in self._forgotten:
+                return dict(obj.get("status") or {})
             return self._reconcile(obj)
 
     def _reconcile(self, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -538,22 +545,23 @@ class Controller:
         and in the store. The Jobs' owner references let a cluster's garbage collector do the same; deleting them
         here makes it immediate and holds where no collector runs. Only Jobs owned by this `uid` go: a TrialRun of
         the same name created since keeps its own."""
-        selector = {TRIALRUN_LABEL: label_value(name)}
-        try:
-            listed = self.cluster.list_jobs(namespace, selector)
-        except NamespaceForbiddenError as e:
-            # Not allowed to list Jobs there, so not allowed to create them either (the trial Role was never there,
-            # or was removed): the deletion goes on; what Jobs remain, the garbage collector takes by their owner.
-            log.info("TrialRun %s/%s deleted; its Jobs are left to the garbage collector: %s", namespace, name, e)
-            listed = []
-        owned = [
-            job
-            for job in listed
-            if _matches(job, selector)
-            and any(ref.get("uid") == uid for ref in job["metadata"].get("ownerReferences") or [])
-        ]
-        self._cleanup(namespace, owned)
-        with self._lock:
+        with self._lock:  # after a reconcile under way, which may be creating Jobs of this run
+            self._forgotten.add(uid)
+            selector = {TRIALRUN_LABEL: label_value(name)}
+            try:
+                listed = self.cluster.list_jobs(namespace, selector)
+            except NamespaceForbiddenError as e:
+                # Not allowed to list Jobs there, so not allowed to create them either (the trial Role was never
+                # there, or was removed): the deletion goes on; what Jobs remain, the garbage collector takes.
+                log.info("TrialRun %s/%s deleted; its Jobs are left to the garbage collector: %s", namespace, name, e)
+                listed = []
+            owned = [
+                job
+                for job in listed
+                if _matches(job, selector)
+                and any(ref.get("uid") == uid for ref in job["metadata"].get("ownerReferences") or [])
+            ]
+            self._cleanup(namespace, owned)
             for key in [k for k in self._sides if (k.namespace, k.trial_run) == (namespace, name)]:
                 del self._sides[key]
             with db.transaction(self.sessions) as session:
