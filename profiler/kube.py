@@ -62,6 +62,9 @@ def _retry_after_seconds(e: KubeError) -> float | None:
     return float(str(value).strip())
 
 
+# How long one API call of the controller, the recorder or the CLI may take before it counts as failed (temporary).
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 30.0
+
 # kopf's own delay for a `TemporaryError` raised without one (kopf.TemporaryError's default).
 KOPF_DEFAULT_DELAY_SECONDS = 60.0
 
@@ -88,20 +91,28 @@ def _raw(response: Any) -> Obj:
 class KubeCluster:
     """`profiler.controller.ClusterApi` (plus what the recorder and the CLI need) over the kubernetes client."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(
+        self, api: client.ApiClient, *, request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS
+    ) -> None:
+        # Every call has a deadline: a call that never returns (an API server gone without closing the connection)
+        # would hold the controller's lock, so neither later reconciles nor a TrialRun's delete handler could run,
+        # and the TrialRun would stay Terminating behind kopf's finalizer.
+        self.timeout = request_timeout_seconds
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
     def list_nodes(self) -> list[Obj]:
         try:
-            return list(_raw(self.core.list_node(_preload_content=False)).get("items", []))
+            return list(
+                _raw(self.core.list_node(_preload_content=False, _request_timeout=self.timeout)).get("items", [])
+            )
         except (ApiException, HTTPError) as e:
             raise _error("list nodes", e) from e
 
     def node_labels(self, name: str) -> dict[str, str]:
         try:
-            node = _raw(self.core.read_node(name, _preload_content=False))
+            node = _raw(self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout))
         except ApiException as e:
             if e.status == 404:
                 return {}
@@ -113,7 +124,7 @@ class KubeCluster:
     def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         try:
             response = self.batch.list_namespaced_job(
-                namespace, label_selector=_selector(labels), _preload_content=False
+                namespace, label_selector=_selector(labels), _preload_content=False, _request_timeout=self.timeout
             )
         except (ApiException, HTTPError) as e:
             raise _error(f"list jobs in {namespace}", e) from e
@@ -121,7 +132,7 @@ class KubeCluster:
 
     def create_job(self, namespace: str, manifest: Obj) -> None:
         try:
-            self.batch.create_namespaced_job(namespace, cast(Any, manifest))
+            self.batch.create_namespaced_job(namespace, cast(Any, manifest), _request_timeout=self.timeout)
         except ApiException as e:
             if e.status == 409:
                 return
@@ -131,7 +142,9 @@ class KubeCluster:
 
     def delete_job(self, namespace: str, name: str) -> None:
         try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            self.batch.delete_namespaced_job(
+                name, namespace, propagation_policy="Background", _request_timeout=self.timeout
+            )
         except ApiException as e:
             if e.status == 404:
                 return
@@ -142,7 +155,7 @@ class KubeCluster:
     def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         try:
             response = self.core.list_namespaced_pod(
-                namespace, label_selector=_selector(labels), _preload_content=False
+                namespace, label_selector=_selector(labels), _preload_content=False, _request_timeout=self.timeout
             )
         except (ApiException, HTTPError) as e:
             raise _error(f"list pods in {namespace}", e) from e
@@ -151,7 +164,9 @@ class KubeCluster:
     def pod_log(self, namespace: str, name: str) -> str:
         """The pod's log, or "" while there is none yet (container not started, log already gone)."""
         try:
-            response: Any = self.core.read_namespaced_pod_log(name, namespace, _preload_content=False)
+            response: Any = self.core.read_namespaced_pod_log(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
         except ApiException as e:
             if e.status in (400, 404):
                 return ""
@@ -165,7 +180,13 @@ class KubeCluster:
         """Create the TrialRun resource; a run of that name already existing is a permanent error."""
         try:
             response = self.custom.create_namespaced_custom_object(
-                API_GROUP, API_VERSION, run.metadata.namespace, PLURAL, run.to_manifest(), _preload_content=False
+                API_GROUP,
+                API_VERSION,
+                run.metadata.namespace,
+                PLURAL,
+                run.to_manifest(),
+                _preload_content=False,
+                _request_timeout=self.timeout,
             )
         except ApiException as e:
             raise _error(f"create TrialRun {run.metadata.namespace}/{run.metadata.name}", e) from e

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -92,3 +93,18 @@ def test_a_temporary_failure_is_retried_when_the_server_asks(
     retried = kopf_error(caught.value)
     assert isinstance(retried, kopf.TemporaryError)
     assert retried.delay == delay_seconds
+
+
+@pytest.mark.timeout(120)
+def test_an_api_server_that_never_answers_fails_the_call_at_its_deadline() -> None:
+    """A connection accepted and never answered (an API server gone without closing it): the call fails as a
+    temporary error at the cluster's request deadline instead of hanging, which would hold the controller's lock and
+    keep a deleted TrialRun's delete handler from ever running. No fake HTTP server: a socket that only listens."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        cluster = KubeCluster(
+            make_api_client(f"http://127.0.0.1:{silent.getsockname()[1]}"), request_timeout_seconds=0.5
+        )
+        # the delete handler's first call (the client tries a few times, each up to the deadline)
+        with pytest.raises(KubeTemporaryError) as caught:
+            cluster.list_jobs("ml", {"gpuadvisor.io/trialrun": "r"})
+        assert "list jobs in ml: cannot reach the Kubernetes API" in str(caught.value)
