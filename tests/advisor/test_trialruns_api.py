@@ -100,17 +100,44 @@ def test_profiles_are_listed_with_their_colocations(tmp_path: Path) -> None:
     assert len(TestClient(app).get("/v1/profiles").json()["profiles"]) == 2
 
 
+# the authorizer's denial as the API server words it (k8s.io/apiserver endpoints/handlers/responsewriters)
+RBAC_DENIAL = (
+    'trialruns.gpuadvisor.io is forbidden: User "system:serviceaccount:gpuadvisor:gpuadvisor-advisor" cannot create '
+    'resource "trialruns" in API group "gpuadvisor.io" in the namespace "ml"'
+)
+
+
 @pytest.mark.asyncio
 async def test_a_trialrun_in_a_namespace_without_trials_is_a_403_naming_it(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
     # the API server's answer where the advisor's ServiceAccount has no Role (deploy/trial-namespace)
     kmock.resources["gpuadvisor.io/v1alpha1/trialruns"] = {}
-    kmock["post", kmock.namespace("ml")] << 403 << {"kind": "Status", "code": 403, "message": "trialruns is forbidden"}
+    kmock["post", kmock.namespace("ml")] << 403 << {"kind": "Status", "code": 403, "message": RBAC_DENIAL}
     app = _app(tmp_path)
     app.dependency_overrides[get_submitter] = lambda: KubeCluster(make_api_client(str(kmock.url).rstrip("/")))
 
     response = await asyncio.to_thread(TestClient(app).post, "/v1/trialruns", json=VALID, headers=AUTH)
     assert response.status_code == 403
     assert response.json()["detail"].startswith("metadata.namespace: trials are not allowed in namespace 'ml'")
+    assert (await asyncio.to_thread(TestClient(app).get, "/v1/trialruns")).json() == []
+
+
+@pytest.mark.asyncio
+async def test_a_trialrun_refused_by_an_admission_webhook_is_a_403_naming_admission_not_the_namespace(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    # how the API server passes a validating webhook's denial on (k8s.io/apiserver admission/plugin/webhook/errors)
+    denial = 'admission webhook "trials.policy.example" denied the request: TrialRuns need a team label'
+    kmock.resources["gpuadvisor.io/v1alpha1/trialruns"] = {}
+    kmock["post", kmock.namespace("ml")] << 403 << {"kind": "Status", "code": 403, "message": denial}
+    app = _app(tmp_path)
+    app.dependency_overrides[get_submitter] = lambda: KubeCluster(make_api_client(str(kmock.url).rstrip("/")))
+
+    response = await asyncio.to_thread(TestClient(app).post, "/v1/trialruns", json=VALID, headers=AUTH)
+    assert response.status_code == 403
+    detail = response.json()["detail"]
+    assert detail.startswith("the cluster's admission control refused the TrialRun in namespace 'ml'")
+    assert "trials.policy.example" in detail
+    assert "not allowed in namespace" not in detail
     assert (await asyncio.to_thread(TestClient(app).get, "/v1/trialruns")).json() == []

@@ -130,15 +130,18 @@ def create_trialrun(
             detail="this advisor runs without a Kubernetes API: run trials with `gpuadvisor profile request --local`",
         )
     from collector.kube import KubeError
+    from profiler.controller import RefusedBy, refused_by
     from profiler.kube import KubeForbiddenError
 
     try:
         submitter.submit_trialrun(run)
     except KubeForbiddenError as e:
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            detail=f"metadata.namespace: trials are not allowed in namespace {run.metadata.namespace!r} ({e})",
-        ) from e
+        namespace = run.metadata.namespace
+        if refused_by(str(e)) is RefusedBy.RBAC:
+            detail = f"metadata.namespace: trials are not allowed in namespace {namespace!r} ({e})"
+        else:  # a webhook or policy refused it: the advisor's permissions are not the cause
+            detail = f"the cluster's admission control refused the TrialRun in namespace {namespace!r}: {e}"
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=detail) from e
     except KubeError as e:
         code = status.HTTP_503_SERVICE_UNAVAILABLE if e.temporary else status.HTTP_409_CONFLICT
         raise HTTPException(code, detail=str(e)) from e
