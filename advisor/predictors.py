@@ -277,19 +277,69 @@ def turn_taking_slowdowns_of(
             pod_slow[some], res_slow[some] = turn_taking_slowdowns_of(pod_sm[some], resident_sm[:, some], counts[some])
         return pod_slow, res_slow
     percents[1:] = np.sort(percents[1:], axis=0)  # the residents in `sorted` order, no resident after every one
-    packed = np.ones(m, dtype=np.int64)
+    pod_slow, res_slow = np.empty(m), np.empty(m)
+    on_grid = np.flatnonzero(percents[0] < _GRID_PERCENTS)
+    rest = np.flatnonzero(percents[0] >= _GRID_PERCENTS) if on_grid.size < m else on_grid[:0]
+    if on_grid.size:
+        answered, left = _from_grid(percents[:, on_grid])
+        pod_slow[on_grid], res_slow[on_grid] = answered[:, 0], answered[:, 1]
+        rest = np.sort(np.concatenate([rest, on_grid[left]]))
+    if rest.size:
+        pod_slow[rest], res_slow[rest] = _from_keys(percents[:, rest])
+    return pod_slow, res_slow
+
+
+def _pack(percents: NDArray[np.int64]) -> NDArray[np.int64]:
+    """`_turn_key` of each column of percents (`_NO_RESIDENT` rows left out), as int64."""
+    packed = np.ones(percents.shape[1], dtype=np.int64)
     for digits in percents:
         packed = np.where(digits == _NO_RESIDENT, packed, (packed << _KEY_BITS) | digits)
-    keys, which = np.unique(packed, return_inverse=True)
+    return packed
+
+
+def _from_keys(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The answers of GPUs given as percent columns (the pod's, then the residents' sorted) by their full keys in
+    the memo (`_TURNS`), the missing keys solved together and kept."""
+    keys, which = np.unique(_pack(percents), return_inverse=True)
     which = which.reshape(-1)
     first = np.empty(keys.size, dtype=np.intp)
-    first[which] = np.arange(m)  # a GPU of each key (any: a key's GPUs have the same percents)
+    first[which] = np.arange(which.size)  # a GPU of each key (any: a key's GPUs have the same percents)
     answers, missing = _TURNS.find(keys.tolist())
     if missing.size:
         answers[missing] = _solve_keys(percents[:, first[missing]])
         _TURNS.keep(keys[missing].tolist(), answers[missing])
     picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
+
+
+def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+    """The answers (GPU × 2) of GPUs whose pod percent is on the grid (0..100), given as percent columns, from their
+    resident sets' grids (`_GRID`); the grids of sets not kept are solved together, at most `_GRID_SETS_PER_CALL`
+    of them (the sets a call meets first), and kept. Also the positions of the GPUs left unanswered (their sets
+    past that bound): the caller asks the memo of whole keys for them."""
+    pods = percents[0]
+    sets, which = np.unique(_pack(percents[1:]), return_inverse=True)
+    which = which.reshape(-1)
+    answers, missing = _GRID.find(sets.tolist(), which, pods)
+    if not missing.size:
+        return answers, missing
+    solving = missing[:_GRID_SETS_PER_CALL]
+    first = np.empty(sets.size, dtype=np.intp)
+    first[which] = np.arange(which.size)
+    residents = percents[1:, first[solving]]  # one column per set
+    grid = np.empty((percents.shape[0], solving.size * _GRID_PERCENTS), dtype=np.int64)
+    grid[0] = np.tile(np.arange(_GRID_PERCENTS, dtype=np.int64), solving.size)
+    grid[1:] = np.repeat(residents, _GRID_PERCENTS, axis=1)
+    solved = _solve_keys(grid).reshape(solving.size, _GRID_PERCENTS, 2)
+    _GRID.keep(sets[solving].tolist(), solved)
+    set_row = np.full(sets.size, -1, dtype=np.intp)
+    set_row[solving] = np.arange(solving.size)
+    row = set_row[which]
+    fresh = np.flatnonzero(row >= 0)
+    answers[fresh] = solved[row[fresh], pods[fresh]]
+    unsolved = np.zeros(sets.size, dtype=np.bool_)
+    unsolved[missing[_GRID_SETS_PER_CALL:]] = True
+    return answers, np.flatnonzero(unsolved[which])
 
 
 _KEY_BITS = 12
@@ -400,6 +450,51 @@ class _TurnMemo:
 
 
 _TURNS = _TurnMemo(16384)
+
+
+_GRID_PERCENTS = 101
+"""Pod percents a resident set's grid holds: 0..100 %, every share's assumed use and a whole GPU's."""
+_GRID_SETS_PER_CALL = 512
+"""New resident sets whose grids one call solves (about 52,000 keys; the rest of that call's sets go key by key)."""
+
+
+class _TurnGrid:
+    """Turn-taking answers per resident set (the residents' percents, sorted, packed as `_turn_key` packs them) for
+    every pod percent on the grid at once: a pod of a percent not seen before beside residents seen before (a new
+    share size) is a lookup, not a fixed point per key. A set's grid is `_solve_keys` of its 101 keys, the same
+    numbers as solving any one of them (each column of the fixed point is computed on its own). Bounded like
+    `_TurnMemo` (101 × 2 × 8 bytes per set), one lock for the same reason."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._rows: dict[int, int] = {}
+        self._answers = np.empty((limit, _GRID_PERCENTS, 2))
+        self._used = 0
+
+    def find(
+        self, sets: list[int], which: NDArray[np.intp], pods: NDArray[np.int64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+        """The answers (GPU × 2) of GPUs of set `sets[which[i]]` and pod percent `pods[i]` (rows of GPUs whose set
+        is not kept mean nothing) and the positions in `sets` of the sets not kept."""
+        with self._lock:
+            rows = np.fromiter(map(self._rows.get, sets, repeat(-1)), dtype=np.intp, count=len(sets))
+            answers = self._answers[np.maximum(rows, 0)[which], pods]
+        return answers, np.flatnonzero(rows < 0)
+
+    def keep(self, sets: list[int], answers: NDArray[np.float64]) -> None:
+        """Keep each set's grid (`answers`: set × percent × 2); emptied first when full."""
+        sets, answers = sets[: self.limit], answers[: self.limit]
+        with self._lock:
+            if self._used + len(sets) > self.limit:
+                self._rows.clear()
+                self._used = 0
+            self._answers[self._used : self._used + len(sets)] = answers
+            self._rows.update(zip(sets, range(self._used, self._used + len(sets)), strict=True))
+            self._used += len(sets)
+
+
+_GRID = _TurnGrid(4096)
 
 
 def data_parallel_speedup(gpu_count: int) -> float:
