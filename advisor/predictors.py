@@ -257,9 +257,11 @@ def turn_taking_slowdowns_of(
     `resident_sm[:counts[i], i]` (rows past a GPU's count are ignored; every GPU has at least one resident). The
     same numbers bit for bit, with no Python step per GPU or per distinct utilisation: utilisations rounded to whole
     percent as Python's `round` does (`_percents`), each GPU's residents sorted as integers, one integer key per GPU
-    (`_turn_key`'s), the keys looked up in the one memo together and the keys it lacks solved together
-    (`_solve_keys`). A GPU whose key does not fit 63 bits (a utilisation that is NaN or outside 0..40.94, more than
-    four residents) is asked one at a time."""
+    (`_turn_key`'s). A pod of 0..100 % is answered from its resident set's grid (`_TurnGrid`: every pod percent of
+    a set solved when the set is first met, so that a new share size beside residents seen before solves nothing);
+    other GPUs' keys are looked up in the one memo together and the keys it lacks solved together (`_solve_keys`).
+    A GPU whose key does not fit 63 bits (a utilisation that is NaN or outside 0..40.94, more than four residents)
+    is asked one at a time."""
     m = pod_sm.size
     width = resident_sm.shape[0]
     if not m:
