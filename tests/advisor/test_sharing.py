@@ -13,11 +13,11 @@ from advisor.api import create_app
 from advisor.cluster.state import ClusterState
 from advisor.features import SideColumns
 from advisor.predictors import (
-    HeuristicInterference,
-    UsageProfile,
     _GRID,
     _GRID_PERCENTS,
     _GRID_SETS_PER_CALL,
+    HeuristicInterference,
+    UsageProfile,
     _pack,
     _TurnMemo,
     turn_taking_slowdowns,
