@@ -291,6 +291,48 @@ def turn_taking_slowdowns_of(
     return pod_slow, res_slow
 
 
+def resident_set_keys(resident_sm: NDArray[np.float64], counts: NDArray[np.intp]) -> NDArray[np.int64]:
+    """Each GPU's resident set as `turn_taking_slowdowns_of` keys its grid (GPU i has the residents'
+    `resident_sm[:counts[i], i]`): their percents sorted and packed; -1 where the GPU has no resident or a key holds
+    none of them (see `turn_taking_slowdowns_of`). A caller that keeps these per GPU asks
+    `turn_taking_slowdowns_by_set` instead, and the residents' utilisations are not rounded on every call."""
+    width = resident_sm.shape[0]
+    if not counts.size or width + 1 > _KEY_DIGITS:
+        return np.full(counts.size, -1, dtype=np.int64)
+    percents = _percents(resident_sm)
+    percents[np.arange(width)[:, None] >= counts[None, :]] = _NO_RESIDENT
+    keyed = (percents >= 0).all(axis=0) & (counts > 0)
+    return np.where(keyed, _pack(np.sort(percents, axis=0)), -1)
+
+
+def turn_taking_slowdowns_by_set(
+    pod_sm: NDArray[np.float64],
+    set_keys: NDArray[np.int64],
+    resident_sm: NDArray[np.float64],
+    counts: NDArray[np.intp],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """`turn_taking_slowdowns_of(pod_sm, resident_sm, counts)` where each GPU's `resident_set_keys` are known
+    (`set_keys`): a GPU whose set has a grid is a gather by its pod percent; the rest go through
+    `turn_taking_slowdowns_of` (which solves their sets' grids). The same numbers."""
+    m = pod_sm.size
+    pods = _percents(pod_sm[None, :])[0]
+    on_grid = np.flatnonzero((set_keys >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS))
+    pod_slow, res_slow = np.empty(m), np.empty(m)
+    rest = np.ones(m, dtype=np.bool_)
+    if on_grid.size:
+        sets, which = np.unique(set_keys[on_grid], return_inverse=True)
+        answers, missing = _GRID.find(sets.tolist(), which.reshape(-1), pods[on_grid])
+        kept = np.ones(sets.size, dtype=np.bool_)
+        kept[missing] = False
+        found = on_grid[kept[which.reshape(-1)]]
+        pod_slow[on_grid], res_slow[on_grid] = answers[:, 0], answers[:, 1]
+        rest[found] = False
+    left = np.flatnonzero(rest)
+    if left.size:
+        pod_slow[left], res_slow[left] = turn_taking_slowdowns_of(pod_sm[left], resident_sm[:, left], counts[left])
+    return pod_slow, res_slow
+
+
 def _pack(percents: NDArray[np.int64]) -> NDArray[np.int64]:
     """`_turn_key` of each column of percents (`_NO_RESIDENT` rows left out), as int64."""
     packed = np.ones(percents.shape[1], dtype=np.int64)

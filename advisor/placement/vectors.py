@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, share_arrays
+from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, resident_keys, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import WholePlan, whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
@@ -197,6 +197,8 @@ class ScoreVectors:
         self._columns = np.zeros((COLUMN_ROWS, capacity, 8))
         self._concurrent = np.zeros(capacity, dtype=np.bool_)
         self._sliced = np.zeros(capacity, dtype=np.bool_)
+        # each GPU's residents as the turn-taking grid keys them (`predictors.resident_set_keys`; -1: none)
+        self._set_keys = np.full((capacity, 8), -1, dtype=np.int64)
         self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
         self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
         # per (whole GPUs, configuration): each node shape id's whole-GPU plan (`_PlanTable`), gathered by cold calls
@@ -241,6 +243,9 @@ class ScoreVectors:
         columns = np.zeros((COLUMN_ROWS, capacity, self._columns.shape[2]))
         columns[:, : self._columns.shape[1]] = self._columns
         self._columns = columns
+        set_keys = np.full((capacity, self._set_keys.shape[1]), -1, dtype=np.int64)
+        set_keys[: self._set_keys.shape[0]] = self._set_keys
+        self._set_keys = set_keys
 
     def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> NDArray[np.intp]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
@@ -332,12 +337,16 @@ class ScoreVectors:
             columns = np.zeros((COLUMN_ROWS, self._columns.shape[1], wide))
             columns[:, :, : self._columns.shape[2]] = self._columns
             self._columns = columns
+            set_keys = np.full((self._set_keys.shape[0], wide), -1, dtype=np.int64)
+            set_keys[:, : self._set_keys.shape[1]] = self._set_keys
+            self._set_keys = set_keys
         self._columns[:, target] = 0.0
         for g in np.unique(counts).tolist():  # the nodes of g GPUs: one join of their bytes
             same = np.flatnonzero(counts == g)
             joined = b"".join([known[i].columns for i in same.tolist()])
             by_node = np.frombuffer(joined, dtype=np.float64).reshape(same.size, COLUMN_ROWS, g)
             self._columns[:, target[same], :g] = by_node.transpose(1, 0, 2)
+        self._set_keys[target] = resident_keys(self._columns[:, target])
         self._concurrent[target], self._sliced[target] = node_modes(known)
 
     def _candidates(
@@ -617,7 +626,13 @@ class ScoreVectors:
     def _facts(self, slots: NDArray[np.intp], usage_index: NDArray[np.intp]) -> NodeFacts:
         """The index's arrays of the nodes at `slots` for `columnar` (their columns lent whole, not copied)."""
         return NodeFacts(
-            self._largest_island[slots], usage_index, self._concurrent[slots], self._sliced[slots], self._columns, slots
+            self._largest_island[slots],
+            usage_index,
+            self._concurrent[slots],
+            self._sliced[slots],
+            self._columns,
+            slots,
+            self._set_keys,
         )
 
     def _shape_plans(
