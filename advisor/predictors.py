@@ -350,24 +350,30 @@ def _from_keys(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArra
     first[which] = np.arange(which.size)  # a GPU of each key (any: a key's GPUs have the same percents)
     answers, missing = _TURNS.find(keys.tolist())
     if missing.size:
-        answers[missing] = _solve_keys(percents[:, first[missing]])
+        columns = percents[:, first[missing]]
+        answers[missing] = _solve_keys(columns)
         _TURNS.keep(keys[missing].tolist(), answers[missing])
+        on_grid = columns[0] < _GRID_PERCENTS
+        _GRID.note_misses(_pack(columns[1:, on_grid]).tolist())  # each a pod percent its set had not met
     picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
 
 
 def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
     """The answers (GPU × 2) of GPUs whose pod percent is on the grid (0..100), given as percent columns, from their
-    resident sets' grids (`_GRID`); the grids of sets not kept are solved together, at most `_GRID_SETS_PER_CALL`
-    of them (the sets a call meets first), and kept. Also the positions of the GPUs left unanswered (their sets
-    past that bound): the caller asks the memo of whole keys for them."""
+    resident sets' grids (`_GRID`). A set without a grid that has missed `_GRID_AFTER_MISSES` pod percents in the
+    memo of whole keys gets one now (solved together with the others', at most `_GRID_SETS_PER_CALL` of them, the
+    sets a call meets first): a set that lives on and meets many pod sizes is solved once, one that is replaced
+    soon (a node's next snapshot) costs no more than its keys. Also the positions of the GPUs left unanswered: the
+    caller asks the memo of whole keys for them."""
     pods = percents[0]
     sets, which = np.unique(_pack(percents[1:]), return_inverse=True)
     which = which.reshape(-1)
     answers, missing = _GRID.find(sets.tolist(), which, pods)
     if not missing.size:
         return answers, missing
-    solving = missing[:_GRID_SETS_PER_CALL]
+    due = missing[_GRID.misses(sets[missing].tolist()) >= _GRID_AFTER_MISSES]
+    solving = due[:_GRID_SETS_PER_CALL]
     first = np.empty(sets.size, dtype=np.intp)
     first[which] = np.arange(which.size)
     residents = percents[1:, first[solving]]  # one column per set
@@ -382,7 +388,8 @@ def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArra
     fresh = np.flatnonzero(row >= 0)
     answers[fresh] = solved[row[fresh], pods[fresh]]
     unsolved = np.zeros(sets.size, dtype=np.bool_)
-    unsolved[missing[_GRID_SETS_PER_CALL:]] = True
+    unsolved[missing] = True
+    unsolved[solving] = False
     return answers, np.flatnonzero(unsolved[which])
 
 
@@ -500,6 +507,10 @@ _GRID_PERCENTS = 101
 """Pod percents a resident set's grid holds: 0..100 %, every share's assumed use and a whole GPU's."""
 _GRID_SETS_PER_CALL = 512
 """New resident sets whose grids one call solves (about 52,000 keys; the rest of that call's sets go key by key)."""
+_GRID_AFTER_MISSES = 2
+"""Pod percents a resident set must have missed in the memo of whole keys before its grid is solved: a grid is
+about 0.35 ms of CPU per set (101 keys), a pass over a call's missing keys about 0.8 ms whatever their number
+(per-operation overhead), so sets replaced soon are better solved key by key."""
 
 
 class _TurnGrid:
@@ -515,6 +526,21 @@ class _TurnGrid:
         self._rows: dict[int, int] = {}
         self._answers = np.empty((limit, _GRID_PERCENTS, 2))
         self._used = 0
+        self._misses: dict[int, int] = {}  # set → pod percents it missed in the memo of whole keys (no grid yet)
+
+    def note_misses(self, sets: list[int]) -> None:
+        """Count a missed pod percent for each of `sets` (repeats count again); emptied past 4 × `limit` sets."""
+        with self._lock:
+            misses = self._misses
+            if len(misses) > 4 * self.limit:
+                misses.clear()
+            for key in sets:
+                misses[key] = misses.get(key, 0) + 1
+
+    def misses(self, sets: list[int]) -> NDArray[np.int64]:
+        """The pod percents each of `sets` has missed so far."""
+        with self._lock:
+            return np.fromiter(map(self._misses.get, sets, repeat(0)), dtype=np.int64, count=len(sets))
 
     def find(
         self, sets: list[int], which: NDArray[np.intp], pods: NDArray[np.int64]
@@ -536,6 +562,8 @@ class _TurnGrid:
             self._answers[self._used : self._used + len(sets)] = answers
             self._rows.update(zip(sets, range(self._used, self._used + len(sets)), strict=True))
             self._used += len(sets)
+            for key in sets:
+                self._misses.pop(key, None)
 
 
 _GRID = _TurnGrid(4096)

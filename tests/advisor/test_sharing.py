@@ -216,19 +216,25 @@ def _scalar_turns(pod: float, residents: list[float]) -> tuple[float, float]:
     return 1 / speed, 1 / slowest
 
 
-def test_a_resident_set_met_once_answers_every_pod_percent_bit_for_bit() -> None:
-    # One call with one pod size beside residents never seen: each resident set's grid then holds all 101 pod
-    # percents, and each is the answer of solving that one key.
-    residents = np.array([[0.37, 0.111, 0.52], [0.0, 0.26, 0.845], [0.0, 0.0, 0.07]])
-    counts = np.array([1, 2, 3])
-    turn_taking_slowdowns_of(np.full(3, 0.42), residents, counts)
+def test_a_resident_set_met_with_a_third_pod_size_answers_every_pod_percent_bit_for_bit() -> None:
+    # Residents never seen, met by two pod sizes (solved key by key: no grid yet), then a third: each resident set's
+    # grid then holds all 101 pod percents, and each is the answer of solving that one key.
+    # (sets no other test meets: the grid is the process's)
+    residents = np.array([[0.371, 0.111, 0.52], [0.0173, 0.26, 0.845], [0.0, 0.0, 0.07], [0.0, 0.0, 0.0]])
+    counts = np.array([2, 2, 3])
+
+    def grid_of(i: int) -> tuple[np.ndarray, np.ndarray]:
+        percents = np.full((residents.shape[0], 1), (1 << 12) - 1, dtype=np.int64)
+        percents[: counts[i], 0] = sorted(round(round(r, 2) * 100) for r in residents[: counts[i], i].tolist())
+        return _GRID.find(_pack(percents).tolist(), np.zeros(_GRID_PERCENTS, dtype=np.intp), np.arange(_GRID_PERCENTS))
+
+    for pod_sm in (0.42, 0.17):
+        turn_taking_slowdowns_of(np.full(3, pod_sm), residents, counts)
+        assert all(grid_of(i)[1].size == 1 for i in range(3))  # sets met by one or two sizes: no grid
+    turn_taking_slowdowns_of(np.full(3, 0.66), residents, counts)
     for i in range(3):
         resident_sm = residents[: counts[i], i].tolist()
-        percents = np.full((residents.shape[0], 1), (1 << 12) - 1, dtype=np.int64)
-        percents[: counts[i], 0] = sorted(round(round(r, 2) * 100) for r in resident_sm)
-        grid, missing = _GRID.find(
-            _pack(percents).tolist(), np.zeros(_GRID_PERCENTS, dtype=np.intp), np.arange(_GRID_PERCENTS)
-        )
+        grid, missing = grid_of(i)
         assert missing.size == 0, i
         for percent in range(_GRID_PERCENTS):
             assert tuple(grid[percent]) == _scalar_turns(percent / 100, resident_sm), (i, percent)
@@ -237,15 +243,16 @@ def test_a_resident_set_met_once_answers_every_pod_percent_bit_for_bit() -> None
 
 
 def test_more_new_resident_sets_than_one_call_solves_are_all_answered() -> None:
-    # Past `_GRID_SETS_PER_CALL` new sets, the rest go key by key; pods above 100 % are off the grid: every GPU still
-    # gets the answer of its own key.
+    # Past `_GRID_SETS_PER_CALL` sets due a grid, the rest go key by key; pods above 100 % are off the grid: every
+    # GPU still gets the answer of its own key, on each of three calls (the third solves grids).
     sets = _GRID_SETS_PER_CALL + 300
     residents = np.vstack([np.arange(sets) % 97 / 100 + 0.01, np.arange(sets) // 97 / 100 + 0.2])
-    pod = np.where(np.arange(sets) % 5 == 0, 1.5, 0.61)
-    pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, np.full(sets, 2, dtype=np.intp))
-    for i in range(0, sets, 7):
-        want = _scalar_turns(float(pod[i]), residents[:, i].tolist())
-        assert (pod_slow[i], resident_slow[i]) == want, i
+    for size in (0.61, 0.33, 0.08):
+        pod = np.where(np.arange(sets) % 5 == 0, 1.5, size)
+        pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, np.full(sets, 2, dtype=np.intp))
+        for i in range(0, sets, 7):
+            want = _scalar_turns(float(pod[i]), residents[:, i].tolist())
+            assert (pod_slow[i], resident_slow[i]) == want, (size, i)
 
 
 def test_a_key_kept_twice_keeps_its_answer_when_more_keys_follow() -> None:
