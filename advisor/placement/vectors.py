@@ -168,6 +168,9 @@ class ScoreVectors:
     def _reset(self, capacity: int) -> None:
         self._tables.clear()
         self._slot_of: dict[str, int] = {}
+        # the last call's names and their slots (read-only), while no name's slot has changed: kube-scheduler sends
+        # the same candidates in the same order call after call, and comparing strings is cheaper than hashing them
+        self._named: tuple[list[str], NDArray[np.intp]] | None = None
         self._used = 1  # slots taken; slot 0 answers for every name the cluster does not know
         self._serial = np.zeros(capacity, dtype=np.int64)  # `NodeState.serial` each slot was last found with
         # whether a slot's facts are those of its node's current state as far as the cluster's log (`NodeTable`)
@@ -257,6 +260,7 @@ class ScoreVectors:
             for i in unknown.tolist():  # a name the cluster did not know has a node now: a slot of its own
                 if states[i] is not _ABSENT:
                     self._slot_of.pop(names[i], None)
+        self._named = None  # slots change below
         got = list(map(self._slot_of.get, names))
         if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
             self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
@@ -366,7 +370,14 @@ class ScoreVectors:
                 self._log_at = (nodes.token, end)
                 if changed:
                     self._distrust(changed)
-            slots = np.fromiter(map(self._slot_of.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+            named = self._named
+            if named is not None and isinstance(names, list) and names == named[0]:
+                slots = named[1]
+            else:
+                slots = np.fromiter(map(self._slot_of.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+                if slots.size and slots.min() >= 0:
+                    slots.flags.writeable = False
+                    self._named = (list(names), slots)
             if slots.size and slots.min() >= 0 and self._trusted[slots].all():
 
                 def lookup(i: int) -> NodeState | _Absent:
@@ -390,6 +401,7 @@ class ScoreVectors:
             slot = slot_of.get(name)
             if slot == 0:
                 del slot_of[name]
+                self._named = None
             elif slot is not None:
                 self._trusted[slot] = False
 
