@@ -374,6 +374,8 @@ def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArra
         return answers, missing
     due = missing[_GRID.misses(sets[missing].tolist()) >= _GRID_AFTER_MISSES]
     solving = due[:_GRID_SETS_PER_CALL]
+    if not solving.size:  # none due a grid yet: all key by key
+        return answers, np.flatnonzero(np.isin(which, missing))
     first = np.empty(sets.size, dtype=np.intp)
     first[which] = np.arange(which.size)
     residents = percents[1:, first[solving]]  # one column per set
