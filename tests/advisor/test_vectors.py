@@ -143,6 +143,21 @@ def test_the_index_reads_again_only_the_nodes_the_tables_log_names() -> None:
     check(scorer, pod, list(another), another)
 
 
+def test_the_same_names_again_after_an_unknown_one_gets_a_node_score_it() -> None:
+    # The last call's names and slots are reused for the same names; a name the cluster did not know that now has
+    # a node takes a slot of its own, and the next call with those names scores it.
+    rng = random.Random(9)
+    pod = PodRequest(gpu_milli=300)
+    nodes = NodeTable((f"n{i}", random_node(rng, f"n{i}", 8, cpu=False)) for i in range(12))
+    names = [*nodes, "late"]
+    scorer = Scorer(ScoringConfig())
+    for _ in range(2):
+        assert check(scorer, pod, list(names), nodes)[-1] == check(scorer, pod, list(names), nodes)[-1]
+    nodes.put("late", random_node(rng, "late", 8, cpu=False))
+    check(scorer, pod, list(names), nodes)
+    check(scorer, pod, list(names), nodes)
+
+
 def test_a_tables_log_is_bounded_and_answers_only_for_its_own_positions() -> None:
     rng = random.Random(2)
     table = NodeTable([("a", random_node(rng, "a", 8, cpu=False))])
