@@ -257,9 +257,11 @@ def turn_taking_slowdowns_of(
     `resident_sm[:counts[i], i]` (rows past a GPU's count are ignored; every GPU has at least one resident). The
     same numbers bit for bit, with no Python step per GPU or per distinct utilisation: utilisations rounded to whole
     percent as Python's `round` does (`_percents`), each GPU's residents sorted as integers, one integer key per GPU
-    (`_turn_key`'s), the keys looked up in the one memo together and the keys it lacks solved together
-    (`_solve_keys`). A GPU whose key does not fit 63 bits (a utilisation that is NaN or outside 0..40.94, more than
-    four residents) is asked one at a time."""
+    (`_turn_key`'s). A pod of 0..100 % is answered from its resident set's grid (`_TurnGrid`: every pod percent of
+    a set solved when the set is first met, so that a new share size beside residents seen before solves nothing);
+    other GPUs' keys are looked up in the one memo together and the keys it lacks solved together (`_solve_keys`).
+    A GPU whose key does not fit 63 bits (a utilisation that is NaN or outside 0..40.94, more than four residents)
+    is asked one at a time."""
     m = pod_sm.size
     width = resident_sm.shape[0]
     if not m:
@@ -277,19 +279,120 @@ def turn_taking_slowdowns_of(
             pod_slow[some], res_slow[some] = turn_taking_slowdowns_of(pod_sm[some], resident_sm[:, some], counts[some])
         return pod_slow, res_slow
     percents[1:] = np.sort(percents[1:], axis=0)  # the residents in `sorted` order, no resident after every one
-    packed = np.ones(m, dtype=np.int64)
+    pod_slow, res_slow = np.empty(m), np.empty(m)
+    on_grid = np.flatnonzero(percents[0] < _GRID_PERCENTS)
+    rest = np.flatnonzero(percents[0] >= _GRID_PERCENTS) if on_grid.size < m else on_grid[:0]
+    if on_grid.size:
+        answered, left = _from_grid(percents[:, on_grid])
+        pod_slow[on_grid], res_slow[on_grid] = answered[:, 0], answered[:, 1]
+        rest = np.sort(np.concatenate([rest, on_grid[left]]))
+    if rest.size:
+        pod_slow[rest], res_slow[rest] = _from_keys(percents[:, rest])
+    return pod_slow, res_slow
+
+
+def resident_set_keys(resident_sm: NDArray[np.float64], counts: NDArray[np.intp]) -> NDArray[np.int64]:
+    """Each GPU's resident set as `turn_taking_slowdowns_of` keys its grid (GPU i has the residents'
+    `resident_sm[:counts[i], i]`): their percents sorted and packed; -1 where the GPU has no resident or a key holds
+    none of them (see `turn_taking_slowdowns_of`). A caller that keeps these per GPU asks
+    `turn_taking_slowdowns_by_set` instead, and the residents' utilisations are not rounded on every call."""
+    width = resident_sm.shape[0]
+    if not counts.size or width + 1 > _KEY_DIGITS:
+        return np.full(counts.size, -1, dtype=np.int64)
+    percents = _percents(resident_sm)
+    percents[np.arange(width)[:, None] >= counts[None, :]] = _NO_RESIDENT
+    keyed = (percents >= 0).all(axis=0) & (counts > 0)
+    return np.where(keyed, _pack(np.sort(percents, axis=0)), -1)
+
+
+def turn_taking_slowdowns_by_set(
+    pod_sm: NDArray[np.float64],
+    set_keys: NDArray[np.int64],
+    resident_sm: NDArray[np.float64],
+    counts: NDArray[np.intp],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """`turn_taking_slowdowns_of(pod_sm, resident_sm, counts)` where each GPU's `resident_set_keys` are known
+    (`set_keys`): a GPU whose set has a grid is a gather by its pod percent; the rest go through
+    `turn_taking_slowdowns_of` (which solves their sets' grids). The same numbers."""
+    m = pod_sm.size
+    pods = _percents(pod_sm[None, :])[0]
+    on_grid = np.flatnonzero((set_keys >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS))
+    pod_slow, res_slow = np.empty(m), np.empty(m)
+    rest = np.ones(m, dtype=np.bool_)
+    if on_grid.size:
+        sets, which = np.unique(set_keys[on_grid], return_inverse=True)
+        answers, missing = _GRID.find(sets.tolist(), which.reshape(-1), pods[on_grid])
+        kept = np.ones(sets.size, dtype=np.bool_)
+        kept[missing] = False
+        found = on_grid[kept[which.reshape(-1)]]
+        pod_slow[on_grid], res_slow[on_grid] = answers[:, 0], answers[:, 1]
+        rest[found] = False
+    left = np.flatnonzero(rest)
+    if left.size:
+        pod_slow[left], res_slow[left] = turn_taking_slowdowns_of(pod_sm[left], resident_sm[:, left], counts[left])
+    return pod_slow, res_slow
+
+
+def _pack(percents: NDArray[np.int64]) -> NDArray[np.int64]:
+    """`_turn_key` of each column of percents (`_NO_RESIDENT` rows left out), as int64."""
+    packed = np.ones(percents.shape[1], dtype=np.int64)
     for digits in percents:
         packed = np.where(digits == _NO_RESIDENT, packed, (packed << _KEY_BITS) | digits)
-    keys, which = np.unique(packed, return_inverse=True)
+    return packed
+
+
+def _from_keys(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The answers of GPUs given as percent columns (the pod's, then the residents' sorted) by their full keys in
+    the memo (`_TURNS`), the missing keys solved together and kept."""
+    keys, which = np.unique(_pack(percents), return_inverse=True)
     which = which.reshape(-1)
     first = np.empty(keys.size, dtype=np.intp)
-    first[which] = np.arange(m)  # a GPU of each key (any: a key's GPUs have the same percents)
+    first[which] = np.arange(which.size)  # a GPU of each key (any: a key's GPUs have the same percents)
     answers, missing = _TURNS.find(keys.tolist())
     if missing.size:
-        answers[missing] = _solve_keys(percents[:, first[missing]])
+        columns = percents[:, first[missing]]
+        answers[missing] = _solve_keys(columns)
         _TURNS.keep(keys[missing].tolist(), answers[missing])
+        on_grid = columns[0] < _GRID_PERCENTS
+        _GRID.note_misses(_pack(columns[1:, on_grid]).tolist())  # each a pod percent its set had not met
     picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
+
+
+def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+    """The answers (GPU × 2) of GPUs whose pod percent is on the grid (0..100), given as percent columns, from their
+    resident sets' grids (`_GRID`). A set without a grid that has missed `_GRID_AFTER_MISSES` pod percents in the
+    memo of whole keys gets one now (solved together with the others', at most `_GRID_SETS_PER_CALL` of them, the
+    sets a call meets first): a set that lives on and meets many pod sizes is solved once, one that is replaced
+    soon (a node's next snapshot) costs no more than its keys. Also the positions of the GPUs left unanswered: the
+    caller asks the memo of whole keys for them."""
+    pods = percents[0]
+    sets, which = np.unique(_pack(percents[1:]), return_inverse=True)
+    which = which.reshape(-1)
+    answers, missing = _GRID.find(sets.tolist(), which, pods)
+    if not missing.size:
+        return answers, missing
+    due = missing[_GRID.misses(sets[missing].tolist()) >= _GRID_AFTER_MISSES]
+    solving = due[:_GRID_SETS_PER_CALL]
+    if not solving.size:  # none due a grid yet: all key by key
+        return answers, np.flatnonzero(np.isin(which, missing))
+    first = np.empty(sets.size, dtype=np.intp)
+    first[which] = np.arange(which.size)
+    residents = percents[1:, first[solving]]  # one column per set
+    grid = np.empty((percents.shape[0], solving.size * _GRID_PERCENTS), dtype=np.int64)
+    grid[0] = np.tile(np.arange(_GRID_PERCENTS, dtype=np.int64), solving.size)
+    grid[1:] = np.repeat(residents, _GRID_PERCENTS, axis=1)
+    solved = _solve_keys(grid).reshape(solving.size, _GRID_PERCENTS, 2)
+    _GRID.keep(sets[solving].tolist(), solved)
+    set_row = np.full(sets.size, -1, dtype=np.intp)
+    set_row[solving] = np.arange(solving.size)
+    row = set_row[which]
+    fresh = np.flatnonzero(row >= 0)
+    answers[fresh] = solved[row[fresh], pods[fresh]]
+    unsolved = np.zeros(sets.size, dtype=np.bool_)
+    unsolved[missing] = True
+    unsolved[solving] = False
+    return answers, np.flatnonzero(unsolved[which])
 
 
 _KEY_BITS = 12
@@ -400,6 +503,72 @@ class _TurnMemo:
 
 
 _TURNS = _TurnMemo(16384)
+
+
+_GRID_PERCENTS = 101
+"""Pod percents a resident set's grid holds: 0..100 %, every share's assumed use and a whole GPU's."""
+_GRID_SETS_PER_CALL = 512
+"""New resident sets whose grids one call solves (about 52,000 keys; the rest of that call's sets go key by key)."""
+_GRID_AFTER_MISSES = 2
+"""Pod percents a resident set must have missed in the memo of whole keys before its grid is solved: a grid is
+about 0.35 ms of CPU per set (101 keys), a pass over a call's missing keys about 0.8 ms whatever their number
+(per-operation overhead), so sets replaced soon are better solved key by key."""
+
+
+class _TurnGrid:
+    """Turn-taking answers per resident set (the residents' percents, sorted, packed as `_turn_key` packs them) for
+    every pod percent on the grid at once: a pod of a percent not seen before beside residents seen before (a new
+    share size) is a lookup, not a fixed point per key. A set's grid is `_solve_keys` of its 101 keys, the same
+    numbers as solving any one of them (each column of the fixed point is computed on its own). Bounded like
+    `_TurnMemo` (101 × 2 × 8 bytes per set), one lock for the same reason."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._rows: dict[int, int] = {}
+        self._answers = np.empty((limit, _GRID_PERCENTS, 2))
+        self._used = 0
+        self._misses: dict[int, int] = {}  # set → pod percents it missed in the memo of whole keys (no grid yet)
+
+    def note_misses(self, sets: list[int]) -> None:
+        """Count a missed pod percent for each of `sets` (repeats count again); emptied past 4 × `limit` sets."""
+        with self._lock:
+            misses = self._misses
+            if len(misses) > 4 * self.limit:
+                misses.clear()
+            for key in sets:
+                misses[key] = misses.get(key, 0) + 1
+
+    def misses(self, sets: list[int]) -> NDArray[np.int64]:
+        """The pod percents each of `sets` has missed so far."""
+        with self._lock:
+            return np.fromiter(map(self._misses.get, sets, repeat(0)), dtype=np.int64, count=len(sets))
+
+    def find(
+        self, sets: list[int], which: NDArray[np.intp], pods: NDArray[np.int64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
+        """The answers (GPU × 2) of GPUs of set `sets[which[i]]` and pod percent `pods[i]` (rows of GPUs whose set
+        is not kept mean nothing) and the positions in `sets` of the sets not kept."""
+        with self._lock:
+            rows = np.fromiter(map(self._rows.get, sets, repeat(-1)), dtype=np.intp, count=len(sets))
+            answers = self._answers[np.maximum(rows, 0)[which], pods]
+        return answers, np.flatnonzero(rows < 0)
+
+    def keep(self, sets: list[int], answers: NDArray[np.float64]) -> None:
+        """Keep each set's grid (`answers`: set × percent × 2); emptied first when full."""
+        sets, answers = sets[: self.limit], answers[: self.limit]
+        with self._lock:
+            if self._used + len(sets) > self.limit:
+                self._rows.clear()
+                self._used = 0
+            self._answers[self._used : self._used + len(sets)] = answers
+            self._rows.update(zip(sets, range(self._used, self._used + len(sets)), strict=True))
+            self._used += len(sets)
+            for key in sets:
+                self._misses.pop(key, None)
+
+
+_GRID = _TurnGrid(4096)
 
 
 def data_parallel_speedup(gpu_count: int) -> float:

@@ -7,8 +7,9 @@ In-process, the service's scorer (`Scorer.extender_priorities`, the prioritize v
 run a host process (no pod): it holds no GPU, so those GPUs are free with a resident, and whole-GPU verdicts there
 depend on the workload and the predictors. Every call brings a shape never seen before — a new workload for
 1 GPU and for 2-8 GPUs, a new share size, a new GPU-memory request (whole GPU and share) — so the score vectors must
-compute a row for every candidate; the script prints the share of rows computed to show it. Per kind: wall p50/p99
-and CPU (thread time) p50/p99 per call.
+compute a row for every candidate; the script prints the share of rows computed to show it. Every call's candidate
+names are new strings, decoded from JSON as a request's are. Per kind: wall p50/p99 and CPU (thread time) p50/p99
+per call.
 
 With `--baseline REF`, the same measurement runs on that commit's code too (checked out into a temporary folder,
 run in a subprocess), alternating baseline and this tree twice, so that both see the same machine load: compare the
@@ -111,9 +112,12 @@ def measure(count: int, requests: int) -> dict[str, Any]:
     wall: dict[str, list[float]] = {k: [] for k in KINDS}
     cpu: dict[str, list[float]] = {k: [] for k in KINDS}
     rows0 = computed()
+    names_json = json.dumps(names)
     for kind, pod in _pods(requests + 10)[10:]:
+        # the names as a request's body gives them: new strings every call (no hash cached, no identity to compare)
+        fresh = json.loads(names_json)
         t0, c0 = time.perf_counter(), time.thread_time()
-        call(pod, names)
+        call(pod, fresh)
         wall[kind].append(time.perf_counter() - t0)
         cpu[kind].append(time.thread_time() - c0)
     rows = computed() - rows0

@@ -31,7 +31,7 @@ from datetime import datetime
 from advisor.cluster.allocation import PodAllocation, PodResources, allocation_of, merged_allocation
 from advisor.cluster.nodeview import NodeCapacity, build_node_state, topology_of
 from advisor.placement.queue import PendingPod
-from advisor.placement.types import NodeState, Topology
+from advisor.placement.types import NodeState, NodeTable, Topology
 from advisor.sharing import MIG_STRATEGY_LABEL, SHARING_STRATEGY_LABEL
 from collector.snapshot import GpuSnapshot, NodeSnapshot
 
@@ -136,7 +136,7 @@ class ClusterState:
         self._expiry_seconds = node_expiry_seconds
         self._next_sweep_seconds = math.inf  # when the oldest node can have expired: none yet
         self._records: dict[str, NodeRecord] = {}
-        self._nodes: dict[str, NodeState] = {}
+        self._nodes = NodeTable()  # its log tells the score vectors which nodes changed
         self._allocations: dict[str, PodAllocation] = {}  # pod → what it holds (its own resources and its claims)
         self._own: dict[str, PodAllocation] = {}  # pod → what its own resources say (the pod watch)
         self._from_claims: dict[str, PodAllocation] = {}  # pod → what its ResourceClaims hold (the DRA watch)
@@ -190,7 +190,7 @@ class ClusterState:
                 # New mappings rather than deletions in place: a request may be iterating over the current ones.
                 dropped = set(gone)
                 self._records = {n: r for n, r in self._records.items() if n not in dropped}
-                self._nodes = {n: s for n, s in self._nodes.items() if n not in dropped}
+                self._nodes = NodeTable((n, s) for n, s in self._nodes.items() if n not in dropped)
                 self.expired_nodes += len(gone)
             oldest = min((r.received_at_seconds for r in self._records.values()), default=math.inf)
             self._next_sweep_seconds = oldest + self._expiry_seconds
@@ -258,7 +258,7 @@ class ClusterState:
         uuids = tuple((g.index, g.uuid) for g in snapshot.gpus)
         record = NodeRecord(state, snapshot_json, snapshot.timestamp, received, links, uuids, order)
         self._records[snapshot.node] = record
-        self._nodes[snapshot.node] = state
+        self._nodes.put(snapshot.node, state)
         self._next_sweep_seconds = min(self._next_sweep_seconds, received + self._expiry_seconds)
         self._changed()
 
@@ -455,7 +455,7 @@ class ClusterState:
         """Forget a node deleted from the cluster."""
         with self._lock:
             self._records.pop(node, None)
-            self._nodes.pop(node, None)
+            self._nodes.drop(node)
             self._allocatable.pop(node, None)
             self._labels.pop(node, None)
 

@@ -31,7 +31,14 @@ from numpy.typing import NDArray
 
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
-from advisor.predictors import HeuristicInterference, Predictors, UsageProfile, turn_taking_slowdowns_of
+from advisor.predictors import (
+    HeuristicInterference,
+    Predictors,
+    UsageProfile,
+    resident_set_keys,
+    turn_taking_slowdowns_by_set,
+    turn_taking_slowdowns_of,
+)
 from advisor.sharing import CONCURRENT_MODES, TIME_SLICING
 
 FloatArray = NDArray[np.float64]
@@ -90,6 +97,20 @@ class NodeFacts(NamedTuple):
     sliced: BoolArray
     columns: NDArray[np.float64]
     slot: NDArray[np.intp]
+    set_keys: NDArray[np.int64] | None = None
+    """Per slot and GPU position, `predictors.resident_set_keys` of the GPU's residents in `columns` (None: not
+    kept; the residents' utilisations are then rounded on every call)."""
+
+
+def resident_keys(columns: NDArray[np.float64]) -> NDArray[np.int64]:
+    """`NodeFacts.set_keys` of nodes' columns (row × node × GPU position): each GPU's residents as the turn-taking
+    grid keys them (`predictors.resident_set_keys`), -1 where it has none or more than the columns hold."""
+    counts = columns[_RESIDENTS].reshape(-1)
+    resident_sm = columns[_SM : _SM + COLUMN_RESIDENTS].reshape(COLUMN_RESIDENTS, -1)
+    usable = np.flatnonzero((counts > 0) & (counts <= COLUMN_RESIDENTS) & ~np.isnan(resident_sm).any(axis=0))
+    keys = np.full(counts.size, -1, dtype=np.int64)
+    keys[usable] = resident_set_keys(resident_sm[:, usable], counts[usable].astype(np.intp))
+    return keys.reshape(columns.shape[1:])
 
 
 def node_modes(nodes: Sequence[NodeState]) -> tuple[BoolArray, BoolArray]:
@@ -240,6 +261,7 @@ def _slowdowns(
     usage_index: NDArray[np.intp],
     predictors: Predictors,
     modes: tuple[BoolArray, BoolArray] | None,
+    set_keys: NDArray[np.int64] | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """(the pod's slowdown, the residents' worst) on each GPU `at` (`entries`: its columns, row × GPU; node i's
     usage `usages[usage_index[i]]`, its modes `modes` (`node_modes`; None: read from the nodes)); 1 where it has no
@@ -279,7 +301,11 @@ def _slowdowns(
             busy & sliced & (residents <= COLUMN_RESIDENTS) & ~np.isnan(resident_sm).any(axis=0) & ~np.isnan(sm_pod)
         )
         if turns.size:
-            taking = turn_taking_slowdowns_of(sm_pod[turns], resident_sm[:, turns], residents[turns].astype(np.intp))
+            counts = residents[turns].astype(np.intp)
+            if set_keys is None:
+                taking = turn_taking_slowdowns_of(sm_pod[turns], resident_sm[:, turns], counts)
+            else:
+                taking = turn_taking_slowdowns_by_set(sm_pod[turns], set_keys[turns], resident_sm[:, turns], counts)
             pod_slow[turns], res_slow[turns] = taking
             busy[turns] = False
         # MIG GPUs and GPUs with more residents than the columns hold are asked below.
@@ -324,6 +350,7 @@ def gpu_slowdowns(
         usage_index=facts.usage_index,
         predictors=predictors,
         modes=(facts.concurrent, facts.sliced),
+        set_keys=None if facts.set_keys is None else facts.set_keys[facts.slot[rows], positions],
     )
 
 
@@ -443,8 +470,17 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
     packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
 
     entries = columns[:, slot[rows], positions]  # row × GPU the share fits on
+    set_keys = None if facts is None or facts.set_keys is None else facts.set_keys[slot[rows], positions]
     pod_slow, res_slow = _slowdowns(
-        pod, nodes, entries, at, usages=usages, usage_index=usage_index, predictors=predictors, modes=modes
+        pod,
+        nodes,
+        entries,
+        at,
+        usages=usages,
+        usage_index=usage_index,
+        predictors=predictors,
+        modes=modes,
+        set_keys=set_keys,
     )
     interference = 0.5 / pod_slow + 0.5 / res_slow
     value = np.full((g, n), -np.inf)

@@ -383,3 +383,54 @@ def duration_text(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:,.1f} h"
+
+
+_TABLES = count(1)
+_LOG_SPARE = 1024
+
+
+class NodeTable(dict[str, "NodeState"]):
+    """The cluster's nodes by name (a plain dict to every reader) that also logs the names whose state its holder
+    replaced or removed (`put`, `drop`), so that a reader holding per-node facts (the prioritize verb's node index,
+    `advisor.placement.vectors`) re-reads only those instead of every candidate's state on every call.
+
+    `changed_since(token, mark)` answers the names logged since `mark` (a position `mark()` gave) of this table
+    (`token`: another table, e.g. a new one after nodes expired, answers None). The log keeps at most about four
+    entries per node: older positions answer None (the reader checks every node, as without a log). Writes go
+    through the holder's lock; a reader needs none (appending to a list and swapping the log are atomic)."""
+
+    __slots__ = ("_log", "token")
+
+    def __init__(self, nodes: Iterable[tuple[str, NodeState]] = ()) -> None:
+        super().__init__(nodes)
+        self.token = next(_TABLES)
+        self._log: tuple[int, list[str]] = (0, [])  # (position of the first entry kept, the names logged since)
+
+    def put(self, name: str, state: NodeState) -> None:
+        self[name] = state
+        self._note(name)
+
+    def drop(self, name: str) -> None:
+        self.pop(name, None)
+        self._note(name)
+
+    def _note(self, name: str) -> None:
+        base, log = self._log
+        log.append(name)
+        if len(log) > 4 * len(self) + _LOG_SPARE:  # keep the newest half: a new list, swapped in whole
+            keep = len(log) // 2
+            self._log = (base + len(log) - keep, log[-keep:])
+
+    def mark(self) -> int:
+        """The position after the last name logged so far."""
+        base, log = self._log
+        return base + len(log)
+
+    def changed_since(self, token: int, mark: int) -> tuple[list[str], int] | None:
+        """The names logged after position `mark` of the table `token` (repeats possible) and the position after
+        them; None when this is another table or the log no longer reaches back that far."""
+        base, log = self._log
+        end = base + len(log)
+        if token != self.token or not base <= mark <= end:
+            return None
+        return log[mark - base : end - base], end

@@ -37,18 +37,26 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, share_arrays
+from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, resident_keys, share_arrays
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import WholePlan, whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
-from advisor.placement.types import COLUMN_ROWS, WHOLE_GPU_MILLI, NodeScore, NodeState, PodRequest, Topology
+from advisor.placement.types import (
+    COLUMN_ROWS,
+    WHOLE_GPU_MILLI,
+    NodeScore,
+    NodeState,
+    NodeTable,
+    PodRequest,
+    Topology,
+)
 from advisor.predictors import Predictors, default_usage
 
 MAX_TABLES = 32
@@ -160,8 +168,16 @@ class ScoreVectors:
     def _reset(self, capacity: int) -> None:
         self._tables.clear()
         self._slot_of: dict[str, int] = {}
+        # the last call's names and their slots (read-only), while no name's slot has changed: kube-scheduler sends
+        # the same candidates in the same order call after call, and comparing strings is cheaper than hashing them
+        self._named: tuple[list[str], NDArray[np.intp]] | None = None
         self._used = 1  # slots taken; slot 0 answers for every name the cluster does not know
         self._serial = np.zeros(capacity, dtype=np.int64)  # `NodeState.serial` each slot was last found with
+        # whether a slot's facts are those of its node's current state as far as the cluster's log (`NodeTable`)
+        # tells: no change logged since they were read (slot 0, no node's, always)
+        self._trusted = np.zeros(capacity, dtype=np.bool_)
+        self._trusted[0] = True
+        self._log_at = (0, 0)  # (table token, position) of the `NodeTable` log read up to
         self._epoch = np.zeros(capacity, dtype=np.int64)  # a new number whenever that changes: rows compare it
         self._observed = np.full(capacity, np.nan)  # NaN: never observed (or not a known node)
         self._cpu_free = np.full(capacity, np.nan)  # NaN: unknown (never short)
@@ -184,6 +200,8 @@ class ScoreVectors:
         self._columns = np.zeros((COLUMN_ROWS, capacity, 8))
         self._concurrent = np.zeros(capacity, dtype=np.bool_)
         self._sliced = np.zeros(capacity, dtype=np.bool_)
+        # each GPU's residents as the turn-taking grid keys them (`predictors.resident_set_keys`; -1: none)
+        self._set_keys = np.full((capacity, 8), -1, dtype=np.int64)
         self._node_shapes: list[tuple[Topology, tuple[int, ...]]] = []
         self._node_shape_ids: dict[tuple[Topology, tuple[int, ...]], int] = {}
         # per (whole GPUs, configuration): each node shape id's whole-GPU plan (`_PlanTable`), gathered by cold calls
@@ -198,6 +216,7 @@ class ScoreVectors:
         with self._lock:
             self._tables.clear()
             self._serial[1:] = -1  # no state's serial
+            self._trusted[1:] = False
 
     def _grow(self, capacity: int) -> None:
         def grown(a: NDArray[Any], fill: object) -> NDArray[Any]:
@@ -206,6 +225,7 @@ class ScoreVectors:
             return out
 
         self._serial = grown(self._serial, 0)
+        self._trusted = grown(self._trusted, False)
         self._epoch = grown(self._epoch, 0)
         self._observed = grown(self._observed, np.nan)
         self._cpu_free = grown(self._cpu_free, np.nan)
@@ -226,12 +246,21 @@ class ScoreVectors:
         columns = np.zeros((COLUMN_ROWS, capacity, self._columns.shape[2]))
         columns[:, : self._columns.shape[1]] = self._columns
         self._columns = columns
+        set_keys = np.full((capacity, self._set_keys.shape[1]), -1, dtype=np.int64)
+        set_keys[: self._set_keys.shape[0]] = self._set_keys
+        self._set_keys = set_keys
 
     def _slots(self, names: Sequence[str], states: list[NodeState | _Absent], cluster_size: int) -> NDArray[np.intp]:
         """Each name's slot (0 for a name the cluster does not know and never knew), new slots assigned."""
         given = np.fromiter(map(self._slot_of.get, names, repeat(-1)), dtype=np.intp, count=len(names))
         if given.size and given.min() >= 0:  # every name has a slot (the usual call): no Python step per name
-            return given
+            unknown = np.flatnonzero(given == 0)
+            if not any(states[i] is not _ABSENT for i in unknown.tolist()):
+                return given
+            for i in unknown.tolist():  # a name the cluster did not know has a node now: a slot of its own
+                if states[i] is not _ABSENT:
+                    self._slot_of.pop(names[i], None)
+        self._named = None  # slots change below
         got = list(map(self._slot_of.get, names))
         if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
             self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
@@ -241,6 +270,7 @@ class ScoreVectors:
             if found is not None:
                 out.append(found)
             elif state is _ABSENT:
+                self._slot_of[name] = 0  # found as slot 0 next time (the cluster's log says when it has a node)
                 out.append(0)
             else:
                 slot = self._slot_of[name] = self._used
@@ -311,13 +341,69 @@ class ScoreVectors:
             columns = np.zeros((COLUMN_ROWS, self._columns.shape[1], wide))
             columns[:, :, : self._columns.shape[2]] = self._columns
             self._columns = columns
+            set_keys = np.full((self._set_keys.shape[0], wide), -1, dtype=np.int64)
+            set_keys[:, : self._set_keys.shape[1]] = self._set_keys
+            self._set_keys = set_keys
         self._columns[:, target] = 0.0
         for g in np.unique(counts).tolist():  # the nodes of g GPUs: one join of their bytes
             same = np.flatnonzero(counts == g)
             joined = b"".join([known[i].columns for i in same.tolist()])
             by_node = np.frombuffer(joined, dtype=np.float64).reshape(same.size, COLUMN_ROWS, g)
             self._columns[:, target[same], :g] = by_node.transpose(1, 0, 2)
+        self._set_keys[target] = resident_keys(self._columns[:, target])
         self._concurrent[target], self._sliced[target] = node_modes(known)
+
+    def _candidates(
+        self, names: Sequence[str], nodes: Mapping[str, NodeState]
+    ) -> tuple[NDArray[np.intp], Callable[[int], NodeState | _Absent]]:
+        """Each candidate's slot, its facts those of the node's current state, and a reader of a candidate's
+        state by position. Where `nodes` is a `NodeTable` whose log reaches back to the last call, only the
+        slots of the nodes it names are read again (one dict lookup per candidate in all); else, or where a
+        candidate is new or was named, every candidate's state is read and its serial compared."""
+        if isinstance(nodes, NodeTable):
+            found = nodes.changed_since(*self._log_at)
+            if found is None:
+                self._trusted[1:] = False
+                self._log_at = (nodes.token, nodes.mark())
+            else:
+                changed, end = found
+                self._log_at = (nodes.token, end)
+                if changed:
+                    self._distrust(changed)
+            named = self._named
+            if named is not None and isinstance(names, list) and names == named[0]:
+                slots = named[1]
+            else:
+                slots = np.fromiter(map(self._slot_of.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+                if slots.size and slots.min() >= 0:
+                    slots.flags.writeable = False
+                    self._named = (list(names), slots)
+            if slots.size and slots.min() >= 0 and self._trusted[slots].all():
+
+                def lookup(i: int) -> NodeState | _Absent:
+                    return nodes.get(names[i], _ABSENT)
+
+                return slots, lookup
+        states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
+        slots = self._slots(names, states, len(nodes))
+        serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
+        changed_at = np.flatnonzero(serials != self._serial[slots])
+        if changed_at.size:
+            self._refresh(changed_at, slots, states, serials)
+        self._trusted[slots] = True
+        return slots, states.__getitem__
+
+    def _distrust(self, names: list[str]) -> None:
+        """The slots of `names` (logged as changed) to be read again; a name of no node before (slot 0) forgotten,
+        so that it gets a slot of its own when next asked about."""
+        slot_of = self._slot_of
+        for name in set(names):
+            slot = slot_of.get(name)
+            if slot == 0:
+                del slot_of[name]
+                self._named = None
+            elif slot is not None:
+                self._trusted[slot] = False
 
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
@@ -344,12 +430,7 @@ class ScoreVectors:
         with self._lock:
             if len(self._node_shapes) > _NODE_SHAPE_LIMIT:
                 self._reset(self._serial.size)  # node shapes of states long gone: start afresh
-            states: list[NodeState | _Absent] = list(map(nodes.get, names, repeat(_ABSENT)))
-            slots = self._slots(names, states, len(nodes))
-            serials = np.fromiter(map(_serial_of, states), dtype=np.int64, count=len(states))
-            changed = np.flatnonzero(serials != self._serial[slots])
-            if changed.size:
-                self._refresh(changed, slots, states, serials)
+            slots, state_at = self._candidates(names, nodes)
             observed = self._observed[slots]
             # `Scorer.evaluate`'s staleness (never observed: NaN, never fresh) and CPU/memory shortfall, on arrays
             fresh = ~np.isnan(observed) if now_seconds is None else observed >= now_seconds - config.staleness_seconds
@@ -373,7 +454,7 @@ class ScoreVectors:
             cold = np.flatnonzero(fresh_fits & (row_epoch != epochs))
             if cold.size:
                 self.computed_rows += int(cold.size)
-                self._compute(pod, cold, slots, states, tables=(table, any_table, own), scorer=scorer)
+                self._compute(pod, cold, slots, state_at, tables=(table, any_table, own), scorer=scorer)
             rows = (
                 table.data[:, slots] if own is None else np.where(own, table.data[:, slots], any_table.data[:, slots])
             )
@@ -385,7 +466,7 @@ class ScoreVectors:
         pod: PodRequest,
         cold: IntArray,
         slots: NDArray[np.intp],
-        states: list[NodeState | _Absent],
+        state_at: Callable[[int], NodeState | _Absent],
         *,
         tables: tuple[_Table, _Table, BoolArray | None],
         scorer: Evaluator,
@@ -397,9 +478,10 @@ class ScoreVectors:
         table, any_table, own = tables
         target = slots[cold]
 
-        def batch(at: IntArray) -> list[NodeState]:
-            """The states of the cold candidates at `at` (fresh: known nodes), read only where a step needs them."""
-            return cast("list[NodeState]", [states[i] for i in cold[at].tolist()])
+        def batch(at: IntArray) -> Sequence[NodeState]:
+            """The states of the cold candidates at `at` (fresh: known nodes), each read only where a step needs it
+            (most steps read the index's arrays)."""
+            return _States(cold[at].tolist(), state_at)
 
         if pod.is_share:
             values = self._share_rows(pod, batch, target, scorer=scorer)
@@ -418,7 +500,7 @@ class ScoreVectors:
     def _share_rows(
         self,
         pod: PodRequest,
-        batch: Callable[[IntArray], list[NodeState]],
+        batch: Callable[[IntArray], Sequence[NodeState]],
         target: NDArray[np.intp],
         *,
         scorer: Evaluator,
@@ -467,7 +549,7 @@ class ScoreVectors:
     def _whole_rows(  # noqa: PLR0915 - the vectorised whole-GPU rows in one pass over the batch's arrays
         self,
         pod: PodRequest,
-        batch: Callable[[IntArray], list[NodeState]],
+        batch: Callable[[IntArray], Sequence[NodeState]],
         target: NDArray[np.intp],
         *,
         scorer: Evaluator,
@@ -556,7 +638,13 @@ class ScoreVectors:
     def _facts(self, slots: NDArray[np.intp], usage_index: NDArray[np.intp]) -> NodeFacts:
         """The index's arrays of the nodes at `slots` for `columnar` (their columns lent whole, not copied)."""
         return NodeFacts(
-            self._largest_island[slots], usage_index, self._concurrent[slots], self._sliced[slots], self._columns, slots
+            self._largest_island[slots],
+            usage_index,
+            self._concurrent[slots],
+            self._sliced[slots],
+            self._columns,
+            slots,
+            self._set_keys,
         )
 
     def _shape_plans(
@@ -676,6 +764,30 @@ class ScoreVectors:
             totals, _ = weighted_totals(config, r[_PACKING], r[_AFFINITY], r[_INTERFERENCE], r[_SLOWDOWN] * unit[model])
             out[feasible] = extender_integers(totals, config.extender_span_points)
         return Priorities(out.tolist(), feasible, infeasible)
+
+
+class _States(Sequence[NodeState]):
+    """The states of some candidates (by their positions in the call), each read when asked for."""
+
+    __slots__ = ("_at", "_read")
+
+    def __init__(self, at: list[int], read: Callable[[int], NodeState | _Absent]) -> None:
+        self._at = at
+        self._read = read
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    @overload
+    def __getitem__(self, index: int) -> NodeState: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[NodeState]: ...
+
+    def __getitem__(self, index: int | slice) -> NodeState | Sequence[NodeState]:
+        if isinstance(index, slice):
+            return _States(self._at[index], self._read)
+        return cast("NodeState", self._read(self._at[index]))
 
 
 def _plan_rows(feasible: BoolArray, packing: FloatArray, affinity: FloatArray) -> FloatArray:

@@ -13,8 +13,12 @@ from advisor.api import create_app
 from advisor.cluster.state import ClusterState
 from advisor.features import SideColumns
 from advisor.predictors import (
+    _GRID,
+    _GRID_PERCENTS,
+    _GRID_SETS_PER_CALL,
     HeuristicInterference,
     UsageProfile,
+    _pack,
     _TurnMemo,
     turn_taking_slowdowns,
     turn_taking_slowdowns_of,
@@ -200,6 +204,55 @@ def test_more_distinct_keys_than_the_memo_holds_are_all_answered() -> None:
     pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, np.ones(pod.size, dtype=np.intp))
     for i in range(0, pod.size, 997):
         assert (pod_slow[i], resident_slow[i]) == turn_taking_slowdowns(float(pod[i]), [float(residents[0, i])])
+
+
+def _scalar_turns(pod: float, residents: list[float]) -> tuple[float, float]:
+    """`turn_taking_slowdowns`' arithmetic written out, without either memo."""
+    pod_sm, resident_sm = round(pod, 2), sorted(round(r, 2) for r in residents)
+    total = pod_sm + sum(resident_sm)
+    step = DEFAULT_STEP_SECONDS
+    speed = turn_taking_one(pod_sm, step, min(1.0, total - pod_sm), step)[0]
+    slowest = min(turn_taking_one(r, step, min(1.0, total - r), step)[0] for r in resident_sm)
+    return 1 / speed, 1 / slowest
+
+
+def test_a_resident_set_met_with_a_third_pod_size_answers_every_pod_percent_bit_for_bit() -> None:
+    # Residents never seen, met by two pod sizes (solved key by key: no grid yet), then a third: each resident set's
+    # grid then holds all 101 pod percents, and each is the answer of solving that one key.
+    # (sets no other test meets: the grid is the process's)
+    residents = np.array([[0.371, 0.111, 0.52], [0.0173, 0.26, 0.845], [0.0, 0.0, 0.07], [0.0, 0.0, 0.0]])
+    counts = np.array([2, 2, 3])
+
+    def grid_of(i: int) -> tuple[np.ndarray, np.ndarray]:
+        percents = np.full((residents.shape[0], 1), (1 << 12) - 1, dtype=np.int64)
+        percents[: counts[i], 0] = sorted(round(round(r, 2) * 100) for r in residents[: counts[i], i].tolist())
+        return _GRID.find(_pack(percents).tolist(), np.zeros(_GRID_PERCENTS, dtype=np.intp), np.arange(_GRID_PERCENTS))
+
+    for pod_sm in (0.42, 0.17):
+        turn_taking_slowdowns_of(np.full(3, pod_sm), residents, counts)
+        assert all(grid_of(i)[1].size == 1 for i in range(3))  # sets met by one or two sizes: no grid
+    turn_taking_slowdowns_of(np.full(3, 0.66), residents, counts)
+    for i in range(3):
+        resident_sm = residents[: counts[i], i].tolist()
+        grid, missing = grid_of(i)
+        assert missing.size == 0, i
+        for percent in range(_GRID_PERCENTS):
+            assert tuple(grid[percent]) == _scalar_turns(percent / 100, resident_sm), (i, percent)
+        new_size = turn_taking_slowdowns_of(np.array([0.93]), residents[:, i : i + 1], counts[i : i + 1])
+        assert (new_size[0][0], new_size[1][0]) == _scalar_turns(0.93, resident_sm)
+
+
+def test_more_new_resident_sets_than_one_call_solves_are_all_answered() -> None:
+    # Past `_GRID_SETS_PER_CALL` sets due a grid, the rest go key by key; pods above 100 % are off the grid: every
+    # GPU still gets the answer of its own key, on each of three calls (the third solves grids).
+    sets = _GRID_SETS_PER_CALL + 300
+    residents = np.vstack([np.arange(sets) % 97 / 100 + 0.01, np.arange(sets) // 97 / 100 + 0.2])
+    for size in (0.61, 0.33, 0.08):
+        pod = np.where(np.arange(sets) % 5 == 0, 1.5, size)
+        pod_slow, resident_slow = turn_taking_slowdowns_of(pod, residents, np.full(sets, 2, dtype=np.intp))
+        for i in range(0, sets, 7):
+            want = _scalar_turns(float(pod[i]), residents[:, i].tolist())
+            assert (pod_slow[i], resident_slow[i]) == want, (size, i)
 
 
 def test_a_key_kept_twice_keeps_its_answer_when_more_keys_follow() -> None:

@@ -16,7 +16,7 @@ from advisor.placement import vectors
 from advisor.placement.config import ScoringConfig
 from advisor.placement.extender import extender_scores, first_of_equals
 from advisor.placement.scorer import Scorer, score_candidates
-from advisor.placement.types import NodeState, PodRequest, Resident
+from advisor.placement.types import NodeState, NodeTable, PodRequest, Resident
 from advisor.predictors import Predictors
 from advisor.sharing import TIME_SLICING
 from tests.advisor.test_columnar import CPU_MIX, GIB, MODELS, WorkloadAwareInterference, random_node, random_pod
@@ -101,6 +101,78 @@ def test_vectors_give_the_integers_of_the_full_verdicts_through_refreshes_and_st
     assert covered > 0 if config_name != "cpu-memory (per-node path)" else covered == 0
     for pod in pods[:5]:  # much later: every node stale
         check(scorer, pod, names, nodes, now=NOW + 3600)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_node_table_whose_log_names_the_changes_gives_the_integers_of_the_full_verdicts(seed: int) -> None:
+    # The cluster state's nodes (a `NodeTable`): the index re-reads only the nodes its log names — new snapshots,
+    # a node that left, one that arrived, a name sent before the cluster knew it that now has a node.
+    rng = random.Random(seed)
+    scorer = Scorer(ScoringConfig())
+    nodes = NodeTable((f"n{i}", random_node(rng, f"n{i}", rng.choice((8, 4)), cpu=False)) for i in range(40))
+    names = [*nodes, "ghost", "n3"]
+    pods = [random_pod(rng) for _ in range(8)] + [PodRequest(gpus=1, gpu_memory_bytes=50 * GIB)]
+    for round_ in range(3):
+        for pod in pods:
+            check(scorer, pod, names, nodes)
+        for name in rng.sample(sorted(nodes), 6):
+            nodes.put(name, random_node(rng, name, nodes[name].topology.gpu_count, cpu=False))
+        nodes.drop(rng.choice(sorted(nodes)))
+        nodes.put(f"new{round_}", random_node(rng, f"new{round_}", 8, cpu=False))
+        if round_ == 1:
+            nodes.put("ghost", random_node(rng, "ghost", 8, cpu=False))
+        names = [*nodes, "ghost", "gone"]
+
+
+def test_the_index_reads_again_only_the_nodes_the_tables_log_names() -> None:
+    rng = random.Random(6)
+    pod = PodRequest(gpus=1, workload="bert")
+    nodes = NodeTable((f"n{i}", random_node(rng, f"n{i}", 8, cpu=False)) for i in range(30))
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    first = check(scorer, pod, list(nodes), nodes)
+    computed = scorer.vectors.computed_rows
+    swapped = random_node(rng, "n7", 8, cpu=False)
+    dict.__setitem__(nodes, "n7", swapped)  # replaced without the log: the index does not look
+    assert scorer.extender_priorities(pod, list(nodes), nodes).scores == first
+    assert scorer.vectors.computed_rows == computed
+    nodes.put("n7", swapped)  # the log names it: read again, and only it
+    check(scorer, pod, list(nodes), nodes)
+    assert scorer.vectors.computed_rows == computed + 1
+    another = NodeTable(nodes.items())  # another table (nodes expired): every candidate read again
+    dict.__setitem__(another, "n0", random_node(rng, "n0", 8, cpu=False))
+    check(scorer, pod, list(another), another)
+
+
+def test_the_same_names_again_after_an_unknown_one_gets_a_node_score_it() -> None:
+    # The last call's names and slots are reused for the same names; a name the cluster did not know that now has
+    # a node takes a slot of its own, and the next call with those names scores it.
+    rng = random.Random(9)
+    pod = PodRequest(gpu_milli=300)
+    nodes = NodeTable((f"n{i}", random_node(rng, f"n{i}", 8, cpu=False)) for i in range(12))
+    names = [*nodes, "late"]
+    scorer = Scorer(ScoringConfig())
+    for _ in range(2):
+        assert check(scorer, pod, list(names), nodes)[-1] == check(scorer, pod, list(names), nodes)[-1]
+    nodes.put("late", random_node(rng, "late", 8, cpu=False))
+    check(scorer, pod, list(names), nodes)
+    check(scorer, pod, list(names), nodes)
+
+
+def test_a_tables_log_is_bounded_and_answers_only_for_its_own_positions() -> None:
+    rng = random.Random(2)
+    table = NodeTable([("a", random_node(rng, "a", 8, cpu=False))])
+    start = table.mark()
+    table.put("b", random_node(rng, "b", 8, cpu=False))
+    table.drop("a")
+    assert table.changed_since(table.token, start) == (["b", "a"], start + 2)
+    assert table.changed_since(NodeTable().token, start) is None
+    state = table["b"]
+    for _ in range(5000):
+        table.put("b", state)
+    assert table.changed_since(table.token, start) is None  # the log no longer reaches back
+    recent = table.mark() - 3
+    assert table.changed_since(table.token, recent) == (["b", "b", "b"], recent + 3)
+    assert table.changed_since(table.token, table.mark() + 1) is None
 
 
 def test_other_predictors_and_no_staleness_check_give_the_same_integers() -> None:
