@@ -26,9 +26,9 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from itertools import count
-from operator import itemgetter
+from dataclasses import dataclass, field, replace
+from itertools import compress, count, repeat
+from operator import and_, call, ge, is_, itemgetter
 
 from advisor.placement.scorer import NO_STATE_REASON, BriefScore, Scorer
 from advisor.placement.scoring import RawVerdict, jct_basis_how, unknown_score
@@ -40,44 +40,80 @@ SHAPE_LIMIT = 16
 _FIRST = itemgetter(0)
 _ABSENT = object()
 """Stands for "no state" when a candidate's state is looked up: never a live state, never a dead reference's None."""
+_GONE = object()
 
 Basis = tuple[bool, tuple[tuple[str, float], ...], float]
-"""A batch's JCT basis: whether the JCT model answers every GPU model, each model's unit time, the best time."""
+"""A batch's JCT basis: whether the JCT model answers every GPU model, each feasible GPU model's unit time, the best
+time."""
 
 
 def _no_state() -> object:
     return _ABSENT
 
 
-@dataclass(slots=True)
-class _Entry:
-    """One node's entry in a shape's table: the state it was computed from, the observation time it holds while
-    fresh (`evaluate`'s staleness check: valid while `observed_at_seconds >= now - staleness`; +inf for an unknown
-    verdict, which holds while its state lives), its verdict's part in the batch's JCT basis ((GPU model, slowdown)
-    when feasible), its outcome (0 scored, 1 infeasible, 2 unknown) and the text sent."""
+_Row = tuple[Callable[[], object], float, int, int, str]
+"""A node's entry in a shape's table: the state it was computed from (a weak reference, called; `_no_state` for a
+node without state), the observation time it holds while fresh (`evaluate`'s staleness check: valid while
+`observed_at_seconds >= now - staleness`; +inf for an unknown verdict, which holds while its state lives), its part in
+the batch's JCT basis when feasible (its (GPU model, slowdown) as an index into `_Table.basis_keys`; ints are
+hashed for nothing, tuples every time), else -1, its outcome (0 scored, 1 infeasible, 2
+unknown) and the text sent. A plain tuple: a request's candidates are checked with C-level passes over their rows
+(`map`, `itemgetter`, `compress`), not a Python loop over ~500 names."""
 
-    ref: Callable[[], object]
-    observed_at_seconds: float
-    basis_key: tuple[str, float] | None
-    outcome: int
-    text: str
+_REF, _OBSERVED, _BASIS_KEY, _OUTCOME, _TEXT = (itemgetter(i) for i in range(5))
 
 
 @dataclass(slots=True)
 class _Table:
+    """One shape's entries by node name, the token that names them, and what they were computed under."""
+
     token: str
     scorer: Scorer
     basis: Basis
     models: dict[str, str]
-    entries: dict[str, _Entry]
+    rows: dict[str, _Row] = field(default_factory=dict)
+    basis_keys: list[tuple[str, float]] = field(default_factory=list)
+    basis_key_ids: dict[tuple[str, float], int] = field(default_factory=dict)
+    oldest_observed: float = math.inf
+    """The earliest observation time of a row (or of a row since replaced): while it is fresh, every row is."""
     generation: int = 0
+
+    def put(self, name: str, state: NodeState | None, raw: RawVerdict | NodeScore, text: str) -> int:
+        """Keep a candidate's entry; returns its outcome. A fresh node's verdict holds until the node turns stale,
+        an unknown one while its state lives (a new snapshot makes a new state)."""
+        ref = _no_state if state is None else weakref.ref(state)
+        if isinstance(raw, NodeScore):
+            self.rows[name] = (ref, math.inf, -1, 2, text)
+            return 2
+        # `evaluate` gives a RawVerdict only for an observed node that is fresh now
+        seen = state.observed_at_seconds if state is not None else None
+        observed = math.inf if seen is None else seen
+        self.oldest_observed = min(self.oldest_observed, observed)
+        if raw.feasible:
+            key = (raw.gpu_model, raw.slowdown)
+            key_id = self.basis_key_ids.get(key)
+            if key_id is None:
+                key_id = self.basis_key_ids[key] = len(self.basis_keys)
+                self.basis_keys.append(key)
+            self.rows[name] = (ref, observed, key_id, 0, text)
+            return 0
+        self.rows[name] = (ref, observed, -1, 1, text)
+        return 1
+
+    def keys_of(self, key_ids: set[int]) -> set[tuple[str, float]]:
+        """The (GPU model, slowdown) pairs of basis key indices (-1: none)."""
+        key_ids.discard(-1)
+        return {self.basis_keys[i] for i in key_ids}
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
 
 @dataclass(frozen=True, slots=True)
 class DeltaAnswer:
     """The entries to send (best first), whether they are a delta, the token, each outcome's count over every
-    candidate, and the `models` of the full answer the token began with (None on a full answer: the
-    caller writes it, then `remember_models`)."""
+    candidate, the `models` of the full answer the token began with (None on a full answer: the caller writes it,
+    then `remember_models`), and the briefs scored in this call (every candidate's on a full answer)."""
 
     entries: list[str]
     delta: bool
@@ -94,7 +130,7 @@ def tracked(pod: PodRequest) -> bool:
 
 class ScoreDeltas:
     """The shape tables of delta answers (`/v1/score` with `since`), owned by the app's context: a new app starts
-    with none. `answers` counts full and delta answers."""
+    with none."""
 
     def __init__(self, shape_limit: int = SHAPE_LIMIT) -> None:
         self.shape_limit = shape_limit
@@ -102,7 +138,6 @@ class ScoreDeltas:
         self._lock = threading.Lock()  # large bodies are answered in worker threads
         self._nonce = secrets.token_hex(4)  # another replica's (or a restarted advisor's) tokens are never current
         self._table_ids = count()
-        self.answers = {"full": 0, "delta": 0}
 
     def __len__(self) -> int:
         return len(self._tables)
@@ -137,128 +172,114 @@ class ScoreDeltas:
             if table is not None:
                 self._tables.move_to_end(key)
             if table is not None and table.token == since and table.scorer is scorer:
-                got = self._delta(table, pod=pod, names=names, nodes=nodes, scorer=scorer, write=write)
+                got = _delta(table, pod=pod, names=names, nodes=nodes, scorer=scorer, write=write)
                 if got is not None:
-                    if len(table.entries) > len(nodes) + len(names):
+                    if len(table) > len(nodes) + len(names):
                         del self._tables[key]  # names the state does not know, call after call: start again
-                    self.answers["delta"] += 1
                     return got
-            self.answers["full"] += 1
-            return self._full(key, pod=pod, names=names, nodes=nodes, scorer=scorer, write=write)
-
-    def _token(self, table_id: int, generation: int) -> str:
-        return f"{self._nonce}.{table_id}.{generation}"
-
-    def _full(
-        self,
-        key: PodRequest,
-        *,
-        pod: PodRequest,
-        names: Sequence[str],
-        nodes: Mapping[str, NodeState],
-        scorer: Scorer,
-        write: Callable[[BriefScore], str],
-    ) -> DeltaAnswer:
-        now = scorer.clock()
-        found = [nodes.get(n) for n in names]
-        known = [s for s in found if s is not None]
-        evaluated = iter(scorer.evaluate(pod, known, now))
-        raws: list[RawVerdict | NodeScore] = [
-            next(evaluated) if s is not None else unknown_score(n, NO_STATE_REASON, scorer.config)
-            for n, s in zip(names, found, strict=True)
-        ]
-        briefs = scorer.brief_verdicts(pod, raws)
-        entries: dict[str, _Entry] = {}
-        texts: list[tuple[float, str]] = []
-        outcomes = [0, 0, 0]
-        basis_keys: set[tuple[str, float]] = set()
-        for state, raw, brief in zip(found, raws, briefs, strict=True):
-            entry = _entry(state, raw, write(brief))
-            entries[brief.node] = entry
-            outcomes[entry.outcome] += 1
-            texts.append((brief.score, entry.text))
-            if entry.basis_key is not None:
-                basis_keys.add(entry.basis_key)
-        table_id = next(self._table_ids)
-        table = _Table(self._token(table_id, 0), scorer, _basis(pod, basis_keys, scorer), {}, entries)
-        self._tables[key] = table
-        self._tables.move_to_end(key)
-        while len(self._tables) > self.shape_limit:
-            self._tables.popitem(last=False)
-        outcome_counts = (outcomes[0], outcomes[1], outcomes[2])
-        return DeltaAnswer(_best_first(texts), False, table.token, outcome_counts, None, briefs)
-
-    def _delta(
-        self,
-        table: _Table,
-        *,
-        pod: PodRequest,
-        names: Sequence[str],
-        nodes: Mapping[str, NodeState],
-        scorer: Scorer,
-        write: Callable[[BriefScore], str],
-    ) -> DeltaAnswer | None:
-        """The changed entries against `table`, or None when the batch's JCT basis is not the table's (then every
-        total may differ: the caller answers in full)."""
-        now = scorer.clock()
-        oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
-        table_entries = table.entries
-        get_entry, get_state = table_entries.get, nodes.get
-        outcomes = [0, 0, 0]
-        basis_keys: set[tuple[str, float]] = set()
-        add_key = basis_keys.add
-        changed: list[tuple[str, object]] = []
-        for name in names:
-            state = get_state(name, _ABSENT)
-            entry = get_entry(name)
-            if entry is not None and entry.ref() is state and entry.observed_at_seconds >= oldest:
-                outcomes[entry.outcome] += 1
-                if entry.basis_key is not None:
-                    add_key(entry.basis_key)
-            else:
-                changed.append((name, state))
-        known = [s for _, s in changed if isinstance(s, NodeState)]
-        evaluated = iter(scorer.evaluate(pod, known, now))
-        raws: list[RawVerdict | NodeScore] = [
-            next(evaluated) if isinstance(s, NodeState) else unknown_score(n, NO_STATE_REASON, scorer.config)
-            for n, s in changed
-        ]
-        for raw in raws:
-            if isinstance(raw, RawVerdict) and raw.feasible:
-                add_key((raw.gpu_model, raw.slowdown))
-        basis = _basis(pod, basis_keys, scorer)
-        if basis != table.basis:
-            return None
-        anchors = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in _smallest(basis_keys)]
-        briefs = scorer.brief_verdicts(pod, raws, anchors)
-        texts: list[tuple[float, str]] = []
-        for (_, state), raw, brief in zip(changed, raws, briefs, strict=True):
-            entry = _entry(state if isinstance(state, NodeState) else None, raw, write(brief))
-            outcomes[entry.outcome] += 1
-            old = table_entries.get(brief.node)
-            table_entries[brief.node] = entry
-            if old is None or old.text != entry.text:
-                texts.append((brief.score, entry.text))
-        if texts:
-            table.generation += 1
-            table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
-        return DeltaAnswer(
-            _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
-        )
+            table = _Table(f"{self._nonce}.{next(self._table_ids)}.0", scorer, (False, (), math.inf), {})
+            got = _full(table, pod=pod, names=names, nodes=nodes, scorer=scorer, write=write)
+            self._tables[key] = table
+            self._tables.move_to_end(key)
+            while len(self._tables) > self.shape_limit:
+                self._tables.popitem(last=False)
+            return got
 
 
-def _entry(state: NodeState | None, raw: RawVerdict | NodeScore, text: str) -> _Entry:
-    """A candidate's entry: a fresh node's verdict holds until the node turns stale, an unknown one while its state
-    lives (a new snapshot makes a new state)."""
-    ref: Callable[[], object] = _no_state if state is None else weakref.ref(state)
-    if isinstance(raw, NodeScore):
-        return _Entry(ref, math.inf, None, 2, text)
-    # `evaluate` gives a RawVerdict only for an observed node that is fresh now
-    observed = state.observed_at_seconds if state is not None else None
-    observed_at = math.inf if observed is None else observed
-    if not raw.feasible:
-        return _Entry(ref, observed_at, None, 1, text)
-    return _Entry(ref, observed_at, (raw.gpu_model, raw.slowdown), 0, text)
+def _full(
+    table: _Table,
+    *,
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    scorer: Scorer,
+    write: Callable[[BriefScore], str],
+) -> DeltaAnswer:
+    """Every candidate's entry, kept in the new `table` (its basis set from this batch)."""
+    found = [nodes.get(n) for n in names]
+    known = [s for s in found if s is not None]
+    evaluated = iter(scorer.evaluate(pod, known, scorer.clock()))
+    raws: list[RawVerdict | NodeScore] = [
+        next(evaluated) if s is not None else unknown_score(n, NO_STATE_REASON, scorer.config)
+        for n, s in zip(names, found, strict=True)
+    ]
+    briefs = scorer.brief_verdicts(pod, raws)
+    texts: list[tuple[float, str]] = []
+    outcomes = [0, 0, 0]
+    for state, raw, brief in zip(found, raws, briefs, strict=True):
+        text = write(brief)
+        outcomes[table.put(brief.node, state, raw, text)] += 1
+        texts.append((brief.score, text))
+    table.basis = _basis(pod, table.keys_of(set(map(_BASIS_KEY, table.rows.values()))), scorer)[0]
+    return DeltaAnswer(_best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs)
+
+
+def _delta(
+    table: _Table,
+    *,
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    scorer: Scorer,
+    write: Callable[[BriefScore], str],
+) -> DeltaAnswer | None:
+    """The changed entries against `table`, or None when the batch's JCT basis is not the table's (then every
+    total may differ: the caller answers in full)."""
+    now = scorer.clock()
+    oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
+    n = len(names)
+    states = list(map(nodes.get, names, repeat(_ABSENT, n)))
+    rows = list(map(table.rows.get, names, repeat(_MISSING, n)))
+    # An entry holds when it was computed from the state the node has now and that state is still fresh (checked
+    # row by row only once the table's oldest row may have turned stale).
+    holds = list(map(is_, map(call, map(_REF, rows)), states))
+    if table.oldest_observed < oldest:
+        holds = list(map(and_, holds, map(ge, map(_OBSERVED, rows), repeat(oldest, n))))
+    misses = holds.count(False)
+    kept = list(compress(rows, holds)) if misses else rows
+    kept_outcomes = list(map(_OUTCOME, kept))
+    infeasible, unknown = kept_outcomes.count(1), kept_outcomes.count(2)
+    outcomes = [len(kept) - infeasible - unknown, infeasible, unknown]
+    basis_keys = table.keys_of(set(map(_BASIS_KEY, kept)))
+    changed: list[tuple[str, object]] = []
+    at = -1
+    for _ in range(misses):  # the few changed candidates, found by C-level searches
+        at = holds.index(False, at + 1)
+        changed.append((names[at], states[at]))
+    known = [s for _, s in changed if isinstance(s, NodeState)]
+    evaluated = iter(scorer.evaluate(pod, known, now))
+    raws: list[RawVerdict | NodeScore] = [
+        next(evaluated) if isinstance(s, NodeState) else unknown_score(name, NO_STATE_REASON, scorer.config)
+        for name, s in changed
+    ]
+    basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
+    basis, smallest = _basis(pod, basis_keys, scorer)
+    if basis != table.basis:
+        return None
+    anchors = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
+    briefs = scorer.brief_verdicts(pod, raws, anchors)
+    texts: list[tuple[float, str]] = []
+    for (name, state), raw, brief in zip(changed, raws, briefs, strict=True):
+        text = write(brief)
+        old = _TEXT(table.rows.get(name, _MISSING))
+        outcomes[table.put(name, state if isinstance(state, NodeState) else None, raw, text)] += 1
+        if old != text:
+            texts.append((brief.score, text))
+    if texts:
+        table.generation += 1
+        table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
+    return DeltaAnswer(
+        _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
+    )
+
+
+def _gone() -> object:
+    """What a node the table lacks is compared with: never a live state, `_ABSENT` or a dead reference's None."""
+    return _GONE
+
+
+_MISSING: _Row = (_gone, -math.inf, -1, 0, "")
+"""The row of a node the table lacks: never holds."""
 
 
 def _smallest(basis_keys: set[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -270,14 +291,17 @@ def _smallest(basis_keys: set[tuple[str, float]]) -> list[tuple[str, float]]:
     return sorted(smallest.items())
 
 
-def _basis(pod: PodRequest, basis_keys: set[tuple[str, float]], scorer: Scorer) -> Basis:
+def _basis(
+    pod: PodRequest, basis_keys: set[tuple[str, float]], scorer: Scorer
+) -> tuple[Basis, list[tuple[str, float]]]:
     """The batch's JCT basis (`scoring.jct_basis_how` over one verdict per GPU model: it reads only the models) and
-    its best time, as `Scorer._feasible_totals` computes them."""
+    best time, as `Scorer._feasible_totals` computes them, and per GPU model its smallest slowdown (the anchors that
+    give a part of the batch the same basis and best time)."""
     smallest = _smallest(basis_keys)
     reps = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
     _, unit_time, use_jct, _ = jct_basis_how(pod, reps, scorer.predictors)
     best = min((slowdown * unit_time[model] for model, slowdown in smallest), default=math.inf)
-    return use_jct, tuple(sorted(unit_time.items())), best
+    return (use_jct, tuple(sorted(unit_time.items())), best), smallest
 
 
 def _best_first(texts: list[tuple[float, str]]) -> list[str]:
