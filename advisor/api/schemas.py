@@ -462,16 +462,19 @@ class ScoreResponse(_Out):
         description="The request's assumed pods (`namespace/name`) that the advisor already holds from its pod watch: "
         "the caller may stop sending them.",
     )
-    token: str | None = Field(
-        default=None,
-        description="Only when the request gave `since`: the token to send as `since` next time for a pod of this "
-        "shape (empty: not tracked, every answer is full).",
+
+
+class ScoreDeltaResponse(ScoreResponse):
+    """The answer to a request with `since` (a scheduler plugin holding the entries it was given before)."""
+
+    token: str = Field(
+        description="The token to send as `since` next time for a pod of this shape (empty: not tracked, every "
+        "answer is full)."
     )
-    delta: bool | None = Field(
-        default=None,
-        description="Only when the request gave `since`: true when `scores` holds only the entries changed since the "
-        "request's token (to merge into those held; every other candidate's entry is unchanged), false when it holds "
-        "every candidate. In a delta answer `models` is that of the full answer the token chain began with.",
+    delta: bool = Field(
+        description="True when `scores` holds only the entries changed since the request's token (to merge into "
+        "those held; every other candidate's entry is unchanged), false when it holds every candidate. In a delta "
+        "answer `models` is that of the full answer the token chain began with."
     )
 
 

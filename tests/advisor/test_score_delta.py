@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from advisor.api import create_app
+from advisor.api.schemas import ScoreDeltaResponse
 from advisor.api.score_delta import ScoreDeltas
 from advisor.cluster.state import ClusterState, PodAllocation
 from advisor.placement.config import ScoringConfig
@@ -66,6 +67,8 @@ def post(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
     response = client.post("/v1/score", json={"unknown_nodes": "neutral", "detail": "brief", **body})
     assert response.status_code == 200, response.text
     got: dict[str, Any] = response.json()
+    if "since" in body:  # the documented answer to a request with `since`, nothing more
+        assert ScoreDeltaResponse.model_validate(got).model_dump(mode="json") == got
     return got
 
 

@@ -20,6 +20,7 @@ from advisor.api.schemas import (
     ContainerPreferredAllocationResponse,
     PreferredAllocationRequest,
     PreferredAllocationResponse,
+    ScoreDeltaResponse,
     ScoreRequest,
     ScoreResponse,
 )
@@ -42,7 +43,7 @@ SCORE_PATH = "/v1/score"
 _SCORE = attrgetter("score")
 
 
-@router.post("/score", response_model=ScoreResponse, responses=documented(404))
+@router.post("/score", response_model=ScoreResponse | ScoreDeltaResponse, responses=documented(404))
 async def score(body: ScoreRequest, ctx: Ctx) -> Response:
     """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first (`detail: brief`:
     the verdicts only, with why an infeasible node does not fit and whether it never can).
