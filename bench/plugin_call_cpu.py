@@ -9,7 +9,10 @@ each call as the scheduler's start index does, and the pods placed in the last s
 as assumed. Two passes over the same calls: without bindings, then with the pod placed three calls earlier reported
 bound (`ClusterState.update_pod`, as the advisor's pod watch does) after every call. CPU seconds of this process per
 call (the bindings' rebuilds included in the second), and a SHA-256 of every answer (equal across trees: the same
-answers).
+answers). Where the tree has delta answers (`since`), each pass is followed by the same calls chaining their tokens,
+each answer merged as the plugin merges it and checked against the full answer asked right after (not timed):
+`cpu_ms_per_call_delta` (and `..._with_bindings`, the bindings made again at the same points) and how many merged
+answers differed (`delta_answers_unlike_full*`, 0 expected).
 
 With `--baseline REF`, the same measurement runs on that commit's code too (checked out into a temporary folder, run
 in a subprocess), alternating baseline and this tree twice, so that both see the same machine load.
@@ -50,12 +53,13 @@ def _wire(name: str) -> dict[str, Any]:
     }
 
 
-def measure(nodes: int, calls: int) -> dict[str, Any]:
+def measure(nodes: int, calls: int) -> dict[str, Any]:  # noqa: PLR0915 - one measurement, its passes side by side
     """One tree's figures (this process imports the tree it runs in: `--one` in a subprocess with its path first)."""
     from fastapi.testclient import TestClient
 
     from advisor.api import create_app
     from advisor.api.routes.score import fast_score
+    from advisor.api.schemas import ScoreRequest
     from advisor.cluster.state import ClusterState, allocation_of
     from advisor.placement.types import PodRequest
     from advisor.settings import AdvisorSettings
@@ -108,14 +112,42 @@ def measure(nodes: int, calls: int) -> dict[str, Any]:
                         state.update_pod(pod.name, allocation_of(pod.name, pod, windows[k - 3][(k - 3) % WINDOW]), None)
                 return (time.process_time() - start) / calls, digest.hexdigest()
 
+            def run_since(bind: bool) -> tuple[float, int]:
+                """The same calls with `since` (delta answers), each merged as the plugin does; CPU of the delta
+                calls and bindings only, and how many merged answers differ from the full answer asked after it."""
+                token, held, spent, mismatches = "", {}, 0.0, 0
+                for k, body in enumerate(bodies):
+                    request = json.loads(body)
+                    asked = json.dumps({**request, "since": token}).encode()
+                    start = time.process_time()
+                    got = json.loads(fast_score(asked, ctx))
+                    if bind and k >= 3:
+                        pod = PodRequest(name=f"bench/p-{k - 3:05d}", gpus=1)
+                        state.update_pod(pod.name, allocation_of(pod.name, pod, windows[k - 3][(k - 3) % WINDOW]), None)
+                    spent += time.process_time() - start
+                    held = {**held, **got_entries(got)} if got["delta"] else got_entries(got)
+                    token = got["token"]
+                    full = got_entries(json.loads(fast_score(body, ctx)))
+                    mismatches += int({n: held.get(n) for n in windows[k]} != full)
+                return spent / calls, mismatches
+
             plain_s, plain_digest = run(bind=False)
+            figures: dict[str, Any] = {"cpu_ms_per_call": round(plain_s * 1000, 3)}
+            if "since" in ScoreRequest.model_fields:  # a tree with delta answers
+                delta_s, delta_wrong = run_since(bind=False)
+                figures["cpu_ms_per_call_delta"] = round(delta_s * 1000, 3)
+                figures["delta_answers_unlike_full"] = delta_wrong
             bound_s, bound_digest = run(bind=True)
-    return {
-        "cpu_ms_per_call": round(plain_s * 1000, 3),
-        "cpu_ms_per_call_with_bindings": round(bound_s * 1000, 3),
-        "answers_sha256": plain_digest,
-        "answers_with_bindings_sha256": bound_digest,
-    }
+            figures["cpu_ms_per_call_with_bindings"] = round(bound_s * 1000, 3)
+            if "since" in ScoreRequest.model_fields:
+                delta_s, delta_wrong = run_since(bind=True)
+                figures["cpu_ms_per_call_delta_with_bindings"] = round(delta_s * 1000, 3)
+                figures["delta_answers_unlike_full_with_bindings"] = delta_wrong
+    return {**figures, "answers_sha256": plain_digest, "answers_with_bindings_sha256": bound_digest}
+
+
+def got_entries(answer: dict[str, Any]) -> dict[str, Any]:
+    return {s["node"]: s for s in answer["scores"]}
 
 
 def _run(tree: Path, nodes: int, calls: int) -> dict[str, Any]:

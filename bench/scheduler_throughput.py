@@ -25,8 +25,10 @@ Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
 {"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
 plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
-the call failed or the breaker was open (`plugin_neutral_cycles`); per scheduler, the nodes the advisor counted as
-stale after its run (`*_stale_nodes`: the snapshots pushed at setup are kept fresh for the run, 0 expected).
+the call failed or the breaker was open (`plugin_neutral_cycles`), how many answers were deltas merged into the
+verdicts the plugin held (`plugin_delta_answers`) or full (`plugin_full_answers`; both 0 for a build before them);
+per scheduler, the nodes the advisor counted as stale after its run (`*_stale_nodes`: the snapshots pushed at setup
+are kept fresh for the run, 0 expected).
 """
 
 from __future__ import annotations
@@ -378,7 +380,11 @@ def run_one(
             out[f"{kind}_advisor_call_ms"] = mean_ms(
                 scheduler, "gpuadvisor_plugin_advisor_call_duration_seconds", result="ok"
             )
-            advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral)"
+            # How the answers came (a build before delta answers has none of these: 0).
+            delta = scheduler.metric("gpuadvisor_plugin_advisor_answers_total", kind="delta")
+            full = scheduler.metric("gpuadvisor_plugin_advisor_answers_total", kind="full")
+            out[f"{kind}_delta_answers"], out[f"{kind}_full_answers"] = int(delta), int(full)
+            advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral; {int(delta)} delta, {int(full)} full)"
     out[f"{kind}_pods_per_second"] = round(rate, 1)
     out[f"{kind}_stale_nodes"] = stale_nodes(url)  # 0: every score was made on fresh telemetry
     print(f"{kind:9s} {rate:8.1f} pods/s{advised}; CPU ms per pod {cpu_ms}", file=sys.stderr)

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from advisor.api.answer_caches import AnswerCaches
 from advisor.api.metrics import AdvisorMetrics
+from advisor.api.score_delta import ScoreDeltas
 from advisor.cluster.dra import DraIndex
 from advisor.cluster.state import ClusterState
 from advisor.placement.config import ScoringConfig
@@ -24,7 +25,8 @@ class AppContext:
 
     `predictors` is replaced as a whole when a newly promoted model is loaded (`models`); handlers read it once per
     request. `scorer` holds the scoring path's caches for the predictors served now; `caches` the hot routes'
-    written answers and checked Node objects, which do not depend on the predictors.
+    written answers and checked Node objects, which do not depend on the predictors; `deltas` the tables of
+    `/v1/score`'s delta answers (`since`).
     """
 
     settings: AdvisorSettings
@@ -35,6 +37,7 @@ class AppContext:
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     metrics: AdvisorMetrics = field(default_factory=AdvisorMetrics)
     caches: AnswerCaches = field(default_factory=AnswerCaches)
+    deltas: ScoreDeltas = field(default_factory=ScoreDeltas)
     models: ServedModels = field(init=False)
     training: TrainingJobs = field(init=False)
     _scorer: Scorer | None = field(init=False, default=None, repr=False)

@@ -48,6 +48,13 @@ class AdvisorMetrics:
             ["endpoint", "outcome"],
             registry=r,
         )
+        self.score_answers = Counter(
+            "gpuadvisor_advisor_score_answers",
+            "/v1/score answers to requests with `since` (a scheduler plugin), by kind: `delta` (only the entries "
+            "changed since the caller's token) or `full` (every candidate: no, an old or another shape's token).",
+            ["kind"],
+            registry=r,
+        )
         self.fallbacks = Counter(
             "gpuadvisor_advisor_fallbacks",
             "Scoring calls that used a heuristic because no model of this kind (interference, jct) is promoted.",

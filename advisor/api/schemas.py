@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainValidator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PlainValidator, model_validator
 
 from advisor.cluster.dra import ClaimAsk, DraIndex, with_claims
 from advisor.cluster.migask import with_mig_resources
@@ -397,6 +397,21 @@ class ScoreRequest(_Native):
         "(`NodeScoreBrief`: node, score, feasible, known; an infeasible node's reason and whether it can never host "
         "the pod) — a sixth of the bytes, for a scheduler plugin asking once per scheduling cycle.",
     )
+    since: str | None = Field(
+        default=None,
+        max_length=64,
+        description="With `detail: brief`: ask for a delta answer. The `token` of this caller's last answer for a pod "
+        'of the same shape ("" for none): when it is still the advisor\'s current one, `scores` carries only the '
+        "candidates whose entry changed since (`delta: true`; merge them into the entries held), else every candidate "
+        "(`delta: false`; replace what is held). Either way the answer's `token` names what the caller then holds; "
+        'an empty `token` means this pod is not tracked (a gang or MIG pod): send `since: ""` again.',
+    )
+
+    @model_validator(mode="after")
+    def _since_needs_brief(self) -> ScoreRequest:
+        if self.since is not None and self.detail != "brief":
+            raise ValueError("since: a delta answer needs `detail: brief` (the full answer has no token)")
+        return self
 
 
 class Components(_Out):
@@ -446,6 +461,20 @@ class ScoreResponse(_Out):
         default_factory=list,
         description="The request's assumed pods (`namespace/name`) that the advisor already holds from its pod watch: "
         "the caller may stop sending them.",
+    )
+
+
+class ScoreDeltaResponse(ScoreResponse):
+    """The answer to a request with `since` (a scheduler plugin holding the entries it was given before)."""
+
+    token: str = Field(
+        description="The token to send as `since` next time for a pod of this shape (empty: not tracked, every "
+        "answer is full)."
+    )
+    delta: bool = Field(
+        description="True when `scores` holds only the entries changed since the request's token (to merge into "
+        "those held; every other candidate's entry is unchanged), false when it holds every candidate. In a delta "
+        "answer `models` is that of the full answer the token chain began with."
     )
 
 

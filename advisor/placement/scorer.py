@@ -67,7 +67,8 @@ _NEUTRAL_BASE = -2.0
 """`Scorer._extender_totals` codes: -1 for an infeasible node, -2 - n for a neutral/unknown verdict of integer n."""
 
 
-_NO_STATE = "unknown: the advisor has no state for this node"
+NO_STATE_REASON = "unknown: the advisor has no state for this node"
+"""The reason of a candidate the advisor has no state for (scored neutrally as unknown)."""
 
 
 class BriefScore(NamedTuple):
@@ -172,7 +173,7 @@ class Scorer:
         """Like `score_nodes` for node names; a name without state gets the neutral unknown score, in place."""
         known = [nodes[n] for n in names if n in nodes]
         scored = iter(self.score_nodes(pod, known))
-        return [next(scored) if n in nodes else unknown_score(n, _NO_STATE, self.config) for n in names]
+        return [next(scored) if n in nodes else unknown_score(n, NO_STATE_REASON, self.config) for n in names]
 
     def _neutral_for(self, pod: PodRequest) -> bool:
         """Whether every node scores `pod` neutrally: it asks for no GPU, share or MIG instance, and this scoring
@@ -190,24 +191,34 @@ class Scorer:
         if self._neutral_for(pod):
             scored = [_brief(neutral_without_gpu(n.name)) for n in known]
         else:
-            raws = self.evaluate(pod, known, self.clock())
-            feasible = [raw for raw in raws if isinstance(raw, RawVerdict) and raw.feasible]
-            totals = iter(self._feasible_totals(pod, feasible)[0])
-            make = BriefScore._make
-            scored = [
-                _brief(raw)
-                if isinstance(raw, NodeScore)
-                else make((raw.name, next(totals), True, True, "", raw.gpu_model))
-                if raw.feasible
-                else make((raw.name, 0.0, False, True, raw.detail, raw.gpu_model))
-                for raw in raws
-            ]
+            scored = self.brief_verdicts(pod, self.evaluate(pod, known, self.clock()))
         if len(known) == len(names):
             return scored
         it = iter(scored)
         return [
-            next(it) if s is not None else _brief(unknown_score(n, _NO_STATE, self.config))
+            next(it) if s is not None else _brief(unknown_score(n, NO_STATE_REASON, self.config))
             for n, s in zip(names, found, strict=True)
+        ]
+
+    def brief_verdicts(
+        self, pod: PodRequest, raws: Sequence[RawVerdict | NodeScore], anchors: Sequence[RawVerdict] = ()
+    ) -> list[BriefScore]:
+        """`evaluate`'s verdicts as `BriefScore`s with their weighted totals (`brief_candidates`' second step).
+
+        The jct component is relative to the batch's feasible verdicts (`totals.weighted_totals`): `anchors` are
+        feasible verdicts of the same batch that are not among `raws` (their totals are not returned), so that part of
+        a batch scores as it does within the whole — with, per GPU model of the batch, one anchor of its smallest
+        slowdown, the batch's JCT basis and best time are the whole batch's (a delta answer's changed nodes)."""
+        feasible = [raw for raw in raws if isinstance(raw, RawVerdict) and raw.feasible]
+        totals = iter(self._feasible_totals(pod, [*feasible, *anchors] if anchors else feasible)[0])
+        make = BriefScore._make
+        return [
+            _brief(raw)
+            if isinstance(raw, NodeScore)
+            else make((raw.name, next(totals), True, True, "", raw.gpu_model))
+            if raw.feasible
+            else make((raw.name, 0.0, False, True, raw.detail, raw.gpu_model))
+            for raw in raws
         ]
 
     def allocate(self, pod: PodRequest, node: NodeState) -> NodeScore:

@@ -20,9 +20,12 @@ from advisor.api.schemas import (
     ContainerPreferredAllocationResponse,
     PreferredAllocationRequest,
     PreferredAllocationResponse,
+    ScoreDeltaResponse,
     ScoreRequest,
     ScoreResponse,
 )
+from advisor.api.score_delta import tracked
+from advisor.cluster.dra import ClaimAsk
 from advisor.cluster.pods import PodSpecError
 from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.gpus import gpu_spec
@@ -40,7 +43,7 @@ SCORE_PATH = "/v1/score"
 _SCORE = attrgetter("score")
 
 
-@router.post("/score", response_model=ScoreResponse, responses=documented(404))
+@router.post("/score", response_model=ScoreResponse | ScoreDeltaResponse, responses=documented(404))
 async def score(body: ScoreRequest, ctx: Ctx) -> Response:
     """Scores 0..100 with components, chosen GPUs, predicted slowdown/JCT and a reason, best first (`detail: brief`:
     the verdicts only, with why an infeasible node does not fit and whether it never can).
@@ -72,33 +75,91 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
         assumed = _assumed_allocations(body)
         held = [a.pod for a in assumed if ctx.state.holds_pod(a.pod)]
         state_nodes = ctx.state.with_assumed(assumed)
-    missing = [n for n in names if n not in state_nodes]
-    if missing and body.unknown_nodes == "error":
+    missing = [n for n in names if n not in state_nodes] if body.unknown_nodes == "error" else []
+    if missing:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"nodes: no telemetry has been received from {', '.join(missing[:10])}"
         )
     scorer = ctx.scorer
-    predictors = scorer.predictors
     # Best first (sorted is stable: equal scores keep the order given). `detail: brief` scores without writing out
     # what it leaves out (`Scorer.brief_candidates`): the same scores.
     scores: Sequence[NodeScore | BriefScore]
+    since: tuple[str, bool] | None = None  # the answer's token and whether it is a delta
+    models: dict[str, str] | None = None
     if body.detail == "brief":
-        briefs = scorer.brief_candidates(pod, names, state_nodes)
-        scores = briefs
-        # A verdict written before (a feasible or unknown node's entry, `AnswerCaches.briefs`) is read straight from
-        # the cache: one dict lookup per node of the ~500, on every scheduling cycle.
-        written = ctx.caches.briefs.get
-        entries = ",".join(
-            [written(s) or _brief_entry(s, pod, state_nodes, ctx) for s in sorted(briefs, key=_SCORE, reverse=True)]
+        scores, entries, since, models, (scored, infeasible, unknown) = _brief_answer(
+            body, pod, names, state_nodes, ctx
         )
     else:
         full = scorer.score_candidates(pod, names, state_nodes)
         scores = full
         entry = ctx.caches.entries.text
         entries = ",".join([entry(s) for s in sorted(full, key=_SCORE, reverse=True)])
+        scored, infeasible, unknown = _outcomes(scores)
+    ctx.metrics.count_scores("score", scored, infeasible, unknown)
+    if models is None:
+        models = _models(pod, ask=ask, names=names, state_nodes=state_nodes, scores=scores, ctx=ctx)
+        if since is not None and since[0]:
+            ctx.deltas.remember_models(since[0], pod, models)
+    else:
+        ctx.metrics.count_fallbacks(models)
+    if since is not None:
+        ctx.metrics.score_answers.labels("delta" if since[1] else "full").inc()
+    hint = ""
+    if not names:
+        hint = (
+            "no node has sent telemetry to this advisor yet: point collectors at it (`gpuadvisor collector run "
+            "--advisor-url`, with the API token) or try `gpuadvisor up`"
+            if not state_nodes
+            else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
+        )
+    tail: dict[str, object] = {"hint": hint, "assumed_held": held}
+    if since is not None:
+        tail["token"], tail["delta"] = since
+    return f'{{"scores":[{entries}],"models":{ENCODE(models).decode()},{ENCODE(tail).decode()[1:]}'.encode()
+
+
+def _brief_answer(
+    body: ScoreRequest, pod: PodRequest, names: Sequence[str], state_nodes: Mapping[str, NodeState], ctx: AppContext
+) -> tuple[Sequence[BriefScore], str, tuple[str, bool] | None, dict[str, str] | None, tuple[int, int, int]]:
+    """A `detail: brief` answer: the briefs scored, the entries' JSON (best first), the token and whether the answer
+    is a delta (None without `since`), the `models` of a delta answer (None: to be written) and the outcome counts.
+
+    A verdict written before (a feasible or unknown node's entry, `AnswerCaches.briefs`) is read straight from the
+    cache: one dict lookup per node of the ~500, on every scheduling cycle. With `since`, a tracked pod's answer
+    carries only the entries changed since the caller's token (`advisor.api.score_delta`)."""
+    written = ctx.caches.briefs.get
+
+    def write(s: BriefScore) -> str:
+        return written(s) or _brief_entry(s, pod, state_nodes, ctx)
+
+    if body.since is not None and tracked(pod):
+        got = ctx.deltas.answer(pod, names=names, nodes=state_nodes, since=body.since, scorer=ctx.scorer, write=write)
+        return got.briefs, ",".join(got.entries), (got.token, got.delta), got.models, got.outcomes
+    briefs = ctx.scorer.brief_candidates(pod, names, state_nodes)
+    entries = ",".join([write(s) for s in sorted(briefs, key=_SCORE, reverse=True)])
+    return briefs, entries, None if body.since is None else ("", False), None, _outcomes(briefs)
+
+
+def _outcomes(scores: Sequence[NodeScore | BriefScore]) -> tuple[int, int, int]:
+    """How many of the answer's nodes were scored, infeasible and unknown."""
     unknown = sum(1 for s in scores if not s.known)
     infeasible = sum(1 for s in scores if s.known and not s.feasible)
-    ctx.metrics.count_scores("score", len(scores) - unknown - infeasible, infeasible, unknown)
+    return len(scores) - unknown - infeasible, infeasible, unknown
+
+
+def _models(
+    pod: PodRequest,
+    *,
+    ask: ClaimAsk | None,
+    names: Sequence[str],
+    state_nodes: Mapping[str, NodeState],
+    scores: Sequence[NodeScore | BriefScore],
+    ctx: AppContext,
+) -> dict[str, str]:
+    """The answer's `models`: which model or heuristic answered each question for these candidates (fallbacks and
+    unknown GPU models counted in the metrics)."""
+    predictors = ctx.scorer.predictors
     gpu_models = sorted({s.gpu_model for s in scores if s.known and s.feasible})
     models = predictors.answered(pod.workload, gpu_models, max(pod.whole_gpus, 1))
     modes = [(s.sharing_mode, s.sharing_source) for s in map(state_nodes.get, names) if s is not None]
@@ -114,16 +175,7 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     unknown_models = sum(1 for m in gpu_models if not gpu_spec(m).known)
     if unknown_models:
         ctx.metrics.unknown_gpu_models.labels("score").inc(unknown_models)
-    hint = ""
-    if not names:
-        hint = (
-            "no node has sent telemetry to this advisor yet: point collectors at it (`gpuadvisor collector run "
-            "--advisor-url`, with the API token) or try `gpuadvisor up`"
-            if not state_nodes
-            else "`nodes` is empty: name the nodes to score, or leave it out to score every node"
-        )
-    tail = ENCODE({"models": models, "hint": hint, "assumed_held": held}).decode()
-    return f'{{"scores":[{entries}],{tail[1:]}'.encode()
+    return models
 
 
 def _brief_entry(s: BriefScore, pod: PodRequest, nodes: Mapping[str, NodeState], ctx: AppContext) -> str:

@@ -27,6 +27,8 @@ type scoreRequest struct {
 	Assumed      []assumedWire `json:"assumed,omitempty"`
 	// Detail "brief" asks for the verdicts without their explanations: a sixth of the bytes to decode.
 	Detail string `json:"detail,omitempty"`
+	// Since asks for a delta answer: the token of the verdicts held for this pod's shape ("" for none).
+	Since *string `json:"since,omitempty"`
 }
 
 type assumedWire struct {
@@ -49,6 +51,11 @@ type scoreResponse struct {
 	Scores []nodeVerdict `json:"scores"`
 	// AssumedHeld names the assumed pods (namespace/name) the advisor's pod watch already holds.
 	AssumedHeld []string `json:"assumed_held"`
+	// Token and Delta answer Since: what the verdicts held now are called, and whether Scores holds only the
+	// entries changed since the request's token (to merge) rather than every candidate's. Absent from an advisor
+	// that does not give delta answers; an empty Token means the pod's shape is not tracked.
+	Token *string `json:"token"`
+	Delta *bool   `json:"delta"`
 }
 
 // advisorClient posts score requests with a timeout.

@@ -14,6 +14,11 @@
 // the pod does not fit (UnschedulableAndUnresolvable where it never can, as the extender's FailedAndUnresolvableNodes;
 // Unschedulable where it lacks room now), and PreScore reuses that answer. Either way one call per cycle, asking for
 // the brief answer (verdicts without explanations).
+//
+// Consecutive cycles of a burst ask about pods of one shape, and between two of them only the nodes a binding, a
+// snapshot or an assumed pod touched change: the plugin holds the advisor's verdicts per pod shape with the token
+// the advisor gave them (`heldAnswers`), sends that token, and merges the answer, which then carries only the
+// entries that changed (a delta). Every candidate must end with a verdict, or the cycle is scored neutrally.
 package gpuadvisor
 
 import (
@@ -44,6 +49,7 @@ type Plugin struct {
 	client  *advisorClient
 	breaker *breaker
 	assumed *assumedPods
+	held    *heldAnswers
 	now     func() time.Time
 }
 
@@ -80,6 +86,7 @@ func newPlugin(args *Args, token string, now func() time.Time) *Plugin {
 		client:  newAdvisorClient(args.AdvisorURL, token, args.Timeout.Duration),
 		breaker: &breaker{threshold: args.FailureThreshold, open: args.OpenDuration.Duration, now: now},
 		assumed: newAssumedPods(args.AssumeTTL.Duration, now),
+		held:    newHeldAnswers(maxHeldShapes),
 		now:     now,
 	}
 }
@@ -265,7 +272,18 @@ func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 
 // call posts the request; a failure is an answer marked failed, counted and logged once when it opens the breaker.
 // A call cut short because its scheduling cycle ended (another plugin failed it) says nothing about the advisor.
+//
+// The request carries the token of the verdicts held for the pod's shape (`heldAnswers`); a delta answer is merged
+// into them. An answer that leaves a candidate without a verdict fails the cycle's call (neutral scores) and drops
+// what was held, so that the next call asks for a full answer.
 func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycleAnswer {
+	key := shapeKey(req.Pod)
+	prev := p.held.take(key)
+	since := ""
+	if prev != nil {
+		since = prev.token
+	}
+	req.Since = &since
 	start := p.now()
 	answer, err := p.client.score(ctx, req)
 	elapsed := p.now().Sub(start).Seconds()
@@ -291,12 +309,35 @@ func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycl
 		klog.FromContext(ctx).Info("gpuadvisor: the advisor answers again", "advisor", p.args.AdvisorURL)
 	}
 	p.assumed.forget(answer.AssumedHeld)
-	verdicts := make(map[string]verdict, len(answer.Scores))
+	delta := answer.Delta != nil && *answer.Delta
+	var verdicts map[string]verdict
+	if delta && prev != nil {
+		verdicts = prev.verdicts
+	} else {
+		verdicts = make(map[string]verdict, len(answer.Scores))
+	}
 	for _, v := range answer.Scores {
 		verdicts[v.Node] = verdict{
 			score: clampScore(v.Score), feasible: v.Feasible, known: v.Known,
 			unresolvable: v.Unresolvable, reason: v.Reason,
 		}
+	}
+	for _, n := range req.Nodes {
+		if _, ok := verdicts[n]; !ok {
+			answers.WithLabelValues("uncovered").Inc()
+			fallbacks.WithLabelValues("uncovered").Inc()
+			klog.FromContext(ctx).V(2).Info("gpuadvisor: the advisor's answer leaves a candidate without a score; scored neutrally",
+				"pod", klog.KObj(pod), "node", n, "delta", delta)
+			return &cycleAnswer{failed: true}
+		}
+	}
+	if delta {
+		answers.WithLabelValues("delta").Inc()
+	} else {
+		answers.WithLabelValues("full").Inc()
+	}
+	if answer.Token != nil && *answer.Token != "" {
+		p.held.give(&heldShape{key: key, token: *answer.Token, verdicts: verdicts})
 	}
 	return &cycleAnswer{verdicts: verdicts}
 }

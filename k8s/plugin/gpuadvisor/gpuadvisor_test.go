@@ -94,7 +94,12 @@ func (c *clock) now() time.Time { return c.t }
 
 func start(t *testing.T, f *fakeAdvisor, mutate func(*Args)) (*Plugin, *clock) {
 	t.Helper()
-	server := httptest.NewServer(f)
+	return startHandler(t, f, mutate)
+}
+
+func startHandler(t *testing.T, h http.Handler, mutate func(*Args)) (*Plugin, *clock) {
+	t.Helper()
+	server := httptest.NewServer(h)
 	t.Cleanup(server.Close)
 	args := &Args{AdvisorURL: server.URL}
 	if mutate != nil {

@@ -27,7 +27,7 @@ var (
 	fallbacks = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "fallbacks_total",
-		Help:           "GPU pods scored neutrally, by reason (error: the call failed; circuit_open: no call was made).",
+		Help:           "GPU pods scored neutrally, by reason (error: the call failed; circuit_open: no call was made; uncovered: the answer left a candidate without a score).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 	assumedGauge = metrics.NewGauge(&metrics.GaugeOpts{
@@ -42,11 +42,17 @@ var (
 		Help:           "Nodes Filter refused (the filter arg) by verdict: unresolvable (never fits), unschedulable (no room now).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"verdict"})
+	answers = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "advisor_answers_total",
+		Help:           "The advisor's answers by kind: full (every candidate), delta (only the entries changed since the verdicts held for the pod's shape, merged into them), uncovered (a candidate left without a score: scored neutrally).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(advisorCalls, advisorLatency, fallbacks, assumedGauge, filteredNodes)
+		legacyregistry.MustRegister(advisorCalls, advisorLatency, fallbacks, assumedGauge, filteredNodes, answers)
 	})
 }

@@ -1,0 +1,309 @@
+"""Delta answers of `/v1/score` (`since`): a scheduler plugin asks about pods of one shape cycle after cycle, and
+between two cycles only the few nodes a binding, a snapshot or an assumed pod touched have a new verdict.
+
+Per pod shape (the scoring request without the pod's name: the brief answer does not depend on it) the advisor keeps
+a table of the entries it has sent under a token: for each node the state its verdict was computed from (a weak
+reference: a replaced state ends the entry's validity and is not kept alive by it), until when that verdict holds
+(staleness by time), and the entry's text. A request that names the table's current token gets only the entries that
+changed or that the table lacks, and a new token; any other (no or unknown token, another shape, new models or
+configuration, another replica) gets the full answer and a fresh token. Everything a verdict depends on is checked:
+the node's state (a new snapshot, a binding and an assumed pod each make a new state object), the clock (a fresh
+node's verdict holds until it turns stale), the scorer (models, configuration), and the one part of a score that
+depends on the batch: the jct component is relative to the batch's best predicted time (`totals.weighted_totals`),
+so the table also keeps the batch's JCT basis (which GPU models, their unit times, the best time); a batch with
+another basis gets the full answer. Gang pods (their affinity depends on the whole batch) and MIG pods (their
+packing depends on the cluster's pending MIG profiles) are not tracked: they get full answers with an empty token.
+
+Memory is bounded: at most `SHAPE_LIMIT` tables (least recently used dropped), each with at most one entry per node
+the state knows plus those the current request names; a table that outgrows that is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import compress, count, repeat
+from operator import and_, call, ge, is_, itemgetter
+
+from advisor.placement.scorer import NO_STATE_REASON, BriefScore, Scorer
+from advisor.placement.scoring import RawVerdict, jct_basis_how, unknown_score
+from advisor.placement.types import NodeScore, NodeState, PodRequest
+
+SHAPE_LIMIT = 16
+"""Pod shapes whose tables the advisor keeps (least recently used dropped)."""
+
+_FIRST = itemgetter(0)
+_ABSENT = object()
+"""Stands for "no state" when a candidate's state is looked up: never a live state, never a dead reference's None."""
+_GONE = object()
+
+Basis = tuple[bool, tuple[tuple[str, float], ...], float]
+"""A batch's JCT basis: whether the JCT model answers every GPU model, each feasible GPU model's unit time, the best
+time."""
+
+
+def _no_state() -> object:
+    return _ABSENT
+
+
+_Row = tuple[Callable[[], object], float, int, int, str]
+"""A node's entry in a shape's table: the state it was computed from (a weak reference, called; `_no_state` for a
+node without state), the observation time it holds while fresh (`evaluate`'s staleness check: valid while
+`observed_at_seconds >= now - staleness`; +inf for an unknown verdict, which holds while its state lives), its part in
+the batch's JCT basis when feasible (its (GPU model, slowdown) as an index into `_Table.basis_keys`; ints are
+hashed for nothing, tuples every time), else -1, its outcome (0 scored, 1 infeasible, 2
+unknown) and the text sent. A plain tuple: a request's candidates are checked with C-level passes over their rows
+(`map`, `itemgetter`, `compress`), not a Python loop over ~500 names."""
+
+_REF, _OBSERVED, _BASIS_KEY, _OUTCOME, _TEXT = (itemgetter(i) for i in range(5))
+
+
+@dataclass(slots=True)
+class _Table:
+    """One shape's entries by node name, the token that names them, and what they were computed under."""
+
+    token: str
+    scorer: Scorer
+    basis: Basis
+    models: dict[str, str]
+    rows: dict[str, _Row] = field(default_factory=dict)
+    basis_keys: list[tuple[str, float]] = field(default_factory=list)
+    basis_key_ids: dict[tuple[str, float], int] = field(default_factory=dict)
+    oldest_observed: float = math.inf
+    """The earliest observation time of a row (or of a row since replaced): while it is fresh, every row is."""
+    generation: int = 0
+
+    def put(self, name: str, state: NodeState | None, raw: RawVerdict | NodeScore, text: str) -> int:
+        """Keep a candidate's entry; returns its outcome. A fresh node's verdict holds until the node turns stale,
+        an unknown one while its state lives (a new snapshot makes a new state)."""
+        ref = _no_state if state is None else weakref.ref(state)
+        if isinstance(raw, NodeScore):
+            self.rows[name] = (ref, math.inf, -1, 2, text)
+            return 2
+        # `evaluate` gives a RawVerdict only for an observed node that is fresh now
+        seen = state.observed_at_seconds if state is not None else None
+        observed = math.inf if seen is None else seen
+        self.oldest_observed = min(self.oldest_observed, observed)
+        if raw.feasible:
+            key = (raw.gpu_model, raw.slowdown)
+            key_id = self.basis_key_ids.get(key)
+            if key_id is None:
+                key_id = self.basis_key_ids[key] = len(self.basis_keys)
+                self.basis_keys.append(key)
+            self.rows[name] = (ref, observed, key_id, 0, text)
+            return 0
+        self.rows[name] = (ref, observed, -1, 1, text)
+        return 1
+
+    def keys_of(self, key_ids: set[int]) -> set[tuple[str, float]]:
+        """The (GPU model, slowdown) pairs of basis key indices (-1: none)."""
+        key_ids.discard(-1)
+        return {self.basis_keys[i] for i in key_ids}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaAnswer:
+    """The entries to send (best first), whether they are a delta, the token, each outcome's count over every
+    candidate, the `models` of the full answer the token began with (None on a full answer: the caller writes it,
+    then `remember_models`), and the briefs scored in this call (every candidate's on a full answer)."""
+
+    entries: list[str]
+    delta: bool
+    token: str
+    outcomes: tuple[int, int, int]
+    models: dict[str, str] | None
+    briefs: Sequence[BriefScore]
+
+
+def tracked(pod: PodRequest) -> bool:
+    """Whether delta answers are kept for `pod`: a GPU pod (whole or share) without a gang or MIG instances."""
+    return (pod.whole_gpus > 0 or pod.is_share) and not pod.gang and not pod.mig
+
+
+class ScoreDeltas:
+    """The shape tables of delta answers (`/v1/score` with `since`), owned by the app's context: a new app starts
+    with none."""
+
+    def __init__(self, shape_limit: int = SHAPE_LIMIT) -> None:
+        self.shape_limit = shape_limit
+        self._tables: OrderedDict[PodRequest, _Table] = OrderedDict()
+        self._lock = threading.Lock()  # large bodies are answered in worker threads
+        self._nonce = secrets.token_hex(4)  # another replica's (or a restarted advisor's) tokens are never current
+        self._table_ids = count()
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tables.clear()
+
+    def remember_models(self, token: str, pod: PodRequest, models: dict[str, str]) -> None:
+        """Keep the `models` of the full answer that began `token`, for the delta answers that follow it."""
+        with self._lock:
+            table = self._tables.get(replace(pod, name=""))
+            if table is not None and table.token == token:
+                table.models = models
+
+    def answer(
+        self,
+        pod: PodRequest,
+        *,
+        names: Sequence[str],
+        nodes: Mapping[str, NodeState],
+        since: str,
+        scorer: Scorer,
+        write: Callable[[BriefScore], str],
+    ) -> DeltaAnswer:
+        """The answer for a tracked pod (`tracked`): the entries changed since `since` when it names its shape's
+        current table, else every candidate's, with the token that names what the caller now holds. `write` writes
+        one entry's text (the route's brief entry)."""
+        key = replace(pod, name="")
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+            if table is not None and table.token == since and table.scorer is scorer:
+                got = _delta(table, pod=pod, names=names, nodes=nodes, scorer=scorer, write=write)
+                if got is not None:
+                    if len(table) > len(nodes) + len(names):
+                        del self._tables[key]  # names the state does not know, call after call: start again
+                    return got
+            table = _Table(f"{self._nonce}.{next(self._table_ids)}.0", scorer, (False, (), math.inf), {})
+            got = _full(table, pod=pod, names=names, nodes=nodes, scorer=scorer, write=write)
+            self._tables[key] = table
+            self._tables.move_to_end(key)
+            while len(self._tables) > self.shape_limit:
+                self._tables.popitem(last=False)
+            return got
+
+
+def _full(
+    table: _Table,
+    *,
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    scorer: Scorer,
+    write: Callable[[BriefScore], str],
+) -> DeltaAnswer:
+    """Every candidate's entry, kept in the new `table` (its basis set from this batch)."""
+    found = [nodes.get(n) for n in names]
+    known = [s for s in found if s is not None]
+    evaluated = iter(scorer.evaluate(pod, known, scorer.clock()))
+    raws: list[RawVerdict | NodeScore] = [
+        next(evaluated) if s is not None else unknown_score(n, NO_STATE_REASON, scorer.config)
+        for n, s in zip(names, found, strict=True)
+    ]
+    briefs = scorer.brief_verdicts(pod, raws)
+    texts: list[tuple[float, str]] = []
+    outcomes = [0, 0, 0]
+    for state, raw, brief in zip(found, raws, briefs, strict=True):
+        text = write(brief)
+        outcomes[table.put(brief.node, state, raw, text)] += 1
+        texts.append((brief.score, text))
+    table.basis = _basis(pod, table.keys_of(set(map(_BASIS_KEY, table.rows.values()))), scorer)[0]
+    return DeltaAnswer(_best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs)
+
+
+def _delta(
+    table: _Table,
+    *,
+    pod: PodRequest,
+    names: Sequence[str],
+    nodes: Mapping[str, NodeState],
+    scorer: Scorer,
+    write: Callable[[BriefScore], str],
+) -> DeltaAnswer | None:
+    """The changed entries against `table`, or None when the batch's JCT basis is not the table's (then every
+    total may differ: the caller answers in full)."""
+    now = scorer.clock()
+    oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
+    n = len(names)
+    states = list(map(nodes.get, names, repeat(_ABSENT, n)))
+    rows = list(map(table.rows.get, names, repeat(_MISSING, n)))
+    # An entry holds when it was computed from the state the node has now and that state is still fresh (checked
+    # row by row only once the table's oldest row may have turned stale).
+    holds = list(map(is_, map(call, map(_REF, rows)), states))
+    if table.oldest_observed < oldest:
+        holds = list(map(and_, holds, map(ge, map(_OBSERVED, rows), repeat(oldest, n))))
+    misses = holds.count(False)
+    kept = list(compress(rows, holds)) if misses else rows
+    kept_outcomes = list(map(_OUTCOME, kept))
+    infeasible, unknown = kept_outcomes.count(1), kept_outcomes.count(2)
+    outcomes = [len(kept) - infeasible - unknown, infeasible, unknown]
+    basis_keys = table.keys_of(set(map(_BASIS_KEY, kept)))
+    changed: list[tuple[str, object]] = []
+    at = -1
+    for _ in range(misses):  # the few changed candidates, found by C-level searches
+        at = holds.index(False, at + 1)
+        changed.append((names[at], states[at]))
+    known = [s for _, s in changed if isinstance(s, NodeState)]
+    evaluated = iter(scorer.evaluate(pod, known, now))
+    raws: list[RawVerdict | NodeScore] = [
+        next(evaluated) if isinstance(s, NodeState) else unknown_score(name, NO_STATE_REASON, scorer.config)
+        for name, s in changed
+    ]
+    basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
+    basis, smallest = _basis(pod, basis_keys, scorer)
+    if basis != table.basis:
+        return None
+    anchors = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
+    briefs = scorer.brief_verdicts(pod, raws, anchors)
+    texts: list[tuple[float, str]] = []
+    for (name, state), raw, brief in zip(changed, raws, briefs, strict=True):
+        text = write(brief)
+        old = _TEXT(table.rows.get(name, _MISSING))
+        outcomes[table.put(name, state if isinstance(state, NodeState) else None, raw, text)] += 1
+        if old != text:
+            texts.append((brief.score, text))
+    if texts:
+        table.generation += 1
+        table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
+    return DeltaAnswer(
+        _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
+    )
+
+
+def _gone() -> object:
+    """What a node the table lacks is compared with: never a live state, `_ABSENT` or a dead reference's None."""
+    return _GONE
+
+
+_MISSING: _Row = (_gone, -math.inf, -1, 0, "")
+"""The row of a node the table lacks: never holds."""
+
+
+def _smallest(basis_keys: set[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Per GPU model, its smallest slowdown among the batch's feasible verdicts."""
+    smallest: dict[str, float] = {}
+    for model, slowdown in basis_keys:
+        if model not in smallest or slowdown < smallest[model]:
+            smallest[model] = slowdown
+    return sorted(smallest.items())
+
+
+def _basis(
+    pod: PodRequest, basis_keys: set[tuple[str, float]], scorer: Scorer
+) -> tuple[Basis, list[tuple[str, float]]]:
+    """The batch's JCT basis (`scoring.jct_basis_how` over one verdict per GPU model: it reads only the models) and
+    best time, as `Scorer._feasible_totals` computes them, and per GPU model its smallest slowdown (the anchors that
+    give a part of the batch the same basis and best time)."""
+    smallest = _smallest(basis_keys)
+    reps = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
+    _, unit_time, use_jct, _ = jct_basis_how(pod, reps, scorer.predictors)
+    best = min((slowdown * unit_time[model] for model, slowdown in smallest), default=math.inf)
+    return (use_jct, tuple(sorted(unit_time.items())), best), smallest
+
+
+def _best_first(texts: list[tuple[float, str]]) -> list[str]:
+    """The entries best first (stable: equal scores keep the order given), as the full answer has them."""
+    return [t for _, t in sorted(texts, key=_FIRST, reverse=True)]

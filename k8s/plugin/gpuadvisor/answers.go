@@ -1,0 +1,84 @@
+package gpuadvisor
+
+import (
+	"container/list"
+	"encoding/json"
+	"hash/fnv"
+	"sync"
+)
+
+// maxHeldShapes bounds the pod shapes whose verdicts the plugin keeps (least recently used dropped): a burst is one
+// or a few shapes, each held for at most every node of the cluster.
+const maxHeldShapes = 64
+
+// heldAnswers are the advisor's verdicts the plugin holds per pod shape, with the token that names them at the
+// advisor (`/v1/score`'s `since`): consecutive cycles of a burst ask about pods of one shape, and the advisor then
+// answers only the entries that changed since (a delta), which are merged here. The key is a hash of the pod as
+// sent without its name and UID: a guess at the advisor's shape, which it checks (a wrong guess costs a full
+// answer, never a wrong score).
+//
+// A call takes its shape's verdicts out (`take`) and gives them back merged (`give`), so that a call still running
+// when the next cycle starts (its cycle ended first) never shares a map with it: that cycle finds nothing and asks
+// for a full answer.
+type heldAnswers struct {
+	mu     sync.Mutex
+	limit  int
+	order  *list.List // front: most recently given back; values are *heldShape
+	shapes map[uint64]*list.Element
+}
+
+type heldShape struct {
+	key      uint64
+	token    string
+	verdicts map[string]verdict
+}
+
+func newHeldAnswers(limit int) *heldAnswers {
+	return &heldAnswers{limit: limit, order: list.New(), shapes: map[uint64]*list.Element{}}
+}
+
+// shapeKey hashes the pod as sent, without what names this one pod.
+func shapeKey(pod wirePod) uint64 {
+	pod.Metadata.Name, pod.Metadata.UID = "", ""
+	data, err := json.Marshal(pod)
+	if err != nil { // a wirePod always encodes; were it not to, no shape is shared
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return h.Sum64()
+}
+
+// take removes and returns the shape's held verdicts (nil when none are held).
+func (h *heldAnswers) take(key uint64) *heldShape {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.shapes[key]
+	if !ok {
+		return nil
+	}
+	h.order.Remove(e)
+	delete(h.shapes, key)
+	return e.Value.(*heldShape)
+}
+
+// give keeps a shape's verdicts (replacing any held meanwhile), dropping the least recently used beyond the limit.
+func (h *heldAnswers) give(s *heldShape) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.shapes[s.key]; ok {
+		h.order.Remove(e)
+	}
+	h.shapes[s.key] = h.order.PushFront(s)
+	for h.order.Len() > h.limit {
+		last := h.order.Back()
+		h.order.Remove(last)
+		delete(h.shapes, last.Value.(*heldShape).key)
+	}
+}
+
+func (h *heldAnswers) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.order.Len()
+}

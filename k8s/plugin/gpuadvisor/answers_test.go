@@ -1,0 +1,176 @@
+package gpuadvisor
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+// scriptedAdvisor answers /v1/score with the given answers in turn (the last one again once they run out) and
+// records each request's `since`.
+type scriptedAdvisor struct {
+	mu      sync.Mutex
+	answers []scoreResponse
+	since   []string
+}
+
+func (s *scriptedAdvisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req scoreRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusUnprocessableEntity)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since := "<none>"
+	if req.Since != nil {
+		since = *req.Since
+	}
+	s.since = append(s.since, since)
+	answer := s.answers[0]
+	if len(s.answers) > 1 {
+		s.answers = s.answers[1:]
+	}
+	_ = json.NewEncoder(w).Encode(answer)
+}
+
+func (s *scriptedAdvisor) sent() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.since...)
+}
+
+func answerOf(token string, delta bool, scores map[string]float64) scoreResponse {
+	out := scoreResponse{Token: &token, Delta: &delta, Scores: []nodeVerdict{}}
+	for n, s := range scores {
+		out.Scores = append(out.Scores, nodeVerdict{Node: n, Score: s, Feasible: s > 0, Known: true})
+	}
+	return out
+}
+
+func TestDeltaAnswersAreMergedIntoTheVerdictsHeldForThePodsShape(t *testing.T) {
+	advisor := &scriptedAdvisor{answers: []scoreResponse{
+		answerOf("t1", false, map[string]float64{"a": 90, "b": 45, "c": 30}),
+		answerOf("t2", true, map[string]float64{"b": 10}), // a binding on b since t1
+		answerOf("t3", true, map[string]float64{"d": 60}), // the window moved on to d, new to the advisor's table
+	}}
+	p, _ := startServer(t, advisor)
+	scores, _ := scoreCycle(t, p, gpuPod("p1", oneGPU, nil), nodeInfos("a", "b", "c"))
+	if got := byName(scores); got["a"] != 100 || got["b"] != 50 || got["c"] != 33 {
+		t.Fatalf("full answer: %v", got)
+	}
+	// Another pod of the same shape (its name and UID differ): the held verdicts and the token are used.
+	scores, _ = scoreCycle(t, p, gpuPod("p2", oneGPU, nil), nodeInfos("a", "b", "c"))
+	if got := byName(scores); got["a"] != 100 || got["b"] != 11 || got["c"] != 33 {
+		t.Fatalf("a delta merged: %v", got)
+	}
+	scores, _ = scoreCycle(t, p, gpuPod("p3", oneGPU, nil), nodeInfos("a", "d"))
+	if got := byName(scores); got["a"] != 100 || got["d"] != 66 {
+		t.Fatalf("a delta with a new node merged: %v", got)
+	}
+	if got, want := advisor.sent(), []string{"", "t1", "t2"}; !equal(got, want) {
+		t.Fatalf("since sent %v, want %v", got, want)
+	}
+	// Another shape (two GPUs) holds nothing yet: it asks without a token.
+	twoGPUs := v1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+	scoreCycle(t, p, gpuPod("p4", twoGPUs, nil), nodeInfos("a"))
+	if got := advisor.sent(); got[len(got)-1] != "" {
+		t.Fatalf("another shape sent since %q", got[len(got)-1])
+	}
+}
+
+func TestAnAnswerLeavingACandidateUncoveredIsNeutralAndDropsWhatIsHeld(t *testing.T) {
+	advisor := &scriptedAdvisor{answers: []scoreResponse{
+		answerOf("t1", false, map[string]float64{"a": 90, "b": 45}),
+		answerOf("t2", true, map[string]float64{"b": 10}), // says nothing of c, which the plugin never held
+		answerOf("t3", false, map[string]float64{"a": 90, "b": 10, "c": 20}),
+	}}
+	p, _ := startServer(t, advisor)
+	scoreCycle(t, p, gpuPod("p1", oneGPU, nil), nodeInfos("a", "b"))
+	before := testutilCounter(t, "uncovered")
+	scores, status := scoreCycle(t, p, gpuPod("p2", oneGPU, nil), nodeInfos("a", "b", "c"))
+	if !neutral(scores, status) {
+		t.Fatalf("an uncovered candidate must leave the cycle neutral, got %v", byName(scores))
+	}
+	if testutilCounter(t, "uncovered") != before+1 {
+		t.Fatal("the uncovered answer is not counted")
+	}
+	scores, _ = scoreCycle(t, p, gpuPod("p3", oneGPU, nil), nodeInfos("a", "b", "c"))
+	if got := byName(scores); got["a"] != 100 || got["c"] != 22 {
+		t.Fatalf("the full answer after: %v", got)
+	}
+	if got, want := advisor.sent(), []string{"", "t1", ""}; !equal(got, want) {
+		t.Fatalf("since sent %v, want %v (the held verdicts dropped)", got, want)
+	}
+}
+
+func TestAnAdvisorWithoutDeltaAnswersIsAskedInFullEveryTime(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"a": 80, "b": 40}}
+	p, _ := start(t, f, nil)
+	for _, name := range []string{"p1", "p2"} {
+		scores, _ := scoreCycle(t, p, gpuPod(name, oneGPU, nil), nodeInfos("a", "b"))
+		if got := byName(scores); got["a"] != 100 || got["b"] != 50 {
+			t.Fatalf("%s: %v", name, got)
+		}
+		if since := f.lastRequest(t).Since; since == nil || *since != "" {
+			t.Fatalf("%s: since %v, want \"\" (nothing held)", name, since)
+		}
+	}
+	if p.held.len() != 0 {
+		t.Fatal("an answer without a token must not be held")
+	}
+}
+
+func TestHeldShapesAreBoundedLeastRecentlyUsedFirst(t *testing.T) {
+	h := newHeldAnswers(2)
+	for k := uint64(1); k <= 3; k++ {
+		h.give(&heldShape{key: k, token: "t", verdicts: map[string]verdict{}})
+	}
+	if h.len() != 2 || h.take(1) != nil || h.take(2) == nil || h.take(3) == nil {
+		t.Fatal("the least recently given shape must go first, and at most 2 be held")
+	}
+}
+
+func TestTheShapeKeyIgnoresThePodsNameAndUIDOnly(t *testing.T) {
+	a, b := toWire(gpuPod("a", oneGPU, nil)), toWire(gpuPod("b", oneGPU, nil))
+	if shapeKey(a) != shapeKey(b) {
+		t.Fatal("pods differing only in name and UID must share a shape")
+	}
+	c := toWire(gpuPod("a", v1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}, nil))
+	if shapeKey(a) == shapeKey(c) {
+		t.Fatal("pods asking for other GPUs must not share a shape")
+	}
+}
+
+func startServer(t *testing.T, h http.Handler) (*Plugin, *clock) {
+	t.Helper()
+	return startHandler(t, h, nil)
+}
+
+func testutilCounter(t *testing.T, kind string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(answers.WithLabelValues(kind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
