@@ -103,7 +103,7 @@ def test_the_go_job_and_its_children_end_with_the_foreground(tmp_path: Path, how
         assert wait_until(lambda: child_file.is_file() and child_file.read_text().strip() != "", timeout_s=30)
         child = int(child_file.read_text())
         if how == "interrupted":
-            assert wait_until(lambda: (tmp_path / "calls").is_file(), timeout_s=30)  # the lint ran: pytest now
+            assert wait_until((tmp_path / "calls").is_file, timeout_s=30)  # the lint ran: pytest now
             os.killpg(script.pid, signal.SIGINT)
         returncode = script.wait(timeout=60)
     finally:
