@@ -78,7 +78,8 @@ Cycle = dict[str, Any]
 def make_nodes(api: KubeApi, advisor_url: str, seed: int) -> int:
     """The test's real-sized Nodes up to TARGET_BODY_BYTES, registered with their status, and a snapshot of each at
     the advisor (0..6 GPUs busy at random); how many."""
-    names = [f"large-{i:04d}" for i in range(math.ceil(TARGET_BODY_BYTES / len(json.dumps(real_sized_node("large-0000")))))]
+    count = math.ceil(TARGET_BODY_BYTES / len(json.dumps(real_sized_node("large-0000"))))  # as the test counts
+    names = [f"large-{i:04d}" for i in range(count)]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: api.create("/api/v1/nodes", real_sized_node(n)), names))
     rng = random.Random(seed)
