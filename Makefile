@@ -6,7 +6,7 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint go-lint kube-bin test up bench clean
+.PHONY: install lint py-lint go-lint go-test kube-bin test up bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-lint: install go-lint
+lint: py-lint go-lint
+
+py-lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -35,10 +37,13 @@ go-lint:
 kube-bin:
 	@GO=$(GO) k8s/build.sh
 
-test: lint
+go-test:
 	cd k8s && CGO_ENABLED=0 $(GO) test -trimpath ./...
-	@kube_bin=$$(GO=$(GO) k8s/build.sh) && echo "Kubernetes binaries: $$kube_bin" && \
-		GPUADVISOR_KUBE_BIN="$$kube_bin" $(VENV)/bin/pytest
+
+# Everything: the Go job (k8s/build.sh, go-lint, go-test) in the background while the Python lint and the tests
+# without the Kubernetes binaries run, then the tests with them (.ci/test says how).
+test:
+	@GO=$(GO) MAKE="$(MAKE)" VENV=$(VENV) .ci/test
 
 up: install
 	$(VENV)/bin/gpuadvisor up --port $(PORT) $(ARGS)

@@ -312,8 +312,14 @@ def configs(
 
 
 @contextmanager
-def _scheduler_process(
-    plane: ControlPlane, binary: Path, config: Path, log: Path, *, on_start: Callable[[str, int], None]
+def scheduler_process(
+    plane: ControlPlane,
+    binary: Path,
+    config: Path,
+    log: Path,
+    *,
+    on_start: Callable[[str, int], None],
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[SchedulerProcess]:
     port = free_port()
     proc = Process(
@@ -325,6 +331,7 @@ def _scheduler_process(
             f"--secure-port={port}",
             f"--authentication-kubeconfig={plane.kubeconfig}",
             f"--authorization-kubeconfig={plane.kubeconfig}",
+            *extra_args,
         ],
         log,
     ).start()
@@ -358,7 +365,7 @@ def run_one(
     bindings = Bindings(plane.api, name, args.pods, args.timeout_s, pids)
     out: dict[str, Any] = {}
     log = work / kind / "scheduler.log"
-    with _scheduler_process(plane, binary, path, log, on_start=bindings.add_process) as scheduler:
+    with scheduler_process(plane, binary, path, log, on_start=bindings.add_process) as scheduler:
         profile = _pprof(scheduler, args.pprof / f"{kind}.pprof") if args.pprof else None
         rate, cpu_ms = bindings.measure(args.timeout_s)
         if profile is not None:

@@ -105,6 +105,7 @@ def test_a_broken_answer_says_what_is_broken(data: bytes, message: str) -> None:
         decode_list_response(data)
 
 
+@pytest.mark.kube_bin
 def test_the_kubelets_answer_whole_gpus_replicas_and_mig() -> None:
     """What upstream's generated server marshals, with the fields the collector skips (CPU IDs, memory, NUMA
     topology, dynamic resources) present."""
@@ -133,6 +134,7 @@ def test_the_kubelets_answer_whole_gpus_replicas_and_mig() -> None:
     assert pods["cpu-0"] == KubeletPod("ml", "cpu-0", (KubeletContainer("main"),))
 
 
+@pytest.mark.kube_bin
 def test_a_pod_that_vanished_is_gone_from_the_next_answer() -> None:
     with kubelet([WHOLE, MIG]) as standin:
         client = PodResourcesClient(standin.socket, timeout_seconds=10)
@@ -170,6 +172,7 @@ def test_a_refusing_socket_is_one_error(refusing_socket: Path) -> None:
         client.close()
 
 
+@pytest.mark.kube_bin
 def test_a_kubelet_that_does_not_answer_in_time_is_one_error() -> None:
     with kubelet([WHOLE], delay_s=30) as standin:
         client = PodResourcesClient(standin.socket, timeout_seconds=0.5)
@@ -191,6 +194,7 @@ def _pod_index(socket_path: Path, timeout_seconds: float = 10.0) -> KubeletPodIn
     return chosen
 
 
+@pytest.mark.kube_bin
 def test_the_kubelet_is_the_pod_source_where_its_socket_answers(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="collector.cli")
     with kubelet([CPU_ONLY]) as standin:
@@ -199,6 +203,7 @@ def test_the_kubelet_is_the_pod_source_where_its_socket_answers(caplog: pytest.L
     assert f"the kubelet's pod-resources API at {standin.socket}" in line
 
 
+@pytest.mark.kube_bin
 @pytest.mark.parametrize("fault", ["missing", "refusing", "silent"])
 def test_without_an_answering_kubelet_the_nodes_pods_are_listed(
     fault: str, refusing_socket: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture

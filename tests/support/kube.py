@@ -33,6 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "k8s" / "build.sh"
 SCHEDULER_CONFIG = ROOT / "deploy" / "scheduler" / "scheduler-config.yaml"
 KUBE_BIN_ENV = "GPUADVISOR_KUBE_BIN"
+# Set by `make test` (.ci/test) while it runs the tests not marked as needing the binaries, before they are built.
+KUBE_BIN_LATER_ENV = "GPUADVISOR_KUBE_BIN_LATER"
+KUBE_BIN_MARKERS = ("kube", "plugin", "kube_bin")
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "helm", "podresources-standin")
 ADMIN_TOKEN = "gpuadvisor-test-admin-token"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc"
@@ -44,7 +47,12 @@ Obj = dict[str, Any]
 
 def kube_bin_dir() -> Path:
     """The folder with etcd, kube-apiserver, kube-scheduler, helm and podresources-standin; skips (fails under CI)
-    when they are not built."""
+    when they are not built, and fails a test without one of KUBE_BIN_MARKERS while `make test` has not built them."""
+    if os.environ.get(KUBE_BIN_LATER_ENV):
+        pytest.fail(
+            f"this test needs the Kubernetes binaries but has none of the markers {', '.join(KUBE_BIN_MARKERS)}: "
+            "`make test` runs it before k8s/build.sh has built them (mark it `kube_bin`)"
+        )
     found = os.environ.get(KUBE_BIN_ENV)
     if not found and BUILD_SCRIPT.is_file():
         cached = subprocess.run([str(BUILD_SCRIPT), "--cached"], capture_output=True, text=True, check=False)
