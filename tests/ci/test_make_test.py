@@ -76,6 +76,24 @@ def test_each_test_runs_once_and_the_second_phase_gets_the_built_binaries(tmp_pa
     assert "built" not in done.stdout + done.stderr  # the Go job's output went to its log
 
 
+def test_failing_tests_without_the_binaries_still_let_the_kube_tests_run_and_fail_make_test(tmp_path: Path) -> None:
+    """One CI run reports every failing test: the first phase's failures do not skip the second phase."""
+    env = stand_ins(tmp_path, fail="pytest*not*") | {"GO_JOB": 'echo /kube/bin/folder >"$KUBE_BIN_FILE"'}
+    done = subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3
+    assert [c.split(" [")[0] for c in calls(tmp_path)] == ["make", "pytest", "pytest"]
+    assert calls(tmp_path)[-1].endswith("bin=/kube/bin/folder")
+    assert "the tests without the Kubernetes binaries failed (exit 3)" in done.stderr
+
+
+def test_failing_kube_tests_fail_make_test(tmp_path: Path) -> None:
+    markers = " or ".join(KUBE_BIN_MARKERS)
+    env = stand_ins(tmp_path, fail=f"'pytest -m {markers}'") | {"GO_JOB": 'echo /b >"$KUBE_BIN_FILE"'}
+    done = subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert len(calls(tmp_path)) == 3
+
+
 def test_a_failed_go_job_fails_make_test_with_its_log_and_no_kube_tests_run(tmp_path: Path) -> None:
     env = stand_ins(tmp_path) | {"GO_JOB": "echo 'vet: plugin/score.go:12: unreachable code'; exit 7"}
     done = subprocess.run([str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False)
