@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"hash/fnv"
 	"sync"
+	"time"
 )
 
 // maxHeldShapes bounds the pod shapes whose verdicts the plugin keeps (least recently used dropped): a burst is one
@@ -81,4 +82,32 @@ func (h *heldAnswers) len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.order.Len()
+}
+
+// sinceRetry is how long the plugin stops sending `since` to an advisor that refused it with a 422 (one older than
+// delta answers: its strict schema refuses the unknown field). Then it tries again, so that an advisor upgraded
+// meanwhile gives delta answers again; each try costs one refused request.
+const sinceRetry = 10 * time.Minute
+
+// sinceGate says whether requests carry `since` now.
+type sinceGate struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	offUntil time.Time
+}
+
+func (g *sinceGate) on() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.now().Before(g.offUntil)
+}
+
+// refused turns `since` off for sinceRetry; it says whether it was on (so that the change is logged once).
+func (g *sinceGate) refused() (wasOn bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	wasOn = !now.Before(g.offUntil)
+	g.offUntil = now.Add(sinceRetry)
+	return wasOn
 }

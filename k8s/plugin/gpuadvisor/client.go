@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -97,13 +98,28 @@ func (c *advisorClient) score(ctx context.Context, req *scoreRequest) (*scoreRes
 		return nil, fmt.Errorf("reading the advisor's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("advisor answered %d: %s", resp.StatusCode, truncate(string(data), 200))
+		return nil, &statusError{code: resp.StatusCode, body: truncate(string(data), 200)}
 	}
 	var answer scoreResponse
 	if err := json.Unmarshal(data, &answer); err != nil {
 		return nil, fmt.Errorf("advisor's answer is not a ScoreResponse: %w", err)
 	}
 	return &answer, nil
+}
+
+// statusError is an answer other than a 200: its status says whether the request itself was refused (a 422 to a
+// field an older advisor does not know) rather than the advisor failing.
+type statusError struct {
+	code int
+	body string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("advisor answered %d: %s", e.code, e.body) }
+
+// refusedAsInvalid says whether err is the advisor's 422: its schema refused the request.
+func refusedAsInvalid(err error) bool {
+	var s *statusError
+	return errors.As(err, &s) && s.code == http.StatusUnprocessableEntity
 }
 
 func truncate(s string, n int) string {
