@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -283,4 +284,46 @@ func fallbackCount(t *testing.T, reason string) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+func TestThePodEncodedOnceIsThePodAsJSONEncodesIt(t *testing.T) {
+	pods := []*v1.Pod{gpuPod("p1", oneGPU, map[string]string{"a": "b"}), gpuPod(`odd "name"`, oneGPU, nil)}
+	pods[1].UID = ""
+	for _, pod := range pods {
+		wire := toWire(pod)
+		encoded, key := encodePod(wire)
+		if encoded == nil || key == 0 {
+			t.Fatalf("%s: not encoded", pod.Name)
+		}
+		plain, err := json.Marshal(wire)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want map[string]any
+		if err := json.Unmarshal(encoded, &got); err != nil {
+			t.Fatalf("%s: %v in %s", pod.Name, err, encoded)
+		}
+		_ = json.Unmarshal(plain, &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: encoded %s, want %s", pod.Name, encoded, plain)
+		}
+	}
+	// A request with the pod and the assumed pods encoded before sends the same JSON as one encoded whole.
+	wire := toWire(pods[0])
+	encoded, _ := encodePod(wire)
+	assumedJSON, _ := json.Marshal(toWire(pods[1]))
+	req := scoreRequest{Pod: wire, Nodes: []string{"a"}, UnknownNodes: "neutral", encodedPod: encoded,
+		Assumed: []assumedWire{{Node: "a", Pod: toWire(pods[1]), encoded: assumedJSON}}}
+	fast, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.encodedPod, req.Assumed[0].encoded = nil, nil
+	slow, _ := json.Marshal(req)
+	var got, want map[string]any
+	_ = json.Unmarshal(fast, &got)
+	_ = json.Unmarshal(slow, &want)
+	if !reflect.DeepEqual(got, want) || got["pod"] == nil {
+		t.Fatalf("request %s, want %s", fast, slow)
+	}
 }

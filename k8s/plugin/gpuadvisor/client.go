@@ -30,11 +30,42 @@ type scoreRequest struct {
 	Detail string `json:"detail,omitempty"`
 	// Since asks for a delta answer: the token of the verdicts held for this pod's shape ("" for none).
 	Since *string `json:"since,omitempty"`
+	// encodedPod is Pod's JSON when it is encoded already (`encodePod`): sent as it is.
+	encodedPod json.RawMessage
+}
+
+// requestFields is scoreRequest without its MarshalJSON.
+type requestFields scoreRequest
+
+// MarshalJSON sends the pod as encoded already, when it is (the shallower `pod` field hides the embedded one).
+func (r scoreRequest) MarshalJSON() ([]byte, error) {
+	if r.encodedPod == nil {
+		return json.Marshal(requestFields(r))
+	}
+	return json.Marshal(struct {
+		Pod json.RawMessage `json:"pod"`
+		requestFields
+	}{r.encodedPod, requestFields(r)})
 }
 
 type assumedWire struct {
 	Node string  `json:"node"`
 	Pod  wirePod `json:"pod"`
+	// encoded is Pod's JSON, encoded at Reserve: sent as it is.
+	encoded json.RawMessage
+}
+
+type assumedFields assumedWire
+
+// MarshalJSON sends the pod as encoded at Reserve, when it is.
+func (a assumedWire) MarshalJSON() ([]byte, error) {
+	if a.encoded == nil {
+		return json.Marshal(assumedFields(a))
+	}
+	return json.Marshal(struct {
+		Pod json.RawMessage `json:"pod"`
+		assumedFields
+	}{a.encoded, assumedFields(a)})
 }
 
 // nodeVerdict is the advisor's NodeScoreBrief (the part of NodeScoreOut the plugin reads, and whether an

@@ -262,12 +262,10 @@ func (p *Plugin) ask(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo) *cy
 // (taken in the cycle itself, before any later Reserve).
 func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 	names := make([]string, len(nodes))
-	candidates := make(map[string]struct{}, len(nodes))
 	for i, n := range nodes {
 		names[i] = n.Node().Name
-		candidates[names[i]] = struct{}{}
 	}
-	assumed, held := p.assumed.on(candidates)
+	assumed, held := p.assumed.on(names)
 	assumedGauge.Set(float64(held))
 	return &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed, Detail: "brief"}
 }
@@ -280,7 +278,8 @@ func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 // what was held, so that the next call asks for a full answer. An advisor older than delta answers refuses `since`
 // with a 422: the request is sent again without it at once, and no request carries it for sinceRetry.
 func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycleAnswer {
-	key := shapeKey(req.Pod)
+	encoded, key := encodePod(req.Pod)
+	req.encodedPod = encoded
 	var prev *heldShape
 	if p.since.on() {
 		prev = p.held.take(key)
