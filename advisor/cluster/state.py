@@ -23,6 +23,7 @@ import gc
 import math
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -148,6 +149,8 @@ class ClusterState:
         self._requests_known = False
         self._allocatable: dict[str, tuple[int, int]] = {}  # node → (milli-CPU, MiB)
         self._labels: dict[str, Mapping[str, str]] = {}  # node → its labels (from the node watch)
+        # node → (its state then, the assumed pods on it, the state with them): `with_assumed`'s last build per node
+        self._assumed_builds: dict[str, tuple[weakref.ref[NodeState], dict[str, PodAllocation], NodeState]] = {}
         self._pending: dict[str, PendingPod] = {}  # pod → pending GPU pod (from the pending-pod watch)
         self._pending_mig: Counter[str] = Counter()  # MIG profile → pending pods asking for it
         self._claimed: dict[str, float] = {}  # pending pod → when it was first expected to take room ahead of others
@@ -467,7 +470,13 @@ class ClusterState:
         """The nodes as they are once `assumed` pods are on them: pods a scheduler has placed (its Reserve) before
         the watch reports them bound. A pod the state already holds counts once, as the state has it; a pod on a node
         without telemetry changes nothing. Only the nodes that gain a pod are rebuilt, for this answer alone; the
-        state itself is unchanged."""
+        state itself is unchanged.
+
+        A node whose state and assumed pods are those of the last call gets the state built then, the same object:
+        a burst sends the same few assumed pods call after call until the watch sees them bound, and a new object
+        would make the node look changed to every per-state cache (its verdicts evaluated again, its delta entry
+        sent again). A change of what the node's state is built from (its snapshot, pods, capacity, sharing labels, MIG
+        instances) replaces that state object, so the same state and the same assumed pods build the same state."""
         extra: dict[str, dict[str, PodAllocation]] = {}
         for a in assumed:
             if a.pod not in self._allocations and a.node in self._records:
@@ -475,9 +484,17 @@ class ClusterState:
         if not extra:
             return self._nodes
         overlay = dict(self._nodes)
+        builds = self._assumed_builds
+        if len(builds) > len(self._records) + 64:  # nodes gone since: start again
+            builds.clear()
         for node, pods in extra.items():
+            base = self._nodes.get(node)
+            last = builds.get(node)
+            if last is not None and base is not None and last[0]() is base and last[1] == pods:
+                overlay[node] = last[2]
+                continue
             record = self._records[node]
-            overlay[node] = build_node_state(
+            built = build_node_state(
                 record.snapshot,
                 {**self._by_node.get(node, {}), **pods},
                 observed_at_seconds=record.received_at_seconds,
@@ -486,6 +503,9 @@ class ClusterState:
                 labels=self._labels.get(node),
                 mig=self._mig.get(node, ()),
             )
+            overlay[node] = built
+            if base is not None:
+                builds[node] = (weakref.ref(base), pods, built)
         return overlay
 
     @property

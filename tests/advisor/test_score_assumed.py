@@ -114,3 +114,22 @@ def test_the_plugin_knows_the_same_gpu_names_as_the_advisor() -> None:
     """The plugin decides which pods cost a call; a name missing there would leave those pods unscored."""
     assert _go_strings("gpuResourceNames") == list(GPU_RESOURCE_NAMES)
     assert _go_strings("gpuAnnotations") == [GPU_MILLI_ANNOTATION, GPU_MEMORY_ANNOTATION]
+
+
+def test_the_same_assumed_pods_on_an_unchanged_node_keep_their_state_until_the_node_changes(
+    client: TestClient, state: ClusterState
+) -> None:
+    # A burst sends the same assumed pods call after call: the node's state with them is built once, so per-state
+    # caches (the verdicts' memo, the delta tables) see the node unchanged; a binding on it builds it again.
+    first = PodAllocation(pod="ml/first", node="one", gpus=1)
+    built = state.with_assumed([first])["one"]
+    assert state.with_assumed([first])["one"] is built
+    second = PodAllocation(pod="ml/second", node="one", gpus=1)
+    both = state.with_assumed([first, second])["one"]
+    assert both is not built
+    assert sorted(g.allocated_milli for g in both.gpus) == [1000, 1000]
+    assert sorted(g.allocated_milli for g in state.with_assumed([first])["one"].gpus) == [0, 1000]
+    state.update_pod("ml/bound", PodAllocation(pod="ml/bound", node="one", gpus=1), None)
+    after = state.with_assumed([first])["one"]
+    assert after is not built
+    assert sorted(g.allocated_milli for g in after.gpus) == [1000, 1000]  # the binding and the assumed pod

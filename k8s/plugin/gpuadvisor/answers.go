@@ -1,10 +1,12 @@
 package gpuadvisor
 
 import (
+	"bytes"
 	"container/list"
 	"encoding/json"
 	"hash/fnv"
 	"sync"
+	"time"
 )
 
 // maxHeldShapes bounds the pod shapes whose verdicts the plugin keeps (least recently used dropped): a burst is one
@@ -39,14 +41,45 @@ func newHeldAnswers(limit int) *heldAnswers {
 
 // shapeKey hashes the pod as sent, without what names this one pod.
 func shapeKey(pod wirePod) uint64 {
+	_, key := encodePod(pod)
+	return key
+}
+
+// shapePrefix begins every pod encoded without its name: Name is wireMeta's first field, never omitted, and
+// Namespace (never omitted either) follows it.
+const shapePrefix = `{"metadata":{"name":"",`
+
+// encodePod is the pod's JSON as sent and its shape key from one encoding: the pod is encoded without its name and
+// UID (its shape, which is hashed), and the name and UID are then written at the front of its metadata (the advisor
+// reads a JSON object: the order of its fields does not matter). Nil JSON (the caller encodes the pod itself) and
+// key 0 (no shape shared) if it does not encode, which a wirePod always does.
+func encodePod(pod wirePod) (json.RawMessage, uint64) {
+	name, uid := pod.Metadata.Name, pod.Metadata.UID
 	pod.Metadata.Name, pod.Metadata.UID = "", ""
-	data, err := json.Marshal(pod)
-	if err != nil { // a wirePod always encodes; were it not to, no shape is shared
-		return 0
+	shape, err := json.Marshal(pod)
+	if err != nil || !bytes.HasPrefix(shape, []byte(shapePrefix)) {
+		return nil, 0
 	}
 	h := fnv.New64a()
-	_, _ = h.Write(data)
-	return h.Sum64()
+	_, _ = h.Write(shape)
+	quotedName, err := json.Marshal(name)
+	if err != nil {
+		return nil, h.Sum64()
+	}
+	out := make([]byte, 0, len(shape)+len(name)+len(uid)+16)
+	out = append(out, `{"metadata":{"name":`...)
+	out = append(out, quotedName...)
+	if uid != "" {
+		quotedUID, err := json.Marshal(uid)
+		if err != nil {
+			return nil, h.Sum64()
+		}
+		out = append(out, `,"uid":`...)
+		out = append(out, quotedUID...)
+	}
+	out = append(out, ',')
+	out = append(out, shape[len(shapePrefix):]...)
+	return out, h.Sum64()
 }
 
 // take removes and returns the shape's held verdicts (nil when none are held).
@@ -81,4 +114,32 @@ func (h *heldAnswers) len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.order.Len()
+}
+
+// sinceRetry is how long the plugin stops sending `since` to an advisor that refused it with a 422 (one older than
+// delta answers: its strict schema refuses the unknown field). Then it tries again, so that an advisor upgraded
+// meanwhile gives delta answers again; each try costs one refused request.
+const sinceRetry = 10 * time.Minute
+
+// sinceGate says whether requests carry `since` now.
+type sinceGate struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	offUntil time.Time
+}
+
+func (g *sinceGate) on() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.now().Before(g.offUntil)
+}
+
+// refused turns `since` off for sinceRetry; it says whether it was on (so that the change is logged once).
+func (g *sinceGate) refused() (wasOn bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	wasOn = !now.Before(g.offUntil)
+	g.offUntil = now.Add(sinceRetry)
+	return wasOn
 }

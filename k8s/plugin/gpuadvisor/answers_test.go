@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -173,4 +175,155 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// olderAdvisor is an advisor from before delta answers: its strict schema refuses a request with a field it does
+// not know (`since`) with a 422, as pydantic's extra="forbid" does; otherwise it answers every candidate in full.
+type olderAdvisor struct {
+	mu       sync.Mutex
+	scores   map[string]float64
+	refused  int
+	answered int
+}
+
+func (o *olderAdvisor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var fields map[string]json.RawMessage
+	if err := json.NewDecoder(r.Body).Decode(&fields); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := fields["since"]; ok {
+		o.refused++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = io.WriteString(w, `{"detail":[{"type":"extra_forbidden","loc":["body","since"],"msg":"Extra inputs are not permitted"}]}`)
+		return
+	}
+	o.answered++
+	out := scoreResponse{Scores: []nodeVerdict{}, AssumedHeld: []string{}}
+	for n, s := range o.scores {
+		out.Scores = append(out.Scores, nodeVerdict{Node: n, Score: s, Feasible: true, Known: true})
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func (o *olderAdvisor) counts() (refused, answered int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.refused, o.answered
+}
+
+func TestAnAdvisorRefusingSinceIsAskedAgainWithoutItAndNotSentItForAWhile(t *testing.T) {
+	older := &olderAdvisor{scores: map[string]float64{"a": 80, "b": 40}}
+	p, c := startServer(t, older)
+	errorsBefore := fallbackCount(t, "error")
+	scores, status := scoreCycle(t, p, gpuPod("p1", oneGPU, nil), nodeInfos("a", "b"))
+	if neutral(scores, status) {
+		t.Fatal("the cycle whose request was refused for since must still get the advisor's scores")
+	}
+	if got := byName(scores); got["a"] != 100 || got["b"] != 50 {
+		t.Fatalf("scores %v", got)
+	}
+	if refused, answered := older.counts(); refused != 1 || answered != 1 {
+		t.Fatalf("refused %d, answered %d: want the request sent again without since in the same cycle", refused, answered)
+	}
+	if fallbackCount(t, "error") != errorsBefore {
+		t.Fatal("a refused since is not a failed call")
+	}
+	// The next cycles, within sinceRetry, send no since at all: one request each.
+	c.t = c.t.Add(sinceRetry - time.Second)
+	scores, _ = scoreCycle(t, p, gpuPod("p2", oneGPU, nil), nodeInfos("a", "b"))
+	if got := byName(scores); got["a"] != 100 || got["b"] != 50 {
+		t.Fatalf("scores %v", got)
+	}
+	if refused, answered := older.counts(); refused != 1 || answered != 2 {
+		t.Fatalf("refused %d, answered %d: since must not be sent again before sinceRetry", refused, answered)
+	}
+	// Once sinceRetry has passed the plugin tries since again (an upgraded advisor would answer deltas).
+	c.t = c.t.Add(2 * time.Second)
+	scores, _ = scoreCycle(t, p, gpuPod("p3", oneGPU, nil), nodeInfos("a", "b"))
+	if got := byName(scores); got["a"] != 100 || got["b"] != 50 {
+		t.Fatalf("scores %v", got)
+	}
+	if refused, answered := older.counts(); refused != 2 || answered != 3 {
+		t.Fatalf("refused %d, answered %d: since must be tried again after sinceRetry", refused, answered)
+	}
+	if p.breaker.failures != 0 {
+		t.Fatal("a refused since must not count against the advisor")
+	}
+}
+
+func TestAnotherRefusalIsAFailedCallNotARetry(t *testing.T) {
+	// An advisor that refuses the request with 422 whatever it carries: resent once without since, then the cycle
+	// is neutral like any failed call.
+	refusals := 0
+	var mu sync.Mutex
+	p, _ := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		refusals++
+		mu.Unlock()
+		http.Error(w, `{"detail":"pod: bad"}`, http.StatusUnprocessableEntity)
+	}))
+	scores, status := scoreCycle(t, p, gpuPod("p1", oneGPU, nil), nodeInfos("a", "b"))
+	if !neutral(scores, status) {
+		t.Fatalf("a refused request must leave the cycle neutral, got %v", byName(scores))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refusals != 2 {
+		t.Fatalf("%d requests, want 2 (with since, then without)", refusals)
+	}
+}
+
+func fallbackCount(t *testing.T, reason string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(fallbacks.WithLabelValues(reason))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestThePodEncodedOnceIsThePodAsJSONEncodesIt(t *testing.T) {
+	pods := []*v1.Pod{gpuPod("p1", oneGPU, map[string]string{"a": "b"}), gpuPod(`odd "name"`, oneGPU, nil)}
+	pods[1].UID = ""
+	for _, pod := range pods {
+		wire := toWire(pod)
+		encoded, key := encodePod(wire)
+		if encoded == nil || key == 0 {
+			t.Fatalf("%s: not encoded", pod.Name)
+		}
+		plain, err := json.Marshal(wire)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want map[string]any
+		if err := json.Unmarshal(encoded, &got); err != nil {
+			t.Fatalf("%s: %v in %s", pod.Name, err, encoded)
+		}
+		_ = json.Unmarshal(plain, &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: encoded %s, want %s", pod.Name, encoded, plain)
+		}
+	}
+	// A request with the pod and the assumed pods encoded before sends the same JSON as one encoded whole.
+	wire := toWire(pods[0])
+	encoded, _ := encodePod(wire)
+	assumedJSON, _ := json.Marshal(toWire(pods[1]))
+	req := scoreRequest{Pod: wire, Nodes: []string{"a"}, UnknownNodes: "neutral", encodedPod: encoded,
+		Assumed: []assumedWire{{Node: "a", Pod: toWire(pods[1]), encoded: assumedJSON}}}
+	fast, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.encodedPod, req.Assumed[0].encoded = nil, nil
+	slow, _ := json.Marshal(req)
+	var got, want map[string]any
+	_ = json.Unmarshal(fast, &got)
+	_ = json.Unmarshal(slow, &want)
+	if !reflect.DeepEqual(got, want) || got["pod"] == nil {
+		t.Fatalf("request %s, want %s", fast, slow)
+	}
 }

@@ -1,6 +1,7 @@
 package gpuadvisor
 
 import (
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ type assumedPods struct {
 type assumedPod struct {
 	node    string
 	pod     wirePod
+	encoded json.RawMessage // the pod's JSON, encoded once at Reserve rather than in every request that carries it
 	expires time.Time
 }
 
@@ -33,7 +35,11 @@ func newAssumedPods(ttl time.Duration, now func() time.Time) *assumedPods {
 func (a *assumedPods) add(uid types.UID, node string, pod wirePod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.pods[uid] = assumedPod{node: node, pod: pod, expires: a.now().Add(a.ttl)}
+	encoded, err := json.Marshal(pod)
+	if err != nil { // a wirePod always encodes; were it not to, each request encodes it again (and fails there)
+		encoded = nil
+	}
+	a.pods[uid] = assumedPod{node: node, pod: pod, encoded: encoded, expires: a.now().Add(a.ttl)}
 }
 
 // forget drops the pods the advisor holds already (keys namespace/name).
@@ -60,19 +66,32 @@ func (a *assumedPods) remove(uid types.UID) {
 	delete(a.pods, uid)
 }
 
-// on returns the live assumed pods on the given nodes (dropping the expired ones) and how many are held in all.
-func (a *assumedPods) on(nodes map[string]struct{}) ([]assumedWire, int) {
+// on returns the live assumed pods on the given nodes, in their order (dropping the expired ones), and how many are
+// held in all. The assumed pods are few and the nodes ~500: the nodes are looked up among the pods' nodes, not the
+// other way round (no set of the nodes is built per cycle).
+func (a *assumedPods) on(nodes []string) ([]assumedWire, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.pods) == 0 {
+		return nil, 0
+	}
 	now := a.now()
-	var out []assumedWire
+	byNode := make(map[string][]assumedWire, len(a.pods))
 	for uid, p := range a.pods {
 		if !now.Before(p.expires) {
 			delete(a.pods, uid)
 			continue
 		}
-		if _, ok := nodes[p.node]; ok {
-			out = append(out, assumedWire{Node: p.node, Pod: p.pod})
+		byNode[p.node] = append(byNode[p.node], assumedWire{Node: p.node, Pod: p.pod, encoded: p.encoded})
+	}
+	var out []assumedWire
+	for _, n := range nodes {
+		if len(byNode) == 0 {
+			break
+		}
+		if pods, ok := byNode[n]; ok {
+			out = append(out, pods...)
+			delete(byNode, n)
 		}
 	}
 	return out, len(a.pods)

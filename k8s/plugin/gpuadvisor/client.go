@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,11 +30,42 @@ type scoreRequest struct {
 	Detail string `json:"detail,omitempty"`
 	// Since asks for a delta answer: the token of the verdicts held for this pod's shape ("" for none).
 	Since *string `json:"since,omitempty"`
+	// encodedPod is Pod's JSON when it is encoded already (`encodePod`): sent as it is.
+	encodedPod json.RawMessage
+}
+
+// requestFields is scoreRequest without its MarshalJSON.
+type requestFields scoreRequest
+
+// MarshalJSON sends the pod as encoded already, when it is (the shallower `pod` field hides the embedded one).
+func (r scoreRequest) MarshalJSON() ([]byte, error) {
+	if r.encodedPod == nil {
+		return json.Marshal(requestFields(r))
+	}
+	return json.Marshal(struct {
+		Pod json.RawMessage `json:"pod"`
+		requestFields
+	}{r.encodedPod, requestFields(r)})
 }
 
 type assumedWire struct {
 	Node string  `json:"node"`
 	Pod  wirePod `json:"pod"`
+	// encoded is Pod's JSON, encoded at Reserve: sent as it is.
+	encoded json.RawMessage
+}
+
+type assumedFields assumedWire
+
+// MarshalJSON sends the pod as encoded at Reserve, when it is.
+func (a assumedWire) MarshalJSON() ([]byte, error) {
+	if a.encoded == nil {
+		return json.Marshal(assumedFields(a))
+	}
+	return json.Marshal(struct {
+		Pod json.RawMessage `json:"pod"`
+		assumedFields
+	}{a.encoded, assumedFields(a)})
 }
 
 // nodeVerdict is the advisor's NodeScoreBrief (the part of NodeScoreOut the plugin reads, and whether an
@@ -97,13 +129,28 @@ func (c *advisorClient) score(ctx context.Context, req *scoreRequest) (*scoreRes
 		return nil, fmt.Errorf("reading the advisor's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("advisor answered %d: %s", resp.StatusCode, truncate(string(data), 200))
+		return nil, &statusError{code: resp.StatusCode, body: truncate(string(data), 200)}
 	}
 	var answer scoreResponse
 	if err := json.Unmarshal(data, &answer); err != nil {
 		return nil, fmt.Errorf("advisor's answer is not a ScoreResponse: %w", err)
 	}
 	return &answer, nil
+}
+
+// statusError is an answer other than a 200: its status says whether the request itself was refused (a 422 to a
+// field an older advisor does not know) rather than the advisor failing.
+type statusError struct {
+	code int
+	body string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("advisor answered %d: %s", e.code, e.body) }
+
+// refusedAsInvalid says whether err is the advisor's 422: its schema refused the request.
+func refusedAsInvalid(err error) bool {
+	var s *statusError
+	return errors.As(err, &s) && s.code == http.StatusUnprocessableEntity
 }
 
 func truncate(s string, n int) string {

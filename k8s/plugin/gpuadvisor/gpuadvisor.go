@@ -50,6 +50,7 @@ type Plugin struct {
 	breaker *breaker
 	assumed *assumedPods
 	held    *heldAnswers
+	since   *sinceGate
 	now     func() time.Time
 }
 
@@ -87,6 +88,7 @@ func newPlugin(args *Args, token string, now func() time.Time) *Plugin {
 		breaker: &breaker{threshold: args.FailureThreshold, open: args.OpenDuration.Duration, now: now},
 		assumed: newAssumedPods(args.AssumeTTL.Duration, now),
 		held:    newHeldAnswers(maxHeldShapes),
+		since:   &sinceGate{now: now},
 		now:     now,
 	}
 }
@@ -260,12 +262,10 @@ func (p *Plugin) ask(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo) *cy
 // (taken in the cycle itself, before any later Reserve).
 func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 	names := make([]string, len(nodes))
-	candidates := make(map[string]struct{}, len(nodes))
 	for i, n := range nodes {
 		names[i] = n.Node().Name
-		candidates[names[i]] = struct{}{}
 	}
-	assumed, held := p.assumed.on(candidates)
+	assumed, held := p.assumed.on(names)
 	assumedGauge.Set(float64(held))
 	return &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed, Detail: "brief"}
 }
@@ -275,17 +275,30 @@ func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 //
 // The request carries the token of the verdicts held for the pod's shape (`heldAnswers`); a delta answer is merged
 // into them. An answer that leaves a candidate without a verdict fails the cycle's call (neutral scores) and drops
-// what was held, so that the next call asks for a full answer.
+// what was held, so that the next call asks for a full answer. An advisor older than delta answers refuses `since`
+// with a 422: the request is sent again without it at once, and no request carries it for sinceRetry.
 func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycleAnswer {
-	key := shapeKey(req.Pod)
-	prev := p.held.take(key)
-	since := ""
-	if prev != nil {
-		since = prev.token
+	encoded, key := encodePod(req.Pod)
+	req.encodedPod = encoded
+	var prev *heldShape
+	if p.since.on() {
+		prev = p.held.take(key)
+		since := ""
+		if prev != nil {
+			since = prev.token
+		}
+		req.Since = &since
 	}
-	req.Since = &since
 	start := p.now()
 	answer, err := p.client.score(ctx, req)
+	if err != nil && req.Since != nil && ctx.Err() == nil && refusedAsInvalid(err) {
+		if p.since.refused() {
+			klog.FromContext(ctx).Info("gpuadvisor: the advisor refuses delta requests (`since`); asking for full answers",
+				"advisor", p.args.AdvisorURL, "retryAfter", sinceRetry, "err", err)
+		}
+		req.Since, prev = nil, nil
+		answer, err = p.client.score(ctx, req)
+	}
 	elapsed := p.now().Sub(start).Seconds()
 	if err != nil && ctx.Err() != nil {
 		p.breaker.abandon()
