@@ -197,12 +197,7 @@ def _full(
 ) -> DeltaAnswer:
     """Every candidate's entry, kept in the new `table` (its basis set from this batch)."""
     found = [nodes.get(n) for n in names]
-    known = [s for s in found if s is not None]
-    evaluated = iter(scorer.evaluate(pod, known, scorer.clock()))
-    raws: list[RawVerdict | NodeScore] = [
-        next(evaluated) if s is not None else unknown_score(n, NO_STATE_REASON, scorer.config)
-        for n, s in zip(names, found, strict=True)
-    ]
+    raws = _verdicts(pod, list(zip(names, found, strict=True)), scorer, scorer.clock())
     briefs = scorer.brief_verdicts(pod, raws)
     texts: list[tuple[float, str]] = []
     outcomes = [0, 0, 0]
@@ -246,12 +241,7 @@ def _delta(
     for _ in range(misses):  # the few changed candidates, found by C-level searches
         at = holds.index(False, at + 1)
         changed.append((names[at], states[at]))
-    known = [s for _, s in changed if isinstance(s, NodeState)]
-    evaluated = iter(scorer.evaluate(pod, known, now))
-    raws: list[RawVerdict | NodeScore] = [
-        next(evaluated) if isinstance(s, NodeState) else unknown_score(name, NO_STATE_REASON, scorer.config)
-        for name, s in changed
-    ]
+    raws = _verdicts(pod, changed, scorer, now)
     basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
     basis, smallest = _basis(pod, basis_keys, scorer)
     if basis != table.basis:
@@ -271,6 +261,17 @@ def _delta(
     return DeltaAnswer(
         _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
     )
+
+
+def _verdicts(
+    pod: PodRequest, candidates: Sequence[tuple[str, object]], scorer: Scorer, now: float | None
+) -> list[RawVerdict | NodeScore]:
+    """Each candidate's verdict, the nodes with a state evaluated in one batch; a name without one is unknown."""
+    evaluated = iter(scorer.evaluate(pod, [s for _, s in candidates if isinstance(s, NodeState)], now))
+    return [
+        next(evaluated) if isinstance(s, NodeState) else unknown_score(name, NO_STATE_REASON, scorer.config)
+        for name, s in candidates
+    ]
 
 
 def _gone() -> object:

@@ -16,17 +16,10 @@ from advisor.api.schemas import ExtenderArgs, ScoreResponse
 from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
 from tests.advisor.factories import process, snapshot, two_socket_links, v1_pod
+from tests.support.clock import Clock
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -19,18 +19,11 @@ from advisor.cluster.state import TOPOLOGY_CACHE_ENTRIES, ClusterState
 from advisor.settings import AdvisorSettings
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot, v1_pod
+from tests.support.clock import Clock
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 JSON = {"Content-Type": "application/json"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -23,18 +23,11 @@ from advisor.placement.scorer import BriefScore, Scorer, fixed_clock
 from advisor.placement.types import PodRequest, Resident
 from advisor.settings import AdvisorSettings
 from tests.advisor.factories import node_state, process, snapshot, v1_pod
+from tests.support.clock import Clock
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NODES = [f"n{i}" for i in range(12)]
-
-
-@dataclass
-class Clock:
-    now: float = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -11,14 +11,7 @@ import pytest
 from advisor.cluster.state import KEEP_JSON_MAX_BYTES, ClusterState, PodAllocation
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import GIB, process, snapshot, two_socket_links
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def ingest(state: ClusterState, raw: dict[str, object]) -> bool:

@@ -15,18 +15,11 @@ from advisor.cluster.state import ClusterState
 from advisor.settings import AdvisorSettings
 from collector.snapshot import NodeSnapshot
 from tests.advisor.factories import snapshot, v1_pod
+from tests.support.clock import Clock
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 GIB = 1024**3
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _unknown(body: dict[str, Any], indices: range | list[int]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from advisor.predictors import HeuristicInterference, HeuristicJct, HeuristicUsa
 from advisor.settings import AdvisorSettings
 from profiler.store import db
 from tests.advisor.factories import H100, node_state, process, snapshot, v1_pod
+from tests.support.clock import Clock
 
 FAST = H100
 SLOW = "Tesla T4"
@@ -438,14 +439,6 @@ def test_room_from_the_memo_matches_the_rule_written_out() -> None:
 # Through the API: a served JCT model, start times from the watch
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 WORKLOAD = "ResNet-50 (batch size 64)"
 
 
@@ -467,7 +460,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(1_800_000_000.0)
 
 
 @pytest.fixture

@@ -135,6 +135,20 @@ func nodeInfos(names ...string) []fwk.NodeInfo {
 	return out
 }
 
+// scoreEach runs the plugin's Score for every node, as the framework does between PreScore and NormalizeScore.
+func scoreEach(t *testing.T, ctx context.Context, p *Plugin, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) fwk.NodeScoreList {
+	t.Helper()
+	scores := make(fwk.NodeScoreList, len(nodes))
+	for i, n := range nodes {
+		s, st := p.Score(ctx, state, pod, n)
+		if !st.IsSuccess() {
+			t.Fatalf("Score(%s): %v", n.Node().Name, st)
+		}
+		scores[i] = fwk.NodeScore{Name: n.Node().Name, Score: s}
+	}
+	return scores
+}
+
 // scoreCycle runs PreScore, Score per node and NormalizeScore as the framework does; nil scores when skipped.
 func scoreCycle(t *testing.T, p *Plugin, pod *v1.Pod, nodes []fwk.NodeInfo) (fwk.NodeScoreList, *fwk.Status) {
 	t.Helper()
@@ -147,14 +161,7 @@ func scoreCycle(t *testing.T, p *Plugin, pod *v1.Pod, nodes []fwk.NodeInfo) (fwk
 	if !status.IsSuccess() {
 		t.Fatalf("PreScore: %v", status)
 	}
-	scores := make(fwk.NodeScoreList, len(nodes))
-	for i, n := range nodes {
-		s, st := p.Score(ctx, state, pod, n)
-		if !st.IsSuccess() {
-			t.Fatalf("Score(%s): %v", n.Node().Name, st)
-		}
-		scores[i] = fwk.NodeScore{Name: n.Node().Name, Score: s}
-	}
+	scores := scoreEach(t, ctx, p, state, pod, nodes)
 	if st := p.ScoreExtensions().NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
 		t.Fatalf("NormalizeScore: %v", st)
 	}
@@ -299,14 +306,7 @@ func TestScoreDoesNotWaitForTheAdvisorNormalizeScoreWritesItsAnswer(t *testing.T
 		t.Fatalf("PreScore: %v", st)
 	}
 	// The advisor has not answered (gate closed below): PreScore and Score must not have waited for it.
-	scores := make(fwk.NodeScoreList, len(nodes))
-	for i, n := range nodes {
-		s, st := p.Score(ctx, state, pod, n)
-		if !st.IsSuccess() {
-			t.Fatalf("Score(%s): %v", n.Node().Name, st)
-		}
-		scores[i] = fwk.NodeScore{Name: n.Node().Name, Score: s}
-	}
+	scores := scoreEach(t, ctx, p, state, pod, nodes)
 	close(gate)
 	if st := p.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
 		t.Fatalf("NormalizeScore: %v", st)
