@@ -353,36 +353,25 @@ def _from_keys(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArra
         columns = percents[:, first[missing]]
         answers[missing] = _solve_keys(columns)
         _TURNS.keep(keys[missing].tolist(), answers[missing])
-        on_grid = columns[0] < _GRID_PERCENTS
-        _GRID.note_misses(_pack(columns[1:, on_grid]).tolist())  # each a pod percent its set had not met
     picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
 
 
 def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
     """The answers (GPU × 2) of GPUs whose pod percent is on the grid (0..100), given as percent columns, from their
-    resident sets' grids (`_GRID`). A set without a grid that has missed `_GRID_AFTER_MISSES` pod percents in the
-    memo of whole keys gets one now (solved together with the others', at most `_GRID_SETS_PER_CALL` of them, the
-    sets a call meets first): a set that lives on and meets many pod sizes is solved once, one that is replaced
-    soon (a node's next snapshot) costs no more than its keys. Also the positions of the GPUs left unanswered: the
-    caller asks the memo of whole keys for them."""
+    resident sets' grids (`_GRID`). A set without a grid gets one now (`_solve_sets`: mostly gathers from the memo of
+    sides), at most `_GRID_SETS_PER_CALL` of them, the sets a call meets first. Also the positions of the GPUs left
+    unanswered: the caller asks the memo of whole keys for them."""
     pods = percents[0]
     sets, which = np.unique(_pack(percents[1:]), return_inverse=True)
     which = which.reshape(-1)
     answers, missing = _GRID.find(sets.tolist(), which, pods)
     if not missing.size:
         return answers, missing
-    due = missing[_GRID.misses(sets[missing].tolist()) >= _GRID_AFTER_MISSES]
-    solving = due[:_GRID_SETS_PER_CALL]
-    if not solving.size:  # none due a grid yet: all key by key
-        return answers, np.flatnonzero(np.isin(which, missing))
+    solving = missing[:_GRID_SETS_PER_CALL]
     first = np.empty(sets.size, dtype=np.intp)
     first[which] = np.arange(which.size)
-    residents = percents[1:, first[solving]]  # one column per set
-    grid = np.empty((percents.shape[0], solving.size * _GRID_PERCENTS), dtype=np.int64)
-    grid[0] = np.tile(np.arange(_GRID_PERCENTS, dtype=np.int64), solving.size)
-    grid[1:] = np.repeat(residents, _GRID_PERCENTS, axis=1)
-    solved = _solve_keys(grid).reshape(solving.size, _GRID_PERCENTS, 2)
+    solved = _solve_sets(percents[1:, first[solving]])  # one column per set
     _GRID.keep(sets[solving].tolist(), solved)
     set_row = np.full(sets.size, -1, dtype=np.intp)
     set_row[solving] = np.arange(solving.size)
@@ -393,6 +382,42 @@ def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArra
     unsolved[missing] = True
     unsolved[solving] = False
     return answers, np.flatnonzero(unsolved[which])
+
+
+def _solve_sets(residents: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Resident sets' grids (set × pod percent × 2) for sets given as percent columns (ascending, `_NO_RESIDENT`
+    for none): `_solve_keys` of each set's 101 keys, the same numbers, from the sides they are made of. A side's
+    speed depends on its own utilisation and the others' (`turn_taking`, element by element), and the others' are
+    `min(1, pod + residents' sum − own)`: over the 101 pod percents, the pod's side is a function of the residents'
+    sum alone and a resident's of (its percent, the sum). So each distinct (side, sum) is one row of 101 speeds in
+    `_SIDES`, shared by every set that has it and solved once; a grid is then gathers and a minimum."""
+    present = residents != _NO_RESIDENT
+    utilisation = np.where(present, residents / 100.0, 0.0)
+    total = np.zeros(residents.shape[1])
+    for row in utilisation:  # left to right, as `_solve_keys` adds them (an absent resident adds 0.0: no change)
+        total = total + row
+    # each side as (its percent, or `_POD_SIDE`; the residents' sum) in one complex number: neither part is NaN or
+    # -0.0, so equal numbers are equal bits
+    codes = np.vstack([np.full((1, residents.shape[1]), _POD_SIDE, dtype=np.int64), residents])
+    sides = codes + 1j * np.broadcast_to(total, codes.shape)
+    there = np.vstack([np.ones((1, residents.shape[1]), dtype=np.bool_), present])
+    distinct, inverse = np.unique(sides[there], return_inverse=True)
+    speeds = np.full((*codes.shape, _GRID_PERCENTS), np.inf)
+    speeds[there] = _SIDES.speeds(distinct)[inverse.reshape(-1)]
+    return np.stack([1.0 / speeds[0], 1.0 / speeds[1:].min(axis=0)], axis=-1)
+
+
+def _side_speeds(sides: NDArray[np.complex128]) -> NDArray[np.float64]:
+    """Each side's speed (side × pod percent) at every pod percent of the grid: the pod's (real part `_POD_SIDE`)
+    or a resident's of that percent, beside residents whose utilisations sum to the imaginary part, as
+    `_solve_keys` computes a key's sides (the pod's percent / 100 added to that sum, the side's own taken off)."""
+    pods = np.arange(_GRID_PERCENTS, dtype=np.int64)[None, :] / 100.0
+    total = pods + sides.imag[:, None]
+    codes = sides.real[:, None]
+    own = np.where(codes == _POD_SIDE, pods, codes.astype(np.int64) / 100.0)
+    others = np.minimum(1.0, total - own)
+    steps = np.full(own.size, DEFAULT_STEP_SECONDS)
+    return turn_taking(own.reshape(-1), steps, others.reshape(-1), steps)[0].reshape(own.shape)
 
 
 _KEY_BITS = 12
@@ -507,12 +532,10 @@ _TURNS = _TurnMemo(16384)
 
 _GRID_PERCENTS = 101
 """Pod percents a resident set's grid holds: 0..100 %, every share's assumed use and a whole GPU's."""
-_GRID_SETS_PER_CALL = 512
-"""New resident sets whose grids one call solves (about 52,000 keys; the rest of that call's sets go key by key)."""
-_GRID_AFTER_MISSES = 2
-"""Pod percents a resident set must have missed in the memo of whole keys before its grid is solved: a grid is
-about 0.35 ms of CPU per set (101 keys), a pass over a call's missing keys about 0.8 ms whatever their number
-(per-operation overhead), so sets replaced soon are better solved key by key."""
+_GRID_SETS_PER_CALL = 4096
+"""New resident sets whose grids one call solves (the grid's bound; the rest of that call's sets go key by key)."""
+_POD_SIDE = -1
+"""The code of the pod's side in `_solve_sets` (a resident's side is coded by its percent)."""
 
 
 class _TurnGrid:
@@ -528,21 +551,6 @@ class _TurnGrid:
         self._rows: dict[int, int] = {}
         self._answers = np.empty((limit, _GRID_PERCENTS, 2))
         self._used = 0
-        self._misses: dict[int, int] = {}  # set → pod percents it missed in the memo of whole keys (no grid yet)
-
-    def note_misses(self, sets: list[int]) -> None:
-        """Count a missed pod percent for each of `sets` (repeats count again); emptied past 4 × `limit` sets."""
-        with self._lock:
-            misses = self._misses
-            if len(misses) > 4 * self.limit:
-                misses.clear()
-            for key in sets:
-                misses[key] = misses.get(key, 0) + 1
-
-    def misses(self, sets: list[int]) -> NDArray[np.int64]:
-        """The pod percents each of `sets` has missed so far."""
-        with self._lock:
-            return np.fromiter(map(self._misses.get, sets, repeat(0)), dtype=np.int64, count=len(sets))
 
     def find(
         self, sets: list[int], which: NDArray[np.intp], pods: NDArray[np.int64]
@@ -564,11 +572,45 @@ class _TurnGrid:
             self._answers[self._used : self._used + len(sets)] = answers
             self._rows.update(zip(sets, range(self._used, self._used + len(sets)), strict=True))
             self._used += len(sets)
-            for key in sets:
-                self._misses.pop(key, None)
 
 
 _GRID = _TurnGrid(4096)
+
+
+class _TurnSides:
+    """Speeds of grid sides (`_solve_sets`): per distinct (side, residents' sum), one row of `_GRID_PERCENTS`
+    speeds, found through a dict by the side's complex number. Cluster resident sets share sides (a percent beside
+    the same sum), so a new set's grid mostly gathers rows solved before. Bounded like `_TurnMemo` (808 bytes a
+    side), one lock for the same reason: rows are copied out under the lock they were found under."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._rows: dict[complex, int] = {}
+        self._speeds = np.empty((limit, _GRID_PERCENTS))
+        self._used = 0
+
+    def speeds(self, sides: NDArray[np.complex128]) -> NDArray[np.float64]:
+        """The rows of `sides` (distinct), those not kept solved (`_side_speeds`) and kept."""
+        keys = sides.tolist()
+        with self._lock:
+            rows = np.fromiter(map(self._rows.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
+            found = self._speeds[np.maximum(rows, 0)]
+        missing = np.flatnonzero(rows < 0)
+        if missing.size:
+            found[missing] = _side_speeds(sides[missing])
+            new = [keys[i] for i in missing[: self.limit].tolist()]
+            with self._lock:
+                if self._used + len(new) > self.limit:
+                    self._rows.clear()
+                    self._used = 0
+                self._speeds[self._used : self._used + len(new)] = found[missing[: self.limit]]
+                self._rows.update(zip(new, range(self._used, self._used + len(new)), strict=True))
+                self._used += len(new)
+        return found
+
+
+_SIDES = _TurnSides(8192)
 
 
 def data_parallel_speedup(gpu_count: int) -> float:
