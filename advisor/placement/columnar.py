@@ -7,7 +7,9 @@ uncached evaluations per call. Here the same arithmetic runs on arrays: every no
 (`NodeState.columns`: free and allocated milli-GPU, whether a share may go there, GPU memory, NVLink island, the
 first residents' SM and bandwidth use), what F_n(M) reads of a node (free total, full GPUs, the largest free share,
 full GPUs in the fullest island, shares below each size of the mix) per node, then per (node, GPU) after-state from
-the one GPU that changes, and F_n(M) for all of them in a few array operations.
+the one GPU that changes, and F_n(M) for all of them in a few array operations. What does not depend on the share's
+size (`ShareBasis`: the statistics and F_n(M) before, each GPU's room, the largest free share among the other GPUs)
+is one step (`share_basis`) that a caller may keep per node state (the prioritize verb's index does).
 
 Same numbers, bit for bit, as the scalar path (tests/advisor/test_columnar.py compares them on random nodes): every
 float is computed by the same IEEE operations in the same order (sums of integers are exact; the mix's terms are
@@ -132,65 +134,102 @@ class _Stats:
     below: dict[int, FloatArray]  # per share size m of the mix: the free shares smaller than m, summed
 
 
-def _share_sizes(config: ScoringConfig) -> set[int]:
+def share_sizes(config: ScoringConfig) -> set[int]:
     shapes = [(e[0], e[1]) for e in config.task_mix]
     if config.resources is not None:
         shapes += list(config.resources.shapes)
     return {milli for k, milli in shapes if k == 1 and milli < WHOLE_GPU_MILLI}
 
 
-def _before(free: FloatArray, island_ids: NDArray[np.int64], sizes: set[int]) -> tuple[_Stats, FloatArray, FloatArray]:
-    """Each node's statistics as it is, its full GPUs per island (g × n: island i of node r at [i, r]) and, per GPU,
-    the full GPUs of its own island (g × n). Arrays are GPU position × node: a reduction over a node's GPUs is then
-    a few operations on whole rows, not one short loop per node."""
-    full = free >= WHOLE_GPU_MILLI
-    g, n = free.shape
-    slots = (island_ids * n + np.arange(n)).ravel()
-    weighted = np.bincount(slots, weights=full.ravel().astype(np.float64), minlength=n * g)
-    counts = weighted.astype(np.float64, copy=False)  # already float64 (weighted): typed, not copied
-    per_island = counts.reshape(g, n)
-    stats = _Stats(
-        total=free.sum(axis=0),
-        full=full.sum(axis=0).astype(np.float64),
-        max_free=free.max(axis=0),
-        island_full=per_island.max(axis=0),
-        below={m: (free * (free < m)).sum(axis=0) for m in sizes},
-    )
-    return stats, per_island, counts[slots].reshape(g, n)
+class ShareBasis(NamedTuple):
+    """What a share's verdict reads of nodes that no share size changes, per node (shape n) and per node and GPU
+    position (n × g): computed once per node state and configuration by a caller that keeps it (the prioritize
+    verb's index, `share_basis` of the nodes whose state is new), else on every call. Sums of integers: exact."""
+
+    free: FloatArray  # n × g: free milli-GPU
+    allocated: FloatArray  # n × g: allocated milli-GPU where a share may go, +inf where none may
+    memory_free: FloatArray  # n × g: free GPU memory (bytes), +inf where the total is unknown (0)
+    others_max: FloatArray  # n × g: the largest free share among the node's other GPUs
+    island_drop: FloatArray  # n × g: 1 where taking this GPU's last full share leaves the fullest island one less
+    below_without: dict[int, FloatArray]  # per share size m of the mix (n × g): the node's `below[m]` less this GPU's
+    total: FloatArray
+    full: FloatArray
+    island_full: FloatArray
+    fragmentation: FloatArray  # F_n(M) of the node as it is
 
 
-def _after(
-    free: FloatArray,
-    per_island: FloatArray,
-    own: FloatArray,
-    before: _Stats,
+def share_basis(
+    columns: NDArray[np.float64],
+    slot: NDArray[np.intp],
+    gpu_count: int,
+    largest: FloatArray,
     *,
-    milli: int,
-    at: tuple[NDArray[np.intp], NDArray[np.intp]],
-) -> _Stats:
-    """The statistics after `milli` is taken from each GPU `at` (GPU positions, nodes: the GPUs the share fits on)
+    config: ScoringConfig,
+    fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
+) -> ShareBasis:
+    """The `ShareBasis` of the nodes whose columns are `columns[:, slot[i], :gpu_count]` (row × node × GPU position),
+    each with its largest NVLink island `largest[i]` and CPU/memory fit indices `fits[i]` (None: GPU-only)."""
+
+    def row(r: int) -> FloatArray:
+        return columns[r, slot, :gpu_count]
+
+    free = row(_FREE)
+    total_memory = row(_MEMORY_TOTAL)
+    n, g = free.shape
+    full = free >= WHOLE_GPU_MILLI
+    island_of = np.arange(n)[:, None] * g + row(_ISLAND).astype(np.int64)
+    weighted = np.bincount(island_of.ravel(), weights=full.ravel().astype(np.float64), minlength=n * g)
+    per_island = weighted.reshape(n, g)  # island i of node r at [r, i]
+    sizes = share_sizes(config)
+    before = _Stats(
+        total=free.sum(axis=1),
+        full=full.sum(axis=1).astype(np.float64),
+        max_free=free.max(axis=1),
+        island_full=per_island.max(axis=1),
+        below={m: (free * (free < m)).sum(axis=1) for m in sizes},
+    )
+    # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
+    ordered = np.sort(free, axis=1)
+    first = ordered[:, -1:]
+    second = ordered[:, -2:-1] if g > 1 else np.zeros_like(first)
+    only_max = (free == first) & (second < first)  # the maximum is unique where the second largest is below it
+    # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
+    top = before.island_full[:, None]
+    top_islands = (per_island == top).sum(axis=1)[:, None]
+    island_drop = ((weighted[island_of] == top) & (top_islands == 1)).astype(np.float64)
+    if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
+        uses_fit, weights = np.zeros(n, dtype=np.bool_), None
+    else:
+        uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)
+        weights = _weights(config, [f[0] if f is not None else None for f in fits])
+    return ShareBasis(
+        free=free,
+        allocated=np.where(row(_SHARE_OK) > 0, row(_ALLOCATED), np.inf),
+        memory_free=np.where(total_memory <= 0, np.inf, np.maximum(0.0, total_memory - row(_MEMORY_USED))),
+        others_max=np.where(only_max, second, first),
+        island_drop=island_drop,
+        below_without={m: below[:, None] - free * (free < m) for m, below in before.below.items()},
+        total=before.total,
+        full=before.full,
+        island_full=before.island_full,
+        fragmentation=_fragmentation(before, largest, config=config, weights=weights, uses_fit=uses_fit),
+    )
+
+
+def _after(basis: ShareBasis, *, milli: int, at: tuple[NDArray[np.intp], NDArray[np.intp]]) -> _Stats:
+    """The statistics after `milli` is taken from each GPU `at` (nodes, GPU positions: the GPUs the share fits on)
     in turn, one element per such GPU: only that GPU's free share changes. Computed only where the share fits (a
     quarter of a busy cluster's GPUs): the other GPUs' values were never read."""
-    positions, rows = at
-    f = free[positions, rows]
+    f = basis.free[at]
     taken = f - milli
     lost_full = ((f >= WHOLE_GPU_MILLI) & (taken < WHOLE_GPU_MILLI)).astype(np.float64)
-    # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
-    ordered = np.sort(free, axis=0)
-    first = ordered[-1][rows]
-    second = ordered[-2][rows] if free.shape[0] > 1 else np.zeros_like(first)
-    only_max = (f == first) & (second < first)  # the maximum is unique where the second largest is below it
-    others_max = np.where(only_max, second, first)
-    # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
-    top = before.island_full[rows]
-    top_islands = (per_island == before.island_full).sum(axis=0)[rows]
-    island_full = top - lost_full * ((own[positions, rows] == top) & (top_islands == 1))
+    rows = at[0]
     return _Stats(
-        total=before.total[rows] - milli,
-        full=before.full[rows] - lost_full,
-        max_free=np.maximum(others_max, taken),
-        island_full=island_full,
-        below={m: below[rows] - f * (f < m) + taken * (taken < m) for m, below in before.below.items()},
+        total=basis.total[rows] - milli,
+        full=basis.full[rows] - lost_full,
+        max_free=np.maximum(basis.others_max[at], taken),
+        island_full=basis.island_full[rows] - lost_full * basis.island_drop[at],
+        below={m: without[at] + taken * (taken < m) for m, without in basis.below_without.items()},
     )
 
 
@@ -403,53 +442,42 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
     config: ScoringConfig,
     predictors: Predictors,
     facts: NodeFacts | None = None,
+    basis: ShareBasis | None = None,
 ) -> ShareArrays:
     """For each node (all with the same number of GPUs, at least one healthy), the GPU a share of `pod` goes on:
     the best `weight_packing × packing + weight_interference × interference` among the GPUs it fits on, the first
     on ties, exactly as `scoring._evaluate_share` chooses. `fits` are the nodes' CPU/memory fit indices before and
     after the pod (None: GPU-only), `usages` the pod's expected use on each node's GPU model — or, with `facts`,
-    on the node's GPU model as `facts.usage_index` says."""
+    on the node's GPU model as `facts.usage_index` says. `basis`: the nodes' `share_basis` under `config` where the
+    caller keeps it (else computed here)."""
     n = len(nodes)
     g = nodes[0].topology.gpu_count
     if facts is None:
         joined = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
         columns, slot = joined.transpose(1, 0, 2), np.arange(n)
-    else:  # only the rows read below are copied, and the GPUs the share fits on
-        columns, slot = facts.columns, facts.slot
-
-    def row(r: int) -> FloatArray:
-        """One row of every node's columns as GPU position × node (see `_before`)."""
-        return np.ascontiguousarray(columns[r, slot, :g].T)
-
-    free = row(_FREE)
-    milli = pod.share_milli
-    ok = (row(_SHARE_OK) > 0) & (row(_ALLOCATED) + milli <= WHOLE_GPU_MILLI)
-    need = pod.gpu_memory_bytes
-    if need is not None:
-        total_memory = row(_MEMORY_TOTAL)
-        free_memory = np.maximum(0.0, total_memory - row(_MEMORY_USED))
-        ok &= (total_memory <= 0) | (free_memory >= need)
-    island_ids = row(_ISLAND).astype(np.int64)
-    if facts is None:
         largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
         usage_index = np.arange(n)
         modes = None
-    else:
+    else:  # only the GPUs the share fits on are copied
+        columns, slot = facts.columns, facts.slot
         largest, usage_index, modes = facts.largest_island, facts.usage_index, (facts.concurrent, facts.sliced)
-    positions, rows = np.nonzero(ok)  # the GPUs the share fits on, position-major
-    at = (positions, rows)
+    if basis is None:
+        basis = share_basis(columns, slot, g, largest, config=config, fits=fits)
+    milli = pod.share_milli
+    ok = basis.allocated + milli <= WHOLE_GPU_MILLI
+    need = pod.gpu_memory_bytes
+    if need is not None:
+        ok &= basis.memory_free >= need
+    rows, positions = np.nonzero(ok)  # the GPUs the share fits on, node by node
+    at = (rows, positions)
 
-    sizes = _share_sizes(config)
-    before, per_island, own_island = _before(free, island_ids, sizes)
-    after = _after(free, per_island, own_island, before, milli=milli, at=at)
+    after = _after(basis, milli=milli, at=at)
     if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
         uses_fit = np.zeros(n, dtype=np.bool_)
-        before_weights = after_weights = None
+        after_weights = None
     else:
         uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)
-        before_weights = _weights(config, [f[0] if f is not None else None for f in fits])
         after_weights = _weights(config, [f[1] if f is not None else None for f in fits])
-    frag_before = _fragmentation(before, largest, config=config, weights=before_weights, uses_fit=uses_fit)
     frag_after = _fragmentation(
         after,
         largest[rows],
@@ -457,7 +485,7 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
         weights=None if after_weights is None else after_weights[rows],
         uses_fit=uses_fit[rows],
     )
-    delta = frag_after - frag_before[rows]
+    delta = frag_after - basis.fragmentation[rows]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
     sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
     stepped = sigmoid
@@ -475,7 +503,7 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
         pod,
         nodes,
         entries,
-        at,
+        (positions, rows),
         usages=usages,
         usage_index=usage_index,
         predictors=predictors,
@@ -483,15 +511,15 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
         set_keys=set_keys,
     )
     interference = 0.5 / pod_slow + 0.5 / res_slow
-    value = np.full((g, n), -np.inf)
-    value[at] = config.weight_packing * packing + config.weight_interference * interference
-    best = value.argmax(axis=0)  # the first GPU position on ties
-    entry = np.zeros((g, n), dtype=np.intp)
-    entry[at] = np.arange(rows.size)
-    chosen = entry[best, np.arange(n)]
-    placed = ok[best, np.arange(n)]
     if not rows.size:  # fits nowhere: the other fields mean nothing
         return ShareArrays(np.full(n, -1, dtype=np.intp), *(np.zeros(n) for _ in range(4)))
+    value = np.full((n, g), -np.inf)
+    value[at] = config.weight_packing * packing + config.weight_interference * interference
+    best = value.argmax(axis=1)  # the first GPU position on ties
+    every = np.arange(n)
+    entry = np.zeros((n, g), dtype=np.intp)
+    entry[at] = np.arange(rows.size)
+    chosen = entry[every, best]
     return ShareArrays(
-        np.where(placed, best, -1), packing[chosen], interference[chosen], pod_slow[chosen], res_slow[chosen]
+        np.where(ok[every, best], best, -1), packing[chosen], interference[chosen], pod_slow[chosen], res_slow[chosen]
     )

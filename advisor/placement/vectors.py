@@ -27,7 +27,9 @@ more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). P
 a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept per node
 shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per (node
 shape, eligible GPUs) for GPU-memory requests (at most `_NODE_SHAPE_LIMIT` plans per pair), and go with the node
-shapes when the index starts afresh.
+shapes when the index starts afresh. A share's node basis (`columnar.ShareBasis`: what it reads of a node whatever
+its size, F_n(M) as the node is among it) is kept per slot for at most `_BASIS_TABLES` configurations, 600 bytes per
+slot each with the default task mix, so that a cold share computes only the after-state of the GPUs it fits on.
 """
 
 from __future__ import annotations
@@ -43,7 +45,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.gpus import normalize_gpu_model
-from advisor.placement.columnar import NodeFacts, gpu_slowdowns, node_modes, resident_keys, share_arrays
+from advisor.placement.columnar import (
+    NodeFacts,
+    ShareBasis,
+    gpu_slowdowns,
+    node_modes,
+    resident_keys,
+    share_arrays,
+    share_basis,
+    share_sizes,
+)
 from advisor.placement.config import ScoringConfig
 from advisor.placement.gpuset import WholePlan, whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
@@ -72,6 +83,9 @@ _FEASIBLE, _PACKING, _AFFINITY, _INTERFERENCE, _SLOWDOWN = range(5)
 _FIELDS = 5
 _PLAN_TABLES = 16
 """(whole GPUs, configuration) pairs whose plans by node shape are kept (24 bytes per node shape each)."""
+_BASIS_TABLES = 4
+"""Configurations whose shares' node bases are kept (`_BasisTable`: (5 + share sizes of the mix) × 8 + 4 floats per
+slot, 600 bytes with the default mix)."""
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -209,12 +223,15 @@ class ScoreVectors:
         # the same where a GPU-memory request leaves fewer eligible GPUs: by (node shape id, eligible mask) packed
         # as `id << _MASK_BITS | mask` (`_eligible_plans`)
         self._eligible: dict[tuple[int, ScoringConfig], dict[int, WholePlan | None]] = {}
+        # per configuration: each slot's `columnar.ShareBasis` (what a share reads of its node whatever its size)
+        self._bases: OrderedDict[ScoringConfig, _BasisTable] = OrderedDict()
 
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
         stay, each one's state unknown until the next call finds it."""
         with self._lock:
             self._tables.clear()
+            self._bases.clear()
             self._serial[1:] = -1  # no state's serial
             self._trusted[1:] = False
 
@@ -530,14 +547,16 @@ class ScoreVectors:
             if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
                 values[:, members] = _rows(scorer.evaluate(pod, nodes, None))
                 continue
+            config = distinct[key % len(distinct)]
             chosen = share_arrays(
                 pod,
                 nodes,
                 [None] * len(nodes),
                 usages,
-                config=distinct[key % len(distinct)],
+                config=config,
                 predictors=predictors,
                 facts=self._facts(target[members], model[members]),
+                basis=self._share_basis(config, target[members], key // len(distinct)),
             )
             values[_FEASIBLE, members] = chosen.positions >= 0
             values[_PACKING, members] = chosen.packing
@@ -634,6 +653,26 @@ class ScoreVectors:
             values[_INTERFERENCE, members[shared]] = 0.5 / pod_slow + 0.5 / res_slow
             values[_SLOWDOWN, members[shared]] = pod_slow
         return values
+
+    def _share_basis(self, config: ScoringConfig, slots: NDArray[np.intp], gpu_count: int) -> ShareBasis:
+        """The `columnar.ShareBasis` of the nodes at `slots` (of `gpu_count` GPUs) under `config`: kept per slot and
+        node state, so that only nodes whose state is new since they were last asked about are computed."""
+        table = self._bases.pop(config, None)  # put back last: the least recently used go first
+        capacity, width = self._serial.size, self._columns.shape[2]
+        if table is None or table.epoch.size < capacity or table.gpus.shape[2] < width:
+            table = _BasisTable(capacity, width, sorted(share_sizes(config)))
+        self._bases[config] = table
+        if len(self._bases) > _BASIS_TABLES:
+            self._bases.popitem(last=False)
+        stale = slots[table.epoch[slots] != self._epoch[slots]]
+        if stale.size:
+            fits: list[None] = [None] * stale.size  # `covers`: no CPU/memory fit index
+            table.keep(
+                stale,
+                share_basis(self._columns, stale, gpu_count, self._largest_island[stale], config=config, fits=fits),
+            )
+            table.epoch[stale] = self._epoch[stale]
+        return table.basis(slots, gpu_count)
 
     def _facts(self, slots: NDArray[np.intp], usage_index: NDArray[np.intp]) -> NodeFacts:
         """The index's arrays of the nodes at `slots` for `columnar` (their columns lent whole, not copied)."""
@@ -800,6 +839,44 @@ def _plan_rows(feasible: BoolArray, packing: FloatArray, affinity: FloatArray) -
     rows[_INTERFERENCE] = np.where(feasible, 1.0, 0.0)
     rows[_SLOWDOWN] = 1.0
     return rows
+
+
+class _BasisTable:
+    """`columnar.ShareBasis` of each slot's node state under one configuration: its per-GPU arrays as rows of one
+    array (field × slot × GPU position), its per-node ones as rows of another, `epoch[slot]` the index's epoch of the
+    state they were computed for (-1: none)."""
+
+    __slots__ = ("epoch", "gpus", "nodes", "sizes")
+
+    def __init__(self, capacity: int, width: int, sizes: list[int]) -> None:
+        self.epoch: IntArray = np.full(capacity, -1, dtype=np.int64)
+        self.sizes = sizes
+        self.gpus: FloatArray = np.zeros((5 + len(sizes), capacity, width))
+        self.nodes: FloatArray = np.zeros((4, capacity))
+
+    def keep(self, slots: NDArray[np.intp], basis: ShareBasis) -> None:
+        g = basis.free.shape[1]
+        per_gpu = (basis.free, basis.allocated, basis.memory_free, basis.others_max, basis.island_drop)
+        for field, values in enumerate((*per_gpu, *(basis.below_without[m] for m in self.sizes))):
+            self.gpus[field, slots, :g] = values
+        for field, values in enumerate((basis.total, basis.full, basis.island_full, basis.fragmentation)):
+            self.nodes[field, slots] = values
+
+    def basis(self, slots: NDArray[np.intp], gpu_count: int) -> ShareBasis:
+        gpus = self.gpus[:, slots, :gpu_count]
+        nodes = self.nodes[:, slots]
+        return ShareBasis(
+            free=gpus[0],
+            allocated=gpus[1],
+            memory_free=gpus[2],
+            others_max=gpus[3],
+            island_drop=gpus[4],
+            below_without={m: gpus[5 + j] for j, m in enumerate(self.sizes)},
+            total=nodes[0],
+            full=nodes[1],
+            island_full=nodes[2],
+            fragmentation=nodes[3],
+        )
 
 
 class _PlanTable:
