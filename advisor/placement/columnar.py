@@ -156,6 +156,9 @@ class ShareBasis(NamedTuple):
     full: FloatArray
     island_full: FloatArray
     fragmentation: FloatArray  # F_n(M) of the node as it is
+    slot: NDArray[np.intp] | None = None
+    """None: the arrays are the nodes' own (node i at row i). Else a keeper's, lent whole: node i's row is
+    `slot[i]` and the per-GPU arrays may be wider than the nodes' GPUs (only what a call reads is copied)."""
 
 
 def share_basis(
@@ -220,10 +223,11 @@ def _after(basis: ShareBasis, *, milli: int, at: tuple[NDArray[np.intp], NDArray
     """The statistics after `milli` is taken from each GPU `at` (nodes, GPU positions: the GPUs the share fits on)
     in turn, one element per such GPU: only that GPU's free share changes. Computed only where the share fits (a
     quarter of a busy cluster's GPUs): the other GPUs' values were never read."""
+    rows = at[0] if basis.slot is None else basis.slot[at[0]]
+    at = (rows, at[1])
     f = basis.free[at]
     taken = f - milli
     lost_full = ((f >= WHOLE_GPU_MILLI) & (taken < WHOLE_GPU_MILLI)).astype(np.float64)
-    rows = at[0]
     return _Stats(
         total=basis.total[rows] - milli,
         full=basis.full[rows] - lost_full,
@@ -464,10 +468,12 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
     if basis is None:
         basis = share_basis(columns, slot, g, largest, config=config, fits=fits)
     milli = pod.share_milli
-    ok = basis.allocated + milli <= WHOLE_GPU_MILLI
+    kept = basis.slot
+    allocated = basis.allocated if kept is None else basis.allocated[kept, :g]
+    ok = allocated + milli <= WHOLE_GPU_MILLI
     need = pod.gpu_memory_bytes
     if need is not None:
-        ok &= basis.memory_free >= need
+        ok &= (basis.memory_free if kept is None else basis.memory_free[kept, :g]) >= need
     rows, positions = np.nonzero(ok)  # the GPUs the share fits on, node by node
     at = (rows, positions)
 
@@ -485,7 +491,7 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
         weights=None if after_weights is None else after_weights[rows],
         uses_fit=uses_fit[rows],
     )
-    delta = frag_after - basis.fragmentation[rows]
+    delta = frag_after - basis.fragmentation[rows if kept is None else kept[rows]]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
     sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
     stepped = sigmoid

@@ -672,7 +672,7 @@ class ScoreVectors:
                 share_basis(self._columns, stale, gpu_count, self._largest_island[stale], config=config, fits=fits),
             )
             table.epoch[stale] = self._epoch[stale]
-        return table.basis(slots, gpu_count)
+        return table.basis(slots)
 
     def _facts(self, slots: NDArray[np.intp], usage_index: NDArray[np.intp]) -> NodeFacts:
         """The index's arrays of the nodes at `slots` for `columnar` (their columns lent whole, not copied)."""
@@ -862,9 +862,9 @@ class _BasisTable:
         for field, values in enumerate((basis.total, basis.full, basis.island_full, basis.fragmentation)):
             self.nodes[field, slots] = values
 
-    def basis(self, slots: NDArray[np.intp], gpu_count: int) -> ShareBasis:
-        gpus = self.gpus[:, slots, :gpu_count]
-        nodes = self.nodes[:, slots]
+    def basis(self, slots: NDArray[np.intp]) -> ShareBasis:
+        """The kept bases of the nodes at `slots`, lent whole (`ShareBasis.slot`)."""
+        gpus, nodes = self.gpus, self.nodes
         return ShareBasis(
             free=gpus[0],
             allocated=gpus[1],
@@ -876,6 +876,7 @@ class _BasisTable:
             full=nodes[1],
             island_full=nodes[2],
             fragmentation=nodes[3],
+            slot=slots,
         )
 
 
