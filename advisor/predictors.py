@@ -314,20 +314,11 @@ def turn_taking_slowdowns_by_set(
     """`turn_taking_slowdowns_of(pod_sm, resident_sm, counts)` where each GPU's `resident_set_keys` are known
     (`set_keys`): a GPU whose set has a grid is a gather by its pod percent; the rest go through
     `turn_taking_slowdowns_of` (which solves their sets' grids). The same numbers."""
-    m = pod_sm.size
     pods = _percents(pod_sm[None, :])[0]
-    on_grid = np.flatnonzero((set_keys >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS))
-    pod_slow, res_slow = np.empty(m), np.empty(m)
-    rest = np.ones(m, dtype=np.bool_)
-    if on_grid.size:
-        sets, which = np.unique(set_keys[on_grid], return_inverse=True)
-        answers, missing = _GRID.find(sets.tolist(), which.reshape(-1), pods[on_grid])
-        kept = np.ones(sets.size, dtype=np.bool_)
-        kept[missing] = False
-        found = on_grid[kept[which.reshape(-1)]]
-        pod_slow[on_grid], res_slow[on_grid] = answers[:, 0], answers[:, 1]
-        rest[found] = False
-    left = np.flatnonzero(rest)
+    on_grid = (set_keys >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS)
+    answers, found = _GRID.find_keys(set_keys, np.where(on_grid, pods, 0), on_grid)
+    pod_slow, res_slow = answers[:, 0].copy(), answers[:, 1].copy()
+    left = np.flatnonzero(~found)
     if left.size:
         pod_slow[left], res_slow[left] = turn_taking_slowdowns_of(pod_sm[left], resident_sm[:, left], counts[left])
     return pod_slow, res_slow
@@ -551,6 +542,23 @@ class _TurnGrid:
         self._rows: dict[int, int] = {}
         self._answers = np.empty((limit, _GRID_PERCENTS, 2))
         self._used = 0
+        # the kept sets sorted, and their rows: many GPUs' sets found by one `searchsorted`, no Python step per set
+        self._sorted_sets = np.zeros(0, dtype=np.int64)
+        self._sorted_rows = np.zeros(0, dtype=np.intp)
+
+    def find_keys(
+        self, sets: NDArray[np.int64], pods: NDArray[np.int64], asked: NDArray[np.bool_]
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """The answers (GPU × 2) of GPUs of set `sets[i]` and pod percent `pods[i]` (0..100) where `asked`, and
+        whether each was found (the rows of the others mean nothing)."""
+        with self._lock:
+            kept, rows = self._sorted_sets, self._sorted_rows
+            if not kept.size:
+                return np.empty((sets.size, 2)), np.zeros(sets.size, dtype=np.bool_)
+            at = np.minimum(np.searchsorted(kept, sets), kept.size - 1)
+            found = asked & (kept[at] == sets)
+            answers = self._answers[np.where(found, rows[at], 0), pods]
+        return answers, found
 
     def find(
         self, sets: list[int], which: NDArray[np.intp], pods: NDArray[np.int64]
@@ -572,6 +580,10 @@ class _TurnGrid:
             self._answers[self._used : self._used + len(sets)] = answers
             self._rows.update(zip(sets, range(self._used, self._used + len(sets)), strict=True))
             self._used += len(sets)
+            kept = np.fromiter(self._rows, dtype=np.int64, count=len(self._rows))
+            order = np.argsort(kept)
+            self._sorted_sets = kept[order]
+            self._sorted_rows = np.fromiter(self._rows.values(), dtype=np.intp, count=len(self._rows))[order]
 
 
 _GRID = _TurnGrid(4096)
