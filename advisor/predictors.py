@@ -344,22 +344,29 @@ def _from_keys(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArra
         columns = percents[:, first[missing]]
         answers[missing] = _solve_keys(columns)
         _TURNS.keep(keys[missing].tolist(), answers[missing])
+        on_grid = columns[0] < _GRID_PERCENTS
+        _GRID.note_misses(_pack(columns[1:, on_grid]).tolist())  # each a pod percent its set had not met
     picked = answers[which]
     return picked[:, 0].copy(), picked[:, 1].copy()
 
 
 def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
     """The answers (GPU × 2) of GPUs whose pod percent is on the grid (0..100), given as percent columns, from their
-    resident sets' grids (`_GRID`). A set without a grid gets one now (`_solve_sets`: mostly gathers from the memo of
-    sides), at most `_GRID_SETS_PER_CALL` of them, the sets a call meets first. Also the positions of the GPUs left
-    unanswered: the caller asks the memo of whole keys for them."""
+    resident sets' grids (`_GRID`). A set without a grid that has missed `_GRID_AFTER_MISSES` pod percents in the
+    memo of whole keys gets one now (`_solve_sets`, together with the others', at most `_GRID_SETS_PER_CALL` of them,
+    the sets a call meets first): a set that lives on and meets many pod sizes is solved once, one that is replaced
+    soon (a node's next snapshot) costs no more than its keys. Also the positions of the GPUs left unanswered: the
+    caller asks the memo of whole keys for them."""
     pods = percents[0]
     sets, which = np.unique(_pack(percents[1:]), return_inverse=True)
     which = which.reshape(-1)
     answers, missing = _GRID.find(sets.tolist(), which, pods)
     if not missing.size:
         return answers, missing
-    solving = missing[:_GRID_SETS_PER_CALL]
+    due = missing[_GRID.misses(sets[missing].tolist()) >= _GRID_AFTER_MISSES]
+    solving = due[:_GRID_SETS_PER_CALL]
+    if not solving.size:  # none due a grid yet: all key by key
+        return answers, np.flatnonzero(np.isin(which, missing))
     first = np.empty(sets.size, dtype=np.intp)
     first[which] = np.arange(which.size)
     solved = _solve_sets(percents[1:, first[solving]])  # one column per set
@@ -525,6 +532,11 @@ _GRID_PERCENTS = 101
 """Pod percents a resident set's grid holds: 0..100 %, every share's assumed use and a whole GPU's."""
 _GRID_SETS_PER_CALL = 4096
 """New resident sets whose grids one call solves (the grid's bound; the rest of that call's sets go key by key)."""
+_GRID_AFTER_MISSES = 2
+"""Pod percents a resident set must have missed in the memo of whole keys before its grid is solved: a grid solves
+101 keys (fewer where other sets share its sides, `_TurnSides`), so a set replaced soon (a node's next snapshot,
+met once) is better solved key by key; at 10,000 nodes with half the candidates new every call, solving every set
+met at once tripled the longest prioritize (bench/state_gc.py)."""
 _POD_SIDE = -1
 """The code of the pod's side in `_solve_sets` (a resident's side is coded by its percent)."""
 
@@ -542,9 +554,24 @@ class _TurnGrid:
         self._rows: dict[int, int] = {}
         self._answers = np.empty((limit, _GRID_PERCENTS, 2))
         self._used = 0
+        self._misses: dict[int, int] = {}  # set → pod percents it missed in the memo of whole keys (no grid yet)
         # the kept sets sorted, and their rows: many GPUs' sets found by one `searchsorted`, no Python step per set
         self._sorted_sets = np.zeros(0, dtype=np.int64)
         self._sorted_rows = np.zeros(0, dtype=np.intp)
+
+    def note_misses(self, sets: list[int]) -> None:
+        """Count a missed pod percent for each of `sets` (repeats count again); emptied past 4 × `limit` sets."""
+        with self._lock:
+            misses = self._misses
+            if len(misses) > 4 * self.limit:
+                misses.clear()
+            for key in sets:
+                misses[key] = misses.get(key, 0) + 1
+
+    def misses(self, sets: list[int]) -> NDArray[np.int64]:
+        """The pod percents each of `sets` has missed so far."""
+        with self._lock:
+            return np.fromiter(map(self._misses.get, sets, repeat(0)), dtype=np.int64, count=len(sets))
 
     def find_keys(
         self, sets: NDArray[np.int64], pods: NDArray[np.int64], asked: NDArray[np.bool_]
@@ -584,6 +611,8 @@ class _TurnGrid:
             order = np.argsort(kept)
             self._sorted_sets = kept[order]
             self._sorted_rows = np.fromiter(self._rows.values(), dtype=np.intp, count=len(self._rows))[order]
+            for key in sets:
+                self._misses.pop(key, None)
 
 
 _GRID = _TurnGrid(4096)

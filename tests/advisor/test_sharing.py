@@ -20,7 +20,9 @@ from advisor.predictors import (
     UsageProfile,
     _pack,
     _TurnMemo,
+    resident_set_keys,
     turn_taking_slowdowns,
+    turn_taking_slowdowns_by_set,
     turn_taking_slowdowns_of,
 )
 from advisor.settings import AdvisorSettings
@@ -216,31 +218,30 @@ def _scalar_turns(pod: float, residents: list[float]) -> tuple[float, float]:
     return 1 / speed, 1 / slowest
 
 
-def test_a_resident_set_met_once_answers_every_pod_percent_bit_for_bit() -> None:
-    # Residents never seen, met by one pod size: each resident set's grid then holds all 101 pod percents, and each
-    # is the answer of solving that one key; a set made of sides other sets had (the same percents beside the same
-    # sum) is answered from those sides, the same numbers.
+def test_a_resident_set_met_with_a_third_pod_size_answers_every_pod_percent_bit_for_bit() -> None:
+    # Residents never seen, met by two pod sizes (solved key by key: no grid yet), then a third: each resident set's
+    # grid then holds all 101 pod percents, and each is the answer of solving that one key.
     # (sets no other test meets: the grid is the process's)
-    residents = np.array([[0.371, 0.111, 0.52, 0.11], [0.0173, 0.26, 0.845, 0.26], [0.0, 0.0, 0.07, 0.0], [0.0] * 4])
-    counts = np.array([2, 2, 3, 2])
+    residents = np.array([[0.371, 0.111, 0.52], [0.0173, 0.26, 0.845], [0.0, 0.0, 0.07], [0.0, 0.0, 0.0]])
+    counts = np.array([2, 2, 3])
 
     def grid_of(i: int) -> tuple[np.ndarray, np.ndarray]:
         percents = np.full((residents.shape[0], 1), (1 << 12) - 1, dtype=np.int64)
         percents[: counts[i], 0] = sorted(round(round(r, 2) * 100) for r in residents[: counts[i], i].tolist())
         return _GRID.find(_pack(percents).tolist(), np.zeros(_GRID_PERCENTS, dtype=np.intp), np.arange(_GRID_PERCENTS))
 
-    assert all(grid_of(i)[1].size == 1 for i in range(3))  # not met yet: no grid
-    turn_taking_slowdowns_of(np.full(3, 0.42), residents[:, :3], counts[:3])
-    for i in range(4):
+    for pod_sm in (0.42, 0.17):
+        turn_taking_slowdowns_of(np.full(3, pod_sm), residents, counts)
+        assert all(grid_of(i)[1].size == 1 for i in range(3))  # sets met by one or two sizes: no grid
+    turn_taking_slowdowns_of(np.full(3, 0.66), residents, counts)
+    for i in range(3):
         resident_sm = residents[: counts[i], i].tolist()
-        if i == 3:  # the second set again, in another order: its grid
-            assert grid_of(i)[1].size == 0
-        got = turn_taking_slowdowns_of(np.array([0.93]), residents[:, i : i + 1], counts[i : i + 1])
-        assert (got[0][0], got[1][0]) == _scalar_turns(0.93, resident_sm)
         grid, missing = grid_of(i)
         assert missing.size == 0, i
         for percent in range(_GRID_PERCENTS):
             assert tuple(grid[percent]) == _scalar_turns(percent / 100, resident_sm), (i, percent)
+        new_size = turn_taking_slowdowns_of(np.array([0.93]), residents[:, i : i + 1], counts[i : i + 1])
+        assert (new_size[0][0], new_size[1][0]) == _scalar_turns(0.93, resident_sm)
 
 
 def test_a_set_whose_sides_were_solved_for_other_sets_gets_their_numbers() -> None:
@@ -252,15 +253,33 @@ def test_a_set_whose_sides_were_solved_for_other_sets_gets_their_numbers() -> No
     pods = np.arange(_GRID_PERCENTS) / 100
     for i in range(3):
         on_every_percent = np.repeat(residents[:, i : i + 1], _GRID_PERCENTS, axis=1)
-        got = turn_taking_slowdowns_of(pods, on_every_percent, np.full(_GRID_PERCENTS, counts[i]))
+        every_count = np.full(_GRID_PERCENTS, counts[i])
+        turn_taking_slowdowns_of(pods[::-1], on_every_percent, every_count)  # key by key: 101 misses, a grid due
+        got = turn_taking_slowdowns_of(pods, on_every_percent, every_count)  # the grid, from the memo of sides
         for percent in range(_GRID_PERCENTS):
             want = _scalar_turns(percent / 100, residents[: counts[i], i].tolist())
             assert (got[0][percent], got[1][percent]) == want, (i, percent)
 
 
+def test_gpus_whose_set_has_a_grid_are_answered_from_it_by_their_kept_keys() -> None:
+    # Sets with grids (met by three pod sizes) are found by their kept keys among sets without one: those GPUs are
+    # answered without their residents' utilisations (NaN here, which no key holds), the others from theirs.
+    residents = np.array([[0.13, 0.29, 0.57], [0.61, 0.33, 0.07], [0.0] * 3, [0.0] * 3])
+    counts = np.full(3, 2, dtype=np.intp)
+    for size in (0.21, 0.34, 0.55):
+        turn_taking_slowdowns_of(np.full(2, size), residents[:, :2], counts[:2])
+    keys = resident_set_keys(residents, counts)
+    hidden = residents.copy()
+    hidden[:, :2] = np.nan
+    pod = np.array([0.77, 0.05, 0.77])
+    got = turn_taking_slowdowns_by_set(pod, keys, hidden, counts)
+    for i in range(3):
+        assert (got[0][i], got[1][i]) == _scalar_turns(float(pod[i]), residents[:2, i].tolist()), i
+
+
 def test_more_new_resident_sets_than_one_call_solves_are_all_answered() -> None:
-    # Past `_GRID_SETS_PER_CALL` new sets, the rest go key by key; pods above 100 % are off the grid: every GPU
-    # still gets the answer of its own key, on each of three calls.
+    # Past `_GRID_SETS_PER_CALL` sets due a grid, the rest go key by key; pods above 100 % are off the grid: every
+    # GPU still gets the answer of its own key, on each of three calls (the third solves grids).
     sets = _GRID_SETS_PER_CALL + 300
     residents = np.vstack([np.arange(sets) % 97 / 100 + 0.01, np.arange(sets) // 97 / 100 + 0.2])
     for size in (0.61, 0.33, 0.08):
