@@ -258,7 +258,8 @@ def turn_taking_slowdowns_of(
     same numbers bit for bit, with no Python step per GPU or per distinct utilisation: utilisations rounded to whole
     percent as Python's `round` does (`_percents`), each GPU's residents sorted as integers, one integer key per GPU
     (`_turn_key`'s). A pod of 0..100 % is answered from its resident set's grid (`_TurnGrid`: every pod percent of
-    a set solved when the set is first met, so that a new share size beside residents seen before solves nothing);
+    a set solved once the set has met `_GRID_AFTER_MISSES` pod percents, so that a new share size beside residents
+    seen before solves nothing);
     other GPUs' keys are looked up in the one memo together and the keys it lacks solved together (`_solve_keys`).
     A GPU whose key does not fit 63 bits (a utilisation that is NaN or outside 0..40.94, more than four residents)
     is asked one at a time."""
@@ -544,8 +545,9 @@ _POD_SIDE = -1
 class _TurnGrid:
     """Turn-taking answers per resident set (the residents' percents, sorted, packed as `_turn_key` packs them) for
     every pod percent on the grid at once: a pod of a percent not seen before beside residents seen before (a new
-    share size) is a lookup, not a fixed point per key. A set's grid is `_solve_keys` of its 101 keys, the same
-    numbers as solving any one of them (each column of the fixed point is computed on its own). Bounded like
+    share size) is a lookup, not a fixed point per key. A set's grid is `_solve_sets`' (its 101 keys from the memo of
+    sides), the same numbers as solving any one of them (each column of the fixed point is computed on its own).
+    Bounded like
     `_TurnMemo` (101 × 2 × 8 bytes per set), one lock for the same reason."""
 
     def __init__(self, limit: int) -> None:
