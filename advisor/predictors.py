@@ -415,8 +415,8 @@ def _side_speeds(sides: NDArray[np.complex128]) -> NDArray[np.float64]:
     codes = sides.real[:, None]
     own = np.where(codes == _POD_SIDE, pods, codes.astype(np.int64) / 100.0)
     others = np.minimum(1.0, total - own)
-    steps = np.full(own.size, DEFAULT_STEP_SECONDS)
-    return turn_taking(own.reshape(-1), steps, others.reshape(-1), steps)[0].reshape(own.shape)
+    pairs, inverse = np.unique(own + 1j * others, return_inverse=True)  # as `_solve_keys` pairs them
+    return _PAIRS.speeds(pairs)[inverse.reshape(own.shape)]
 
 
 _KEY_BITS = 12
@@ -480,11 +480,59 @@ def _solve_keys(percents: NDArray[np.int64]) -> NDArray[np.float64]:
     # as complex numbers (one sort): neither part is NaN or -0.0 (percents / 100 and a total less a part of it),
     # so equal numbers are equal bits.
     pairs, inverse = np.unique(sides.view(np.complex128).reshape(-1), return_inverse=True)
-    own, others = pairs.real.copy(), pairs.imag.copy()
-    steps = np.full(own.size, DEFAULT_STEP_SECONDS)
     speeds = np.full(percents.shape, np.inf)
-    speeds[present] = turn_taking(own, steps, others, steps)[0][inverse.reshape(-1)]
+    speeds[present] = _PAIRS.speeds(pairs)[inverse.reshape(-1)]
     return np.column_stack([1.0 / speeds[0], 1.0 / speeds[1:].min(axis=0)])
+
+
+class _TurnPairs:
+    """Speeds of (own, others') utilisation pairs (`turn_taking`'s first side, one element each): what every key and
+    grid side is made of. Own utilisations are whole percents and the others' the percents' sums less one, at most
+    1, so a cluster meets a few tens of thousands of pairs and soon knows nearly all of them: solving a key or a
+    grid is then a lookup, not 25 rounds of the fixed point. The pairs as complex numbers, sorted (one
+    `searchsorted` finds many), replaced whole when new ones are kept (readers hold the arrays they found);
+    emptied when `limit` is reached (24 bytes a pair)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._pairs = np.zeros(0, dtype=np.complex128)
+        self._speeds = np.zeros(0)
+
+    def speeds(self, pairs: NDArray[np.complex128]) -> NDArray[np.float64]:
+        """The speed of each of `pairs` (distinct, ascending: `numpy.unique`'s), those not kept solved and kept."""
+        with self._lock:
+            kept, speeds = self._pairs, self._speeds
+        found = np.zeros(pairs.size, dtype=np.bool_)
+        out = np.empty(pairs.size)
+        if kept.size:
+            at = np.minimum(np.searchsorted(kept, pairs), kept.size - 1)
+            found = kept[at] == pairs
+            out[found] = speeds[at[found]]
+        missing = np.flatnonzero(~found)
+        if missing.size:
+            new = pairs[missing]
+            if new.size <= _PAIRS_ONE_BY_ONE:  # the fixed point's ~1,000 array operations cost more than these
+                step = DEFAULT_STEP_SECONDS
+                solved = np.array([turn_taking_one(p.real, step, p.imag, step)[0] for p in new.tolist()])
+            else:
+                steps = np.full(new.size, DEFAULT_STEP_SECONDS)
+                solved = turn_taking(new.real.copy(), steps, new.imag.copy(), steps)[0]
+            out[missing] = solved
+            with self._lock:
+                kept, speeds = self._pairs, self._speeds
+                if kept.size + new.size > self.limit:
+                    kept, speeds = kept[:0], speeds[:0]
+                where = np.searchsorted(kept, new)  # a pair kept meanwhile by another thread is kept twice: same speed
+                self._pairs = np.insert(kept, where, new)
+                self._speeds = np.insert(speeds, where, solved)
+        return out
+
+
+_PAIRS = _TurnPairs(65536)
+_PAIRS_ONE_BY_ONE = 16
+"""New pairs up to which `_TurnPairs` solves each in plain floats (`turn_taking_one`, the same operations: ~50 µs
+a pair) rather than on arrays (~1 ms whatever their number)."""
 
 
 class _TurnMemo:
