@@ -297,3 +297,22 @@ def test_whole_gpus_beside_residents_on_time_sliced_nodes_give_the_per_node_inte
     scorer = Scorer(ScoringConfig())
     for gpus in (1, 2, 4):
         check(scorer, PodRequest(gpus=gpus, workload="bert"), list(nodes), nodes)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_a_new_workload_recomputes_only_the_nodes_whose_chosen_gpus_have_residents(gpus: int) -> None:
+    """A whole-GPU plan (the GPUs chosen, packing, affinity) holds for any workload; only the interference with
+    residents on the chosen GPUs depends on it. A new workload's call computes the rows of those nodes alone — not
+    of every node with residents on some free GPU — and gives the per-node integers."""
+    rng = random.Random(31)
+    nodes = {f"n{i}": with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)) for i in range(60)}
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    check(scorer, PodRequest(gpus=gpus, workload="bert"), list(nodes), nodes)
+    pod = PodRequest(gpus=gpus, workload="gpt2")
+    full = score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), now_seconds=NOW)
+    sharing = sum(1 for s in full if s.feasible and any(g.residents for g in nodes[s.node].gpus if g.index in s.gpus))
+    free_residents = sum(1 for s in full if s.feasible and nodes[s.node].free_residents)
+    assert 0 < sharing < free_residents  # the case: some nodes have residents on free GPUs the plan leaves alone
+    before = scorer.vectors.computed_rows
+    check(scorer, pod, list(nodes), nodes)
+    assert scorer.vectors.computed_rows - before == sharing
