@@ -198,6 +198,12 @@ class ScoreVectors:
         self._free_mask = np.zeros(capacity, dtype=np.int64)
         self._resident_mask = np.zeros(capacity, dtype=np.int64)
         self._memory_total = np.zeros((capacity, 8), dtype=np.int64)
+        # per node, the least and the most memory of its GPUs whose memory is known (none: int64's largest and 0)
+        # and the positions whose memory is not (bit per position): a GPU-memory request reads these three unless
+        # it falls between its GPUs' sizes
+        self._memory_low = np.full(capacity, _INT64_MAX, dtype=np.int64)
+        self._memory_high = np.zeros(capacity, dtype=np.int64)
+        self._memory_unknown = np.zeros(capacity, dtype=np.int64)
         self._node_shape = np.zeros(capacity, dtype=np.int64)
         # each node's `NodeState.columns` (row × GPU position, zero past its GPUs) and sharing mode, lent to
         # `columnar` (`NodeFacts`) so that a call copies no node's bytes
@@ -240,6 +246,9 @@ class ScoreVectors:
         self._model = grown(self._model, 0)
         self._free_mask = grown(self._free_mask, 0)
         self._resident_mask = grown(self._resident_mask, 0)
+        self._memory_low = grown(self._memory_low, _INT64_MAX)
+        self._memory_high = grown(self._memory_high, 0)
+        self._memory_unknown = grown(self._memory_unknown, 0)
         self._node_shape = grown(self._node_shape, 0)
         self._concurrent = grown(self._concurrent, False)
         self._sliced = grown(self._sliced, False)
@@ -330,6 +339,10 @@ class ScoreVectors:
                 self._node_shapes.append(shape)
             ids.append(shape_id)
         self._memory_total[target] = memory
+        known_memory = memory > 0
+        self._memory_low[target] = np.where(known_memory, memory, _INT64_MAX).min(axis=1)
+        self._memory_high[target] = np.where(known_memory, memory, 0).max(axis=1)
+        self._memory_unknown[target] = _bits(~known_memory)
         self._node_shape[target] = ids
 
     def _take_columns(self, target: NDArray[np.intp], known: list[NodeState]) -> None:
@@ -581,12 +594,18 @@ class ScoreVectors:
         if wide.size:  # no int64 mask of their GPUs: the per-node path (`_whole_interference`), for every workload
             busy[wide] = -1
             ok[wide] = False
-        eligible = self._free_mask[target]
-        if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU, per position
-            memory = self._memory_total[target]
+        free = self._free_mask[target]
+        eligible = free
+        if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU: unknown memory, or enough
             need = min(pod.gpu_memory_bytes, _INT64_MAX)
-            fits = ((memory <= 0) | (memory >= need)).astype(np.int64)
-            eligible = eligible & (fits << np.arange(memory.shape[1], dtype=np.int64)).sum(axis=1)
+            low = self._memory_low[target]
+            # every GPU of known memory has enough, or none has; per position only where the request falls
+            # between the node's GPUs' sizes
+            eligible = np.where(need <= low, free, free & self._memory_unknown[target])
+            between = np.flatnonzero((need > low) & (need <= self._memory_high[target]))
+            if between.size:
+                memory = self._memory_total[target[between]]
+                eligible[between] = free[between] & _bits((memory <= 0) | (memory >= need))
         ok &= np.bitwise_count(eligible) >= k
         members = np.flatnonzero(ok)
         if not members.size:
@@ -826,6 +845,14 @@ def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Cal
         return _States(at[which].tolist(), state_at)
 
     return batch
+
+
+def _bits(flags: BoolArray) -> IntArray:
+    """Each row of per-position flags (nodes × GPU positions) as a bit mask (position p: bit p); positions past
+    `_MASK_BITS` are left out (such nodes take the per-node path)."""
+    narrow = flags[:, :_MASK_BITS].astype(np.int64)
+    bits: IntArray = (narrow << np.arange(narrow.shape[1], dtype=np.int64)).sum(axis=1)
+    return bits
 
 
 def _plan_rows(feasible: BoolArray, packing: FloatArray, affinity: FloatArray) -> FloatArray:

@@ -316,3 +316,18 @@ def test_a_new_workload_recomputes_only_the_nodes_whose_chosen_gpus_have_residen
     before = scorer.vectors.computed_rows
     check(scorer, pod, list(nodes), nodes)
     assert scorer.vectors.computed_rows - before == sharing
+
+
+def test_gpu_memory_requests_below_between_and_above_a_nodes_gpu_sizes_give_the_per_node_integers() -> None:
+    # Nodes whose GPUs have 40 GiB, 80 GiB or unknown memory (eligible for any request), mixed on one node or not;
+    # requests at, below, between and above those sizes.
+    rng = random.Random(33)
+    nodes = {f"n{i}": random_node(rng, f"n{i}", rng.choice((8, 4, 2)), cpu=False) for i in range(60)}
+    for i in range(10):  # every GPU of one size: the request is met by all of its GPUs or by none
+        node = nodes[f"n{i}"]
+        size = (40, 80)[i % 2] * GIB
+        nodes[node.name] = replace(node, gpus=tuple(replace(g, memory_total_bytes=size) for g in node.gpus))
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    for gib in (1, 40, 41, 80, 81, 1 << 40):
+        for gpus in (1, 2):
+            check(scorer, PodRequest(gpus=gpus, gpu_memory_bytes=gib * GIB, workload="bert"), list(nodes), nodes)
