@@ -340,7 +340,10 @@ def gpu_slowdowns(
     nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns, gathered from
     `facts.columns` (only the GPUs asked for)."""
     positions, rows = at
-    entries = facts.columns[:, facts.slot[rows], positions]
+    # one gather of (slot, position) pairs from the columns' (row, slot × position) view
+    width = facts.columns.shape[2]
+    flat = facts.slot[rows] * width + positions
+    entries = np.take(facts.columns.reshape(COLUMN_ROWS, -1), flat, axis=1)
     return _slowdowns(
         pod,
         nodes,
@@ -350,7 +353,7 @@ def gpu_slowdowns(
         usage_index=facts.usage_index,
         predictors=predictors,
         modes=(facts.concurrent, facts.sliced),
-        set_keys=None if facts.set_keys is None else facts.set_keys[facts.slot[rows], positions],
+        set_keys=None if facts.set_keys is None else np.take(facts.set_keys, flat),
     )
 
 

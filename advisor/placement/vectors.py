@@ -423,9 +423,15 @@ class ScoreVectors:
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
         if table is None:
-            table = self._tables[key] = _Table(self._serial.size)
-            if len(self._tables) > MAX_TABLES:
-                self._tables.popitem(last=False)
+            # the least recently used shape's arrays, where there are `MAX_TABLES` (no row of theirs is read: every
+            # epoch forgotten), else new ones
+            spare = self._tables.popitem(last=False)[1] if len(self._tables) >= MAX_TABLES else None
+            if spare is not None and spare.epoch.size == self._serial.size:
+                spare.epoch.fill(-1)
+                table = spare
+            else:
+                table = _Table(self._serial.size)
+            self._tables[key] = table
         else:
             self._tables.move_to_end(key)
             table.fit(self._serial.size)
@@ -662,8 +668,7 @@ class ScoreVectors:
         at = target[shared]
         model = self._model[at]
         width = int(self._gpu_count[at].max())
-        bits = (busy[shared, None] >> np.arange(width, dtype=np.int64)) & 1
-        rows, positions = np.nonzero(bits)
+        rows, positions = np.nonzero(busy[shared, None] & (1 << np.arange(width, dtype=np.int64)))
         fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
         usages = [predictors.usage.usage(pod.workload, m) or fallback for m in self._models]  # by model
         pod_pair, res_pair = gpu_slowdowns(
@@ -732,8 +737,10 @@ class ScoreVectors:
                 table.affinity[new] = [0.0 if p is None else p.topology_affinity for p in plans]
                 table.mask[new] = [0 if p is None else p.mask for p in plans]
             mask = table.mask[ids]
-            feasible = mask > 0
-            rows[:, where] = _plan_rows(feasible, table.packing[ids], table.affinity[ids])
+            planned = _plan_rows(mask > 0, table.packing[ids], table.affinity[ids])
+            if len(configs) == 1:  # every node's
+                return planned, mask
+            rows[:, where] = planned
             chosen[where] = mask
         return rows, chosen
 
@@ -796,20 +803,20 @@ class ScoreVectors:
     ) -> Priorities:
         """The weighted totals (`totals.weighted_totals`) and their integers (`totals.extender_integers`) of the
         feasible candidates, as `Scorer.extender_priorities` computes them over verdicts."""
-        out = np.full(feasible.size, unknown_integer(config.unknown_node_score), dtype=np.int64)
         infeasible = fresh & ~feasible
-        out[infeasible] = 0
-        if feasible.any():
-            model = self._model[slots][feasible]
+        out = np.where(infeasible, 0, unknown_integer(config.unknown_node_score))
+        at = np.flatnonzero(feasible)
+        if at.size:
+            model = self._model[slots[at]]
             present = np.flatnonzero(np.bincount(model, minlength=len(self._models))).tolist()
             # `jct_basis` reads only the verdicts' GPU models: one stand-in verdict per model present.
             stand_ins = [RawVerdict("", self._models[m], True) for m in present]
             _, unit_time, _ = jct_basis(pod, stand_ins, predictors)
             unit = np.zeros(len(self._models))
             unit[present] = [unit_time[self._models[m]] for m in present]
-            r = rows[:, feasible]
-            totals, _ = weighted_totals(config, r[_PACKING], r[_AFFINITY], r[_INTERFERENCE], r[_SLOWDOWN] * unit[model])
-            out[feasible] = extender_integers(totals, config.extender_span_points)
+            packing, affinity, interference, slowdown = np.take(rows[_PACKING:], at, axis=1)
+            totals, _ = weighted_totals(config, packing, affinity, interference, slowdown * unit[model])
+            out[at] = extender_integers(totals, config.extender_span_points)
         return Priorities(out.tolist(), feasible, infeasible)
 
 
