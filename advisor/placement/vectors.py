@@ -679,10 +679,10 @@ class ScoreVectors:
             facts=self._facts(at, model),
             predictors=predictors,
         )
-        pod_slow = np.ones(shared.size)
-        res_slow = np.ones(shared.size)
-        np.maximum.at(pod_slow, rows, pod_pair)
-        np.maximum.at(res_slow, rows, res_pair)
+        # the worst pair of each node, at least 1 (`rows` ascend, each node's pairs one run of them)
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        pod_slow = np.maximum(np.maximum.reduceat(pod_pair, starts), 1.0)
+        res_slow = np.maximum(np.maximum.reduceat(res_pair, starts), 1.0)
         values[_INTERFERENCE, shared] = 0.5 / pod_slow + 0.5 / res_slow
         values[_SLOWDOWN, shared] = pod_slow
         return values
