@@ -340,10 +340,14 @@ def gpu_slowdowns(
     nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns, gathered from
     `facts.columns` (only the GPUs asked for)."""
     positions, rows = at
-    # one gather of (slot, position) pairs from the columns' (row, slot × position) view
+    # one gather of the (slot, position) pairs from the columns' (row, slot × position) view, of the rows
+    # `_slowdowns` reads (the residents' count and use): each row is a miss per pair in a column array of many
+    # nodes; the rows before are NaN, never read
     width = facts.columns.shape[2]
     flat = facts.slot[rows] * width + positions
-    entries = np.take(facts.columns.reshape(COLUMN_ROWS, -1), flat, axis=1)
+    entries = np.empty((COLUMN_ROWS, flat.size))
+    entries[:_RESIDENTS] = np.nan
+    np.take(facts.columns.reshape(COLUMN_ROWS, -1)[_RESIDENTS:], flat, axis=1, out=entries[_RESIDENTS:])
     return _slowdowns(
         pod,
         nodes,
