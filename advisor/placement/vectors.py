@@ -519,7 +519,7 @@ class ScoreVectors:
                     pod, _reader(cold, state_at), target, busy[cold], rows[:, cold], scorer=scorer
                 )
                 table.epoch[target] = epochs[cold]
-            rows[:, shared] = table.data[:, at]
+            rows[:, shared] = np.take(table.data, at, axis=1)
         return rows
 
     def _share_rows(
