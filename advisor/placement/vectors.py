@@ -501,9 +501,7 @@ class ScoreVectors:
         if cold.size:
             self.computed_rows += int(cold.size)
             target = slots[cold]
-            plans.data[:, target], plans.busy[target] = self._whole_plans(
-                pod, _reader(cold, state_at), target, scorer=scorer
-            )
+            plans.data[:, target], plans.busy[target] = self._whole_plans(pod, target, scorer=scorer)
             plans.epoch[target] = epochs[cold]
         rows = np.take(plans.data, slots, axis=1)
         busy = plans.busy[slots]
@@ -572,12 +570,7 @@ class ScoreVectors:
         return values
 
     def _whole_plans(
-        self,
-        pod: PodRequest,
-        batch: Callable[[IntArray], Sequence[NodeState]],
-        target: NDArray[np.intp],
-        *,
-        scorer: Evaluator,
+        self, pod: PodRequest, target: NDArray[np.intp], *, scorer: Evaluator
     ) -> tuple[FloatArray, IntArray]:
         """Whole GPUs' rows (fields × nodes) as if no chosen GPU had residents, and per node the mask of the chosen
         GPUs that have (`_Table.busy`), over the index's arrays: `Scorer.evaluate`'s checks (a GPU model the pod

@@ -331,3 +331,16 @@ def test_gpu_memory_requests_below_between_and_above_a_nodes_gpu_sizes_give_the_
     for gib in (1, 40, 41, 80, 81, 1 << 40):
         for gpus in (1, 2):
             check(scorer, PodRequest(gpus=gpus, gpu_memory_bytes=gib * GIB, workload="bert"), list(nodes), nodes)
+
+
+def test_nodes_with_more_gpus_than_a_mask_holds_give_the_per_node_integers_for_every_workload() -> None:
+    # 64 GPUs: no int64 mask of them, so their rows come from the per-node verdicts, a new workload's call included
+    rng = random.Random(35)
+    nodes = {f"n{i}": with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)) for i in range(10)}
+    nodes["wide"] = with_host_processes(rng, random_node(rng, "wide", vectors._MASK_BITS + 2, cpu=False))
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    for workload in ("bert", "gpt2", None):
+        for gpus in (1, 2):
+            before = scorer.vectors.computed_rows
+            check(scorer, PodRequest(gpus=gpus, workload=workload), list(nodes), nodes)
+            assert scorer.vectors.computed_rows > before  # the wide node's row, at least, for every new workload
