@@ -623,17 +623,22 @@ class ScoreVectors:
         else:
             planned = np.empty((_FIELDS, members.size))
             chosen = np.empty(members.size, dtype=np.int64)
-            narrowed = masks != self._free_mask[target[members]]
+            narrowed = masks != free[members]
             for where, plans in (
                 (np.flatnonzero(~narrowed), self._shape_plans),
                 (np.flatnonzero(narrowed), self._eligible_plans),
             ):
-                if where.size:
+                if where.size == members.size:  # all of them: no scatter
+                    planned, chosen = plans(k, distinct, shapes, config_numbers, masks)
+                elif where.size:
                     planned[:, where], chosen[where] = plans(
                         k, distinct, shapes[where], config_numbers[where], masks[where]
                     )
+        shared = np.where(planned[_FEASIBLE] > 0, chosen & self._resident_mask[target[members]], 0)
+        if members.size == target.size:  # every node passed the checks (the usual call): the plans are the rows
+            return planned, shared
         values[:, members] = planned
-        busy[members] = np.where(planned[_FEASIBLE] > 0, chosen & self._resident_mask[target[members]], 0)
+        busy[members] = shared
         return values, busy
 
     def _whole_interference(
@@ -862,7 +867,7 @@ def _plan_rows(feasible: BoolArray, packing: FloatArray, affinity: FloatArray) -
     rows[_FEASIBLE] = feasible
     rows[_PACKING] = packing
     rows[_AFFINITY] = affinity
-    rows[_INTERFERENCE] = np.where(feasible, 1.0, 0.0)
+    rows[_INTERFERENCE] = feasible  # 1.0 where feasible, else 0.0
     rows[_SLOWDOWN] = 1.0
     return rows
 
