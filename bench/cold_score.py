@@ -107,12 +107,15 @@ def measure(count: int, requests: int) -> dict[str, Any]:
     first = min(n.observed_at_seconds for n in nodes.values() if n.observed_at_seconds is not None)
     call, computed = _prioritize(nodes, first)
     gc.freeze()
+    names_json = json.dumps(names)
     for _, pod in _pods(10):  # imports, caches of node shapes: what a running service has
-        call(pod, names)
+        # names decoded from a request here too: what the scorer keeps of a call's names is a request's strings,
+        # never the cluster's own keys, spread over the heap among the nodes' states (comparing 5,000 of those
+        # took 0.49 ms instead of 0.16 ms)
+        call(pod, json.loads(names_json))
     wall: dict[str, list[float]] = {k: [] for k in KINDS}
     cpu: dict[str, list[float]] = {k: [] for k in KINDS}
     rows0 = computed()
-    names_json = json.dumps(names)
     for kind, pod in _pods(requests + 10)[10:]:
         # the names as a request's body gives them: new strings every call (no hash cached, no identity to compare)
         fresh = json.loads(names_json)

@@ -383,7 +383,14 @@ def gpu_slowdowns(
     nodes of any size (whole GPUs chosen on several nodes at once): `_slowdowns` over their columns, gathered from
     `facts.columns` (only the GPUs asked for)."""
     positions, rows = at
-    entries = facts.columns[:, facts.slot[rows], positions]
+    # one gather of the (slot, position) pairs from the columns' (row, slot × position) view, of the rows
+    # `_slowdowns` reads (the residents' count and use): each row is a miss per pair in a column array of many
+    # nodes; the rows before are NaN, never read
+    width = facts.columns.shape[2]
+    flat = facts.slot[rows] * width + positions
+    entries = np.empty((COLUMN_ROWS, flat.size))
+    entries[:_RESIDENTS] = np.nan
+    np.take(facts.columns.reshape(COLUMN_ROWS, -1)[_RESIDENTS:], flat, axis=1, out=entries[_RESIDENTS:])
     return _slowdowns(
         pod,
         nodes,
@@ -393,7 +400,7 @@ def gpu_slowdowns(
         usage_index=facts.usage_index,
         predictors=predictors,
         modes=(facts.concurrent, facts.sliced),
-        set_keys=None if facts.set_keys is None else facts.set_keys[facts.slot[rows], positions],
+        set_keys=None if facts.set_keys is None else np.take(facts.set_keys, flat),
     )
 
 

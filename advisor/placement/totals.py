@@ -32,8 +32,15 @@ def weighted_totals(
     scale = 100.0 / w_total if w_total > 0 else 0.0
     if not scale:
         return np.full(times.size, 50.0), jct_ratio
-    total = scale * (w_p * packing + w_a * affinity + w_i * interference + w_j * jct_ratio)
-    return np.where(total > 100.0, 100.0, np.where(total < 0.0, 0.0, total)), jct_ratio
+    # in place, the same operations in the same order as scale * (w_p * p + w_a * a + w_i * i + w_j * j)
+    total = w_p * packing
+    total += w_a * affinity
+    total += w_i * interference
+    total += w_j * jct_ratio
+    total *= scale
+    np.copyto(total, 100.0, where=total > 100.0)
+    np.copyto(total, 0.0, where=total < 0.0)
+    return total, jct_ratio
 
 
 def extender_integers(totals: FloatArray, span_points: float) -> IntArray:

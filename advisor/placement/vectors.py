@@ -5,22 +5,23 @@ cost a memo lookup, a verdict object and a weighted sum per node in Python on ev
 one row of numbers per node slot — feasible, packing, affinity, interference, slowdown — each row valid for one node
 state. A call maps the candidates' names to slots, finds with one array comparison the rows that do not belong to the
 node states of this moment (a shape not seen before, a node that sent a new snapshot), computes only those (a share
-straight from `columnar.share_arrays`, whole GPUs from the node shape's cached plan in `_whole_rows`; no verdict object
-or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, by the same
+straight from `columnar.share_arrays`, whole GPUs from the node shape's cached plan in `_whole_plans`; no verdict
+object or memo entry per node either way), and weighs the components and converts them to 0..10 with numpy, by the same
 functions as `Scorer.extender_priorities` (`advisor.placement.totals`): the same integers
 (tests/advisor/test_vectors.py compares).
 
 The shape is `Scorer.evaluate`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
-— except for whole GPUs on a node whose free GPUs have no residents, whose rows hold for any workload (each such call
-reads two tables, as the memo reads two keys). The pod's CPU/memory is no part of it: a shortfall is checked on every
-call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
+— except for whole GPUs, whose plans (the GPUs chosen, packing, affinity) hold for any workload: one table of them
+per shape without the workload, and one per workload with the rows of the nodes whose chosen GPUs have residents
+(their interference), so that a new workload computes only those (`_whole_priorities`). The pod's CPU/memory is no
+part of it: a shortfall is checked on every call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
 
 What it covers: pods that ask for GPUs (whole or a share), without a gang (whether a member runs elsewhere depends on
 the whole batch), under a configuration whose task mixes give no CPU/memory (no node has a fit index). Everything else
 goes through the per-node path unchanged (`covers`).
 
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
-per-node objects), each 6 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
+per-node objects), each 7 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
 more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Per slot it also keeps the node's
 `NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest node), so that
@@ -71,7 +72,7 @@ from advisor.placement.types import (
 from advisor.predictors import Predictors, default_usage
 
 MAX_TABLES = 32
-"""Request shapes whose score vectors are kept (each 48 bytes per node slot: 0.5 MB per shape at 10,000 nodes)."""
+"""Request shapes whose score vectors are kept (each 56 bytes per node slot: 0.56 MB per shape at 10,000 nodes)."""
 _SPARE_SLOTS = 1024
 _MASK_BITS = 62
 """Nodes with more GPUs than this have no int64 mask of them: their whole-GPU rows come from the per-node path."""
@@ -124,13 +125,16 @@ def covers(pod: PodRequest, config: ScoringConfig) -> bool:
 
 
 class _Table:
-    """One shape's rows: `epoch[slot]` is the node index's epoch of the state the row was computed for (-1: none)."""
+    """One shape's rows: `epoch[slot]` is the node index's epoch of the state the row was computed for (-1: none).
+    In a whole-GPU shape's table of plans (`_whole_plans`), `busy[slot]` is the mask of the chosen GPUs that have
+    residents (0: none, the row holds for any workload; -1: the per-node path's row, the workload's too)."""
 
-    __slots__ = ("data", "epoch")
+    __slots__ = ("busy", "data", "epoch")
 
     def __init__(self, capacity: int) -> None:
         self.epoch: IntArray = np.full(capacity, -1, dtype=np.int64)
         self.data: FloatArray = np.zeros((_FIELDS, capacity))
+        self.busy: IntArray = np.zeros(capacity, dtype=np.int64)
 
     def fit(self, capacity: int) -> None:
         """Grow to the index's capacity (new slots: no row)."""
@@ -140,7 +144,9 @@ class _Table:
             epoch[:old] = self.epoch
             data = np.zeros((_FIELDS, capacity))
             data[:, :old] = self.data
-            self.epoch, self.data = epoch, data
+            busy = np.zeros(capacity, dtype=np.int64)
+            busy[:old] = self.busy
+            self.epoch, self.data, self.busy = epoch, data, busy
 
 
 class _Absent:
@@ -154,7 +160,6 @@ _serial_of = attrgetter("serial")
 _observed_of = attrgetter("observed_at_seconds")
 _cpu_free_of = attrgetter("cpu_free_milli")
 _memory_free_of = attrgetter("memory_free_mib")
-_free_residents_of = attrgetter("free_residents")
 _healthy_count_of = attrgetter("healthy_count")
 _gpu_count_of = attrgetter("topology.gpu_count")
 _largest_island_of = attrgetter("topology.largest_island")
@@ -196,7 +201,6 @@ class ScoreVectors:
         self._observed = np.full(capacity, np.nan)  # NaN: never observed (or not a known node)
         self._cpu_free = np.full(capacity, np.nan)  # NaN: unknown (never short)
         self._memory_free = np.full(capacity, np.nan)
-        self._free_residents = np.zeros(capacity, dtype=np.bool_)
         self._healthy = np.zeros(capacity, dtype=np.bool_)  # at least one healthy GPU
         self._gpu_count = np.zeros(capacity, dtype=np.intp)
         self._largest_island = np.zeros(capacity)
@@ -208,6 +212,12 @@ class ScoreVectors:
         self._free_mask = np.zeros(capacity, dtype=np.int64)
         self._resident_mask = np.zeros(capacity, dtype=np.int64)
         self._memory_total = np.zeros((capacity, 8), dtype=np.int64)
+        # per node, the least and the most memory of its GPUs whose memory is known (none: int64's largest and 0)
+        # and the positions whose memory is not (bit per position): a GPU-memory request reads these three unless
+        # it falls between its GPUs' sizes
+        self._memory_low = np.full(capacity, _INT64_MAX, dtype=np.int64)
+        self._memory_high = np.zeros(capacity, dtype=np.int64)
+        self._memory_unknown = np.zeros(capacity, dtype=np.int64)
         self._node_shape = np.zeros(capacity, dtype=np.int64)
         # each node's `NodeState.columns` (row × GPU position, zero past its GPUs) and sharing mode, lent to
         # `columnar` (`NodeFacts`) so that a call copies no node's bytes
@@ -247,13 +257,15 @@ class ScoreVectors:
         self._observed = grown(self._observed, np.nan)
         self._cpu_free = grown(self._cpu_free, np.nan)
         self._memory_free = grown(self._memory_free, np.nan)
-        self._free_residents = grown(self._free_residents, False)
         self._healthy = grown(self._healthy, False)
         self._gpu_count = grown(self._gpu_count, 0)
         self._largest_island = grown(self._largest_island, 0.0)
         self._model = grown(self._model, 0)
         self._free_mask = grown(self._free_mask, 0)
         self._resident_mask = grown(self._resident_mask, 0)
+        self._memory_low = grown(self._memory_low, _INT64_MAX)
+        self._memory_high = grown(self._memory_high, 0)
+        self._memory_unknown = grown(self._memory_unknown, 0)
         self._node_shape = grown(self._node_shape, 0)
         self._concurrent = grown(self._concurrent, False)
         self._sliced = grown(self._sliced, False)
@@ -319,7 +331,6 @@ class ScoreVectors:
         self._observed[target] = np.array(list(map(_observed_of, known)), dtype=np.float64)
         self._cpu_free[target] = np.array(list(map(_cpu_free_of, known)), dtype=np.float64)
         self._memory_free[target] = np.array(list(map(_memory_free_of, known)), dtype=np.float64)
-        self._free_residents[target] = np.fromiter(map(_free_residents_of, known), dtype=np.bool_, count=n)
         self._healthy[target] = np.fromiter(map(_healthy_count_of, known), dtype=np.intp, count=n) > 0
         self._gpu_count[target] = np.fromiter(map(_gpu_count_of, known), dtype=np.intp, count=n)
         self._largest_island[target] = np.fromiter(map(_largest_island_of, known), dtype=np.float64, count=n)
@@ -345,6 +356,10 @@ class ScoreVectors:
                 self._node_shapes.append(shape)
             ids.append(shape_id)
         self._memory_total[target] = memory
+        known_memory = memory > 0
+        self._memory_low[target] = np.where(known_memory, memory, _INT64_MAX).min(axis=1)
+        self._memory_high[target] = np.where(known_memory, memory, 0).max(axis=1)
+        self._memory_unknown[target] = _bits(~known_memory)
         self._node_shape[target] = ids
 
     def _take_columns(self, target: NDArray[np.intp], known: list[NodeState]) -> None:
@@ -425,9 +440,15 @@ class ScoreVectors:
     def _table(self, key: tuple[object, ...]) -> _Table:
         table = self._tables.get(key)
         if table is None:
-            table = self._tables[key] = _Table(self._serial.size)
-            if len(self._tables) > MAX_TABLES:
-                self._tables.popitem(last=False)
+            # the least recently used shape's arrays, where there are `MAX_TABLES` (no row of theirs is read: every
+            # epoch forgotten), else new ones
+            spare = self._tables.popitem(last=False)[1] if len(self._tables) >= MAX_TABLES else None
+            if spare is not None and spare.epoch.size == self._serial.size:
+                spare.epoch.fill(-1)
+                table = spare
+            else:
+                table = _Table(self._serial.size)
+            self._tables[key] = table
         else:
             self._tables.move_to_end(key)
             table.fit(self._serial.size)
@@ -458,61 +479,63 @@ class ScoreVectors:
                 fresh_fits = fresh_fits & ~(pod.memory_mib > self._memory_free[slots])
 
             shape = (pod.whole_gpus, pod.share_milli, pod.gpu_memory_bytes, pod.gpu_models, config, predictors)
-            table = self._table((*shape, pod.workload))
             epochs = self._epoch[slots]
             if pod.whole_gpus > 0:
-                # Whole GPUs on a node whose free GPUs have no residents do not depend on the workload (as the memo).
-                any_table = self._table((*shape, _ANY_WORKLOAD))
-                own = self._free_residents[slots]
-                row_epoch = np.where(own, table.epoch[slots], any_table.epoch[slots])
+                rows = self._whole_priorities(
+                    pod, shape, slots, epochs=epochs, fresh_fits=fresh_fits, state_at=state_at, scorer=scorer
+                )
             else:
-                any_table, own = table, None
-                row_epoch = table.epoch[slots]
-            cold = np.flatnonzero(fresh_fits & (row_epoch != epochs))
-            if cold.size:
-                self.computed_rows += int(cold.size)
-                self._compute(pod, cold, slots, state_at, tables=(table, any_table, own), scorer=scorer)
-            rows = (
-                table.data[:, slots] if own is None else np.where(own, table.data[:, slots], any_table.data[:, slots])
-            )
+                table = self._table((*shape, pod.workload))
+                cold = np.flatnonzero(fresh_fits & (table.epoch[slots] != epochs))
+                if cold.size:  # fresh, with room for the pod's CPU/memory
+                    self.computed_rows += int(cold.size)
+                    target = slots[cold]
+                    table.data[:, target] = self._share_rows(pod, _reader(cold, state_at), target, scorer=scorer)
+                    table.epoch[target] = epochs[cold]
+                rows = np.take(table.data, slots, axis=1)
             feasible = fresh_fits & (rows[_FEASIBLE] > 0)
             return self._integers(pod, feasible, fresh, rows, slots, config=config, predictors=predictors)
 
-    def _compute(
+    def _whole_priorities(
         self,
         pod: PodRequest,
-        cold: IntArray,
+        shape: tuple[object, ...],
         slots: NDArray[np.intp],
-        state_at: Callable[[int], NodeState | _Absent],
         *,
-        tables: tuple[_Table, _Table, BoolArray | None],
+        epochs: IntArray,
+        fresh_fits: BoolArray,
+        state_at: Callable[[int], NodeState | _Absent],
         scorer: Evaluator,
-    ) -> None:
-        """Fill the rows of the candidates at `cold` (fresh, with room for the pod's CPU/memory): a share straight
-        from `columnar.share_arrays`, whole GPUs by `_whole_rows`. `tables`:
-        the shape's table, the any-workload one, and per candidate whether its row is in the first (None: one
-        table)."""
-        table, any_table, own = tables
-        target = slots[cold]
-
-        def batch(at: IntArray) -> Sequence[NodeState]:
-            """The states of the cold candidates at `at` (fresh: known nodes), each read only where a step needs it
-            (most steps read the index's arrays)."""
-            return _States(cold[at].tolist(), state_at)
-
-        if pod.is_share:
-            values = self._share_rows(pod, batch, target, scorer=scorer)
-        else:
-            values = self._whole_rows(pod, batch, target, scorer=scorer)
-        epochs = self._epoch[target]
-        if own is None:
-            table.data[:, target] = values
-            table.epoch[target] = epochs
-            return
-        mine = own[cold]
-        for chosen, where in ((table, mine), (any_table, ~mine)):
-            chosen.data[:, target[where]] = values[:, where]
-            chosen.epoch[target[where]] = epochs[where]
+    ) -> FloatArray:
+        """Whole GPUs' rows of the candidates (fields × candidates) from two tables, each computing only the rows
+        it lacks for the fresh candidates with room for the pod's CPU/memory: the shape's plans, which hold for any
+        workload (`_whole_plans`: the checks, the GPUs chosen, packing and affinity; the whole row where no chosen
+        GPU has residents), and the workload's rows where the chosen GPUs have residents (`_whole_interference`).
+        A new workload recomputes only the nodes where it would share a GPU (the memo's rule is coarser: any node
+        whose free GPUs have residents)."""
+        plans = self._table((*shape, _ANY_WORKLOAD))
+        cold = np.flatnonzero(fresh_fits & (plans.epoch[slots] != epochs))
+        if cold.size:
+            self.computed_rows += int(cold.size)
+            target = slots[cold]
+            plans.data[:, target], plans.busy[target] = self._whole_plans(pod, target, scorer=scorer)
+            plans.epoch[target] = epochs[cold]
+        rows = np.take(plans.data, slots, axis=1)
+        busy = plans.busy[slots]
+        shared = np.flatnonzero(fresh_fits & (busy != 0))
+        if shared.size:
+            table = self._table((*shape, pod.workload))
+            at = slots[shared]
+            cold = shared[table.epoch[at] != epochs[shared]]
+            if cold.size:
+                self.computed_rows += int(cold.size)
+                target = slots[cold]
+                table.data[:, target] = self._whole_interference(
+                    pod, _reader(cold, state_at), target, busy[cold], rows[:, cold], scorer=scorer
+                )
+                table.epoch[target] = epochs[cold]
+            rows[:, shared] = np.take(table.data, at, axis=1)
+        return rows
 
     def _share_rows(
         self,
@@ -565,23 +588,20 @@ class ScoreVectors:
             values[_SLOWDOWN, members] = chosen.pod_slowdown
         return values
 
-    def _whole_rows(  # noqa: PLR0915 - the vectorised whole-GPU rows in one pass over the batch's arrays
-        self,
-        pod: PodRequest,
-        batch: Callable[[IntArray], Sequence[NodeState]],
-        target: NDArray[np.intp],
-        *,
-        scorer: Evaluator,
-    ) -> FloatArray:
-        """Whole GPUs' rows (fields × nodes) over the index's arrays: `Scorer.evaluate`'s checks (a GPU model the
-        pod does not accept, no healthy GPU) and `scoring.evaluate_whole` for a pod without a gang on nodes without
-        a CPU/memory fit index (what `covers` admits). The GPUs eligible (free, and with the memory asked for) are a
-        mask per node; one plan (`gpuset.whole_plan`) per distinct node shape, eligible mask and configuration; the
-        interference only where the chosen GPUs have residents, for all of them at once (`columnar.gpu_slowdowns`)."""
-        config, predictors = scorer.config, scorer.predictors
+    def _whole_plans(
+        self, pod: PodRequest, target: NDArray[np.intp], *, scorer: Evaluator
+    ) -> tuple[FloatArray, IntArray]:
+        """Whole GPUs' rows (fields × nodes) as if no chosen GPU had residents, and per node the mask of the chosen
+        GPUs that have (`_Table.busy`), over the index's arrays: `Scorer.evaluate`'s checks (a GPU model the pod
+        does not accept, no healthy GPU) and `scoring.evaluate_whole`'s plan for a pod without a gang on nodes
+        without a CPU/memory fit index (what `covers` admits). The GPUs eligible (free, and with the memory asked
+        for) are a mask per node; one plan (`gpuset.whole_plan`) per distinct node shape, eligible mask and
+        configuration. None of it depends on the workload."""
+        config = scorer.config
         k = pod.whole_gpus
         values = np.zeros((_FIELDS, target.size))
         values[_SLOWDOWN] = 1.0
+        busy = np.zeros(target.size, dtype=np.int64)
         model = self._model[target]
         ok = self._healthy[target].copy()
         models = self._models
@@ -589,19 +609,25 @@ class ScoreVectors:
             accepted = np.array([normalize_gpu_model(m) in pod.gpu_models for m in models], dtype=np.bool_)
             ok &= accepted[model]
         wide = np.flatnonzero(ok & (self._gpu_count[target] > _MASK_BITS))
-        if wide.size:  # no int64 mask of their GPUs: the per-node path
-            values[:, wide] = _rows(scorer.evaluate(pod, batch(wide), None))
+        if wide.size:  # no int64 mask of their GPUs: the per-node path (`_whole_interference`), for every workload
+            busy[wide] = -1
             ok[wide] = False
-        eligible = self._free_mask[target]
-        if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU, per position
-            memory = self._memory_total[target]
+        free = self._free_mask[target]
+        eligible = free
+        if pod.gpu_memory_bytes is not None:  # `scoring.memory_ok` of a whole GPU: unknown memory, or enough
             need = min(pod.gpu_memory_bytes, _INT64_MAX)
-            fits = ((memory <= 0) | (memory >= need)).astype(np.int64)
-            eligible = eligible & (fits << np.arange(memory.shape[1], dtype=np.int64)).sum(axis=1)
+            low = self._memory_low[target]
+            # every GPU of known memory has enough, or none has; per position only where the request falls
+            # between the node's GPUs' sizes
+            eligible = np.where(need <= low, free, free & self._memory_unknown[target])
+            between = np.flatnonzero((need > low) & (need <= self._memory_high[target]))
+            if between.size:
+                memory = self._memory_total[target[between]]
+                eligible[between] = free[between] & _bits((memory <= 0) | (memory >= need))
         ok &= np.bitwise_count(eligible) >= k
         members = np.flatnonzero(ok)
         if not members.size:
-            return values
+            return values, busy
         per_model = [config.for_model(m) for m in models]
         distinct = list({id(c): c for c in per_model}.values())  # compared by identity
         numbers = np.array([distinct.index(c) for c in per_model], dtype=np.int64)
@@ -616,42 +642,66 @@ class ScoreVectors:
         else:
             planned = np.empty((_FIELDS, members.size))
             chosen = np.empty(members.size, dtype=np.int64)
-            narrowed = masks != self._free_mask[target[members]]
+            narrowed = masks != free[members]
             for where, plans in (
                 (np.flatnonzero(~narrowed), self._shape_plans),
                 (np.flatnonzero(narrowed), self._eligible_plans),
             ):
-                if where.size:
+                if where.size == members.size:  # all of them: no scatter
+                    planned, chosen = plans(k, distinct, shapes, config_numbers, masks)
+                elif where.size:
                     planned[:, where], chosen[where] = plans(
                         k, distinct, shapes[where], config_numbers[where], masks[where]
                     )
+        shared = np.where(planned[_FEASIBLE] > 0, chosen & self._resident_mask[target[members]], 0)
+        if members.size == target.size:  # every node passed the checks (the usual call): the plans are the rows
+            return planned, shared
         values[:, members] = planned
-        feasible = planned[_FEASIBLE] > 0
-        busy = chosen & self._resident_mask[target[members]]  # chosen GPUs with residents, per node
-        shared = np.flatnonzero(feasible & (busy != 0))
-        if shared.size:
-            # every (node, chosen GPU with residents) pair at once (`columnar.gpu_slowdowns`), then the worst per
-            # node, as `scoring.whole_slowdowns` takes it GPU by GPU
-            width = int(self._gpu_count[target[members[shared]]].max())
-            bits = (busy[shared, None] >> np.arange(width, dtype=np.int64)) & 1
-            rows, positions = np.nonzero(bits)
-            nodes = batch(members[shared])
-            fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
-            usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model
-            pod_pair, res_pair = gpu_slowdowns(
-                pod,
-                nodes,
-                (positions, rows),
-                usages=usages,
-                facts=self._facts(target[members[shared]], model[members[shared]]),
-                predictors=predictors,
-            )
-            pod_slow = np.ones(shared.size)
-            res_slow = np.ones(shared.size)
-            np.maximum.at(pod_slow, rows, pod_pair)
-            np.maximum.at(res_slow, rows, res_pair)
-            values[_INTERFERENCE, members[shared]] = 0.5 / pod_slow + 0.5 / res_slow
-            values[_SLOWDOWN, members[shared]] = pod_slow
+        busy[members] = shared
+        return values, busy
+
+    def _whole_interference(
+        self,
+        pod: PodRequest,
+        batch: Callable[[IntArray], Sequence[NodeState]],
+        target: NDArray[np.intp],
+        busy: IntArray,
+        plans: FloatArray,
+        *,
+        scorer: Evaluator,
+    ) -> FloatArray:
+        """The workload's rows (fields × nodes) of nodes whose plan (`plans`, from `_whole_plans`) chose GPUs with
+        residents (`busy`, their mask; -1: the per-node path's verdict): the plan's row with the interference of
+        the chosen GPUs with their residents, for every (node, chosen GPU with residents) pair at once
+        (`columnar.gpu_slowdowns`), then the worst per node, as `scoring.whole_slowdowns` takes it GPU by GPU."""
+        predictors = scorer.predictors
+        values = plans.copy()
+        wide = np.flatnonzero(busy < 0)
+        if wide.size:
+            values[:, wide] = _rows(scorer.evaluate(pod, batch(wide), None))
+        shared = np.flatnonzero(busy > 0)
+        if not shared.size:
+            return values
+        at = target[shared]
+        model = self._model[at]
+        width = int(self._gpu_count[at].max())
+        rows, positions = np.nonzero(busy[shared, None] & (1 << np.arange(width, dtype=np.int64)))
+        fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
+        usages = [predictors.usage.usage(pod.workload, m) or fallback for m in self._models]  # by model
+        pod_pair, res_pair = gpu_slowdowns(
+            pod,
+            batch(shared),
+            (positions, rows),
+            usages=usages,
+            facts=self._facts(at, model),
+            predictors=predictors,
+        )
+        # the worst pair of each node, at least 1 (`rows` ascend, each node's pairs one run of them)
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        pod_slow = np.maximum(np.maximum.reduceat(pod_pair, starts), 1.0)
+        res_slow = np.maximum(np.maximum.reduceat(res_pair, starts), 1.0)
+        values[_INTERFERENCE, shared] = 0.5 / pod_slow + 0.5 / res_slow
+        values[_SLOWDOWN, shared] = pod_slow
         return values
 
     def _share_basis(self, config: ScoringConfig, slots: NDArray[np.intp], gpu_count: int) -> ShareBasis:
@@ -724,8 +774,10 @@ class ScoreVectors:
                 table.affinity[new] = [0.0 if p is None else p.topology_affinity for p in plans]
                 table.mask[new] = [0 if p is None else p.mask for p in plans]
             mask = table.mask[ids]
-            feasible = mask > 0
-            rows[:, where] = _plan_rows(feasible, table.packing[ids], table.affinity[ids])
+            planned = _plan_rows(mask > 0, table.packing[ids], table.affinity[ids])
+            if len(configs) == 1:  # every node's
+                return planned, mask
+            rows[:, where] = planned
             chosen[where] = mask
         return rows, chosen
 
@@ -788,20 +840,20 @@ class ScoreVectors:
     ) -> Priorities:
         """The weighted totals (`totals.weighted_totals`) and their integers (`totals.extender_integers`) of the
         feasible candidates, as `Scorer.extender_priorities` computes them over verdicts."""
-        out = np.full(feasible.size, unknown_integer(config.unknown_node_score), dtype=np.int64)
         infeasible = fresh & ~feasible
-        out[infeasible] = 0
-        if feasible.any():
-            model = self._model[slots][feasible]
+        out = np.where(infeasible, 0, unknown_integer(config.unknown_node_score))
+        at = np.flatnonzero(feasible)
+        if at.size:
+            model = self._model[slots[at]]
             present = np.flatnonzero(np.bincount(model, minlength=len(self._models))).tolist()
             # `jct_basis` reads only the verdicts' GPU models: one stand-in verdict per model present.
             stand_ins = [RawVerdict("", self._models[m], True) for m in present]
             _, unit_time, _ = jct_basis(pod, stand_ins, predictors)
             unit = np.zeros(len(self._models))
             unit[present] = [unit_time[self._models[m]] for m in present]
-            r = rows[:, feasible]
-            totals, _ = weighted_totals(config, r[_PACKING], r[_AFFINITY], r[_INTERFERENCE], r[_SLOWDOWN] * unit[model])
-            out[feasible] = extender_integers(totals, config.extender_span_points)
+            packing, affinity, interference, slowdown = np.take(rows[_PACKING:], at, axis=1)
+            totals, _ = weighted_totals(config, packing, affinity, interference, slowdown * unit[model])
+            out[at] = extender_integers(totals, config.extender_span_points)
         return Priorities(out.tolist(), feasible, infeasible)
 
 
@@ -829,6 +881,24 @@ class _States(Sequence[NodeState]):
         return cast("NodeState", self._read(self._at[index]))
 
 
+def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Callable[[IntArray], Sequence[NodeState]]:
+    """The states of the candidates at positions `at[i]` of a call, for the i a step asks about (fresh: known nodes),
+    each read only where a step needs it (most steps read the index's arrays)."""
+
+    def batch(which: IntArray) -> Sequence[NodeState]:
+        return _States(at[which].tolist(), state_at)
+
+    return batch
+
+
+def _bits(flags: BoolArray) -> IntArray:
+    """Each row of per-position flags (nodes × GPU positions) as a bit mask (position p: bit p); positions past
+    `_MASK_BITS` are left out (such nodes take the per-node path)."""
+    narrow = flags[:, :_MASK_BITS].astype(np.int64)
+    bits: IntArray = (narrow << np.arange(narrow.shape[1], dtype=np.int64)).sum(axis=1)
+    return bits
+
+
 def _plan_rows(feasible: BoolArray, packing: FloatArray, affinity: FloatArray) -> FloatArray:
     """Whole-GPU plans as the table rows they give where no chosen GPU has residents: feasible, packing, affinity,
     interference 0.5 / 1 + 0.5 / 1 where feasible (0 where not), slowdown 1."""
@@ -836,7 +906,7 @@ def _plan_rows(feasible: BoolArray, packing: FloatArray, affinity: FloatArray) -
     rows[_FEASIBLE] = feasible
     rows[_PACKING] = packing
     rows[_AFFINITY] = affinity
-    rows[_INTERFERENCE] = np.where(feasible, 1.0, 0.0)
+    rows[_INTERFERENCE] = feasible  # 1.0 where feasible, else 0.0
     rows[_SLOWDOWN] = 1.0
     return rows
 

@@ -297,3 +297,50 @@ def test_whole_gpus_beside_residents_on_time_sliced_nodes_give_the_per_node_inte
     scorer = Scorer(ScoringConfig())
     for gpus in (1, 2, 4):
         check(scorer, PodRequest(gpus=gpus, workload="bert"), list(nodes), nodes)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_a_new_workload_recomputes_only_the_nodes_whose_chosen_gpus_have_residents(gpus: int) -> None:
+    """A whole-GPU plan (the GPUs chosen, packing, affinity) holds for any workload; only the interference with
+    residents on the chosen GPUs depends on it. A new workload's call computes the rows of those nodes alone — not
+    of every node with residents on some free GPU — and gives the per-node integers."""
+    rng = random.Random(31)
+    nodes = {f"n{i}": with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)) for i in range(60)}
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    check(scorer, PodRequest(gpus=gpus, workload="bert"), list(nodes), nodes)
+    pod = PodRequest(gpus=gpus, workload="gpt2")
+    full = score_candidates(pod, list(nodes), nodes, config=ScoringConfig(), now_seconds=NOW)
+    sharing = sum(1 for s in full if s.feasible and any(g.residents for g in nodes[s.node].gpus if g.index in s.gpus))
+    free_residents = sum(1 for s in full if s.feasible and nodes[s.node].free_residents)
+    assert 0 < sharing < free_residents  # the case: some nodes have residents on free GPUs the plan leaves alone
+    before = scorer.vectors.computed_rows
+    check(scorer, pod, list(nodes), nodes)
+    assert scorer.vectors.computed_rows - before == sharing
+
+
+def test_gpu_memory_requests_below_between_and_above_a_nodes_gpu_sizes_give_the_per_node_integers() -> None:
+    # Nodes whose GPUs have 40 GiB, 80 GiB or unknown memory (eligible for any request), mixed on one node or not;
+    # requests at, below, between and above those sizes.
+    rng = random.Random(33)
+    nodes = {f"n{i}": random_node(rng, f"n{i}", rng.choice((8, 4, 2)), cpu=False) for i in range(60)}
+    for i in range(10):  # every GPU of one size: the request is met by all of its GPUs or by none
+        node = nodes[f"n{i}"]
+        size = (40, 80)[i % 2] * GIB
+        nodes[node.name] = replace(node, gpus=tuple(replace(g, memory_total_bytes=size) for g in node.gpus))
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    for gib in (1, 40, 41, 80, 81, 1 << 40):
+        for gpus in (1, 2):
+            check(scorer, PodRequest(gpus=gpus, gpu_memory_bytes=gib * GIB, workload="bert"), list(nodes), nodes)
+
+
+def test_nodes_with_more_gpus_than_a_mask_holds_give_the_per_node_integers_for_every_workload() -> None:
+    # 64 GPUs: no int64 mask of them, so their rows come from the per-node verdicts, a new workload's call included
+    rng = random.Random(35)
+    nodes = {f"n{i}": with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)) for i in range(10)}
+    nodes["wide"] = with_host_processes(rng, random_node(rng, "wide", vectors._MASK_BITS + 2, cpu=False))
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    for workload in ("bert", "gpt2", None):
+        for gpus in (1, 2):
+            before = scorer.vectors.computed_rows
+            check(scorer, PodRequest(gpus=gpus, workload=workload), list(nodes), nodes)
+            assert scorer.vectors.computed_rows > before  # the wide node's row, at least, for every new workload
