@@ -18,7 +18,8 @@ call per cycle in PreFilter, about every node).
 Where a cycle's time goes, per scheduler: the CPU milliseconds per pod bound of the scheduler, the advisor, the API
 server and etcd over the same window (`*_cpu_ms_per_pod`: on a machine whose cores they share, the advisor's CPU is
 time the plugin's cycle can wait for), the means of kube-scheduler's extension-point histograms (`*_cycle_ms`), the
-plugin's call mean (`*_advisor_call_ms`), and with `--pprof DIR` each scheduler's CPU profile (`go tool pprof`).
+plugin's call mean (`*_advisor_call_ms`), and with `--pprof DIR` each scheduler's CPU profile (`go tool pprof`) and
+its allocations over its run (two `allocs` profiles, for `-diff_base`).
 
 Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin-baseline BINARY] [--plugin-filter]
        [--pprof DIR] [--json]
@@ -384,10 +385,13 @@ def run_one(
     out: dict[str, Any] = {}
     log = work / kind / "scheduler.log"
     with scheduler_process(plane, binary, path, log, on_start=bindings.add_process) as scheduler:
+        if args.pprof:
+            _allocs(scheduler, args.pprof / f"{kind}.allocs-start.pprof")
         profile = _pprof(scheduler, args.pprof / f"{kind}.pprof") if args.pprof else None
         rate, cpu_ms = bindings.measure(args.timeout_s)
         if profile is not None:
             profile.join()
+            _allocs(scheduler, args.pprof / f"{kind}.allocs.pprof")
         out[f"{kind}_cpu_ms_per_pod"] = cpu_ms
         out[f"{kind}_watch_reopened"] = bindings.reopened
         # Where the scheduling cycle goes (means over the run; the stock metrics of kube-scheduler).
@@ -436,7 +440,9 @@ def main() -> None:
         "--pprof",
         type=Path,
         metavar="DIR",
-        help=f"write each scheduler's CPU profile of its first {PPROF_SECONDS} s of scheduling to DIR/KIND.pprof",
+        help=f"write each scheduler's CPU profile of its first {PPROF_SECONDS} s of scheduling to DIR/KIND.pprof, "
+        "and its allocation profiles when ready and after its last binding (DIR/KIND.allocs-start.pprof, "
+        "DIR/KIND.allocs.pprof)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
     args = parser.parse_args()
@@ -499,6 +505,20 @@ def _pprof(scheduler: SchedulerProcess, out: Path) -> threading.Thread:
     thread = threading.Thread(target=fetch, daemon=True)
     thread.start()
     return thread
+
+
+def _allocs(scheduler: SchedulerProcess, out: Path) -> None:
+    """The scheduler's allocations since it started (its /debug/pprof/allocs): taken when it is ready and again
+    after its last binding, so that `go tool pprof -sample_index=alloc_space -diff_base KIND.allocs-start.pprof
+    KIND.allocs.pprof` shows what its scheduling allocated (what its garbage collector works on)."""
+    response = httpx.get(
+        f"{scheduler.url}/debug/pprof/allocs",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        verify=False,
+        timeout=60,
+    )
+    response.raise_for_status()
+    out.write_bytes(response.content)
 
 
 def _pids(processes: dict[str, Process | None]) -> dict[str, int]:

@@ -97,7 +97,7 @@ func start(t *testing.T, f *fakeAdvisor, mutate func(*Args)) (*Plugin, *clock) {
 	return startHandler(t, f, mutate)
 }
 
-func startHandler(t *testing.T, h http.Handler, mutate func(*Args)) (*Plugin, *clock) {
+func startHandler(t testing.TB, h http.Handler, mutate func(*Args)) (*Plugin, *clock) {
 	t.Helper()
 	server := httptest.NewServer(h)
 	t.Cleanup(server.Close)
