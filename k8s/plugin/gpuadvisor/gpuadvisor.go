@@ -51,6 +51,7 @@ type Plugin struct {
 	assumed *assumedPods
 	held    *heldAnswers
 	since   *sinceGate
+	metrics pluginMetrics
 	now     func() time.Time
 }
 
@@ -89,6 +90,7 @@ func newPlugin(args *Args, token string, now func() time.Time) *Plugin {
 		assumed: newAssumedPods(args.AssumeTTL.Duration, now),
 		held:    newHeldAnswers(maxHeldShapes),
 		since:   &sinceGate{now: now},
+		metrics: newPluginMetrics(),
 		now:     now,
 	}
 }
@@ -110,6 +112,10 @@ type verdict struct {
 type cycleAnswer struct {
 	failed   bool
 	verdicts map[string]verdict
+	// names are the candidates PreScore asked about, in its order, and scores their scores: the framework gives
+	// NormalizeScore the same nodes in the same order, which then reads the scores by index, not by name.
+	names  []string
+	scores []int64
 	// freed are the nodes a GPU pod has been removed from in this (cloned) state: preemption asking whether evicting
 	// it makes room. The advisor's "no room now" does not hold there; NodeResourcesFit judges instead.
 	freed map[string]struct{}
@@ -117,13 +123,13 @@ type cycleAnswer struct {
 
 func (s *cycleAnswer) Clone() fwk.StateData {
 	if len(s.freed) == 0 {
-		return &cycleAnswer{failed: s.failed, verdicts: s.verdicts}
+		return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores}
 	}
 	freed := make(map[string]struct{}, len(s.freed))
 	for n := range s.freed {
 		freed[n] = struct{}{}
 	}
-	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, freed: freed}
+	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores, freed: freed}
 }
 
 // pendingAnswer is PreScore's call, answered once done is closed (then answer is set and never written again).
@@ -211,13 +217,13 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, node
 		return nil
 	}
 	if v.unresolvable {
-		filteredNodes.WithLabelValues("unresolvable").Inc()
+		p.metrics.filteredUnresolvable.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "gpuadvisor: "+v.reason)
 	}
 	if _, freed := answer.freed[name]; freed {
 		return nil
 	}
-	filteredNodes.WithLabelValues("unschedulable").Inc()
+	p.metrics.filteredUnschedulable.Inc()
 	return fwk.NewStatus(fwk.Unschedulable, "gpuadvisor: "+v.reason)
 }
 
@@ -235,7 +241,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		return nil
 	}
 	if !p.breaker.allow() {
-		fallbacks.WithLabelValues("circuit_open").Inc()
+		p.metrics.fallbackOpen.Inc()
 		return fwk.NewStatus(fwk.Skip)
 	}
 	req := p.request(pod, nodes)
@@ -252,7 +258,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 // (or an open breaker) is an answer marked failed.
 func (p *Plugin) ask(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo) *cycleAnswer {
 	if !p.breaker.allow() {
-		fallbacks.WithLabelValues("circuit_open").Inc()
+		p.metrics.fallbackOpen.Inc()
 		return &cycleAnswer{failed: true}
 	}
 	return p.call(ctx, pod, p.request(pod, nodes))
@@ -266,7 +272,7 @@ func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 		names[i] = n.Node().Name
 	}
 	assumed, held := p.assumed.on(names)
-	assumedGauge.Set(float64(held))
+	p.metrics.assumed.Set(float64(held))
 	return &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed, Detail: "brief"}
 }
 
@@ -305,9 +311,9 @@ func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycl
 		return &cycleAnswer{failed: true}
 	}
 	if err != nil {
-		advisorCalls.WithLabelValues("error").Inc()
-		advisorLatency.WithLabelValues("error").Observe(elapsed)
-		fallbacks.WithLabelValues("error").Inc()
+		p.metrics.callsError.Inc()
+		p.metrics.latencyError.Observe(elapsed)
+		p.metrics.fallbackError.Inc()
 		if p.breaker.failure() {
 			klog.FromContext(ctx).Error(err, "gpuadvisor: the advisor does not answer; GPU pods are scored neutrally",
 				"advisor", p.args.AdvisorURL, "retryAfter", p.args.OpenDuration.Duration)
@@ -316,8 +322,8 @@ func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycl
 		}
 		return &cycleAnswer{failed: true}
 	}
-	advisorCalls.WithLabelValues("ok").Inc()
-	advisorLatency.WithLabelValues("ok").Observe(elapsed)
+	p.metrics.callsOK.Inc()
+	p.metrics.latencyOK.Observe(elapsed)
 	if p.breaker.success() {
 		klog.FromContext(ctx).Info("gpuadvisor: the advisor answers again", "advisor", p.args.AdvisorURL)
 	}
@@ -335,24 +341,27 @@ func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycl
 			unresolvable: v.Unresolvable, reason: v.Reason,
 		}
 	}
-	for _, n := range req.Nodes {
-		if _, ok := verdicts[n]; !ok {
-			answers.WithLabelValues("uncovered").Inc()
-			fallbacks.WithLabelValues("uncovered").Inc()
+	scores := make([]int64, len(req.Nodes))
+	for i, n := range req.Nodes {
+		v, ok := verdicts[n]
+		if !ok {
+			p.metrics.answersUncovered.Inc()
+			p.metrics.fallbackUncovered.Inc()
 			klog.FromContext(ctx).V(2).Info("gpuadvisor: the advisor's answer leaves a candidate without a score; scored neutrally",
 				"pod", klog.KObj(pod), "node", n, "delta", delta)
 			return &cycleAnswer{failed: true}
 		}
+		scores[i] = v.score
 	}
 	if delta {
-		answers.WithLabelValues("delta").Inc()
+		p.metrics.answersDelta.Inc()
 	} else {
-		answers.WithLabelValues("full").Inc()
+		p.metrics.answersFull.Inc()
 	}
 	if answer.Token != nil && *answer.Token != "" {
 		p.held.give(&heldShape{key: key, token: *answer.Token, verdicts: verdicts})
 	}
-	return &cycleAnswer{verdicts: verdicts}
+	return &cycleAnswer{verdicts: verdicts, names: req.Nodes, scores: scores}
 }
 
 func clampScore(score float64) int64 {
@@ -363,11 +372,11 @@ func clampScore(score float64) int64 {
 // Score reads the node's score from the cycle's answer (PreFilter's call); while PreScore's call is still running
 // it gives 0, which NormalizeScore replaces with the answer's score.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	if _, err := state.Read(pendingKey); err == nil { // the usual cycle: one lookup a node, not two
+		return 0, nil
+	}
 	answer, err := readAnswer(state)
 	if err != nil {
-		if _, pendingErr := state.Read(pendingKey); pendingErr == nil {
-			return 0, nil
-		}
 		return 0, fwk.AsStatus(fmt.Errorf("%s: no scores in the cycle state: %w", Name, err))
 	}
 	return answer.scoreOf(nodeInfo.Node().Name), nil
@@ -398,10 +407,14 @@ func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1
 			return fwk.AsStatus(fmt.Errorf("%s: cycle state holds %T, not the advisor's call", Name, data))
 		}
 		answer := pending.wait(ctx)
+		aligned := len(answer.scores) == len(scores)
 		for i := range scores {
-			if answer.failed {
+			switch {
+			case answer.failed:
 				scores[i].Score = 0
-			} else {
+			case aligned && answer.names[i] == scores[i].Name:
+				scores[i].Score = answer.scores[i]
+			default:
 				scores[i].Score = answer.scoreOf(scores[i].Name)
 			}
 		}
@@ -423,7 +436,7 @@ func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1
 func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if wantsGPU(pod) {
 		p.assumed.add(pod.UID, nodeName, toWire(pod))
-		assumedGauge.Set(float64(p.assumed.len()))
+		p.metrics.assumed.Set(float64(p.assumed.len()))
 	}
 	return nil
 }
@@ -431,5 +444,5 @@ func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeN
 // Unreserve forgets a pod whose placement was given up (a later plugin rejected it, or binding failed).
 func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) {
 	p.assumed.remove(pod.UID)
-	assumedGauge.Set(float64(p.assumed.len()))
+	p.metrics.assumed.Set(float64(p.assumed.len()))
 }

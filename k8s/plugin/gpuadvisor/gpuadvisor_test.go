@@ -3,9 +3,12 @@ package gpuadvisor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -533,5 +536,84 @@ func TestPreemptionDryRunMayFreeANodeThatLacksRoomNow(t *testing.T) {
 	}
 	if st := p.Filter(ctx, state, pod, nodes[0]); st.Code() != fwk.Unschedulable {
 		t.Errorf("the cycle's own state after the dry runs: %v, want full still Unschedulable", st)
+	}
+}
+
+func TestNormalizeScoreFollowsTheNamesInWhateverOrderItIsGiven(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"a": 20, "b": 40, "c": 80}}
+	p, _ := start(t, f, nil)
+	ctx := context.Background()
+	pod, nodes := gpuPod("p", oneGPU, nil), nodeInfos("a", "b", "c")
+	for _, order := range [][]string{{"a", "b", "c"}, {"c", "b", "a"}, {"b", "c"}} {
+		state := framework.NewCycleState()
+		if st := p.PreScore(ctx, state, pod, nodes); !st.IsSuccess() {
+			t.Fatalf("PreScore: %v", st)
+		}
+		scores := make(fwk.NodeScoreList, len(order))
+		for i, n := range order {
+			scores[i] = fwk.NodeScore{Name: n}
+		}
+		if st := p.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
+			t.Fatalf("NormalizeScore: %v", st)
+		}
+		want := map[string]int64{"a": 25, "b": 50, "c": 100}
+		for _, s := range scores {
+			if s.Score != want[s.Name] {
+				t.Errorf("order %v: %s scored %d, want %d (the advisor's score of that node)", order, s.Name, s.Score, want[s.Name])
+			}
+		}
+	}
+}
+
+func TestCallsShareOneKeptAliveConnection(t *testing.T) {
+	var opened atomic.Int64
+	f := &fakeAdvisor{scores: map[string]float64{"a": 20, "b": 80}}
+	server := httptest.NewUnstartedServer(f)
+	server.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	server.Start()
+	t.Cleanup(server.Close)
+	p, _ := start(t, &fakeAdvisor{}, func(a *Args) { a.AdvisorURL = server.URL })
+	for i := range 5 {
+		scores, status := scoreCycle(t, p, gpuPod(fmt.Sprintf("p%d", i), oneGPU, nil), nodeInfos("a", "b"))
+		if neutral(scores, status) {
+			t.Fatalf("cycle %d scored neutrally", i)
+		}
+	}
+	if got := opened.Load(); got != 1 {
+		t.Errorf("%d connections opened for 5 calls, want 1 kept alive", got)
+	}
+}
+
+func TestManyAssumedPodsAreSentOnTheirCandidatesInTheCandidatesOrder(t *testing.T) {
+	for _, reserved := range []int{3, fewNodes + 4} {
+		f := &fakeAdvisor{}
+		p, _ := start(t, f, nil)
+		ctx := context.Background()
+		for i := range reserved {
+			p.Reserve(ctx, framework.NewCycleState(), gpuPod(fmt.Sprintf("r%d", i), oneGPU, nil), fmt.Sprintf("n%d", i%5))
+		}
+		scoreCycle(t, p, gpuPod("next", oneGPU, nil), nodeInfos("n3", "x", "n1"))
+		var nodes, pods []string
+		for _, a := range f.lastRequest(t).Assumed {
+			nodes, pods = append(nodes, a.Node), append(pods, a.Pod.Metadata.Name)
+		}
+		var wantNodes, wantPods []string
+		for _, node := range []int{3, 1} {
+			for i := range reserved {
+				if i%5 == node {
+					wantNodes, wantPods = append(wantNodes, fmt.Sprintf("n%d", node)), append(wantPods, fmt.Sprintf("r%d", i))
+				}
+			}
+		}
+		sort.Strings(pods) // the pods of one node come in no particular order
+		sort.Strings(wantPods)
+		if !equal(nodes, wantNodes) || !equal(pods, wantPods) {
+			t.Errorf("%d reserved: assumed sent on %v (%v), want on %v (%v): the pods on candidates, in their order",
+				reserved, nodes, pods, wantNodes, wantPods)
+		}
 	}
 }
