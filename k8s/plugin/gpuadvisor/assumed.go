@@ -32,13 +32,17 @@ func newAssumedPods(ttl time.Duration, now func() time.Time) *assumedPods {
 	return &assumedPods{ttl: ttl, now: now, pods: map[types.UID]assumedPod{}}
 }
 
-func (a *assumedPods) add(uid types.UID, node string, pod wirePod) {
+// add keeps the pod as assumed on the node; encoded is its JSON when the cycle's call has encoded it already (nil:
+// encoded here).
+func (a *assumedPods) add(uid types.UID, node string, pod wirePod, encoded json.RawMessage) {
+	if encoded == nil {
+		var err error
+		if encoded, err = json.Marshal(pod); err != nil {
+			encoded = nil // a wirePod always encodes; were it not to, each request encodes it again (and fails there)
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	encoded, err := json.Marshal(pod)
-	if err != nil { // a wirePod always encodes; were it not to, each request encodes it again (and fails there)
-		encoded = nil
-	}
 	a.pods[uid] = assumedPod{node: node, pod: pod, encoded: encoded, expires: a.now().Add(a.ttl)}
 }
 

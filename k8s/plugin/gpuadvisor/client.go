@@ -158,8 +158,24 @@ func newAdvisorClient(baseURL, token string, timeout time.Duration) *advisorClie
 	return &advisorClient{
 		url:   strings.TrimRight(baseURL, "/") + scorePath,
 		token: token,
-		http:  &http.Client{Timeout: timeout},
+		http:  &http.Client{Timeout: timeout, Transport: transport()},
 	}
+}
+
+// requestBufferBytes is the transport's write buffer: a request (headers and ~500 names, ~10 kB) fits whole, so it
+// is copied into the buffer and written in one go, where the default 4 kB buffer writes it in pieces and copies
+// the rest through a 32 kB buffer allocated for the purpose.
+const requestBufferBytes = 64 << 10
+
+// transport is net/http's default transport (proxies from the environment, keep-alive, timeouts) with a write
+// buffer that holds a whole request.
+func transport() *http.Transport {
+	t := &http.Transport{Proxy: http.ProxyFromEnvironment}
+	if base, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = base.Clone()
+	}
+	t.WriteBufferSize = requestBufferBytes
+	return t
 }
 
 // score asks the advisor about the pod on the nodes; any answer but a 200 with the JSON documented is an error.

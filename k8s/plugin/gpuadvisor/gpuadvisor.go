@@ -23,6 +23,7 @@ package gpuadvisor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -116,6 +117,8 @@ type cycleAnswer struct {
 	// NormalizeScore the same nodes in the same order, which then reads the scores by index, not by name.
 	names  []string
 	scores []int64
+	// pod is the pod's JSON as the call sent it, for Reserve to keep (nil if the call never encoded it).
+	pod json.RawMessage
 	// freed are the nodes a GPU pod has been removed from in this (cloned) state: preemption asking whether evicting
 	// it makes room. The advisor's "no room now" does not hold there; NodeResourcesFit judges instead.
 	freed map[string]struct{}
@@ -123,13 +126,13 @@ type cycleAnswer struct {
 
 func (s *cycleAnswer) Clone() fwk.StateData {
 	if len(s.freed) == 0 {
-		return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores}
+		return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores, pod: s.pod}
 	}
 	freed := make(map[string]struct{}, len(s.freed))
 	for n := range s.freed {
 		freed[n] = struct{}{}
 	}
-	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores, freed: freed}
+	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores, pod: s.pod, freed: freed}
 }
 
 // pendingAnswer is PreScore's call, answered once done is closed (then answer is set and never written again).
@@ -286,6 +289,13 @@ func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycleAnswer {
 	encoded, key := encodePod(req.Pod)
 	req.encodedPod = encoded
+	answer := p.advise(ctx, pod, req, key)
+	answer.pod = encoded
+	return answer
+}
+
+// advise is call once the pod is encoded (key: its shape).
+func (p *Plugin) advise(ctx context.Context, pod *v1.Pod, req *scoreRequest, key uint64) *cycleAnswer {
 	var prev *heldShape
 	if p.since.on() {
 		prev = p.held.take(key)
@@ -370,13 +380,18 @@ func clampScore(score float64) int64 {
 }
 
 // Score reads the node's score from the cycle's answer (PreFilter's call); while PreScore's call is still running
-// it gives 0, which NormalizeScore replaces with the answer's score.
+// it gives 0, which NormalizeScore replaces with the answer's score. Without the `filter` arg only PreScore's call
+// can be in the cycle state: Score then gives 0 without looking (a lookup a node, ~500 a cycle), and NormalizeScore
+// fails the cycle if there is no call.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	if _, err := state.Read(pendingKey); err == nil { // the usual cycle: one lookup a node, not two
+	if !p.args.Filter {
 		return 0, nil
 	}
 	answer, err := readAnswer(state)
 	if err != nil {
+		if _, pendingErr := state.Read(pendingKey); pendingErr == nil {
+			return 0, nil
+		}
 		return 0, fwk.AsStatus(fmt.Errorf("%s: no scores in the cycle state: %w", Name, err))
 	}
 	return answer.scoreOf(nodeInfo.Node().Name), nil
@@ -399,7 +414,9 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 // 0..100 scores.
 //
 // With PreScore's call it first waits for the answer and writes each node's score from it; a failed call leaves
-// every node 0 (the same for all: the advisor weighs nothing in this cycle).
+// every node 0 (the same for all: the advisor weighs nothing in this cycle). With neither PreScore's call nor
+// PreFilter's answer in the cycle state (a profile that enables the plugin at score but not at preScore) the cycle
+// fails.
 func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	if data, err := state.Read(pendingKey); err == nil {
 		pending, ok := data.(*pendingAnswer)
@@ -418,6 +435,8 @@ func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1
 				scores[i].Score = answer.scoreOf(scores[i].Name)
 			}
 		}
+	} else if _, answerErr := readAnswer(state); answerErr != nil {
+		return fwk.AsStatus(fmt.Errorf("%s: no scores in the cycle state: %w", Name, err))
 	}
 	var best int64
 	for _, s := range scores {
@@ -433,10 +452,29 @@ func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1
 }
 
 // Reserve remembers a GPU pod placed on a node until the advisor sees it bound (AssumeTTL).
-func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if wantsGPU(pod) {
-		p.assumed.add(pod.UID, nodeName, toWire(pod))
+		p.assumed.add(pod.UID, nodeName, toWire(pod), podSent(state))
 		p.metrics.assumed.Set(float64(p.assumed.len()))
+	}
+	return nil
+}
+
+// podSent is the pod's JSON as the cycle's call sent it, once that call is over (nil otherwise): Reserve keeps it
+// rather than encoding the pod again.
+func podSent(state fwk.CycleState) json.RawMessage {
+	if data, err := state.Read(pendingKey); err == nil {
+		if pending, ok := data.(*pendingAnswer); ok {
+			select {
+			case <-pending.done:
+				return pending.answer.pod
+			default:
+				return nil
+			}
+		}
+	}
+	if answer, err := readAnswer(state); err == nil {
+		return answer.pod
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -615,5 +616,49 @@ func TestManyAssumedPodsAreSentOnTheirCandidatesInTheCandidatesOrder(t *testing.
 			t.Errorf("%d reserved: assumed sent on %v (%v), want on %v (%v): the pods on candidates, in their order",
 				reserved, nodes, pods, wantNodes, wantPods)
 		}
+	}
+}
+
+func TestAProfileScoringWithoutPreScoreFailsTheCycle(t *testing.T) {
+	for _, filter := range []bool{false, true} {
+		p, _ := start(t, &fakeAdvisor{}, func(a *Args) { a.Filter = filter })
+		ctx := context.Background()
+		state := framework.NewCycleState() // neither PreFilter's answer nor PreScore's call
+		pod, nodes := gpuPod("p", oneGPU, nil), nodeInfos("a", "b")
+		scores := fwk.NodeScoreList{{Name: "a"}, {Name: "b"}}
+		_, scoreStatus := p.Score(ctx, state, pod, nodes[0])
+		normalizeStatus := p.NormalizeScore(ctx, state, pod, scores)
+		if scoreStatus.IsSuccess() && normalizeStatus.IsSuccess() {
+			t.Errorf("filter %v: a cycle without the advisor's call was scored (Score %v, NormalizeScore %v)",
+				filter, scoreStatus, normalizeStatus)
+		}
+	}
+}
+
+func TestReserveKeepsThePodAsTheCyclesCallSentIt(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"a": 20, "b": 80}}
+	p, _ := start(t, f, nil)
+	ctx := context.Background()
+	pod, nodes := gpuPod("placed", oneGPU, map[string]string{"gpuadvisor.io/gpu-milli": "1000"}), nodeInfos("a", "b")
+	state := framework.NewCycleState()
+	if st := p.PreScore(ctx, state, pod, nodes); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	if st := p.NormalizeScore(ctx, state, pod, scoreEach(t, ctx, p, state, pod, nodes)); !st.IsSuccess() {
+		t.Fatalf("NormalizeScore: %v", st)
+	}
+	sent := podSent(state)
+	if sent == nil {
+		t.Fatal("the cycle's call kept no encoding of the pod for Reserve")
+	}
+	p.Reserve(ctx, state, pod, "a")
+	scoreCycle(t, p, gpuPod("next", oneGPU, nil), nodes)
+	var got, want map[string]any
+	body, _ := json.Marshal(f.lastRequest(t).Assumed[0].Pod)
+	whole, _ := json.Marshal(toWire(pod))
+	_ = json.Unmarshal(body, &got)
+	_ = json.Unmarshal(whole, &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("assumed pod sent %s, want %s", body, whole)
 	}
 }
