@@ -350,3 +350,21 @@ func TestTheRequestWrittenByHandIsTheJSONEncodingJSONWrites(t *testing.T) {
 		}
 	}
 }
+
+func TestHeldVerdictsAreKeyedByTheCandidatesOwnNames(t *testing.T) {
+	advisor := &scriptedAdvisor{answers: []scoreResponse{answerOf("t1", false, map[string]float64{"a": 90, "b": 45, "z": 30})}}
+	p, _ := startServer(t, advisor)
+	pod, nodes := gpuPod("p1", oneGPU, nil), nodeInfos("a", "b")
+	scoreCycle(t, p, pod, nodes)
+	_, key := encodePod(toWire(pod))
+	held := p.held.take(key)
+	if held == nil {
+		t.Fatal("nothing held after a full answer with a token")
+	}
+	// Written again under the candidates' names (the answer's copies are kept only for nodes not yet a candidate).
+	for name, wantMerged := range map[string]bool{"a": false, "b": false, "z": true} {
+		if got := held.verdicts[name].merged; got != wantMerged {
+			t.Errorf("%s: merged = %v, want %v", name, got, wantMerged)
+		}
+	}
+}

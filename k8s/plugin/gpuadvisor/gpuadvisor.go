@@ -106,6 +106,11 @@ type verdict struct {
 	known        bool
 	unresolvable bool   // infeasible and never feasible, whatever leaves the node
 	reason       string // why infeasible
+	// merged marks a verdict written from an answer, keyed by the answer's copy of the node's name. The first cycle
+	// that finds it among its candidates writes it again under the candidate's name, the string the scheduler's
+	// NodeInfo holds: the next cycles' lookups then find a key at the same address as theirs, which Go compares
+	// without reading its bytes (the held map's keys are otherwise scattered small strings, a cache miss each).
+	merged bool
 }
 
 // cycleAnswer is the advisor's answer for one cycle (or that its one call failed). The verdicts are read-only once
@@ -348,12 +353,16 @@ func (p *Plugin) advise(ctx context.Context, pod *v1.Pod, req *scoreRequest, key
 	for _, v := range answer.Scores {
 		verdicts[v.Node] = verdict{
 			score: clampScore(v.Score), feasible: v.Feasible, known: v.Known,
-			unresolvable: v.Unresolvable, reason: v.Reason,
+			unresolvable: v.Unresolvable, reason: v.Reason, merged: true,
 		}
 	}
 	scores := make([]int64, len(req.Nodes))
 	for i, n := range req.Nodes {
 		v, ok := verdicts[n]
+		if ok && v.merged {
+			v.merged = false
+			verdicts[n] = v // keyed by the candidate's own name from now on
+		}
 		if !ok {
 			p.metrics.answersUncovered.Inc()
 			p.metrics.fallbackUncovered.Inc()
