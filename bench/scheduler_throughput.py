@@ -13,15 +13,17 @@ server, etcd, the advisor) runs on this machine: on a shared machine the figures
 
 Before/after a change to the plugin, same run: `--plugin-baseline PATH` runs another gpuadvisor-scheduler build with
 the same profile (`plugin_baseline`); `--plugin-filter` runs the plugin with its `filter` arg on (`plugin_filter`: one
-call per cycle in PreFilter, about every node).
+call per cycle in PreFilter, about every node); `--profile-only` runs gpuadvisor-scheduler with the plugin's profile
+but without the plugin (`profile_only`: what the profile's NodeResourcesFit settings cost, beside vanilla's defaults).
 
 Where a cycle's time goes, per scheduler: the CPU milliseconds per pod bound of the scheduler, the advisor, the API
 server and etcd over the same window (`*_cpu_ms_per_pod`: on a machine whose cores they share, the advisor's CPU is
 time the plugin's cycle can wait for), the means of kube-scheduler's extension-point histograms (`*_cycle_ms`), the
-plugin's call mean (`*_advisor_call_ms`), and with `--pprof DIR` each scheduler's CPU profile (`go tool pprof`).
+plugin's call mean (`*_advisor_call_ms`), and with `--pprof DIR` each scheduler's CPU profile (`go tool pprof`) and
+its allocations over its run (two `allocs` profiles, for `-diff_base`).
 
 Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin-baseline BINARY] [--plugin-filter]
-       [--pprof DIR] [--json]
+       [--profile-only] [--pprof DIR] [--json]
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
 {"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
 plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
@@ -289,12 +291,29 @@ def without_filter(config: Obj) -> Obj:
     return config
 
 
+def without_plugin(config: Obj) -> Obj:
+    """The plugin profile with the GPUAdvisor plugin taken out of every extension point and its args: what the
+    profile's other settings (NodeResourcesFit's) cost without the plugin."""
+    config = without_filter(config)
+    for profile in config["profiles"]:
+        for point in profile.get("plugins", {}).values():
+            point["enabled"] = [p for p in point.get("enabled", []) if p["name"] != PLUGIN_NAME]
+        profile["pluginConfig"] = [p for p in profile.get("pluginConfig", []) if p["name"] != PLUGIN_NAME]
+    return config
+
+
 def configs(
-    plane: ControlPlane, advisor_url: str, *, baseline: Path | None = None, with_filter: bool = False
+    plane: ControlPlane,
+    advisor_url: str,
+    *,
+    baseline: Path | None = None,
+    with_filter: bool = False,
+    profile_only: bool = False,
 ) -> dict[str, tuple[Path, Callable[[str], Obj]]]:
     """Per kind: the binary and its KubeSchedulerConfiguration under a scheduler name; `baseline` adds
-    `plugin_baseline`, another gpuadvisor-scheduler build with the same profile, and `with_filter` adds
-    `plugin_filter`, the plugin with its `filter` arg on."""
+    `plugin_baseline`, another gpuadvisor-scheduler build with the same profile, `with_filter` adds
+    `plugin_filter`, the plugin with its `filter` arg on, and `profile_only` adds `profile_only`, the plugin's
+    profile without the plugin."""
     bins = plane.bin_dir
 
     def vanilla(name: str) -> Obj:
@@ -312,6 +331,11 @@ def configs(
             lambda name: plugin_scheduler_config(plane.kubeconfig, advisor_url, name),
         ),
     }
+    if profile_only:
+        kinds["profile_only"] = (
+            bins / "gpuadvisor-scheduler",
+            lambda name: without_plugin(plugin_scheduler_config(plane.kubeconfig, advisor_url, name)),
+        )
     if baseline is not None:
         kinds["plugin_baseline"] = (
             baseline,
@@ -384,10 +408,13 @@ def run_one(
     out: dict[str, Any] = {}
     log = work / kind / "scheduler.log"
     with scheduler_process(plane, binary, path, log, on_start=bindings.add_process) as scheduler:
+        if args.pprof:
+            _allocs(scheduler, args.pprof / f"{kind}.allocs-start.pprof")
         profile = _pprof(scheduler, args.pprof / f"{kind}.pprof") if args.pprof else None
         rate, cpu_ms = bindings.measure(args.timeout_s)
         if profile is not None:
             profile.join()
+            _allocs(scheduler, args.pprof / f"{kind}.allocs.pprof")
         out[f"{kind}_cpu_ms_per_pod"] = cpu_ms
         out[f"{kind}_watch_reopened"] = bindings.reopened
         # Where the scheduling cycle goes (means over the run; the stock metrics of kube-scheduler).
@@ -396,7 +423,7 @@ def run_one(
             for point in ("PreFilter", "Filter", "PreScore", "Score", "Reserve")
         } | {"attempt": mean_ms(scheduler, "scheduler_scheduling_attempt_duration_seconds")}
         advised = ""
-        if binary.name == PLUGIN_BINARY:
+        if binary.name == PLUGIN_BINARY and kind != "profile_only":
             # A call that failed or was never made (the breaker open) is a cycle scored without the advisor:
             # cheaper, so a rate without these counts can flatter the plugin.
             calls = scheduler.metric("gpuadvisor_plugin_advisor_calls_total", result="ok")
@@ -433,10 +460,17 @@ def main() -> None:
         "--plugin-filter", action="store_true", help="also run the plugin with its filter arg on: plugin_filter"
     )
     parser.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="also run the plugin's profile without the plugin (its NodeResourcesFit settings alone): profile_only",
+    )
+    parser.add_argument(
         "--pprof",
         type=Path,
         metavar="DIR",
-        help=f"write each scheduler's CPU profile of its first {PPROF_SECONDS} s of scheduling to DIR/KIND.pprof",
+        help=f"write each scheduler's CPU profile of its first {PPROF_SECONDS} s of scheduling to DIR/KIND.pprof, "
+        "and its allocation profiles when ready and after its last binding (DIR/KIND.allocs-start.pprof, "
+        "DIR/KIND.allocs.pprof)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
     args = parser.parse_args()
@@ -461,12 +495,18 @@ def main() -> None:
                 raise RuntimeError("the advisor holds none of the busy GPUs reported")
             baseline = allocated_milli(url)
             result: dict[str, Any] = {"nodes": len(names), "pods": args.pods, "setup_seconds": round(setup_s, 1)}
-            kinds = configs(plane, url, baseline=args.plugin_baseline, with_filter=args.plugin_filter)
+            kinds = configs(
+                plane,
+                url,
+                baseline=args.plugin_baseline,
+                with_filter=args.plugin_filter,
+                profile_only=args.profile_only,
+            )
             for kind, (binary, config_of) in kinds.items():
                 result |= run_one(plane, (url, advisor_proc), kind, binary, config_of, work=work, args=args)
                 clean(plane.api, f"bench-{kind.replace('_', '-')}", url, baseline)
             for kind in kinds:
-                if kind.startswith("plugin"):
+                if kind.startswith("plugin") or kind == "profile_only":
                     result[f"{kind}_over_vanilla"] = round(
                         result[f"{kind}_pods_per_second"] / result["vanilla_pods_per_second"], 3
                     )
@@ -499,6 +539,20 @@ def _pprof(scheduler: SchedulerProcess, out: Path) -> threading.Thread:
     thread = threading.Thread(target=fetch, daemon=True)
     thread.start()
     return thread
+
+
+def _allocs(scheduler: SchedulerProcess, out: Path) -> None:
+    """The scheduler's allocations since it started (its /debug/pprof/allocs): taken when it is ready and again
+    after its last binding, so that `go tool pprof -sample_index=alloc_space -diff_base KIND.allocs-start.pprof
+    KIND.allocs.pprof` shows what its scheduling allocated (what its garbage collector works on)."""
+    response = httpx.get(
+        f"{scheduler.url}/debug/pprof/allocs",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        verify=False,
+        timeout=60,
+    )
+    response.raise_for_status()
+    out.write_bytes(response.content)
 
 
 def _pids(processes: dict[str, Process | None]) -> dict[str, int]:

@@ -62,20 +62,12 @@ func encodePod(pod wirePod) (json.RawMessage, uint64) {
 	}
 	h := fnv.New64a()
 	_, _ = h.Write(shape)
-	quotedName, err := json.Marshal(name)
-	if err != nil {
-		return nil, h.Sum64()
-	}
 	out := make([]byte, 0, len(shape)+len(name)+len(uid)+16)
 	out = append(out, `{"metadata":{"name":`...)
-	out = append(out, quotedName...)
+	out = appendString(out, name)
 	if uid != "" {
-		quotedUID, err := json.Marshal(uid)
-		if err != nil {
-			return nil, h.Sum64()
-		}
 		out = append(out, `,"uid":`...)
-		out = append(out, quotedUID...)
+		out = appendString(out, uid)
 	}
 	out = append(out, ',')
 	out = append(out, shape[len(shapePrefix):]...)

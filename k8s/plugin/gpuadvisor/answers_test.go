@@ -314,16 +314,57 @@ func TestThePodEncodedOnceIsThePodAsJSONEncodesIt(t *testing.T) {
 	assumedJSON, _ := json.Marshal(toWire(pods[1]))
 	req := scoreRequest{Pod: wire, Nodes: []string{"a"}, UnknownNodes: "neutral", encodedPod: encoded,
 		Assumed: []assumedWire{{Node: "a", Pod: toWire(pods[1]), encoded: assumedJSON}}}
-	fast, err := json.Marshal(req)
+	fast, err := appendRequest(nil, &req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.encodedPod, req.Assumed[0].encoded = nil, nil
 	slow, _ := json.Marshal(req)
 	var got, want map[string]any
 	_ = json.Unmarshal(fast, &got)
 	_ = json.Unmarshal(slow, &want)
 	if !reflect.DeepEqual(got, want) || got["pod"] == nil {
 		t.Fatalf("request %s, want %s", fast, slow)
+	}
+}
+
+func TestTheRequestWrittenByHandIsTheJSONEncodingJSONWrites(t *testing.T) {
+	pod := toWire(gpuPod("p", oneGPU, map[string]string{"gpuadvisor.io/gpu-milli": "500"}))
+	empty, token := "", "tok/+=="
+	odd := []string{"node-1", `say "hi"`, `back\slash`, "tab\there", "<a&b>", "ünïcode", "bad\xffutf8", "ctl\x01", ""}
+	requests := map[string]scoreRequest{
+		"plain":        {Pod: pod, Nodes: []string{"a", "b"}, UnknownNodes: "neutral", Detail: "brief"},
+		"odd names":    {Pod: pod, Nodes: odd, UnknownNodes: "neutral", Since: &token},
+		"no nodes":     {Pod: pod, UnknownNodes: "neutral"},
+		"empty nodes":  {Pod: pod, Nodes: []string{}, UnknownNodes: "", Since: &empty},
+		"assumed":      {Pod: pod, Nodes: []string{"a"}, Assumed: []assumedWire{{Node: "a", Pod: pod}, {Node: `"q"`, Pod: pod}}},
+		"assumed none": {Pod: pod, Nodes: []string{"a"}, Assumed: []assumedWire{}},
+	}
+	for name, req := range requests {
+		got, err := appendRequest([]byte("prefix"), &req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, _ := json.Marshal(req)
+		if string(got) != "prefix"+string(want) {
+			t.Errorf("%s: wrote\n%s\nwant\n%s", name, got[len("prefix"):], want)
+		}
+	}
+}
+
+func TestHeldVerdictsAreKeyedByTheCandidatesOwnNames(t *testing.T) {
+	advisor := &scriptedAdvisor{answers: []scoreResponse{answerOf("t1", false, map[string]float64{"a": 90, "b": 45, "z": 30})}}
+	p, _ := startServer(t, advisor)
+	pod, nodes := gpuPod("p1", oneGPU, nil), nodeInfos("a", "b")
+	scoreCycle(t, p, pod, nodes)
+	_, key := encodePod(toWire(pod))
+	held := p.held.take(key)
+	if held == nil {
+		t.Fatal("nothing held after a full answer with a token")
+	}
+	// Written again under the candidates' names (the answer's copies are kept only for nodes not yet a candidate).
+	for name, wantMerged := range map[string]bool{"a": false, "b": false, "z": true} {
+		if got := held.verdicts[name].merged; got != wantMerged {
+			t.Errorf("%s: merged = %v, want %v", name, got, wantMerged)
+		}
 	}
 }

@@ -32,13 +32,17 @@ func newAssumedPods(ttl time.Duration, now func() time.Time) *assumedPods {
 	return &assumedPods{ttl: ttl, now: now, pods: map[types.UID]assumedPod{}}
 }
 
-func (a *assumedPods) add(uid types.UID, node string, pod wirePod) {
+// add keeps the pod as assumed on the node; encoded is its JSON when the cycle's call has encoded it already (nil:
+// encoded here).
+func (a *assumedPods) add(uid types.UID, node string, pod wirePod, encoded json.RawMessage) {
+	if encoded == nil {
+		var err error
+		if encoded, err = json.Marshal(pod); err != nil {
+			encoded = nil // a wirePod always encodes; were it not to, each request encodes it again (and fails there)
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	encoded, err := json.Marshal(pod)
-	if err != nil { // a wirePod always encodes; were it not to, each request encodes it again (and fails there)
-		encoded = nil
-	}
 	a.pods[uid] = assumedPod{node: node, pod: pod, encoded: encoded, expires: a.now().Add(a.ttl)}
 }
 
@@ -67,8 +71,9 @@ func (a *assumedPods) remove(uid types.UID) {
 }
 
 // on returns the live assumed pods on the given nodes, in their order (dropping the expired ones), and how many are
-// held in all. The assumed pods are few and the nodes ~500: the nodes are looked up among the pods' nodes, not the
-// other way round (no set of the nodes is built per cycle).
+// held in all. The assumed pods are few (the advisor's answers drop those its watch holds) and the nodes ~500: each
+// node is compared with the few pods' nodes, and only past fewNodes pods are their nodes put in a map; no set of the
+// candidates is built per cycle.
 func (a *assumedPods) on(nodes []string) ([]assumedWire, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -76,15 +81,32 @@ func (a *assumedPods) on(nodes []string) ([]assumedWire, int) {
 		return nil, 0
 	}
 	now := a.now()
-	byNode := make(map[string][]assumedWire, len(a.pods))
+	live := make([]assumedWire, 0, len(a.pods))
 	for uid, p := range a.pods {
 		if !now.Before(p.expires) {
 			delete(a.pods, uid)
 			continue
 		}
-		byNode[p.node] = append(byNode[p.node], assumedWire{Node: p.node, Pod: p.pod, encoded: p.encoded})
+		live = append(live, assumedWire{Node: p.node, Pod: p.pod, encoded: p.encoded})
+	}
+	if len(live) == 0 {
+		return nil, 0
 	}
 	var out []assumedWire
+	if len(live) <= fewNodes {
+		for _, n := range nodes {
+			for i := range live {
+				if live[i].Node == n {
+					out = append(out, live[i])
+				}
+			}
+		}
+		return out, len(a.pods)
+	}
+	byNode := make(map[string][]assumedWire, len(live))
+	for _, p := range live {
+		byNode[p.Node] = append(byNode[p.Node], p)
+	}
 	for _, n := range nodes {
 		if len(byNode) == 0 {
 			break
@@ -96,6 +118,9 @@ func (a *assumedPods) on(nodes []string) ([]assumedWire, int) {
 	}
 	return out, len(a.pods)
 }
+
+// fewNodes is how many assumed pods on looks for by comparing each candidate with each pod's node.
+const fewNodes = 8
 
 func (a *assumedPods) len() int {
 	a.mu.Lock()

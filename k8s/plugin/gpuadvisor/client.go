@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,20 +35,6 @@ type scoreRequest struct {
 	encodedPod json.RawMessage
 }
 
-// requestFields is scoreRequest without its MarshalJSON.
-type requestFields scoreRequest
-
-// MarshalJSON sends the pod as encoded already, when it is (the shallower `pod` field hides the embedded one).
-func (r scoreRequest) MarshalJSON() ([]byte, error) {
-	if r.encodedPod == nil {
-		return json.Marshal(requestFields(r))
-	}
-	return json.Marshal(struct {
-		Pod json.RawMessage `json:"pod"`
-		requestFields
-	}{r.encodedPod, requestFields(r)})
-}
-
 type assumedWire struct {
 	Node string  `json:"node"`
 	Pod  wirePod `json:"pod"`
@@ -55,17 +42,84 @@ type assumedWire struct {
 	encoded json.RawMessage
 }
 
-type assumedFields assumedWire
-
-// MarshalJSON sends the pod as encoded at Reserve, when it is.
-func (a assumedWire) MarshalJSON() ([]byte, error) {
-	if a.encoded == nil {
-		return json.Marshal(assumedFields(a))
+// appendRequest appends the request's JSON to b: the object encoding/json writes for it, field for field, with the
+// pod and the assumed pods sent as encoded already where they are. Written by hand because a cycle's request is
+// mostly ~500 node names, which encoding/json would reach through reflection and then scan again (a MarshalJSON's
+// output is compacted); here each name is copied between quotes.
+func appendRequest(b []byte, r *scoreRequest) ([]byte, error) {
+	var err error
+	b = append(b, `{"pod":`...)
+	if b, err = appendPod(b, r.encodedPod, &r.Pod); err != nil {
+		return nil, err
 	}
-	return json.Marshal(struct {
-		Pod json.RawMessage `json:"pod"`
-		assumedFields
-	}{a.encoded, assumedFields(a)})
+	b = append(b, `,"nodes":`...)
+	if r.Nodes == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, n := range r.Nodes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, n)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"unknown_nodes":`...)
+	b = appendString(b, r.UnknownNodes)
+	if len(r.Assumed) > 0 {
+		b = append(b, `,"assumed":[`...)
+		for i := range r.Assumed {
+			a := &r.Assumed[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"node":`...)
+			b = appendString(b, a.Node)
+			b = append(b, `,"pod":`...)
+			if b, err = appendPod(b, a.encoded, &a.Pod); err != nil {
+				return nil, err
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if r.Detail != "" {
+		b = append(b, `,"detail":`...)
+		b = appendString(b, r.Detail)
+	}
+	if r.Since != nil {
+		b = append(b, `,"since":`...)
+		b = appendString(b, *r.Since)
+	}
+	return append(b, '}'), nil
+}
+
+// appendPod appends the pod's JSON: as encoded already, else encoded now.
+func appendPod(b []byte, encoded json.RawMessage, pod *wirePod) ([]byte, error) {
+	if encoded != nil {
+		return append(b, encoded...), nil
+	}
+	data, err := json.Marshal(pod)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, data...), nil
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it. Node names, namespaces and tokens are
+// printable ASCII with nothing to escape (DNS names, base64): copied between quotes; anything else is left to
+// encoding/json.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			data, _ := json.Marshal(s) // a string always encodes
+			return append(b, data...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // nodeVerdict is the advisor's NodeScoreBrief (the part of NodeScoreOut the plugin reads, and whether an
@@ -95,22 +149,43 @@ type advisorClient struct {
 	url   string
 	token string
 	http  *http.Client
+	// requestBytes is the size of the last request: the next one's buffer is made that large (plus room), so that
+	// encoding ~500 names does not grow it step by step.
+	requestBytes atomic.Int64
 }
 
 func newAdvisorClient(baseURL, token string, timeout time.Duration) *advisorClient {
 	return &advisorClient{
 		url:   strings.TrimRight(baseURL, "/") + scorePath,
 		token: token,
-		http:  &http.Client{Timeout: timeout},
+		http:  &http.Client{Timeout: timeout, Transport: transport()},
 	}
+}
+
+// requestBufferBytes is the transport's write buffer: a request (headers and ~500 names, ~10 kB) fits whole, so it
+// is copied into the buffer and written in one go, where the default 4 kB buffer writes it in pieces and copies
+// the rest through a 32 kB buffer allocated for the purpose.
+const requestBufferBytes = 64 << 10
+
+// transport is net/http's default transport (proxies from the environment, keep-alive, timeouts) with a write
+// buffer that holds a whole request.
+func transport() *http.Transport {
+	t := &http.Transport{Proxy: http.ProxyFromEnvironment}
+	if base, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = base.Clone()
+	}
+	t.WriteBufferSize = requestBufferBytes
+	return t
 }
 
 // score asks the advisor about the pod on the nodes; any answer but a 200 with the JSON documented is an error.
 func (c *advisorClient) score(ctx context.Context, req *scoreRequest) (*scoreResponse, error) {
-	body, err := json.Marshal(req)
+	size := c.requestBytes.Load()
+	body, err := appendRequest(make([]byte, 0, size+size/8+512), req)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the score request: %w", err)
 	}
+	c.requestBytes.Store(int64(len(body)))
 	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -124,7 +199,7 @@ func (c *advisorClient) score(ctx context.Context, req *scoreRequest) (*scoreRes
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	data, err := readBody(resp)
 	if err != nil {
 		return nil, fmt.Errorf("reading the advisor's answer: %w", err)
 	}
@@ -136,6 +211,20 @@ func (c *advisorClient) score(ctx context.Context, req *scoreRequest) (*scoreRes
 		return nil, fmt.Errorf("advisor's answer is not a ScoreResponse: %w", err)
 	}
 	return &answer, nil
+}
+
+// readBody reads an answer of at most maxAnswerBytes: at once into a buffer of its length when the advisor says it
+// (the keep-alive connection is then free for the next call), else as it comes.
+func readBody(resp *http.Response) ([]byte, error) {
+	n := resp.ContentLength
+	if n <= 0 || n > maxAnswerBytes {
+		return io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	}
+	data := make([]byte, n)
+	if _, err := io.ReadFull(resp.Body, data); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // statusError is an answer other than a 200: its status says whether the request itself was refused (a 422 to a

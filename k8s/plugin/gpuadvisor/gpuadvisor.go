@@ -23,6 +23,7 @@ package gpuadvisor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -51,6 +52,7 @@ type Plugin struct {
 	assumed *assumedPods
 	held    *heldAnswers
 	since   *sinceGate
+	metrics pluginMetrics
 	now     func() time.Time
 }
 
@@ -89,6 +91,7 @@ func newPlugin(args *Args, token string, now func() time.Time) *Plugin {
 		assumed: newAssumedPods(args.AssumeTTL.Duration, now),
 		held:    newHeldAnswers(maxHeldShapes),
 		since:   &sinceGate{now: now},
+		metrics: newPluginMetrics(),
 		now:     now,
 	}
 }
@@ -103,6 +106,11 @@ type verdict struct {
 	known        bool
 	unresolvable bool   // infeasible and never feasible, whatever leaves the node
 	reason       string // why infeasible
+	// merged marks a verdict written from an answer, keyed by the answer's copy of the node's name. The first cycle
+	// that finds it among its candidates writes it again under the candidate's name, the string the scheduler's
+	// NodeInfo holds: the next cycles' lookups then find a key at the same address as theirs, which Go compares
+	// without reading its bytes (the held map's keys are otherwise scattered small strings, a cache miss each).
+	merged bool
 }
 
 // cycleAnswer is the advisor's answer for one cycle (or that its one call failed). The verdicts are read-only once
@@ -110,6 +118,12 @@ type verdict struct {
 type cycleAnswer struct {
 	failed   bool
 	verdicts map[string]verdict
+	// names are the candidates PreScore asked about, in its order, and scores their scores: the framework gives
+	// NormalizeScore the same nodes in the same order, which then reads the scores by index, not by name.
+	names  []string
+	scores []int64
+	// pod is the pod's JSON as the call sent it, for Reserve to keep (nil if the call never encoded it).
+	pod json.RawMessage
 	// freed are the nodes a GPU pod has been removed from in this (cloned) state: preemption asking whether evicting
 	// it makes room. The advisor's "no room now" does not hold there; NodeResourcesFit judges instead.
 	freed map[string]struct{}
@@ -117,13 +131,13 @@ type cycleAnswer struct {
 
 func (s *cycleAnswer) Clone() fwk.StateData {
 	if len(s.freed) == 0 {
-		return &cycleAnswer{failed: s.failed, verdicts: s.verdicts}
+		return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores, pod: s.pod}
 	}
 	freed := make(map[string]struct{}, len(s.freed))
 	for n := range s.freed {
 		freed[n] = struct{}{}
 	}
-	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, freed: freed}
+	return &cycleAnswer{failed: s.failed, verdicts: s.verdicts, names: s.names, scores: s.scores, pod: s.pod, freed: freed}
 }
 
 // pendingAnswer is PreScore's call, answered once done is closed (then answer is set and never written again).
@@ -211,13 +225,13 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, node
 		return nil
 	}
 	if v.unresolvable {
-		filteredNodes.WithLabelValues("unresolvable").Inc()
+		p.metrics.filteredUnresolvable.Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "gpuadvisor: "+v.reason)
 	}
 	if _, freed := answer.freed[name]; freed {
 		return nil
 	}
-	filteredNodes.WithLabelValues("unschedulable").Inc()
+	p.metrics.filteredUnschedulable.Inc()
 	return fwk.NewStatus(fwk.Unschedulable, "gpuadvisor: "+v.reason)
 }
 
@@ -235,7 +249,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		return nil
 	}
 	if !p.breaker.allow() {
-		fallbacks.WithLabelValues("circuit_open").Inc()
+		p.metrics.fallbackOpen.Inc()
 		return fwk.NewStatus(fwk.Skip)
 	}
 	req := p.request(pod, nodes)
@@ -252,7 +266,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 // (or an open breaker) is an answer marked failed.
 func (p *Plugin) ask(ctx context.Context, pod *v1.Pod, nodes []fwk.NodeInfo) *cycleAnswer {
 	if !p.breaker.allow() {
-		fallbacks.WithLabelValues("circuit_open").Inc()
+		p.metrics.fallbackOpen.Inc()
 		return &cycleAnswer{failed: true}
 	}
 	return p.call(ctx, pod, p.request(pod, nodes))
@@ -266,7 +280,7 @@ func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 		names[i] = n.Node().Name
 	}
 	assumed, held := p.assumed.on(names)
-	assumedGauge.Set(float64(held))
+	p.metrics.assumed.Set(float64(held))
 	return &scoreRequest{Pod: toWire(pod), Nodes: names, UnknownNodes: "neutral", Assumed: assumed, Detail: "brief"}
 }
 
@@ -280,6 +294,13 @@ func (p *Plugin) request(pod *v1.Pod, nodes []fwk.NodeInfo) *scoreRequest {
 func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycleAnswer {
 	encoded, key := encodePod(req.Pod)
 	req.encodedPod = encoded
+	answer := p.advise(ctx, pod, req, key)
+	answer.pod = encoded
+	return answer
+}
+
+// advise is call once the pod is encoded (key: its shape).
+func (p *Plugin) advise(ctx context.Context, pod *v1.Pod, req *scoreRequest, key uint64) *cycleAnswer {
 	var prev *heldShape
 	if p.since.on() {
 		prev = p.held.take(key)
@@ -305,9 +326,9 @@ func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycl
 		return &cycleAnswer{failed: true}
 	}
 	if err != nil {
-		advisorCalls.WithLabelValues("error").Inc()
-		advisorLatency.WithLabelValues("error").Observe(elapsed)
-		fallbacks.WithLabelValues("error").Inc()
+		p.metrics.callsError.Inc()
+		p.metrics.latencyError.Observe(elapsed)
+		p.metrics.fallbackError.Inc()
 		if p.breaker.failure() {
 			klog.FromContext(ctx).Error(err, "gpuadvisor: the advisor does not answer; GPU pods are scored neutrally",
 				"advisor", p.args.AdvisorURL, "retryAfter", p.args.OpenDuration.Duration)
@@ -316,8 +337,8 @@ func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycl
 		}
 		return &cycleAnswer{failed: true}
 	}
-	advisorCalls.WithLabelValues("ok").Inc()
-	advisorLatency.WithLabelValues("ok").Observe(elapsed)
+	p.metrics.callsOK.Inc()
+	p.metrics.latencyOK.Observe(elapsed)
 	if p.breaker.success() {
 		klog.FromContext(ctx).Info("gpuadvisor: the advisor answers again", "advisor", p.args.AdvisorURL)
 	}
@@ -332,27 +353,34 @@ func (p *Plugin) call(ctx context.Context, pod *v1.Pod, req *scoreRequest) *cycl
 	for _, v := range answer.Scores {
 		verdicts[v.Node] = verdict{
 			score: clampScore(v.Score), feasible: v.Feasible, known: v.Known,
-			unresolvable: v.Unresolvable, reason: v.Reason,
+			unresolvable: v.Unresolvable, reason: v.Reason, merged: true,
 		}
 	}
-	for _, n := range req.Nodes {
-		if _, ok := verdicts[n]; !ok {
-			answers.WithLabelValues("uncovered").Inc()
-			fallbacks.WithLabelValues("uncovered").Inc()
+	scores := make([]int64, len(req.Nodes))
+	for i, n := range req.Nodes {
+		v, ok := verdicts[n]
+		if ok && v.merged {
+			v.merged = false
+			verdicts[n] = v // keyed by the candidate's own name from now on
+		}
+		if !ok {
+			p.metrics.answersUncovered.Inc()
+			p.metrics.fallbackUncovered.Inc()
 			klog.FromContext(ctx).V(2).Info("gpuadvisor: the advisor's answer leaves a candidate without a score; scored neutrally",
 				"pod", klog.KObj(pod), "node", n, "delta", delta)
 			return &cycleAnswer{failed: true}
 		}
+		scores[i] = v.score
 	}
 	if delta {
-		answers.WithLabelValues("delta").Inc()
+		p.metrics.answersDelta.Inc()
 	} else {
-		answers.WithLabelValues("full").Inc()
+		p.metrics.answersFull.Inc()
 	}
 	if answer.Token != nil && *answer.Token != "" {
 		p.held.give(&heldShape{key: key, token: *answer.Token, verdicts: verdicts})
 	}
-	return &cycleAnswer{verdicts: verdicts}
+	return &cycleAnswer{verdicts: verdicts, names: req.Nodes, scores: scores}
 }
 
 func clampScore(score float64) int64 {
@@ -361,8 +389,13 @@ func clampScore(score float64) int64 {
 }
 
 // Score reads the node's score from the cycle's answer (PreFilter's call); while PreScore's call is still running
-// it gives 0, which NormalizeScore replaces with the answer's score.
+// it gives 0, which NormalizeScore replaces with the answer's score. Without the `filter` arg only PreScore's call
+// can be in the cycle state: Score then gives 0 without looking (a lookup a node, ~500 a cycle), and NormalizeScore
+// fails the cycle if there is no call.
 func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	if !p.args.Filter {
+		return 0, nil
+	}
 	answer, err := readAnswer(state)
 	if err != nil {
 		if _, pendingErr := state.Read(pendingKey); pendingErr == nil {
@@ -390,7 +423,9 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 // 0..100 scores.
 //
 // With PreScore's call it first waits for the answer and writes each node's score from it; a failed call leaves
-// every node 0 (the same for all: the advisor weighs nothing in this cycle).
+// every node 0 (the same for all: the advisor weighs nothing in this cycle). With neither PreScore's call nor
+// PreFilter's answer in the cycle state (a profile that enables the plugin at score but not at preScore) the cycle
+// fails.
 func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	if data, err := state.Read(pendingKey); err == nil {
 		pending, ok := data.(*pendingAnswer)
@@ -398,13 +433,19 @@ func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1
 			return fwk.AsStatus(fmt.Errorf("%s: cycle state holds %T, not the advisor's call", Name, data))
 		}
 		answer := pending.wait(ctx)
+		aligned := len(answer.scores) == len(scores)
 		for i := range scores {
-			if answer.failed {
+			switch {
+			case answer.failed:
 				scores[i].Score = 0
-			} else {
+			case aligned && answer.names[i] == scores[i].Name:
+				scores[i].Score = answer.scores[i]
+			default:
 				scores[i].Score = answer.scoreOf(scores[i].Name)
 			}
 		}
+	} else if _, answerErr := readAnswer(state); answerErr != nil {
+		return fwk.AsStatus(fmt.Errorf("%s: no scores in the cycle state: %w", Name, err))
 	}
 	var best int64
 	for _, s := range scores {
@@ -420,10 +461,29 @@ func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, _ *v1
 }
 
 // Reserve remembers a GPU pod placed on a node until the advisor sees it bound (AssumeTTL).
-func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if wantsGPU(pod) {
-		p.assumed.add(pod.UID, nodeName, toWire(pod))
-		assumedGauge.Set(float64(p.assumed.len()))
+		p.assumed.add(pod.UID, nodeName, toWire(pod), podSent(state))
+		p.metrics.assumed.Set(float64(p.assumed.len()))
+	}
+	return nil
+}
+
+// podSent is the pod's JSON as the cycle's call sent it, once that call is over (nil otherwise): Reserve keeps it
+// rather than encoding the pod again.
+func podSent(state fwk.CycleState) json.RawMessage {
+	if data, err := state.Read(pendingKey); err == nil {
+		if pending, ok := data.(*pendingAnswer); ok {
+			select {
+			case <-pending.done:
+				return pending.answer.pod
+			default:
+				return nil
+			}
+		}
+	}
+	if answer, err := readAnswer(state); err == nil {
+		return answer.pod
 	}
 	return nil
 }
@@ -431,5 +491,5 @@ func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeN
 // Unreserve forgets a pod whose placement was given up (a later plugin rejected it, or binding failed).
 func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) {
 	p.assumed.remove(pod.UID)
-	assumedGauge.Set(float64(p.assumed.len()))
+	p.metrics.assumed.Set(float64(p.assumed.len()))
 }

@@ -3,9 +3,13 @@ package gpuadvisor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,7 +101,7 @@ func start(t *testing.T, f *fakeAdvisor, mutate func(*Args)) (*Plugin, *clock) {
 	return startHandler(t, f, mutate)
 }
 
-func startHandler(t *testing.T, h http.Handler, mutate func(*Args)) (*Plugin, *clock) {
+func startHandler(t testing.TB, h http.Handler, mutate func(*Args)) (*Plugin, *clock) {
 	t.Helper()
 	server := httptest.NewServer(h)
 	t.Cleanup(server.Close)
@@ -533,5 +537,128 @@ func TestPreemptionDryRunMayFreeANodeThatLacksRoomNow(t *testing.T) {
 	}
 	if st := p.Filter(ctx, state, pod, nodes[0]); st.Code() != fwk.Unschedulable {
 		t.Errorf("the cycle's own state after the dry runs: %v, want full still Unschedulable", st)
+	}
+}
+
+func TestNormalizeScoreFollowsTheNamesInWhateverOrderItIsGiven(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"a": 20, "b": 40, "c": 80}}
+	p, _ := start(t, f, nil)
+	ctx := context.Background()
+	pod, nodes := gpuPod("p", oneGPU, nil), nodeInfos("a", "b", "c")
+	for _, order := range [][]string{{"a", "b", "c"}, {"c", "b", "a"}, {"b", "c"}} {
+		state := framework.NewCycleState()
+		if st := p.PreScore(ctx, state, pod, nodes); !st.IsSuccess() {
+			t.Fatalf("PreScore: %v", st)
+		}
+		scores := make(fwk.NodeScoreList, len(order))
+		for i, n := range order {
+			scores[i] = fwk.NodeScore{Name: n}
+		}
+		if st := p.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
+			t.Fatalf("NormalizeScore: %v", st)
+		}
+		want := map[string]int64{"a": 25, "b": 50, "c": 100}
+		for _, s := range scores {
+			if s.Score != want[s.Name] {
+				t.Errorf("order %v: %s scored %d, want %d (the advisor's score of that node)", order, s.Name, s.Score, want[s.Name])
+			}
+		}
+	}
+}
+
+func TestCallsShareOneKeptAliveConnection(t *testing.T) {
+	var opened atomic.Int64
+	f := &fakeAdvisor{scores: map[string]float64{"a": 20, "b": 80}}
+	server := httptest.NewUnstartedServer(f)
+	server.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	server.Start()
+	t.Cleanup(server.Close)
+	p, _ := start(t, &fakeAdvisor{}, func(a *Args) { a.AdvisorURL = server.URL })
+	for i := range 5 {
+		scores, status := scoreCycle(t, p, gpuPod(fmt.Sprintf("p%d", i), oneGPU, nil), nodeInfos("a", "b"))
+		if neutral(scores, status) {
+			t.Fatalf("cycle %d scored neutrally", i)
+		}
+	}
+	if got := opened.Load(); got != 1 {
+		t.Errorf("%d connections opened for 5 calls, want 1 kept alive", got)
+	}
+}
+
+func TestManyAssumedPodsAreSentOnTheirCandidatesInTheCandidatesOrder(t *testing.T) {
+	for _, reserved := range []int{3, fewNodes + 4} {
+		f := &fakeAdvisor{}
+		p, _ := start(t, f, nil)
+		ctx := context.Background()
+		for i := range reserved {
+			p.Reserve(ctx, framework.NewCycleState(), gpuPod(fmt.Sprintf("r%d", i), oneGPU, nil), fmt.Sprintf("n%d", i%5))
+		}
+		scoreCycle(t, p, gpuPod("next", oneGPU, nil), nodeInfos("n3", "x", "n1"))
+		var nodes, pods []string
+		for _, a := range f.lastRequest(t).Assumed {
+			nodes, pods = append(nodes, a.Node), append(pods, a.Pod.Metadata.Name)
+		}
+		var wantNodes, wantPods []string
+		for _, node := range []int{3, 1} {
+			for i := range reserved {
+				if i%5 == node {
+					wantNodes, wantPods = append(wantNodes, fmt.Sprintf("n%d", node)), append(wantPods, fmt.Sprintf("r%d", i))
+				}
+			}
+		}
+		sort.Strings(pods) // the pods of one node come in no particular order
+		sort.Strings(wantPods)
+		if !equal(nodes, wantNodes) || !equal(pods, wantPods) {
+			t.Errorf("%d reserved: assumed sent on %v (%v), want on %v (%v): the pods on candidates, in their order",
+				reserved, nodes, pods, wantNodes, wantPods)
+		}
+	}
+}
+
+func TestAProfileScoringWithoutPreScoreFailsTheCycle(t *testing.T) {
+	for _, filter := range []bool{false, true} {
+		p, _ := start(t, &fakeAdvisor{}, func(a *Args) { a.Filter = filter })
+		ctx := context.Background()
+		state := framework.NewCycleState() // neither PreFilter's answer nor PreScore's call
+		pod, nodes := gpuPod("p", oneGPU, nil), nodeInfos("a", "b")
+		scores := fwk.NodeScoreList{{Name: "a"}, {Name: "b"}}
+		_, scoreStatus := p.Score(ctx, state, pod, nodes[0])
+		normalizeStatus := p.NormalizeScore(ctx, state, pod, scores)
+		if scoreStatus.IsSuccess() && normalizeStatus.IsSuccess() {
+			t.Errorf("filter %v: a cycle without the advisor's call was scored (Score %v, NormalizeScore %v)",
+				filter, scoreStatus, normalizeStatus)
+		}
+	}
+}
+
+func TestReserveKeepsThePodAsTheCyclesCallSentIt(t *testing.T) {
+	f := &fakeAdvisor{scores: map[string]float64{"a": 20, "b": 80}}
+	p, _ := start(t, f, nil)
+	ctx := context.Background()
+	pod, nodes := gpuPod("placed", oneGPU, map[string]string{"gpuadvisor.io/gpu-milli": "1000"}), nodeInfos("a", "b")
+	state := framework.NewCycleState()
+	if st := p.PreScore(ctx, state, pod, nodes); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	if st := p.NormalizeScore(ctx, state, pod, scoreEach(t, ctx, p, state, pod, nodes)); !st.IsSuccess() {
+		t.Fatalf("NormalizeScore: %v", st)
+	}
+	sent := podSent(state)
+	if sent == nil {
+		t.Fatal("the cycle's call kept no encoding of the pod for Reserve")
+	}
+	p.Reserve(ctx, state, pod, "a")
+	scoreCycle(t, p, gpuPod("next", oneGPU, nil), nodes)
+	var got, want map[string]any
+	body, _ := json.Marshal(f.lastRequest(t).Assumed[0].Pod)
+	whole, _ := json.Marshal(toWire(pod))
+	_ = json.Unmarshal(body, &got)
+	_ = json.Unmarshal(whole, &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("assumed pod sent %s, want %s", body, whole)
 	}
 }

@@ -56,3 +56,34 @@ func registerMetrics() {
 		legacyregistry.MustRegister(advisorCalls, advisorLatency, fallbacks, assumedGauge, filteredNodes, answers)
 	})
 }
+
+// pluginMetrics are the label values a cycle records, looked up once (a vector's lookup hashes the labels under a
+// lock on every call). Taken after registerMetrics: before it, a vector gives a no-op.
+type pluginMetrics struct {
+	callsOK, callsError                         metrics.CounterMetric
+	latencyOK, latencyError                     metrics.ObserverMetric
+	fallbackOpen, fallbackError                 metrics.CounterMetric
+	fallbackUncovered                           metrics.CounterMetric
+	answersFull, answersDelta                   metrics.CounterMetric
+	answersUncovered                            metrics.CounterMetric
+	filteredUnresolvable, filteredUnschedulable metrics.CounterMetric
+	assumed                                     *metrics.Gauge
+}
+
+func newPluginMetrics() pluginMetrics {
+	return pluginMetrics{
+		callsOK:               advisorCalls.WithLabelValues("ok"),
+		callsError:            advisorCalls.WithLabelValues("error"),
+		latencyOK:             advisorLatency.WithLabelValues("ok"),
+		latencyError:          advisorLatency.WithLabelValues("error"),
+		fallbackOpen:          fallbacks.WithLabelValues("circuit_open"),
+		fallbackError:         fallbacks.WithLabelValues("error"),
+		fallbackUncovered:     fallbacks.WithLabelValues("uncovered"),
+		answersFull:           answers.WithLabelValues("full"),
+		answersDelta:          answers.WithLabelValues("delta"),
+		answersUncovered:      answers.WithLabelValues("uncovered"),
+		filteredUnresolvable:  filteredNodes.WithLabelValues("unresolvable"),
+		filteredUnschedulable: filteredNodes.WithLabelValues("unschedulable"),
+		assumed:               assumedGauge,
+	}
+}
