@@ -26,6 +26,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import compress, count, repeat
 from operator import and_, call, ge, is_, itemgetter
@@ -36,6 +37,8 @@ from advisor.placement.types import NodeScore, NodeState, PodRequest
 
 SHAPE_LIMIT = 16
 """Pod shapes whose tables the advisor keeps (least recently used dropped)."""
+BASES_LIMIT = 64
+"""JCT bases a table keeps by their batch's (GPU model, slowdown) pairs (all dropped when full)."""
 
 _FIRST = itemgetter(0)
 _ABSENT = object()
@@ -74,6 +77,7 @@ class _Table:
     rows: dict[str, _Row] = field(default_factory=dict)
     basis_keys: list[tuple[str, float]] = field(default_factory=list)
     basis_key_ids: dict[tuple[str, float], int] = field(default_factory=dict)
+    bases: dict[frozenset[tuple[str, float]], tuple[Basis, list[tuple[str, float]]]] = field(default_factory=dict)
     oldest_observed: float = math.inf
     """The earliest observation time of a row (or of a row since replaced): while it is fresh, every row is."""
     generation: int = 0
@@ -99,6 +103,18 @@ class _Table:
             return 0
         self.rows[name] = (ref, observed, -1, 1, text)
         return 1
+
+    def basis_of(
+        self, pod: PodRequest, basis_keys: frozenset[tuple[str, float]], scorer: Scorer
+    ) -> tuple[Basis, list[tuple[str, float]]]:
+        """`_basis` of a batch with these (GPU model, slowdown) pairs, kept: a burst's batches mostly have the same
+        ones, and the table's shape and scorer (all `_basis` reads besides the pairs) are fixed."""
+        got = self.bases.get(basis_keys)
+        if got is None:
+            if len(self.bases) >= BASES_LIMIT:
+                self.bases.clear()
+            got = self.bases[basis_keys] = _basis(pod, basis_keys, scorer)
+        return got
 
     def keys_of(self, key_ids: set[int]) -> set[tuple[str, float]]:
         """The (GPU model, slowdown) pairs of basis key indices (-1: none)."""
@@ -162,11 +178,12 @@ class ScoreDeltas:
         since: str,
         scorer: Scorer,
         write: Callable[[BriefScore], str],
+        shape: PodRequest | None = None,
     ) -> DeltaAnswer:
         """The answer for a tracked pod (`tracked`): the entries changed since `since` when it names its shape's
         current table, else every candidate's, with the token that names what the caller now holds. `write` writes
-        one entry's text (the route's brief entry)."""
-        key = replace(pod, name="")
+        one entry's text (the route's brief entry); `shape` is `pod` without its name, when the caller has it."""
+        key = replace(pod, name="") if shape is None else shape
         with self._lock:
             table = self._tables.get(key)
             if table is not None:
@@ -205,7 +222,7 @@ def _full(
         text = write(brief)
         outcomes[table.put(brief.node, state, raw, text)] += 1
         texts.append((brief.score, text))
-    table.basis = _basis(pod, table.keys_of(set(map(_BASIS_KEY, table.rows.values()))), scorer)[0]
+    table.basis = table.basis_of(pod, frozenset(table.keys_of(set(map(_BASIS_KEY, table.rows.values())))), scorer)[0]
     return DeltaAnswer(_best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs)
 
 
@@ -241,13 +258,15 @@ def _delta(
     for _ in range(misses):  # the few changed candidates, found by C-level searches
         at = holds.index(False, at + 1)
         changed.append((names[at], states[at]))
-    raws = _verdicts(pod, changed, scorer, now)
+    raws = _verdicts(pod, changed, scorer, now) if changed else []
     basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
-    basis, smallest = _basis(pod, basis_keys, scorer)
+    basis, smallest = table.basis_of(pod, frozenset(basis_keys), scorer)
     if basis != table.basis:
         return None
-    anchors = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
-    briefs = scorer.brief_verdicts(pod, raws, anchors)
+    briefs: list[BriefScore] = []
+    if raws:  # nothing changed (most calls): no totals to compute
+        anchors = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
+        briefs = scorer.brief_verdicts(pod, raws, anchors)
     texts: list[tuple[float, str]] = []
     for (name, state), raw, brief in zip(changed, raws, briefs, strict=True):
         text = write(brief)
@@ -283,7 +302,7 @@ _MISSING: _Row = (_gone, -math.inf, -1, 0, "")
 """The row of a node the table lacks: never holds."""
 
 
-def _smallest(basis_keys: set[tuple[str, float]]) -> list[tuple[str, float]]:
+def _smallest(basis_keys: AbstractSet[tuple[str, float]]) -> list[tuple[str, float]]:
     """Per GPU model, its smallest slowdown among the batch's feasible verdicts."""
     smallest: dict[str, float] = {}
     for model, slowdown in basis_keys:
@@ -293,7 +312,7 @@ def _smallest(basis_keys: set[tuple[str, float]]) -> list[tuple[str, float]]:
 
 
 def _basis(
-    pod: PodRequest, basis_keys: set[tuple[str, float]], scorer: Scorer
+    pod: PodRequest, basis_keys: AbstractSet[tuple[str, float]], scorer: Scorer
 ) -> tuple[Basis, list[tuple[str, float]]]:
     """The batch's JCT basis (`scoring.jct_basis_how` over one verdict per GPU model: it reads only the models) and
     best time, as `Scorer._feasible_totals` computes them, and per GPU model its smallest slowdown (the anchors that
