@@ -24,8 +24,8 @@ import math
 import secrets
 import threading
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import compress, count, repeat
@@ -33,10 +33,12 @@ from operator import and_, call, ge, is_, itemgetter
 
 from advisor.placement.scorer import NO_STATE_REASON, BriefScore, Scorer
 from advisor.placement.scoring import RawVerdict, jct_basis_how, unknown_score
-from advisor.placement.types import NodeScore, NodeState, PodRequest
+from advisor.placement.types import NodeScore, NodeState, NodeTable, PodRequest
 
 SHAPE_LIMIT = 16
 """Pod shapes whose tables the advisor keeps (least recently used dropped)."""
+WINDOW_LIMIT = 16
+"""Candidate lists a table keeps as windows (least recently used dropped)."""
 BASES_LIMIT = 64
 """JCT bases a table keeps by their batch's (GPU model, slowdown) pairs (all dropped when full)."""
 
@@ -66,6 +68,41 @@ unknown) and the text sent. A plain tuple: a request's candidates are checked wi
 _REF, _OBSERVED, _BASIS_KEY, _OUTCOME, _TEXT = (itemgetter(i) for i in range(5))
 
 
+_LogRead = tuple[int, int, list[str] | None]
+"""The node table's token, its log's end position, and the names logged since the table's `log_at` (None: unknown)."""
+
+
+def _read_log(table: _Table, nodes: Mapping[str, NodeState]) -> _LogRead | None:
+    """Where the node table's log stands, read before any state is (a node's new state is in the table before its
+    name is logged, so a state read after this is never older than the log says); None when `nodes` is not the
+    state's own table (assumed pods: some states are this answer's alone)."""
+    if not isinstance(nodes, NodeTable):
+        return None
+    if table.log_at is not None:
+        got = nodes.changed_since(*table.log_at)
+        if got is not None:
+            return nodes.token, got[1], got[0]
+    return nodes.token, nodes.mark(), None
+
+
+def _code(row: _Row) -> int:
+    """A row's basis key and outcome as one int (`key * 3 + outcome`, key -1 when not feasible): a window counts
+    its candidates' rows by it, and `code % 3`, `code // 3` give both back."""
+    return row[2] * 3 + row[3]
+
+
+@dataclass(slots=True)
+class _Window:
+    """A list of candidates asked about before (a scheduler's window of nodes comes round again), with how many of
+    its candidates' rows have each `_code`, kept current by every row written, and the candidates without a row: a
+    request naming the same list needs no pass over its ~500 rows, only over the nodes changed since."""
+
+    names: tuple[str, ...]
+    position: dict[str, int]
+    codes: Counter[int]
+    missing: set[str]
+
+
 @dataclass(slots=True)
 class _Table:
     """One shape's entries by node name, the token that names them, and what they were computed under."""
@@ -81,13 +118,18 @@ class _Table:
     oldest_observed: float = math.inf
     """The earliest observation time of a row (or of a row since replaced): while it is fresh, every row is."""
     generation: int = 0
+    log_at: tuple[int, int] | None = None
+    """(the node table's token, a position of its log): every row but those named in `dirty` was computed from the
+    state its node had at that position (None: unknown, every row is checked)."""
+    dirty: set[str] = field(default_factory=set)
+    windows: OrderedDict[tuple[str, ...], _Window] = field(default_factory=OrderedDict)
 
     def put(self, name: str, state: NodeState | None, raw: RawVerdict | NodeScore, text: str) -> int:
         """Keep a candidate's entry; returns its outcome. A fresh node's verdict holds until the node turns stale,
         an unknown one while its state lives (a new snapshot makes a new state)."""
         ref = _no_state if state is None else weakref.ref(state)
         if isinstance(raw, NodeScore):
-            self.rows[name] = (ref, math.inf, -1, 2, text)
+            self._set(name, (ref, math.inf, -1, 2, text))
             return 2
         # `evaluate` gives a RawVerdict only for an observed node that is fresh now
         seen = state.observed_at_seconds if state is not None else None
@@ -99,10 +141,63 @@ class _Table:
             if key_id is None:
                 key_id = self.basis_key_ids[key] = len(self.basis_keys)
                 self.basis_keys.append(key)
-            self.rows[name] = (ref, observed, key_id, 0, text)
+            self._set(name, (ref, observed, key_id, 0, text))
             return 0
-        self.rows[name] = (ref, observed, -1, 1, text)
+        self._set(name, (ref, observed, -1, 1, text))
         return 1
+
+    def _set(self, name: str, row: _Row) -> None:
+        """Keep `row` as `name`'s, with the counts of every window that names the node."""
+        old = self.rows.get(name)
+        self.rows[name] = row
+        for window in self.windows.values():
+            if name in window.position:
+                if old is None:
+                    window.missing.discard(name)
+                else:
+                    window.codes[_code(old)] -= 1
+                window.codes[_code(row)] += 1
+
+    def window(self, names: Sequence[str]) -> _Window | None:
+        """The window of exactly these candidates, in this order (None: not kept)."""
+        window = self.windows.get(tuple(names))
+        if window is not None:
+            self.windows.move_to_end(window.names)
+        return window
+
+    def keep_window(self, names: Sequence[str]) -> None:
+        """Keep a window of these candidates (not when a name repeats: a window counts each node once), counted
+        from their rows now."""
+        key = tuple(names)
+        if key in self.windows:
+            return
+        position = {name: i for i, name in enumerate(key)}
+        if len(position) != len(key):
+            return
+        rows = self.rows
+        codes = Counter(map(_code, filter(None, map(rows.get, key))))
+        self.windows[key] = _Window(key, position, codes, {name for name in key if name not in rows})
+        while len(self.windows) > WINDOW_LIMIT:
+            self.windows.popitem(last=False)
+
+    def follow(self, read: _LogRead | None, verified: Collection[str]) -> None:
+        """After an answer: the rows of `verified` hold against the nodes asked with; `read` is what `_read_log`
+        gave before their states were read (None: not the state's own table, assumed pods — nothing is known of the
+        rows from here on)."""
+        if read is None:
+            self.log_at = None
+            self.dirty.clear()
+            return
+        token, end, logged = read
+        if logged is None:  # the log did not reach back: every other row is suspect
+            self.dirty = set(self.rows).difference(verified)
+        else:
+            self.dirty.update(logged)
+            self.dirty.difference_update(verified)
+        self.log_at = (token, end)
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
     def basis_of(
         self, pod: PodRequest, basis_keys: frozenset[tuple[str, float]], scorer: Scorer
@@ -120,9 +215,6 @@ class _Table:
         """The (GPU model, slowdown) pairs of basis key indices (-1: none)."""
         key_ids.discard(-1)
         return {self.basis_keys[i] for i in key_ids}
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +305,7 @@ def _full(
     write: Callable[[BriefScore], str],
 ) -> DeltaAnswer:
     """Every candidate's entry, kept in the new `table` (its basis set from this batch)."""
+    read = _read_log(table, nodes)
     found = [nodes.get(n) for n in names]
     raws = _verdicts(pod, list(zip(names, found, strict=True)), scorer, scorer.clock())
     briefs = scorer.brief_verdicts(pod, raws)
@@ -223,6 +316,8 @@ def _full(
         outcomes[table.put(brief.node, state, raw, text)] += 1
         texts.append((brief.score, text))
     table.basis = table.basis_of(pod, frozenset(table.keys_of(set(map(_BASIS_KEY, table.rows.values())))), scorer)[0]
+    table.follow(read, names)
+    table.keep_window(names)
     return DeltaAnswer(_best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs)
 
 
@@ -239,25 +334,15 @@ def _delta(
     total may differ: the caller answers in full)."""
     now = scorer.clock()
     oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
-    n = len(names)
-    states = list(map(nodes.get, names, repeat(_ABSENT, n)))
-    rows = list(map(table.rows.get, names, repeat(_MISSING, n)))
-    # An entry holds when it was computed from the state the node has now and that state is still fresh (checked
-    # row by row only once the table's oldest row may have turned stale).
-    holds = list(map(is_, map(call, map(_REF, rows)), states))
-    if table.oldest_observed < oldest:
-        holds = list(map(and_, holds, map(ge, map(_OBSERVED, rows), repeat(oldest, n))))
-    misses = holds.count(False)
-    kept = list(compress(rows, holds)) if misses else rows
-    kept_outcomes = list(map(_OUTCOME, kept))
-    infeasible, unknown = kept_outcomes.count(1), kept_outcomes.count(2)
-    outcomes = [len(kept) - infeasible - unknown, infeasible, unknown]
-    basis_keys = table.keys_of(set(map(_BASIS_KEY, kept)))
-    changed: list[tuple[str, object]] = []
-    at = -1
-    for _ in range(misses):  # the few changed candidates, found by C-level searches
-        at = holds.index(False, at + 1)
-        changed.append((names[at], states[at]))
+    read = _read_log(table, nodes)
+    # A window and the log can vouch for the rows only while none may have turned stale by time.
+    logged = read[2] if read is not None else None
+    window = table.window(names) if logged is not None and table.oldest_observed >= oldest else None
+    if window is None or logged is None:
+        changed, outcomes, basis_keys = _check_all(table, names, nodes, oldest)
+        verified: Collection[str] = names
+    else:
+        changed, outcomes, basis_keys, verified = _check_window(table, window, logged, nodes)
     raws = _verdicts(pod, changed, scorer, now) if changed else []
     basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
     basis, smallest = table.basis_of(pod, frozenset(basis_keys), scorer)
@@ -277,9 +362,70 @@ def _delta(
     if texts:
         table.generation += 1
         table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
+    table.follow(read, verified)
+    if window is None:
+        table.keep_window(names)
     return DeltaAnswer(
         _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
     )
+
+
+def _check_all(
+    table: _Table, names: Sequence[str], nodes: Mapping[str, NodeState], oldest: float
+) -> tuple[list[tuple[str, object]], list[int], set[tuple[str, float]]]:
+    """Every candidate checked: the changed ones (name, state now), and the outcome counts and JCT basis pairs of
+    the rows that hold."""
+    n = len(names)
+    states = list(map(nodes.get, names, repeat(_ABSENT, n)))
+    rows = list(map(table.rows.get, names, repeat(_MISSING, n)))
+    # An entry holds when it was computed from the state the node has now and that state is still fresh (checked
+    # row by row only once the table's oldest row may have turned stale).
+    holds = list(map(is_, map(call, map(_REF, rows)), states))
+    if table.oldest_observed < oldest:
+        holds = list(map(and_, holds, map(ge, map(_OBSERVED, rows), repeat(oldest, n))))
+    misses = holds.count(False)
+    kept = list(compress(rows, holds)) if misses else rows
+    kept_outcomes = list(map(_OUTCOME, kept))
+    infeasible, unknown = kept_outcomes.count(1), kept_outcomes.count(2)
+    outcomes = [len(kept) - infeasible - unknown, infeasible, unknown]
+    basis_keys = table.keys_of(set(map(_BASIS_KEY, kept)))
+    changed: list[tuple[str, object]] = []
+    at = -1
+    for _ in range(misses):  # the few changed candidates, found by C-level searches
+        at = holds.index(False, at + 1)
+        changed.append((names[at], states[at]))
+    return changed, outcomes, basis_keys
+
+
+def _check_window(
+    table: _Table, window: _Window, logged: list[str], nodes: Mapping[str, NodeState]
+) -> tuple[list[tuple[str, object]], list[int], set[tuple[str, float]], list[str]]:
+    """`_check_all` for a window's candidates, from the log: only the candidates logged since the table's `log_at`
+    or suspect before (`dirty`), and those without a row, are looked at; every other row holds (its node's state is
+    the one it was computed from). Also returns the candidates looked at (in the window's order)."""
+    position = window.position
+    looked = [name for name in table.dirty.union(logged) if name in position]
+    looked.extend(window.missing)
+    looked.sort(key=position.__getitem__)
+    rows = table.rows
+    codes = window.codes.copy()
+    changed: list[tuple[str, object]] = []
+    for name in looked:
+        state = nodes.get(name, _ABSENT)
+        row = rows.get(name)
+        if row is not None:
+            if row[0]() is state:
+                continue
+            codes[_code(row)] -= 1
+        changed.append((name, state))
+    outcomes = [0, 0, 0]
+    key_ids = set()
+    for code, rows_with in codes.items():
+        if rows_with:
+            outcomes[code % 3] += rows_with
+            if code >= 0:  # a feasible row: its basis key
+                key_ids.add(code // 3)
+    return changed, outcomes, table.keys_of(key_ids), looked
 
 
 def _verdicts(
