@@ -101,6 +101,14 @@ class _Window:
     position: dict[str, int]
     codes: Counter[int]
     missing: set[str]
+    oldest_observed: float
+    """At most the earliest observation time of its rows (`_Row`): while it is fresh, every one of them is."""
+
+    def recount_oldest(self, table: _Table) -> float:
+        """The earliest observation time of its rows now (-inf while one is missing), kept."""
+        rows = table.rows
+        self.oldest_observed = min(map(_OBSERVED, map(rows.get, self.names, repeat(_MISSING))), default=math.inf)
+        return self.oldest_observed
 
 
 @dataclass(slots=True)
@@ -157,6 +165,7 @@ class _Table:
                 else:
                     window.codes[_code(old)] -= 1
                 window.codes[_code(row)] += 1
+                window.oldest_observed = min(window.oldest_observed, row[1])
 
     def window(self, names: Sequence[str]) -> _Window | None:
         """The window of exactly these candidates, in this order (None: not kept)."""
@@ -176,7 +185,9 @@ class _Table:
             return
         rows = self.rows
         codes = Counter(map(_code, filter(None, map(rows.get, key))))
-        self.windows[key] = _Window(key, position, codes, {name for name in key if name not in rows})
+        window = _Window(key, position, codes, {name for name in key if name not in rows}, -math.inf)
+        window.recount_oldest(self)
+        self.windows[key] = window
         while len(self.windows) > WINDOW_LIMIT:
             self.windows.popitem(last=False)
 
@@ -335,10 +346,14 @@ def _delta(
     now = scorer.clock()
     oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
     read = _read_log(table, nodes)
-    # A window and the log can vouch for the rows only while none may have turned stale by time.
+    # A window and the log vouch for its rows while none may have turned stale by time, and while the nodes
+    # changed since are fewer than the candidates (else one pass over the candidates costs less).
     logged = read[2] if read is not None else None
-    window = table.window(names) if logged is not None and table.oldest_observed >= oldest else None
-    if window is None or logged is None:
+    window = None
+    if logged is not None and len(logged) + len(table.dirty) <= len(names):
+        window = table.window(names)
+    fresh = window is not None and (window.oldest_observed >= oldest or window.recount_oldest(table) >= oldest)
+    if window is None or logged is None or not fresh:
         changed, outcomes, basis_keys = _check_all(table, names, nodes, oldest)
         verified: Collection[str] = names
     else:
