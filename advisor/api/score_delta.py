@@ -14,8 +14,14 @@ so the table also keeps the batch's JCT basis (which GPU models, their unit time
 another basis gets the full answer. Gang pods (their affinity depends on the whole batch) and MIG pods (their
 packing depends on the cluster's pending MIG profiles) are not tracked: they get full answers with an empty token.
 
+Against the state's own node table (no assumed pods) a table follows the node table's change log
+(`NodeTable.changed_since`): every entry not named as suspect was computed from the state its node had at the log
+position last read, so only the candidates logged since (or left suspect by earlier calls, when they were not
+candidates) have their state looked up and compared; the rest of the check is one pass over the candidates' rows.
+
 Memory is bounded: at most `SHAPE_LIMIT` tables (least recently used dropped), each with at most one entry per node
-the state knows plus those the current request names; a table that outgrows that is dropped.
+the state knows plus those the current request names (a table that outgrows that is dropped), and its suspects
+are among those nodes.
 """
 
 from __future__ import annotations
@@ -24,12 +30,12 @@ import math
 import secrets
 import threading
 import weakref
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import compress, count, repeat
-from operator import and_, call, ge, is_, itemgetter
+from operator import and_, call, ge, is_, is_not, itemgetter
 
 from advisor.placement.scorer import NO_STATE_REASON, BriefScore, Scorer
 from advisor.placement.scoring import RawVerdict, jct_basis_how, unknown_score
@@ -37,8 +43,6 @@ from advisor.placement.types import NodeScore, NodeState, NodeTable, PodRequest
 
 SHAPE_LIMIT = 16
 """Pod shapes whose tables the advisor keeps (least recently used dropped)."""
-WINDOW_LIMIT = 16
-"""Candidate lists a table keeps as windows (least recently used dropped)."""
 BASES_LIMIT = 64
 """JCT bases a table keeps by their batch's (GPU model, slowdown) pairs (all dropped when full)."""
 
@@ -85,32 +89,6 @@ def _read_log(table: _Table, nodes: Mapping[str, NodeState]) -> _LogRead | None:
     return nodes.token, nodes.mark(), None
 
 
-def _code(row: _Row) -> int:
-    """A row's basis key and outcome as one int (`key * 3 + outcome`, key -1 when not feasible): a window counts
-    its candidates' rows by it, and `code % 3`, `code // 3` give both back."""
-    return row[2] * 3 + row[3]
-
-
-@dataclass(slots=True)
-class _Window:
-    """A list of candidates asked about before (a scheduler's window of nodes comes round again), with how many of
-    its candidates' rows have each `_code`, kept current by every row written, and the candidates without a row: a
-    request naming the same list needs no pass over its ~500 rows, only over the nodes changed since."""
-
-    names: tuple[str, ...]
-    position: dict[str, int]
-    codes: Counter[int]
-    missing: set[str]
-    oldest_observed: float
-    """At most the earliest observation time of its rows (`_Row`): while it is fresh, every one of them is."""
-
-    def recount_oldest(self, table: _Table) -> float:
-        """The earliest observation time of its rows now (-inf while one is missing), kept."""
-        rows = table.rows
-        self.oldest_observed = min(map(_OBSERVED, map(rows.get, self.names, repeat(_MISSING))), default=math.inf)
-        return self.oldest_observed
-
-
 @dataclass(slots=True)
 class _Table:
     """One shape's entries by node name, the token that names them, and what they were computed under."""
@@ -130,14 +108,13 @@ class _Table:
     """(the node table's token, a position of its log): every row but those named in `dirty` was computed from the
     state its node had at that position (None: unknown, every row is checked)."""
     dirty: set[str] = field(default_factory=set)
-    windows: OrderedDict[tuple[str, ...], _Window] = field(default_factory=OrderedDict)
 
     def put(self, name: str, state: NodeState | None, raw: RawVerdict | NodeScore, text: str) -> int:
         """Keep a candidate's entry; returns its outcome. A fresh node's verdict holds until the node turns stale,
         an unknown one while its state lives (a new snapshot makes a new state)."""
         ref = _no_state if state is None else weakref.ref(state)
         if isinstance(raw, NodeScore):
-            self._set(name, (ref, math.inf, -1, 2, text))
+            self.rows[name] = (ref, math.inf, -1, 2, text)
             return 2
         # `evaluate` gives a RawVerdict only for an observed node that is fresh now
         seen = state.observed_at_seconds if state is not None else None
@@ -149,47 +126,10 @@ class _Table:
             if key_id is None:
                 key_id = self.basis_key_ids[key] = len(self.basis_keys)
                 self.basis_keys.append(key)
-            self._set(name, (ref, observed, key_id, 0, text))
+            self.rows[name] = (ref, observed, key_id, 0, text)
             return 0
-        self._set(name, (ref, observed, -1, 1, text))
+        self.rows[name] = (ref, observed, -1, 1, text)
         return 1
-
-    def _set(self, name: str, row: _Row) -> None:
-        """Keep `row` as `name`'s, with the counts of every window that names the node."""
-        old = self.rows.get(name)
-        self.rows[name] = row
-        for window in self.windows.values():
-            if name in window.position:
-                if old is None:
-                    window.missing.discard(name)
-                else:
-                    window.codes[_code(old)] -= 1
-                window.codes[_code(row)] += 1
-                window.oldest_observed = min(window.oldest_observed, row[1])
-
-    def window(self, names: Sequence[str]) -> _Window | None:
-        """The window of exactly these candidates, in this order (None: not kept)."""
-        window = self.windows.get(tuple(names))
-        if window is not None:
-            self.windows.move_to_end(window.names)
-        return window
-
-    def keep_window(self, names: Sequence[str]) -> None:
-        """Keep a window of these candidates (not when a name repeats: a window counts each node once), counted
-        from their rows now."""
-        key = tuple(names)
-        if key in self.windows:
-            return
-        position = {name: i for i, name in enumerate(key)}
-        if len(position) != len(key):
-            return
-        rows = self.rows
-        codes = Counter(map(_code, filter(None, map(rows.get, key))))
-        window = _Window(key, position, codes, {name for name in key if name not in rows}, -math.inf)
-        window.recount_oldest(self)
-        self.windows[key] = window
-        while len(self.windows) > WINDOW_LIMIT:
-            self.windows.popitem(last=False)
 
     def follow(self, read: _LogRead | None, verified: Collection[str]) -> None:
         """After an answer: the rows of `verified` hold against the nodes asked with; `read` is what `_read_log`
@@ -328,7 +268,6 @@ def _full(
         texts.append((brief.score, text))
     table.basis = table.basis_of(pod, frozenset(table.keys_of(set(map(_BASIS_KEY, table.rows.values())))), scorer)[0]
     table.follow(read, names)
-    table.keep_window(names)
     return DeltaAnswer(_best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs)
 
 
@@ -346,18 +285,7 @@ def _delta(
     now = scorer.clock()
     oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
     read = _read_log(table, nodes)
-    # A window and the log vouch for its rows while none may have turned stale by time, and while the nodes
-    # changed since are fewer than the candidates (else one pass over the candidates costs less).
-    logged = read[2] if read is not None else None
-    window = None
-    if logged is not None and len(logged) + len(table.dirty) <= len(names):
-        window = table.window(names)
-    fresh = window is not None and (window.oldest_observed >= oldest or window.recount_oldest(table) >= oldest)
-    if window is None or logged is None or not fresh:
-        changed, outcomes, basis_keys = _check_all(table, names, nodes, oldest)
-        verified: Collection[str] = names
-    else:
-        changed, outcomes, basis_keys, verified = _check_window(table, window, logged, nodes)
+    changed, outcomes, basis_keys = _check(table, names, nodes, oldest, read[2] if read is not None else None)
     raws = _verdicts(pod, changed, scorer, now) if changed else []
     basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
     basis, smallest = table.basis_of(pod, frozenset(basis_keys), scorer)
@@ -377,25 +305,37 @@ def _delta(
     if texts:
         table.generation += 1
         table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
-    table.follow(read, verified)
-    if window is None:
-        table.keep_window(names)
+    table.follow(read, names)
     return DeltaAnswer(
         _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
     )
 
 
-def _check_all(
-    table: _Table, names: Sequence[str], nodes: Mapping[str, NodeState], oldest: float
+def _check(
+    table: _Table, names: Sequence[str], nodes: Mapping[str, NodeState], oldest: float, logged: list[str] | None
 ) -> tuple[list[tuple[str, object]], list[int], set[tuple[str, float]]]:
     """Every candidate checked: the changed ones (name, state now), and the outcome counts and JCT basis pairs of
-    the rows that hold."""
+    the rows that hold. With the names `logged` in the node table since the table's `log_at` (None: unknown), only
+    the candidates logged or suspect (`dirty`) have their state compared: every other row was computed from the
+    state its node has now."""
     n = len(names)
-    states = list(map(nodes.get, names, repeat(_ABSENT, n)))
     rows = list(map(table.rows.get, names, repeat(_MISSING, n)))
+    states: list[object] | None = None
+    if logged is None or len(logged) + len(table.dirty) > n:  # one pass over the states costs less
+        states = list(map(nodes.get, names, repeat(_ABSENT, n)))
+        holds = list(map(is_, map(call, map(_REF, rows)), states))
+    else:
+        holds = list(map(is_not, rows, repeat(_MISSING, n)))
+        suspects = table.dirty.union(logged)
+        if suspects:
+            flagged = list(map(suspects.__contains__, names))
+            at = -1
+            for _ in range(flagged.count(True)):
+                at = flagged.index(True, at + 1)
+                if holds[at] and rows[at][0]() is not nodes.get(names[at], _ABSENT):
+                    holds[at] = False
     # An entry holds when it was computed from the state the node has now and that state is still fresh (checked
     # row by row only once the table's oldest row may have turned stale).
-    holds = list(map(is_, map(call, map(_REF, rows)), states))
     if table.oldest_observed < oldest:
         holds = list(map(and_, holds, map(ge, map(_OBSERVED, rows), repeat(oldest, n))))
     misses = holds.count(False)
@@ -408,39 +348,9 @@ def _check_all(
     at = -1
     for _ in range(misses):  # the few changed candidates, found by C-level searches
         at = holds.index(False, at + 1)
-        changed.append((names[at], states[at]))
+        name = names[at]
+        changed.append((name, states[at] if states is not None else nodes.get(name, _ABSENT)))
     return changed, outcomes, basis_keys
-
-
-def _check_window(
-    table: _Table, window: _Window, logged: list[str], nodes: Mapping[str, NodeState]
-) -> tuple[list[tuple[str, object]], list[int], set[tuple[str, float]], list[str]]:
-    """`_check_all` for a window's candidates, from the log: only the candidates logged since the table's `log_at`
-    or suspect before (`dirty`), and those without a row, are looked at; every other row holds (its node's state is
-    the one it was computed from). Also returns the candidates looked at (in the window's order)."""
-    position = window.position
-    looked = [name for name in table.dirty.union(logged) if name in position]
-    looked.extend(window.missing)
-    looked.sort(key=position.__getitem__)
-    rows = table.rows
-    codes = window.codes.copy()
-    changed: list[tuple[str, object]] = []
-    for name in looked:
-        state = nodes.get(name, _ABSENT)
-        row = rows.get(name)
-        if row is not None:
-            if row[0]() is state:
-                continue
-            codes[_code(row)] -= 1
-        changed.append((name, state))
-    outcomes = [0, 0, 0]
-    key_ids = set()
-    for code, rows_with in codes.items():
-        if rows_with:
-            outcomes[code % 3] += rows_with
-            if code >= 0:  # a feasible row: its basis key
-                key_ids.add(code // 3)
-    return changed, outcomes, table.keys_of(key_ids), looked
 
 
 def _verdicts(
