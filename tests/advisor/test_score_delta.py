@@ -235,6 +235,17 @@ def test_a_delta_answer_counts_every_candidate_as_the_full_answer_does(client: T
     assert delta["unknown"] == 1
 
 
+def test_pods_of_one_shape_are_read_once_and_keep_their_own_names(client: TestClient, state: ClusterState) -> None:
+    """The plugin's pods differ in name and UID only: each shape is read once (`AnswerCaches.pod_shapes`), and each
+    pod still answers under its own name (the watch holds `ml/b`, not `ml/a`)."""
+    state.update_pod("ml/b", PodAllocation(pod="ml/b", node="n1", gpus=1), None)
+    assumed = [{"node": "n1", "pod": v1_pod("a", gpus=1)}, {"node": "n1", "pod": v1_pod("b", gpus=1)}]
+    for pod in ("p", "q"):
+        got = post(client, {"pod": v1_pod(pod, gpus=1), "nodes": NODES[:3], "assumed": assumed, "since": ""})
+        assert got["assumed_held"] == ["ml/b"]
+    assert len(client.app.state.ctx.caches.pod_shapes) == 1  # type: ignore[attr-defined]
+
+
 # ScoreDeltas without the HTTP route: new models (a new Scorer), the batch-relative jct component, memory bounds.
 
 
