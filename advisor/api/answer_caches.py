@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from advisor.placement.scorer import BriefScore
-from advisor.placement.types import NodeScore
+from advisor.placement.types import NodeScore, PodRequest
 
 K = TypeVar("K", bound=Hashable)
 
@@ -22,6 +22,9 @@ BOOL = ("false", "true")
 
 ENTRY_CACHE_LIMIT = 50_000
 """Texts a `TextMemo` holds before it is emptied (~30 MB at most for score entries)."""
+
+POD_SHAPE_LIMIT = 1024
+"""Pod shapes whose `PodRequest` `PodShapes` keeps before it is emptied."""
 
 CHECKED_NODES_GENERATION_BYTES = 32 * 1024 * 1024
 """A `CheckedNodes` generation holds one body up to the 24 MiB default scheduler body limit."""
@@ -118,10 +121,49 @@ def entry_json(s: NodeScore) -> str:
     )
 
 
+class PodShapes:
+    """The `PodRequest` (without its name) of each v1.Pod a scoring route has read, keyed by the pod's JSON without
+    its name and UID (`shape_key`): a scheduler plugin sends pods of one shape call after call, and reading one
+    (quantities, affinity, MIG resources) costs more than the rest of a delta answer's bookkeeping. Only pods whose
+    request depends on nothing but that JSON are kept (no ResourceClaims: their GPUs come from the cluster's DRA
+    objects). Emptied when it holds `limit` shapes."""
+
+    def __init__(self, limit: int = POD_SHAPE_LIMIT) -> None:
+        self.limit = limit
+        self._requests: dict[bytes, PodRequest] = {}
+
+    def get(self, key: bytes) -> PodRequest | None:
+        return self._requests.get(key)
+
+    def put(self, key: bytes, request: PodRequest) -> None:
+        if len(self._requests) >= self.limit:
+            self._requests = {}
+        self._requests[key] = request
+
+    def clear(self) -> None:
+        self._requests = {}
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+
+_PER_POD = frozenset({"name", "uid"})
+
+
+def shape_key(pod: Mapping[str, object]) -> bytes | None:
+    """A wire v1.Pod's JSON without `metadata.name` and `metadata.uid` (None when it has no metadata object): equal
+    for the pods of one shape as one sender encodes them."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    return ENCODE({**pod, "metadata": {k: v for k, v in meta.items() if k not in _PER_POD}})
+
+
 class AnswerCaches:
     """The hot routes' caches: each `/v1/score` entry's JSON (`entries`, and `briefs` for `detail: brief`), the
     prioritize answer's `{"Host":<name>,"Score":` prefix per node name (`host_prefix`, emptied when it outgrows the
-    cluster), and the Node objects the extender has validated (`checked_nodes`). Entries of a brief answer for a
+    cluster), the Node objects the extender has validated (`checked_nodes`) and the pods `/v1/score` has read
+    (`pod_shapes`). Entries of a brief answer for a
     node the pod does not fit also depend on the pod: written every time, never kept."""
 
     def __init__(self, *, generation_bytes: int = CHECKED_NODES_GENERATION_BYTES) -> None:
@@ -129,10 +171,12 @@ class AnswerCaches:
         self.briefs: TextMemo[BriefScore] = TextMemo(brief_json)
         self.host_prefix: dict[str, bytes] = {}
         self.checked_nodes = CheckedNodes(generation_bytes)
+        self.pod_shapes = PodShapes()
 
     def clear(self) -> None:
         """Forget every text and checked Node (a benchmark's cold start)."""
         self.entries.clear()
         self.briefs.clear()
         self.host_prefix.clear()
+        self.pod_shapes.clear()
         self.checked_nodes = CheckedNodes(self.checked_nodes.generation_bytes)

@@ -14,8 +14,14 @@ so the table also keeps the batch's JCT basis (which GPU models, their unit time
 another basis gets the full answer. Gang pods (their affinity depends on the whole batch) and MIG pods (their
 packing depends on the cluster's pending MIG profiles) are not tracked: they get full answers with an empty token.
 
+Against the state's own node table (no assumed pods) a table follows the node table's change log
+(`NodeTable.changed_since`): every entry not named as suspect was computed from the state its node had at the log
+position last read, so only the candidates logged since (or left suspect by earlier calls, when they were not
+candidates) have their state looked up and compared; the rest of the check is one pass over the candidates' rows.
+
 Memory is bounded: at most `SHAPE_LIMIT` tables (least recently used dropped), each with at most one entry per node
-the state knows plus those the current request names; a table that outgrows that is dropped.
+the state knows plus those the current request names (a table that outgrows that is dropped), and its suspects
+are among those nodes.
 """
 
 from __future__ import annotations
@@ -25,17 +31,20 @@ import secrets
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import compress, count, repeat
-from operator import and_, call, ge, is_, itemgetter
+from operator import and_, call, ge, is_, is_not, itemgetter
 
 from advisor.placement.scorer import NO_STATE_REASON, BriefScore, Scorer
 from advisor.placement.scoring import RawVerdict, jct_basis_how, unknown_score
-from advisor.placement.types import NodeScore, NodeState, PodRequest
+from advisor.placement.types import NodeScore, NodeState, NodeTable, PodRequest
 
 SHAPE_LIMIT = 16
 """Pod shapes whose tables the advisor keeps (least recently used dropped)."""
+BASES_LIMIT = 64
+"""JCT bases a table keeps by their batch's (GPU model, slowdown) pairs (all dropped when full)."""
 
 _FIRST = itemgetter(0)
 _ABSENT = object()
@@ -63,6 +72,23 @@ unknown) and the text sent. A plain tuple: a request's candidates are checked wi
 _REF, _OBSERVED, _BASIS_KEY, _OUTCOME, _TEXT = (itemgetter(i) for i in range(5))
 
 
+_LogRead = tuple[int, int, list[str] | None]
+"""The node table's token, its log's end position, and the names logged since the table's `log_at` (None: unknown)."""
+
+
+def _read_log(table: _Table, nodes: Mapping[str, NodeState]) -> _LogRead | None:
+    """Where the node table's log stands, read before any state is (a node's new state is in the table before its
+    name is logged, so a state read after this is never older than the log says); None when `nodes` is not the
+    state's own table (assumed pods: some states are this answer's alone)."""
+    if not isinstance(nodes, NodeTable):
+        return None
+    if table.log_at is not None:
+        got = nodes.changed_since(*table.log_at)
+        if got is not None:
+            return nodes.token, got[1], got[0]
+    return nodes.token, nodes.mark(), None
+
+
 @dataclass(slots=True)
 class _Table:
     """One shape's entries by node name, the token that names them, and what they were computed under."""
@@ -74,9 +100,14 @@ class _Table:
     rows: dict[str, _Row] = field(default_factory=dict)
     basis_keys: list[tuple[str, float]] = field(default_factory=list)
     basis_key_ids: dict[tuple[str, float], int] = field(default_factory=dict)
+    bases: dict[frozenset[tuple[str, float]], tuple[Basis, list[tuple[str, float]]]] = field(default_factory=dict)
     oldest_observed: float = math.inf
     """The earliest observation time of a row (or of a row since replaced): while it is fresh, every row is."""
     generation: int = 0
+    log_at: tuple[int, int] | None = None
+    """(the node table's token, a position of its log): every row but those named in `dirty` was computed from the
+    state its node had at that position (None: unknown, every row is checked)."""
+    dirty: set[str] = field(default_factory=set)
 
     def put(self, name: str, state: NodeState | None, raw: RawVerdict | NodeScore, text: str) -> int:
         """Keep a candidate's entry; returns its outcome. A fresh node's verdict holds until the node turns stale,
@@ -100,13 +131,41 @@ class _Table:
         self.rows[name] = (ref, observed, -1, 1, text)
         return 1
 
+    def follow(self, read: _LogRead | None, verified: Collection[str]) -> None:
+        """After an answer: the rows of `verified` hold against the nodes asked with; `read` is what `_read_log`
+        gave before their states were read (None: not the state's own table, assumed pods — nothing is known of the
+        rows from here on)."""
+        if read is None:
+            self.log_at = None
+            self.dirty.clear()
+            return
+        token, end, logged = read
+        if logged is None:  # the log did not reach back: every other row is suspect
+            self.dirty = set(self.rows).difference(verified)
+        else:
+            self.dirty.update(logged)
+            self.dirty.difference_update(verified)
+        self.log_at = (token, end)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def basis_of(
+        self, pod: PodRequest, basis_keys: frozenset[tuple[str, float]], scorer: Scorer
+    ) -> tuple[Basis, list[tuple[str, float]]]:
+        """`_basis` of a batch with these (GPU model, slowdown) pairs, kept: a burst's batches mostly have the same
+        ones, and the table's shape and scorer (all `_basis` reads besides the pairs) are fixed."""
+        got = self.bases.get(basis_keys)
+        if got is None:
+            if len(self.bases) >= BASES_LIMIT:
+                self.bases.clear()
+            got = self.bases[basis_keys] = _basis(pod, basis_keys, scorer)
+        return got
+
     def keys_of(self, key_ids: set[int]) -> set[tuple[str, float]]:
         """The (GPU model, slowdown) pairs of basis key indices (-1: none)."""
         key_ids.discard(-1)
         return {self.basis_keys[i] for i in key_ids}
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +221,12 @@ class ScoreDeltas:
         since: str,
         scorer: Scorer,
         write: Callable[[BriefScore], str],
+        shape: PodRequest | None = None,
     ) -> DeltaAnswer:
         """The answer for a tracked pod (`tracked`): the entries changed since `since` when it names its shape's
         current table, else every candidate's, with the token that names what the caller now holds. `write` writes
-        one entry's text (the route's brief entry)."""
-        key = replace(pod, name="")
+        one entry's text (the route's brief entry); `shape` is `pod` without its name, when the caller has it."""
+        key = replace(pod, name="") if shape is None else shape
         with self._lock:
             table = self._tables.get(key)
             if table is not None:
@@ -196,6 +256,7 @@ def _full(
     write: Callable[[BriefScore], str],
 ) -> DeltaAnswer:
     """Every candidate's entry, kept in the new `table` (its basis set from this batch)."""
+    read = _read_log(table, nodes)
     found = [nodes.get(n) for n in names]
     raws = _verdicts(pod, list(zip(names, found, strict=True)), scorer, scorer.clock())
     briefs = scorer.brief_verdicts(pod, raws)
@@ -205,7 +266,8 @@ def _full(
         text = write(brief)
         outcomes[table.put(brief.node, state, raw, text)] += 1
         texts.append((brief.score, text))
-    table.basis = _basis(pod, table.keys_of(set(map(_BASIS_KEY, table.rows.values()))), scorer)[0]
+    table.basis = table.basis_of(pod, frozenset(table.keys_of(set(map(_BASIS_KEY, table.rows.values())))), scorer)[0]
+    table.follow(read, names)
     return DeltaAnswer(_best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs)
 
 
@@ -222,12 +284,58 @@ def _delta(
     total may differ: the caller answers in full)."""
     now = scorer.clock()
     oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
+    read = _read_log(table, nodes)
+    changed, outcomes, basis_keys = _check(table, names, nodes, oldest, read[2] if read is not None else None)
+    raws = _verdicts(pod, changed, scorer, now) if changed else []
+    basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
+    basis, smallest = table.basis_of(pod, frozenset(basis_keys), scorer)
+    if basis != table.basis:
+        return None
+    briefs: list[BriefScore] = []
+    if raws:  # nothing changed (most calls): no totals to compute
+        anchors = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
+        briefs = scorer.brief_verdicts(pod, raws, anchors)
+    texts: list[tuple[float, str]] = []
+    for (name, state), raw, brief in zip(changed, raws, briefs, strict=True):
+        text = write(brief)
+        old = _TEXT(table.rows.get(name, _MISSING))
+        outcomes[table.put(name, state if isinstance(state, NodeState) else None, raw, text)] += 1
+        if old != text:
+            texts.append((brief.score, text))
+    if texts:
+        table.generation += 1
+        table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
+    table.follow(read, names)
+    return DeltaAnswer(
+        _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
+    )
+
+
+def _check(
+    table: _Table, names: Sequence[str], nodes: Mapping[str, NodeState], oldest: float, logged: list[str] | None
+) -> tuple[list[tuple[str, object]], list[int], set[tuple[str, float]]]:
+    """Every candidate checked: the changed ones (name, state now), and the outcome counts and JCT basis pairs of
+    the rows that hold. With the names `logged` in the node table since the table's `log_at` (None: unknown), only
+    the candidates logged or suspect (`dirty`) have their state compared: every other row was computed from the
+    state its node has now."""
     n = len(names)
-    states = list(map(nodes.get, names, repeat(_ABSENT, n)))
     rows = list(map(table.rows.get, names, repeat(_MISSING, n)))
+    states: list[object] | None = None
+    if logged is None or len(logged) + len(table.dirty) > n:  # one pass over the states costs less
+        states = list(map(nodes.get, names, repeat(_ABSENT, n)))
+        holds = list(map(is_, map(call, map(_REF, rows)), states))
+    else:
+        holds = list(map(is_not, rows, repeat(_MISSING, n)))
+        suspects = table.dirty.union(logged)
+        if suspects:
+            flagged = list(map(suspects.__contains__, names))
+            at = -1
+            for _ in range(flagged.count(True)):
+                at = flagged.index(True, at + 1)
+                if holds[at] and rows[at][0]() is not nodes.get(names[at], _ABSENT):
+                    holds[at] = False
     # An entry holds when it was computed from the state the node has now and that state is still fresh (checked
     # row by row only once the table's oldest row may have turned stale).
-    holds = list(map(is_, map(call, map(_REF, rows)), states))
     if table.oldest_observed < oldest:
         holds = list(map(and_, holds, map(ge, map(_OBSERVED, rows), repeat(oldest, n))))
     misses = holds.count(False)
@@ -240,27 +348,9 @@ def _delta(
     at = -1
     for _ in range(misses):  # the few changed candidates, found by C-level searches
         at = holds.index(False, at + 1)
-        changed.append((names[at], states[at]))
-    raws = _verdicts(pod, changed, scorer, now)
-    basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
-    basis, smallest = _basis(pod, basis_keys, scorer)
-    if basis != table.basis:
-        return None
-    anchors = [RawVerdict("", model, True, slowdown=slowdown) for model, slowdown in smallest]
-    briefs = scorer.brief_verdicts(pod, raws, anchors)
-    texts: list[tuple[float, str]] = []
-    for (name, state), raw, brief in zip(changed, raws, briefs, strict=True):
-        text = write(brief)
-        old = _TEXT(table.rows.get(name, _MISSING))
-        outcomes[table.put(name, state if isinstance(state, NodeState) else None, raw, text)] += 1
-        if old != text:
-            texts.append((brief.score, text))
-    if texts:
-        table.generation += 1
-        table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
-    return DeltaAnswer(
-        _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
-    )
+        name = names[at]
+        changed.append((name, states[at] if states is not None else nodes.get(name, _ABSENT)))
+    return changed, outcomes, basis_keys
 
 
 def _verdicts(
@@ -283,7 +373,7 @@ _MISSING: _Row = (_gone, -math.inf, -1, 0, "")
 """The row of a node the table lacks: never holds."""
 
 
-def _smallest(basis_keys: set[tuple[str, float]]) -> list[tuple[str, float]]:
+def _smallest(basis_keys: AbstractSet[tuple[str, float]]) -> list[tuple[str, float]]:
     """Per GPU model, its smallest slowdown among the batch's feasible verdicts."""
     smallest: dict[str, float] = {}
     for model, slowdown in basis_keys:
@@ -293,7 +383,7 @@ def _smallest(basis_keys: set[tuple[str, float]]) -> list[tuple[str, float]]:
 
 
 def _basis(
-    pod: PodRequest, basis_keys: set[tuple[str, float]], scorer: Scorer
+    pod: PodRequest, basis_keys: AbstractSet[tuple[str, float]], scorer: Scorer
 ) -> tuple[Basis, list[tuple[str, float]]]:
     """The batch's JCT basis (`scoring.jct_basis_how` over one verdict per GPU model: it reads only the models) and
     best time, as `Scorer._feasible_totals` computes them, and per GPU model its smallest slowdown (the anchors that

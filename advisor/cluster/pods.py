@@ -80,6 +80,7 @@ __all__ = [
     "pod_key",
     "pod_request",
     "quantity_value",
+    "request_name",
     "rfc3339_seconds",
 ]
 
@@ -104,7 +105,7 @@ def pod_request(
     cpu_milli, memory_mib = cpu_memory_request(containers, init_containers, overhead)
     try:
         return PodRequest(
-            name=f"{namespace}/{name}" if namespace else name,
+            name=request_name(namespace, name),
             gpus=gpu.gpus,
             gpu_milli=gpu.milli,
             gpu_memory_bytes=gpu.memory_bytes,
@@ -116,6 +117,11 @@ def pod_request(
         )
     except ScoringInputError as e:
         raise PodSpecError(str(e)) from e
+
+
+def request_name(namespace: str, name: str) -> str:
+    """A manifest's `PodRequest.name`: `namespace/name`, the bare name without a namespace."""
+    return f"{namespace}/{name}" if namespace else name
 
 
 def pod_key(namespace: str, name: str) -> str:

@@ -184,6 +184,68 @@ def test_the_answer_size_falls_to_the_changed_entries(client: TestClient, state:
     assert len(json.dumps(second)) < len(json.dumps(first))
 
 
+def test_a_window_asked_again_gets_the_nodes_that_changed_while_other_windows_were_asked(
+    client: TestClient, state: ClusterState
+) -> None:
+    """A window asked before is checked from the node table's log: a node that changed while it was not a
+    candidate, however many calls ago, is sent when its window comes round again (and only it)."""
+    pod = v1_pod("p", gpus=1)
+    plugin = Plugin()
+    first, second = {"pod": pod, "nodes": NODES[:6]}, {"pod": pod, "nodes": NODES[6:]}
+    for body in (first, second, first, second):  # both windows held
+        check(client, plugin, body)
+    state.update_pod("ml/bound", PodAllocation(pod="ml/bound", node="n1", gpus=8), None)
+    push(client, "n2", busy=4)
+    push(client, "n7", busy=2)
+    check(client, plugin, second)
+    check(client, plugin, second)  # the log moves on past n1 and n2's changes, which are not candidates here
+    got = post(client, {**first, "since": plugin.token})
+    assert (got["delta"], sorted(s["node"] for s in got["scores"])) == (True, ["n1", "n2"])
+    plugin.held.update({s["node"]: s for s in got["scores"]})
+    plugin.token = got["token"]
+    assert {n: plugin.held[n] for n in first["nodes"]} == full(client, first)
+    assert post(client, {**first, "since": plugin.token})["scores"] == []
+
+
+def test_a_delta_answer_counts_every_candidate_as_the_full_answer_does(client: TestClient, state: ClusterState) -> None:
+    """`gpuadvisor_advisor_scores_total` counts each candidate's outcome, also those a delta answer does not send."""
+    body = {"pod": v1_pod("p", gpus=6), "nodes": [*NODES, "ghost"]}
+
+    def counted() -> dict[str, float]:
+        lines = client.get("/metrics").text.splitlines()
+        found = {}
+        for outcome in ("scored", "infeasible", "unknown"):
+            prefix = f'gpuadvisor_advisor_scores_total{{endpoint="score",outcome="{outcome}"}} '
+            found[outcome] = next((float(x[len(prefix) :]) for x in lines if x.startswith(prefix)), 0.0)
+        return found
+
+    token = ""
+    for _ in range(2):  # the second call asks a window held before
+        token = post(client, {**body, "since": token})["token"]
+    state.update_pod("ml/bound", PodAllocation(pod="ml/bound", node="n5", gpus=8), None)  # all 8 GPUs taken
+    before = counted()
+    got = post(client, {**body, "since": token})
+    assert (got["delta"], [s["node"] for s in got["scores"]]) == (True, ["n5"])
+    delta = {k: v - before[k] for k, v in counted().items()}
+    before = counted()
+    post(client, body)
+    assert delta == {k: v - before[k] for k, v in counted().items()}
+    assert delta["scored"] > 0
+    assert delta["infeasible"] > 0
+    assert delta["unknown"] == 1
+
+
+def test_pods_of_one_shape_are_read_once_and_keep_their_own_names(client: TestClient, state: ClusterState) -> None:
+    """The plugin's pods differ in name and UID only: each shape is read once (`AnswerCaches.pod_shapes`), and each
+    pod still answers under its own name (the watch holds `ml/b`, not `ml/a`)."""
+    state.update_pod("ml/b", PodAllocation(pod="ml/b", node="n1", gpus=1), None)
+    assumed = [{"node": "n1", "pod": v1_pod("a", gpus=1)}, {"node": "n1", "pod": v1_pod("b", gpus=1)}]
+    for pod in ("p", "q"):
+        got = post(client, {"pod": v1_pod(pod, gpus=1), "nodes": NODES[:3], "assumed": assumed, "since": ""})
+        assert got["assumed_held"] == ["ml/b"]
+    assert len(client.app.state.ctx.caches.pod_shapes) == 1  # type: ignore[attr-defined]
+
+
 # ScoreDeltas without the HTTP route: new models (a new Scorer), the batch-relative jct component, memory bounds.
 
 

@@ -4,12 +4,14 @@ GetPreferredAllocation), with every score explained."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from operator import attrgetter
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, status
 from fastapi.responses import Response
 
-from advisor.api.answer_caches import BOOL, ENCODE, brief_json
+from advisor.api.answer_caches import BOOL, ENCODE, brief_json, shape_key
 from advisor.api.context import AppContext
 from advisor.api.deps import Ctx
 from advisor.api.errors import ERROR_RESPONSES, StrictJsonRoute, documented
@@ -18,6 +20,7 @@ from advisor.api.schemas import (
     AllocateRequest,
     AllocateResponse,
     ContainerPreferredAllocationResponse,
+    PodQuery,
     PreferredAllocationRequest,
     PreferredAllocationResponse,
     ScoreDeltaResponse,
@@ -26,7 +29,7 @@ from advisor.api.schemas import (
 )
 from advisor.api.score_delta import tracked
 from advisor.cluster.dra import ClaimAsk
-from advisor.cluster.pods import PodSpecError
+from advisor.cluster.pods import PodSpecError, request_name
 from advisor.cluster.state import PodAllocation, allocation_of
 from advisor.gpus import gpu_spec
 from advisor.placement.devices import DeviceRequestError, check_request, preferred_devices
@@ -61,18 +64,20 @@ async def score(body: ScoreRequest, ctx: Ctx) -> Response:
 
 def fast_score(body: bytes, ctx: AppContext) -> bytes:
     """`JsonFastPath`'s answer for a raw score body (raises where the route would not answer 200)."""
-    return _answer(ScoreRequest.model_validate(decode_json(body)), ctx)
+    raw = decode_json(body)
+    return _answer(ScoreRequest.model_validate(raw), ctx, raw)
 
 
-def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
-    """The `ScoreResponse` JSON for one request, with its metrics counted; 404 for a node without telemetry."""
-    pod = body.pod.to_request(ctx.dra)
-    ask = body.pod.claim_ask(ctx.dra)
+def _answer(body: ScoreRequest, ctx: AppContext, raw: Any = None) -> bytes:
+    """The `ScoreResponse` JSON for one request, with its metrics counted; 404 for a node without telemetry. `raw`:
+    the body as decoded JSON, when there is one (the fast path): its pods are read through `AnswerCaches.pod_shapes`."""
+    pod, shape = _pod_request(body.pod, raw["pod"] if raw is not None else None, ctx)
+    ask = None if shape is not None else body.pod.claim_ask(ctx.dra)
     state_nodes = ctx.state.nodes
     names = body.nodes if body.nodes is not None else sorted(state_nodes)
     held: list[str] = []
     if body.assumed:
-        assumed = _assumed_allocations(body)
+        assumed = _assumed_allocations(body, raw["assumed"] if raw is not None else None, ctx)
         held = [a.pod for a in assumed if ctx.state.holds_pod(a.pod)]
         state_nodes = ctx.state.with_assumed(assumed)
     missing = [n for n in names if n not in state_nodes] if body.unknown_nodes == "error" else []
@@ -88,7 +93,7 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     models: dict[str, str] | None = None
     if body.detail == "brief":
         scores, entries, since, models, (scored, infeasible, unknown) = _brief_answer(
-            body, pod, names, state_nodes, ctx
+            body, pod, shape, names, state_nodes, ctx
         )
     else:
         full = scorer.score_candidates(pod, names, state_nodes)
@@ -104,7 +109,7 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     else:
         ctx.metrics.count_fallbacks(models)
     if since is not None:
-        ctx.metrics.score_answers.labels("delta" if since[1] else "full").inc()
+        ctx.metrics.child(ctx.metrics.score_answers, "delta" if since[1] else "full").inc()
     hint = ""
     if not names:
         hint = (
@@ -119,8 +124,13 @@ def _answer(body: ScoreRequest, ctx: AppContext) -> bytes:
     return f'{{"scores":[{entries}],"models":{ENCODE(models).decode()},{ENCODE(tail).decode()[1:]}'.encode()
 
 
-def _brief_answer(
-    body: ScoreRequest, pod: PodRequest, names: Sequence[str], state_nodes: Mapping[str, NodeState], ctx: AppContext
+def _brief_answer(  # noqa: PLR0917 - the route's locals, passed on
+    body: ScoreRequest,
+    pod: PodRequest,
+    shape: PodRequest | None,
+    names: Sequence[str],
+    state_nodes: Mapping[str, NodeState],
+    ctx: AppContext,
 ) -> tuple[Sequence[BriefScore], str, tuple[str, bool] | None, dict[str, str] | None, tuple[int, int, int]]:
     """A `detail: brief` answer: the briefs scored, the entries' JSON (best first), the token and whether the answer
     is a delta (None without `since`), the `models` of a delta answer (None: to be written) and the outcome counts.
@@ -134,7 +144,9 @@ def _brief_answer(
         return written(s) or _brief_entry(s, pod, state_nodes, ctx)
 
     if body.since is not None and tracked(pod):
-        got = ctx.deltas.answer(pod, names=names, nodes=state_nodes, since=body.since, scorer=ctx.scorer, write=write)
+        got = ctx.deltas.answer(
+            pod, names=names, nodes=state_nodes, since=body.since, scorer=ctx.scorer, write=write, shape=shape
+        )
         return got.briefs, ",".join(got.entries), (got.token, got.delta), got.models, got.outcomes
     briefs = ctx.scorer.brief_candidates(pod, names, state_nodes)
     entries = ",".join([write(s) for s in sorted(briefs, key=_SCORE, reverse=True)])
@@ -188,12 +200,35 @@ def _brief_entry(s: BriefScore, pod: PodRequest, nodes: Mapping[str, NodeState],
     return f'{brief_json(s)[:-1]},"reason":{ENCODE(reason).decode()},"unresolvable":{BOOL[never is not None]}}}'
 
 
-def _assumed_allocations(body: ScoreRequest) -> list[PodAllocation]:
-    """The GPUs each assumed pod holds on its node; a pod that asks for none holds nothing."""
+def _pod_request(pod: PodQuery, raw: Any, ctx: AppContext, *, dra: bool = True) -> tuple[PodRequest, PodRequest | None]:
+    """`pod`'s `PodRequest` (its ResourceClaims read through the cluster's DRA objects when `dra`), and the same
+    without its name when it came from `ctx.caches.pod_shapes` or went into it (None otherwise: then its claims
+    may count). `raw` is the pod's decoded JSON (None: not cached): a v1.Pod without ResourceClaims is read once per
+    shape. A shape's `PodSpecError`s depend on nothing its key leaves out, so one kept is one that was read without
+    an error."""
+    meta, spec = pod.metadata, pod.spec
+    key = None
+    if raw is not None and meta is not None and spec is not None and not spec.resourceClaims:
+        key = shape_key(raw)
+    if key is None or meta is None:
+        return pod.to_request(ctx.dra if dra else None), None
+    shapes = ctx.caches.pod_shapes
+    shape = shapes.get(key)
+    if shape is None:
+        request = pod.to_request(ctx.dra if dra else None)
+        shape = replace(request, name="")
+        shapes.put(key, shape)
+        return request, shape
+    return replace(shape, name=request_name(meta.namespace, meta.name)), shape
+
+
+def _assumed_allocations(body: ScoreRequest, raw: Any, ctx: AppContext) -> list[PodAllocation]:
+    """The GPUs each assumed pod holds on its node; a pod that asks for none holds nothing. `raw`: the assumed
+    pods' decoded JSON (None: not cached, `_pod_request`)."""
     out = []
     for i, assumed in enumerate(body.assumed):
         try:
-            request = assumed.pod.to_request()
+            request, _ = _pod_request(assumed.pod, raw[i]["pod"] if raw is not None else None, ctx, dra=False)
         except PodSpecError as e:
             raise PodSpecError(f"assumed[{i}].{e}") from e
         if request.whole_gpus or request.is_share or request.mig:
