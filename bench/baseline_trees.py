@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS_TREE = "this tree"
@@ -33,3 +34,16 @@ def print_load() -> tuple[float, float, float]:
     load = os.getloadavg()
     print(f"{os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} when started")
     return load
+
+
+def alternate(baseline: str | None, measure: Callable[[Path], dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """{name: [figures, ...]}: `measure` of each tree in turn, baseline first, two rounds when there is a baseline
+    (so that neither tree always runs first), each round's figures printed as they come."""
+    with trees(baseline) as roots:
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+        for _ in range(2 if baseline else 1):
+            for name, root in roots.items():
+                got = measure(root)
+                runs[name].append(got)
+                print(f"{name}: {got}")
+    return runs

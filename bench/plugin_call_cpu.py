@@ -172,13 +172,7 @@ def main() -> None:
         print(json.dumps(measure(args.nodes, args.calls)))
         return
     load = print_load()
-    with baseline_trees.trees(args.baseline) as trees:
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-        for _ in range(2 if args.baseline else 1):
-            for name, tree in trees.items():
-                got = _run(tree, args.nodes, args.calls)
-                runs[name].append(got)
-                print(f"{name}: {got}")
+    runs = baseline_trees.alternate(args.baseline, lambda tree: _run(tree, args.nodes, args.calls))
     summary: dict[str, Any] = {"nodes": args.nodes, "calls": args.calls, "load_average_at_start": round(load[0], 1)}
     summary["runs"] = runs
     print(json.dumps(summary))

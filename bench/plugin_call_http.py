@@ -151,13 +151,7 @@ def main() -> None:
     if args.calls < 1:
         sys.exit("error: --calls must be at least 1")
     load = print_load()
-    with baseline_trees.trees(args.baseline) as trees:
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-        for _ in range(2 if args.baseline else 1):
-            for name, tree in trees.items():
-                got = measure(tree, args.nodes, args.calls)
-                runs[name].append(got)
-                print(f"{name}: {got}")
+    runs = baseline_trees.alternate(args.baseline, lambda tree: measure(tree, args.nodes, args.calls))
     summary = {"nodes": args.nodes, "calls": args.calls, "load_average_at_start": round(load[0], 1), "runs": runs}
     summary["load_average_at_end"] = round(os.getloadavg()[0], 1)
     print(json.dumps(summary))
