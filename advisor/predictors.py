@@ -632,9 +632,13 @@ class _TurnGrid:
             kept, rows = self._sorted_sets, self._sorted_rows
             if not kept.size:
                 return np.empty((sets.size, 2)), np.zeros(sets.size, dtype=np.bool_)
-            at = np.minimum(np.searchsorted(kept, sets), kept.size - 1)
+            # each distinct set searched once (a call's GPUs hold few distinct sets: 91 among 3,569 GPUs of a 4-GPU
+            # pod at 5,000 nodes), then the answers by one flat index into the (row × percent) pairs
+            distinct, inverse = np.unique(sets, return_inverse=True)
+            at = np.minimum(np.searchsorted(kept, distinct), kept.size - 1)[inverse.reshape(-1)]
             found = asked & (kept[at] == sets)
-            answers = self._answers[np.where(found, rows[at], 0), pods]
+            flat = np.where(found, rows[at], 0) * _GRID_PERCENTS + pods
+            answers = np.take(self._answers.reshape(-1, 2), flat, axis=0)
         return answers, found
 
     def find(
