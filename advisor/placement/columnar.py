@@ -385,12 +385,22 @@ def gpu_slowdowns(
     positions, rows = at
     # one gather of the (slot, position) pairs from the columns' (row, slot × position) view, of the rows
     # `_slowdowns` reads (the residents' count and use): each row is a miss per pair in a column array of many
-    # nodes; the rows before are NaN, never read
+    # nodes; the rows before are NaN, never read. The residents' bandwidth is read only on GPUs whose kernels run
+    # at once: gathered for the pairs of such nodes alone (NaN, never read, on the others: time-sliced GPUs read
+    # only the SM use)
     width = facts.columns.shape[2]
     flat = facts.slot[rows] * width + positions
     entries = np.empty((COLUMN_ROWS, flat.size))
     entries[:_RESIDENTS] = np.nan
-    np.take(facts.columns.reshape(COLUMN_ROWS, -1)[_RESIDENTS:], flat, axis=1, out=entries[_RESIDENTS:])
+    columns = facts.columns.reshape(COLUMN_ROWS, -1)
+    at_once = np.flatnonzero(facts.concurrent[rows])
+    if at_once.size == flat.size:
+        np.take(columns[_RESIDENTS:], flat, axis=1, out=entries[_RESIDENTS:])
+    else:
+        np.take(columns[_RESIDENTS:_BW], flat, axis=1, out=entries[_RESIDENTS:_BW])
+        entries[_BW:] = np.nan
+        if at_once.size:
+            entries[_BW:, at_once] = np.take(columns[_BW:], flat[at_once], axis=1)
     return _slowdowns(
         pod,
         nodes,

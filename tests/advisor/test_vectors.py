@@ -18,7 +18,7 @@ from advisor.placement.extender import extender_scores, first_of_equals
 from advisor.placement.scorer import Scorer, score_candidates
 from advisor.placement.types import NodeState, NodeTable, PodRequest, Resident
 from advisor.predictors import Predictors
-from advisor.sharing import TIME_SLICING
+from advisor.sharing import MPS, TIME_SLICING, UNKNOWN
 from tests.advisor.test_columnar import CPU_MIX, GIB, MODELS, WorkloadAwareInterference, random_node, random_pod
 
 NOW = 1010.0
@@ -297,6 +297,23 @@ def test_whole_gpus_beside_residents_on_time_sliced_nodes_give_the_per_node_inte
     scorer = Scorer(ScoringConfig())
     for gpus in (1, 2, 4):
         check(scorer, PodRequest(gpus=gpus, workload="bert"), list(nodes), nodes)
+
+
+def test_whole_gpus_beside_residents_on_nodes_of_mixed_sharing_modes_give_the_per_node_integers() -> None:
+    """One call over time-sliced nodes and nodes whose kernels run at once (MPS, unknown): the residents' bandwidth
+    is gathered for the second kind's (node, GPU) pairs alone, and every node still gets the per-node integers."""
+    rng = random.Random(25)
+    modes = (TIME_SLICING, MPS, UNKNOWN, TIME_SLICING)
+    nodes = {
+        f"n{i}": replace(with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False)), sharing_mode=modes[i % 4])
+        for i in range(48)
+    }
+    assert any(n.free_residents for n in nodes.values() if n.sharing_mode == MPS)
+    assert any(n.free_residents for n in nodes.values() if n.sharing_mode == TIME_SLICING)
+    scorer = Scorer(ScoringConfig())
+    for gpus in (1, 2, 4):
+        for workload in ("bert", "gpt2"):
+            check(scorer, PodRequest(gpus=gpus, workload=workload), list(nodes), nodes)
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4])
