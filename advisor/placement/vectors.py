@@ -530,10 +530,14 @@ class ScoreVectors:
             if cold.size:
                 self.computed_rows += int(cold.size)
                 target = slots[cold]
-                table.data[:, target] = self._whole_interference(
+                computed = self._whole_interference(
                     pod, _reader(cold, state_at), target, busy[cold], rows[:, cold], scorer=scorer
                 )
+                table.data[:, target] = computed
                 table.epoch[target] = epochs[cold]
+                if cold.size == shared.size:  # all of them new (a new workload): the rows as computed, no gather back
+                    rows[:, shared] = computed
+                    return rows
             rows[:, shared] = np.take(table.data, at, axis=1)
         return rows
 
