@@ -343,7 +343,13 @@ def _slowdowns(
         turns = np.flatnonzero(
             busy & sliced & (residents <= COLUMN_RESIDENTS) & ~np.isnan(resident_sm).any(axis=0) & ~np.isnan(sm_pod)
         )
-        if turns.size:
+        if turns.size == residents.size and set_keys is not None:
+            # every GPU takes turns (whole GPUs chosen beside residents on time-sliced nodes): every answer is the
+            # grid's, over the arrays as they are (no GPU's column gathered again)
+            counts = residents.astype(np.intp)
+            pod_slow, res_slow = turn_taking_slowdowns_by_set(sm_pod, set_keys, resident_sm, counts)
+            busy[:] = False
+        elif turns.size:
             counts = residents[turns].astype(np.intp)
             if set_keys is None:
                 taking = turn_taking_slowdowns_of(sm_pod[turns], resident_sm[:, turns], counts)
