@@ -53,6 +53,20 @@ def _wire(name: str) -> dict[str, Any]:
     }
 
 
+def call_body(k: int, names: list[str], assumed: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """The k-th call's candidates (a window of WINDOW names that moves round the cluster, as kube-scheduler's
+    percentageOfNodesToScore does) and its `/v1/score` body as the plugin sends it, with the assumed pods on them."""
+    window = [names[(k * WINDOW + j) % len(names)] for j in range(WINDOW)]
+    present = set(window)
+    return window, {
+        "pod": _wire(f"p-{k:05d}"),
+        "nodes": window,
+        "unknown_nodes": "neutral",
+        "assumed": [a for a in assumed if a["node"] in present],
+        "detail": "brief",
+    }
+
+
 def measure(nodes: int, calls: int) -> dict[str, Any]:  # noqa: PLR0915 - one measurement, its passes side by side
     """One tree's figures (this process imports the tree it runs in: `--one` in a subprocess with its path first)."""
     from fastapi.testclient import TestClient
@@ -89,15 +103,7 @@ def measure(nodes: int, calls: int) -> dict[str, Any]:  # noqa: PLR0915 - one me
             bodies, windows = [], []
             assumed: list[dict[str, Any]] = []
             for k in range(calls):
-                window = [names[(k * WINDOW + j) % nodes] for j in range(WINDOW)]
-                present = set(window)
-                body = {
-                    "pod": _wire(f"p-{k:05d}"),
-                    "nodes": window,
-                    "unknown_nodes": "neutral",
-                    "assumed": [a for a in assumed if a["node"] in present],
-                    "detail": "brief",
-                }
+                window, body = call_body(k, names, assumed)
                 bodies.append(json.dumps(body).encode())
                 windows.append(window)
                 assumed = [*assumed, {"node": window[k % WINDOW], "pod": _wire(f"p-{k:05d}")}][-6:]

@@ -32,7 +32,7 @@ from typing import Any
 
 import baseline_trees
 from baseline_trees import print_load
-from plugin_call_cpu import WINDOW, _wire
+from plugin_call_cpu import WINDOW, _wire, call_body
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -115,17 +115,9 @@ def _calls(port: int, pid: int, nodes: int, calls: int) -> dict[str, Any]:
     for k in range(WARM_CALLS + calls):
         if k == WARM_CALLS:
             start = _cpu_seconds(pid)
-        window = [names[(k * WINDOW + j) % nodes] for j in range(WINDOW)]
-        random.Random(k).shuffle(window)
-        present = set(window)
-        body = {
-            "pod": _wire(f"p-{k:05d}"),
-            "nodes": window,
-            "unknown_nodes": "neutral",
-            "assumed": [a for a in assumed if a["node"] in present],
-            "detail": "brief",
-            "since": token,
-        }
+        window, body = call_body(k, names, assumed)
+        random.Random(k).shuffle(window)  # the list in the body: kube-scheduler's parallel Filter's order
+        body["since"] = token
         connection.request(
             "POST", "/v1/score", json.dumps(body, separators=(",", ":")), {"Content-Type": "application/json"}
         )
