@@ -39,7 +39,9 @@ import argparse
 import json
 import os
 import random
+import re
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -181,6 +183,7 @@ class Bindings:
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self.times: list[float] = []
         self.done = threading.Event()
+        self.on_first: Callable[[], None] | None = None  # run in the watch's thread at the first binding
         self._thread.start()
 
     def _watch(self) -> None:
@@ -218,8 +221,14 @@ class Bindings:
                 self.times.append(time.monotonic())
                 if len(self.times) == 1:
                     self.cpu_at_first = {k: cpu_seconds(pid) for k, pid in self.pids.items()}
+                    if self.on_first is not None:
+                        self.on_first()
             if len(self._bound) >= self.pods:
                 return
+
+    def bound_between(self, start: float, end: float) -> int:
+        """Pods bound from `start` to `end` (time.monotonic())."""
+        return sum(start <= t <= end for t in self.times)
 
     def add_process(self, name: str, pid: int) -> None:
         """Count a process started after the watch (the scheduler: before it can bind anything)."""
@@ -395,6 +404,7 @@ def run_one(
     *,
     work: Path,
     args: argparse.Namespace,
+    pprof_dir: Path | None = None,
 ) -> dict[str, Any]:
     """One scheduler's run over its own namespace of pending pods: its figures, keys prefixed with `kind`."""
     url, advisor_proc = advisor_at
@@ -407,14 +417,21 @@ def run_one(
     bindings = Bindings(plane.api, name, args.pods, args.timeout_s, pids)
     out: dict[str, Any] = {}
     log = work / kind / "scheduler.log"
+    requests_before = apiserver_requests(plane.api)
     with scheduler_process(plane, binary, path, log, on_start=bindings.add_process) as scheduler:
-        if args.pprof:
-            _allocs(scheduler, args.pprof / f"{kind}.allocs-start.pprof")
-        profile = _pprof(scheduler, args.pprof / f"{kind}.pprof") if args.pprof else None
+        at_ready = scheduler.metrics_text()
+        profile: Profile | None = None
+        if pprof_dir is not None:
+            _allocs(scheduler, pprof_dir / f"{kind}.allocs-start.pprof")
+            profile = Profile(scheduler, pprof_dir / f"{kind}.pprof")
+            bindings.on_first = profile.start
+            if bindings.times:  # the first binding came before the callback was in place
+                profile.start()
         rate, cpu_ms = bindings.measure(args.timeout_s)
-        if profile is not None:
-            profile.join()
-            _allocs(scheduler, args.pprof / f"{kind}.allocs.pprof")
+        if profile is not None and pprof_dir is not None:
+            out[f"{kind}_pprof_pods"] = profile.join(bindings)
+            _allocs(scheduler, pprof_dir / f"{kind}.allocs.pprof")
+        at_end = scheduler.metrics_text()
         out[f"{kind}_cpu_ms_per_pod"] = cpu_ms
         out[f"{kind}_watch_reopened"] = bindings.reopened
         # Where the scheduling cycle goes (means over the run; the stock metrics of kube-scheduler).
@@ -422,6 +439,7 @@ def run_one(
             point: mean_ms(scheduler, "scheduler_framework_extension_point_duration_seconds", extension_point=point)
             for point in ("PreFilter", "Filter", "PreScore", "Score", "Reserve")
         } | {"attempt": mean_ms(scheduler, "scheduler_scheduling_attempt_duration_seconds")}
+        out |= scheduler_work(kind, at_ready, at_end, args.pods)
         advised = ""
         if binary.name == PLUGIN_BINARY and kind != "profile_only":
             # A call that failed or was never made (the breaker open) is a cycle scored without the advisor:
@@ -438,18 +456,138 @@ def run_one(
             full = scheduler.metric("gpuadvisor_plugin_advisor_answers_total", kind="full")
             out[f"{kind}_delta_answers"], out[f"{kind}_full_answers"] = int(delta), int(full)
             advised = f" ({int(calls)} cycles advised, {int(neutral)} neutral; {int(delta)} delta, {int(full)} full)"
+    out[f"{kind}_apiserver_requests_per_pod"] = per_pod(
+        counter_delta(requests_before, apiserver_requests(plane.api)), args.pods
+    )
     out[f"{kind}_pods_per_second"] = round(rate, 1)
     out[f"{kind}_stale_nodes"] = stale_nodes(url)  # 0: every score was made on fresh telemetry
-    print(f"{kind:9s} {rate:8.1f} pods/s{advised}; CPU ms per pod {cpu_ms}", file=sys.stderr)
+    print(f"{kind:12s} {rate:8.1f} pods/s{advised}; CPU ms per pod {cpu_ms}", file=sys.stderr)
     return out
 
 
-def main() -> None:
+def parse_metrics(text: str, name: str, *labels: str) -> dict[str, float]:
+    """The samples of one metric in Prometheus text, summed by the values of `labels` (joined by a space)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, value = line.rsplit(" ", 1)
+        pairs = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', head))
+        key = " ".join(pairs.get(label, "") for label in labels)
+        found[key] = found.get(key, 0.0) + float(value)
+    return found
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What each counter grew by (those that did not grow left out)."""
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+def per_pod(counts: dict[str, float], pods: int) -> dict[str, float]:
+    return {k: round(v / pods, 3) for k, v in sorted(counts.items())}
+
+
+def apiserver_requests(api: KubeApi) -> dict[str, float]:
+    """The API server's requests so far by verb and resource (`apiserver_request_total`): what the scheduler, the
+    advisor and this bench asked of it."""
+    response = httpx.get(
+        f"{api.url}/metrics",
+        headers={"Authorization": f"Bearer {api.token}"},
+        verify=ssl.create_default_context(cafile=api.ca_file),
+        timeout=60,
+    )
+    response.raise_for_status()
+    counts = parse_metrics(response.text, "apiserver_request_total", "verb", "resource", "subresource")
+    return {k.strip().replace(" ", "/"): v for k, v in counts.items()}
+
+
+def scheduler_work(kind: str, at_ready: str, at_end: str, pods: int) -> dict[str, Any]:
+    """What the scheduler did over its run besides the cycles, per pod, from its /metrics when it was ready and
+    after its last binding: garbage collections (`go_gc_duration_seconds_count`), the cluster events it handled
+    (`scheduler_event_handling_duration_seconds_count`), pods put back in its queue by event
+    (`scheduler_queue_incoming_pods_total`), and the sampled per-plugin time (`plugin_execution_duration_seconds`,
+    kube-scheduler records one cycle in ten: the sum over those, in ms per pod bound)."""
+    gcs = counter_delta(
+        parse_metrics(at_ready, "go_gc_duration_seconds_count"), parse_metrics(at_end, "go_gc_duration_seconds_count")
+    )
+    events = counter_delta(
+        parse_metrics(at_ready, "scheduler_event_handling_duration_seconds_count", "event"),
+        parse_metrics(at_end, "scheduler_event_handling_duration_seconds_count", "event"),
+    )
+    queued = counter_delta(
+        parse_metrics(at_ready, "scheduler_queue_incoming_pods_total", "event"),
+        parse_metrics(at_end, "scheduler_queue_incoming_pods_total", "event"),
+    )
+    plugin_s = counter_delta(
+        parse_metrics(at_ready, "scheduler_plugin_execution_duration_seconds_sum", "plugin", "extension_point"),
+        parse_metrics(at_end, "scheduler_plugin_execution_duration_seconds_sum", "plugin", "extension_point"),
+    )
+    return {
+        f"{kind}_gc_cycles": int(sum(gcs.values())),
+        f"{kind}_events_per_pod": per_pod(events, pods),
+        f"{kind}_queued_per_pod": per_pod(queued, pods),
+        f"{kind}_sampled_plugin_ms": {k.replace(" ", "/"): round(v * 1000, 2) for k, v in sorted(plugin_s.items())},
+    }
+
+
+# Counts where one round's figure matters on its own: aggregated as the worst round, not the median.
+WORST_OF_ROUNDS = ("_neutral_cycles", "_stale_nodes", "_watch_reopened")
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several rounds of the same kinds as one: each number the median over the rounds (the counts of
+    WORST_OF_ROUNDS their largest), each dict of numbers per key; and per kind other than vanilla its rate over
+    vanilla's in the same round (`KIND_over_vanilla_rounds`), whose median is `KIND_over_vanilla` — the same host
+    speed on both sides of each ratio, where a ratio of the medians would pair rounds run at different speeds."""
+    if not rounds:
+        raise ValueError("no rounds to summarise")
+    out: dict[str, Any] = {}
+    for key, first in rounds[0].items():
+        values = [r[key] for r in rounds if key in r]
+        if isinstance(first, bool) or not isinstance(first, int | float | dict):
+            continue
+        if isinstance(first, dict):
+            keys = sorted({k for v in values for k in v})
+            out[key] = {k: _median([v[k] for v in values if k in v]) for k in keys}
+        elif key.endswith(WORST_OF_ROUNDS):
+            out[key] = max(values)
+        else:
+            out[key] = _median(values)
+    kinds = [k.removesuffix("_pods_per_second") for k in rounds[0] if k.endswith("_pods_per_second")]
+    for kind in kinds:
+        if kind == "vanilla" or "vanilla_pods_per_second" not in rounds[0]:
+            continue
+        ratios = [round(r[f"{kind}_pods_per_second"] / r["vanilla_pods_per_second"], 3) for r in rounds]
+        out[f"{kind}_over_vanilla_rounds"] = ratios
+        out[f"{kind}_over_vanilla"] = _median(ratios)
+    return out
+
+
+def _median(values: list[Any]) -> Any:
+    result = statistics.median(values)
+    return round(result, 3) if isinstance(result, float) else result
+
+
+def round_order(kinds: list[str], round_index: int) -> list[str]:
+    """The kinds in the order round `round_index` (0-based) runs them: as listed, then reversed in the next round, so
+    that over two rounds each kind runs as often early as late in a round (a drift of the host's speed during a
+    round then favours none of them)."""
+    return kinds if round_index % 2 == 0 else kinds[::-1]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, default=600.0)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every scheduler this many times on the same cluster, interleaved round by round; the figures are "
+        "the medians over the rounds (and the median of each round's ratio to vanilla), every round printed",
+    )
     parser.add_argument(
         "--plugin-baseline",
         type=Path,
@@ -468,16 +606,74 @@ def main() -> None:
         "--pprof",
         type=Path,
         metavar="DIR",
-        help=f"write each scheduler's CPU profile of its first {PPROF_SECONDS} s of scheduling to DIR/KIND.pprof, "
-        "and its allocation profiles when ready and after its last binding (DIR/KIND.allocs-start.pprof, "
-        "DIR/KIND.allocs.pprof)",
+        help=f"write each scheduler's CPU profile of {PPROF_SECONDS} s from its first binding to DIR/KIND.pprof "
+        "(the pods bound in it: KIND_pprof_pods), and its allocation profiles when ready and after its last binding "
+        "(DIR/KIND.allocs-start.pprof, DIR/KIND.allocs.pprof); with --rounds, under DIR/round-N/",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    for flag, value, least in (("--nodes", args.nodes, 1), ("--pods", args.pods, 2), ("--rounds", args.rounds, 1)):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, not {value}")
+    if args.plugin_baseline is not None and not os.access(args.plugin_baseline, os.X_OK):
+        parser.error(f"--plugin-baseline: {args.plugin_baseline} is not an executable file")
+    return args
+
+
+def run_rounds(
+    plane: ControlPlane,
+    advisor_at: tuple[str, Process],
+    kinds: dict[str, tuple[Path, Callable[[str], Obj]]],
+    *,
+    work: Path,
+    args: argparse.Namespace,
+    baseline_milli: int,
+) -> list[dict[str, Any]]:
+    """Every kind's run, `args.rounds` times, in round_order: each round's figures."""
+    rounds: list[dict[str, Any]] = []
+    for index in range(args.rounds):
+        order = round_order(list(kinds), index)
+        figures: dict[str, Any] = {}
+        if args.rounds > 1:
+            print(f"round {index + 1} of {args.rounds}: {', '.join(order)}", file=sys.stderr)
+        pprof_dir = args.pprof if args.pprof is None or args.rounds == 1 else args.pprof / f"round-{index + 1}"
+        for kind in order:
+            binary, config_of = kinds[kind]
+            figures |= run_one(
+                plane,
+                advisor_at,
+                kind,
+                binary,
+                config_of,
+                work=work,
+                args=args,
+                pprof_dir=None if pprof_dir is None else _mkdir(pprof_dir),
+            )
+            clean(plane.api, f"bench-{kind.replace('_', '-')}", advisor_at[0], baseline_milli)
+        figures["load_average_1m"] = os.getloadavg()[0]
+        rounds.append(figures)
+        if args.rounds > 1:
+            rates = ", ".join(f"{k} {figures[f'{k}_pods_per_second']}" for k in kinds)
+            print(f"round {index + 1}: {rates} pods/s", file=sys.stderr)
+    return rounds
+
+
+def round_table(rounds: list[dict[str, Any]], kinds: list[str]) -> list[dict[str, Any]]:
+    """Each round as the JSON's `rounds` lists it: its order, load, and per kind its rate and CPU a pod."""
+    return [
+        {"order": round_order(kinds, i), "load_average_1m": r["load_average_1m"]}
+        | {
+            kind: {"pods_per_second": r[f"{kind}_pods_per_second"], "cpu_ms_per_pod": r[f"{kind}_cpu_ms_per_pod"]}
+            for kind in kinds
+        }
+        for i, r in enumerate(rounds)
+    ]
+
+
+def main() -> None:
+    args = parse_args()
     if args.pprof is not None:
         args.pprof.mkdir(parents=True, exist_ok=True)
-    if args.plugin_baseline is not None and not os.access(args.plugin_baseline, os.X_OK):
-        sys.exit(f"error: --plugin-baseline: {args.plugin_baseline} is not an executable file")
     bins = bin_dir()
     with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
         work = Path(tmp)
@@ -502,14 +698,11 @@ def main() -> None:
                 with_filter=args.plugin_filter,
                 profile_only=args.profile_only,
             )
-            for kind, (binary, config_of) in kinds.items():
-                result |= run_one(plane, (url, advisor_proc), kind, binary, config_of, work=work, args=args)
-                clean(plane.api, f"bench-{kind.replace('_', '-')}", url, baseline)
-            for kind in kinds:
-                if kind.startswith("plugin") or kind == "profile_only":
-                    result[f"{kind}_over_vanilla"] = round(
-                        result[f"{kind}_pods_per_second"] / result["vanilla_pods_per_second"], 3
-                    )
+            result["load_average_1m_start"] = os.getloadavg()[0]
+            rounds = run_rounds(plane, (url, advisor_proc), kinds, work=work, args=args, baseline_milli=baseline)
+            result |= summarise(rounds)
+            if args.rounds > 1:
+                result["rounds"] = round_table(rounds, list(kinds))
             result["load_average_1m"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(result))
@@ -521,24 +714,46 @@ def main() -> None:
 PPROF_SECONDS = 5
 
 
-def _pprof(scheduler: SchedulerProcess, out: Path) -> threading.Thread:
-    """The scheduler's CPU profile (its /debug/pprof, on by default) of the next PPROF_SECONDS, fetched in a
-    thread while the pods are scheduled."""
+class Profile:
+    """The scheduler's CPU profile (its /debug/pprof, on by default) of PPROF_SECONDS from its first binding, fetched
+    in a thread while the pods are scheduled; the pods bound within it say what one pod's share of it is."""
 
-    def fetch() -> None:
-        response = httpx.get(
-            f"{scheduler.url}/debug/pprof/profile",
-            params={"seconds": PPROF_SECONDS},
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-            verify=False,
-            timeout=PPROF_SECONDS + 60,
-        )
-        response.raise_for_status()
-        out.write_bytes(response.content)
+    def __init__(self, scheduler: SchedulerProcess, out: Path) -> None:
+        self.scheduler, self.out = scheduler, out
+        self.started = 0.0
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._fetch, daemon=True)
 
-    thread = threading.Thread(target=fetch, daemon=True)
-    thread.start()
-    return thread
+    def start(self) -> None:
+        """Start the profile (once; later calls do nothing)."""
+        with self._lock:
+            if self.started:
+                return
+            self.started = time.monotonic()
+        self._thread.start()
+
+    def _fetch(self) -> None:
+        try:
+            response = httpx.get(
+                f"{self.scheduler.url}/debug/pprof/profile",
+                params={"seconds": PPROF_SECONDS},
+                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                verify=False,
+                timeout=PPROF_SECONDS + 60,
+            )
+            response.raise_for_status()
+            self.out.write_bytes(response.content)
+        except BaseException as e:  # handed to join(): the run fails with it
+            self.error = e
+
+    def join(self, bindings: Bindings) -> int:
+        """Wait for the profile; the pods bound while it was taken."""
+        if self.started:
+            self._thread.join()
+        if self.error is not None:
+            raise RuntimeError(f"CPU profile of {self.out.stem}: {self.error}") from self.error
+        return bindings.bound_between(self.started, self.started + PPROF_SECONDS) if self.started else 0
 
 
 def _allocs(scheduler: SchedulerProcess, out: Path) -> None:

@@ -86,13 +86,16 @@ class SchedulerProcess:
     def __init__(self, process: Process, url: str) -> None:
         self.process, self.url = process, url
 
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of the samples of `name` whose labels include `labels` on the scheduler's /metrics (0 if none)."""
-        text = httpx.get(
+    def metrics_text(self) -> str:
+        """The scheduler's /metrics, as Prometheus text."""
+        return httpx.get(
             f"{self.url}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, verify=False, timeout=10
         ).text
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of the samples of `name` whose labels include `labels` on the scheduler's /metrics (0 if none)."""
         total = 0.0
-        for line in text.splitlines():
+        for line in self.metrics_text().splitlines():
             if not line.startswith(name + "{") and not line.startswith(name + " "):
                 continue
             if all(f'{k}="{v}"' in line for k, v in labels.items()):
