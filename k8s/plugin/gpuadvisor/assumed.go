@@ -14,22 +14,29 @@ import (
 // advisor counts an assumed pod once when its watch already knows it (`ClusterState.with_assumed`), and says so in
 // its answer (`assumed_held`): such a pod is forgotten here, so that the list sent stays the few pods placed since
 // the advisor last caught up, not every pod of the last assumeTTL.
+//
+// A burst keeps a few dozen pods here while the advisor's watch catches up, and every cycle asks which of them are
+// on its ~500 candidates: the pods are held by pointer and indexed by node as they come and go, so that a cycle
+// copies none of them and builds no index of its own (it did: ~7 kB a cycle in a burst at 5,000 nodes).
 type assumedPods struct {
-	mu   sync.Mutex
-	ttl  time.Duration
-	now  func() time.Time
-	pods map[types.UID]assumedPod
+	mu     sync.Mutex
+	ttl    time.Duration
+	now    func() time.Time
+	pods   map[types.UID]*assumedPod
+	byNode map[string][]*assumedPod
 }
 
 type assumedPod struct {
+	uid     types.UID
 	node    string
+	key     string // namespace/name, as the advisor's `assumed_held` names it
 	pod     wirePod
 	encoded json.RawMessage // the pod's JSON, encoded once at Reserve rather than in every request that carries it
 	expires time.Time
 }
 
 func newAssumedPods(ttl time.Duration, now func() time.Time) *assumedPods {
-	return &assumedPods{ttl: ttl, now: now, pods: map[types.UID]assumedPod{}}
+	return &assumedPods{ttl: ttl, now: now, pods: map[types.UID]*assumedPod{}, byNode: map[string][]*assumedPod{}}
 }
 
 // add keeps the pod as assumed on the node; encoded is its JSON when the cycle's call has encoded it already (nil:
@@ -41,9 +48,36 @@ func (a *assumedPods) add(uid types.UID, node string, pod wirePod, encoded json.
 			encoded = nil // a wirePod always encodes; were it not to, each request encodes it again (and fails there)
 		}
 	}
+	p := &assumedPod{
+		uid: uid, node: node, key: pod.Metadata.Namespace + "/" + pod.Metadata.Name,
+		pod: pod, encoded: encoded, expires: a.now().Add(a.ttl),
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.pods[uid] = assumedPod{node: node, pod: pod, encoded: encoded, expires: a.now().Add(a.ttl)}
+	a.drop(uid)
+	a.pods[uid] = p
+	a.byNode[node] = append(a.byNode[node], p)
+}
+
+// drop removes the pod from both maps (the caller holds mu).
+func (a *assumedPods) drop(uid types.UID) {
+	p, ok := a.pods[uid]
+	if !ok {
+		return
+	}
+	delete(a.pods, uid)
+	on := a.byNode[p.node]
+	for i, q := range on {
+		if q == p {
+			on = append(on[:i], on[i+1:]...)
+			break
+		}
+	}
+	if len(on) == 0 {
+		delete(a.byNode, p.node)
+	} else {
+		a.byNode[p.node] = on
+	}
 }
 
 // forget drops the pods the advisor holds already (keys namespace/name).
@@ -51,15 +85,27 @@ func (a *assumedPods) forget(keys []string) {
 	if len(keys) == 0 {
 		return
 	}
-	held := make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		held[k] = struct{}{}
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	var held map[string]struct{}
+	if len(keys) > fewNodes {
+		held = make(map[string]struct{}, len(keys))
+		for _, k := range keys {
+			held[k] = struct{}{}
+		}
+	}
 	for uid, p := range a.pods {
-		if _, ok := held[p.pod.Metadata.Namespace+"/"+p.pod.Metadata.Name]; ok {
-			delete(a.pods, uid)
+		if held != nil {
+			if _, ok := held[p.key]; ok {
+				a.drop(uid)
+			}
+			continue
+		}
+		for _, k := range keys {
+			if k == p.key {
+				a.drop(uid)
+				break
+			}
 		}
 	}
 }
@@ -67,13 +113,12 @@ func (a *assumedPods) forget(keys []string) {
 func (a *assumedPods) remove(uid types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.pods, uid)
+	a.drop(uid)
 }
 
 // on returns the live assumed pods on the given nodes, in their order (dropping the expired ones), and how many are
-// held in all. The assumed pods are few (the advisor's answers drop those its watch holds) and the nodes ~500: each
-// node is compared with the few pods' nodes, and only past fewNodes pods are their nodes put in a map; no set of the
-// candidates is built per cycle.
+// held in all. With at most fewNodes pods each candidate is compared with their nodes; with more, the candidates are
+// looked up in the index by node.
 func (a *assumedPods) on(nodes []string) ([]assumedWire, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -81,42 +126,47 @@ func (a *assumedPods) on(nodes []string) ([]assumedWire, int) {
 		return nil, 0
 	}
 	now := a.now()
-	live := make([]assumedWire, 0, len(a.pods))
+	var few [fewNodes]*assumedPod
+	n := 0
 	for uid, p := range a.pods {
 		if !now.Before(p.expires) {
-			delete(a.pods, uid)
+			a.drop(uid)
 			continue
 		}
-		live = append(live, assumedWire{Node: p.node, Pod: p.pod, encoded: p.encoded})
+		if n < fewNodes {
+			few[n] = p
+		}
+		n++
 	}
-	if len(live) == 0 {
+	if len(a.pods) == 0 {
 		return nil, 0
 	}
 	var out []assumedWire
-	if len(live) <= fewNodes {
-		for _, n := range nodes {
-			for i := range live {
-				if live[i].Node == n {
-					out = append(out, live[i])
+	if len(a.pods) <= fewNodes {
+		for _, node := range nodes {
+			for _, p := range few[:len(a.pods)] {
+				if p.node == node {
+					out = append(out, p.wire())
 				}
 			}
 		}
 		return out, len(a.pods)
 	}
-	byNode := make(map[string][]assumedWire, len(live))
-	for _, p := range live {
-		byNode[p.Node] = append(byNode[p.Node], p)
-	}
-	for _, n := range nodes {
-		if len(byNode) == 0 {
-			break
+	found := 0
+	for _, node := range nodes {
+		for _, p := range a.byNode[node] {
+			out = append(out, p.wire())
+			found++
 		}
-		if pods, ok := byNode[n]; ok {
-			out = append(out, pods...)
-			delete(byNode, n)
+		if found == len(a.pods) {
+			break
 		}
 	}
 	return out, len(a.pods)
+}
+
+func (p *assumedPod) wire() assumedWire {
+	return assumedWire{Node: p.node, Pod: p.pod, encoded: p.encoded}
 }
 
 // fewNodes is how many assumed pods on looks for by comparing each candidate with each pod's node.
