@@ -659,15 +659,22 @@ def run_rounds(
 
 
 def round_table(rounds: list[dict[str, Any]], kinds: list[str]) -> list[dict[str, Any]]:
-    """Each round as the JSON's `rounds` lists it: its order, load, and per kind its rate and CPU a pod."""
-    return [
-        {"order": round_order(kinds, i), "load_average_1m": r["load_average_1m"]}
-        | {
-            kind: {"pods_per_second": r[f"{kind}_pods_per_second"], "cpu_ms_per_pod": r[f"{kind}_cpu_ms_per_pod"]}
-            for kind in kinds
-        }
-        for i, r in enumerate(rounds)
-    ]
+    """Each round as the JSON's `rounds` lists it: its order, load, and per kind every figure of its run (keys
+    without the kind's prefix)."""
+    by_length = sorted(kinds, key=len, reverse=True)  # "plugin_baseline_x" is plugin_baseline's, not plugin's
+
+    def kind_of(key: str) -> str | None:
+        return next((k for k in by_length if key.startswith(k + "_")), None)
+
+    table = []
+    for i, figures in enumerate(rounds):
+        row: dict[str, Any] = {"order": round_order(kinds, i), "load_average_1m": figures["load_average_1m"]}
+        for key, value in figures.items():
+            kind = kind_of(key)
+            if kind is not None:
+                row.setdefault(kind, {})[key.removeprefix(kind + "_")] = value
+        table.append(row)
+    return table
 
 
 def main() -> None:

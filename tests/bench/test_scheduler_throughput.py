@@ -63,6 +63,21 @@ def test_one_round_keeps_its_figures(bench: ModuleType) -> None:
     assert out["plugin_cycle_ms"] == {"Score": 4.0}
 
 
+def test_each_round_is_listed_with_every_figure_of_each_kind(bench: ModuleType) -> None:
+    rounds = [one_round(100.0, 90.0, scheduler_ms=6.0), one_round(50.0, 45.0, scheduler_ms=12.0)]
+    for figures in rounds:
+        figures["plugin_baseline_pods_per_second"] = 40.0
+    table = bench.round_table(rounds, ["vanilla", "plugin", "plugin_baseline"])
+    assert [row["order"] for row in table] == [
+        ["vanilla", "plugin", "plugin_baseline"],
+        ["plugin_baseline", "plugin", "vanilla"],
+    ]
+    assert table[1]["vanilla"] == {"pods_per_second": 50.0, "cpu_ms_per_pod": {"scheduler": 12.0, "advisor": 1.0}}
+    assert table[1]["plugin"]["neutral_cycles"] == 0
+    assert "baseline_pods_per_second" not in table[0]["plugin"]
+    assert table[0]["plugin_baseline"] == {"pods_per_second": 40.0}
+
+
 def test_rounds_alternate_their_order(bench: ModuleType) -> None:
     kinds = ["vanilla", "plugin", "extender"]
     assert bench.round_order(kinds, 0) == kinds
