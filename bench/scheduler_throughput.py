@@ -16,16 +16,27 @@ the same profile (`plugin_baseline`); `--plugin-filter` runs the plugin with its
 call per cycle in PreFilter, about every node); `--profile-only` runs gpuadvisor-scheduler with the plugin's profile
 but without the plugin (`profile_only`: what the profile's NodeResourcesFit settings cost, beside vanilla's defaults).
 
+The host's speed moves between runs (by up to 67 % for the same binary on the development machine): `--rounds N`
+runs every scheduler N times on the same cluster, interleaved round by round (the order reversed every other round,
+so that an even N runs each kind as often early as late), prints every round, and gives per kind the median of its
+figures and the median of its per-round ratio to vanilla (`KIND_over_vanilla`; each round's in
+`KIND_over_vanilla_rounds`, every figure of every round in `rounds`).
+
 Where a cycle's time goes, per scheduler: the CPU milliseconds per pod bound of the scheduler, the advisor, the API
 server and etcd over the same window (`*_cpu_ms_per_pod`: on a machine whose cores they share, the advisor's CPU is
 time the plugin's cycle can wait for), the means of kube-scheduler's extension-point histograms (`*_cycle_ms`), the
-plugin's call mean (`*_advisor_call_ms`), and with `--pprof DIR` each scheduler's CPU profile (`go tool pprof`) and
-its allocations over its run (two `allocs` profiles, for `-diff_base`).
+plugin's call mean (`*_advisor_call_ms`); what besides the cycles could differ between schedulers, per pod bound: the
+API server's requests by verb and resource (`*_apiserver_requests_per_pod`), the cluster events the scheduler handled
+and the pods put back in its queue (`*_events_per_pod`, `*_queued_per_pod`), its garbage collections (`*_gc_cycles`)
+and kube-scheduler's sampled per-plugin time (`*_sampled_plugin_ms`); and with `--pprof DIR` each scheduler's CPU
+profile of 5 s from its first binding (`go tool pprof`; the pods bound within it, `*_pprof_pods`, give a pod's share)
+and its allocations over its run (two `allocs` profiles, for `-diff_base`).
 
-Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--plugin-baseline BINARY] [--plugin-filter]
-       [--profile-only] [--pprof DIR] [--json]
+Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--rounds 1] [--plugin-baseline BINARY]
+       [--plugin-filter] [--profile-only] [--pprof DIR] [--json]
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
-{"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second", ...}, and per
+{"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second",
+"plugin_over_vanilla", ...} (medians with --rounds), and per
 plugin kind how many cycles the advisor answered (`plugin_advisor_answers`) and how many were scored neutrally because
 the call failed or the breaker was open (`plugin_neutral_cycles`), how many answers were deltas merged into the
 verdicts the plugin held (`plugin_delta_answers`) or full (`plugin_full_answers`; both 0 for a build before them);
