@@ -14,7 +14,8 @@ server, etcd, the advisor) runs on this machine: on a shared machine the figures
 Before/after a change to the plugin, same run: `--plugin-baseline PATH` runs another gpuadvisor-scheduler build with
 the same profile (`plugin_baseline`); `--plugin-filter` runs the plugin with its `filter` arg on (`plugin_filter`: one
 call per cycle in PreFilter, about every node); `--profile-only` runs gpuadvisor-scheduler with the plugin's profile
-but without the plugin (`profile_only`: what the profile's NodeResourcesFit settings cost, beside vanilla's defaults).
+but without the plugin (`profile_only`: what the profile's NodeResourcesFit settings cost, beside vanilla's defaults);
+`--binary-only` runs gpuadvisor-scheduler with vanilla's stock profile (`binary_only`: the binary alone).
 
 The host's speed moves between runs (by up to 67 % for the same binary on the development machine): `--rounds N`
 runs every scheduler N times on the same cluster, interleaved round by round (the order reversed every other round,
@@ -33,7 +34,7 @@ profile of 5 s from its first binding (`go tool pprof`; the pods bound within it
 and its allocations over its run (two `allocs` profiles, for `-diff_base`).
 
 Usage: python bench/scheduler_throughput.py [--nodes 500] [--pods 500] [--rounds 1] [--plugin-baseline BINARY]
-       [--plugin-filter] [--profile-only] [--pprof DIR] [--json]
+       [--plugin-filter] [--profile-only] [--binary-only] [--pprof DIR] [--json]
 Needs the binaries of `make kube-bin` (or $GPUADVISOR_KUBE_BIN). With --json the last line is
 {"nodes", "pods", "vanilla_pods_per_second", "plugin_pods_per_second", "extender_pods_per_second",
 "plugin_over_vanilla", ...} (medians with --rounds), and per
@@ -329,11 +330,13 @@ def configs(
     baseline: Path | None = None,
     with_filter: bool = False,
     profile_only: bool = False,
+    binary_only: bool = False,
 ) -> dict[str, tuple[Path, Callable[[str], Obj]]]:
     """Per kind: the binary and its KubeSchedulerConfiguration under a scheduler name; `baseline` adds
     `plugin_baseline`, another gpuadvisor-scheduler build with the same profile, `with_filter` adds
-    `plugin_filter`, the plugin with its `filter` arg on, and `profile_only` adds `profile_only`, the plugin's
-    profile without the plugin."""
+    `plugin_filter`, the plugin with its `filter` arg on, `profile_only` adds `profile_only`, the plugin's
+    profile without the plugin, and `binary_only` adds `binary_only`, gpuadvisor-scheduler with vanilla's stock
+    profile."""
     bins = plane.bin_dir
 
     def vanilla(name: str) -> Obj:
@@ -351,6 +354,8 @@ def configs(
             lambda name: plugin_scheduler_config(plane.kubeconfig, advisor_url, name),
         ),
     }
+    if binary_only:
+        kinds["binary_only"] = (bins / "gpuadvisor-scheduler", vanilla)
     if profile_only:
         kinds["profile_only"] = (
             bins / "gpuadvisor-scheduler",
@@ -452,7 +457,7 @@ def run_one(
         } | {"attempt": mean_ms(scheduler, "scheduler_scheduling_attempt_duration_seconds")}
         out |= scheduler_work(kind, at_ready, at_end, args.pods)
         advised = ""
-        if binary.name == PLUGIN_BINARY and kind != "profile_only":
+        if binary.name == PLUGIN_BINARY and kind not in ("profile_only", "binary_only"):
             # A call that failed or was never made (the breaker open) is a cycle scored without the advisor:
             # cheaper, so a rate without these counts can flatter the plugin.
             calls = scheduler.metric("gpuadvisor_plugin_advisor_calls_total", result="ok")
@@ -614,6 +619,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run the plugin's profile without the plugin (its NodeResourcesFit settings alone): profile_only",
     )
     parser.add_argument(
+        "--binary-only",
+        action="store_true",
+        help="also run gpuadvisor-scheduler with vanilla's stock profile (the binary alone): binary_only",
+    )
+    parser.add_argument(
         "--pprof",
         type=Path,
         metavar="DIR",
@@ -715,6 +725,7 @@ def main() -> None:
                 baseline=args.plugin_baseline,
                 with_filter=args.plugin_filter,
                 profile_only=args.profile_only,
+                binary_only=args.binary_only,
             )
             result["load_average_1m_start"] = os.getloadavg()[0]
             rounds = run_rounds(plane, (url, advisor_proc), kinds, work=work, args=args, baseline_milli=baseline)
