@@ -235,6 +235,32 @@ def test_a_delta_answer_counts_every_candidate_as_the_full_answer_does(client: T
     assert delta["unknown"] == 1
 
 
+def test_a_call_with_an_assumed_pod_looks_up_only_the_nodes_that_changed(client: TestClient, state: ClusterState) -> None:
+    """In a burst nearly every call carries the pod the last cycle placed, until the pod watch sees it bound: its
+    node's state is that answer's own, and only it is looked up again (`gpuadvisor_advisor_score_state_reads_total`),
+    on that call and the next, not every candidate's; the merged answers still equal the full ones."""
+
+    def reads() -> float:
+        prefix = "gpuadvisor_advisor_score_state_reads_total "
+        return next(float(x[len(prefix) :]) for x in client.get("/metrics").text.splitlines() if x.startswith(prefix))
+
+    body = {"pod": v1_pod("p", gpus=1), "nodes": NODES}
+    placed = {**body, "assumed": [{"node": "n4", "pod": v1_pod("placed", gpus=4)}]}
+    plugin = Plugin()
+    check(client, plugin, body)
+    check(client, plugin, body)
+    got = []
+    for step in ("placed", "asked again", "bound", "asked again, bound"):
+        if step == "bound":
+            state.update_pod("ml/placed", PodAllocation(pod="ml/placed", node="n4", gpus=4), None)
+        before = reads()
+        check(client, plugin, placed if step != "bound" else body)
+        got.append(reads() - before)
+    # n4 compared and read again where its state changed: its own state, the same one, the bound state, no change
+    assert got == [2, 1, 2, 0]
+    assert set(plugin.kinds[1:]) == {"delta"}
+
+
 def test_pods_of_one_shape_are_read_once_and_keep_their_own_names(client: TestClient, state: ClusterState) -> None:
     """The plugin's pods differ in name and UID only: each shape is read once (`AnswerCaches.pod_shapes`), and each
     pod still answers under its own name (the watch holds `ml/b`, not `ml/a`)."""
