@@ -235,7 +235,9 @@ def test_a_delta_answer_counts_every_candidate_as_the_full_answer_does(client: T
     assert delta["unknown"] == 1
 
 
-def test_a_call_with_an_assumed_pod_looks_up_only_the_nodes_that_changed(client: TestClient, state: ClusterState) -> None:
+def test_a_call_with_an_assumed_pod_looks_up_only_the_nodes_that_changed(
+    client: TestClient, state: ClusterState
+) -> None:
     """In a burst nearly every call carries the pod the last cycle placed, until the pod watch sees it bound: its
     node's state is that answer's own, and only it is looked up again (`gpuadvisor_advisor_score_state_reads_total`),
     on that call and the next, not every candidate's; the merged answers still equal the full ones."""
