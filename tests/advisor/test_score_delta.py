@@ -320,7 +320,7 @@ def test_an_assumed_copy_older_than_the_last_answer_is_checked_against_every_can
 
     assert not ask(table)
     copy = AssumedTable(table, {"m3": node_state("m3", allocated={0: 1000})})  # a request with an assumed pod
-    table.put("m1", node_state("m1", allocated={g: 1000 for g in range(6)}))  # a binding, after the copy
+    table.put("m1", node_state("m1", allocated=dict.fromkeys(range(6), 1000)))  # a binding, after the copy
     assert ask(table)
     assert ask(copy)
     assert ask(table)
