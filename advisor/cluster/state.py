@@ -480,7 +480,7 @@ class ClusterState:
 
         The answer is an `AssumedTable`: the node table's copy with the log position it was taken at, so that a delta
         answer still follows the log (`advisor.api.score_delta`) instead of checking every candidate's state, on this
-        call and the next; in a burst the watch sees a binding a moment after the scheduler's next call."""
+        call and the next: where the watch trails the scheduler's bindings, nearly every call of a burst has one."""
         extra: dict[str, dict[str, PodAllocation]] = {}
         for a in assumed:
             if a.pod not in self._allocations and a.node in self._records:
