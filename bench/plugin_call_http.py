@@ -10,10 +10,18 @@ window that moves on by 500 nodes each call and is shuffled (kube-scheduler's pa
 own order), the last six placed pods that are on the window as assumed pods. The first 20 calls fill the delta
 table and are not timed; then the advisor process's CPU (user + system, from /proc) per call over `--calls` calls.
 
+With `--burst`, the calls go as they do in bench/scheduler_throughput.py's burst: each cycle's pod is placed on a
+node of the next call's window, so every call carries the pod the last one placed as assumed (the plugin's Reserve;
+the advisor's pod watch has not seen it bound yet: here, without a watch, it never does), and after that call the
+node's new snapshot (the pod's process on a free GPU) reaches the state, as the binding does through the watch in
+the real run: one node of each later window has changed since it was last asked. The figure is then the CPU of a
+call and of one snapshot's ingest; `advisor_cpu_ms_per_snapshot` is the same snapshots' ingest measured alone, before
+the calls, so that `advisor_cpu_ms_per_call - advisor_cpu_ms_per_snapshot` is the call's part.
+
 With `--baseline REF`, that commit's advisor is measured too (its files unpacked into a temporary folder), the two
 alternated twice so that both see the same machine load.
 
-Run from the repository root: python bench/plugin_call_http.py [--nodes 5000] [--calls 600] [--baseline REF]
+Run from the repository root: python bench/plugin_call_http.py [--nodes 5000] [--calls 600] [--burst] [--baseline REF]
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +74,7 @@ def _ready(port: int, advisor: subprocess.Popen[bytes]) -> None:
     sys.exit(f"error: the advisor did not answer /healthz within {READY_SECONDS} s")
 
 
-def measure(tree: Path, nodes: int, calls: int) -> dict[str, Any]:
+def measure(tree: Path, nodes: int, calls: int, burst: bool = False) -> dict[str, Any]:
     """One tree's advisor, served, and the calls against it."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
@@ -93,25 +102,40 @@ def measure(tree: Path, nodes: int, calls: int) -> dict[str, Any]:
             advisor = subprocess.Popen([sys.executable, "-m", "advisor.cli", *argv], cwd=tree, env=env, stderr=log)
             try:
                 _ready(port, advisor)
-                return _calls(port, advisor.pid, nodes, calls)
+                return _calls(port, advisor.pid, nodes, calls, burst)
             finally:
                 advisor.terminate()
                 advisor.wait(30)
 
 
-def _calls(port: int, pid: int, nodes: int, calls: int) -> dict[str, Any]:
+def _calls(port: int, pid: int, nodes: int, calls: int, burst: bool) -> dict[str, Any]:
     rng = random.Random(7)
     names = [f"gpu-{i:05d}" for i in range(nodes)]
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    push = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    for name in names:
-        busy = {g: [process(f"{name}-{g}", namespace="outside")] for g in rng.sample(range(8), rng.randint(0, 6))}
-        connection.request("POST", "/v1/telemetry", json.dumps(snapshot(name, busy=busy)), push)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    busy: dict[str, dict[int, list[dict[str, Any]]]] = {}
+
+    def push(name: str) -> None:
+        connection.request("POST", "/v1/telemetry", json.dumps(snapshot(name, busy=busy[name])), headers)
         response = connection.getresponse()
         response.read()
         if response.status != 202:
             sys.exit(f"error: a snapshot was answered {response.status}")
-    token, assumed, deltas = "", [], 0
+
+    for name in names:
+        busy[name] = {g: [process(f"{name}-{g}", namespace="outside")] for g in rng.sample(range(8), rng.randint(0, 6))}
+        push(name)
+    # --burst: where each cycle's pod goes, a node with a free GPU on the next call's window
+    planned: Counter[str] = Counter()
+    placed = [_place(names, busy, planned, k + 1, rng) for k in range(WARM_CALLS + calls)] if burst else []
+    ingest_ms = None
+    if burst:  # the snapshots the calls will bring, their ingest alone (they leave the nodes as they are now)
+        start = _cpu_seconds(pid)
+        for node in placed[WARM_CALLS:]:
+            push(node)
+        ingest_ms = (_cpu_seconds(pid) - start) / calls * 1000
+    token, deltas = "", 0
+    assumed: list[dict[str, Any]] = []
     for k in range(WARM_CALLS + calls):
         if k == WARM_CALLS:
             start = _cpu_seconds(pid)
@@ -127,9 +151,36 @@ def _calls(port: int, pid: int, nodes: int, calls: int) -> dict[str, Any]:
             sys.exit(f"error: /v1/score answered {response.status}: {got}")
         token = got["token"]
         deltas += int(k >= WARM_CALLS and got["delta"])
-        assumed = [*assumed, {"node": window[0], "pod": _wire(f"p-{k:05d}")}][-6:]
+        if burst:
+            if k > 0:  # the pod the last cycle placed, sent with this call, is now running on its node
+                node = placed[k - 1]
+                free = next(g for g in range(8) if g not in busy[node])
+                busy[node][free] = [process(f"p-{k - 1:05d}", namespace="bench")]
+                push(node)
+            assumed = [{"node": placed[k], "pod": _wire(f"p-{k:05d}")}]
+        else:
+            assumed = [*assumed, {"node": window[0], "pod": _wire(f"p-{k:05d}")}][-6:]
     spent = _cpu_seconds(pid) - start
-    return {"advisor_cpu_ms_per_call": round(spent / calls * 1000, 3), "delta_answers": deltas, "calls": calls}
+    figures = {"advisor_cpu_ms_per_call": round(spent / calls * 1000, 3), "delta_answers": deltas, "calls": calls}
+    if ingest_ms is not None:
+        figures["advisor_cpu_ms_per_snapshot"] = round(ingest_ms, 3)
+    return figures
+
+
+def _place(
+    names: list[str],
+    busy: dict[str, dict[int, list[dict[str, Any]]]],
+    planned: Counter[str],
+    k: int,
+    rng: random.Random,
+) -> str:
+    """A node of the k-th call's window with a GPU free for one more pod, counted in `planned`."""
+    window, _ = call_body(k, names, [])
+    while True:
+        node = rng.choice(window)
+        if len(busy[node]) + planned[node] < 8:
+            planned[node] += 1
+            return node
 
 
 def main() -> None:
@@ -137,14 +188,23 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--calls", type=int, default=600)
     parser.add_argument("--baseline", default=None, help="a git commit to measure beside this tree")
+    parser.add_argument(
+        "--burst", action="store_true", help="each call carries the pod the last one placed; its node changes after"
+    )
     args = parser.parse_args()
     if args.nodes < WINDOW:
         sys.exit(f"error: --nodes must be at least {WINDOW} (the candidates of one call)")
     if args.calls < 1:
         sys.exit("error: --calls must be at least 1")
     load = print_load()
-    runs = baseline_trees.alternate(args.baseline, lambda tree: measure(tree, args.nodes, args.calls))
-    summary = {"nodes": args.nodes, "calls": args.calls, "load_average_at_start": round(load[0], 1), "runs": runs}
+    runs = baseline_trees.alternate(args.baseline, lambda tree: measure(tree, args.nodes, args.calls, args.burst))
+    summary = {
+        "nodes": args.nodes,
+        "calls": args.calls,
+        "burst": args.burst,
+        "load_average_at_start": round(load[0], 1),
+    }
+    summary["runs"] = runs
     summary["load_average_at_end"] = round(os.getloadavg()[0], 1)
     print(json.dumps(summary))
 

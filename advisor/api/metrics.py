@@ -57,6 +57,14 @@ class AdvisorMetrics:
             ["kind"],
             registry=r,
         )
+        self.score_state_reads = Counter(
+            "gpuadvisor_advisor_score_state_reads",
+            "Candidates' node states looked up by /v1/score answers to requests with `since`: every candidate on a "
+            "full answer or where the node table's change log could not be followed, else only those logged since "
+            "the caller's last answer (per call about the nodes bound or reported since; far more means the delta "
+            "check re-reads every candidate).",
+            registry=r,
+        )
         self.fallbacks = Counter(
             "gpuadvisor_advisor_fallbacks",
             "Scoring calls that used a heuristic because no model of this kind (interference, jct) is promoted.",

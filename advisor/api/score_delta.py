@@ -14,10 +14,12 @@ so the table also keeps the batch's JCT basis (which GPU models, their unit time
 another basis gets the full answer. Gang pods (their affinity depends on the whole batch) and MIG pods (their
 packing depends on the cluster's pending MIG profiles) are not tracked: they get full answers with an empty token.
 
-Against the state's own node table (no assumed pods) a table follows the node table's change log
-(`NodeTable.changed_since`): every entry not named as suspect was computed from the state its node had at the log
-position last read, so only the candidates logged since (or left suspect by earlier calls, when they were not
-candidates) have their state looked up and compared; the rest of the check is one pass over the candidates' rows.
+A table follows the node table's change log (`NodeTable.changed_since`): every entry not named as suspect was
+computed from the state its node had at the log position last read, so only the candidates logged since (or left
+suspect by earlier calls, when they were not candidates) have their state looked up and compared; the rest of the
+check is one pass over the candidates' rows. With assumed pods the nodes are an `AssumedTable`, the node table's copy
+taken at a known log position: the nodes holding an assumed pod count as logged, on that call and the next (in a
+burst nearly every call carries the pod placed by the last one, until the advisor's pod watch sees it bound).
 
 Memory is bounded: at most `SHAPE_LIMIT` tables (least recently used dropped), each with at most one entry per node
 the state knows plus those the current request names (a table that outgrows that is dropped), and its suspects
@@ -39,7 +41,7 @@ from operator import and_, call, ge, is_, is_not, itemgetter
 
 from advisor.placement.scorer import NO_STATE_REASON, BriefScore, Scorer
 from advisor.placement.scoring import RawVerdict, jct_basis_how, unknown_score
-from advisor.placement.types import NodeScore, NodeState, NodeTable, PodRequest
+from advisor.placement.types import AssumedTable, NodeScore, NodeState, NodeTable, PodRequest
 
 SHAPE_LIMIT = 16
 """Pod shapes whose tables the advisor keeps (least recently used dropped)."""
@@ -72,21 +74,29 @@ unknown) and the text sent. A plain tuple: a request's candidates are checked wi
 _REF, _OBSERVED, _BASIS_KEY, _OUTCOME, _TEXT = (itemgetter(i) for i in range(5))
 
 
-_LogRead = tuple[int, int, list[str] | None]
-"""The node table's token, its log's end position, and the names logged since the table's `log_at` (None: unknown)."""
+_LogRead = tuple[int, int, list[str] | None, frozenset[str]]
+"""The node table's token, its log's end position, the names logged since the table's `log_at` (None: unknown), and
+the nodes whose states are this answer's alone (assumed pods)."""
+
+_NONE: frozenset[str] = frozenset()
 
 
 def _read_log(table: _Table, nodes: Mapping[str, NodeState]) -> _LogRead | None:
     """Where the node table's log stands, read before any state is (a node's new state is in the table before its
-    name is logged, so a state read after this is never older than the log says); None when `nodes` is not the
-    state's own table (assumed pods: some states are this answer's alone)."""
-    if not isinstance(nodes, NodeTable):
+    name is logged, so a state read after this is never older than the log says); None when `nodes` is neither the
+    state's own table nor an `AssumedTable` of it. With assumed pods, the log's position is the one the copy was
+    taken at, and the nodes with this answer's own states count as logged."""
+    if isinstance(nodes, AssumedTable):
+        log, end, own = nodes.base, nodes.mark, nodes.own
+    elif isinstance(nodes, NodeTable):
+        log, end, own = nodes, -1, _NONE
+    else:
         return None
-    if table.log_at is not None:
-        got = nodes.changed_since(*table.log_at)
+    if table.log_at is not None and (end < 0 or table.log_at[1] <= end):
+        got = log.changed_since(*table.log_at)
         if got is not None:
-            return nodes.token, got[1], got[0]
-    return nodes.token, nodes.mark(), None
+            return log.token, got[1] if end < 0 else end, [*got[0], *own] if own else got[0], own
+    return log.token, log.mark() if end < 0 else end, None, own
 
 
 @dataclass(slots=True)
@@ -133,18 +143,19 @@ class _Table:
 
     def follow(self, read: _LogRead | None, verified: Collection[str]) -> None:
         """After an answer: the rows of `verified` hold against the nodes asked with; `read` is what `_read_log`
-        gave before their states were read (None: not the state's own table, assumed pods — nothing is known of the
-        rows from here on)."""
+        gave before their states were read (None: not the state's table — nothing is known of the rows from here
+        on). The rows of nodes with states of this answer alone (assumed pods) stay suspect."""
         if read is None:
             self.log_at = None
             self.dirty.clear()
             return
-        token, end, logged = read
+        token, end, logged, own = read
         if logged is None:  # the log did not reach back: every other row is suspect
             self.dirty = set(self.rows).difference(verified)
         else:
             self.dirty.update(logged)
             self.dirty.difference_update(verified)
+        self.dirty.update(own)
         self.log_at = (token, end)
 
     def __len__(self) -> int:
@@ -172,7 +183,8 @@ class _Table:
 class DeltaAnswer:
     """The entries to send (best first), whether they are a delta, the token, each outcome's count over every
     candidate, the `models` of the full answer the token began with (None on a full answer: the caller writes it,
-    then `remember_models`), and the briefs scored in this call (every candidate's on a full answer)."""
+    then `remember_models`), the briefs scored in this call (every candidate's on a full answer) and how many
+    candidates' states were looked up."""
 
     entries: list[str]
     delta: bool
@@ -180,6 +192,9 @@ class DeltaAnswer:
     outcomes: tuple[int, int, int]
     models: dict[str, str] | None
     briefs: Sequence[BriefScore]
+    state_reads: int
+    """Candidates whose state this answer looked up: every one on a full answer or where the node table's log could
+    not be followed, else those logged since the table's last answer (`_check`)."""
 
 
 def tracked(pod: PodRequest) -> bool:
@@ -268,7 +283,9 @@ def _full(
         texts.append((brief.score, text))
     table.basis = table.basis_of(pod, frozenset(table.keys_of(set(map(_BASIS_KEY, table.rows.values())))), scorer)[0]
     table.follow(read, names)
-    return DeltaAnswer(_best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs)
+    return DeltaAnswer(
+        _best_first(texts), False, table.token, (outcomes[0], outcomes[1], outcomes[2]), None, briefs, len(names)
+    )
 
 
 def _delta(
@@ -285,7 +302,7 @@ def _delta(
     now = scorer.clock()
     oldest = -math.inf if now is None else now - scorer.config.staleness_seconds
     read = _read_log(table, nodes)
-    changed, outcomes, basis_keys = _check(table, names, nodes, oldest, read[2] if read is not None else None)
+    changed, outcomes, basis_keys, reads = _check(table, names, nodes, oldest, read[2] if read is not None else None)
     raws = _verdicts(pod, changed, scorer, now) if changed else []
     basis_keys.update((raw.gpu_model, raw.slowdown) for raw in raws if isinstance(raw, RawVerdict) and raw.feasible)
     basis, smallest = table.basis_of(pod, frozenset(basis_keys), scorer)
@@ -307,30 +324,33 @@ def _delta(
         table.token = f"{table.token.rsplit('.', 1)[0]}.{table.generation}"
     table.follow(read, names)
     return DeltaAnswer(
-        _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs
+        _best_first(texts), True, table.token, (outcomes[0], outcomes[1], outcomes[2]), table.models, briefs, reads
     )
 
 
 def _check(
     table: _Table, names: Sequence[str], nodes: Mapping[str, NodeState], oldest: float, logged: list[str] | None
-) -> tuple[list[tuple[str, object]], list[int], set[tuple[str, float]]]:
-    """Every candidate checked: the changed ones (name, state now), and the outcome counts and JCT basis pairs of
-    the rows that hold. With the names `logged` in the node table since the table's `log_at` (None: unknown), only
-    the candidates logged or suspect (`dirty`) have their state compared: every other row was computed from the
-    state its node has now."""
+) -> tuple[list[tuple[str, object]], list[int], set[tuple[str, float]], int]:
+    """Every candidate checked: the changed ones (name, state now), the outcome counts and JCT basis pairs of the
+    rows that hold, and how many state lookups that took. With the names `logged` in the node table since the
+    table's `log_at` (None: unknown), only the candidates logged or suspect (`dirty`) have their state compared:
+    every other row was computed from the state its node has now."""
     n = len(names)
     rows = list(map(table.rows.get, names, repeat(_MISSING, n)))
     states: list[object] | None = None
+    reads = n
     if logged is None or len(logged) + len(table.dirty) > n:  # one pass over the states costs less
         states = list(map(nodes.get, names, repeat(_ABSENT, n)))
         holds = list(map(is_, map(call, map(_REF, rows)), states))
     else:
+        reads = 0
         holds = list(map(is_not, rows, repeat(_MISSING, n)))
         suspects = table.dirty.union(logged)
         if suspects:
             flagged = list(map(suspects.__contains__, names))
             at = -1
-            for _ in range(flagged.count(True)):
+            reads = flagged.count(True)
+            for _ in range(reads):
                 at = flagged.index(True, at + 1)
                 if holds[at] and rows[at][0]() is not nodes.get(names[at], _ABSENT):
                     holds[at] = False
@@ -345,12 +365,14 @@ def _check(
     outcomes = [len(kept) - infeasible - unknown, infeasible, unknown]
     basis_keys = table.keys_of(set(map(_BASIS_KEY, kept)))
     changed: list[tuple[str, object]] = []
+    if states is None:
+        reads += misses
     at = -1
     for _ in range(misses):  # the few changed candidates, found by C-level searches
         at = holds.index(False, at + 1)
         name = names[at]
         changed.append((name, states[at] if states is not None else nodes.get(name, _ABSENT)))
-    return changed, outcomes, basis_keys
+    return changed, outcomes, basis_keys, reads
 
 
 def _verdicts(

@@ -32,7 +32,7 @@ from datetime import datetime
 from advisor.cluster.allocation import PodAllocation, PodResources, allocation_of, merged_allocation
 from advisor.cluster.nodeview import NodeCapacity, build_node_state, topology_of
 from advisor.placement.queue import PendingPod
-from advisor.placement.types import NodeState, NodeTable, Topology
+from advisor.placement.types import AssumedTable, NodeState, NodeTable, Topology
 from advisor.sharing import MIG_STRATEGY_LABEL, SHARING_STRATEGY_LABEL
 from collector.snapshot import GpuSnapshot, NodeSnapshot
 
@@ -476,14 +476,18 @@ class ClusterState:
         a burst sends the same few assumed pods call after call until the watch sees them bound, and a new object
         would make the node look changed to every per-state cache (its verdicts evaluated again, its delta entry
         sent again). A change of what the node's state is built from (its snapshot, pods, capacity, sharing labels, MIG
-        instances) replaces that state object, so the same state and the same assumed pods build the same state."""
+        instances) replaces that state object, so the same state and the same assumed pods build the same state.
+
+        The answer is an `AssumedTable`: the node table's copy with the log position it was taken at, so that a delta
+        answer still follows the log (`advisor.api.score_delta`) instead of checking every candidate's state, on this
+        call and the next: where the watch trails the scheduler's bindings, nearly every call of a burst has one."""
         extra: dict[str, dict[str, PodAllocation]] = {}
         for a in assumed:
             if a.pod not in self._allocations and a.node in self._records:
                 extra.setdefault(a.node, {})[a.pod] = a
         if not extra:
             return self._nodes
-        overlay = dict(self._nodes)
+        own: dict[str, NodeState] = {}
         builds = self._assumed_builds
         if len(builds) > len(self._records) + 64:  # nodes gone since: start again
             builds.clear()
@@ -491,7 +495,7 @@ class ClusterState:
             base = self._nodes.get(node)
             last = builds.get(node)
             if last is not None and base is not None and last[0]() is base and last[1] == pods:
-                overlay[node] = last[2]
+                own[node] = last[2]
                 continue
             record = self._records[node]
             built = build_node_state(
@@ -503,10 +507,10 @@ class ClusterState:
                 labels=self._labels.get(node),
                 mig=self._mig.get(node, ()),
             )
-            overlay[node] = built
+            own[node] = built
             if base is not None:
                 builds[node] = (weakref.ref(base), pods, built)
-        return overlay
+        return AssumedTable(self._nodes, own)
 
     @property
     def nodes(self) -> Mapping[str, NodeState]:

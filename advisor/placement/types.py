@@ -8,7 +8,7 @@ Kubernetes watch from pod manifests (`advisor.cluster.pods`), the simulator from
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 from typing import NamedTuple
@@ -434,3 +434,20 @@ class NodeTable(dict[str, "NodeState"]):
         if token != self.token or not base <= mark <= end:
             return None
         return log[mark - base : end - base], end
+
+
+class AssumedTable(dict[str, "NodeState"]):
+    """The nodes as one answer sees them with a scheduler's assumed pods (`ClusterState.with_assumed`): a copy of the
+    state's `NodeTable` (`base`) taken at its log position `mark`, in which the nodes named in `own` hold states built
+    for this answer alone. A reader that follows `base`'s log (`advisor.api.score_delta`) still may: every other
+    node's state here is the one `base` had at `mark` or a newer one, and the `own` nodes are to be checked, now and
+    by the next reader of the log (their states are not in `base`)."""
+
+    __slots__ = ("base", "mark", "own")
+
+    def __init__(self, base: NodeTable, own: Mapping[str, NodeState]) -> None:
+        self.base = base
+        self.mark = base.mark()  # before the copy: a state copied is never older than the log says
+        super().__init__(base)
+        self.update(own)
+        self.own = frozenset(own)

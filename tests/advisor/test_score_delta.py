@@ -6,7 +6,7 @@ the full answer, never an error."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from advisor.api.score_delta import ScoreDeltas
 from advisor.cluster.state import ClusterState, PodAllocation
 from advisor.placement.config import ScoringConfig
 from advisor.placement.scorer import BriefScore, Scorer, fixed_clock
-from advisor.placement.types import PodRequest, Resident
+from advisor.placement.types import AssumedTable, NodeState, NodeTable, PodRequest, Resident
 from advisor.settings import AdvisorSettings
 from tests.advisor.factories import node_state, process, snapshot, v1_pod
 from tests.support.clock import Clock
@@ -235,6 +235,34 @@ def test_a_delta_answer_counts_every_candidate_as_the_full_answer_does(client: T
     assert delta["unknown"] == 1
 
 
+def test_a_call_with_an_assumed_pod_looks_up_only_the_nodes_that_changed(
+    client: TestClient, state: ClusterState
+) -> None:
+    """In a burst nearly every call carries the pod the last cycle placed, until the pod watch sees it bound: its
+    node's state is that answer's own, and only it is looked up again (`gpuadvisor_advisor_score_state_reads_total`),
+    on that call and the next, not every candidate's; the merged answers still equal the full ones."""
+
+    def reads() -> float:
+        prefix = "gpuadvisor_advisor_score_state_reads_total "
+        return next(float(x[len(prefix) :]) for x in client.get("/metrics").text.splitlines() if x.startswith(prefix))
+
+    body = {"pod": v1_pod("p", gpus=1), "nodes": NODES}
+    placed = {**body, "assumed": [{"node": "n4", "pod": v1_pod("placed", gpus=4)}]}
+    plugin = Plugin()
+    check(client, plugin, body)
+    check(client, plugin, body)
+    got = []
+    for step in ("placed", "asked again", "bound", "asked again, bound"):
+        if step == "bound":
+            state.update_pod("ml/placed", PodAllocation(pod="ml/placed", node="n4", gpus=4), None)
+        before = reads()
+        check(client, plugin, placed if step != "bound" else body)
+        got.append(reads() - before)
+    # n4 compared and read again where its state changed: its own state, the same one, the bound state, no change
+    assert got == [2, 1, 2, 0]
+    assert set(plugin.kinds[1:]) == {"delta"}
+
+
 def test_pods_of_one_shape_are_read_once_and_keep_their_own_names(client: TestClient, state: ClusterState) -> None:
     """The plugin's pods differ in name and UID only: each shape is read once (`AnswerCaches.pod_shapes`), and each
     pod still answers under its own name (the watch holds `ml/b`, not `ml/a`)."""
@@ -265,6 +293,37 @@ def test_a_new_scorer_new_models_or_configuration_gets_the_full_answer() -> None
     c = deltas.answer(request, names=list(nodes), nodes=nodes, since=b.token, scorer=renewed, write=write)
     assert c.delta is False
     assert sorted(c.entries) == sorted(write(s) for s in renewed.brief_candidates(request, list(nodes), nodes))
+
+
+def test_an_assumed_copy_older_than_the_last_answer_is_checked_against_every_candidate() -> None:
+    """Two requests in flight: one with assumed pods took its copy of the node table before a binding, another was
+    answered after the binding. The older copy's answer compares every candidate (its merged answer is its full
+    answer, m1 as it was), and the next answer on the table catches up through the log (m1 as it is)."""
+    table = NodeTable((f"m{i}", node_state(f"m{i}")) for i in range(4))
+    names = list(table)
+    deltas = ScoreDeltas()
+    request = PodRequest(name="p", gpus=1)
+    scorer = Scorer(ScoringConfig(), clock=fixed_clock(1000.0))
+    held: dict[str, str] = {}
+    token = ""
+
+    def ask(nodes: Mapping[str, NodeState]) -> bool:
+        nonlocal token
+        got = deltas.answer(request, names=names, nodes=nodes, since=token, scorer=scorer, write=write)
+        if not got.delta:
+            held.clear()
+        held.update({json.loads(e)[0]: e for e in got.entries})
+        token = got.token
+        full = {s.node: write(s) for s in scorer.brief_candidates(request, names, nodes)}
+        assert held == full
+        return got.delta
+
+    assert not ask(table)
+    copy = AssumedTable(table, {"m3": node_state("m3", allocated={0: 1000})})  # a request with an assumed pod
+    table.put("m1", node_state("m1", allocated=dict.fromkeys(range(6), 1000)))  # a binding, after the copy
+    assert ask(table)
+    assert ask(copy)
+    assert ask(table)
 
 
 def test_a_window_with_another_best_time_gets_the_full_answer() -> None:

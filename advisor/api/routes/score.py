@@ -147,6 +147,7 @@ def _brief_answer(  # noqa: PLR0917 - the route's locals, passed on
         got = ctx.deltas.answer(
             pod, names=names, nodes=state_nodes, since=body.since, scorer=ctx.scorer, write=write, shape=shape
         )
+        ctx.metrics.score_state_reads.inc(got.state_reads)
         return got.briefs, ",".join(got.entries), (got.token, got.delta), got.models, got.outcomes
     briefs = ctx.scorer.brief_candidates(pod, names, state_nodes)
     entries = ",".join([write(s) for s in sorted(briefs, key=_SCORE, reverse=True)])
