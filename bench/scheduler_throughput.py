@@ -103,9 +103,40 @@ def bin_dir() -> Path:
 
 
 @contextmanager
-def advisor(plane: ControlPlane, workdir: Path) -> Iterator[tuple[str, Process]]:
-    """`gpuadvisor advisor serve` watching the control plane, as tests/kube/conftest.py starts it: its URL and
-    process."""
+def pinned(cpus: set[int] | None) -> Iterator[None]:
+    """This process (and so what it starts meanwhile) on `cpus`, then back on the CPUs it had; None: as it is."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def split_cpus(spec: str | None, available: set[int]) -> tuple[set[int], set[int]] | None:
+    """`--advisor-cpus`: (the advisor's CPUs, everything else's), or None without the flag. The advisor's must be
+    some of `available`, and leave at least one for the control plane, the schedulers and this client."""
+    if spec is None:
+        return None
+    try:
+        ours = {int(part) for part in spec.split(",") if part.strip()}
+    except ValueError:
+        raise ValueError(f"--advisor-cpus: {spec!r} is not a comma-separated list of CPU numbers") from None
+    if not ours or not ours <= available:
+        raise ValueError(f"--advisor-cpus: {spec!r} must name some of this process's CPUs {sorted(available)}")
+    rest = available - ours
+    if not rest:
+        raise ValueError(f"--advisor-cpus: {spec!r} leaves no CPU for the control plane and the schedulers")
+    return ours, rest
+
+
+@contextmanager
+def advisor(plane: ControlPlane, workdir: Path, cpus: set[int] | None = None) -> Iterator[tuple[str, Process]]:
+    """`gpuadvisor advisor serve` watching the control plane, as tests/kube/conftest.py starts it (on `cpus` when
+    given: its threads inherit them): its URL and process."""
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_") and k != "KUBECONFIG"}
     # Each node's snapshot is pushed once, before the schedulers run (minutes at 5,000 nodes); a live collector
@@ -114,7 +145,8 @@ def advisor(plane: ControlPlane, workdir: Path) -> Iterator[tuple[str, Process]]
     fresh = {"GPUADVISOR_STALENESS_SECONDS": str(FRESH_SECONDS), "GPUADVISOR_NODE_EXPIRY_SECONDS": str(FRESH_SECONDS)}
     env = {**clean, "KUBECONFIG": str(plane.kubeconfig), "GPUADVISOR_API_TOKEN": TOKEN, **fresh}
     argv = ["advisor", "serve", "--host", "127.0.0.1", "--port", str(port), "--db", f"sqlite:///{workdir}/a.db"]
-    proc = Process("advisor", [sys.executable, "-m", "advisor.cli", *argv], workdir / "advisor.log", env).start()
+    with pinned(cpus):
+        proc = Process("advisor", [sys.executable, "-m", "advisor.cli", *argv], workdir / "advisor.log", env).start()
     url = f"http://127.0.0.1:{port}"
     try:
         proc.wait_ready(lambda: httpx.get(f"{url}/healthz", timeout=2).status_code == 200)
@@ -631,8 +663,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(the pods bound in it: KIND_pprof_pods), and its allocation profiles when ready and after its last binding "
         "(DIR/KIND.allocs-start.pprof, DIR/KIND.allocs.pprof); with --rounds, under DIR/round-N/",
     )
+    parser.add_argument(
+        "--advisor-cpus",
+        metavar="LIST",
+        help="run the advisor on these CPUs (e.g. 1) and the control plane, the schedulers and this client on the "
+        "others, as a cluster runs the advisor's Deployment on other cores than the scheduler's; without it every "
+        "process shares every CPU",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON on the last line")
     args = parser.parse_args(argv)
+    try:
+        args.cpu_split = split_cpus(args.advisor_cpus, os.sched_getaffinity(0))
+    except ValueError as e:
+        parser.error(str(e))
     for flag, value, least in (("--nodes", args.nodes, 1), ("--pods", args.pods, 2), ("--rounds", args.rounds, 1)):
         if value < least:
             parser.error(f"{flag} must be at least {least}, not {value}")
@@ -703,11 +746,12 @@ def main() -> None:
     if args.pprof is not None:
         args.pprof.mkdir(parents=True, exist_ok=True)
     bins = bin_dir()
-    with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp:
+    advisor_cpus, other_cpus = args.cpu_split or (None, None)
+    with tempfile.TemporaryDirectory(prefix="sched-bench-") as tmp, pinned(other_cpus):
         work = Path(tmp)
         with (
             control_plane(bins, _mkdir(work / "plane")) as plane,
-            advisor(plane, _mkdir(work / "advisor")) as (
+            advisor(plane, _mkdir(work / "advisor"), advisor_cpus) as (
                 url,
                 advisor_proc,
             ),
@@ -719,6 +763,9 @@ def main() -> None:
                 raise RuntimeError("the advisor holds none of the busy GPUs reported")
             baseline = allocated_milli(url)
             result: dict[str, Any] = {"nodes": len(names), "pods": args.pods, "setup_seconds": round(setup_s, 1)}
+            if advisor_cpus is not None:
+                result["advisor_cpus"] = sorted(advisor_cpus)
+                result["other_cpus"] = sorted(other_cpus or ())
             kinds = configs(
                 plane,
                 url,

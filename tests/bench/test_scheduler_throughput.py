@@ -107,6 +107,9 @@ def test_prometheus_text_is_summed_by_the_labels_asked(bench: ModuleType) -> Non
         (["--pods", "1"], "--pods must be at least 2, not 1"),
         (["--nodes", "0"], "--nodes must be at least 1, not 0"),
         (["--plugin-baseline", os.devnull], "is not an executable file"),
+        (["--advisor-cpus", "one"], "is not a comma-separated list of CPU numbers"),
+        (["--advisor-cpus", "4096"], "must name some of this process's CPUs"),
+        (["--advisor-cpus", ",".join(map(str, sorted(os.sched_getaffinity(0))))], "leaves no CPU for the control"),
     ],
 )
 def test_bad_arguments_are_refused_with_one_error_line(
@@ -124,3 +127,19 @@ def test_bad_arguments_are_refused_with_one_error_line(
 def test_defaults_are_one_round(bench: ModuleType) -> None:
     args = bench.parse_args([])
     assert (args.rounds, args.nodes, args.pods, args.pprof) == (1, 500, 500, None)
+
+
+def test_the_advisor_gets_its_cpus_and_everything_else_the_others(bench: ModuleType) -> None:
+    assert bench.split_cpus(None, {0, 1}) is None
+    assert bench.split_cpus("1", {0, 1}) == ({1}, {0})
+    assert bench.split_cpus("2,3", {0, 1, 2, 3}) == ({2, 3}, {0, 1})
+
+
+def test_pinned_sets_this_process_cpus_and_gives_them_back(bench: ModuleType) -> None:
+    before = os.sched_getaffinity(0)
+    one = {min(before)}
+    with bench.pinned(one):
+        assert os.sched_getaffinity(0) == one
+    assert os.sched_getaffinity(0) == before
+    with bench.pinned(None):
+        assert os.sched_getaffinity(0) == before
