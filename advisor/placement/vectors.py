@@ -85,8 +85,8 @@ _FIELDS = 5
 _PLAN_TABLES = 16
 """(whole GPUs, configuration) pairs whose plans by node shape are kept (24 bytes per node shape each)."""
 _BASIS_TABLES = 4
-"""Configurations whose shares' node bases are kept (`_BasisTable`: (5 + share sizes of the mix) × 8 + 4 floats per
-slot, 600 bytes with the default mix)."""
+"""Configurations whose shares' node bases are kept (`_BasisTable`: (5 + share sizes of the mix) × 8 + 4 floats and 8
+class leaders per slot, 664 bytes with the default mix)."""
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -744,6 +744,7 @@ class ScoreVectors:
             self._columns,
             slots,
             self._set_keys,
+            self._node_shape[slots],
         )
 
     def _shape_plans(
@@ -926,16 +927,18 @@ class _BasisTable:
     array (field × slot × GPU position), its per-node ones as rows of another, `epoch[slot]` the index's epoch of the
     state they were computed for (-1: none)."""
 
-    __slots__ = ("epoch", "gpus", "nodes", "sizes")
+    __slots__ = ("epoch", "gpus", "leader", "nodes", "sizes")
 
     def __init__(self, capacity: int, width: int, sizes: list[int]) -> None:
         self.epoch: IntArray = np.full(capacity, -1, dtype=np.int64)
         self.sizes = sizes
         self.gpus: FloatArray = np.zeros((5 + len(sizes), capacity, width))
         self.nodes: FloatArray = np.zeros((4, capacity))
+        self.leader = np.zeros((capacity, width), dtype=np.intp)
 
     def keep(self, slots: NDArray[np.intp], basis: ShareBasis) -> None:
         g = basis.free.shape[1]
+        self.leader[slots, :g] = basis.leader
         per_gpu = (basis.free, basis.allocated, basis.memory_free, basis.others_max, basis.island_drop)
         for field, values in enumerate((*per_gpu, *(basis.below_without[m] for m in self.sizes))):
             self.gpus[field, slots, :g] = values
@@ -956,6 +959,7 @@ class _BasisTable:
             full=nodes[1],
             island_full=nodes[2],
             fragmentation=nodes[3],
+            leader=self.leader,
             slot=slots,
         )
 

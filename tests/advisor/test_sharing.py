@@ -221,9 +221,10 @@ def _scalar_turns(pod: float, residents: list[float]) -> tuple[float, float]:
 def test_a_resident_set_met_with_a_third_pod_size_answers_every_pod_percent_bit_for_bit() -> None:
     # Residents never seen, met by two pod sizes (solved key by key: no grid yet), then a third: each resident set's
     # grid then holds all 101 pod percents, and each is the answer of solving that one key.
-    # (sets no other test meets: the grid is the process's)
-    residents = np.array([[0.371, 0.111, 0.52], [0.0173, 0.26, 0.845], [0.0, 0.0, 0.07], [0.0, 0.0, 0.0]])
-    counts = np.array([2, 2, 3])
+    # (sets no other test meets: the grid is the process's; three residents each, so that the table of one- and
+    # two-resident sets, built or not by the tests before, answers none of them)
+    residents = np.array([[0.371, 0.111, 0.52], [0.0173, 0.26, 0.845], [0.05, 0.13, 0.07], [0.0, 0.0, 0.0]])
+    counts = np.array([3, 3, 3])
 
     def grid_of(i: int) -> tuple[np.ndarray, np.ndarray]:
         percents = np.full((residents.shape[0], 1), (1 << 12) - 1, dtype=np.int64)
