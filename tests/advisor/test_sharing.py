@@ -16,10 +16,12 @@ from advisor.predictors import (
     _GRID,
     _GRID_PERCENTS,
     _GRID_SETS_PER_CALL,
+    _TURNS,
     HeuristicInterference,
     UsageProfile,
     _pack,
     _TurnMemo,
+    prepare_turn_taking,
     resident_set_keys,
     turn_taking_slowdowns,
     turn_taking_slowdowns_by_set,
@@ -372,3 +374,34 @@ def test_score_says_which_source_decided_and_old_snapshots_still_ingest(tmp_path
         "time-slicing on 1 node (assumed: default compute mode, no nvidia.com/gpu.sharing-strategy label or "
         "snapshot reading)"
     )
+
+
+def test_after_start_up_sets_of_one_or_two_residents_are_answered_without_the_memos_bit_for_bit() -> None:
+    # `prepare_turn_taking` (the service's start-up) solves every set of one or two residents of 0..100 %: such a
+    # set met for the first time is answered from that table (no key kept in the memo of whole keys, as a first
+    # meeting would keep it), with the arithmetic's own numbers. Residents above 100 % are not in the table.
+    prepare_turn_taking()
+    rng = np.random.default_rng(41)
+    m = 400
+    pod = rng.integers(0, 101, m) / 100
+    counts = rng.integers(1, 3, m).astype(np.intp)
+    residents = np.zeros((4, m))
+    residents[0] = rng.random(m)
+    residents[1] = np.where(counts > 1, rng.random(m), 0.0)
+    residents[0, :20] = 1.01 + rng.random(20)  # above 100 %: one and two residents the table does not hold
+    residents[1, 20:40] = np.where(counts[20:40] > 1, 1.5, 0.0)
+    percents = np.full((5, m), (1 << 12) - 1, dtype=np.int64)
+    percents[0] = np.rint(pod * 100)
+    for i in range(m):
+        percents[1 : 1 + counts[i], i] = sorted(round(round(r, 2) * 100) for r in residents[: counts[i], i].tolist())
+    in_table = np.flatnonzero(((percents[1:] <= 100) | (percents[1:] == (1 << 12) - 1)).all(axis=0))
+    keys = _pack(percents[:, in_table]).tolist()
+    unknown = set(_TURNS.find(keys)[1].tolist())  # keys no earlier test kept
+    got = turn_taking_slowdowns_of(pod, residents, counts)
+    by_set = turn_taking_slowdowns_by_set(pod, resident_set_keys(residents, counts), residents, counts)
+    for i in range(m):
+        want = _scalar_turns(float(pod[i]), residents[: counts[i], i].tolist())
+        assert (got[0][i], got[1][i]) == want, i
+        assert (by_set[0][i], by_set[1][i]) == want, i
+    assert len(unknown) > m // 2  # the sets are new to this process's memos
+    assert set(_TURNS.find(keys)[1].tolist()) == unknown  # and none was solved key by key
