@@ -562,10 +562,7 @@ def _class_packing(
     nothing of a node but its GPUs and topology (no CPU/memory task mix) and the caller knows which nodes those
     are equal on (`NodeFacts.shapes`), the same classes of all such nodes."""
     g = nodes[0].topology.gpu_count
-    if facts.shapes is None or config.resources is not None:
-        owner = rows
-    else:
-        owner = _dense(facts.shapes)[rows]
+    owner = rows if facts.shapes is None or config.resources is not None else _dense(facts.shapes)[rows]
     key = owner * g + np.take(basis.leader, at)
     seen = np.zeros(int(key.max()) + 1, dtype=np.bool_)
     seen[key] = True
