@@ -568,8 +568,9 @@ class ScoreVectors:
         group = self._gpu_count[target] * len(distinct) + numbers[model]
         fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
         usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as Scorer.evaluate
-        for key in np.unique(group[ok]).tolist():
-            members = np.flatnonzero(ok & (group == key))
+        keys = np.flatnonzero(np.bincount(group[ok])).tolist()  # the groups present, ascending (no sort)
+        for key in keys:
+            members = np.flatnonzero(ok & (group == key)) if len(keys) > 1 else np.flatnonzero(ok)
             nodes = batch(members)
             if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
                 values[:, members] = _rows(scorer.evaluate(pod, nodes, None))
@@ -873,7 +874,7 @@ class _States(Sequence[NodeState]):
 
     __slots__ = ("_at", "_read")
 
-    def __init__(self, at: list[int], read: Callable[[int], NodeState | _Absent]) -> None:
+    def __init__(self, at: IntArray, read: Callable[[int], NodeState | _Absent]) -> None:
         self._at = at
         self._read = read
 
@@ -889,7 +890,7 @@ class _States(Sequence[NodeState]):
     def __getitem__(self, index: int | slice) -> NodeState | Sequence[NodeState]:
         if isinstance(index, slice):
             return _States(self._at[index], self._read)
-        return cast("NodeState", self._read(self._at[index]))
+        return cast("NodeState", self._read(int(self._at[index])))
 
 
 def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Callable[[IntArray], Sequence[NodeState]]:
@@ -897,7 +898,7 @@ def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Cal
     each read only where a step needs it (most steps read the index's arrays)."""
 
     def batch(which: IntArray) -> Sequence[NodeState]:
-        return _States(at[which].tolist(), state_at)
+        return _States(at[which], state_at)  # no list of them: most steps read one state, or none
 
     return batch
 
