@@ -324,7 +324,11 @@ def turn_taking_slowdowns_by_set(
     """`turn_taking_slowdowns_of(pod_sm, resident_sm, counts)` where each GPU's `resident_set_keys` are known
     (`set_keys`): a GPU whose set has a grid is a gather by its pod percent; the rest go through
     `turn_taking_slowdowns_of` (which solves their sets' grids). The same numbers."""
-    pods = _percents(pod_sm[None, :])[0]
+    bits = pod_sm.view(np.int64)
+    if bits.size and (bits == bits[0]).all():  # one pod use (the same bits) on every GPU: its percent once
+        pods = np.full(pod_sm.size, _percents(pod_sm[None, :1])[0, 0])
+    else:
+        pods = _percents(pod_sm[None, :])[0]
     small, found = _SMALL_SETS.find(set_keys, pods)
     if found.all():
         return small[:, 0].copy(), small[:, 1].copy()
@@ -765,9 +769,8 @@ class _SmallSets:
         low = high - (1 << _KEY_BITS)
         one = (high == 1) & (digit < _GRID_PERCENTS)
         two = (low >= 0) & (low < _GRID_PERCENTS) & (digit < _GRID_PERCENTS)
-        row = np.where(
-            one, digit, self._pair_row[np.clip(low, 0, _GRID_PERCENTS - 1), np.minimum(digit, _GRID_PERCENTS - 1)]
-        )
+        pair = np.clip(low, 0, _GRID_PERCENTS - 1) * _GRID_PERCENTS + np.minimum(digit, _GRID_PERCENTS - 1)
+        row = np.where(one, digit, np.take(self._pair_row, pair))
         found = (one | two) & (row >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS) & (set_keys >= 0)
         flat = np.where(found, row * _GRID_PERCENTS + pods, 0)
         return np.take(answers, flat, axis=0), found
