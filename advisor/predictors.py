@@ -752,7 +752,14 @@ class _SmallSets:
             residents = np.vstack(
                 [np.concatenate([one, low]), np.concatenate([np.full(one.size, _NO_RESIDENT), high])]
             ).astype(np.int64)
-            grids = _solve_sets(residents, side_speeds=_side_speeds)  # the grids' own arithmetic, not their memo
+            # the grids' own arithmetic, not their memo; a few hundred sets at a time (all at once: 117 MB of
+            # temporaries), their pairs kept by `_PAIRS` so that each is solved once
+            grids = np.concatenate(
+                [
+                    _solve_sets(residents[:, start : start + _SMALL_SETS_AT_ONCE], side_speeds=_side_speeds)
+                    for start in range(0, residents.shape[1], _SMALL_SETS_AT_ONCE)
+                ]
+            )
             self._pair_row[low, high] = _GRID_PERCENTS + np.arange(low.size)
             self._answers = grids.reshape(-1, 2)
 
@@ -777,6 +784,7 @@ class _SmallSets:
 
 
 _SMALL_SETS = _SmallSets()
+_SMALL_SETS_AT_ONCE = 512
 
 
 def prepare_turn_taking() -> None:
