@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -405,3 +407,20 @@ def test_after_start_up_sets_of_one_or_two_residents_are_answered_without_the_me
         assert (by_set[0][i], by_set[1][i]) == want, i
     assert len(unknown) > m // 2  # the sets are new to this process's memos
     assert set(_TURNS.find(keys)[1].tolist()) == unknown  # and none was solved key by key
+
+
+def test_the_service_solves_the_small_sets_table_before_it_serves(tmp_path: Path) -> None:
+    # In a process of its own (the table is the process's, and other tests build it): importing the app builds
+    # nothing; its start-up (the lifespan, before the first request) does.
+    script = f"""
+import advisor.predictors as predictors
+from fastapi.testclient import TestClient
+from advisor.api import create_app
+from advisor.settings import AdvisorSettings
+app = create_app(AdvisorSettings(db_url="sqlite:///{tmp_path}/a.db", no_kube=True, api_token="t"))
+before = predictors._SMALL_SETS._answers is None
+with TestClient(app):
+    print(before, predictors._SMALL_SETS._answers is not None)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.split() == ["True", "True"]
