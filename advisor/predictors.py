@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Protocol
@@ -280,6 +280,15 @@ def turn_taking_slowdowns_of(
             pod_slow[some], res_slow[some] = turn_taking_slowdowns_of(pod_sm[some], resident_sm[:, some], counts[some])
         return pod_slow, res_slow
     percents[1:] = np.sort(percents[1:], axis=0)  # the residents in `sorted` order, no resident after every one
+    small, found = _SMALL_SETS.find(_pack(percents[1:]), percents[0])
+    if found.any():
+        pod_slow, res_slow = small[:, 0].copy(), small[:, 1].copy()
+        others = np.flatnonzero(~found)
+        if others.size:
+            pod_slow[others], res_slow[others] = turn_taking_slowdowns_of(
+                pod_sm[others], resident_sm[:, others], counts[others]
+            )
+        return pod_slow, res_slow
     pod_slow, res_slow = np.empty(m), np.empty(m)
     on_grid = np.flatnonzero(percents[0] < _GRID_PERCENTS)
     rest = np.flatnonzero(percents[0] >= _GRID_PERCENTS) if on_grid.size < m else on_grid[:0]
@@ -315,9 +324,18 @@ def turn_taking_slowdowns_by_set(
     """`turn_taking_slowdowns_of(pod_sm, resident_sm, counts)` where each GPU's `resident_set_keys` are known
     (`set_keys`): a GPU whose set has a grid is a gather by its pod percent; the rest go through
     `turn_taking_slowdowns_of` (which solves their sets' grids). The same numbers."""
-    pods = _percents(pod_sm[None, :])[0]
-    on_grid = (set_keys >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS)
-    answers, found = _GRID.find_keys(set_keys, np.where(on_grid, pods, 0), on_grid)
+    bits = pod_sm.view(np.int64)
+    if bits.size and (bits == bits[0]).all():  # one pod use (the same bits) on every GPU: its percent once
+        pods = np.full(pod_sm.size, _percents(pod_sm[None, :1])[0, 0])
+    else:
+        pods = _percents(pod_sm[None, :])[0]
+    small, found = _SMALL_SETS.find(set_keys, pods)
+    if found.all():
+        return small[:, 0].copy(), small[:, 1].copy()
+    on_grid = ~found & (set_keys >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS)
+    answers, in_grid = _GRID.find_keys(set_keys, np.where(on_grid, pods, 0), on_grid)
+    answers[found] = small[found]
+    found |= in_grid
     pod_slow, res_slow = answers[:, 0].copy(), answers[:, 1].copy()
     left = np.flatnonzero(~found)
     if left.size:
@@ -383,13 +401,17 @@ def _from_grid(percents: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArra
     return answers, np.flatnonzero(unsolved[which])
 
 
-def _solve_sets(residents: NDArray[np.int64]) -> NDArray[np.float64]:
+def _solve_sets(
+    residents: NDArray[np.int64],
+    side_speeds: Callable[[NDArray[np.complex128]], NDArray[np.float64]] | None = None,
+) -> NDArray[np.float64]:
     """Resident sets' grids (set × pod percent × 2) for sets given as percent columns (ascending, `_NO_RESIDENT`
     for none): `_solve_keys` of each set's 101 keys, the same numbers, from the sides they are made of. A side's
     speed depends on its own utilisation and the others' (`turn_taking`, element by element), and the others' are
     `min(1, pod + residents' sum − own)`: over the 101 pod percents, the pod's side is a function of the residents'
     sum alone and a resident's of (its percent, the sum). So each distinct (side, sum) is one row of 101 speeds in
-    `_SIDES`, shared by every set that has it and solved once; a grid is then gathers and a minimum."""
+    `_SIDES`, shared by every set that has it and solved once; a grid is then gathers and a minimum. `side_speeds`:
+    how the distinct sides' rows are found (`_SIDES.speeds`, the memo, unless given)."""
     present = residents != _NO_RESIDENT
     utilisation = np.where(present, residents / 100.0, 0.0)
     total = np.zeros(residents.shape[1])
@@ -402,7 +424,7 @@ def _solve_sets(residents: NDArray[np.int64]) -> NDArray[np.float64]:
     there = np.vstack([np.ones((1, residents.shape[1]), dtype=np.bool_), present])
     distinct, inverse = np.unique(sides[there], return_inverse=True)
     speeds = np.full((*codes.shape, _GRID_PERCENTS), np.inf)
-    speeds[there] = _SIDES.speeds(distinct)[inverse.reshape(-1)]
+    speeds[there] = (side_speeds or _SIDES.speeds)(distinct)[inverse.reshape(-1)]
     return np.stack([1.0 / speeds[0], 1.0 / speeds[1:].min(axis=0)], axis=-1)
 
 
@@ -706,6 +728,69 @@ class _TurnSides:
 
 
 _SIDES = _TurnSides(8192)
+
+
+class _SmallSets:
+    """Turn-taking answers of every resident set of one or two residents (each 0..100 %) at every pod percent
+    0..100 (`_GRID_PERCENTS`): 5,252 sets' grids (8.5 MB), solved together by `prepare_turn_taking` before a
+    service serves (its ~21,000 (own, others') pairs in one array fixed point), so that no request meets such a
+    set for the first time: their answers are found from the set key's digits alone (no sort, no search). Sets of
+    more residents, and every set before the table is built, go through the memos (`_GRID`, `_TURNS`). Built once
+    per process, never changed after (readers need no lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answers: NDArray[np.float64] | None = None  # set × pod percent × 2, flattened to (set × percent) × 2
+        self._pair_row = np.full((_GRID_PERCENTS, _GRID_PERCENTS), -1, dtype=np.intp)
+
+    def build(self) -> None:
+        with self._lock:
+            if self._answers is not None:
+                return
+            one = np.arange(_GRID_PERCENTS)
+            low, high = np.triu_indices(_GRID_PERCENTS)  # two residents, ascending as keys sort them
+            residents = np.vstack(
+                [np.concatenate([one, low]), np.concatenate([np.full(one.size, _NO_RESIDENT), high])]
+            ).astype(np.int64)
+            # the grids' own arithmetic, not their memo; a few hundred sets at a time (all at once: 117 MB of
+            # temporaries), their pairs kept by `_PAIRS` so that each is solved once
+            grids = np.concatenate(
+                [
+                    _solve_sets(residents[:, start : start + _SMALL_SETS_AT_ONCE], side_speeds=_side_speeds)
+                    for start in range(0, residents.shape[1], _SMALL_SETS_AT_ONCE)
+                ]
+            )
+            self._pair_row[low, high] = _GRID_PERCENTS + np.arange(low.size)
+            self._answers = grids.reshape(-1, 2)
+
+    def find(
+        self, set_keys: NDArray[np.int64], pods: NDArray[np.int64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """The answers (GPU × 2) of GPUs of resident set `set_keys[i]` (`resident_set_keys`' packing; -1: none)
+        and pod percent `pods[i]`, and whether each was in the table (the rows of the others mean nothing)."""
+        answers = self._answers
+        if answers is None:
+            return np.empty((set_keys.size, 2)), np.zeros(set_keys.size, dtype=np.bool_)
+        high = set_keys >> _KEY_BITS  # 1 for one resident, 1 << _KEY_BITS | low for two, more for more
+        digit = set_keys & _NO_RESIDENT
+        low = high - (1 << _KEY_BITS)
+        one = (high == 1) & (digit < _GRID_PERCENTS)
+        two = (low >= 0) & (low < _GRID_PERCENTS) & (digit < _GRID_PERCENTS)
+        pair = np.clip(low, 0, _GRID_PERCENTS - 1) * _GRID_PERCENTS + np.minimum(digit, _GRID_PERCENTS - 1)
+        row = np.where(one, digit, np.take(self._pair_row, pair))
+        found = (one | two) & (row >= 0) & (pods >= 0) & (pods < _GRID_PERCENTS) & (set_keys >= 0)
+        flat = np.where(found, row * _GRID_PERCENTS + pods, 0)
+        return np.take(answers, flat, axis=0), found
+
+
+_SMALL_SETS = _SmallSets()
+_SMALL_SETS_AT_ONCE = 512
+
+
+def prepare_turn_taking() -> None:
+    """Solve the turn-taking of every set of one or two residents now (`_SmallSets`; ~0.2 s of CPU, once per
+    process): what a service does before it serves, so that no prioritize call solves a fixed point for them."""
+    _SMALL_SETS.build()
 
 
 def data_parallel_speedup(gpu_count: int) -> float:

@@ -53,6 +53,12 @@ def _prioritize(nodes: dict[str, Any], now: float) -> tuple[Callable[[Any, list[
             return extender_priorities(pod, names, nodes, config=config, now_seconds=now)
 
         return old, lambda: -1
+    try:  # what the service does before it serves (`advisor serve`'s start-up), where the tree has it
+        from advisor.predictors import prepare_turn_taking
+    except ImportError:
+        pass
+    else:
+        prepare_turn_taking()
     scorer = Scorer(ScoringConfig(), clock=lambda: now)
     return (lambda pod, names: scorer.extender_priorities(pod, names, nodes)), lambda: scorer.vectors.computed_rows
 

@@ -39,6 +39,7 @@ from advisor.cluster.state import ClusterState
 from advisor.placement.config import ScoringConfig
 from advisor.placement.scorer import Scorer
 from advisor.placement.types import PodRequest
+from advisor.predictors import prepare_turn_taking
 from collector.snapshot import NodeSnapshot
 
 
@@ -88,6 +89,7 @@ def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it repor
         else:
             pauses[info["generation"]].append(time.perf_counter() - started[0])
 
+    prepare_turn_taking()  # as the service does before it serves
     scorer = Scorer(ScoringConfig(), clock=state.now)
     shapes = [PodRequest(gpus=k, workload=w) for k in (1, 2, 4, 8) for w in ("a", "b", "c")]
     shapes += [PodRequest(gpu_milli=m, workload=w) for m in (250, 500) for w in ("a", "b", "c", "d", "e", "f")]

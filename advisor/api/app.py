@@ -30,6 +30,7 @@ from advisor.api.routes import docs, extender, health, models, nodes, predict, s
 from advisor.api.topology_metrics import TopologyCollector
 from advisor.cluster.state import ClusterState
 from advisor.placement.config import ScoringConfig
+from advisor.predictors import prepare_turn_taking
 from advisor.serving import ModelReloader
 from advisor.settings import AdvisorSettings
 from collector.snapshot import NodeSnapshot
@@ -152,6 +153,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.log(logging.WARNING if not settings.api_token else logging.INFO, "%s", write_access(settings))
         ctx.reload_predictors()
+        # the turn-taking of one- and two-resident GPUs solved before serving, not in the first calls that meet them
+        prepare_turn_taking()
         reloader = None
         if settings.model_reload_seconds > 0:
             reloader = ModelReloader(ctx.models, settings.model_reload_seconds).start()

@@ -102,6 +102,9 @@ class NodeFacts(NamedTuple):
     set_keys: NDArray[np.int64] | None = None
     """Per slot and GPU position, `predictors.resident_set_keys` of the GPU's residents in `columns` (None: not
     kept; the residents' utilisations are then rounded on every call)."""
+    shapes: NDArray[np.int64] | None = None
+    """Per node, an id equal for nodes whose GPUs' free shares and topology are equal (the prioritize verb's node
+    shapes): a share's packing on such nodes is one computation per class of GPUs (None: not known; per node)."""
 
 
 def resident_keys(columns: NDArray[np.float64]) -> NDArray[np.int64]:
@@ -156,6 +159,11 @@ class ShareBasis(NamedTuple):
     full: FloatArray
     island_full: FloatArray
     fragmentation: FloatArray  # F_n(M) of the node as it is
+    leader: NDArray[np.intp]
+    """n × g: the first position of the node whose GPU has this one's free share and island drop. Everything a
+    share's packing reads of a GPU (its free share, the largest free share among the others, the island drop, the
+    free shares below each size without it) follows from those two and the node, so GPUs of one class give one
+    packing: `share_arrays` computes it once per class."""
     slot: NDArray[np.intp] | None = None
     """None: the arrays are the nodes' own (node i at row i). Else a keeper's, lent whole: node i's row is
     `slot[i]` and the per-GPU arrays may be wider than the nodes' GPUs (only what a call reads is copied)."""
@@ -200,6 +208,7 @@ def share_basis(
     top = before.island_full[:, None]
     top_islands = (per_island == top).sum(axis=1)[:, None]
     island_drop = ((weighted[island_of] == top) & (top_islands == 1)).astype(np.float64)
+    same = (free[:, :, None] == free[:, None, :]) & (island_drop[:, :, None] == island_drop[:, None, :])
     if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
         uses_fit, weights = np.zeros(n, dtype=np.bool_), None
     else:
@@ -216,24 +225,24 @@ def share_basis(
         full=before.full,
         island_full=before.island_full,
         fragmentation=_fragmentation(before, largest, config=config, weights=weights, uses_fit=uses_fit),
+        leader=same.argmax(axis=2),
     )
 
 
-def _after(basis: ShareBasis, *, milli: int, at: tuple[NDArray[np.intp], NDArray[np.intp]]) -> _Stats:
-    """The statistics after `milli` is taken from each GPU `at` (nodes, GPU positions: the GPUs the share fits on)
-    in turn, one element per such GPU: only that GPU's free share changes. Computed only where the share fits (a
-    quarter of a busy cluster's GPUs): the other GPUs' values were never read."""
-    rows = at[0] if basis.slot is None else basis.slot[at[0]]
-    at = (rows, at[1])
-    f = basis.free[at]
+def _after(basis: ShareBasis, *, milli: int, nodes: NDArray[np.intp], at: NDArray[np.intp]) -> _Stats:
+    """The statistics after `milli` is taken from each GPU `at` (flat positions in the basis's per-GPU arrays) of
+    node `nodes` (rows of its per-node arrays) in turn, one element per such GPU: only that GPU's free share
+    changes. Computed only where the share fits, once per class of GPUs (`ShareBasis.leader`): the other GPUs'
+    values are never read."""
+    f = np.take(basis.free, at)
     taken = f - milli
     lost_full = ((f >= WHOLE_GPU_MILLI) & (taken < WHOLE_GPU_MILLI)).astype(np.float64)
     return _Stats(
-        total=basis.total[rows] - milli,
-        full=basis.full[rows] - lost_full,
-        max_free=np.maximum(basis.others_max[at], taken),
-        island_full=basis.island_full[rows] - lost_full * basis.island_drop[at],
-        below={m: without[at] + taken * (taken < m) for m, without in basis.below_without.items()},
+        total=basis.total[nodes] - milli,
+        full=basis.full[nodes] - lost_full,
+        max_free=np.maximum(np.take(basis.others_max, at), taken),
+        island_full=basis.island_full[nodes] - lost_full * np.take(basis.island_drop, at),
+        below={m: np.take(without, at) + taken * (taken < m) for m, without in basis.below_without.items()},
     )
 
 
@@ -460,7 +469,7 @@ def share_choices(
     return ShareColumns(*(a.tolist() for a in arrays))
 
 
-def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_share, step for step, in one pass
+def share_arrays(
     pod: PodRequest,
     nodes: Sequence[NodeState],
     fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
@@ -476,45 +485,114 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
     on ties, exactly as `scoring._evaluate_share` chooses. `fits` are the nodes' CPU/memory fit indices before and
     after the pod (None: GPU-only), `usages` the pod's expected use on each node's GPU model — or, with `facts`,
     on the node's GPU model as `facts.usage_index` says. `basis`: the nodes' `share_basis` under `config` where the
-    caller keeps it (else computed here)."""
+    caller keeps it (else computed here).
+
+    Packing is computed once per class of GPUs that give the same one (`_class_packing`), interference only for
+    the GPUs with residents (`gpu_slowdowns`; an empty GPU's slowdowns are 1); both are the per-GPU arithmetic of
+    the scalar path on the same values, so the choice and the numbers are the same."""
     n = len(nodes)
     g = nodes[0].topology.gpu_count
     if facts is None:
         joined = np.frombuffer(b"".join(map(_columns_of, nodes)), dtype=np.float64).reshape(n, COLUMN_ROWS, g)
-        columns, slot = joined.transpose(1, 0, 2), np.arange(n)
-        largest = np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n)
-        usage_index = np.arange(n)
-        modes = None
-    else:  # only the GPUs the share fits on are copied
-        columns, slot = facts.columns, facts.slot
-        largest, usage_index, modes = facts.largest_island, facts.usage_index, (facts.concurrent, facts.sliced)
+        concurrent, sliced = node_modes(nodes)
+        facts = NodeFacts(
+            largest_island=np.fromiter(map(_largest_island_of, nodes), dtype=np.float64, count=n),
+            usage_index=np.arange(n),
+            concurrent=concurrent,
+            sliced=sliced,
+            columns=np.ascontiguousarray(joined.transpose(1, 0, 2)),
+            slot=np.arange(n),
+        )
     if basis is None:
-        basis = share_basis(columns, slot, g, largest, config=config, fits=fits)
+        basis = share_basis(facts.columns, facts.slot, g, facts.largest_island, config=config, fits=fits)
     milli = pod.share_milli
-    kept = basis.slot
-    allocated = basis.allocated if kept is None else basis.allocated[kept, :g]
-    ok = allocated + milli <= WHOLE_GPU_MILLI
+    node_row = np.arange(n) if basis.slot is None else basis.slot  # each node's row in the basis
+
+    def rows_of(per_gpu: FloatArray) -> FloatArray:  # the nodes' rows of a per-GPU array (`take`: 4x an index's speed)
+        return per_gpu if basis.slot is None else np.take(per_gpu, node_row, axis=0)[:, :g]
+
+    ok = rows_of(basis.allocated) + milli <= WHOLE_GPU_MILLI
     need = pod.gpu_memory_bytes
     if need is not None:
-        ok &= (basis.memory_free if kept is None else basis.memory_free[kept, :g]) >= need
-    rows, positions = np.nonzero(ok)  # the GPUs the share fits on, node by node
-    at = (rows, positions)
+        ok &= rows_of(basis.memory_free) >= need
+    fit = np.flatnonzero(ok)  # the GPUs the share fits on as node × g + position, node by node
+    if not fit.size:  # fits nowhere: the other fields mean nothing
+        return ShareArrays(np.full(n, -1, dtype=np.intp), *(np.zeros(n) for _ in range(4)))
+    rows = fit // g
+    positions = fit - rows * g
+    at = node_row[rows] * basis.free.shape[1] + positions  # each one's place in the basis's per-GPU arrays
+    packing = _class_packing(pod, nodes, fits, config=config, facts=facts, basis=basis, rows=rows, at=at)
 
-    after = _after(basis, milli=milli, at=at)
+    pod_slow, res_slow = np.ones(fit.size), np.ones(fit.size)
+    residents = np.take(facts.columns[_RESIDENTS], facts.slot[rows] * facts.columns.shape[2] + positions)
+    busy = np.flatnonzero(residents > 0)
+    if busy.size:
+        pod_slow[busy], res_slow[busy] = gpu_slowdowns(
+            pod, nodes, (positions[busy], rows[busy]), usages=usages, facts=facts, predictors=predictors
+        )
+    interference = 0.5 / pod_slow + 0.5 / res_slow
+
+    value = np.full(n * g, -np.inf)
+    value[fit] = config.weight_packing * packing + config.weight_interference * interference
+    best = value.reshape(n, g).argmax(axis=1)  # the first GPU position on ties
+    picked = np.arange(n) * g + best
+    entry = np.zeros(n * g, dtype=np.intp)
+    entry[fit] = np.arange(fit.size)
+    chosen = entry[picked]
+    return ShareArrays(
+        np.where(ok.reshape(-1)[picked], best, -1),
+        packing[chosen],
+        interference[chosen],
+        pod_slow[chosen],
+        res_slow[chosen],
+    )
+
+
+def _class_packing(
+    pod: PodRequest,
+    nodes: Sequence[NodeState],
+    fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
+    *,
+    config: ScoringConfig,
+    facts: NodeFacts,
+    basis: ShareBasis,
+    rows: NDArray[np.intp],
+    at: NDArray[np.intp],
+) -> FloatArray:
+    """The packing of a share of `pod` on each GPU it fits on (node `rows[i]`, `at[i]` in the basis's per-GPU
+    arrays), `gpuset.packing_of`'s arithmetic in its order, computed for one GPU of each class and gathered: GPUs
+    of a node with the same free share and island drop (`ShareBasis.leader`), and, where the packing reads
+    nothing of a node but its GPUs and topology (no CPU/memory task mix) and the caller knows which nodes those
+    are equal on (`NodeFacts.shapes`), the same classes of all such nodes."""
+    g = nodes[0].topology.gpu_count
+    owner = rows if facts.shapes is None or config.resources is not None else _dense(facts.shapes)[rows]
+    key = owner * g + np.take(basis.leader, at)
+    seen = np.zeros(int(key.max()) + 1, dtype=np.bool_)
+    seen[key] = True
+    classes = np.flatnonzero(seen)
+    class_of = np.empty(seen.size, dtype=np.intp)
+    class_of[classes] = np.arange(classes.size)
+    which = class_of[key]  # each GPU's class
+    one = np.empty(classes.size, dtype=np.intp)
+    one[which] = np.arange(key.size)  # a GPU of each class (any: a class's GPUs read the same values)
+    rows, at = rows[one], at[one]
+    node_row = rows if basis.slot is None else basis.slot[rows]
+    milli = pod.share_milli
+    after = _after(basis, milli=milli, nodes=node_row, at=at)
     if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
-        uses_fit = np.zeros(n, dtype=np.bool_)
+        uses_fit = np.zeros(rows.size, dtype=np.bool_)
         after_weights = None
     else:
-        uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)
+        uses_fit = np.array([f is not None for f in fits], dtype=np.bool_)[rows]
         after_weights = _weights(config, [f[1] if f is not None else None for f in fits])
     frag_after = _fragmentation(
         after,
-        largest[rows],
+        facts.largest_island[rows],
         config=config,
         weights=None if after_weights is None else after_weights[rows],
-        uses_fit=uses_fit[rows],
+        uses_fit=uses_fit,
     )
-    delta = frag_after - basis.fragmentation[rows if kept is None else kept[rows]]
+    delta = frag_after - basis.fragmentation[node_row]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
     sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
     stepped = sigmoid
@@ -525,30 +603,17 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
     penalty = _balance_penalties(nodes, fits, after.total, rows, gpu_count=g, config=config)
     best_fit = best_fit_share * (1.0 - left_ratio - penalty)
     packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
+    gathered: FloatArray = packing[which]
+    return gathered
 
-    entries = columns[:, slot[rows], positions]  # row × GPU the share fits on
-    set_keys = None if facts is None or facts.set_keys is None else facts.set_keys[slot[rows], positions]
-    pod_slow, res_slow = _slowdowns(
-        pod,
-        nodes,
-        entries,
-        (positions, rows),
-        usages=usages,
-        usage_index=usage_index,
-        predictors=predictors,
-        modes=modes,
-        set_keys=set_keys,
-    )
-    interference = 0.5 / pod_slow + 0.5 / res_slow
-    if not rows.size:  # fits nowhere: the other fields mean nothing
-        return ShareArrays(np.full(n, -1, dtype=np.intp), *(np.zeros(n) for _ in range(4)))
-    value = np.full((n, g), -np.inf)
-    value[at] = config.weight_packing * packing + config.weight_interference * interference
-    best = value.argmax(axis=1)  # the first GPU position on ties
-    every = np.arange(n)
-    entry = np.zeros((n, g), dtype=np.intp)
-    entry[at] = np.arange(rows.size)
-    chosen = entry[every, best]
-    return ShareArrays(
-        np.where(ok[every, best], best, -1), packing[chosen], interference[chosen], pod_slow[chosen], res_slow[chosen]
-    )
+
+def _dense(ids: NDArray[np.int64]) -> NDArray[np.int64]:
+    """`ids` renumbered 0, 1, … in their order (equal ids equal), so that tables over them have as many rows as
+    there are ids, not as the largest id."""
+    top = int(ids.max()) + 1 if ids.size else 0
+    if top <= ids.size:
+        return ids
+    seen = np.zeros(top, dtype=np.bool_)
+    seen[ids] = True
+    dense: NDArray[np.int64] = (np.cumsum(seen) - 1)[ids]
+    return dense

@@ -85,8 +85,8 @@ _FIELDS = 5
 _PLAN_TABLES = 16
 """(whole GPUs, configuration) pairs whose plans by node shape are kept (24 bytes per node shape each)."""
 _BASIS_TABLES = 4
-"""Configurations whose shares' node bases are kept (`_BasisTable`: (5 + share sizes of the mix) × 8 + 4 floats per
-slot, 600 bytes with the default mix)."""
+"""Configurations whose shares' node bases are kept (`_BasisTable`: (5 + share sizes of the mix) × 8 + 4 floats and 8
+class leaders per slot, 664 bytes with the default mix)."""
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -568,8 +568,9 @@ class ScoreVectors:
         group = self._gpu_count[target] * len(distinct) + numbers[model]
         fallback = default_usage(pod.share_milli or WHOLE_GPU_MILLI)
         usages = [predictors.usage.usage(pod.workload, m) or fallback for m in models]  # by model, as Scorer.evaluate
-        for key in np.unique(group[ok]).tolist():
-            members = np.flatnonzero(ok & (group == key))
+        keys = np.flatnonzero(np.bincount(group[ok])).tolist()  # the groups present, ascending (no sort)
+        for key in keys:
+            members = np.flatnonzero(ok & (group == key)) if len(keys) > 1 else np.flatnonzero(ok)
             nodes = batch(members)
             if len(nodes) < _VECTORISE_MIN_NODES:  # the scalar loop is cheaper than setting up the arrays
                 values[:, members] = _rows(scorer.evaluate(pod, nodes, None))
@@ -744,6 +745,7 @@ class ScoreVectors:
             self._columns,
             slots,
             self._set_keys,
+            self._node_shape[slots],
         )
 
     def _shape_plans(
@@ -872,7 +874,7 @@ class _States(Sequence[NodeState]):
 
     __slots__ = ("_at", "_read")
 
-    def __init__(self, at: list[int], read: Callable[[int], NodeState | _Absent]) -> None:
+    def __init__(self, at: IntArray, read: Callable[[int], NodeState | _Absent]) -> None:
         self._at = at
         self._read = read
 
@@ -888,7 +890,7 @@ class _States(Sequence[NodeState]):
     def __getitem__(self, index: int | slice) -> NodeState | Sequence[NodeState]:
         if isinstance(index, slice):
             return _States(self._at[index], self._read)
-        return cast("NodeState", self._read(self._at[index]))
+        return cast("NodeState", self._read(int(self._at[index])))
 
 
 def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Callable[[IntArray], Sequence[NodeState]]:
@@ -896,7 +898,7 @@ def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Cal
     each read only where a step needs it (most steps read the index's arrays)."""
 
     def batch(which: IntArray) -> Sequence[NodeState]:
-        return _States(at[which].tolist(), state_at)
+        return _States(at[which], state_at)  # no list of them: most steps read one state, or none
 
     return batch
 
@@ -926,16 +928,18 @@ class _BasisTable:
     array (field × slot × GPU position), its per-node ones as rows of another, `epoch[slot]` the index's epoch of the
     state they were computed for (-1: none)."""
 
-    __slots__ = ("epoch", "gpus", "nodes", "sizes")
+    __slots__ = ("epoch", "gpus", "leader", "nodes", "sizes")
 
     def __init__(self, capacity: int, width: int, sizes: list[int]) -> None:
         self.epoch: IntArray = np.full(capacity, -1, dtype=np.int64)
         self.sizes = sizes
         self.gpus: FloatArray = np.zeros((5 + len(sizes), capacity, width))
         self.nodes: FloatArray = np.zeros((4, capacity))
+        self.leader = np.zeros((capacity, width), dtype=np.intp)
 
     def keep(self, slots: NDArray[np.intp], basis: ShareBasis) -> None:
         g = basis.free.shape[1]
+        self.leader[slots, :g] = basis.leader
         per_gpu = (basis.free, basis.allocated, basis.memory_free, basis.others_max, basis.island_drop)
         for field, values in enumerate((*per_gpu, *(basis.below_without[m] for m in self.sizes))):
             self.gpus[field, slots, :g] = values
@@ -956,6 +960,7 @@ class _BasisTable:
             full=nodes[1],
             island_full=nodes[2],
             fragmentation=nodes[3],
+            leader=self.leader,
             slot=slots,
         )
 

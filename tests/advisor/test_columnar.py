@@ -259,3 +259,32 @@ def test_a_full_memo_forgets_only_its_oldest_shape() -> None:
     again = evaluate(pods[0])  # forgotten: computed afresh, the same verdicts
     assert all(again[j] is not first[0][j] for j in memoised)
     assert again == first[0]
+
+
+def test_free_gpus_of_one_size_in_islands_of_different_fullness_each_get_their_own_packing() -> None:
+    # GPU 0 (no residents) and GPU 4 (a host process, nothing allocated) are both whole and free, but GPU 0 is in the
+    # fuller NVLink island: taking a share of it leaves no island with two full GPUs, taking one of GPU 4 does. The
+    # same free share, a different packing: the vectorised path computes packing once per class of GPUs, and a
+    # class is the free share and the island drop together (with the free share alone both would get one packing).
+    links = [
+        (a, b, LinkLevel.NVLINK if a // 4 == b // 4 else LinkLevel.NUMA) for a in range(8) for b in range(a + 1, 8)
+    ]
+    topology = Topology.from_links(8, links)
+    nodes = []
+    for n in range(12):
+        host = Resident(f"host-{n}", None, 0, 0.05 + 0.02 * n, 0.1)
+        allocated = (0, 0, 1000, 1000, 0, 1000, 1000, 1000)
+        gpus = tuple(
+            GpuState(
+                index=i, model=MODELS[0], memory_total_bytes=80 * GIB, allocated_milli=a, residents=(host,) * (i == 4)
+            )
+            for i, a in enumerate(allocated)
+        )
+        mode = ("", "time-slicing")[n % 2]
+        nodes.append(NodeState(f"n{n}", gpus, topology, observed_at_seconds=1000.0, sharing_mode=mode))
+    config = ScoringConfig()
+    for milli in (300, 700):
+        pod = PodRequest(gpu_milli=milli)
+        vectorised = verdicts(pod, nodes, config)
+        assert vectorised == verdicts(pod, nodes, config, columnar=10**9)
+        assert any(s.gpus == (0,) for s in vectorised[0])  # the GPU without residents wins somewhere

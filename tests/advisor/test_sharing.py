@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,12 @@ from advisor.predictors import (
     _GRID,
     _GRID_PERCENTS,
     _GRID_SETS_PER_CALL,
+    _TURNS,
     HeuristicInterference,
     UsageProfile,
     _pack,
     _TurnMemo,
+    prepare_turn_taking,
     resident_set_keys,
     turn_taking_slowdowns,
     turn_taking_slowdowns_by_set,
@@ -221,9 +225,10 @@ def _scalar_turns(pod: float, residents: list[float]) -> tuple[float, float]:
 def test_a_resident_set_met_with_a_third_pod_size_answers_every_pod_percent_bit_for_bit() -> None:
     # Residents never seen, met by two pod sizes (solved key by key: no grid yet), then a third: each resident set's
     # grid then holds all 101 pod percents, and each is the answer of solving that one key.
-    # (sets no other test meets: the grid is the process's)
-    residents = np.array([[0.371, 0.111, 0.52], [0.0173, 0.26, 0.845], [0.0, 0.0, 0.07], [0.0, 0.0, 0.0]])
-    counts = np.array([2, 2, 3])
+    # (sets no other test meets: the grid is the process's; three residents each, so that the table of one- and
+    # two-resident sets, built or not by the tests before, answers none of them)
+    residents = np.array([[0.371, 0.111, 0.52], [0.0173, 0.26, 0.845], [0.05, 0.13, 0.07], [0.0, 0.0, 0.0]])
+    counts = np.array([3, 3, 3])
 
     def grid_of(i: int) -> tuple[np.ndarray, np.ndarray]:
         percents = np.full((residents.shape[0], 1), (1 << 12) - 1, dtype=np.int64)
@@ -371,3 +376,51 @@ def test_score_says_which_source_decided_and_old_snapshots_still_ingest(tmp_path
         "time-slicing on 1 node (assumed: default compute mode, no nvidia.com/gpu.sharing-strategy label or "
         "snapshot reading)"
     )
+
+
+def test_after_start_up_sets_of_one_or_two_residents_are_answered_without_the_memos_bit_for_bit() -> None:
+    # `prepare_turn_taking` (the service's start-up) solves every set of one or two residents of 0..100 %: such a
+    # set met for the first time is answered from that table (no key kept in the memo of whole keys, as a first
+    # meeting would keep it), with the arithmetic's own numbers. Residents above 100 % are not in the table.
+    prepare_turn_taking()
+    rng = np.random.default_rng(41)
+    m = 400
+    pod = rng.integers(0, 101, m) / 100
+    counts = rng.integers(1, 3, m).astype(np.intp)
+    residents = np.zeros((4, m))
+    residents[0] = rng.random(m)
+    residents[1] = np.where(counts > 1, rng.random(m), 0.0)
+    residents[0, :20] = 1.01 + rng.random(20)  # above 100 %: one and two residents the table does not hold
+    residents[1, 20:40] = np.where(counts[20:40] > 1, 1.5, 0.0)
+    percents = np.full((5, m), (1 << 12) - 1, dtype=np.int64)
+    percents[0] = np.rint(pod * 100)
+    for i in range(m):
+        percents[1 : 1 + counts[i], i] = sorted(round(round(r, 2) * 100) for r in residents[: counts[i], i].tolist())
+    in_table = np.flatnonzero(((percents[1:] <= 100) | (percents[1:] == (1 << 12) - 1)).all(axis=0))
+    keys = _pack(percents[:, in_table]).tolist()
+    unknown = set(_TURNS.find(keys)[1].tolist())  # keys no earlier test kept
+    got = turn_taking_slowdowns_of(pod, residents, counts)
+    by_set = turn_taking_slowdowns_by_set(pod, resident_set_keys(residents, counts), residents, counts)
+    for i in range(m):
+        want = _scalar_turns(float(pod[i]), residents[: counts[i], i].tolist())
+        assert (got[0][i], got[1][i]) == want, i
+        assert (by_set[0][i], by_set[1][i]) == want, i
+    assert len(unknown) > m // 2  # the sets are new to this process's memos
+    assert set(_TURNS.find(keys)[1].tolist()) == unknown  # and none was solved key by key
+
+
+def test_the_service_solves_the_small_sets_table_before_it_serves(tmp_path: Path) -> None:
+    # In a process of its own (the table is the process's, and other tests build it): importing the app builds
+    # nothing; its start-up (the lifespan, before the first request) does.
+    script = f"""
+import advisor.predictors as predictors
+from fastapi.testclient import TestClient
+from advisor.api import create_app
+from advisor.settings import AdvisorSettings
+app = create_app(AdvisorSettings(db_url="sqlite:///{tmp_path}/a.db", no_kube=True, api_token="t"))
+before = predictors._SMALL_SETS._answers is None
+with TestClient(app):
+    print(before, predictors._SMALL_SETS._answers is not None)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.split() == ["True", "True"]
