@@ -179,18 +179,7 @@ def share_basis(
     free = row(_FREE)
     total_memory = row(_MEMORY_TOTAL)
     n, g = free.shape
-    full = free >= WHOLE_GPU_MILLI
-    island_of = np.arange(n)[:, None] * g + row(_ISLAND).astype(np.int64)
-    weighted = np.bincount(island_of.ravel(), weights=full.ravel().astype(np.float64), minlength=n * g)
-    per_island = weighted.reshape(n, g)  # island i of node r at [r, i]
-    sizes = share_sizes(config)
-    before = _Stats(
-        total=free.sum(axis=1),
-        full=full.sum(axis=1).astype(np.float64),
-        max_free=free.max(axis=1),
-        island_full=per_island.max(axis=1),
-        below={m: (free * (free < m)).sum(axis=1) for m in sizes},
-    )
+    before, per_island, in_island = _free_stats(free, row(_ISLAND), share_sizes(config))
     # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
     ordered = np.sort(free, axis=1)
     first = ordered[:, -1:]
@@ -199,7 +188,7 @@ def share_basis(
     # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
     top = before.island_full[:, None]
     top_islands = (per_island == top).sum(axis=1)[:, None]
-    island_drop = ((weighted[island_of] == top) & (top_islands == 1)).astype(np.float64)
+    island_drop = ((in_island == top) & (top_islands == 1)).astype(np.float64)
     if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
         uses_fit, weights = np.zeros(n, dtype=np.bool_), None
     else:
@@ -217,6 +206,72 @@ def share_basis(
         island_full=before.island_full,
         fragmentation=_fragmentation(before, largest, config=config, weights=weights, uses_fit=uses_fit),
     )
+
+
+def _free_stats(free: FloatArray, island: FloatArray, sizes: set[int]) -> tuple[_Stats, FloatArray, FloatArray]:
+    """What F_n(M) reads of nodes whose GPUs have `free` milli-GPU (node × GPU position; zero past a node's GPUs
+    changes nothing) in NVLink islands `island` (index per position), for the share sizes `sizes`; and the full GPUs
+    in each island (node × island) and in each GPU's island (node × GPU position)."""
+    n, g = free.shape
+    full = free >= WHOLE_GPU_MILLI
+    island_of = np.arange(n)[:, None] * g + island.astype(np.int64)
+    counted = np.bincount(island_of.ravel(), weights=full.ravel().astype(np.float64), minlength=n * g)
+    weighted = np.asarray(counted, dtype=np.float64)  # float64 already (weighted counts): typed as such
+    per_island = weighted.reshape(n, g)  # island i of node r at [r, i]
+    stats = _Stats(
+        total=free.sum(axis=1),
+        full=full.sum(axis=1).astype(np.float64),
+        max_free=free.max(axis=1),
+        island_full=per_island.max(axis=1),
+        below={m: (free * (free < m)).sum(axis=1) for m in sizes},
+    )
+    return stats, per_island, weighted[island_of]
+
+
+def whole_packing(
+    columns: NDArray[np.float64],
+    slot: NDArray[np.intp],
+    gpu_count: NDArray[np.intp],
+    largest: FloatArray,
+    taken: NDArray[np.int64],
+    *,
+    config: ScoringConfig,
+) -> FloatArray:
+    """`gpuset.whole_plan`'s packing of the nodes whose columns are `columns[:, slot[i]]` (row × node × GPU
+    position, zero past the node's `gpu_count[i]` GPUs; largest NVLink island `largest[i]`) when a pod takes the
+    whole GPUs of the bit mask `taken[i]`: F_n(M) (GPU-only, `config.task_mix`, as `gpuset.fragmentation_milli`)
+    before and after, then `gpuset.packing_of` without a balance penalty, for many nodes at once (the prioritize
+    verb's plans of node shapes it has not met)."""
+    free = columns[_FREE, slot]
+    island = columns[_ISLAND, slot]
+    width = free.shape[1]
+    took = ((taken[:, None] >> np.arange(width, dtype=np.int64)) & 1).astype(np.float64)
+    sizes = share_sizes(config)
+    before = _free_stats(free, island, sizes)[0]
+    after = _free_stats(free - WHOLE_GPU_MILLI * took, island, sizes)[0]
+    gpu_only = np.zeros(slot.size, dtype=np.bool_)  # `whole_plan` reads the task mix alone, never CPU/memory
+    delta = _fragmentation(after, largest, config=config, weights=None, uses_fit=gpu_only) - _fragmentation(
+        before, largest, config=config, weights=None, uses_fit=gpu_only
+    )
+    return _packing(delta, after.total / np.maximum(1, WHOLE_GPU_MILLI * gpu_count), 0.0, config)
+
+
+def _packing(
+    delta: FloatArray, left_ratio: FloatArray, penalty: FloatArray | float, config: ScoringConfig
+) -> FloatArray:
+    """`gpuset.packing_of` elementwise: the fragmentation change `delta` (milli-GPU), the free share left
+    `left_ratio`, the balance penalty `penalty`; the same operations in the same order."""
+    sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
+    stepped = sigmoid
+    if config.packing_gradient_steps:
+        steps = config.packing_gradient_steps
+        stepped = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
+    best_fit_share = config.packing_best_fit_share
+    best_fit = best_fit_share * (1.0 - left_ratio - penalty)
+    packing: FloatArray = (
+        (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
+    )
+    return packing
 
 
 def _after(basis: ShareBasis, *, milli: int, at: tuple[NDArray[np.intp], NDArray[np.intp]]) -> _Stats:
@@ -460,7 +515,7 @@ def share_choices(
     return ShareColumns(*(a.tolist() for a in arrays))
 
 
-def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_share, step for step, in one pass
+def share_arrays(
     pod: PodRequest,
     nodes: Sequence[NodeState],
     fits: Sequence[tuple[tuple[int, int], tuple[int, int]] | None],
@@ -516,15 +571,8 @@ def share_arrays(  # noqa: PLR0915 - the vectorised twin of scoring._evaluate_sh
     )
     delta = frag_after - basis.fragmentation[rows if kept is None else kept[rows]]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
-    sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
-    stepped = sigmoid
-    if config.packing_gradient_steps:
-        steps = config.packing_gradient_steps
-        stepped = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
-    best_fit_share = config.packing_best_fit_share
     penalty = _balance_penalties(nodes, fits, after.total, rows, gpu_count=g, config=config)
-    best_fit = best_fit_share * (1.0 - left_ratio - penalty)
-    packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
+    packing = _packing(delta, left_ratio, penalty, config)
 
     entries = columns[:, slot[rows], positions]  # row × GPU the share fits on
     set_keys = None if facts is None or facts.set_keys is None else facts.set_keys[slot[rows], positions]

@@ -146,10 +146,14 @@ def whole_plan(
     left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
     mask = sum(1 << p for p in chosen.positions)
     if k <= 1:
-        return WholePlan(chosen.positions, packing, 1.0, f", {left}", mask)
+        return WholePlan(chosen.positions, packing, set_affinity(chosen, k), f", {left}", mask)
     link = _LEVEL_BY_RANK[chosen.worst_rank] if topology.known else "topology unknown"
-    affinity = 1.0 - chosen.mean_rank / WORST_LINK_RANK
-    return WholePlan(chosen.positions, packing, affinity, f" on {link}, {left}", mask)
+    return WholePlan(chosen.positions, packing, set_affinity(chosen, k), f" on {link}, {left}", mask)
+
+
+def set_affinity(chosen: GpuSet, k: int) -> float:
+    """A whole-GPU plan's link affinity: 1 for one GPU, else 1 − the chosen set's mean link rank over the worst."""
+    return 1.0 if k <= 1 else 1.0 - chosen.mean_rank / WORST_LINK_RANK
 
 
 def packing_of(

@@ -55,9 +55,10 @@ from advisor.placement.columnar import (
     share_arrays,
     share_basis,
     share_sizes,
+    whole_packing,
 )
 from advisor.placement.config import ScoringConfig
-from advisor.placement.gpuset import WholePlan, whole_plan
+from advisor.placement.gpuset import GpuSet, best_gpu_set, set_affinity
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
 from advisor.placement.types import (
@@ -232,7 +233,7 @@ class ScoreVectors:
         self._plans: dict[tuple[int, ScoringConfig], _PlanTable] = {}
         # the same where a GPU-memory request leaves fewer eligible GPUs: by (node shape id, eligible mask) packed
         # as `id << _MASK_BITS | mask` (`_eligible_plans`)
-        self._eligible: dict[tuple[int, ScoringConfig], dict[int, WholePlan | None]] = {}
+        self._eligible: dict[tuple[int, ScoringConfig], dict[int, _Plan]] = {}
         # per configuration: each slot's `columnar.ShareBasis` (what a share reads of its node whatever its size)
         self._bases: OrderedDict[ScoringConfig, _BasisTable] = OrderedDict()
 
@@ -642,7 +643,7 @@ class ScoreVectors:
         shapes = self._node_shape[target[members]]
         config_numbers = numbers[model[members]]
         if pod.gpu_memory_bytes is None:
-            planned, chosen = self._shape_plans(k, distinct, shapes, config_numbers, masks)
+            planned, chosen = self._shape_plans(k, distinct, shapes, config_numbers, masks, slots=target[members])
         else:
             planned = np.empty((_FIELDS, members.size))
             chosen = np.empty(members.size, dtype=np.int64)
@@ -652,10 +653,10 @@ class ScoreVectors:
                 (np.flatnonzero(narrowed), self._eligible_plans),
             ):
                 if where.size == members.size:  # all of them: no scatter
-                    planned, chosen = plans(k, distinct, shapes, config_numbers, masks)
+                    planned, chosen = plans(k, distinct, shapes, config_numbers, masks, slots=target[members])
                 elif where.size:
                     planned[:, where], chosen[where] = plans(
-                        k, distinct, shapes[where], config_numbers[where], masks[where]
+                        k, distinct, shapes[where], config_numbers[where], masks[where], slots=target[members[where]]
                     )
         shared = np.where(planned[_FEASIBLE] > 0, chosen & self._resident_mask[target[members]], 0)
         if members.size == target.size:  # every node passed the checks (the usual call): the plans are the rows
@@ -753,12 +754,14 @@ class ScoreVectors:
         shapes: IntArray,
         config_numbers: IntArray,
         free_masks: IntArray,
+        *,
+        slots: NDArray[np.intp],
     ) -> tuple[FloatArray, IntArray]:
-        """The plans (`_plan_rows`) of `k` whole GPUs on nodes of the node shapes `shapes` (ids into
-        `_node_shapes`) under `configs[config_numbers[i]]`, their eligible GPUs the free ones (`free_masks`: the
+        """The plans (`_plan_rows`) of `k` whole GPUs on the nodes at `slots`, of the node shapes `shapes` (ids into
+        `_node_shapes`), under `configs[config_numbers[i]]`, their eligible GPUs the free ones (`free_masks`: the
         node shape says which). Kept per (k, configuration) as arrays over node shape ids (24 bytes each), so that
-        a call gathers the plans of shapes seen before (any workload's: a plan does not depend on it) and asks
-        `gpuset.whole_plan` only for new ones."""
+        a call gathers the plans of shapes seen before (any workload's: a plan does not depend on it) and computes
+        only new ones (`_new_plans`)."""
         rows = np.empty((_FIELDS, shapes.size))
         chosen = np.empty(shapes.size, dtype=np.int64)
         known = len(self._node_shapes)
@@ -777,12 +780,10 @@ class ScoreVectors:
             missing = table.mask[ids] < 0
             if missing.any():
                 new, first = np.unique(ids[missing], return_index=True)
-                node_shapes = self._node_shapes
-                masks = free_masks[where[np.flatnonzero(missing)[first]]].tolist()
-                plans = [whole_plan(*node_shapes[i], m, k, config) for i, m in zip(new.tolist(), masks, strict=True)]
-                table.packing[new] = [0.0 if p is None else p.packing for p in plans]
-                table.affinity[new] = [0.0 if p is None else p.topology_affinity for p in plans]
-                table.mask[new] = [0 if p is None else p.mask for p in plans]
+                pick = where[np.flatnonzero(missing)[first]]  # one node of each new shape
+                table.packing[new], table.affinity[new], table.mask[new] = self._new_plans(
+                    k, config, new.tolist(), free_masks[pick].tolist(), slots[pick]
+                )
             mask = table.mask[ids]
             planned = _plan_rows(mask > 0, table.packing[ids], table.affinity[ids])
             if len(configs) == 1:  # every node's
@@ -798,14 +799,15 @@ class ScoreVectors:
         shapes: IntArray,
         config_numbers: IntArray,
         eligible_masks: IntArray,
+        *,
+        slots: NDArray[np.intp],
     ) -> tuple[FloatArray, IntArray]:
         """`_shape_plans` where the eligible GPUs are fewer than the free ones (a GPU-memory request some free GPUs
         do not meet): one plan per distinct (node shape, eligible GPUs), kept per (k, configuration) by the pair
-        (`_PLAN_TABLES` of them, each emptied past `_NODE_SHAPE_LIMIT` pairs), so that `gpuset.whole_plan` (whose
-        cache hashes the topology and the configuration) is asked only for pairs never seen before."""
+        (`_PLAN_TABLES` of them, each emptied past `_NODE_SHAPE_LIMIT` pairs), so that only pairs never seen before
+        are computed (`_new_plans`)."""
         rows = np.empty((_FIELDS, shapes.size))
         chosen = np.empty(shapes.size, dtype=np.int64)
-        node_shapes = self._node_shapes
         for number, config in enumerate(configs):
             where = np.flatnonzero(config_numbers == number) if len(configs) > 1 else np.arange(shapes.size)
             if not where.size:
@@ -825,17 +827,52 @@ class ScoreVectors:
             if len(self._eligible) > _PLAN_TABLES:
                 del self._eligible[next(iter(self._eligible))]
             found = list(map(known.get, keys, repeat(_UNPLANNED)))
-            for j in [j for j, plan in enumerate(found) if plan is _UNPLANNED]:
-                key = keys[j]
-                found[j] = known[key] = whole_plan(*node_shapes[key >> _MASK_BITS], key & _MASKS, k, config)
-            plans = cast("list[WholePlan | None]", found)
+            new = [j for j, plan in enumerate(found) if plan is _UNPLANNED]
+            if new:
+                new_keys = [keys[j] for j in new]
+                computed = self._new_plans(
+                    k,
+                    config,
+                    [key >> _MASK_BITS for key in new_keys],
+                    [key & _MASKS for key in new_keys],
+                    slots[order[starts[new]]],
+                )
+                for j, key, plan in zip(new, new_keys, zip(*(a.tolist() for a in computed), strict=True), strict=True):
+                    found[j] = known[key] = plan
+            packing, affinity, mask = (np.array(a) for a in zip(*cast("list[_Plan]", found), strict=True))
             pick = pair_of[where]
-            feasible = np.array([p is not None for p in plans], dtype=np.bool_)[pick]
-            packing = np.array([0.0 if p is None else p.packing for p in plans])[pick]
-            affinity = np.array([0.0 if p is None else p.topology_affinity for p in plans])[pick]
-            rows[:, where] = _plan_rows(feasible, packing, affinity)
-            chosen[where] = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[pick]
+            mask = mask.astype(np.int64)[pick]
+            rows[:, where] = _plan_rows(mask > 0, packing[pick], affinity[pick])
+            chosen[where] = mask
         return rows, chosen
+
+    def _new_plans(
+        self, k: int, config: ScoringConfig, shape_ids: list[int], masks: list[int], slots: NDArray[np.intp]
+    ) -> tuple[FloatArray, FloatArray, IntArray]:
+        """`gpuset.whole_plan`'s packing, affinity and chosen GPUs (mask; 0: no plan, too few eligible GPUs) of `k`
+        whole GPUs among the eligible `masks[i]` of node shape `shape_ids[i]`, whose columns are those of the node
+        at `slots[i]`: the GPUs chosen per (topology, eligible mask) (`gpuset.best_gpu_set`, cached: few distinct),
+        then the packing of every new shape at once (`columnar.whole_packing`), not one Python F_n(M) per shape."""
+        n = len(shape_ids)
+        node_shapes = self._node_shapes
+        sets = [best_gpu_set(node_shapes[i][0], m, k, config.task_mix) for i, m in zip(shape_ids, masks, strict=True)]
+        packing, affinity, chosen = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+        planned = [j for j, s in enumerate(sets) if s is not None]
+        if planned:
+            at = np.array(planned, dtype=np.intp)
+            found = cast("list[GpuSet]", [sets[j] for j in planned])
+            chosen[at] = [s.mask for s in found]
+            affinity[at] = [set_affinity(s, k) for s in found]
+            where = slots[at]
+            packing[at] = whole_packing(
+                self._columns,
+                where,
+                self._gpu_count[where],
+                self._largest_island[where],
+                chosen[at],
+                config=config,
+            )
+        return packing, affinity, chosen
 
     def _integers(
         self,
@@ -993,7 +1030,9 @@ _FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "i
 _VECTORISE_MIN_NODES = 8
 """Below this many cold nodes of one GPU count and configuration, `Scorer.evaluate`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""
+_Plan = tuple[float, float, int]
+"""A whole-GPU plan as `_eligible_plans` keeps it: packing, affinity, the chosen GPUs' mask (0: no plan)."""
 _UNPLANNED = object()
-"""What `_eligible_plans` finds for a pair it has no plan of yet (a plan may be None: infeasible)."""
+"""What `_eligible_plans` finds for a pair it has no plan of yet."""
 _ANY_WORKLOAD = object()
 """Stands for the workload in the key of a whole-GPU table whose rows hold for any workload."""

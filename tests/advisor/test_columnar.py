@@ -9,13 +9,16 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from advisor.placement.columnar import whole_packing
 from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import TaskMix
+from advisor.placement.gpuset import whole_plan
 from advisor.placement.scorer import COLUMNAR_MIN_NODES, MEMO_LIMIT, Scorer
 from advisor.placement.scoring import RawVerdict
-from advisor.placement.types import GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
+from advisor.placement.types import COLUMN_ROWS, GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
 from advisor.predictors import Predictors, ResidentLike, UsageProfile
 from collector.snapshot import LinkLevel
 
@@ -173,6 +176,43 @@ def test_a_large_batch_of_shares_goes_through_the_vectorised_path() -> None:
     scorer = fresh(ScoringConfig())
     scorer.score_nodes(PodRequest(gpu_milli=333), nodes)
     assert scorer.columnar_verdicts > 30
+
+
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
+def test_whole_gpu_packing_on_arrays_is_the_plans_packing_exactly(mix: str) -> None:
+    """`whole_packing` (the prioritize verb's plans of node shapes it has not met) gives `gpuset.whole_plan`'s
+    packing bit for bit: nodes of 8, 4 and 2 GPUs side by side in one array (zero past a node's GPUs), unhealthy
+    and partly used GPUs, every NVLink layout, eligible GPUs all the free ones or fewer (a GPU-memory request)."""
+    rng = random.Random(41)
+    config = config_for(mix)
+    nodes = [random_node(rng, f"n{i}", rng.choice((8, 4, 2)), cpu=False) for i in range(120)]
+    columns = np.zeros((COLUMN_ROWS, len(nodes), 8))
+    for i, node in enumerate(nodes):
+        g = node.topology.gpu_count
+        columns[:, i, :g] = np.frombuffer(node.columns, dtype=np.float64).reshape(COLUMN_ROWS, g)
+    every: list[float] = []
+    for k in (1, 2, 3, 4, 8):
+        taken, expected, rows = [], [], []
+        for i, node in enumerate(nodes):
+            eligible = node.free_mask if rng.random() < 0.7 else node.free_mask & rng.getrandbits(8)
+            plan = whole_plan(node.topology, node.free_milli, eligible, k, config)
+            if plan is not None:
+                taken.append(plan.mask)
+                expected.append(plan.packing)
+                rows.append(i)
+        slot = np.array(rows, dtype=np.intp)
+        got = whole_packing(
+            columns,
+            slot,
+            np.array([nodes[i].topology.gpu_count for i in rows], dtype=np.intp),
+            np.array([float(nodes[i].topology.largest_island) for i in rows]),
+            np.array(taken, dtype=np.int64),
+            config=config,
+        )
+        assert got.tolist() == expected, k
+        every.extend(expected)
+    assert len(every) > 150
+    assert len({round(p, 6) for p in every}) > 20  # packings that differ: the case means something
 
 
 @pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
