@@ -482,7 +482,7 @@ class ScoreVectors:
             shape = (pod.whole_gpus, pod.share_milli, pod.gpu_memory_bytes, pod.gpu_models, config, predictors)
             epochs = self._epoch[slots]
             if pod.whole_gpus > 0:
-                rows = self._whole_priorities(
+                rows = self._whole_rows(
                     pod, shape, slots, epochs=epochs, fresh_fits=fresh_fits, state_at=state_at, scorer=scorer
                 )
             else:
@@ -496,6 +496,51 @@ class ScoreVectors:
                 rows = np.take(table.data, slots, axis=1)
             feasible = fresh_fits & (rows[_FEASIBLE] > 0)
             return self._integers(pod, feasible, fresh, rows, slots, config=config, predictors=predictors)
+
+    def _whole_rows(
+        self,
+        pod: PodRequest,
+        shape: tuple[object, ...],
+        slots: NDArray[np.intp],
+        *,
+        epochs: IntArray,
+        fresh_fits: BoolArray,
+        state_at: Callable[[int], NodeState | _Absent],
+        scorer: Evaluator,
+    ) -> FloatArray:
+        """Whole GPUs' rows of the candidates (`_whole_priorities`). A GPU-memory request that every GPU of known
+        memory on a node meets leaves the node's eligible GPUs the free ones, so its rows there are those of the same
+        pod without the request: they are read from (and kept in) that shape's tables, shared by every such request,
+        and only the other nodes' rows are the request's own."""
+        need = pod.gpu_memory_bytes
+        if need is None:
+            return self._whole_priorities(
+                pod, shape, slots, epochs=epochs, fresh_fits=fresh_fits, state_at=state_at, scorer=scorer
+            )
+        met = min(need, _INT64_MAX) <= self._memory_low[slots]
+        without = (shape[0], shape[1], None, *shape[3:])  # `priorities`' shape, no GPU memory asked
+        if met.all() or not met.any():
+            return self._whole_priorities(
+                pod,
+                without if met.all() else shape,
+                slots,
+                epochs=epochs,
+                fresh_fits=fresh_fits,
+                state_at=state_at,
+                scorer=scorer,
+            )
+        rows = np.empty((_FIELDS, slots.size))
+        for part, key in ((np.flatnonzero(met), without), (np.flatnonzero(~met), shape)):
+            rows[:, part] = self._whole_priorities(
+                pod,
+                key,
+                slots[part],
+                epochs=epochs[part],
+                fresh_fits=fresh_fits[part],
+                state_at=_positions_in(part, state_at),
+                scorer=scorer,
+            )
+        return rows
 
     def _whole_priorities(
         self,
@@ -926,6 +971,18 @@ class _States(Sequence[NodeState]):
         if isinstance(index, slice):
             return _States(self._at[index], self._read)
         return cast("NodeState", self._read(self._at[index]))
+
+
+def _positions_in(
+    part: NDArray[np.intp], state_at: Callable[[int], NodeState | _Absent]
+) -> Callable[[int], NodeState | _Absent]:
+    """A reader of the candidates at positions `part` of a call by their position in `part`."""
+    positions: list[int] = part.tolist()
+
+    def read(i: int) -> NodeState | _Absent:
+        return state_at(positions[i])
+
+    return read
 
 
 def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Callable[[IntArray], Sequence[NodeState]]:

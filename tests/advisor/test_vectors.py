@@ -350,6 +350,40 @@ def test_gpu_memory_requests_below_between_and_above_a_nodes_gpu_sizes_give_the_
             check(scorer, PodRequest(gpus=gpus, gpu_memory_bytes=gib * GIB, workload="bert"), list(nodes), nodes)
 
 
+@pytest.mark.parametrize("predictors", [Predictors.heuristic(), None])
+def test_a_gpu_memory_request_reads_the_rows_of_the_pod_without_it_where_every_gpu_meets_it(
+    predictors: Predictors | None,
+) -> None:
+    """Where every GPU of known memory has what a whole-GPU pod asks for, its eligible GPUs are the free ones: the
+    rows are those of the same pod without the request, computed once for any such request. Only nodes whose GPUs
+    fall short compute rows of the request's own (and the integers are the per-node ones, with a predictor that
+    reads each node's residents too)."""
+    rng = random.Random(37)
+    nodes: dict[str, NodeState] = {}
+    for i in range(40):
+        node = with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False))
+        sizes = [40 * GIB if i % 4 == 0 else 80 * GIB] * 8
+        if i == 1:
+            sizes[3] = 0  # memory unknown: eligible for any request
+        gpus = tuple(replace(g, memory_total_bytes=size) for g, size in zip(node.gpus, sizes, strict=True))
+        nodes[node.name] = replace(node, gpus=gpus, observed_at_seconds=1000.0)
+    small = sum(1 for i in range(40) if i % 4 == 0)
+    chosen = predictors or replace(Predictors.heuristic(), interference=WorkloadAwareInterference())
+    scorer = Scorer(ScoringConfig(), chosen, clock=lambda: NOW)
+    check(scorer, PodRequest(gpus=2, workload="bert"), list(nodes), nodes)
+    before = scorer.vectors.computed_rows
+    for gib in (20, 30, 40):  # every GPU has it: nothing computed
+        check(scorer, PodRequest(gpus=2, gpu_memory_bytes=gib * GIB, workload="bert"), list(nodes), nodes)
+    assert scorer.vectors.computed_rows == before
+    check(scorer, PodRequest(gpus=2, gpu_memory_bytes=60 * GIB, workload="bert"), list(nodes), nodes)
+    assert scorer.vectors.computed_rows - before == small  # the 40 GiB nodes' rows alone (infeasible there)
+    before = scorer.vectors.computed_rows
+    check(scorer, PodRequest(gpus=2, gpu_memory_bytes=70 * GIB, workload="gpt2"), list(nodes), nodes)
+    check(scorer, PodRequest(gpus=2, workload="gpt2"), list(nodes), nodes)  # the 80 GiB nodes' rows: already there
+    sharing = scorer.vectors.computed_rows - before - small
+    assert 0 < sharing < len(nodes) - small  # a new workload: the nodes whose chosen GPUs have residents
+
+
 def test_nodes_with_more_gpus_than_a_mask_holds_give_the_per_node_integers_for_every_workload() -> None:
     # 64 GPUs: no int64 mask of them, so their rows come from the per-node verdicts, a new workload's call included
     rng = random.Random(35)
