@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 
+import numpy as np
+from numpy.typing import NDArray
+
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.fragmentation import TaskMix, node_fragmentation_fit_milli, node_fragmentation_milli
 from advisor.placement.types import WHOLE_GPU_MILLI, WORST_LINK_RANK, Topology
@@ -106,6 +109,56 @@ def best_gpu_set(topology: Topology, eligible_mask: int, k: int, task_mix: TaskM
             best = key
             chosen = GpuSet(mask, tuple(combo), worst, mean, frag)
     return chosen
+
+
+def best_gpu_sets(topology: Topology, eligible_masks: Sequence[int], k: int, task_mix: TaskMix) -> list[GpuSet | None]:
+    """`best_gpu_set` for many eligible masks of one topology at once (the prioritize verb's node shapes it has not
+    met): the same sets. Where every eligible mask is searched exhaustively (at most `_EXHAUSTIVE_SET_LIMIT`
+    k-subsets of all the node's GPUs), the k-subsets' link costs are taken once per (topology, k) and each mask's
+    best subset is found on arrays, by the same keys in the same order: the least (worst, mean) link rank, then the
+    least F_n(M) of the eligible GPUs left (`fragmentation_milli`, once per distinct mask left), the first subset in
+    `combinations` order on ties. Otherwise `best_gpu_set` per mask."""
+    g = topology.gpu_count
+    if k <= 0 or k > g or math.comb(g, k) > _EXHAUSTIVE_SET_LIMIT or g > _ARRAY_SET_GPUS:
+        return [best_gpu_set(topology, m, k, task_mix) for m in eligible_masks]
+    subsets, worst, mean, rank = _subsets(topology, k)
+    masks = np.array(eligible_masks, dtype=np.int64)
+    valid = (subsets[None, :] & ~masks[:, None]) == 0  # mask × subset: the subset is among the eligible GPUs
+    ranked = np.where(valid, rank[None, :], rank.size)
+    best_rank = ranked.min(axis=1)
+    tied = ranked == best_rank[:, None]  # the subsets of the least (worst, mean) of each mask
+    rows, cols = np.nonzero(tied)
+    left = masks[rows] & ~subsets[cols]
+    distinct, inverse = np.unique(left, return_inverse=True)
+    f = np.array([fragmentation_milli(topology, _mask_milli(g, m), task_mix) for m in distinct.tolist()])
+    frag = np.full(tied.shape, np.inf)
+    frag[rows, cols] = f[inverse]
+    chosen = frag.argmin(axis=1)  # the first subset in `combinations` order on ties
+    out: list[GpuSet | None] = []
+    for i, j in enumerate(chosen.tolist()):
+        if best_rank[i] == rank.size:  # no subset among the eligible GPUs: fewer than k
+            out.append(None)
+            continue
+        mask = int(subsets[j])
+        positions = tuple(p for p in range(g) if mask >> p & 1)
+        out.append(GpuSet(mask, positions, worst[j], mean[j], float(frag[i, j])))
+    return out
+
+
+_ARRAY_SET_GPUS = 62
+"""`best_gpu_sets` keeps subsets as int64 bit masks: nodes of more GPUs go through `best_gpu_set`."""
+
+
+@lru_cache(maxsize=256)
+def _subsets(topology: Topology, k: int) -> tuple[NDArray[np.int64], list[int], list[float], NDArray[np.int64]]:
+    """Every k-subset of the topology's GPUs in `combinations` order: its bit mask, worst and mean link rank
+    (`_set_cost`), and the rank of (worst, mean) among them (equal pairs, equal ranks)."""
+    combos = list(combinations(range(topology.gpu_count), k))
+    costs = [_set_cost(topology.ranks, combo) for combo in combos]
+    order = {cost: i for i, cost in enumerate(sorted(set(costs)))}
+    masks = np.array([sum(1 << p for p in combo) for combo in combos], dtype=np.int64)
+    rank = np.array([order[cost] for cost in costs], dtype=np.int64)
+    return masks, [w for w, _ in costs], [m for _, m in costs], rank
 
 
 def _greedy_set(ranks: tuple[tuple[int, ...], ...], positions: list[int], start: int, k: int) -> tuple[int, ...]:

@@ -58,7 +58,7 @@ from advisor.placement.columnar import (
     whole_packing,
 )
 from advisor.placement.config import ScoringConfig
-from advisor.placement.gpuset import GpuSet, best_gpu_set, set_affinity
+from advisor.placement.gpuset import GpuSet, best_gpu_sets, set_affinity
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
 from advisor.placement.types import (
@@ -896,18 +896,26 @@ class ScoreVectors:
     ) -> tuple[FloatArray, FloatArray, IntArray]:
         """`gpuset.whole_plan`'s packing, affinity and chosen GPUs (mask; 0: no plan, too few eligible GPUs) of `k`
         whole GPUs among the eligible `masks[i]` of node shape `shape_ids[i]`, whose columns are those of the node
-        at `slots[i]`: the GPUs chosen per (topology, eligible mask) (`gpuset.best_gpu_set`, cached: few distinct),
-        then the packing of every new shape at once (`columnar.whole_packing`), not one Python F_n(M) per shape."""
+        at `slots[i]`: the GPUs chosen for every eligible mask of a topology at once (`gpuset.best_gpu_sets`), then
+        the packing of every new shape at once (`columnar.whole_packing`), not one Python F_n(M) per shape."""
         n = len(shape_ids)
         node_shapes = self._node_shapes
-        sets = [best_gpu_set(node_shapes[i][0], m, k, config.task_mix) for i, m in zip(shape_ids, masks, strict=True)]
+        by_topology: dict[Topology, list[int]] = {}
+        for j, i in enumerate(shape_ids):
+            by_topology.setdefault(node_shapes[i][0], []).append(j)
+        sets: list[GpuSet | None] = [None] * n
+        for topology, members in by_topology.items():
+            for j, gpu_set in zip(
+                members, best_gpu_sets(topology, [masks[j] for j in members], k, config.task_mix), strict=True
+            ):
+                sets[j] = gpu_set
         packing, affinity, chosen = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
         planned = [j for j, s in enumerate(sets) if s is not None]
         if planned:
             at = np.array(planned, dtype=np.intp)
-            found = cast("list[GpuSet]", [sets[j] for j in planned])
-            chosen[at] = [s.mask for s in found]
-            affinity[at] = [set_affinity(s, k) for s in found]
+            got = cast("list[GpuSet]", [sets[j] for j in planned])
+            chosen[at] = [s.mask for s in got]
+            affinity[at] = [set_affinity(s, k) for s in got]
             where = slots[at]
             packing[at] = whole_packing(
                 self._columns,

@@ -15,7 +15,7 @@ import pytest
 from advisor.placement.columnar import whole_packing
 from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import TaskMix
-from advisor.placement.gpuset import whole_plan
+from advisor.placement.gpuset import best_gpu_set, best_gpu_sets, whole_plan
 from advisor.placement.scorer import COLUMNAR_MIN_NODES, MEMO_LIMIT, Scorer
 from advisor.placement.scoring import RawVerdict
 from advisor.placement.types import COLUMN_ROWS, GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
@@ -213,6 +213,21 @@ def test_whole_gpu_packing_on_arrays_is_the_plans_packing_exactly(mix: str) -> N
         every.extend(expected)
     assert len(every) > 150
     assert len({round(p, 6) for p in every}) > 20  # packings that differ: the case means something
+
+
+@pytest.mark.parametrize("mix", ["gpu-only", "per-model"])
+def test_gpu_sets_for_many_masks_at_once_are_the_sets_chosen_one_by_one(mix: str) -> None:
+    """`best_gpu_sets` (the prioritize verb's GPU choice for node shapes it has not met) chooses what
+    `best_gpu_set` does — the same GPUs, link ranks and fragmentation — for every eligible mask of nodes of 2, 4
+    and 8 GPUs of every NVLink layout, and for nodes of 16 GPUs, where subsets too many to search go greedy."""
+    rng = random.Random(43)
+    mix_of = config_for(mix).for_model(MODELS[0]).task_mix
+    for gpus in (2, 4, 8, 8, 8, 16):
+        layout = topology(rng, gpus)
+        masks = list(range(1 << gpus)) if gpus <= 8 else [rng.getrandbits(16) for _ in range(200)]
+        for k in range(1, gpus + 1) if gpus <= 8 else (1, 2, 8):
+            one_by_one = [best_gpu_set(layout, m, k, mix_of) for m in masks]
+            assert best_gpu_sets(layout, masks, k, mix_of) == one_by_one, (gpus, k)
 
 
 @pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
