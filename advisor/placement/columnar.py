@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
-from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
+from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest, Topology
 from advisor.predictors import (
     HeuristicInterference,
     Predictors,
@@ -113,6 +113,12 @@ def resident_keys(columns: NDArray[np.float64]) -> NDArray[np.int64]:
     keys = np.full(counts.size, -1, dtype=np.int64)
     keys[usable] = resident_set_keys(resident_sm[:, usable], counts[usable].astype(np.intp))
     return keys.reshape(columns.shape[1:])
+
+
+def resident_flags(columns: NDArray[np.float64], slot: NDArray[np.intp]) -> BoolArray:
+    """Per node `slot[i]` of `columns` (row × node × GPU position) and GPU position, whether the GPU has residents."""
+    flags: BoolArray = columns[_RESIDENTS, slot] > 0
+    return flags
 
 
 def node_modes(nodes: Sequence[NodeState]) -> tuple[BoolArray, BoolArray]:
@@ -254,6 +260,20 @@ def whole_packing(
         before, largest, config=config, weights=None, uses_fit=gpu_only
     )
     return _packing(delta, after.total / np.maximum(1, WHOLE_GPU_MILLI * gpu_count), 0.0, config)
+
+
+def masks_fragmentation(topology: Topology, masks: NDArray[np.int64], *, config: ScoringConfig) -> FloatArray:
+    """F_n(M) (GPU-only, `config.task_mix`, as `gpuset.fragmentation_milli`) of a node of `topology` whose GPUs at
+    the bits of each of `masks` are wholly free and the others taken: what a whole-GPU set leaves of the eligible
+    GPUs (`gpuset.best_gpu_sets`' tie-break), for many masks at once."""
+    g = topology.gpu_count
+    free = (((masks[:, None] >> np.arange(g, dtype=np.int64)) & 1) * WHOLE_GPU_MILLI).astype(np.float64)
+    island = np.zeros(g)
+    for i, members in enumerate(topology.islands):
+        island[[p for p in range(g) if members >> p & 1]] = i
+    stats = _free_stats(free, np.broadcast_to(island, free.shape), share_sizes(config))[0]
+    largest = np.full(masks.size, float(topology.largest_island))
+    return _fragmentation(stats, largest, config=config, weights=None, uses_fit=np.zeros(masks.size, dtype=np.bool_))
 
 
 def _packing(

@@ -8,7 +8,7 @@ candidate and mostly hits the cache. The fragmentation math itself is `advisor.p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -111,13 +111,22 @@ def best_gpu_set(topology: Topology, eligible_mask: int, k: int, task_mix: TaskM
     return chosen
 
 
-def best_gpu_sets(topology: Topology, eligible_masks: Sequence[int], k: int, task_mix: TaskMix) -> list[GpuSet | None]:
+def best_gpu_sets(
+    topology: Topology,
+    eligible_masks: Sequence[int],
+    k: int,
+    task_mix: TaskMix,
+    *,
+    fragmentation: Callable[[NDArray[np.int64]], NDArray[np.float64]] | None = None,
+) -> list[GpuSet | None]:
     """`best_gpu_set` for many eligible masks of one topology at once (the prioritize verb's node shapes it has not
     met): the same sets. Where every eligible mask is searched exhaustively (at most `_EXHAUSTIVE_SET_LIMIT`
     k-subsets of all the node's GPUs), the k-subsets' link costs are taken once per (topology, k) and each mask's
     best subset is found on arrays, by the same keys in the same order: the least (worst, mean) link rank, then the
     least F_n(M) of the eligible GPUs left (`fragmentation_milli`, once per distinct mask left), the first subset in
-    `combinations` order on ties. Otherwise `best_gpu_set` per mask."""
+    `combinations` order on ties. Otherwise `best_gpu_set` per mask. `fragmentation`: F_n(M) of each of many masks
+    left (wholly free GPUs at their bits, none elsewhere) on arrays, where the caller has it (the same numbers as
+    `fragmentation_milli`, `columnar.masks_fragmentation`)."""
     g = topology.gpu_count
     if k <= 0 or k > g or math.comb(g, k) > _EXHAUSTIVE_SET_LIMIT or g > _ARRAY_SET_GPUS:
         return [best_gpu_set(topology, m, k, task_mix) for m in eligible_masks]
@@ -130,7 +139,10 @@ def best_gpu_sets(topology: Topology, eligible_masks: Sequence[int], k: int, tas
     rows, cols = np.nonzero(tied)
     left = masks[rows] & ~subsets[cols]
     distinct, inverse = np.unique(left, return_inverse=True)
-    f = np.array([fragmentation_milli(topology, _mask_milli(g, m), task_mix) for m in distinct.tolist()])
+    if fragmentation is None:
+        f = np.array([fragmentation_milli(topology, _mask_milli(g, m), task_mix) for m in distinct.tolist()])
+    else:
+        f = fragmentation(distinct)
     frag = np.full(tied.shape, np.inf)
     frag[rows, cols] = f[inverse]
     chosen = frag.argmin(axis=1)  # the first subset in `combinations` order on ties

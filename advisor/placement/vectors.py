@@ -38,6 +38,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol, cast, overload
@@ -50,7 +51,9 @@ from advisor.placement.columnar import (
     NodeFacts,
     ShareBasis,
     gpu_slowdowns,
+    masks_fragmentation,
     node_modes,
+    resident_flags,
     resident_keys,
     share_arrays,
     share_basis,
@@ -166,11 +169,6 @@ _gpu_count_of = attrgetter("topology.gpu_count")
 _largest_island_of = attrgetter("topology.largest_island")
 _gpu_model_of = attrgetter("gpu_model")
 _free_mask_of = attrgetter("free_mask")
-
-
-def _resident_bits(node: NodeState) -> int:
-    """The positions of the node's GPUs that have residents, as a bit mask."""
-    return sum(1 << pos for pos, g in enumerate(node.gpus) if g.residents)
 
 
 class ScoreVectors:
@@ -341,9 +339,9 @@ class ScoreVectors:
             self._models.append(model)
         self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
         self._take_columns(target, known)
-        narrow = [s if s.topology.gpu_count <= _MASK_BITS else None for s in known]
-        self._free_mask[target] = [0 if s is None else s.free_mask for s in narrow]
-        self._resident_mask[target] = [0 if s is None else _resident_bits(s) for s in narrow]
+        narrow = self._gpu_count[target] <= _MASK_BITS
+        self._free_mask[target] = np.where(narrow, [s.free_mask & _MASKS for s in known], 0)
+        self._resident_mask[target] = np.where(narrow, _bits(resident_flags(self._columns, target)), 0)
         memory = np.zeros((n, self._memory_total.shape[1]), dtype=np.int64)
         shapes = self._node_shape_ids
         ids = []
@@ -905,9 +903,14 @@ class ScoreVectors:
             by_topology.setdefault(node_shapes[i][0], []).append(j)
         sets: list[GpuSet | None] = [None] * n
         for topology, members in by_topology.items():
-            for j, gpu_set in zip(
-                members, best_gpu_sets(topology, [masks[j] for j in members], k, config.task_mix), strict=True
-            ):
+            found = best_gpu_sets(
+                topology,
+                [masks[j] for j in members],
+                k,
+                config.task_mix,
+                fragmentation=partial(masks_fragmentation, topology, config=config),
+            )
+            for j, gpu_set in zip(members, found, strict=True):
                 sets[j] = gpu_set
         packing, affinity, chosen = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
         planned = [j for j, s in enumerate(sets) if s is not None]

@@ -8,11 +8,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
 
-from advisor.placement.columnar import whole_packing
+from advisor.placement.columnar import masks_fragmentation, whole_packing
 from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import TaskMix
 from advisor.placement.gpuset import best_gpu_set, best_gpu_sets, whole_plan
@@ -221,13 +222,15 @@ def test_gpu_sets_for_many_masks_at_once_are_the_sets_chosen_one_by_one(mix: str
     `best_gpu_set` does — the same GPUs, link ranks and fragmentation — for every eligible mask of nodes of 2, 4
     and 8 GPUs of every NVLink layout, and for nodes of 16 GPUs, where subsets too many to search go greedy."""
     rng = random.Random(43)
-    mix_of = config_for(mix).for_model(MODELS[0]).task_mix
+    config = config_for(mix).for_model(MODELS[0])
     for gpus in (2, 4, 8, 8, 8, 16):
         layout = topology(rng, gpus)
         masks = list(range(1 << gpus)) if gpus <= 8 else [rng.getrandbits(16) for _ in range(200)]
+        on_arrays = partial(masks_fragmentation, layout, config=config)  # the tie-break's F_n(M), as vectors ask
         for k in range(1, gpus + 1) if gpus <= 8 else (1, 2, 8):
-            one_by_one = [best_gpu_set(layout, m, k, mix_of) for m in masks]
-            assert best_gpu_sets(layout, masks, k, mix_of) == one_by_one, (gpus, k)
+            one_by_one = [best_gpu_set(layout, m, k, config.task_mix) for m in masks]
+            assert best_gpu_sets(layout, masks, k, config.task_mix) == one_by_one, (gpus, k)
+            assert best_gpu_sets(layout, masks, k, config.task_mix, fragmentation=on_arrays) == one_by_one, (gpus, k)
 
 
 @pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
