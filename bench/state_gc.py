@@ -10,7 +10,10 @@ One command, prints the figures recorded in docs/benchmarks.md:
     count, p50/p99/max per generation;
     the longest single step of that loop (one ingest or one
     prioritize, collections inside it included: the longest a request waits behind the state), wall and CPU (on a
-    loaded machine the wall time of a step is mostly waiting for a core); and the frozen
+    loaded machine the wall time of a step is mostly waiting for a core), and the eight longest steps by CPU named
+    (which node's ingest; which prioritize call, its pod, how many candidates it asked about for the first time or
+    changed since they were last asked about, how many rows it computed); with `--profile`, every prioritize call
+    is profiled (cProfile, by CPU) and the three longest steps' profiles are printed; and the frozen
     objects per node at the start and the end (garbage frozen with the state would make them grow);
   * one full collection (`gc.collect()`) of the state as it stands, and a full collection after `gc.unfreeze()`:
     the stall the state no longer causes (it once ran one to reclaim cyclic garbage a freeze caught; there is none,
@@ -18,7 +21,7 @@ One command, prints the figures recorded in docs/benchmarks.md:
 
 The process is set up as `gpuadvisor advisor serve` sets itself up (`gc.freeze()` after start-up, its thresholds).
 
-Usage: python bench/state_gc.py [--nodes 10000] [--procs-per-gpu N] [--seconds 20]   (JSON last line)
+Usage: python bench/state_gc.py [--nodes 10000] [--procs-per-gpu N] [--seconds 20] [--profile]   (JSON last line)
 """
 
 from __future__ import annotations

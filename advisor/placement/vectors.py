@@ -13,8 +13,15 @@ functions as `Scorer.extender_priorities` (`advisor.placement.totals`): the same
 The shape is `Scorer.evaluate`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
 — except for whole GPUs, whose plans (the GPUs chosen, packing, affinity) hold for any workload: one table of them
 per shape without the workload, and one per workload with the rows of the nodes whose chosen GPUs have residents
-(their interference), so that a new workload computes only those (`_whole_priorities`). The pod's CPU/memory is no
-part of it: a shortfall is checked on every call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
+(their interference), so that a new workload computes only those (`_whole_priorities`). A whole-GPU pod's GPU memory
+is part of the shape only on nodes where some GPU of known memory falls short of it: elsewhere its eligible GPUs are
+the free ones and its rows are the pod's without it (`_whole_rows`). The pod's CPU/memory is no part of it: a
+shortfall is checked on every call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
+
+A node shape (topology, free milli-GPU) met for the first time by a whole-GPU shape is planned with those of the same
+call together (`_new_plans`): the GPU sets on arrays (`gpuset.best_gpu_sets`), their packing on arrays
+(`columnar.whole_packing`), the same numbers as `gpuset.whole_plan` — at 10,000 nodes nearly every node has a shape of
+its own, so the first calls after a start (or after many snapshots) meet hundreds of them.
 
 What it covers: pods that ask for GPUs (whole or a share), without a gang (whether a member runs elsewhere depends on
 the whole batch), under a configuration whose task mixes give no CPU/memory (no node has a fit index). Everything else
