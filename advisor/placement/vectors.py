@@ -30,7 +30,8 @@ goes through the per-node path unchanged (`covers`).
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
 per-node objects), each 7 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
-more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Per slot it also keeps the node's
+more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside); the first time its arrays grow, they
+make room for the whole cluster (a growth copies them all: a stall once they are full). Per slot it also keeps the node's
 `NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest node), so that
 a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept per node
 shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per (node
@@ -242,6 +243,11 @@ class ScoreVectors:
         # per configuration: each slot's `columnar.ShareBasis` (what a share reads of its node whatever its size)
         self._bases: OrderedDict[ScoringConfig, _BasisTable] = OrderedDict()
 
+    @property
+    def capacity(self) -> int:
+        """Node slots the index's arrays hold (slot 0 included)."""
+        return int(self._serial.size)
+
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
         stay, each one's state unknown until the next call finds it."""
@@ -300,6 +306,11 @@ class ScoreVectors:
         if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
             self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
             got = list(map(self._slot_of.get, names))
+        needed = self._used + sum(1 for f, s in zip(got, states, strict=True) if f is None and s is not _ABSENT)
+        if needed > self._serial.size:
+            # room for the whole cluster at once: growing copies every per-slot array (tens of MB at 10,000 nodes),
+            # a stall if done while they are full, cheap while they are nearly empty (the first calls)
+            self._grow(max(2 * self._serial.size, 1 << max(needed, cluster_size + _SPARE_SLOTS).bit_length()))
         out: list[int] = []
         for name, found, state in zip(names, got, states, strict=True):
             if found is not None:
@@ -310,8 +321,6 @@ class ScoreVectors:
             else:
                 slot = self._slot_of[name] = self._used
                 self._used += 1
-                if slot >= self._serial.size:
-                    self._grow(2 * self._serial.size)
                 out.append(slot)
         return np.array(out, dtype=np.intp)
 

@@ -206,6 +206,23 @@ def test_a_warm_call_computes_nothing_and_a_new_snapshot_only_its_node(pod: PodR
     assert scorer.vectors.computed_rows == 31  # only the node with a new snapshot
 
 
+def test_the_index_makes_room_for_the_whole_cluster_when_it_first_grows() -> None:
+    """Growing the index copies every per-slot array: at 10,000 nodes tens of MB, a stall when they are full. The
+    first call that needs more slots than the index holds makes room for the whole cluster; later calls about the
+    other nodes grow nothing (and still give the per-node integers)."""
+    rng = random.Random(39)
+    nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(400)}
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    names = list(nodes)
+    before = scorer.vectors.capacity
+    check(scorer, PodRequest(gpus=1, workload="bert"), names[:100], nodes)
+    room = scorer.vectors.capacity
+    assert before < 100 < len(nodes) < room
+    for start in range(100, 400, 100):
+        check(scorer, PodRequest(gpus=2, workload="bert"), names[start : start + 100], nodes)
+    assert scorer.vectors.capacity == room
+
+
 def test_gangs_and_pods_without_gpus_take_the_per_node_path() -> None:
     config = ScoringConfig()
     assert vectors.covers(PodRequest(gpus=1), config)
