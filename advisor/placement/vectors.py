@@ -31,12 +31,12 @@ Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotte
 per-node objects), each 7 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
 more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside); the first time its arrays grow, they
-make room for the whole cluster (a growth copies them all: a stall once they are full). Per slot it also keeps the node's
-`NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest node), so that
-a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept per node
-shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per (node
-shape, eligible GPUs) for GPU-memory requests (at most `_NODE_SHAPE_LIMIT` plans per pair), and go with the node
-shapes when the index starts afresh. A share's node basis (`columnar.ShareBasis`: what it reads of a node whatever
+make room for the whole cluster (a growth copies them all: a stall once they are full). Per slot it also keeps the
+node's `NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest
+node), so that a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept
+per node shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per
+(node shape, eligible GPUs) for GPU-memory requests (at most `_NODE_SHAPE_LIMIT` plans per pair), and go with the
+node shapes when the index starts afresh. A share's node basis (`columnar.ShareBasis`: what it reads of a node whatever
 its size, F_n(M) as the node is among it) is kept per slot for at most `_BASIS_TABLES` configurations, 600 bytes per
 slot each with the default task mix, so that a cold share computes only the after-state of the GPUs it fits on.
 """
