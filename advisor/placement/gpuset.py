@@ -135,8 +135,11 @@ def best_gpu_sets(
     valid = (subsets[None, :] & ~masks[:, None]) == 0  # mask × subset: the subset is among the eligible GPUs
     ranked = np.where(valid, rank[None, :], rank.size)
     best_rank = ranked.min(axis=1)
-    tied = ranked == best_rank[:, None]  # the subsets of the least (worst, mean) of each mask
+    tied = valid & (ranked == best_rank[:, None])  # the subsets of the least (worst, mean) of each mask (none where
+    # no subset is among the eligible GPUs: no F_n(M) is computed for them)
     rows, cols = np.nonzero(tied)
+    if not rows.size:  # no mask has k eligible GPUs
+        return [None] * masks.size
     left = masks[rows] & ~subsets[cols]
     distinct, inverse = np.unique(left, return_inverse=True)
     if fragmentation is None:
@@ -146,12 +149,14 @@ def best_gpu_sets(
     frag = np.full(tied.shape, np.inf)
     frag[rows, cols] = f[inverse]
     chosen = frag.argmin(axis=1)  # the first subset in `combinations` order on ties
+    none = rank.size  # a mask's best rank where no subset is among its eligible GPUs (fewer than k)
+    subset_masks: list[int] = subsets.tolist()
     out: list[GpuSet | None] = []
-    for i, j in enumerate(chosen.tolist()):
-        if best_rank[i] == rank.size:  # no subset among the eligible GPUs: fewer than k
+    for i, (j, best) in enumerate(zip(chosen.tolist(), best_rank.tolist(), strict=True)):
+        if best == none:
             out.append(None)
             continue
-        mask = int(subsets[j])
+        mask = subset_masks[j]
         positions = tuple(p for p in range(g) if mask >> p & 1)
         out.append(GpuSet(mask, positions, worst[j], mean[j], float(frag[i, j])))
     return out

@@ -69,7 +69,7 @@ from advisor.placement.columnar import (
     whole_packing,
 )
 from advisor.placement.config import ScoringConfig
-from advisor.placement.gpuset import GpuSet, best_gpu_sets, set_affinity
+from advisor.placement.gpuset import GpuSet, best_gpu_sets, set_affinity, whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
 from advisor.placement.types import (
@@ -911,9 +911,17 @@ class ScoreVectors:
         """`gpuset.whole_plan`'s packing, affinity and chosen GPUs (mask; 0: no plan, too few eligible GPUs) of `k`
         whole GPUs among the eligible `masks[i]` of node shape `shape_ids[i]`, whose columns are those of the node
         at `slots[i]`: the GPUs chosen for every eligible mask of a topology at once (`gpuset.best_gpu_sets`), then
-        the packing of every new shape at once (`columnar.whole_packing`), not one Python F_n(M) per shape."""
+        the packing of every new shape at once (`columnar.whole_packing`), not one Python F_n(M) per shape — from
+        `_ARRAY_PLANS_MIN` shapes on."""
         n = len(shape_ids)
         node_shapes = self._node_shapes
+        if n < _ARRAY_PLANS_MIN:  # a few: one `whole_plan` each costs less than setting up the arrays
+            plans = [whole_plan(*node_shapes[i], m, k, config) for i, m in zip(shape_ids, masks, strict=True)]
+            return (
+                np.array([0.0 if p is None else p.packing for p in plans]),
+                np.array([0.0 if p is None else p.topology_affinity for p in plans]),
+                np.array([0 if p is None else p.mask for p in plans], dtype=np.int64),
+            )
         by_topology: dict[Topology, list[int]] = {}
         for j, i in enumerate(shape_ids):
             by_topology.setdefault(node_shapes[i][0], []).append(j)
@@ -1114,6 +1122,9 @@ _FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "i
 _VECTORISE_MIN_NODES = 8
 """Below this many cold nodes of one GPU count and configuration, `Scorer.evaluate`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""
+_ARRAY_PLANS_MIN = 48
+"""From this many node shapes new to a call's plans, they are planned on arrays (`ScoreVectors._new_plans`); fewer go
+one `gpuset.whole_plan` each (the same numbers: tests/advisor/test_columnar.py compares the array forms with it)."""
 _Plan = tuple[float, float, int]
 """A whole-GPU plan as `_eligible_plans` keeps it: packing, affinity, the chosen GPUs' mask (0: no plan)."""
 _UNPLANNED = object()
