@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
-from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest
+from advisor.placement.types import COLUMN_RESIDENTS, COLUMN_ROWS, WHOLE_GPU_MILLI, NodeState, PodRequest, Topology
 from advisor.predictors import (
     HeuristicInterference,
     Predictors,
@@ -118,6 +118,12 @@ def resident_keys(columns: NDArray[np.float64]) -> NDArray[np.int64]:
     return keys.reshape(columns.shape[1:])
 
 
+def resident_flags(columns: NDArray[np.float64], slot: NDArray[np.intp]) -> BoolArray:
+    """Per node `slot[i]` of `columns` (row × node × GPU position) and GPU position, whether the GPU has residents."""
+    flags: BoolArray = columns[_RESIDENTS, slot] > 0
+    return flags
+
+
 def node_modes(nodes: Sequence[NodeState]) -> tuple[BoolArray, BoolArray]:
     """Per node, whether its GPUs run kernels at once and whether they take turns (`NodeFacts`' two)."""
     modes = [node.sharing_mode for node in nodes]
@@ -187,18 +193,7 @@ def share_basis(
     free = row(_FREE)
     total_memory = row(_MEMORY_TOTAL)
     n, g = free.shape
-    full = free >= WHOLE_GPU_MILLI
-    island_of = np.arange(n)[:, None] * g + row(_ISLAND).astype(np.int64)
-    weighted = np.bincount(island_of.ravel(), weights=full.ravel().astype(np.float64), minlength=n * g)
-    per_island = weighted.reshape(n, g)  # island i of node r at [r, i]
-    sizes = share_sizes(config)
-    before = _Stats(
-        total=free.sum(axis=1),
-        full=full.sum(axis=1).astype(np.float64),
-        max_free=free.max(axis=1),
-        island_full=per_island.max(axis=1),
-        below={m: (free * (free < m)).sum(axis=1) for m in sizes},
-    )
+    before, per_island, in_island = _free_stats(free, row(_ISLAND), share_sizes(config))
     # The largest free share among the other GPUs: the second largest where this GPU holds the only maximum.
     ordered = np.sort(free, axis=1)
     first = ordered[:, -1:]
@@ -207,7 +202,7 @@ def share_basis(
     # Full GPUs in the fullest island: one less only where this GPU was full in the one island holding the maximum.
     top = before.island_full[:, None]
     top_islands = (per_island == top).sum(axis=1)[:, None]
-    island_drop = ((weighted[island_of] == top) & (top_islands == 1)).astype(np.float64)
+    island_drop = ((in_island == top) & (top_islands == 1)).astype(np.float64)
     same = (free[:, :, None] == free[:, None, :]) & (island_drop[:, :, None] == island_drop[:, None, :])
     if config.resources is None:  # GPU-only: no node has CPU/memory fit indices (`scoring._fit` is not called)
         uses_fit, weights = np.zeros(n, dtype=np.bool_), None
@@ -227,6 +222,86 @@ def share_basis(
         fragmentation=_fragmentation(before, largest, config=config, weights=weights, uses_fit=uses_fit),
         leader=same.argmax(axis=2),
     )
+
+
+def _free_stats(free: FloatArray, island: FloatArray, sizes: set[int]) -> tuple[_Stats, FloatArray, FloatArray]:
+    """What F_n(M) reads of nodes whose GPUs have `free` milli-GPU (node × GPU position; zero past a node's GPUs
+    changes nothing) in NVLink islands `island` (index per position), for the share sizes `sizes`; and the full GPUs
+    in each island (node × island) and in each GPU's island (node × GPU position)."""
+    n, g = free.shape
+    full = free >= WHOLE_GPU_MILLI
+    island_of = np.arange(n)[:, None] * g + island.astype(np.int64)
+    counted = np.bincount(island_of.ravel(), weights=full.ravel().astype(np.float64), minlength=n * g)
+    weighted = np.asarray(counted, dtype=np.float64)  # float64 already (weighted counts): typed as such
+    per_island = weighted.reshape(n, g)  # island i of node r at [r, i]
+    stats = _Stats(
+        total=free.sum(axis=1),
+        full=full.sum(axis=1).astype(np.float64),
+        max_free=free.max(axis=1),
+        island_full=per_island.max(axis=1),
+        below={m: (free * (free < m)).sum(axis=1) for m in sizes},
+    )
+    return stats, per_island, weighted[island_of]
+
+
+def whole_packing(
+    columns: NDArray[np.float64],
+    slot: NDArray[np.intp],
+    gpu_count: NDArray[np.intp],
+    largest: FloatArray,
+    taken: NDArray[np.int64],
+    *,
+    config: ScoringConfig,
+) -> FloatArray:
+    """`gpuset.whole_plan`'s packing of the nodes whose columns are `columns[:, slot[i]]` (row × node × GPU
+    position, zero past the node's `gpu_count[i]` GPUs; largest NVLink island `largest[i]`) when a pod takes the
+    whole GPUs of the bit mask `taken[i]`: F_n(M) (GPU-only, `config.task_mix`, as `gpuset.fragmentation_milli`)
+    before and after, then `gpuset.packing_of` without a balance penalty, for many nodes at once (the prioritize
+    verb's plans of node shapes it has not met)."""
+    free = columns[_FREE, slot]
+    island = columns[_ISLAND, slot]
+    width = free.shape[1]
+    took = ((taken[:, None] >> np.arange(width, dtype=np.int64)) & 1).astype(np.float64)
+    sizes = share_sizes(config)
+    before = _free_stats(free, island, sizes)[0]
+    after = _free_stats(free - WHOLE_GPU_MILLI * took, island, sizes)[0]
+    gpu_only = np.zeros(slot.size, dtype=np.bool_)  # `whole_plan` reads the task mix alone, never CPU/memory
+    delta = _fragmentation(after, largest, config=config, weights=None, uses_fit=gpu_only) - _fragmentation(
+        before, largest, config=config, weights=None, uses_fit=gpu_only
+    )
+    return _packing(delta, after.total / np.maximum(1, WHOLE_GPU_MILLI * gpu_count), 0.0, config)
+
+
+def masks_fragmentation(topology: Topology, masks: NDArray[np.int64], *, config: ScoringConfig) -> FloatArray:
+    """F_n(M) (GPU-only, `config.task_mix`, as `gpuset.fragmentation_milli`) of a node of `topology` whose GPUs at
+    the bits of each of `masks` are wholly free and the others taken: what a whole-GPU set leaves of the eligible
+    GPUs (`gpuset.best_gpu_sets`' tie-break), for many masks at once."""
+    g = topology.gpu_count
+    free = (((masks[:, None] >> np.arange(g, dtype=np.int64)) & 1) * WHOLE_GPU_MILLI).astype(np.float64)
+    island = np.zeros(g)
+    for i, members in enumerate(topology.islands):
+        island[[p for p in range(g) if members >> p & 1]] = i
+    stats = _free_stats(free, np.broadcast_to(island, free.shape), share_sizes(config))[0]
+    largest = np.full(masks.size, float(topology.largest_island))
+    return _fragmentation(stats, largest, config=config, weights=None, uses_fit=np.zeros(masks.size, dtype=np.bool_))
+
+
+def _packing(
+    delta: FloatArray, left_ratio: FloatArray, penalty: FloatArray | float, config: ScoringConfig
+) -> FloatArray:
+    """`gpuset.packing_of` elementwise: the fragmentation change `delta` (milli-GPU), the free share left
+    `left_ratio`, the balance penalty `penalty`; the same operations in the same order."""
+    sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
+    stepped = sigmoid
+    if config.packing_gradient_steps:
+        steps = config.packing_gradient_steps
+        stepped = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
+    best_fit_share = config.packing_best_fit_share
+    best_fit = best_fit_share * (1.0 - left_ratio - penalty)
+    packing: FloatArray = (
+        (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
+    )
+    return packing
 
 
 def _after(basis: ShareBasis, *, milli: int, nodes: NDArray[np.intp], at: NDArray[np.intp]) -> _Stats:
@@ -594,15 +669,8 @@ def _class_packing(
     )
     delta = frag_after - basis.fragmentation[node_row]
     left_ratio = after.total / max(1, WHOLE_GPU_MILLI * g)
-    sigmoid = _sigmoid_of_negative(delta / WHOLE_GPU_MILLI)
-    stepped = sigmoid
-    if config.packing_gradient_steps:
-        steps = config.packing_gradient_steps
-        stepped = np.floor(sigmoid * steps + GRADIENT_STEP_SLACK) / steps
-    best_fit_share = config.packing_best_fit_share
     penalty = _balance_penalties(nodes, fits, after.total, rows, gpu_count=g, config=config)
-    best_fit = best_fit_share * (1.0 - left_ratio - penalty)
-    packing = (1.0 - best_fit_share) * stepped + best_fit + config.packing_gradient_residual * (sigmoid - stepped)
+    packing = _packing(delta, left_ratio, penalty, config)
     gathered: FloatArray = packing[which]
     return gathered
 

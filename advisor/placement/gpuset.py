@@ -8,10 +8,13 @@ candidate and mostly hits the cache. The fragmentation math itself is `advisor.p
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
+
+import numpy as np
+from numpy.typing import NDArray
 
 from advisor.placement.config import GRADIENT_STEP_SLACK, ScoringConfig
 from advisor.placement.fragmentation import TaskMix, node_fragmentation_fit_milli, node_fragmentation_milli
@@ -108,6 +111,73 @@ def best_gpu_set(topology: Topology, eligible_mask: int, k: int, task_mix: TaskM
     return chosen
 
 
+def best_gpu_sets(
+    topology: Topology,
+    eligible_masks: Sequence[int],
+    k: int,
+    task_mix: TaskMix,
+    *,
+    fragmentation: Callable[[NDArray[np.int64]], NDArray[np.float64]] | None = None,
+) -> list[GpuSet | None]:
+    """`best_gpu_set` for many eligible masks of one topology at once (the prioritize verb's node shapes it has not
+    met): the same sets. Where every eligible mask is searched exhaustively (at most `_EXHAUSTIVE_SET_LIMIT`
+    k-subsets of all the node's GPUs), the k-subsets' link costs are taken once per (topology, k) and each mask's
+    best subset is found on arrays, by the same keys in the same order: the least (worst, mean) link rank, then the
+    least F_n(M) of the eligible GPUs left (`fragmentation_milli`, once per distinct mask left), the first subset in
+    `combinations` order on ties. Otherwise `best_gpu_set` per mask. `fragmentation`: F_n(M) of each of many masks
+    left (wholly free GPUs at their bits, none elsewhere) on arrays, where the caller has it (the same numbers as
+    `fragmentation_milli`, `columnar.masks_fragmentation`)."""
+    g = topology.gpu_count
+    if k <= 0 or k > g or math.comb(g, k) > _EXHAUSTIVE_SET_LIMIT or g > _ARRAY_SET_GPUS:
+        return [best_gpu_set(topology, m, k, task_mix) for m in eligible_masks]
+    subsets, worst, mean, rank = _subsets(topology, k)
+    masks = np.array(eligible_masks, dtype=np.int64)
+    valid = (subsets[None, :] & ~masks[:, None]) == 0  # mask × subset: the subset is among the eligible GPUs
+    ranked = np.where(valid, rank[None, :], rank.size)
+    best_rank = ranked.min(axis=1)
+    tied = valid & (ranked == best_rank[:, None])  # the subsets of the least (worst, mean) of each mask (none where
+    # no subset is among the eligible GPUs: no F_n(M) is computed for them)
+    rows, cols = np.nonzero(tied)
+    if not rows.size:  # no mask has k eligible GPUs
+        return [None] * masks.size
+    left = masks[rows] & ~subsets[cols]
+    distinct, inverse = np.unique(left, return_inverse=True)
+    if fragmentation is None:
+        f = np.array([fragmentation_milli(topology, _mask_milli(g, m), task_mix) for m in distinct.tolist()])
+    else:
+        f = fragmentation(distinct)
+    frag = np.full(tied.shape, np.inf)
+    frag[rows, cols] = f[inverse]
+    chosen = frag.argmin(axis=1)  # the first subset in `combinations` order on ties
+    none = rank.size  # a mask's best rank where no subset is among its eligible GPUs (fewer than k)
+    subset_masks: list[int] = subsets.tolist()
+    out: list[GpuSet | None] = []
+    for i, (j, best) in enumerate(zip(chosen.tolist(), best_rank.tolist(), strict=True)):
+        if best == none:
+            out.append(None)
+            continue
+        mask = subset_masks[j]
+        positions = tuple(p for p in range(g) if mask >> p & 1)
+        out.append(GpuSet(mask, positions, worst[j], mean[j], float(frag[i, j])))
+    return out
+
+
+_ARRAY_SET_GPUS = 62
+"""`best_gpu_sets` keeps subsets as int64 bit masks: nodes of more GPUs go through `best_gpu_set`."""
+
+
+@lru_cache(maxsize=256)
+def _subsets(topology: Topology, k: int) -> tuple[NDArray[np.int64], list[int], list[float], NDArray[np.int64]]:
+    """Every k-subset of the topology's GPUs in `combinations` order: its bit mask, worst and mean link rank
+    (`_set_cost`), and the rank of (worst, mean) among them (equal pairs, equal ranks)."""
+    combos = list(combinations(range(topology.gpu_count), k))
+    costs = [_set_cost(topology.ranks, combo) for combo in combos]
+    order = {cost: i for i, cost in enumerate(sorted(set(costs)))}
+    masks = np.array([sum(1 << p for p in combo) for combo in combos], dtype=np.int64)
+    rank = np.array([order[cost] for cost in costs], dtype=np.int64)
+    return masks, [w for w, _ in costs], [m for _, m in costs], rank
+
+
 def _greedy_set(ranks: tuple[tuple[int, ...], ...], positions: list[int], start: int, k: int) -> tuple[int, ...]:
     chosen = [start]
     rest = [p for p in positions if p != start]
@@ -146,10 +216,14 @@ def whole_plan(
     left = f"leaves {sum(1 for r in after_milli if r >= WHOLE_GPU_MILLI)} free"
     mask = sum(1 << p for p in chosen.positions)
     if k <= 1:
-        return WholePlan(chosen.positions, packing, 1.0, f", {left}", mask)
+        return WholePlan(chosen.positions, packing, set_affinity(chosen, k), f", {left}", mask)
     link = _LEVEL_BY_RANK[chosen.worst_rank] if topology.known else "topology unknown"
-    affinity = 1.0 - chosen.mean_rank / WORST_LINK_RANK
-    return WholePlan(chosen.positions, packing, affinity, f" on {link}, {left}", mask)
+    return WholePlan(chosen.positions, packing, set_affinity(chosen, k), f" on {link}, {left}", mask)
+
+
+def set_affinity(chosen: GpuSet, k: int) -> float:
+    """A whole-GPU plan's link affinity: 1 for one GPU, else 1 − the chosen set's mean link rank over the worst."""
+    return 1.0 if k <= 1 else 1.0 - chosen.mean_rank / WORST_LINK_RANK
 
 
 def packing_of(

@@ -13,8 +13,15 @@ functions as `Scorer.extender_priorities` (`advisor.placement.totals`): the same
 The shape is `Scorer.evaluate`'s: GPUs or share, GPU memory, GPU models, configuration and predictors, and the workload
 — except for whole GPUs, whose plans (the GPUs chosen, packing, affinity) hold for any workload: one table of them
 per shape without the workload, and one per workload with the rows of the nodes whose chosen GPUs have residents
-(their interference), so that a new workload computes only those (`_whole_priorities`). The pod's CPU/memory is no
-part of it: a shortfall is checked on every call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
+(their interference), so that a new workload computes only those (`_whole_priorities`). A whole-GPU pod's GPU memory
+is part of the shape only on nodes where some GPU of known memory falls short of it: elsewhere its eligible GPUs are
+the free ones and its rows are the pod's without it (`_whole_rows`). The pod's CPU/memory is no part of it: a
+shortfall is checked on every call over the nodes' free CPU/memory, as `Scorer.evaluate` does.
+
+A node shape (topology, free milli-GPU) met for the first time by a whole-GPU shape is planned with those of the same
+call together (`_new_plans`): the GPU sets on arrays (`gpuset.best_gpu_sets`), their packing on arrays
+(`columnar.whole_packing`), the same numbers as `gpuset.whole_plan` — at 10,000 nodes nearly every node has a shape of
+its own, so the first calls after a start (or after many snapshots) meet hundreds of them.
 
 What it covers: pods that ask for GPUs (whole or a share), without a gang (whether a member runs elsewhere depends on
 the whole batch), under a configuration whose task mixes give no CPU/memory (no node has a fit index). Everything else
@@ -23,12 +30,13 @@ goes through the per-node path unchanged (`covers`).
 Memory is bounded: at most `MAX_TABLES` shapes, the least recently used forgotten first (one array pair freed, no
 per-node objects), each 7 × 8 bytes per node slot; the index holds one slot per node name the cluster knew (and the
 `NodeState.serial` of the state last found there, never the state itself), and is started afresh once it holds
-more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside). Per slot it also keeps the node's
-`NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest node), so that
-a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept per node
-shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per (node
-shape, eligible GPUs) for GPU-memory requests (at most `_NODE_SHAPE_LIMIT` plans per pair), and go with the node
-shapes when the index starts afresh. A share's node basis (`columnar.ShareBasis`: what it reads of a node whatever
+more than twice as many names as the cluster has nodes (`_SPARE_SLOTS` aside); the first time its arrays grow, they
+make room for the whole cluster (a growth copies them all: a stall once they are full). Per slot it also keeps the
+node's `NodeState.columns` (`COLUMN_ROWS` × its GPUs × 8 bytes: 960 bytes for 8 GPUs, as wide as the widest
+node), so that a cold call reads them as arrays instead of joining every candidate's bytes. Whole-GPU plans are kept
+per node shape for at most `_PLAN_TABLES` (whole GPUs, configuration) pairs, 24 bytes per node shape each, and per
+(node shape, eligible GPUs) for GPU-memory requests (at most `_NODE_SHAPE_LIMIT` plans per pair), and go with the
+node shapes when the index starts afresh. A share's node basis (`columnar.ShareBasis`: what it reads of a node whatever
 its size, F_n(M) as the node is among it) is kept per slot for at most `_BASIS_TABLES` configurations, 600 bytes per
 slot each with the default task mix, so that a cold share computes only the after-state of the GPUs it fits on.
 """
@@ -38,6 +46,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol, cast, overload
@@ -50,14 +59,17 @@ from advisor.placement.columnar import (
     NodeFacts,
     ShareBasis,
     gpu_slowdowns,
+    masks_fragmentation,
     node_modes,
+    resident_flags,
     resident_keys,
     share_arrays,
     share_basis,
     share_sizes,
+    whole_packing,
 )
 from advisor.placement.config import ScoringConfig
-from advisor.placement.gpuset import WholePlan, whole_plan
+from advisor.placement.gpuset import GpuSet, best_gpu_sets, set_affinity, whole_plan
 from advisor.placement.scoring import RawVerdict, jct_basis
 from advisor.placement.totals import extender_integers, unknown_integer, weighted_totals
 from advisor.placement.types import (
@@ -167,11 +179,6 @@ _gpu_model_of = attrgetter("gpu_model")
 _free_mask_of = attrgetter("free_mask")
 
 
-def _resident_bits(node: NodeState) -> int:
-    """The positions of the node's GPUs that have residents, as a bit mask."""
-    return sum(1 << pos for pos, g in enumerate(node.gpus) if g.residents)
-
-
 class ScoreVectors:
     """The node index and the per-shape tables of one process (the service's prioritize verb; one lock: a call
     reads and writes both). A slot holds no node state: it knows the state last found there by its `serial`.
@@ -232,9 +239,14 @@ class ScoreVectors:
         self._plans: dict[tuple[int, ScoringConfig], _PlanTable] = {}
         # the same where a GPU-memory request leaves fewer eligible GPUs: by (node shape id, eligible mask) packed
         # as `id << _MASK_BITS | mask` (`_eligible_plans`)
-        self._eligible: dict[tuple[int, ScoringConfig], dict[int, WholePlan | None]] = {}
+        self._eligible: dict[tuple[int, ScoringConfig], dict[int, _Plan]] = {}
         # per configuration: each slot's `columnar.ShareBasis` (what a share reads of its node whatever its size)
         self._bases: OrderedDict[ScoringConfig, _BasisTable] = OrderedDict()
+
+    @property
+    def capacity(self) -> int:
+        """Node slots the index's arrays hold (slot 0 included)."""
+        return int(self._serial.size)
 
     def clear(self) -> None:
         """Forget every row, as if every node had just sent a new snapshot (a benchmark's cold start): the slots
@@ -294,6 +306,11 @@ class ScoreVectors:
         if len(self._slot_of) + got.count(None) > 2 * cluster_size + _SPARE_SLOTS:
             self._reset(self._serial.size)  # mostly names of nodes that left: start afresh
             got = list(map(self._slot_of.get, names))
+        needed = self._used + sum(1 for f, s in zip(got, states, strict=True) if f is None and s is not _ABSENT)
+        if needed > self._serial.size:
+            # room for the whole cluster at once: growing copies every per-slot array (tens of MB at 10,000 nodes),
+            # a stall if done while they are full, cheap while they are nearly empty (the first calls)
+            self._grow(max(2 * self._serial.size, 1 << max(needed, cluster_size + _SPARE_SLOTS).bit_length()))
         out: list[int] = []
         for name, found, state in zip(names, got, states, strict=True):
             if found is not None:
@@ -304,8 +321,6 @@ class ScoreVectors:
             else:
                 slot = self._slot_of[name] = self._used
                 self._used += 1
-                if slot >= self._serial.size:
-                    self._grow(2 * self._serial.size)
                 out.append(slot)
         return np.array(out, dtype=np.intp)
 
@@ -340,9 +355,9 @@ class ScoreVectors:
             self._models.append(model)
         self._model[target] = np.fromiter(map(self._model_ids.__getitem__, models), dtype=np.intp, count=n)
         self._take_columns(target, known)
-        narrow = [s if s.topology.gpu_count <= _MASK_BITS else None for s in known]
-        self._free_mask[target] = [0 if s is None else s.free_mask for s in narrow]
-        self._resident_mask[target] = [0 if s is None else _resident_bits(s) for s in narrow]
+        narrow = self._gpu_count[target] <= _MASK_BITS
+        self._free_mask[target] = np.where(narrow, [s.free_mask & _MASKS for s in known], 0)
+        self._resident_mask[target] = np.where(narrow, _bits(resident_flags(self._columns, target)), 0)
         memory = np.zeros((n, self._memory_total.shape[1]), dtype=np.int64)
         shapes = self._node_shape_ids
         ids = []
@@ -481,7 +496,7 @@ class ScoreVectors:
             shape = (pod.whole_gpus, pod.share_milli, pod.gpu_memory_bytes, pod.gpu_models, config, predictors)
             epochs = self._epoch[slots]
             if pod.whole_gpus > 0:
-                rows = self._whole_priorities(
+                rows = self._whole_rows(
                     pod, shape, slots, epochs=epochs, fresh_fits=fresh_fits, state_at=state_at, scorer=scorer
                 )
             else:
@@ -495,6 +510,51 @@ class ScoreVectors:
                 rows = np.take(table.data, slots, axis=1)
             feasible = fresh_fits & (rows[_FEASIBLE] > 0)
             return self._integers(pod, feasible, fresh, rows, slots, config=config, predictors=predictors)
+
+    def _whole_rows(
+        self,
+        pod: PodRequest,
+        shape: tuple[object, ...],
+        slots: NDArray[np.intp],
+        *,
+        epochs: IntArray,
+        fresh_fits: BoolArray,
+        state_at: Callable[[int], NodeState | _Absent],
+        scorer: Evaluator,
+    ) -> FloatArray:
+        """Whole GPUs' rows of the candidates (`_whole_priorities`). A GPU-memory request that every GPU of known
+        memory on a node meets leaves the node's eligible GPUs the free ones, so its rows there are those of the same
+        pod without the request: they are read from (and kept in) that shape's tables, shared by every such request,
+        and only the other nodes' rows are the request's own."""
+        need = pod.gpu_memory_bytes
+        if need is None:
+            return self._whole_priorities(
+                pod, shape, slots, epochs=epochs, fresh_fits=fresh_fits, state_at=state_at, scorer=scorer
+            )
+        met = min(need, _INT64_MAX) <= self._memory_low[slots]
+        without = (shape[0], shape[1], None, *shape[3:])  # `priorities`' shape, no GPU memory asked
+        if met.all() or not met.any():
+            return self._whole_priorities(
+                pod,
+                without if met.all() else shape,
+                slots,
+                epochs=epochs,
+                fresh_fits=fresh_fits,
+                state_at=state_at,
+                scorer=scorer,
+            )
+        rows = np.empty((_FIELDS, slots.size))
+        for part, key in ((np.flatnonzero(met), without), (np.flatnonzero(~met), shape)):
+            rows[:, part] = self._whole_priorities(
+                pod,
+                key,
+                slots[part],
+                epochs=epochs[part],
+                fresh_fits=fresh_fits[part],
+                state_at=_positions_in(part, state_at),
+                scorer=scorer,
+            )
+        return rows
 
     def _whole_priorities(
         self,
@@ -643,7 +703,7 @@ class ScoreVectors:
         shapes = self._node_shape[target[members]]
         config_numbers = numbers[model[members]]
         if pod.gpu_memory_bytes is None:
-            planned, chosen = self._shape_plans(k, distinct, shapes, config_numbers, masks)
+            planned, chosen = self._shape_plans(k, distinct, shapes, config_numbers, masks, slots=target[members])
         else:
             planned = np.empty((_FIELDS, members.size))
             chosen = np.empty(members.size, dtype=np.int64)
@@ -653,10 +713,10 @@ class ScoreVectors:
                 (np.flatnonzero(narrowed), self._eligible_plans),
             ):
                 if where.size == members.size:  # all of them: no scatter
-                    planned, chosen = plans(k, distinct, shapes, config_numbers, masks)
+                    planned, chosen = plans(k, distinct, shapes, config_numbers, masks, slots=target[members])
                 elif where.size:
                     planned[:, where], chosen[where] = plans(
-                        k, distinct, shapes[where], config_numbers[where], masks[where]
+                        k, distinct, shapes[where], config_numbers[where], masks[where], slots=target[members[where]]
                     )
         shared = np.where(planned[_FEASIBLE] > 0, chosen & self._resident_mask[target[members]], 0)
         if members.size == target.size:  # every node passed the checks (the usual call): the plans are the rows
@@ -755,12 +815,14 @@ class ScoreVectors:
         shapes: IntArray,
         config_numbers: IntArray,
         free_masks: IntArray,
+        *,
+        slots: NDArray[np.intp],
     ) -> tuple[FloatArray, IntArray]:
-        """The plans (`_plan_rows`) of `k` whole GPUs on nodes of the node shapes `shapes` (ids into
-        `_node_shapes`) under `configs[config_numbers[i]]`, their eligible GPUs the free ones (`free_masks`: the
+        """The plans (`_plan_rows`) of `k` whole GPUs on the nodes at `slots`, of the node shapes `shapes` (ids into
+        `_node_shapes`), under `configs[config_numbers[i]]`, their eligible GPUs the free ones (`free_masks`: the
         node shape says which). Kept per (k, configuration) as arrays over node shape ids (24 bytes each), so that
-        a call gathers the plans of shapes seen before (any workload's: a plan does not depend on it) and asks
-        `gpuset.whole_plan` only for new ones."""
+        a call gathers the plans of shapes seen before (any workload's: a plan does not depend on it) and computes
+        only new ones (`_new_plans`)."""
         rows = np.empty((_FIELDS, shapes.size))
         chosen = np.empty(shapes.size, dtype=np.int64)
         known = len(self._node_shapes)
@@ -779,12 +841,10 @@ class ScoreVectors:
             missing = table.mask[ids] < 0
             if missing.any():
                 new, first = np.unique(ids[missing], return_index=True)
-                node_shapes = self._node_shapes
-                masks = free_masks[where[np.flatnonzero(missing)[first]]].tolist()
-                plans = [whole_plan(*node_shapes[i], m, k, config) for i, m in zip(new.tolist(), masks, strict=True)]
-                table.packing[new] = [0.0 if p is None else p.packing for p in plans]
-                table.affinity[new] = [0.0 if p is None else p.topology_affinity for p in plans]
-                table.mask[new] = [0 if p is None else p.mask for p in plans]
+                pick = where[np.flatnonzero(missing)[first]]  # one node of each new shape
+                table.packing[new], table.affinity[new], table.mask[new] = self._new_plans(
+                    k, config, new.tolist(), free_masks[pick].tolist(), slots[pick]
+                )
             mask = table.mask[ids]
             planned = _plan_rows(mask > 0, table.packing[ids], table.affinity[ids])
             if len(configs) == 1:  # every node's
@@ -800,14 +860,15 @@ class ScoreVectors:
         shapes: IntArray,
         config_numbers: IntArray,
         eligible_masks: IntArray,
+        *,
+        slots: NDArray[np.intp],
     ) -> tuple[FloatArray, IntArray]:
         """`_shape_plans` where the eligible GPUs are fewer than the free ones (a GPU-memory request some free GPUs
         do not meet): one plan per distinct (node shape, eligible GPUs), kept per (k, configuration) by the pair
-        (`_PLAN_TABLES` of them, each emptied past `_NODE_SHAPE_LIMIT` pairs), so that `gpuset.whole_plan` (whose
-        cache hashes the topology and the configuration) is asked only for pairs never seen before."""
+        (`_PLAN_TABLES` of them, each emptied past `_NODE_SHAPE_LIMIT` pairs), so that only pairs never seen before
+        are computed (`_new_plans`)."""
         rows = np.empty((_FIELDS, shapes.size))
         chosen = np.empty(shapes.size, dtype=np.int64)
-        node_shapes = self._node_shapes
         for number, config in enumerate(configs):
             where = np.flatnonzero(config_numbers == number) if len(configs) > 1 else np.arange(shapes.size)
             if not where.size:
@@ -827,17 +888,73 @@ class ScoreVectors:
             if len(self._eligible) > _PLAN_TABLES:
                 del self._eligible[next(iter(self._eligible))]
             found = list(map(known.get, keys, repeat(_UNPLANNED)))
-            for j in [j for j, plan in enumerate(found) if plan is _UNPLANNED]:
-                key = keys[j]
-                found[j] = known[key] = whole_plan(*node_shapes[key >> _MASK_BITS], key & _MASKS, k, config)
-            plans = cast("list[WholePlan | None]", found)
+            new = [j for j, plan in enumerate(found) if plan is _UNPLANNED]
+            if new:
+                new_keys = [keys[j] for j in new]
+                computed = self._new_plans(
+                    k,
+                    config,
+                    [key >> _MASK_BITS for key in new_keys],
+                    [key & _MASKS for key in new_keys],
+                    slots[order[starts[new]]],
+                )
+                for j, key, plan in zip(new, new_keys, zip(*(a.tolist() for a in computed), strict=True), strict=True):
+                    found[j] = known[key] = plan
+            packing, affinity, mask = (np.array(a) for a in zip(*cast("list[_Plan]", found), strict=True))
             pick = pair_of[where]
-            feasible = np.array([p is not None for p in plans], dtype=np.bool_)[pick]
-            packing = np.array([0.0 if p is None else p.packing for p in plans])[pick]
-            affinity = np.array([0.0 if p is None else p.topology_affinity for p in plans])[pick]
-            rows[:, where] = _plan_rows(feasible, packing, affinity)
-            chosen[where] = np.array([0 if p is None else p.mask for p in plans], dtype=np.int64)[pick]
+            mask = mask.astype(np.int64)[pick]
+            rows[:, where] = _plan_rows(mask > 0, packing[pick], affinity[pick])
+            chosen[where] = mask
         return rows, chosen
+
+    def _new_plans(
+        self, k: int, config: ScoringConfig, shape_ids: list[int], masks: list[int], slots: NDArray[np.intp]
+    ) -> tuple[FloatArray, FloatArray, IntArray]:
+        """`gpuset.whole_plan`'s packing, affinity and chosen GPUs (mask; 0: no plan, too few eligible GPUs) of `k`
+        whole GPUs among the eligible `masks[i]` of node shape `shape_ids[i]`, whose columns are those of the node
+        at `slots[i]`: the GPUs chosen for every eligible mask of a topology at once (`gpuset.best_gpu_sets`), then
+        the packing of every new shape at once (`columnar.whole_packing`), not one Python F_n(M) per shape — from
+        `_ARRAY_PLANS_MIN` shapes on."""
+        n = len(shape_ids)
+        node_shapes = self._node_shapes
+        if n < _ARRAY_PLANS_MIN:  # a few: one `whole_plan` each costs less than setting up the arrays
+            plans = [whole_plan(*node_shapes[i], m, k, config) for i, m in zip(shape_ids, masks, strict=True)]
+            return (
+                np.array([0.0 if p is None else p.packing for p in plans]),
+                np.array([0.0 if p is None else p.topology_affinity for p in plans]),
+                np.array([0 if p is None else p.mask for p in plans], dtype=np.int64),
+            )
+        by_topology: dict[Topology, list[int]] = {}
+        for j, i in enumerate(shape_ids):
+            by_topology.setdefault(node_shapes[i][0], []).append(j)
+        sets: list[GpuSet | None] = [None] * n
+        for topology, members in by_topology.items():
+            found = best_gpu_sets(
+                topology,
+                [masks[j] for j in members],
+                k,
+                config.task_mix,
+                fragmentation=partial(masks_fragmentation, topology, config=config),
+            )
+            for j, gpu_set in zip(members, found, strict=True):
+                sets[j] = gpu_set
+        packing, affinity, chosen = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+        planned = [j for j, s in enumerate(sets) if s is not None]
+        if planned:
+            at = np.array(planned, dtype=np.intp)
+            got = cast("list[GpuSet]", [sets[j] for j in planned])
+            chosen[at] = [s.mask for s in got]
+            affinity[at] = [set_affinity(s, k) for s in got]
+            where = slots[at]
+            packing[at] = whole_packing(
+                self._columns,
+                where,
+                self._gpu_count[where],
+                self._largest_island[where],
+                chosen[at],
+                config=config,
+            )
+        return packing, affinity, chosen
 
     def _integers(
         self,
@@ -891,6 +1008,18 @@ class _States(Sequence[NodeState]):
         if isinstance(index, slice):
             return _States(self._at[index], self._read)
         return cast("NodeState", self._read(int(self._at[index])))
+
+
+def _positions_in(
+    part: NDArray[np.intp], state_at: Callable[[int], NodeState | _Absent]
+) -> Callable[[int], NodeState | _Absent]:
+    """A reader of the candidates at positions `part` of a call by their position in `part`."""
+    positions: list[int] = part.tolist()
+
+    def read(i: int) -> NodeState | _Absent:
+        return state_at(positions[i])
+
+    return read
 
 
 def _reader(at: IntArray, state_at: Callable[[int], NodeState | _Absent]) -> Callable[[IntArray], Sequence[NodeState]]:
@@ -998,7 +1127,12 @@ _FIELD_OF = [attrgetter(name) for name in ("feasible", "packing", "affinity", "i
 _VECTORISE_MIN_NODES = 8
 """Below this many cold nodes of one GPU count and configuration, `Scorer.evaluate`'s scalar loop is cheaper than
 setting up the arrays (the same numbers either way)."""
+_ARRAY_PLANS_MIN = 48
+"""From this many node shapes new to a call's plans, they are planned on arrays (`ScoreVectors._new_plans`); fewer go
+one `gpuset.whole_plan` each (the same numbers: tests/advisor/test_columnar.py compares the array forms with it)."""
+_Plan = tuple[float, float, int]
+"""A whole-GPU plan as `_eligible_plans` keeps it: packing, affinity, the chosen GPUs' mask (0: no plan)."""
 _UNPLANNED = object()
-"""What `_eligible_plans` finds for a pair it has no plan of yet (a plan may be None: infeasible)."""
+"""What `_eligible_plans` finds for a pair it has no plan of yet."""
 _ANY_WORKLOAD = object()
 """Stands for the workload in the key of a whole-GPU table whose rows hold for any workload."""

@@ -8,14 +8,18 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
+import numpy as np
 import pytest
 
+from advisor.placement.columnar import masks_fragmentation, whole_packing
 from advisor.placement.config import ScoringConfig
 from advisor.placement.fragmentation import TaskMix
+from advisor.placement.gpuset import best_gpu_set, best_gpu_sets, whole_plan
 from advisor.placement.scorer import COLUMNAR_MIN_NODES, MEMO_LIMIT, Scorer
 from advisor.placement.scoring import RawVerdict
-from advisor.placement.types import GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
+from advisor.placement.types import COLUMN_ROWS, GpuState, NodeScore, NodeState, PodRequest, Resident, Topology
 from advisor.predictors import Predictors, ResidentLike, UsageProfile
 from collector.snapshot import LinkLevel
 
@@ -173,6 +177,60 @@ def test_a_large_batch_of_shares_goes_through_the_vectorised_path() -> None:
     scorer = fresh(ScoringConfig())
     scorer.score_nodes(PodRequest(gpu_milli=333), nodes)
     assert scorer.columnar_verdicts > 30
+
+
+@pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])
+def test_whole_gpu_packing_on_arrays_is_the_plans_packing_exactly(mix: str) -> None:
+    """`whole_packing` (the prioritize verb's plans of node shapes it has not met) gives `gpuset.whole_plan`'s
+    packing bit for bit: nodes of 8, 4 and 2 GPUs side by side in one array (zero past a node's GPUs), unhealthy
+    and partly used GPUs, every NVLink layout, eligible GPUs all the free ones or fewer (a GPU-memory request)."""
+    rng = random.Random(41)
+    config = config_for(mix)
+    nodes = [random_node(rng, f"n{i}", rng.choice((8, 4, 2)), cpu=False) for i in range(120)]
+    columns = np.zeros((COLUMN_ROWS, len(nodes), 8))
+    for i, node in enumerate(nodes):
+        g = node.topology.gpu_count
+        columns[:, i, :g] = np.frombuffer(node.columns, dtype=np.float64).reshape(COLUMN_ROWS, g)
+    every: list[float] = []
+    for k in (1, 2, 3, 4, 8):
+        taken, expected, rows = [], [], []
+        for i, node in enumerate(nodes):
+            eligible = node.free_mask if rng.random() < 0.7 else node.free_mask & rng.getrandbits(8)
+            plan = whole_plan(node.topology, node.free_milli, eligible, k, config)
+            if plan is not None:
+                taken.append(plan.mask)
+                expected.append(plan.packing)
+                rows.append(i)
+        slot = np.array(rows, dtype=np.intp)
+        got = whole_packing(
+            columns,
+            slot,
+            np.array([nodes[i].topology.gpu_count for i in rows], dtype=np.intp),
+            np.array([float(nodes[i].topology.largest_island) for i in rows]),
+            np.array(taken, dtype=np.int64),
+            config=config,
+        )
+        assert got.tolist() == expected, k
+        every.extend(expected)
+    assert len(every) > 150
+    assert len({round(p, 6) for p in every}) > 20  # packings that differ: the case means something
+
+
+@pytest.mark.parametrize("mix", ["gpu-only", "per-model"])
+def test_gpu_sets_for_many_masks_at_once_are_the_sets_chosen_one_by_one(mix: str) -> None:
+    """`best_gpu_sets` (the prioritize verb's GPU choice for node shapes it has not met) chooses what
+    `best_gpu_set` does — the same GPUs, link ranks and fragmentation — for every eligible mask of nodes of 2, 4
+    and 8 GPUs of every NVLink layout, and for nodes of 16 GPUs, where subsets too many to search go greedy."""
+    rng = random.Random(43)
+    config = config_for(mix).for_model(MODELS[0])
+    for gpus in (2, 4, 8, 8, 8, 16):
+        layout = topology(rng, gpus)
+        masks = list(range(1 << gpus)) if gpus <= 8 else [rng.getrandbits(16) for _ in range(200)]
+        on_arrays = partial(masks_fragmentation, layout, config=config)  # the tie-break's F_n(M), as vectors ask
+        for k in range(1, gpus + 1) if gpus <= 8 else (1, 2, 8):
+            one_by_one = [best_gpu_set(layout, m, k, config.task_mix) for m in masks]
+            assert best_gpu_sets(layout, masks, k, config.task_mix) == one_by_one, (gpus, k)
+            assert best_gpu_sets(layout, masks, k, config.task_mix, fragmentation=on_arrays) == one_by_one, (gpus, k)
 
 
 @pytest.mark.parametrize("mix", ["gpu-only", "cpu-memory", "per-model", "stepped", "cpu-balance"])

@@ -206,6 +206,23 @@ def test_a_warm_call_computes_nothing_and_a_new_snapshot_only_its_node(pod: PodR
     assert scorer.vectors.computed_rows == 31  # only the node with a new snapshot
 
 
+def test_the_index_makes_room_for_the_whole_cluster_when_it_first_grows() -> None:
+    """Growing the index copies every per-slot array: at 10,000 nodes tens of MB, a stall when they are full. The
+    first call that needs more slots than the index holds makes room for the whole cluster; later calls about the
+    other nodes grow nothing (and still give the per-node integers)."""
+    rng = random.Random(39)
+    nodes = {f"n{i}": random_node(rng, f"n{i}", 8, cpu=False) for i in range(400)}
+    scorer = Scorer(ScoringConfig(), clock=lambda: NOW)
+    names = list(nodes)
+    before = scorer.vectors.capacity
+    check(scorer, PodRequest(gpus=1, workload="bert"), names[:100], nodes)
+    room = scorer.vectors.capacity
+    assert before < 100 < len(nodes) < room
+    for start in range(100, 400, 100):
+        check(scorer, PodRequest(gpus=2, workload="bert"), names[start : start + 100], nodes)
+    assert scorer.vectors.capacity == room
+
+
 def test_gangs_and_pods_without_gpus_take_the_per_node_path() -> None:
     config = ScoringConfig()
     assert vectors.covers(PodRequest(gpus=1), config)
@@ -348,6 +365,40 @@ def test_gpu_memory_requests_below_between_and_above_a_nodes_gpu_sizes_give_the_
     for gib in (1, 40, 41, 80, 81, 1 << 40):
         for gpus in (1, 2):
             check(scorer, PodRequest(gpus=gpus, gpu_memory_bytes=gib * GIB, workload="bert"), list(nodes), nodes)
+
+
+@pytest.mark.parametrize("predictors", [Predictors.heuristic(), None])
+def test_a_gpu_memory_request_reads_the_rows_of_the_pod_without_it_where_every_gpu_meets_it(
+    predictors: Predictors | None,
+) -> None:
+    """Where every GPU of known memory has what a whole-GPU pod asks for, its eligible GPUs are the free ones: the
+    rows are those of the same pod without the request, computed once for any such request. Only nodes whose GPUs
+    fall short compute rows of the request's own (and the integers are the per-node ones, with a predictor that
+    reads each node's residents too)."""
+    rng = random.Random(37)
+    nodes: dict[str, NodeState] = {}
+    for i in range(40):
+        node = with_host_processes(rng, random_node(rng, f"n{i}", 8, cpu=False))
+        sizes = [40 * GIB if i % 4 == 0 else 80 * GIB] * 8
+        if i == 1:
+            sizes[3] = 0  # memory unknown: eligible for any request
+        gpus = tuple(replace(g, memory_total_bytes=size) for g, size in zip(node.gpus, sizes, strict=True))
+        nodes[node.name] = replace(node, gpus=gpus, observed_at_seconds=1000.0)
+    small = sum(1 for i in range(40) if i % 4 == 0)
+    chosen = predictors or replace(Predictors.heuristic(), interference=WorkloadAwareInterference())
+    scorer = Scorer(ScoringConfig(), chosen, clock=lambda: NOW)
+    check(scorer, PodRequest(gpus=2, workload="bert"), list(nodes), nodes)
+    before = scorer.vectors.computed_rows
+    for gib in (20, 30, 40):  # every GPU has it: nothing computed
+        check(scorer, PodRequest(gpus=2, gpu_memory_bytes=gib * GIB, workload="bert"), list(nodes), nodes)
+    assert scorer.vectors.computed_rows == before
+    check(scorer, PodRequest(gpus=2, gpu_memory_bytes=60 * GIB, workload="bert"), list(nodes), nodes)
+    assert scorer.vectors.computed_rows - before == small  # the 40 GiB nodes' rows alone (infeasible there)
+    before = scorer.vectors.computed_rows
+    check(scorer, PodRequest(gpus=2, gpu_memory_bytes=70 * GIB, workload="gpt2"), list(nodes), nodes)
+    check(scorer, PodRequest(gpus=2, workload="gpt2"), list(nodes), nodes)  # the 80 GiB nodes' rows: already there
+    sharing = scorer.vectors.computed_rows - before - small
+    assert 0 < sharing < len(nodes) - small  # a new workload: the nodes whose chosen GPUs have residents
 
 
 def test_nodes_with_more_gpus_than_a_mask_holds_give_the_per_node_integers_for_every_workload() -> None:
