@@ -10,10 +10,16 @@ window that moves on by 500 nodes each call and is shuffled (kube-scheduler's pa
 own order), the last six placed pods that are on the window as assumed pods. The first 20 calls fill the delta
 table and are not timed; then the advisor process's CPU (user + system, from /proc) per call over `--calls` calls.
 
+`--client go` sends each request as gpuadvisor-scheduler's net/http does (k8s/plugin/gpuadvisor/client.go): the
+body in `appendRequest`'s key order with `assumed` left out when empty, the head in net/http's order and words (Host,
+User-Agent, Content-Length, Content-Type, Accept-Encoding: gzip), head and body in one write, the answer read by its
+Content-Length; `--client python` (the default) is `http.client`'s request, head and body in two writes.
+
 With `--baseline REF`, that commit's advisor is measured too (its files unpacked into a temporary folder), the two
 alternated twice so that both see the same machine load.
 
-Run from the repository root: python bench/plugin_call_http.py [--nodes 5000] [--calls 600] [--baseline REF]
+Run from the repository root: python bench/plugin_call_http.py [--nodes 5000] [--calls 600] [--client go]
+[--baseline REF]
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import http.client
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -65,7 +72,51 @@ def _ready(port: int, advisor: subprocess.Popen[bytes]) -> None:
     sys.exit(f"error: the advisor did not answer /healthz within {READY_SECONDS} s")
 
 
-def measure(tree: Path, nodes: int, calls: int) -> dict[str, Any]:
+def go_request(port: int, body: dict[str, Any]) -> bytes:
+    """The bytes gpuadvisor-scheduler writes for `body` (its keys in `appendRequest`'s order, `assumed` left out when
+    empty, as `omitempty` does; then net/http's head: Host, User-Agent, Content-Length, the headers set in sorted
+    order, Accept-Encoding added by the transport), in one piece."""
+    order = ("pod", "nodes", "unknown_nodes", "assumed", "detail", "since")
+    wire = {k: body[k] for k in order if k in body and (k != "assumed" or body[k])}
+    data = json.dumps(wire, separators=(",", ":")).encode()
+    head = (
+        f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: Go-http-client/1.1\r\n"
+        f"Content-Length: {len(data)}\r\nContent-Type: application/json\r\nAccept-Encoding: gzip\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+class GoClient:
+    """One kept-alive connection that writes each request whole and reads the answer by its Content-Length."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net package sets it
+        self.pending = b""
+
+    def call(self, body: dict[str, Any]) -> tuple[int, Any]:
+        self.sock.sendall(go_request(self.port, body))
+        data = self.pending
+        while b"\r\n\r\n" not in data:
+            data += self._read()
+        head, rest = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length")
+        while len(rest) < length:
+            rest += self._read()
+        self.pending = rest[length:]
+        return status, json.loads(rest[:length])
+
+    def _read(self) -> bytes:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            sys.exit("error: the advisor closed the connection")
+        return chunk
+
+
+def measure(tree: Path, nodes: int, calls: int, client: str = "python") -> dict[str, Any]:
     """One tree's advisor, served, and the calls against it."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
@@ -93,13 +144,13 @@ def measure(tree: Path, nodes: int, calls: int) -> dict[str, Any]:
             advisor = subprocess.Popen([sys.executable, "-m", "advisor.cli", *argv], cwd=tree, env=env, stderr=log)
             try:
                 _ready(port, advisor)
-                return _calls(port, advisor.pid, nodes, calls)
+                return _calls(port, advisor.pid, nodes, calls, client)
             finally:
                 advisor.terminate()
                 advisor.wait(30)
 
 
-def _calls(port: int, pid: int, nodes: int, calls: int) -> dict[str, Any]:
+def _calls(port: int, pid: int, nodes: int, calls: int, client: str) -> dict[str, Any]:
     rng = random.Random(7)
     names = [f"gpu-{i:05d}" for i in range(nodes)]
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -111,6 +162,7 @@ def _calls(port: int, pid: int, nodes: int, calls: int) -> dict[str, Any]:
         response.read()
         if response.status != 202:
             sys.exit(f"error: a snapshot was answered {response.status}")
+    go = GoClient(port) if client == "go" else None
     token, assumed, deltas = "", [], 0
     for k in range(WARM_CALLS + calls):
         if k == WARM_CALLS:
@@ -118,24 +170,33 @@ def _calls(port: int, pid: int, nodes: int, calls: int) -> dict[str, Any]:
         window, body = call_body(k, names, assumed)
         random.Random(k).shuffle(window)  # the list in the body: kube-scheduler's parallel Filter's order
         body["since"] = token
-        connection.request(
-            "POST", "/v1/score", json.dumps(body, separators=(",", ":")), {"Content-Type": "application/json"}
-        )
-        response = connection.getresponse()
-        got = json.loads(response.read())
-        if response.status != 200:
-            sys.exit(f"error: /v1/score answered {response.status}: {got}")
+        if go is not None:
+            code, got = go.call(body)
+        else:
+            connection.request(
+                "POST", "/v1/score", json.dumps(body, separators=(",", ":")), {"Content-Type": "application/json"}
+            )
+            response = connection.getresponse()
+            code, got = response.status, json.loads(response.read())
+        if code != 200:
+            sys.exit(f"error: /v1/score answered {code}: {got}")
         token = got["token"]
         deltas += int(k >= WARM_CALLS and got["delta"])
         assumed = [*assumed, {"node": window[0], "pod": _wire(f"p-{k:05d}")}][-6:]
     spent = _cpu_seconds(pid) - start
-    return {"advisor_cpu_ms_per_call": round(spent / calls * 1000, 3), "delta_answers": deltas, "calls": calls}
+    return {
+        "advisor_cpu_ms_per_call": round(spent / calls * 1000, 3),
+        "delta_answers": deltas,
+        "calls": calls,
+        "client": client,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--client", choices=("python", "go"), default="python", help="how requests are written")
     parser.add_argument("--baseline", default=None, help="a git commit to measure beside this tree")
     args = parser.parse_args()
     if args.nodes < WINDOW:
@@ -143,7 +204,7 @@ def main() -> None:
     if args.calls < 1:
         sys.exit("error: --calls must be at least 1")
     load = print_load()
-    runs = baseline_trees.alternate(args.baseline, lambda tree: measure(tree, args.nodes, args.calls))
+    runs = baseline_trees.alternate(args.baseline, lambda tree: measure(tree, args.nodes, args.calls, args.client))
     summary = {"nodes": args.nodes, "calls": args.calls, "load_average_at_start": round(load[0], 1), "runs": runs}
     summary["load_average_at_end"] = round(os.getloadavg()[0], 1)
     print(json.dumps(summary))

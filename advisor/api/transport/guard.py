@@ -3,14 +3,20 @@ for the request head, a cap on its size, a deadline for the body, and a cap on o
 
 These are decided before a request reaches any ASGI app — a client that sends nothing, or its headers a byte at a
 time, never becomes a request — so they cannot be an ASGI middleware; they live on the connection, in this fence.
+
+It also writes an answer of known length in one piece (`_WholeAnswer`): uvicorn writes the head when the app sends
+`http.response.start` and the body at `http.response.body`, two `send()` calls and two TCP segments on a connection
+without Nagle, for every scheduler call; on loopback each send also runs the receiver's side of TCP on the
+advisor's CPU (docs/benchmarks.md, "Eighth round: the advisor's HTTP cost per plugin call").
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from advisor.api.limits import RETRY_AFTER_SECONDS, ConnectionLimits
 
@@ -45,6 +51,41 @@ def _drop_read_callback(transport: object) -> None:
     frozen_garbage.py). The callback is never called once the connection is lost (the reader was removed at close)."""
     if getattr(transport, "_read_ready_cb", None) is not None:
         transport._read_ready_cb = None  # type: ignore[attr-defined]
+
+
+class _WholeAnswer:
+    """A request's transport as its response cycle sees it: the head of a response with a Content-Length (and a
+    body to come) is held and written with the first body bytes, in one `write`; every other write goes straight
+    through, as does everything else asked of the transport. A chunked (streamed) response's head is not held, nor
+    a HEAD request's (no body follows). The cycle is held by a weak reference: a cycle and its transport in a
+    reference cycle would wait for a cyclic collection (see `_drop_read_callback`)."""
+
+    __slots__ = ("_cycle", "_head", "_headed", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = weakref.ref(cycle)
+        self._head: bytes | None = None
+        self._headed = False  # the head has been written or held
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:  # the body's first bytes: the head goes with them
+            self._head = None
+            self._transport.write(head + data)
+            return
+        if not self._headed:
+            cycle = self._cycle()
+            if cycle is not None and cycle.response_started:  # uvicorn writes the head as the response starts
+                self._headed = True
+                # A chunked answer's expected length is 0: its head goes now. A HEAD request's body is never written.
+                if cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD":
+                    self._head = data
+                    return
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
 
 
 def guarded_protocol(
@@ -96,7 +137,11 @@ def guarded_protocol(
         def on_headers_complete(self) -> None:
             self._in_head = False
             self._head_bytes = 0
+            before = self.cycle
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle is not before:  # this request's cycle (an upgrade makes none)
+                cycle.transport = _WholeAnswer(self.transport, cycle)  # type: ignore[assignment]
             self._arm(limits.body_timeout_seconds, "body_timeout")
 
         def on_message_complete(self) -> None:
