@@ -1,6 +1,7 @@
-"""The guarded protocol writes an answer of known length in one piece (advisor/api/transport/guard.py `_WholeAnswer`):
-the head waits for the body, so a scheduler's call costs one `send()`; streamed answers and HEAD requests keep
-uvicorn's behaviour. Served by a real uvicorn server on loopback, read by a plain socket."""
+"""What the guarded protocol (advisor/api/transport/guard.py) saves a kept-alive scheduler connection per request: an
+answer of known length is written in one piece (`_WholeAnswer`: the head waits for the body; streamed answers and HEAD
+requests keep uvicorn's behaviour), and the head and body deadlines schedule no timer per request (one timer per
+connection, re-armed where a deadline moved on). Served by a real uvicorn server on loopback, read by a plain socket."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import uvicorn
@@ -136,3 +138,101 @@ def test_a_head_request_gets_its_head(served: tuple[int, Steps]) -> None:
         head = _read_until(client, b"", b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 OK\r\n")
         assert b"content-length: 10\r\n" in head
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the timers scheduled on it."""
+
+    scheduled = 0
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        self.scheduled += 1
+        return super().call_at(when, callback, *args, context=context)
+
+
+async def _ok(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body", False):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_a_kept_alive_connections_requests_schedule_no_deadline_timers_of_their_own() -> None:
+    # The head and body deadlines are times checked by one timer per connection; uvicorn's keep-alive timer is the
+    # only one a request schedules.
+    limits = ConnectionLimits(header_timeout_seconds=5.0, body_timeout_seconds=5.0, max_connections=3)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        _ok,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        timeout_keep_alive=5,
+        http=guarded_protocol(limits, lambda reason: None, HttpToolsProtocol),
+    )
+    server = uvicorn.Server(config)
+    loop = CountingLoop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started
+        requests = 30
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.settimeout(WAIT_SECONDS)
+            _request(client, "POST", "/v1/score")
+            _read_until(client, b"", b"ok")
+            before = loop.scheduled
+            for _ in range(requests):
+                _request(client, "POST", "/v1/score")
+                _read_until(client, b"", b"ok")
+            scheduled = loop.scheduled - before
+        assert requests <= scheduled <= requests + 2  # the keep-alive timer of each, and the deadline's timer re-armed
+    finally:
+        server.should_exit = True
+        thread.join(5)
+        loop.close()
+
+
+def test_a_body_within_its_deadline_is_served_when_the_head_deadline_passes_meanwhile() -> None:
+    # The connection's one timer was set for the head deadline (1 s); the body deadline (3 s from the headers) moved
+    # it on: the timer firing at 1 s must re-arm, not close a connection whose body is still in time.
+    limits = ConnectionLimits(header_timeout_seconds=1.0, body_timeout_seconds=3.0, max_connections=3)
+    refusals: list[str] = []
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        _ok,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        timeout_keep_alive=5,
+        http=guarded_protocol(limits, refusals.append, HttpToolsProtocol),
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.settimeout(WAIT_SECONDS)
+            client.sendall(b"POST /v1/score HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{")
+            time.sleep(1.6)  # past the head deadline's time, well within the body's
+            client.sendall(b"}")
+            assert _read_until(client, b"", b"ok").startswith(b"HTTP/1.1 200 OK\r\n")
+        assert refusals == []
+    finally:
+        server.should_exit = True
+        thread.join(5)

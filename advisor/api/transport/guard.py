@@ -95,10 +95,16 @@ def guarded_protocol(
 
     The head deadline runs from the connection's start (or the first byte of a next request) to the end of its
     headers; the body deadline from there to the end of the body. uvicorn's own keep-alive timeout covers the idle
-    time between requests. A connection closed for any of these reasons is reported to `refused`, not logged."""
+    time between requests. A connection closed for any of these reasons is reported to `refused`, not logged.
+
+    A deadline is a time, not a timer of its own: one timer per connection fires at or before the deadline that runs
+    and is re-armed there when that deadline has moved on, so a kept-alive connection's requests (a head deadline, a
+    body deadline, each ended within milliseconds) schedule and cancel no timer of their own."""
 
     class GuardedProtocol(base):  # type: ignore[valid-type, misc]
-        _deadline: asyncio.TimerHandle | None = None
+        _deadline_at: float | None = None  # the loop time the running deadline passes at (None: none runs)
+        _reason = ""  # what the running deadline is for (`Refused`)
+        _timer: asyncio.TimerHandle | None = None  # fires at or before `_deadline_at`; outlives an ended deadline
         _head_bytes = 0
         _in_head = True
 
@@ -113,6 +119,9 @@ def guarded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             super().connection_lost(exc)
             _drop_read_callback(self.transport)
 
@@ -131,7 +140,7 @@ def guarded_protocol(
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._in_head = True
-            if self._deadline is None:  # a next request on a kept-alive connection: its head's deadline starts now
+            if self._deadline_at is None:  # a next request on a kept-alive connection: its head's deadline starts now
                 self._arm(limits.header_timeout_seconds, "header_timeout")
 
         def on_headers_complete(self) -> None:
@@ -149,16 +158,29 @@ def guarded_protocol(
             super().on_message_complete()
 
         def _arm(self, seconds: float, reason: str) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(seconds, self._expired, reason)
+            at = self.loop.time() + seconds
+            self._deadline_at, self._reason = at, reason
+            timer = self._timer
+            if timer is None or timer.when() > at:
+                if timer is not None:
+                    timer.cancel()
+                self._timer = self.loop.call_at(at, self._check)
 
         def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+            self._deadline_at = None
+
+        def _check(self) -> None:
+            self._timer = None
+            at = self._deadline_at
+            if at is None:
+                return
+            if self.loop.time() < at:  # the deadline moved on since the timer was set
+                self._timer = self.loop.call_at(at, self._check)
+                return
+            self._deadline_at = None
+            self._expired(self._reason)
 
         def _expired(self, reason: str) -> None:
-            self._deadline = None
             if self.transport.is_closing():
                 return
             refused(reason)
