@@ -103,7 +103,9 @@ class GoClient:
         head, rest = data.split(b"\r\n\r\n", 1)
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
-        length = next(int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length")
+        length = next(
+            int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length"
+        )
         while len(rest) < length:
             rest += self._read()
         self.pending = rest[length:]

@@ -150,7 +150,7 @@ def guarded_protocol(
             super().on_headers_complete()
             cycle = self.cycle
             if cycle is not None and cycle is not before:  # this request's cycle (an upgrade makes none)
-                cycle.transport = _WholeAnswer(self.transport, cycle)  # type: ignore[assignment]
+                cycle.transport = _WholeAnswer(self.transport, cycle)
             self._arm(limits.body_timeout_seconds, "body_timeout")
 
         def on_message_complete(self) -> None:
