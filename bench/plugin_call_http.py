@@ -18,10 +18,16 @@ the real run: one node of each later window has changed since it was last asked.
 call and of one snapshot's ingest; `advisor_cpu_ms_per_snapshot` is the same snapshots' ingest measured alone, before
 the calls, so that `advisor_cpu_ms_per_call - advisor_cpu_ms_per_snapshot` is the call's part.
 
+`--client go` sends each request as gpuadvisor-scheduler's net/http does (k8s/plugin/gpuadvisor/client.go): the
+body in `appendRequest`'s key order with `assumed` left out when empty, the head in net/http's order and words (Host,
+User-Agent, Content-Length, Content-Type, Accept-Encoding: gzip), head and body in one write, the answer read by its
+Content-Length; `--client python` (the default) is `http.client`'s request, head and body in two writes.
+
 With `--baseline REF`, that commit's advisor is measured too (its files unpacked into a temporary folder), the two
 alternated twice so that both see the same machine load.
 
-Run from the repository root: python bench/plugin_call_http.py [--nodes 5000] [--calls 600] [--burst] [--baseline REF]
+Run from the repository root: python bench/plugin_call_http.py [--nodes 5000] [--calls 600] [--burst]
+[--client go] [--baseline REF]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import http.client
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -74,7 +81,53 @@ def _ready(port: int, advisor: subprocess.Popen[bytes]) -> None:
     sys.exit(f"error: the advisor did not answer /healthz within {READY_SECONDS} s")
 
 
-def measure(tree: Path, nodes: int, calls: int, burst: bool = False) -> dict[str, Any]:
+def go_request(port: int, body: dict[str, Any]) -> bytes:
+    """The bytes gpuadvisor-scheduler writes for `body` (its keys in `appendRequest`'s order, `assumed` left out when
+    empty, as `omitempty` does; then net/http's head: Host, User-Agent, Content-Length, the headers set in sorted
+    order, Accept-Encoding added by the transport), in one piece."""
+    order = ("pod", "nodes", "unknown_nodes", "assumed", "detail", "since")
+    wire = {k: body[k] for k in order if k in body and (k != "assumed" or body[k])}
+    data = json.dumps(wire, separators=(",", ":")).encode()
+    head = (
+        f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: Go-http-client/1.1\r\n"
+        f"Content-Length: {len(data)}\r\nContent-Type: application/json\r\nAccept-Encoding: gzip\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+class GoClient:
+    """One kept-alive connection that writes each request whole and reads the answer by its Content-Length."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net package sets it
+        self.pending = b""
+
+    def call(self, body: dict[str, Any]) -> tuple[int, Any]:
+        self.sock.sendall(go_request(self.port, body))
+        data = self.pending
+        while b"\r\n\r\n" not in data:
+            data += self._read()
+        head, rest = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(
+            int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length"
+        )
+        while len(rest) < length:
+            rest += self._read()
+        self.pending = rest[length:]
+        return status, json.loads(rest[:length])
+
+    def _read(self) -> bytes:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            sys.exit("error: the advisor closed the connection")
+        return chunk
+
+
+def measure(tree: Path, nodes: int, calls: int, *, burst: bool = False, client: str = "python") -> dict[str, Any]:
     """One tree's advisor, served, and the calls against it."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUADVISOR_")}
@@ -102,13 +155,22 @@ def measure(tree: Path, nodes: int, calls: int, burst: bool = False) -> dict[str
             advisor = subprocess.Popen([sys.executable, "-m", "advisor.cli", *argv], cwd=tree, env=env, stderr=log)
             try:
                 _ready(port, advisor)
-                return _calls(port, advisor.pid, nodes, calls, burst)
+                return _calls(port, advisor.pid, nodes, calls, burst=burst, client=client)
             finally:
                 advisor.terminate()
                 advisor.wait(30)
 
 
-def _calls(port: int, pid: int, nodes: int, calls: int, burst: bool) -> dict[str, Any]:
+def _python_call(connection: http.client.HTTPConnection, body: dict[str, Any]) -> tuple[int, Any]:
+    """`http.client`'s request of `body` (head and body in two writes) and its answer."""
+    connection.request(
+        "POST", "/v1/score", json.dumps(body, separators=(",", ":")), {"Content-Type": "application/json"}
+    )
+    response = connection.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def _calls(port: int, pid: int, nodes: int, calls: int, *, burst: bool, client: str) -> dict[str, Any]:
     rng = random.Random(7)
     names = [f"gpu-{i:05d}" for i in range(nodes)]
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -136,19 +198,16 @@ def _calls(port: int, pid: int, nodes: int, calls: int, burst: bool) -> dict[str
         ingest_ms = (_cpu_seconds(pid) - start) / calls * 1000
     token, deltas = "", 0
     assumed: list[dict[str, Any]] = []
+    go = GoClient(port) if client == "go" else None
     for k in range(WARM_CALLS + calls):
         if k == WARM_CALLS:
             start = _cpu_seconds(pid)
         window, body = call_body(k, names, assumed)
         random.Random(k).shuffle(window)  # the list in the body: kube-scheduler's parallel Filter's order
         body["since"] = token
-        connection.request(
-            "POST", "/v1/score", json.dumps(body, separators=(",", ":")), {"Content-Type": "application/json"}
-        )
-        response = connection.getresponse()
-        got = json.loads(response.read())
-        if response.status != 200:
-            sys.exit(f"error: /v1/score answered {response.status}: {got}")
+        code, got = go.call(body) if go is not None else _python_call(connection, body)
+        if code != 200:
+            sys.exit(f"error: /v1/score answered {code}: {got}")
         token = got["token"]
         deltas += int(k >= WARM_CALLS and got["delta"])
         if burst:
@@ -161,7 +220,12 @@ def _calls(port: int, pid: int, nodes: int, calls: int, burst: bool) -> dict[str
         else:
             assumed = [*assumed, {"node": window[0], "pod": _wire(f"p-{k:05d}")}][-6:]
     spent = _cpu_seconds(pid) - start
-    figures = {"advisor_cpu_ms_per_call": round(spent / calls * 1000, 3), "delta_answers": deltas, "calls": calls}
+    figures = {
+        "advisor_cpu_ms_per_call": round(spent / calls * 1000, 3),
+        "delta_answers": deltas,
+        "calls": calls,
+        "client": client,
+    }
     if ingest_ms is not None:
         figures["advisor_cpu_ms_per_snapshot"] = round(ingest_ms, 3)
     return figures
@@ -187,6 +251,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--client", choices=("python", "go"), default="python", help="how requests are written")
     parser.add_argument("--baseline", default=None, help="a git commit to measure beside this tree")
     parser.add_argument(
         "--burst", action="store_true", help="each call carries the pod the last one placed; its node changes after"
@@ -197,7 +262,9 @@ def main() -> None:
     if args.calls < 1:
         sys.exit("error: --calls must be at least 1")
     load = print_load()
-    runs = baseline_trees.alternate(args.baseline, lambda tree: measure(tree, args.nodes, args.calls, args.burst))
+    runs = baseline_trees.alternate(
+        args.baseline, lambda tree: measure(tree, args.nodes, args.calls, burst=args.burst, client=args.client)
+    )
     summary = {
         "nodes": args.nodes,
         "calls": args.calls,

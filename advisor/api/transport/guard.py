@@ -3,14 +3,20 @@ for the request head, a cap on its size, a deadline for the body, and a cap on o
 
 These are decided before a request reaches any ASGI app — a client that sends nothing, or its headers a byte at a
 time, never becomes a request — so they cannot be an ASGI middleware; they live on the connection, in this fence.
+
+It also writes an answer of known length in one piece (`_WholeAnswer`): uvicorn writes the head when the app sends
+`http.response.start` and the body at `http.response.body`, two `send()` calls and two TCP segments on a connection
+without Nagle, for every scheduler call; on loopback each send also runs the receiver's side of TCP on the
+advisor's CPU (docs/benchmarks.md, "Eighth round: the advisor's HTTP cost per plugin call").
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from advisor.api.limits import RETRY_AFTER_SECONDS, ConnectionLimits
 
@@ -47,6 +53,41 @@ def _drop_read_callback(transport: object) -> None:
         transport._read_ready_cb = None  # type: ignore[attr-defined]
 
 
+class _WholeAnswer:
+    """A request's transport as its response cycle sees it: the head of a response with a Content-Length (and a
+    body to come) is held and written with the first body bytes, in one `write`; every other write goes straight
+    through, as does everything else asked of the transport. A chunked (streamed) response's head is not held, nor
+    a HEAD request's (no body follows). The cycle is held by a weak reference: a cycle and its transport in a
+    reference cycle would wait for a cyclic collection (see `_drop_read_callback`)."""
+
+    __slots__ = ("_cycle", "_head", "_headed", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = weakref.ref(cycle)
+        self._head: bytes | None = None
+        self._headed = False  # the head has been written or held
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:  # the body's first bytes: the head goes with them
+            self._head = None
+            self._transport.write(head + data)
+            return
+        if not self._headed:
+            cycle = self._cycle()
+            if cycle is not None and cycle.response_started:  # uvicorn writes the head as the response starts
+                self._headed = True
+                # A chunked answer's expected length is 0: its head goes now. A HEAD request's body is never written.
+                if cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD":
+                    self._head = data
+                    return
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
 def guarded_protocol(
     limits: ConnectionLimits, refused: Refused, base: type[HttpToolsProtocol] = HttpToolsProtocol
 ) -> type[HttpToolsProtocol]:
@@ -54,10 +95,16 @@ def guarded_protocol(
 
     The head deadline runs from the connection's start (or the first byte of a next request) to the end of its
     headers; the body deadline from there to the end of the body. uvicorn's own keep-alive timeout covers the idle
-    time between requests. A connection closed for any of these reasons is reported to `refused`, not logged."""
+    time between requests. A connection closed for any of these reasons is reported to `refused`, not logged.
+
+    A deadline is a time, not a timer of its own: one timer per connection fires at or before the deadline that runs
+    and is re-armed there when that deadline has moved on, so a kept-alive connection's requests (a head deadline, a
+    body deadline, each ended within milliseconds) schedule and cancel no timer of their own."""
 
     class GuardedProtocol(base):  # type: ignore[valid-type, misc]
-        _deadline: asyncio.TimerHandle | None = None
+        _deadline_at: float | None = None  # the loop time the running deadline passes at (None: none runs)
+        _reason = ""  # what the running deadline is for (`Refused`)
+        _timer: asyncio.TimerHandle | None = None  # fires at or before `_deadline_at`; outlives an ended deadline
         _head_bytes = 0
         _in_head = True
 
@@ -72,6 +119,9 @@ def guarded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             super().connection_lost(exc)
             _drop_read_callback(self.transport)
 
@@ -90,13 +140,17 @@ def guarded_protocol(
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._in_head = True
-            if self._deadline is None:  # a next request on a kept-alive connection: its head's deadline starts now
+            if self._deadline_at is None:  # a next request on a kept-alive connection: its head's deadline starts now
                 self._arm(limits.header_timeout_seconds, "header_timeout")
 
         def on_headers_complete(self) -> None:
             self._in_head = False
             self._head_bytes = 0
+            before = self.cycle
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle is not before:  # this request's cycle (an upgrade makes none)
+                cycle.transport = _WholeAnswer(self.transport, cycle)
             self._arm(limits.body_timeout_seconds, "body_timeout")
 
         def on_message_complete(self) -> None:
@@ -104,16 +158,29 @@ def guarded_protocol(
             super().on_message_complete()
 
         def _arm(self, seconds: float, reason: str) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(seconds, self._expired, reason)
+            at = self.loop.time() + seconds
+            self._deadline_at, self._reason = at, reason
+            timer = self._timer
+            if timer is None or timer.when() > at:
+                if timer is not None:
+                    timer.cancel()
+                self._timer = self.loop.call_at(at, self._check)
 
         def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+            self._deadline_at = None
+
+        def _check(self) -> None:
+            self._timer = None
+            at = self._deadline_at
+            if at is None:
+                return
+            if self.loop.time() < at:  # the deadline moved on since the timer was set
+                self._timer = self.loop.call_at(at, self._check)
+                return
+            self._deadline_at = None
+            self._expired(self._reason)
 
         def _expired(self, reason: str) -> None:
-            self._deadline = None
             if self.transport.is_closing():
                 return
             refused(reason)
