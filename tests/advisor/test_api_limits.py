@@ -9,7 +9,6 @@ import contextlib
 import gc
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +16,9 @@ from pathlib import Path
 import httpx
 import msgspec
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api import create_app
 from advisor.api.answer_caches import CheckedNodes
@@ -30,10 +27,11 @@ from advisor.api.fastpath import decode_json
 from advisor.api.limits import LARGE_BODY_BYTES, ConnectionLimits, MemoryBudget, connection_cap
 from advisor.api.routes.extender import SmallBodyError, fast_filter, filter_, node_view, sent_args
 from advisor.api.schemas import MAX_CANDIDATE_NODES, ExtenderArgs, V1Node
-from advisor.api.transport.guard import guarded_protocol
 from advisor.settings import PARSE_EXPANSION, AdvisorSettings
 from tests.advisor.factories import snapshot, v1_pod
 from tests.support import upstream
+from tests.support.guarded import guarded_server as serve_guarded
+from tests.support.guarded import ok_app
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -172,43 +170,14 @@ def test_deeply_nested_json_is_a_4xx_on_every_route_that_takes_a_body(client: Te
 # -- connections: deadlines and the cap ------------------------------------------------------------------------------
 
 
-async def _hello(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] != "http":
-        return
-    while (await receive()).get("more_body", False):
-        pass
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-    await send({"type": "http.response.body", "body": b"ok"})
-
-
 @pytest.fixture
 def guarded_server() -> Iterator[tuple[int, list[str]]]:
     """A uvicorn server on loopback with the advisor's guarded protocol: 0.5 s for a head, 1 s for a body, 3
     connections."""
     refusals: list[str] = []
     limits = ConnectionLimits(header_timeout_seconds=0.5, body_timeout_seconds=1.0, max_connections=3)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        _hello,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        timeout_keep_alive=5,
-        http=guarded_protocol(limits, refusals.append, HttpToolsProtocol),
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    yield port, refusals
-    server.should_exit = True
-    thread.join(5)
+    with serve_guarded(ok_app, limits, refusals.append) as port:
+        yield port, refusals
 
 
 def _read_until_closed(sock: socket.socket, within_seconds: float) -> tuple[bytes, float]:

@@ -13,12 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from advisor.api.limits import ConnectionLimits
-from advisor.api.transport.guard import guarded_protocol
+from tests.support.guarded import guarded_server, ok_app
 
 WAIT_SECONDS = 10.0
 
@@ -50,30 +48,9 @@ class Steps:
 def served() -> Iterator[tuple[int, Steps]]:
     steps = Steps()
     limits = ConnectionLimits(header_timeout_seconds=5.0, body_timeout_seconds=5.0, max_connections=3)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        steps.app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        interface="asgi3",
-        timeout_keep_alive=5,
-        http=guarded_protocol(limits, lambda reason: None, HttpToolsProtocol),
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    yield port, steps
-    steps.go.set()
-    server.should_exit = True
-    thread.join(5)
+    with guarded_server(steps.app, limits) as port:
+        yield port, steps
+        steps.go.set()
 
 
 def _request(client: socket.socket, method: str, path: str) -> None:
@@ -150,42 +127,14 @@ class CountingLoop(asyncio.SelectorEventLoop):
         return super().call_at(when, callback, *args, context=context)
 
 
-async def _ok(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] != "http":
-        return
-    while (await receive()).get("more_body", False):
-        pass
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-    await send({"type": "http.response.body", "body": b"ok"})
-
-
 def test_a_kept_alive_connections_requests_schedule_no_deadline_timers_of_their_own() -> None:
     # The head and body deadlines are times checked by one timer per connection; uvicorn's keep-alive timer is the
     # only one a request schedules.
     limits = ConnectionLimits(header_timeout_seconds=5.0, body_timeout_seconds=5.0, max_connections=3)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        _ok,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        timeout_keep_alive=5,
-        http=guarded_protocol(limits, lambda reason: None, HttpToolsProtocol),
-    )
-    server = uvicorn.Server(config)
     loop = CountingLoop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + WAIT_SECONDS
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.started
-        requests = 30
-        with socket.create_connection(("127.0.0.1", port)) as client:
+        with guarded_server(ok_app, limits, loop=loop) as port, socket.create_connection(("127.0.0.1", port)) as client:
+            requests = 30
             client.settimeout(WAIT_SECONDS)
             _request(client, "POST", "/v1/score")
             _read_until(client, b"", b"ok")
@@ -196,8 +145,6 @@ def test_a_kept_alive_connections_requests_schedule_no_deadline_timers_of_their_
             scheduled = loop.scheduled - before
         assert requests <= scheduled <= requests + 2  # the keep-alive timer of each, and the deadline's timer re-armed
     finally:
-        server.should_exit = True
-        thread.join(5)
         loop.close()
 
 
@@ -206,33 +153,13 @@ def test_a_body_within_its_deadline_is_served_when_the_head_deadline_passes_mean
     # it on: the timer firing at 1 s must re-arm, not close a connection whose body is still in time.
     limits = ConnectionLimits(header_timeout_seconds=1.0, body_timeout_seconds=3.0, max_connections=3)
     refusals: list[str] = []
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        _ok,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        timeout_keep_alive=5,
-        http=guarded_protocol(limits, refusals.append, HttpToolsProtocol),
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + WAIT_SECONDS
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.started
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            client.settimeout(WAIT_SECONDS)
-            client.sendall(b"POST /v1/score HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{")
-            time.sleep(1.6)  # past the head deadline's time, well within the body's
-            client.sendall(b"}")
-            assert _read_until(client, b"", b"ok").startswith(b"HTTP/1.1 200 OK\r\n")
-        assert refusals == []
-    finally:
-        server.should_exit = True
-        thread.join(5)
+    with (
+        guarded_server(ok_app, limits, refusals.append) as port,
+        socket.create_connection(("127.0.0.1", port)) as client,
+    ):
+        client.settimeout(WAIT_SECONDS)
+        client.sendall(b"POST /v1/score HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{")
+        time.sleep(1.6)  # past the head deadline's time, well within the body's
+        client.sendall(b"}")
+        assert _read_until(client, b"", b"ok").startswith(b"HTTP/1.1 200 OK\r\n")
+    assert refusals == []
