@@ -253,17 +253,30 @@ def start_advisor(port: int, db_path: Path, env: dict[str, str] | None = None) -
     proc = subprocess.Popen(
         [sys.executable, "-m", "advisor.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + START_SECONDS
+    try:
+        wait_healthz(port, proc, START_SECONDS)
+    except SystemExit:
+        proc.terminate()
+        raise
+    return proc
+
+
+def wait_healthz(port: int, proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """Wait until the advisor `proc` on loopback `port` answers /healthz with 200; one `error:` line and exit when it
+    exits first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"error: the advisor exited with {proc.returncode} before it served")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             conn.request("GET", "/healthz")
             if conn.getresponse().status == 200:
-                return proc
+                return
         except OSError:
-            time.sleep(0.2)
-    proc.terminate()
-    raise SystemExit(f"error: the advisor did not start within {START_SECONDS} s")
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"error: the advisor did not answer /healthz within {seconds:g} s")
 
 
 def machine_note() -> str:

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cluster import free_port, machine_note, post, synthetic_snapshot, v1_pod
+from cluster import free_port, machine_note, post, synthetic_snapshot, v1_pod, wait_healthz
 
 _SERVER = """
 import collections, gc, runpy, signal, sys
@@ -53,7 +53,7 @@ runpy.run_module("advisor.cli", run_name="__main__")
 """
 
 
-def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it reports them
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -86,17 +86,7 @@ def main() -> None:  # noqa: PLR0915 - a benchmark's steps in the order it repor
             print(f"{label}: {found['unreachable']} unreachable objects; {found['kinds']}", flush=True)
 
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    probe = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                    probe.request("GET", "/healthz")
-                    if probe.getresponse().status == 200:
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        sys.exit("error: the advisor did not start within 60 s")
-                    time.sleep(0.2)
+            wait_healthz(port, server, 60)
             rng = random.Random(3)
             names = [f"node-{i:05d}" for i in range(args.nodes)]
             snapshots = [synthetic_snapshot(n, rng) for n in names]

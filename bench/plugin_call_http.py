@@ -41,13 +41,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import baseline_trees
 from baseline_trees import print_load
+from cluster import wait_healthz
 from plugin_call_cpu import WINDOW, _wire, call_body
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,21 +64,6 @@ READY_SECONDS = 120
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _ready(port: int, advisor: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_SECONDS
-    while time.monotonic() < deadline:
-        if advisor.poll() is not None:
-            sys.exit(f"error: the advisor exited with {advisor.returncode} before it served")
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", "/healthz")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.2)
-    sys.exit(f"error: the advisor did not answer /healthz within {READY_SECONDS} s")
 
 
 def go_request(port: int, body: dict[str, Any]) -> bytes:
@@ -154,7 +139,7 @@ def measure(tree: Path, nodes: int, calls: int, *, burst: bool = False, client: 
         with open(Path(tmp) / "advisor.log", "wb") as log:
             advisor = subprocess.Popen([sys.executable, "-m", "advisor.cli", *argv], cwd=tree, env=env, stderr=log)
             try:
-                _ready(port, advisor)
+                wait_healthz(port, advisor, READY_SECONDS)
                 return _calls(port, advisor.pid, nodes, calls, burst=burst, client=client)
             finally:
                 advisor.terminate()
